@@ -1,0 +1,127 @@
+"""Record every exchange that passes through mitmproxy as a `wirediff/1` JSON Lines record.
+
+Usage:
+    mitmdump -s addons/capture.py [--mode reverse:URL ...] --set capture_dir=DIR \
+        [--set capture_session=NAME] [--set capture_label=LABEL]
+
+Server-Sent Events are streamed through unbuffered and recorded event by event with timing;
+secrets in headers are replaced by fingerprints; each record is appended and flushed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from mitmproxy import ctx, exceptions, http
+
+# `mitmdump -s addons/capture.py` loads this file by path: make its project importable.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from analysis.record import DEFAULT_BODY_CAP, StreamTap, build_record, is_sse, upstream_label  # noqa: E402
+from analysis.store import RecordWriter  # noqa: E402
+
+REPLAY_OF_HEADER = "x-wirediff-replay-of"
+LABEL_HEADER = "x-wirediff-label"
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.writer: RecordWriter | None = None
+        self.session = ""
+        self.seq = 0
+
+    def load(self, loader):  # type: ignore[no-untyped-def]
+        loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
+        loader.add_option(
+            "capture_session", str, "", "Session name (file stem); default: the UTC start time."
+        )
+        loader.add_option(
+            "capture_label", str, "", "Which backend this is; default: the upstream host."
+        )
+        loader.add_option(
+            "capture_redact",
+            str,
+            "",
+            "Comma-separated extra header names to fingerprint (auth and cookies always are).",
+        )
+        loader.add_option(
+            "capture_body_cap", int, DEFAULT_BODY_CAP, "Bytes kept per body; longer is truncated."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if updated & {"capture_dir", "capture_session"}:
+            if ctx.options.capture_body_cap < 0:
+                raise exceptions.OptionsError("capture_body_cap must be >= 0")
+            self.close()
+            self.session = ctx.options.capture_session or time.strftime(
+                "%Y%m%dT%H%M%SZ", time.gmtime()
+            )
+            if "/" in self.session or self.session.startswith("."):
+                raise exceptions.OptionsError(f"capture_session is a name, not a path: {self.session!r}")
+            try:
+                Path(ctx.options.capture_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise exceptions.OptionsError(f"capture_dir: {e}") from e
+            self.writer = RecordWriter(Path(ctx.options.capture_dir) / f"{self.session}.jsonl")
+            self.seq = 0
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Snapshot the request as the client sent it, before any addon can change it."""
+        meta = flow.metadata
+        meta["wirediff.replay_of"] = flow.request.headers.pop(REPLAY_OF_HEADER, None)
+        meta["wirediff.label"] = flow.request.headers.pop(LABEL_HEADER, None)
+        meta["wirediff.client_headers"] = list(flow.request.headers.items(multi=True))
+        meta["wirediff.seq"] = self.seq
+        self.seq += 1
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        assert flow.response is not None
+        if is_sse(flow.response.headers.get("content-type", "")):
+            flow.response.stream = StreamTap(
+                t0=flow.request.timestamp_start,
+                content_encoding=flow.response.headers.get("content-encoding", ""),
+                cap=ctx.options.capture_body_cap,
+            )
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.record(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.record(flow)
+
+    def record(self, flow: http.HTTPFlow) -> None:
+        if self.writer is None or flow.metadata.get("wirediff.written"):
+            return
+        flow.metadata["wirediff.written"] = True
+        tap = flow.response.stream if flow.response is not None else None
+        meta = flow.metadata
+        rec = build_record(
+            flow,
+            session=self.session,
+            label=meta.get("wirediff.label") or ctx.options.capture_label or upstream_label(flow),
+            seq=meta.get("wirediff.seq", self.seq),
+            listener=flow.client_conn.proxy_mode.full_spec,
+            replay_of=meta.get("wirediff.replay_of"),
+            client_headers=meta.get("wirediff.client_headers"),
+            tap=tap if isinstance(tap, StreamTap) else None,
+            body_cap=ctx.options.capture_body_cap,
+            redact=frozenset(
+                h.strip().lower() for h in ctx.options.capture_redact.split(",") if h.strip()
+            ),
+        )
+        self.writer.write(rec)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def done(self) -> None:
+        self.close()
+
+
+addons = [Capture()]

@@ -1,0 +1,3 @@
+"""wirediff analysis: the record format, tagging, loading and the comparison of exchanges."""
+
+FORMAT = "wirediff/1"

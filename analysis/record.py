@@ -1,0 +1,260 @@
+"""The `wirediff/1` record builder: one mitmproxy flow in, one JSON-able record out.
+
+Shared by the capture addon, `wirediff import` (flow files, HAR) and the replayer, so every
+record has exactly the same shape whatever produced it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import http
+
+from analysis import FORMAT
+from analysis._types import Event, Record
+from analysis.profiles import match_signature
+from analysis.redact import redact_headers, redact_url
+from analysis.sse import SSESplitter, decoder_for, split_events
+from analysis.tags import tag_exchange
+
+DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
+SSE_TYPES = ("text/event-stream",)
+
+
+def encode_body(content: bytes | None, content_type: str, cap: int) -> dict[str, Any]:
+    """`body` for JSON, `text` for other text, `b64` for binary; capped with `truncated`."""
+    out: dict[str, Any] = {"body": None, "text": None}
+    if content is None:
+        return out
+    truncated = len(content) > cap
+    kept = content[:cap] if truncated else content
+    try:
+        text = kept.decode("utf-8")
+    except UnicodeDecodeError:
+        if truncated:  # a multi-byte character cut at the cap is still text
+            try:
+                text = kept[:-3].decode("utf-8") + kept[-3:].decode("utf-8", "ignore")
+            except UnicodeDecodeError:
+                text = None  # type: ignore[assignment]
+        else:
+            text = None  # type: ignore[assignment]
+    if text is None:
+        out["b64"] = base64.b64encode(kept).decode("ascii")
+    elif not truncated and text[:1] in "{[":
+        try:
+            out["body"] = json.loads(text)
+        except ValueError:
+            out["text"] = text
+    else:
+        out["text"] = text
+    if truncated:
+        out["truncated"] = True
+    return out
+
+
+def is_sse(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() in SSE_TYPES
+
+
+@dataclass
+class StreamTap:
+    """A pass-through `flow.response.stream` callable that also splits and times events.
+
+    The bytes returned are the bytes received: recording never changes the wire.
+    """
+
+    t0: float
+    content_encoding: str = ""
+    cap: int = DEFAULT_BODY_CAP
+    events: list[Event] = field(default_factory=list)
+    raw: bytearray = field(default_factory=bytearray)
+    wire_size: int = 0
+    ended: bool = False
+    decode_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self._decode = decoder_for(self.content_encoding)
+        self._splitter = SSESplitter()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if not chunk:
+            self.finish()
+            return chunk
+        self.wire_size += len(chunk)
+        now_ms = (time.time() - self.t0) * 1000.0
+        if self.decode_error is None:
+            try:
+                data = self._decode(chunk)
+            except Exception as e:  # a broken upstream encoding must not break the stream
+                self.decode_error = f"{type(e).__name__}: {e}"
+                data = b""
+            if len(self.raw) < self.cap:
+                self.raw += data[: self.cap - len(self.raw)]
+            for ev in self._splitter.feed(data):
+                self.events.append({"t_ms": round(now_ms, 3), **ev})
+        return chunk
+
+    def finish(self) -> None:
+        """End of stream (or of the connection): keep a half-received event as `partial`."""
+        if self.ended:
+            return
+        self.ended = True
+        now_ms = round((time.time() - self.t0) * 1000.0, 3)
+        for ev in self._splitter.close():
+            self.events.append({"t_ms": now_ms, **ev})
+
+
+def classify_error(msg: str, has_response: bool) -> str:
+    """Name mitmproxy's error message by what happened on the wire."""
+    low = msg.lower()
+    if "client disconnected" in low:
+        return "client_disconnect"
+    if "killed" in low:
+        return "killed"
+    if "timeout" in low or "timed out" in low:
+        return "timeout"
+    if "tls" in low or "certificate" in low or "ssl" in low:
+        return "tls"
+    if not has_response and any(
+        s in low for s in ("connect", "refused", "unreachable", "resolve", "no route", "name or service")
+    ):
+        return "upstream_unreachable"
+    if "server disconnected" in low or "peer closed" in low or "connection closed" in low:
+        return "upstream_disconnect"
+    return "proxy_error"
+
+
+def _headers(h: http.Headers) -> list[tuple[str, str]]:
+    return list(h.items(multi=True))
+
+
+def _content_type(h: Sequence[Sequence[str]]) -> str:
+    for k, v in h:
+        if k.lower() == "content-type":
+            return v
+    return ""
+
+
+def build_record(
+    flow: http.HTTPFlow,
+    *,
+    session: str,
+    label: str,
+    seq: int,
+    listener: str | None = None,
+    replay_of: str | None = None,
+    client_headers: list[tuple[str, str]] | None = None,
+    tap: StreamTap | None = None,
+    body_cap: int = DEFAULT_BODY_CAP,
+    redact: frozenset[str] = frozenset(),
+) -> Record:
+    """Build the record for a finished (or failed) flow.
+
+    `client_headers` are the request headers as the client sent them, snapshotted before
+    any addon could change them; the flow's own request headers are what went upstream.
+    """
+    req = flow.request
+    upstream = _headers(req.headers)
+    sent = client_headers if client_headers is not None else upstream
+    req_ctype = _content_type(sent)
+    request: dict[str, Any] = {
+        "method": req.method,
+        "url": redact_url(req.pretty_url),
+        "path": req.path,
+        "http_version": req.http_version,
+        "headers": redact_headers(sent, redact),
+        **encode_body(req.get_content(strict=False), req_ctype, body_cap),
+        "size": len(req.raw_content or b""),
+    }
+    if client_headers is not None and client_headers != upstream:
+        request["forwarded_headers"] = redact_headers(upstream, redact)
+
+    resp = flow.response
+    response: dict[str, Any] | None = None
+    events: list[Event] | None = None
+    resp_headers: list[tuple[str, str]] = []
+    if resp is not None:
+        resp_headers = _headers(resp.headers)
+        ctype = _content_type(resp_headers)
+        if tap is not None:
+            tap.finish()
+            events = tap.events
+            body = encode_body(bytes(tap.raw), ctype, body_cap)
+            if tap.wire_size and len(tap.raw) >= body_cap:
+                body["truncated"] = True
+            size = tap.wire_size
+            complete = flow.error is None and resp.timestamp_end is not None
+        else:
+            content = resp.get_content(strict=False) if resp.raw_content is not None else None
+            body = encode_body(content, ctype, body_cap)
+            size = len(resp.raw_content or b"")
+            complete = resp.raw_content is not None and flow.error is None
+            if is_sse(ctype) and content is not None:
+                events = split_events(content, None)
+        response = {
+            "status": resp.status_code,
+            "reason": resp.reason,
+            "http_version": resp.http_version,
+            "headers": redact_headers(resp_headers, redact),
+            **body,
+            "size": size,
+            "events": events,
+            "complete": complete,
+        }
+        if tap is not None and tap.decode_error:
+            response["decode_error"] = tap.decode_error
+
+    t_start = req.timestamp_start
+    t_end = (resp.timestamp_end if resp is not None else None) or time.time()
+    error = None
+    if flow.error is not None:
+        error = {"kind": classify_error(flow.error.msg, resp is not None), "message": flow.error.msg}
+
+    status = resp.status_code if resp is not None else None
+    resp_body = response["body"] if response else None
+    resp_text = None
+    if response is not None:
+        resp_text = response["text"] if response["text"] is not None else (
+            json.dumps(resp_body) if resp_body is not None else None
+        )
+    tags = tag_exchange(
+        method=req.method,
+        path=req.path,
+        client_headers=sent,
+        upstream_headers=upstream,
+        request_body=request["body"],
+        status=status,
+        response_body=resp_body,
+        events=events,
+        signature=match_signature(status, resp_headers, resp_text) if resp is not None else None,
+    )
+    return {
+        "format": FORMAT,
+        "id": flow.id,
+        "session": session,
+        "label": label,
+        "seq": seq,
+        "replay_of": replay_of,
+        "listener": listener,
+        "started": round(t_start, 6),
+        "ttfb_ms": round((resp.timestamp_start - t_start) * 1000.0, 3)
+        if resp is not None and resp.timestamp_start
+        else None,
+        "duration_ms": round((t_end - t_start) * 1000.0, 3),
+        "request": request,
+        "response": response,
+        "error": error,
+        "tags": tags,
+    }
+
+
+def upstream_label(flow: http.HTTPFlow) -> str:
+    """Default label: the upstream host (and port when not the scheme's default)."""
+    host, port = flow.request.host, flow.request.port
+    default = 443 if flow.request.scheme == "https" else 80
+    return host if port == default else f"{host}:{port}"

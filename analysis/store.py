@@ -1,0 +1,157 @@
+"""Persistence of `wirediff/1` captures: append-only JSON Lines, flushed per record.
+
+Reading tolerates a truncated last line (a capture cut by a crash or Ctrl-C) and rejects
+anything that is not `wirediff/1` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from analysis import FORMAT
+from analysis._types import Record
+
+
+class CaptureError(ValueError):
+    """A capture that cannot be read; the message is one line for the user."""
+
+
+class RecordWriter:
+    """Append records to a `.jsonl` file, one line each, flushed as written."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] | None = None
+
+    def write(self, record: Record) -> None:
+        if self._fh is None:
+            self._fh = self._open()
+        self._fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def _open(self) -> IO[str]:
+        fh = self.path.open("a", encoding="utf-8")
+        # A previous writer killed mid-line left a fragment: start on a fresh line.
+        if fh.tell() > 0:
+            with self.path.open("rb") as rb:
+                rb.seek(-1, os.SEEK_END)
+                if rb.read(1) != b"\n":
+                    fh.write("\n")
+        return fh
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
+    """Records of one capture file; a bad line that is the last one is a cut write and skipped."""
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except OSError as e:
+        raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+    with fh:
+        pending: tuple[int, bytes] | None = None
+        for lineno, line in enumerate(fh, 1):
+            if pending is not None:
+                raise CaptureError(f"{p}:{pending[0]}: not a JSON record")
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                pending = (lineno, line)
+                continue
+            if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+                found = rec.get("format") if isinstance(rec, dict) else type(rec).__name__
+                raise CaptureError(f"{p}:{lineno}: not a {FORMAT} record (format={found!r})")
+            yield rec
+
+
+def load_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
+    """All records of several captures, in file order."""
+    out: list[Record] = []
+    for path in paths:
+        out.extend(iter_records(path))
+    return out
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _content_type(headers: list[list[str]] | None) -> str | None:
+    for k, v in headers or ():
+        if k == "content-type":
+            return v
+    return None
+
+
+EXCHANGE_COLUMNS = [
+    "id", "session", "label", "seq", "replay_of", "listener", "started", "ttfb_ms",
+    "duration_ms", "method", "path", "url", "status", "content_type", "family", "endpoint",
+    "prefix", "stream", "model", "sdk_lang", "sdk_version", "sdk_async", "retry",
+    "auth_header", "auth_scheme", "auth_fingerprint", "auth_forwarded", "soft_error",
+    "signature", "error_kind", "n_events", "complete", "request_size", "response_size",
+]  # fmt: skip
+
+
+def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per exchange with the columns analysis filters and groups on."""
+    rows = []
+    for r in records:
+        req, resp, tags = r["request"], r.get("response") or {}, r.get("tags") or {}
+        events = resp.get("events")
+        rows.append(
+            (
+                r["id"], r.get("session"), r.get("label"), r.get("seq"), r.get("replay_of"),
+                r.get("listener"), r.get("started"), r.get("ttfb_ms"), r.get("duration_ms"),
+                req.get("method"), req.get("path"), req.get("url"), resp.get("status"),
+                _content_type(resp.get("headers")), tags.get("family"), tags.get("endpoint"),
+                tags.get("prefix"), tags.get("stream"), tags.get("model"),
+                _get(tags, "sdk", "lang"), _get(tags, "sdk", "version"), _get(tags, "sdk", "async"),
+                tags.get("retry"), _get(tags, "auth", "header"), _get(tags, "auth", "scheme"),
+                _get(tags, "auth", "fingerprint"), _get(tags, "auth", "forwarded"),
+                tags.get("soft_error"), tags.get("signature"), _get(r, "error", "kind"),
+                len(events) if events is not None else None, resp.get("complete"),
+                req.get("size"), resp.get("size"),
+            )
+        )  # fmt: skip
+    df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)
+    df["status"] = df["status"].astype("Int64")
+    df["n_events"] = df["n_events"].astype("Int64")
+    return df
+
+
+EVENT_COLUMNS = ["id", "idx", "t_ms", "event", "type", "sequence_number", "partial"]
+
+
+def events_frame(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per SSE event: its name, the `type` inside its data, its timing."""
+    rows = []
+    for r in records:
+        for i, ev in enumerate(_get(r, "response", "events") or ()):
+            data = ev.get("data")
+            typ = data.get("type") if isinstance(data, dict) else None
+            seqno = data.get("sequence_number") if isinstance(data, dict) else None
+            rows.append((r["id"], i, ev.get("t_ms"), ev.get("event"), typ, seqno, bool(ev.get("partial"))))
+    return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)

@@ -1,0 +1,189 @@
+"""Tagging: what an exchange *is* — API family, route template, stream, model, SDK, auth.
+
+Plain functions over already-parsed parts so that the capture addon, `wirediff import`
+and the replayer tag identically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from analysis._types import JSON, Event
+from analysis.redact import AUTH_HEADERS, fingerprint, split_scheme
+
+# (regex on the path after the API prefix, route template, family); first match wins.
+_ID = r"[^/]+"
+ROUTES: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(p + r"/?$"), t, f)
+    for p, t, f in [
+        (r"/chat/completions", "/v1/chat/completions", "chat.completions"),
+        (rf"/chat/completions/{_ID}/messages", "/v1/chat/completions/{id}/messages", "chat.completions"),
+        (rf"/chat/completions/{_ID}", "/v1/chat/completions/{id}", "chat.completions"),
+        (r"/completions", "/v1/completions", "completions"),
+        (r"/responses/input_tokens", "/v1/responses/input_tokens", "responses"),
+        (r"/responses/compact", "/v1/responses/compact", "responses"),
+        (r"/responses", "/v1/responses", "responses"),
+        (rf"/responses/{_ID}/input_items", "/v1/responses/{id}/input_items", "responses"),
+        (rf"/responses/{_ID}/cancel", "/v1/responses/{id}/cancel", "responses"),
+        (rf"/responses/{_ID}", "/v1/responses/{id}", "responses"),
+        (r"/models", "/v1/models", "models"),
+        (r"/models/.+", "/v1/models/{id}", "models"),
+        (r"/embeddings", "/v1/embeddings", "embeddings"),
+        (r"/files", "/v1/files", "files"),
+        (rf"/files/{_ID}/content", "/v1/files/{id}/content", "files"),
+        (rf"/files/{_ID}", "/v1/files/{id}", "files"),
+        (r"/audio/(transcriptions|translations|speech)", "/v1/audio/{op}", "audio"),
+        (r"/images/(generations|edits|variations)", "/v1/images/{op}", "images"),
+        (r"/moderations", "/v1/moderations", "moderations"),
+        (r"/batches", "/v1/batches", "batches"),
+        (rf"/batches/{_ID}/cancel", "/v1/batches/{id}/cancel", "batches"),
+        (rf"/batches/{_ID}", "/v1/batches/{id}", "batches"),
+    ]
+]
+_RESOURCES = re.compile(
+    r"/(chat/completions|completions|responses|models|embeddings|files|audio|images|moderations|batches)(/|$)"
+)
+
+
+def route(path: str) -> tuple[str, str, str]:
+    """`(family, endpoint template, prefix)` for a request path (query stripped).
+
+    The prefix is whatever stands before the resource (`/v1`, `/v1/v1`, `""`,
+    `/openai/v1`), so a doubled or missing `/v1` is visible without a separate rule.
+    """
+    path = path.split("?", 1)[0]
+    m = _RESOURCES.search(path)
+    if m:
+        prefix, rest = path[: m.start()], path[m.start() :]
+        for rx, template, family in ROUTES:
+            if rx.match(rest):
+                return family, template, prefix
+    return "other", path, ""
+
+
+def header_get(headers: Sequence[Sequence[str]], name: str) -> str | None:
+    """First value of a header in a `[[name, value]]` list, case-insensitively."""
+    low = name.lower()
+    for k, v in headers:
+        if k.lower() == low:
+            return v
+    return None
+
+
+def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
+    """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs."""
+    ua = header_get(headers, "user-agent")
+    stainless = {
+        k.lower()[len("x-stainless-") :].replace("-", "_"): v
+        for k, v in headers
+        if k.lower().startswith("x-stainless-")
+    }
+    if not ua and not stainless:
+        return None
+    sdk: dict[str, Any] = {"user_agent": ua}
+    if stainless:
+        sdk["lang"] = stainless.get("lang")
+        sdk["version"] = stainless.get("package_version")
+        sdk["os"] = stainless.get("os")
+        sdk["arch"] = stainless.get("arch")
+        sdk["runtime"] = stainless.get("runtime")
+        sdk["runtime_version"] = stainless.get("runtime_version")
+        sdk["async"] = stainless.get("async", "false") not in ("false", "")
+    elif ua:
+        m = re.match(r"(Async)?OpenAI/(\w+) ([\w.\-]+)", ua)
+        if m:
+            sdk.update(lang=m.group(2).lower(), version=m.group(3), **{"async": bool(m.group(1))})
+    return sdk
+
+
+def retry_count(headers: Sequence[Sequence[str]]) -> int:
+    raw = header_get(headers, "x-stainless-retry-count")
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def auth_tag(
+    client_headers: Sequence[Sequence[str]], upstream_headers: Sequence[Sequence[str]] | None
+) -> dict[str, Any] | None:
+    """Which auth header the client sent, its scheme and key fingerprint, and whether the
+    same credential left towards the upstream (`None` when nothing went upstream)."""
+    for name in AUTH_HEADERS:
+        value = header_get(client_headers, name)
+        if value is None:
+            continue
+        scheme, secret = split_scheme(value)
+        sent = header_get(upstream_headers, name) if upstream_headers is not None else None
+        return {
+            "header": name,
+            "scheme": scheme,
+            "fingerprint": fingerprint(secret) if secret else None,
+            "forwarded": None if upstream_headers is None else sent == value,
+        }
+    return None
+
+
+def is_error_body(body: JSON) -> bool:
+    """An error object where a result was expected (`{"error": …}` without a result shape).
+
+    A Responses object carries `"error": null` — and a failed one a populated `error`
+    beside `object: "response"` — so only bodies without `object`/`id` count.
+    """
+    if isinstance(body, dict) and body.get("error"):
+        return "object" not in body and "id" not in body
+    if isinstance(body, dict) and body.get("object") == "error":
+        return True
+    return False
+
+
+def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -> bool:
+    """A 2xx that is really an error: LM Studio's 200 `{"error": …}`, or an error in a
+    2xx event stream (`data: {"error": …}`)."""
+    if status is None or not 200 <= status < 300:
+        return False
+    if is_error_body(body):
+        return True
+    return any(is_error_body(ev.get("data")) for ev in events or ())
+
+
+def request_model(body: JSON, template: str, path: str) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("model"), str):
+        return str(body["model"])
+    if template == "/v1/models/{id}":
+        return path.split("?", 1)[0].split("/models/", 1)[1]
+    return None
+
+
+def tag_exchange(
+    *,
+    method: str,
+    path: str,
+    client_headers: Sequence[Sequence[str]],
+    upstream_headers: Sequence[Sequence[str]] | None,
+    request_body: JSON,
+    status: int | None,
+    response_body: JSON,
+    events: Sequence[Event] | None,
+    signature: str | None = None,
+) -> dict[str, Any]:
+    family, template, prefix = route(path)
+    stream = isinstance(request_body, dict) and request_body.get("stream") is True
+    model = request_model(request_body, template, path)
+    if model is None and isinstance(response_body, dict) and isinstance(response_body.get("model"), str):
+        model = response_body["model"]
+    return {
+        "family": family,
+        "endpoint": template,
+        "prefix": prefix,
+        "method": method,
+        "stream": stream,
+        "model": model,
+        "sdk": sdk_identity(client_headers),
+        "retry": retry_count(client_headers),
+        "auth": auth_tag(client_headers, upstream_headers),
+        "soft_error": soft_error(status, response_body, events),
+        "signature": signature,
+    }

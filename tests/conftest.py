@@ -1,0 +1,138 @@
+"""Shared fixtures: real processes on loopback, waited on by condition, never by sleeping."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
+CAPTURE_ADDON = str(ROOT / "addons" / "capture.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Block until something accepts on 127.0.0.1:port (or fail with the process's output)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited early ({proc.returncode})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll a condition with a deadline; returns its first truthy value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class Mitmdump:
+    """A running `mitmdump -s addons/capture.py` with one or more listeners."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], ports: list[int], capture_dir: Path,
+                 session: str, confdir: Path, log: Path) -> None:
+        self.proc, self.ports, self.capture_dir = proc, ports, capture_dir
+        self.session, self.confdir, self.log = session, confdir, log
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports[0]}"
+
+    @property
+    def capture_file(self) -> Path:
+        return self.capture_dir / f"{self.session}.jsonl"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.confdir / "mitmproxy-ca-cert.pem"
+
+    def records(self, n: int | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """The capture's records; with `n`, wait until at least n are written."""
+        from analysis.store import load_records
+
+        def read() -> list[dict[str, Any]] | None:
+            if not self.capture_file.exists():
+                return None if n else []
+            recs = load_records([self.capture_file])
+            return recs if n is None or len(recs) >= n else None
+
+        if n is None:
+            return read() or []
+        return list(wait_for(read, timeout, f"{n} records in {self.capture_file}"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
+    """Factory: `mitmdump(["reverse:http://127.0.0.1:P"], label=..., extra=[...])`.
+
+    Each mode gets its own free port; the confdir (and so the CA) is per test.
+    """
+    started: list[Mitmdump] = []
+
+    def start(modes: list[str] | None = None, *, session: str = "s", label: str = "",
+              extra: list[str] | None = None, addon: bool = True) -> Mitmdump:
+        modes = modes or ["regular"]
+        ports = [free_port() for _ in modes]
+        capture_dir = tmp_path / "captures"
+        confdir = tmp_path / "mitmconf"
+        log = tmp_path / f"mitmdump-{len(started)}.log"
+        cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
+        for mode, port in zip(modes, ports, strict=True):
+            cmd += ["--mode", f"{mode}@{port}"]
+        if addon:
+            cmd += ["-s", CAPTURE_ADDON, "--set", f"capture_dir={capture_dir}",
+                    "--set", f"capture_session={session}"]
+            if label:
+                cmd += ["--set", f"capture_label={label}"]
+        cmd += extra or []
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+        m = Mitmdump(proc, ports, capture_dir, session, confdir, log)
+        started.append(m)
+        try:
+            for p in ports:
+                wait_port(p, 30, proc)
+        except Exception:
+            m.stop()
+            raise RuntimeError(f"mitmdump failed to start: {log.read_text()[-2000:]}") from None
+        return m
+
+    yield start
+    for m in started:
+        m.stop()
