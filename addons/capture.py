@@ -55,17 +55,23 @@ class Capture:
     def configure(self, updated: set[str]) -> None:
         if updated & {"capture_dir", "capture_session"}:
             if ctx.options.capture_body_cap < 0:
-                raise exceptions.OptionsError("capture_body_cap must be >= 0")
+                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
+                    "capture_body_cap must be >= 0"
+                )
             self.close()
             self.session = ctx.options.capture_session or time.strftime(
                 "%Y%m%dT%H%M%SZ", time.gmtime()
             )
             if "/" in self.session or self.session.startswith("."):
-                raise exceptions.OptionsError(f"capture_session is a name, not a path: {self.session!r}")
+                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
+                    f"capture_session is a name, not a path: {self.session!r}"
+                )
             try:
                 Path(ctx.options.capture_dir).mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise exceptions.OptionsError(f"capture_dir: {e}") from e
+                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
+                    f"capture_dir: {e}"
+                ) from e
             self.writer = RecordWriter(Path(ctx.options.capture_dir) / f"{self.session}.jsonl")
             self.seq = 0
 
@@ -74,7 +80,7 @@ class Capture:
         meta = flow.metadata
         meta["wirediff.replay_of"] = flow.request.headers.pop(REPLAY_OF_HEADER, None)
         meta["wirediff.label"] = flow.request.headers.pop(LABEL_HEADER, None)
-        meta["wirediff.client_headers"] = list(flow.request.headers.items(multi=True))
+        meta["wirediff.client_headers"] = list(flow.request.headers.items(multi=True))  # type: ignore[no-untyped-call]
         meta["wirediff.seq"] = self.seq
         self.seq += 1
 

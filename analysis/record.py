@@ -121,7 +121,8 @@ def classify_error(msg: str, has_response: bool) -> str:
     if "tls" in low or "certificate" in low or "ssl" in low:
         return "tls"
     if not has_response and any(
-        s in low for s in ("connect", "refused", "unreachable", "resolve", "no route", "name or service")
+        s in low
+        for s in ("connect", "refused", "unreachable", "resolve", "no route", "name or service")
     ):
         return "upstream_unreachable"
     if "server disconnected" in low or "peer closed" in low or "connection closed" in low:
@@ -130,7 +131,7 @@ def classify_error(msg: str, has_response: bool) -> str:
 
 
 def _headers(h: http.Headers) -> list[tuple[str, str]]:
-    return list(h.items(multi=True))
+    return list(h.items(multi=True))  # type: ignore[no-untyped-call]
 
 
 def _content_type(h: Sequence[Sequence[str]]) -> str:
@@ -213,14 +214,19 @@ def build_record(
     t_end = (resp.timestamp_end if resp is not None else None) or time.time()
     error = None
     if flow.error is not None:
-        error = {"kind": classify_error(flow.error.msg, resp is not None), "message": flow.error.msg}
+        error = {
+            "kind": classify_error(flow.error.msg, resp is not None),
+            "message": flow.error.msg,
+        }
 
     status = resp.status_code if resp is not None else None
     resp_body = response["body"] if response else None
     resp_text = None
     if response is not None:
-        resp_text = response["text"] if response["text"] is not None else (
-            json.dumps(resp_body) if resp_body is not None else None
+        resp_text = (
+            response["text"]
+            if response["text"] is not None
+            else (json.dumps(resp_body) if resp_body is not None else None)
         )
     tags = tag_exchange(
         method=req.method,

@@ -98,7 +98,7 @@ class SSESplitter:
         }
         if self._id is not None:
             ev["id"] = self._id
-        self._event, self._data = None, []
+        self._event, self._data, self._id = None, [], None
         return ev
 
 

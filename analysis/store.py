@@ -153,5 +153,7 @@ def events_frame(records: Iterable[Record]) -> pd.DataFrame:
             data = ev.get("data")
             typ = data.get("type") if isinstance(data, dict) else None
             seqno = data.get("sequence_number") if isinstance(data, dict) else None
-            rows.append((r["id"], i, ev.get("t_ms"), ev.get("event"), typ, seqno, bool(ev.get("partial"))))
+            rows.append(
+                (r["id"], i, ev.get("t_ms"), ev.get("event"), typ, seqno, bool(ev.get("partial")))
+            )
     return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)

@@ -19,7 +19,11 @@ ROUTES: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(p + r"/?$"), t, f)
     for p, t, f in [
         (r"/chat/completions", "/v1/chat/completions", "chat.completions"),
-        (rf"/chat/completions/{_ID}/messages", "/v1/chat/completions/{id}/messages", "chat.completions"),
+        (
+            rf"/chat/completions/{_ID}/messages",
+            "/v1/chat/completions/{id}/messages",
+            "chat.completions",
+        ),
         (rf"/chat/completions/{_ID}", "/v1/chat/completions/{id}", "chat.completions"),
         (r"/completions", "/v1/completions", "completions"),
         (r"/responses/input_tokens", "/v1/responses/input_tokens", "responses"),
@@ -134,9 +138,7 @@ def is_error_body(body: JSON) -> bool:
     """
     if isinstance(body, dict) and body.get("error"):
         return "object" not in body and "id" not in body
-    if isinstance(body, dict) and body.get("object") == "error":
-        return True
-    return False
+    return isinstance(body, dict) and body.get("object") == "error"
 
 
 def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -> bool:
@@ -172,7 +174,11 @@ def tag_exchange(
     family, template, prefix = route(path)
     stream = isinstance(request_body, dict) and request_body.get("stream") is True
     model = request_model(request_body, template, path)
-    if model is None and isinstance(response_body, dict) and isinstance(response_body.get("model"), str):
+    if (
+        model is None
+        and isinstance(response_body, dict)
+        and isinstance(response_body.get("model"), str)
+    ):
         model = response_body["model"]
     return {
         "family": family,

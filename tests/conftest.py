@@ -52,8 +52,15 @@ def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condit
 class Mitmdump:
     """A running `mitmdump -s addons/capture.py` with one or more listeners."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], ports: list[int], capture_dir: Path,
-                 session: str, confdir: Path, log: Path) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        ports: list[int],
+        capture_dir: Path,
+        session: str,
+        confdir: Path,
+        log: Path,
+    ) -> None:
         self.proc, self.ports, self.capture_dir = proc, ports, capture_dir
         self.session, self.confdir, self.log = session, confdir, log
 
@@ -105,8 +112,14 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     """
     started: list[Mitmdump] = []
 
-    def start(modes: list[str] | None = None, *, session: str = "s", label: str = "",
-              extra: list[str] | None = None, addon: bool = True) -> Mitmdump:
+    def start(
+        modes: list[str] | None = None,
+        *,
+        session: str = "s",
+        label: str = "",
+        extra: list[str] | None = None,
+        addon: bool = True,
+    ) -> Mitmdump:
         modes = modes or ["regular"]
         ports = [free_port() for _ in modes]
         capture_dir = tmp_path / "captures"
@@ -116,8 +129,14 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
         for mode, port in zip(modes, ports, strict=True):
             cmd += ["--mode", f"{mode}@{port}"]
         if addon:
-            cmd += ["-s", CAPTURE_ADDON, "--set", f"capture_dir={capture_dir}",
-                    "--set", f"capture_session={session}"]
+            cmd += [
+                "-s",
+                CAPTURE_ADDON,
+                "--set",
+                f"capture_dir={capture_dir}",
+                "--set",
+                f"capture_session={session}",
+            ]
             if label:
                 cmd += ["--set", f"capture_label={label}"]
         cmd += extra or []

@@ -1,0 +1,202 @@
+"""The capture addon under mitmproxy's own test helpers: no sockets, real hooks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.test import taddons, tflow, tutils
+
+from addons.capture import Capture
+from analysis.store import load_records
+
+KEY = "sk-unit-CANARY-5f3e9a"
+
+
+def chat_flow(body: bytes | None = None, **resp_kw: object) -> http.HTTPFlow:
+    f = tflow.tflow(resp=True)
+    f.request = tutils.treq(
+        method=b"POST", path=b"/v1/chat/completions", host="api.example.test", port=443, scheme=b"https",
+        headers=http.Headers(((b"content-type", b"application/json"),
+                              (b"authorization", f"Bearer {KEY}".encode()),
+                              (b"user-agent", b"OpenAI/Python 2.54.0"))),
+        content=body if body is not None else b'{"model":"gpt-4o-mini","messages":[],"stream":false}',
+    )  # fmt: skip
+    f.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),)),
+        content=b'{"id":"c1","object":"chat.completion","choices":[]}',
+        **resp_kw,
+    )
+    return f
+
+
+def run(
+    tmp_path: Path, *flows: http.HTTPFlow, sse_chunks: list[bytes] | None = None, **options: object
+) -> list[dict[str, object]]:
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t", **options)
+        for f in flows:
+            cap.requestheaders(f)
+            if f.response is not None:
+                cap.responseheaders(f)
+            if sse_chunks is not None:
+                assert callable(f.response.stream)
+                passed = [f.response.stream(c) for c in sse_chunks]
+                assert passed == sse_chunks, "the tap must return bytes unchanged"
+            if f.error:
+                cap.error(f)
+            else:
+                cap.response(f)
+        cap.done()
+    return load_records([tmp_path / "t.jsonl"])
+
+
+async def test_json_exchange_is_recorded_and_redacted(tmp_path: Path) -> None:
+    (rec,) = run(tmp_path, chat_flow())
+    assert rec["format"] == "wirediff/1" and rec["label"] == "api.example.test" and rec["seq"] == 0
+    assert rec["request"]["body"]["model"] == "gpt-4o-mini"
+    assert rec["response"]["body"]["object"] == "chat.completion"
+    assert rec["tags"]["auth"]["forwarded"] is True and rec["tags"]["family"] == "chat.completions"
+    assert KEY not in (tmp_path / "t.jsonl").read_text()
+
+
+async def test_label_and_extra_redaction_options(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.request.headers["x-org-token"] = "org-secret-42"
+    (rec,) = run(tmp_path, f, capture_label="vllm", capture_redact="X-Org-Token")
+    assert rec["label"] == "vllm"
+    assert "org-secret-42" not in (tmp_path / "t.jsonl").read_text()
+
+
+async def test_header_change_by_a_later_addon_shows_as_not_forwarded(tmp_path: Path) -> None:
+    f = chat_flow()
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t")
+        cap.requestheaders(f)
+        del f.request.headers["authorization"]  # e.g. a gateway addon dropping the key
+        cap.response(f)
+        cap.done()
+    (rec,) = load_records([tmp_path / "t.jsonl"])
+    assert rec["tags"]["auth"]["forwarded"] is False
+    assert ["authorization", rec["request"]["headers"][1][1]] not in rec["request"][
+        "forwarded_headers"
+    ]
+
+
+async def test_sse_stream_tapped_gzip_decoded_and_bytes_untouched(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.response.headers["content-type"] = "text/event-stream"
+    f.response.headers["content-encoding"] = "gzip"
+    stream = b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
+    packed = gzip.compress(stream)
+    chunks = [packed[i : i + 9] for i in range(0, len(packed), 9)] + [b""]
+    (rec,) = run(tmp_path, f, sse_chunks=chunks)
+    events = rec["response"]["events"]
+    assert [e["data"] for e in events] == [{"choices": [{"delta": {"content": "a"}}]}, "[DONE]"]
+    assert all(isinstance(e["t_ms"], float) for e in events)
+    assert rec["response"]["size"] == len(packed) and rec["response"]["text"] == stream.decode()
+
+
+async def test_stream_cut_mid_event_then_error(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.response.headers["content-type"] = "text/event-stream"
+    f.error = tflow.terr("Server disconnected.")
+    (rec,) = run(tmp_path, f, sse_chunks=[b'data: {"a":1}\n\ndata: {"b"'])
+    events = rec["response"]["events"]
+    assert events[-1]["partial"] is True and rec["response"]["complete"] is False
+    assert rec["error"]["kind"] == "upstream_disconnect"
+
+
+async def test_client_disconnect_after_done_keeps_every_event(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.response.headers["content-type"] = "text/event-stream"
+    f.error = tflow.terr("Client disconnected.")
+    (rec,) = run(tmp_path, f, sse_chunks=[b"data: {}\n\n", b"data: [DONE]\n\n"])
+    assert [e["data"] for e in rec["response"]["events"]] == [{}, "[DONE]"]
+    assert rec["error"]["kind"] == "client_disconnect"
+
+
+async def test_unreachable_upstream(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.response = None
+    f.error = tflow.terr("Connection refused: [Errno 111]")
+    (rec,) = run(tmp_path, f)
+    assert rec["response"] is None and rec["error"]["kind"] == "upstream_unreachable"
+    assert rec["ttfb_ms"] is None
+
+
+@pytest.mark.parametrize(
+    ("req_body", "resp_body", "ctype", "check"),
+    [
+        (b'{"model": "x", "messages": [', b"{}", "application/json",
+         lambda r: r["request"]["text"] == '{"model": "x", "messages": [' and r["request"]["body"] is None),
+        (b"\xff\xfe\x00bin", b"\x89PNG\r\n", "image/png",
+         lambda r: "b64" in r["request"] and "b64" in r["response"]),
+        (b"{}", b"", "application/json",
+         lambda r: r["response"]["text"] == "" and r["response"]["size"] == 0),
+        (b"{}", b"plain words", "text/plain", lambda r: r["response"]["text"] == "plain words"),
+        (b"{}", b'{"x": "' + b"a" * 200 + b'"}', "application/json",
+         lambda r: r["response"]["truncated"] is True and len(r["response"]["text"]) == 64),
+    ],
+)  # fmt: skip
+async def test_bodies(
+    tmp_path: Path, req_body: bytes, resp_body: bytes, ctype: str, check: object
+) -> None:
+    f = chat_flow(body=req_body)
+    f.response.headers["content-type"] = ctype
+    f.response.content = resp_body
+    (rec,) = run(tmp_path, f, capture_body_cap=64)
+    assert check(rec)  # type: ignore[operator]
+
+
+async def test_replay_headers_are_consumed(tmp_path: Path) -> None:
+    f = chat_flow()
+    f.request.headers["x-wirediff-replay-of"] = "orig-1"
+    f.request.headers["x-wirediff-label"] = "ollama"
+    (rec,) = run(tmp_path, f)
+    assert (rec["replay_of"], rec["label"]) == ("orig-1", "ollama")
+    assert "x-wirediff-replay-of" not in f.request.headers
+    assert not any(k.startswith("x-wirediff") for k, _ in rec["request"]["headers"])
+
+
+async def test_seq_follows_request_order_and_records_append(tmp_path: Path) -> None:
+    recs = run(tmp_path, chat_flow(), chat_flow(), chat_flow())
+    assert [r["seq"] for r in recs] == [0, 1, 2]
+    assert len({r["id"] for r in recs}) == 3
+    again = run(tmp_path, chat_flow())
+    assert len(again) == 4  # appended, never overwritten
+
+
+@pytest.mark.parametrize("options", [{"capture_session": "../escape"}, {"capture_body_cap": -1}])
+async def test_bad_options_raise_options_error(tmp_path: Path, options: dict[str, object]) -> None:
+    cap = Capture()
+    with taddons.context(cap) as tctx, pytest.raises(exceptions.OptionsError):
+        tctx.configure(cap, capture_dir=str(tmp_path), **{"capture_session": "ok", **options})
+
+
+async def test_lines_are_json_and_flushed_per_record(tmp_path: Path) -> None:
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t")
+        f = chat_flow()
+        cap.requestheaders(f)
+        cap.response(f)
+        # not closed yet: the record must already be on disk
+        lines = (tmp_path / "t.jsonl").read_text().splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])["id"] == f.id
+        cap.done()
+
+
+async def test_loads_as_a_script_by_path() -> None:
+    from tests.conftest import CAPTURE_ADDON
+
+    with taddons.context() as tctx:
+        module = tctx.script(CAPTURE_ADDON)
+        (addon,) = module.addons
+        assert type(addon).__name__ == "Capture"
+        assert tctx.options.capture_dir == "captures" and tctx.options.capture_body_cap > 0

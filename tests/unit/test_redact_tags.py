@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import pytest
+
+from analysis.redact import fingerprint, redact_headers, redact_url
+from analysis.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
+
+KEY = "sk-test-CANARY-0123456789"
+
+
+def test_fingerprint_is_stable_short_and_one_way() -> None:
+    fp = fingerprint(KEY)
+    assert fp == fingerprint(KEY) and fp.startswith("sha256:") and len(fp) == 19
+    assert KEY not in fp and fingerprint(KEY + "x") != fp
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("Authorization", f"Bearer {KEY}", f"Bearer {fingerprint(KEY)}"),
+        ("api-key", KEY, fingerprint(KEY)),
+        ("X-Api-Key", KEY, fingerprint(KEY)),
+        ("Cookie", f"session={KEY}", fingerprint(f"session={KEY}")),
+        ("Set-Cookie", f"s={KEY}; Path=/", fingerprint(f"s={KEY}; Path=/")),
+        ("Proxy-Authorization", f"Basic {KEY}", f"Basic {fingerprint(KEY)}"),
+        ("X-Custom-Secret", KEY, fingerprint(KEY)),
+        ("Content-Type", "application/json", "application/json"),
+    ],
+)
+def test_redact_headers(name: str, value: str, expected: str) -> None:
+    out = redact_headers([(name, value)], frozenset({"x-custom-secret"}))
+    assert out == [[name.lower(), expected]]
+
+
+def test_redact_url_query_and_userinfo() -> None:
+    url = f"https://user:{KEY}@example.test/v1/models?key={KEY}&limit=2"
+    out = redact_url(url)
+    assert KEY not in out and "limit=2" in out and out.startswith("https://sha256:")
+    assert redact_url("http://h/v1/models?limit=2") == "http://h/v1/models?limit=2"
+
+
+@pytest.mark.parametrize(
+    ("path", "family", "endpoint", "prefix"),
+    [
+        ("/v1/chat/completions", "chat.completions", "/v1/chat/completions", "/v1"),
+        ("/v1/v1/chat/completions", "chat.completions", "/v1/chat/completions", "/v1/v1"),
+        ("/chat/completions", "chat.completions", "/v1/chat/completions", ""),
+        ("/openai/v1/responses?x=1", "responses", "/v1/responses", "/openai/v1"),
+        ("/v1/responses/resp_123", "responses", "/v1/responses/{id}", "/v1"),
+        ("/v1/responses/resp_1/input_items", "responses", "/v1/responses/{id}/input_items", "/v1"),
+        ("/v1/completions", "completions", "/v1/completions", "/v1"),
+        ("/v1/models", "models", "/v1/models", "/v1"),
+        ("/v1/models/org/model:7b", "models", "/v1/models/{id}", "/v1"),
+        ("/v1/embeddings", "embeddings", "/v1/embeddings", "/v1"),
+        ("/v1/files/file-1/content", "files", "/v1/files/{id}/content", "/v1"),
+        ("/v1/audio/speech", "audio", "/v1/audio/{op}", "/v1"),
+        ("/v1/images/generations", "images", "/v1/images/{op}", "/v1"),
+        ("/v1/moderations", "moderations", "/v1/moderations", "/v1"),
+        ("/v1/batches/b1/cancel", "batches", "/v1/batches/{id}/cancel", "/v1"),
+        ("/healthz", "other", "/healthz", ""),
+    ],
+)
+def test_route(path: str, family: str, endpoint: str, prefix: str) -> None:
+    assert route(path) == (family, endpoint, prefix)
+
+
+SDK_HEADERS = [
+    ["user-agent", "AsyncOpenAI/Python 2.54.0"],
+    ["x-stainless-lang", "python"],
+    ["x-stainless-package-version", "2.54.0"],
+    ["x-stainless-os", "Linux"],
+    ["x-stainless-arch", "x64"],
+    ["x-stainless-runtime", "CPython"],
+    ["x-stainless-runtime-version", "3.11.7"],
+    ["x-stainless-async", "async:asyncio"],
+    ["x-stainless-retry-count", "2"],
+]
+
+
+def test_sdk_identity_from_stainless_headers() -> None:
+    sdk = sdk_identity(SDK_HEADERS)
+    assert sdk is not None
+    assert (sdk["lang"], sdk["version"], sdk["async"], sdk["runtime"]) == (
+        "python",
+        "2.54.0",
+        True,
+        "CPython",
+    )
+
+
+def test_sdk_identity_from_user_agent_only_and_absent() -> None:
+    assert sdk_identity([["User-Agent", "OpenAI/Python 1.2.3"]]) == {
+        "user_agent": "OpenAI/Python 1.2.3", "lang": "python", "version": "1.2.3", "async": False,
+    }  # fmt: skip
+    assert sdk_identity([["accept", "*/*"]]) is None
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream", "expected"),
+    [
+        ([["authorization", f"Bearer {KEY}"]], [["authorization", f"Bearer {KEY}"]],
+         {"header": "authorization", "scheme": "Bearer", "fingerprint": fingerprint(KEY), "forwarded": True}),
+        ([["authorization", f"Bearer {KEY}"]], [], {"forwarded": False}),
+        ([["api-key", KEY]], [["api-key", KEY]], {"header": "api-key", "scheme": None, "forwarded": True}),
+        ([["authorization", f"Bearer {KEY}"]], None, {"forwarded": None}),
+        ([], [], None),
+    ],
+)  # fmt: skip
+def test_auth_tag(
+    client: list[list[str]], upstream: list[list[str]] | None, expected: dict[str, object] | None
+) -> None:
+    tag = auth_tag(client, upstream)
+    if expected is None:
+        assert tag is None
+    else:
+        assert tag is not None and {k: tag[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "events", "expected"),
+    [
+        (200, {"error": "Unexpected endpoint or method. (POST /v1/responses)"}, None, True),
+        (200, {"object": "error", "message": "x", "code": 404}, None, True),
+        (200, {"id": "resp_1", "object": "response", "error": None}, None, False),
+        (
+            200,
+            {"id": "resp_1", "object": "response", "error": {"code": "server_error"}},
+            None,
+            False,
+        ),
+        (404, {"error": {"message": "nope"}}, None, False),
+        (200, None, [{"data": {"choices": []}}, {"data": {"error": {"message": "boom"}}}], True),
+        (200, None, [{"data": "[DONE]"}], False),
+        (None, None, None, False),
+    ],
+)
+def test_soft_error(
+    status: int | None, body: object, events: list[dict[str, object]] | None, expected: bool
+) -> None:
+    assert soft_error(status, body, events) is expected
+
+
+def test_tag_exchange_shapes() -> None:
+    tags = tag_exchange(
+        method="POST", path="/v1/responses", client_headers=SDK_HEADERS, upstream_headers=SDK_HEADERS,
+        request_body={"model": "gpt-4o-mini", "input": "hi", "stream": True}, status=200,
+        response_body=None, events=[], signature=None,
+    )  # fmt: skip
+    assert (
+        tags["family"] == "responses" and tags["stream"] is True and tags["model"] == "gpt-4o-mini"
+    )
+    assert tags["retry"] == 2 and tags["auth"] is None
+    get_model = tag_exchange(
+        method="GET", path="/v1/models/llama3", client_headers=[], upstream_headers=[],
+        request_body=None, status=404, response_body=None, events=None,
+    )  # fmt: skip
+    assert (
+        get_model["model"] == "llama3" and get_model["stream"] is False and get_model["sdk"] is None
+    )

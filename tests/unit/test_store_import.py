@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mitmproxy import io
+from mitmproxy.addons.savehar import SaveHar
+from mitmproxy.test import taddons, tflow
+
+from analysis.cli import main
+from analysis.importer import import_flows
+from analysis.store import CaptureError, RecordWriter, events_frame, exchanges_frame, load_records
+from tests.unit.test_capture_addon import KEY, chat_flow
+
+REC = {"format": "wirediff/1", "id": "a", "request": {"method": "GET"}, "response": None}
+
+
+def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(REC) + "\n" + json.dumps({**REC, "id": "b"})[:20])
+    assert [r["id"] for r in load_records([p])] == ["a"]
+
+
+def test_writer_after_truncated_line_starts_a_fresh_line(tmp_path: Path) -> None:
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps(REC) + "\n" + '{"format": "wiredi')
+    with RecordWriter(p) as w:
+        w.write({**REC, "id": "c"})
+    with pytest.raises(CaptureError, match=r"c.jsonl:2: not a JSON record"):
+        load_records([p])  # the fragment is now in the middle: no longer silently skipped
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"format": "har/1.2"}\n', "not a wirediff/1 record (format='har/1.2')"),
+        ("[1, 2]\n", "not a wirediff/1 record (format='list')"),
+        ("garbage\n" + json.dumps(REC) + "\n", "c.jsonl:1: not a JSON record"),
+    ],
+)
+def test_other_formats_are_rejected(tmp_path: Path, content: str, message: str) -> None:
+    p = tmp_path / "c.jsonl"
+    p.write_text(content)
+    with pytest.raises(CaptureError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_records([p])
+
+
+def test_missing_file_is_a_capture_error(tmp_path: Path) -> None:
+    with pytest.raises(CaptureError, match="cannot read capture"):
+        load_records([tmp_path / "nope.jsonl"])
+
+
+async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> None:
+    from tests.unit.test_capture_addon import run
+
+    f = chat_flow()
+    f.response.headers["content-type"] = "text/event-stream"
+    recs = run(
+        tmp_path, f, sse_chunks=[b'event: x\ndata: {"type":"x","sequence_number":0}\n\n', b""]
+    )
+    recs += run(tmp_path / "b", chat_flow())
+    ex = exchanges_frame(recs)
+    assert list(ex["family"]) == ["chat.completions"] * 2 and list(ex["n_events"].fillna(-1)) == [
+        1,
+        -1,
+    ]
+    assert ex["auth_fingerprint"].notna().all()
+    ev = events_frame(recs)
+    assert list(ev[["event", "type", "sequence_number"]].iloc[0]) == ["x", "x", 0]
+
+
+def write_flows(path: Path) -> None:
+    with path.open("wb") as fh:
+        w = io.FlowWriter(fh)
+        w.add(chat_flow())
+        sse = chat_flow()
+        sse.response.headers["content-type"] = "text/event-stream"
+        sse.response.content = b'data: {"a":1}\n\ndata: [DONE]\n\n'
+        w.add(sse)
+        w.add(tflow.ttcpflow())  # non-HTTP flows are skipped
+
+
+def test_import_flow_file(tmp_path: Path) -> None:
+    p = tmp_path / "s.flow"
+    write_flows(p)
+    recs = import_flows(p)
+    assert [r["tags"]["family"] for r in recs] == ["chat.completions"] * 2
+    assert [e["data"] for e in recs[1]["response"]["events"]] == [{"a": 1}, "[DONE]"]
+    assert all(r["session"] == "s" for r in recs)
+
+
+async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with taddons.context():
+        har = SaveHar().make_har([chat_flow()])
+    p = tmp_path / "s.har"
+    p.write_text(json.dumps(har))
+    assert main(["import", str(p), "-o", str(tmp_path / "out.jsonl")]) == 0
+    assert "1 exchanges" in capsys.readouterr().out
+    (rec,) = load_records([tmp_path / "out.jsonl"])
+    assert rec["request"]["body"]["model"] == "gpt-4o-mini"
+    assert KEY not in (tmp_path / "out.jsonl").read_text()
+
+
+@pytest.mark.parametrize("content", [b"not a flow at all", b'{"log": 3}', b"{\xff"])
+def test_import_bad_input_exits_2_with_one_line(
+    tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tmp_path / "bad.flow"
+    p.write_bytes(content)
+    assert main(["import", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wirediff: error:") and err.count("\n") == 1
+
+
+def test_import_empty_flow_file_is_zero_exchanges(tmp_path: Path) -> None:
+    p = tmp_path / "empty.flow"
+    p.write_bytes(b"")
+    assert import_flows(p) == []
