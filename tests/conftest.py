@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,29 +12,13 @@ from typing import Any
 
 import pytest
 
+from analysis.netutil import free_port, wait_port
+
+__all__ = ["free_port", "wait_for", "wait_port"]
+
 ROOT = Path(__file__).resolve().parent.parent
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
 CAPTURE_ADDON = str(ROOT / "addons" / "capture.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[Any] | None = None) -> None:
-    """Block until something accepts on 127.0.0.1:port (or fail with the process's output)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited early ({proc.returncode})")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
