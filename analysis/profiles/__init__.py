@@ -6,8 +6,9 @@ The same files drive the stand-in backends, name the provider behind an error
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -69,3 +70,66 @@ def match_signature(
             continue
         return str(sig_id)
     return None
+
+
+# --- answers: the canned replies a profile documents (unknown endpoint, wrong key, …) ------
+
+ANSWER_KINDS = (
+    "unknown_endpoint",
+    "wrong_method",
+    "missing_key",
+    "wrong_key",
+    "unknown_model",
+    "no_models",
+    "unknown_previous_response",
+)
+"""The answer names a profile may document; the stand-ins and the diagnosis rules use these."""
+
+
+def fill(template: Any, values: Mapping[str, str]) -> Any:
+    """Replace `{name}` placeholders in every string of a YAML template (not `str.format`:
+    JSON bodies are full of braces)."""
+    if isinstance(template, str):
+        for k, v in values.items():
+            template = template.replace("{" + k + "}", v)
+        return template
+    if isinstance(template, list):
+        return [fill(x, values) for x in template]
+    if isinstance(template, dict):
+        return {k: fill(v, values) for k, v in template.items()}
+    return template
+
+
+def answer_variants(prof: Profile, kind: str) -> list[dict[str, Any]]:
+    """All documented variants of one answer (a profile may give one mapping or a list)."""
+    ans = prof.get("answers", {}).get(kind)
+    if ans is None:
+        return []
+    return list(ans) if isinstance(ans, list) else [ans]
+
+
+def answer_for(prof: Profile, kind: str, path: str = "") -> dict[str, Any] | None:
+    """The answer a provider gives for `kind` on `path`: the first variant whose optional
+    `path_regex` matches, or `None` when the provider has no such answer (e.g. no auth)."""
+    for variant in answer_variants(prof, kind):
+        rx = variant.get("path_regex")
+        if rx is None or re.search(rx, path):
+            return variant
+    return None
+
+
+def render_answer(
+    answer: Mapping[str, Any], values: Mapping[str, str]
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """`(status, headers, body bytes)` for an answer template: a mapping body is sent as
+    compact JSON, a string body as-is; placeholders are filled in both and in headers."""
+    body = fill(answer.get("body"), values)
+    if body is None:
+        data = b""
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+    else:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    headers = [("Content-Type", str(answer["content_type"]))] if "content_type" in answer else []
+    headers += [(k, str(fill(str(v), values))) for k, v in (answer.get("headers") or {}).items()]
+    return int(answer["status"]), headers, data
