@@ -1,0 +1,383 @@
+"""Chains: the exchanges that one client call turned into.
+
+An SDK call can leave several exchanges on the wire: its own retries (the
+`x-stainless-retry-count` header counts them), a redirect it followed (`3xx` + `Location`,
+sometimes with the method changed on the way), the same request seen again on a second
+listener when a gateway sits between two capture points (a hop), and a client falling back
+from `/v1/responses` to `/v1/chat/completions`. Each of these is a *link*; the connected
+exchanges are one chain, and every exchange is in exactly one chain.
+
+Links are found by grouping and sorting (pandas), never by comparing all pairs, so the
+cost stays linear in the number of exchanges.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import numpy as np
+import pandas as pd
+
+from analysis._types import Record
+from analysis.tags import header_get
+
+CHAIN_COLUMNS = [
+    "chain_id", "exchange_ids", "kinds", "label", "ok",
+    "session", "final_id", "failed", "links", "title",
+]  # fmt: skip
+"""`exchange_ids` in start order; `kinds` the sorted link kinds; `label` the backend label
+of the first exchange; `ok` whether the exchange the client finally got succeeded;
+`final_id` that exchange; `failed` the ids of exchanges that did not succeed; `links`
+`(kind, from_id, to_id)` triples (a hop goes outer → inner); `title` one line for humans."""
+
+LINK_KINDS = ("retry", "redirect", "hop", "fallback")
+HOP_SLACK_S = 0.05  # clock slack when checking that the inner hop lies inside the outer one
+HOP_WINDOW_S = 30.0  # an outer hop without a duration contains what starts this soon after it
+FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
+FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
+FALLBACK_FROM = frozenset({404, 405, 501})
+
+CHAT_TERMINALS = frozenset({"[DONE]"})
+RESPONSES_TERMINALS = frozenset(
+    {"response.completed", "response.failed", "response.incomplete", "error"}
+)
+FAILED_TERMINALS = frozenset({"response.failed", "error"})
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """How an SSE response ended: its terminal event (if any) and a half-received tail."""
+
+    terminal: str | None
+    partial: bool
+    n_events: int
+
+
+def is_sse_response(response: Mapping[str, Any] | None) -> bool:
+    if not response:
+        return False
+    if response.get("events") is not None:
+        return True
+    ctype = header_get(response.get("headers") or (), "content-type") or ""
+    return ctype.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
+    data = ev.get("data")
+    if data == "[DONE]":
+        return "[DONE]" if family != "responses" else None
+    if family in ("chat.completions", "completions"):
+        return None
+    name = data.get("type") if isinstance(data, dict) else None
+    name = name if isinstance(name, str) else ev.get("event")
+    return name if name in RESPONSES_TERMINALS else None
+
+
+def stream_end(record: Record) -> StreamEnd | None:
+    """The end of the record's event stream; `None` when the response is not SSE.
+
+    Chat and completions streams end with `[DONE]`; Responses streams with
+    `response.completed|failed|incomplete` or an `error` event.
+    """
+    resp = record.get("response")
+    if not is_sse_response(resp):
+        return None
+    events: Sequence[Mapping[str, Any]] = (resp or {}).get("events") or ()
+    family = (record.get("tags") or {}).get("family")
+    terminal = None
+    for ev in reversed(events):
+        terminal = _terminal_of(ev, family)
+        if terminal is not None:
+            break
+    partial = bool(events) and bool(events[-1].get("partial"))
+    if partial and terminal is not None and _terminal_of(events[-1], family) is not None:
+        partial = False  # the terminal event itself, merely missing its blank line
+    return StreamEnd(terminal, partial, len(events))
+
+
+def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
+    """Why an SSE stream is cut short, or `None` when it ended properly.
+
+    The SDK closes the connection after `[DONE]`, so a `client_disconnect` *after* the
+    terminal event is normal.
+    """
+    if end is None:
+        return None
+    family = (record.get("tags") or {}).get("family")
+    if end.terminal is None:
+        want = "response.completed" if family == "responses" else "[DONE]"
+        return f"no {want} after {end.n_events} events"
+    if end.partial:
+        return "last event cut mid-frame"
+    resp = record.get("response") or {}
+    kind = (record.get("error") or {}).get("kind")
+    if resp.get("complete") is False and kind != "client_disconnect":
+        return f"response incomplete ({kind or 'connection ended early'})"
+    return None
+
+
+def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
+    """The exchange succeeded: 2xx, no error body, no transport error, and a stream
+    when one was asked for, complete."""
+    resp = record.get("response")
+    if not resp:
+        return False
+    status = resp.get("status")
+    if not isinstance(status, int) or not 200 <= status < 300:
+        return False
+    tags = record.get("tags") or {}
+    if tags.get("soft_error"):
+        return False
+    end = end if end is not None else stream_end(record)
+    err = record.get("error")
+    if end is None:  # not SSE: a streamed request got no stream
+        return err is None and resp.get("complete") is not False and not tags.get("stream")
+    if stream_problem(record, end) is not None or end.terminal in FAILED_TERMINALS:
+        return False
+    return err is None or err.get("kind") == "client_disconnect"
+
+
+def body_key(request: Mapping[str, Any]) -> int:
+    """A hash that is equal for equal request bodies (key order ignored)."""
+    body = request.get("body")
+    if body is not None:
+        return hash(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str))
+    return hash((request.get("text"), request.get("b64")))
+
+
+def normalize_url(url: str) -> str:
+    """Scheme and host lower-cased, default port dropped: comparable across clients."""
+    p = urlsplit(url)
+    host = (p.hostname or "").lower()
+    port = p.port
+    scheme = p.scheme.lower()
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}{p.path or '/'}" + (f"?{p.query}" if p.query else "")
+
+
+class _UnionFind:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        parent = self.parent
+        root = i
+        while parent[root] != root:
+            root = parent[root]
+        while parent[i] != root:
+            parent[i], i = root, parent[i]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            if ra < rb:
+                self.parent[rb] = ra
+            else:
+                self.parent[ra] = rb
+
+
+Links = list[tuple[str, int, int]]
+
+
+def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Positions sorted by (group, start) and, for each, the position `k` before it in its
+    group (-1 when none)."""
+    g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
+    gs = g[order]
+    prev = np.full(len(order), -1, dtype=np.int64)
+    if len(order) > k:
+        same = gs[k:] == gs[:-k]
+        prev[k:] = np.where(same, order[:-k], -1)
+    return order, prev
+
+
+def _retry_links(f: pd.DataFrame) -> Links:
+    keys = ["session", "label", "listener", "is_replay", "method", "path", "body_key"]
+    order, prev = _prev_in_group(f, keys)
+    retry = f["retry"].to_numpy()
+    cur_retry = retry[order]
+    prev_retry = np.where(prev >= 0, retry[np.maximum(prev, 0)], 0)
+    hit = (prev >= 0) & (cur_retry > 0) & (cur_retry > prev_retry)
+    return [("retry", int(a), int(b)) for a, b in zip(prev[hit], order[hit], strict=True)]
+
+
+def _hop_links(f: pd.DataFrame) -> Links:
+    order, prev = _prev_in_group(f, ["body_key", "model", "method", "endpoint", "is_replay"])
+    has = prev >= 0
+    outer, inner = prev[has], order[has]
+    listener = f["listener"].to_numpy(dtype=object)
+    started = f["started"].to_numpy(dtype=np.float64)
+    dur = f["duration_s"].to_numpy(dtype=np.float64)
+    o_end = started[outer] + np.where(np.isnan(dur[outer]), HOP_WINDOW_S, dur[outer])
+    i_end = started[inner] + np.where(np.isnan(dur[inner]), 0.0, dur[inner])
+    ok = (
+        pd.notna(listener[outer])
+        & pd.notna(listener[inner])
+        & (listener[outer] != listener[inner])
+        & (started[inner] >= started[outer] - HOP_SLACK_S)
+        & (started[inner] <= o_end + HOP_SLACK_S)
+        & (i_end <= o_end + HOP_SLACK_S)
+    )
+    return [("hop", int(a), int(b)) for a, b in zip(outer[ok], inner[ok], strict=True)]
+
+
+def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
+    sources = [
+        (i, normalize_url(urljoin(str(url), loc)))
+        for i, (url, loc) in enumerate(zip(f["url"].tolist(), locations, strict=True))
+        if loc
+    ]
+    if not sources:
+        return []
+    target_paths = {urlsplit(t).path for _, t in sources}
+    cand = f[f["path"].map(lambda p: isinstance(p, str) and p.split("?", 1)[0] in target_paths)]
+    by_url: dict[str, list[tuple[float, int]]] = {}
+    for pos, url, t in zip(cand["pos"], cand["url"], cand["started"], strict=True):
+        by_url.setdefault(normalize_url(str(url)), []).append((float(t), int(pos)))
+    for lst in by_url.values():
+        lst.sort()
+    started = f["started"].to_numpy(dtype=np.float64)
+    links: Links = []
+    for i, target in sources:
+        lst = by_url.get(target, [])
+        j = bisect_left(lst, (started[i], -1))
+        while j < len(lst) and lst[j][1] == i:
+            j += 1
+        if j < len(lst) and lst[j][0] <= started[i] + FOLLOW_WINDOW_S:
+            links.append(("redirect", i, lst[j][1]))
+    return links
+
+
+def _fallback_links(f: pd.DataFrame) -> Links:
+    status = f["status"].astype("float64").to_numpy()
+    family = f["family"].to_numpy(dtype=object)
+    soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
+    source = (family == "responses") & (
+        np.isin(status, list(FALLBACK_FROM)) | (soft & (status >= 200) & (status < 300))
+    )
+    if not source.any():
+        return []
+    keys = [
+        "session",
+        "label",
+        "listener",
+        "is_replay",
+        "sdk_lang",
+        "sdk_version",
+        "auth_fingerprint",
+    ]
+    g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
+    gs = g[order]
+    started = f["started"].to_numpy(dtype=np.float64)
+    model = f["model"].to_numpy(dtype=object)
+    links: Links = []
+    done = ~source[order]
+    for k in range(1, FALLBACK_LOOKAHEAD + 1):
+        if len(order) <= k:
+            break
+        a, b = order[:-k], order[k:]
+        same_model = pd.isna(model[a]) | pd.isna(model[b]) | (model[a] == model[b])
+        hit = (
+            ~done[:-k]
+            & (gs[:-k] == gs[k:])
+            & (family[b] == "chat.completions")
+            & (started[b] - started[a] <= FOLLOW_WINDOW_S)
+            & same_model
+        )
+        links.extend(("fallback", int(x), int(y)) for x, y in zip(a[hit], b[hit], strict=True))
+        done[:-k] |= hit
+    return links
+
+
+def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
+    if isinstance(status, int | np.integer):
+        outcome = str(status)
+    else:
+        outcome = error_kind if isinstance(error_kind, str) else "no response"
+    return f"{method} {path} → {outcome}"
+
+
+def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
+    """Group `exchanges_frame` rows into chains (see `CHAIN_COLUMNS`)."""
+    n = len(exchanges)
+    if n == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
+    ids = exchanges["id"].tolist()
+    keys, locations, oks = [], [], []
+    for rid in ids:
+        rec = records_by_id[rid]
+        keys.append(body_key(rec["request"]))
+        resp = rec.get("response") or {}
+        st = resp.get("status")
+        loc = None
+        if isinstance(st, int) and 300 <= st < 400:
+            loc = header_get(resp.get("headers") or (), "location")
+        locations.append(loc)
+        oks.append(exchange_ok(rec))
+
+    f = exchanges.reset_index(drop=True)
+    f = f.assign(
+        pos=np.arange(n),
+        body_key=keys,
+        started=f["started"].astype("float64").fillna(0.0),
+        duration_s=f["duration_ms"].astype("float64") / 1000.0,
+        retry=f["retry"].fillna(0).astype("int64"),
+        is_replay=f["replay_of"].notna(),
+    )
+    links = _retry_links(f) + _hop_links(f) + _redirect_links(f, locations) + _fallback_links(f)
+
+    uf = _UnionFind(n)
+    for _, a, b in links:
+        uf.union(a, b)
+    roots = [uf.find(i) for i in range(n)]
+
+    started = f["started"].to_numpy()
+    members: dict[int, list[int]] = {}
+    for i in np.lexsort((np.arange(n), started)).tolist():
+        members.setdefault(roots[i], []).append(i)
+    chain_links: dict[int, Links] = {}
+    inner: set[int] = set()
+    for link in links:
+        chain_links.setdefault(roots[link[1]], []).append(link)
+        if link[0] == "hop":
+            inner.add(link[2])
+
+    labels, sessions = f["label"].tolist(), f["session"].tolist()
+    methods, paths = f["method"].tolist(), f["path"].tolist()
+    statuses, errors = f["status"].tolist(), f["error_kind"].tolist()
+    rows = []
+    for root, mem in members.items():
+        final = next(i for i in reversed(mem) if i not in inner)
+        lk = chain_links.get(root, [])
+        if len(lk) > 1:
+            rank = {i: r for r, i in enumerate(mem)}
+            lk.sort(key=lambda link: (rank[link[1]], rank[link[2]]))
+        steps = [i for i in mem if i not in inner] if len(mem) > 1 else mem
+        if len(steps) == 1:
+            title = _step(methods[final], paths[final], statuses[final], errors[final])
+        else:
+            title = " ⇒ ".join(_step(methods[i], paths[i], statuses[i], errors[i]) for i in steps)
+        rows.append(
+            (
+                f"ch-{ids[mem[0]]}",
+                [ids[i] for i in mem],
+                sorted({k for k, _, _ in lk}),
+                labels[mem[0]],
+                oks[final],
+                sessions[mem[0]],
+                ids[final],
+                [ids[i] for i in mem if not oks[i]],
+                [(k, ids[a], ids[b]) for k, a, b in lk],
+                title,
+            )
+        )
+    return pd.DataFrame.from_records(rows, columns=CHAIN_COLUMNS)

@@ -1,0 +1,287 @@
+"""Chains: retries, redirects, hops and fallbacks grouped; everything else a chain of one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis._types import Record
+from analysis.chains import CHAIN_COLUMNS, chains_frame, exchange_ok, stream_end, stream_problem
+from analysis.store import exchanges_frame
+from tests.fixtures.chain_records import (
+    INNER_LISTENER,
+    OTHER_KEY,
+    SSE_CT,
+    T0,
+    chat_body,
+    chat_events,
+    record,
+    responses_body,
+    responses_events,
+    sdk_headers,
+)
+
+
+def chains(records: list[Record]) -> pd.DataFrame:
+    return chains_frame(exchanges_frame(records), {r["id"]: r for r in records})
+
+
+def groups(df: pd.DataFrame) -> list[list[str]]:
+    return sorted(list(ids) for ids in df["exchange_ids"])
+
+
+def test_columns_and_singletons() -> None:
+    df = chains([record(id="a"), record(id="b", body=chat_body("other"), started=T0 + 1)])
+    assert list(df.columns) == CHAIN_COLUMNS
+    assert groups(df) == [["a"], ["b"]]
+    assert df["kinds"].map(len).eq(0).all() and df["ok"].all()
+    assert df["failed"].map(len).eq(0).all()
+
+
+def test_empty() -> None:
+    df = chains([])
+    assert list(df.columns) == CHAIN_COLUMNS and df.empty
+
+
+def test_sdk_retries_are_one_chain_and_a_new_call_starts_another() -> None:
+    recs = [
+        record(id="r0", status=503, resp_body={"error": {"message": "busy"}}),
+        record(
+            id="r1",
+            headers=sdk_headers(retry=1),
+            started=T0 + 0.5,
+            status=503,
+            resp_body={"error": {"message": "busy"}},
+        ),
+        record(id="r2", headers=sdk_headers(retry=2), started=T0 + 1.5),
+        record(id="n0", started=T0 + 5),  # same body, retry 0: a new call
+    ]
+    df = chains(recs).set_index("chain_id")
+    assert groups(df) == [["n0"], ["r0", "r1", "r2"]]
+    row = df.loc["ch-r0"]
+    assert row["kinds"] == ["retry"] and row["ok"] and row["final_id"] == "r2"
+    assert row["failed"] == ["r0", "r1"]
+    assert row["links"] == [("retry", "r0", "r1"), ("retry", "r1", "r2")]
+
+
+def test_retry_needs_the_same_body() -> None:
+    recs = [
+        record(id="a", status=500, resp_body={"error": {"message": "x"}}),
+        record(id="b", headers=sdk_headers(retry=1), body=chat_body("other"), started=T0 + 1),
+    ]
+    assert groups(chains(recs)) == [["a"], ["b"]]
+
+
+def test_redirect_links_to_the_request_for_location_even_with_a_new_method() -> None:
+    recs = [
+        record(
+            id="p",
+            url="http://api.test/v1/chat/completions",
+            status=301,
+            content_type=None,
+            resp_body=None,
+            resp_headers=[("location", "https://api.test/v1/chat/completions")],
+        ),
+        record(
+            id="g",
+            method="GET",
+            url="https://api.test:443/v1/chat/completions",
+            started=T0 + 0.1,
+            status=405,
+            resp_body={"detail": "Method Not Allowed"},
+        ),
+    ]
+    df = chains(recs)
+    assert groups(df) == [["p", "g"]]
+    row = df.iloc[0]
+    assert row["kinds"] == ["redirect"] and not row["ok"] and row["final_id"] == "g"
+    assert row["links"] == [("redirect", "p", "g")]
+    assert "301" in row["title"] and "405" in row["title"]
+
+
+def test_relative_location_resolves_against_the_request_url() -> None:
+    recs = [
+        record(
+            id="p",
+            path="/chat/completions",
+            status=308,
+            content_type=None,
+            resp_body=None,
+            resp_headers=[("location", "/v1/chat/completions")],
+        ),
+        record(id="q", started=T0 + 0.1),
+    ]
+    df = chains(recs)
+    assert groups(df) == [["p", "q"]] and df.iloc[0]["ok"]
+
+
+def test_redirect_target_must_follow_in_time() -> None:
+    recs = [
+        record(id="q", started=T0 - 1),
+        record(
+            id="p",
+            path="/chat/completions",
+            status=308,
+            content_type=None,
+            resp_body=None,
+            resp_headers=[("location", "/v1/chat/completions")],
+        ),
+    ]
+    assert groups(chains(recs)) == [["p"], ["q"]]
+
+
+def hop(outer: dict[str, Any], inner: dict[str, Any]) -> list[Record]:
+    base: dict[str, Any] = dict(label="gateway", duration_ms=200.0)
+    o = record(**{**base, "id": "outer", **outer})
+    i = record(
+        **{
+            "id": "inner",
+            "listener": INNER_LISTENER,
+            "label": "upstream",
+            "started": T0 + 0.02,
+            "duration_ms": 100.0,
+            **inner,
+        }
+    )
+    return [o, i]
+
+
+def test_hop_is_the_same_request_on_another_listener_inside_the_outer_one() -> None:
+    df = chains(hop({}, {}))
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row["exchange_ids"] == ["outer", "inner"]
+    assert row["kinds"] == ["hop"] and row["label"] == "gateway" and row["final_id"] == "outer"
+    assert row["links"] == [("hop", "outer", "inner")]
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"),
+    [
+        ({}, {"started": T0 + 1.0}),  # starts after the outer one ended
+        ({}, {"listener": "reverse:http://127.0.0.1:8000"}),  # same listener
+        ({}, {"body": chat_body("other")}),  # another request
+        ({}, {"replay_of": "outer"}),  # a replay is not a hop
+    ],
+)
+def test_not_a_hop(outer: dict[str, Any], inner: dict[str, Any]) -> None:
+    assert len(chains(hop(outer, inner))) == 2
+
+
+def test_hops_and_retries_make_one_chain_whose_final_exchange_is_outer() -> None:
+    err: dict[str, Any] = dict(status=502, content_type="text/html", resp_text="Bad Gateway")
+    recs = [
+        record(id="A0", duration_ms=100.0, **err),
+        record(id="B0", listener=INNER_LISTENER, started=T0 + 0.01, duration_ms=50.0, **err),
+        record(id="A1", headers=sdk_headers(retry=1), started=T0 + 0.6, duration_ms=100.0),
+        record(
+            id="B1",
+            headers=sdk_headers(retry=1),
+            listener=INNER_LISTENER,
+            started=T0 + 0.61,
+            duration_ms=50.0,
+        ),
+    ]
+    df = chains(recs)
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row["exchange_ids"] == ["A0", "B0", "A1", "B1"]
+    assert row["kinds"] == ["hop", "retry"] and row["final_id"] == "A1" and row["ok"]
+    assert "B0" in row["failed"] and "⇒" in row["title"]
+
+
+def fallback(
+    second: dict[str, Any] | None = None, first: dict[str, Any] | None = None
+) -> list[Record]:
+    one: dict[str, Any] = {
+        "id": "resp",
+        "path": "/v1/responses",
+        "body": responses_body(),
+        "status": 404,
+        "resp_body": {"detail": "Not Found"},
+        **(first or {}),
+    }
+    two: dict[str, Any] = {"id": "chat", "started": T0 + 0.2, **(second or {})}
+    return [record(**one), record(**two)]
+
+
+def test_fallback_from_responses_to_chat_completions() -> None:
+    df = chains(fallback())
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row["kinds"] == ["fallback"] and row["ok"] and row["failed"] == ["resp"]
+
+
+def test_fallback_after_a_soft_error() -> None:
+    first = dict(
+        status=200, resp_body={"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+    )
+    assert chains(fallback(first=first)).iloc[0]["kinds"] == ["fallback"]
+
+
+@pytest.mark.parametrize(
+    ("second", "first"),
+    [
+        ({"headers": sdk_headers(key=OTHER_KEY)}, None),  # another client
+        ({"body": chat_body("other-model")}, None),  # another model
+        ({"started": T0 + 3600}, None),  # much later
+        ({}, {"status": 200, "resp_body": {"id": "resp_1", "object": "response"}}),  # it worked
+        ({}, {"status": 400, "resp_body": {"error": {"message": "bad"}}}),  # not an endpoint miss
+    ],
+)
+def test_not_a_fallback(second: dict[str, Any] | None, first: dict[str, Any] | None) -> None:
+    assert len(chains(fallback(second, first))) == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "ok", "problem"),
+    [
+        ({}, True, None),
+        # the SDK closes after [DONE]; mitmproxy then reports a client disconnect: normal
+        ({"complete": False, "error": {"kind": "client_disconnect", "message": "Client disconnected."}},
+         True, None),
+        ({"events": chat_events(done=False)}, False, "no [DONE] after 3 events"),
+        ({"events": chat_events(done=False), "complete": False,
+          "error": {"kind": "client_disconnect", "message": "Client disconnected."}},
+         False, "no [DONE] after 3 events"),
+        ({"events": chat_events(partial_tail=True)}, False, "last event cut mid-frame"),
+        ({"complete": False, "error": {"kind": "upstream_disconnect", "message": "Server disconnected."}},
+         False, "response incomplete (upstream_disconnect)"),
+    ],
+)  # fmt: skip
+def test_stream_end_and_ok(change: dict[str, Any], ok: bool, problem: str | None) -> None:
+    kw: dict[str, Any] = {
+        "body": chat_body(stream=True),
+        "content_type": SSE_CT,
+        "events": chat_events(),
+        **change,
+    }
+    rec = record(**kw)
+    end = stream_end(rec)
+    assert end is not None
+    assert stream_problem(rec, end) == problem
+    assert exchange_ok(rec) is ok
+
+
+@pytest.mark.parametrize(
+    ("terminal", "ok"),
+    [("response.completed", True), ("response.incomplete", True), ("response.failed", False),
+     (None, False)],
+)  # fmt: skip
+def test_responses_stream_terminals(terminal: str | None, ok: bool) -> None:
+    rec = record(
+        path="/v1/responses",
+        body=responses_body(stream=True),
+        content_type=SSE_CT,
+        events=responses_events(terminal=terminal),
+    )
+    assert exchange_ok(rec) is ok
+    end = stream_end(rec)
+    assert end is not None and end.terminal == terminal
+
+
+def test_not_sse_has_no_stream_end() -> None:
+    rec = record()
+    assert stream_end(rec) is None and stream_problem(rec, None) is None and exchange_ok(rec)
