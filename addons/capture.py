@@ -10,6 +10,7 @@ secrets in headers are replaced by fingerprints; each record is appended and flu
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -74,6 +75,14 @@ class Capture:
                 ) from e
             self.writer = RecordWriter(Path(ctx.options.capture_dir) / f"{self.session}.jsonl")
             self.seq = 0
+
+    def running(self) -> None:
+        """Connect upstream lazily: with mitmproxy's default (eager) a refused upstream
+        closes the client connection before any request exists, so nothing could be
+        recorded. The bytes on the wire are the same either way."""
+        if ctx.options.connection_strategy != "lazy":
+            ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
+            logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Snapshot the request as the client sent it, before any addon can change it."""

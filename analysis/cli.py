@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("file", help="a mitmdump -w flow file or a HAR file")
     imp.add_argument("-o", "--output", help="output .jsonl (default: FILE with .jsonl suffix)")
     imp.set_defaults(func=cmd_import)
+
+    from analysis import demo
+
+    demo.register(sub)
     return p
 
 

@@ -124,7 +124,8 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
                 cmd += ["--set", f"capture_label={label}"]
         cmd += extra or []
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+        with log.open("wb") as log_fh:
+            proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env)
         m = Mitmdump(proc, ports, capture_dir, session, confdir, log)
         started.append(m)
         try:

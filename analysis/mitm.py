@@ -1,0 +1,88 @@
+"""Starting `mitmdump -s addons/capture.py` as a real process (demo, benchmarks)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from analysis.netutil import free_port, wait_port
+
+CAPTURE_ADDON = Path(__file__).resolve().parent.parent / "addons" / "capture.py"
+
+
+def mitmdump_binary() -> str:
+    """The mitmdump beside this interpreter (a venv), else the one on PATH."""
+    local = Path(sys.executable).with_name("mitmdump")
+    if local.exists():
+        return str(local)
+    found = shutil.which("mitmdump")
+    if not found:
+        raise FileNotFoundError("mitmdump not found: install mitmproxy (pip install mitmproxy)")
+    return found
+
+
+@dataclass
+class CaptureProxy:
+    """A mitmdump process with the capture addon and one reverse listener per upstream."""
+
+    upstreams: list[str]
+    capture_dir: Path
+    session: str
+    label: str = ""
+    confdir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.ports = [free_port() for _ in self.upstreams]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.ports]
+
+    @property
+    def capture_file(self) -> Path:
+        return self.capture_dir / f"{self.session}.jsonl"
+
+    def start(self) -> CaptureProxy:
+        cmd = [mitmdump_binary(), "-q", "--listen-host", "127.0.0.1", "-s", str(CAPTURE_ADDON),
+               "--set", f"capture_dir={self.capture_dir}", "--set", f"capture_session={self.session}"]  # fmt: skip
+        if self.label:
+            cmd += ["--set", f"capture_label={self.label}"]
+        if self.confdir:
+            cmd += ["--set", f"confdir={self.confdir}"]
+        for upstream, port in zip(self.upstreams, self.ports, strict=True):
+            cmd += ["--mode", f"reverse:{upstream}@{port}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            for port in self.ports:
+                wait_port(port, 30, self.proc)
+        except (RuntimeError, TimeoutError) as e:
+            err = self.stop()
+            raise RuntimeError(f"mitmdump did not start: {e}: {err.strip()[-500:]}") from None
+        return self
+
+    def stop(self) -> str:
+        """Stop gracefully (records are flushed per write anyway); return its stderr."""
+        if self.proc is None:
+            return ""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        self.proc = None
+        return err.decode("utf-8", "replace")
+
+    def __enter__(self) -> CaptureProxy:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
