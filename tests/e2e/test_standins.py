@@ -577,15 +577,7 @@ def test_cli_serves_until_ctrl_c() -> None:
 
 # --- through a real mitmdump with the capture addon -----------------------------------------
 
-# tests/conftest.py's `mitmdump` fixture passes `stdout=log.open("wb")` to Popen and never
-# closes that file object: its ResourceWarning (an error under filterwarnings=error) is
-# ignored here, for that log file only, until the fixture closes it.
-conftest_log_leak = pytest.mark.filterwarnings(
-    r"ignore:unclosed file <_io\.BufferedWriter name='[^']*mitmdump-\d+\.log'>:ResourceWarning"
-)
 
-
-@conftest_log_leak
 def test_capture_lmstudio_responses_soft_error(mitmdump: Any) -> None:
     with standin("lmstudio") as url:
         m = mitmdump([f"reverse:{url}"], label="lmstudio")
@@ -609,7 +601,6 @@ def test_capture_lmstudio_responses_soft_error(mitmdump: Any) -> None:
     assert ok["label"] == "lmstudio" and ok["tags"]["family"] == "chat.completions"
 
 
-@conftest_log_leak
 def test_capture_openai_model_not_found_and_responses_stream(mitmdump: Any) -> None:
     with standin("openai") as url:
         m = mitmdump([f"reverse:{url}"], label="openai")
@@ -627,7 +618,6 @@ def test_capture_openai_model_not_found_and_responses_stream(mitmdump: Any) -> N
     assert streamed["tags"]["signature"] is None and streamed["tags"]["endpoint"] == "/v1/responses"
 
 
-@conftest_log_leak
 def test_capture_ollama_method_not_allowed_and_whole_tool_call(mitmdump: Any) -> None:
     with standin("ollama") as url:
         m = mitmdump([f"reverse:{url}"], label="ollama")
@@ -657,7 +647,6 @@ def test_capture_ollama_method_not_allowed_and_whole_tool_call(mitmdump: Any) ->
     assert tool["response"]["events"][-1]["data"] == "[DONE]"
 
 
-@conftest_log_leak
 def test_capture_vllm_unauthorized_before_routing(mitmdump: Any) -> None:
     with standin("vllm", api_key=KEY) as url:
         m = mitmdump([f"reverse:{url}"], label="vllm")
