@@ -1,0 +1,743 @@
+"""The replay planner and engine without sockets: dependency graph, remapping, filters,
+safety, request preparation, and the engine against `httpx.MockTransport`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mitmproxy import http
+
+from analysis.replay import (
+    Options,
+    TargetRun,
+    TokenBucket,
+    already_replayed,
+    main_replay,
+    make_request,
+    make_response,
+)
+from analysis.replay_plan import (
+    PlanError,
+    Target,
+    default_label,
+    failure,
+    make_plan,
+    parse_filter,
+    parse_pairs,
+    parse_rate,
+    prepare,
+    produced_slots,
+    resolve,
+    unsafe_reason,
+)
+from analysis.store import RecordWriter, load_records
+
+T = Target("tgt", "http://target.test:9000/v1")
+_clock = iter(range(1, 10_000))
+
+
+def rec(
+    id: str,
+    method: str = "POST",
+    path: str = "/v1/responses",
+    body: Any = None,
+    *,
+    resp: Any = None,
+    events: list[dict[str, Any]] | None = None,
+    status: int = 200,
+    started: float | None = None,
+    headers: list[list[str]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A minimal original record, as the capture would have written it."""
+    return {
+        "format": "wirediff/1",
+        "id": id,
+        "session": "s",
+        "label": "openai",
+        "seq": 0,
+        "replay_of": None,
+        "started": float(next(_clock)) if started is None else started,
+        "request": {
+            "method": method,
+            "path": path,
+            "url": "http://orig.test" + path,
+            "headers": headers
+            if headers is not None
+            else [
+                ["host", "orig.test"],
+                ["content-type", "application/json"],
+                ["authorization", "Bearer sha256:abc"],
+                ["user-agent", "OpenAI/Python 2.0.0"],
+            ],
+            "body": body,
+            "text": None,
+        },
+        "response": {"status": status, "headers": [], "body": resp, "text": None, "events": events},
+        "error": None,
+        "tags": {
+            "stream": isinstance(body, dict) and body.get("stream") is True,
+            "auth": {"header": "authorization", "scheme": "Bearer"},
+        },
+        **extra,
+    }
+
+
+def fc_response(rid: str, call_id: str, item_id: str = "fc_1") -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "response",
+        "output": [{"type": "function_call", "id": item_id, "call_id": call_id, "name": "f"}],
+    }
+
+
+# --- what answers produce ------------------------------------------------------------------
+
+
+def test_slots_of_a_response_object_and_a_chat_completion() -> None:
+    r = rec("a", body={"model": "m"}, resp=fc_response("resp_1", "call_1"))
+    assert produced_slots(r) == {
+        ("id",): "resp_1",
+        ("item", "function_call", 0): "fc_1",
+        ("call", 0): "call_1",
+    }
+    chat = {
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "message": {"tool_calls": [{"id": "call_a"}, {"id": "call_b"}]}}],
+    }
+    c = rec("b", path="/v1/chat/completions", body={}, resp=chat)
+    assert produced_slots(c) == {
+        ("id",): "chatcmpl-1",
+        ("tool_call", 0, 0): "call_a",
+        ("tool_call", 0, 1): "call_b",
+    }
+
+
+def test_slots_of_streams() -> None:
+    done = fc_response("resp_9", "call_9")
+    events = [
+        {"event": "response.created", "data": {"response": {"id": "resp_9", "output": []}}},
+        {"event": "response.completed", "data": {"response": done}},
+    ]
+    assert (
+        produced_slots(rec("a", body={"stream": True}, resp=None, events=events))[("call", 0)]
+        == "call_9"
+    )
+    # no terminal event: items are taken from output_item events
+    partial: list[dict[str, Any]] = [
+        {"data": {"response": {"id": "resp_8"}}},
+        {"data": {"output_index": 0, "item": {"type": "function_call", "call_id": "call_8"}}},
+    ]
+    assert produced_slots(rec("b", resp=None, events=partial)) == {
+        ("id",): "resp_8",
+        ("call", 0): "call_8",
+    }
+    chunks: list[dict[str, Any]] = [
+        {"data": {"id": "chatcmpl-2", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}},
+        {"data": {"id": "chatcmpl-2", "choices": [
+            {"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_s"}]}}]}},
+        {"data": "[DONE]"},
+    ]  # fmt: skip
+    c = rec("c", path="/v1/chat/completions", resp=None, events=chunks)
+    assert produced_slots(c) == {("id",): "chatcmpl-2", ("tool_call", 0, 0): "call_s"}
+
+
+def test_lookups_and_model_cards_produce_nothing() -> None:
+    card = rec("m", "GET", "/v1/models/gpt-4o-mini", resp={"id": "gpt-4o-mini"})
+    get = rec("g", "GET", "/v1/responses/resp_1", resp={"id": "resp_1"})
+    assert produced_slots(card) == {} and produced_slots(get) == {}
+
+
+# --- the dependency graph ------------------------------------------------------------------
+
+
+def session() -> list[dict[str, Any]]:
+    """r1 → r2 (previous_response_id); fc → fc2 (call_id + previous_response_id);
+    chat tool call → chat tool result; GET / input_items / DELETE of r1; a model lookup."""
+    return [
+        rec("r1", body={"model": "gpt-4o-mini", "input": "hi"}, resp={"id": "resp_1"}),
+        rec("r2", body={"model": "gpt-4o-mini", "input": "more", "previous_response_id": "resp_1"},
+            resp={"id": "resp_2"}),
+        rec("fc", body={"model": "gpt-4o-mini", "input": "w?", "tools": [{"name": "f"}]},
+            resp=fc_response("resp_3", "call_1")),
+        rec("fc2", body={"model": "gpt-4o-mini", "previous_response_id": "resp_3", "input": [
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "{}"}]},
+            resp={"id": "resp_4"}),
+        rec("ct", path="/v1/chat/completions", body={"model": "gpt-4o-mini", "messages": [],
+                                                     "tools": [{"type": "function"}]},
+            resp={"id": "cc1", "choices": [{"index": 0, "message": {"tool_calls": [{"id": "call_c"}]}}]}),
+        rec("ct2", path="/v1/chat/completions", body={"model": "gpt-4o-mini", "messages": [
+            {"role": "assistant", "tool_calls": [{"id": "call_c", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "call_c", "content": "18C"}]}),
+        rec("get", "GET", "/v1/responses/resp_1", resp={"id": "resp_1"}),
+        rec("items", "GET", "/v1/responses/resp_1/input_items?limit=5"),
+        rec("del", "DELETE", "/v1/responses/resp_1"),
+        rec("card", "GET", "/v1/models/gpt-4o-mini", resp={"id": "gpt-4o-mini"}),
+    ]  # fmt: skip
+
+
+def deps(plan: Any) -> dict[str, list[tuple[str, str, bool]]]:
+    return {
+        n.id: sorted((r.producer, r.where, r.essential) for r in n.refs)
+        for n in plan.nodes
+        if n.refs
+    }
+
+
+def test_dependency_graph() -> None:
+    plan = make_plan(session())
+    assert deps(plan) == {
+        "r2": [("r1", "previous_response_id", True)],
+        "fc2": [("fc", "call_id", True), ("fc", "id", False), ("fc", "previous_response_id", True)],
+        "ct2": [("ct", "id", False), ("ct", "tool_call_id", True)],
+        "get": [("r1", "path", True)],
+        "items": [("r1", "path", True)],
+        "del": [("r1", "path", True)],
+    }
+    assert plan.dependents["r1"] == ["r2", "get", "items", "del"]
+    # the model name in a card lookup and in bodies is never taken for an id
+    assert "card" not in deps(plan)
+
+
+def test_order_is_start_time_not_file_order() -> None:
+    a = rec("a", body={}, resp={"id": "resp_a"}, started=10.0)
+    b = rec("b", body={"previous_response_id": "resp_a"}, started=20.0)
+    plan = make_plan([b, a])  # a stream that ended late is written after what followed it
+    assert [n.id for n in plan.nodes] == ["a", "b"] and deps(plan) == {
+        "b": [("a", "previous_response_id", True)]
+    }
+
+
+def test_replays_skipped_records_and_duplicates_are_not_replayed() -> None:
+    orig = rec("o", body={})
+    replay = {**rec("x", body={}), "replay_of": "o"}
+    skipped = {**rec("y", body={}), "response": None, "error": {"kind": "skipped", "message": "m"}}
+    assert [n.id for n in make_plan([orig, replay, skipped, orig]).nodes] == ["o"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "unsafe"),
+    [
+        ("POST", "/v1/chat/completions", False),
+        ("POST", "/v1/completions", False),
+        ("POST", "/v1/responses", False),
+        ("POST", "/v1/embeddings", False),
+        ("POST", "/v1/moderations", False),
+        ("GET", "/v1/files/file_1/content", False),
+        ("GET", "/anything/else", False),
+        ("DELETE", "/v1/responses/resp_1", True),
+        ("POST", "/v1/responses/resp_1/cancel", True),
+        ("POST", "/v1/files", True),
+        ("POST", "/v1/batches", True),
+        ("POST", "/v1/images/generations", True),
+        ("PUT", "/v1/chat/completions", True),
+    ],
+)
+def test_only_generation_and_read_endpoints_are_safe(method: str, path: str, unsafe: bool) -> None:
+    assert (unsafe_reason(rec("a", method, path)) is not None) == unsafe
+
+
+def test_unsafe_and_truncated_are_skipped_unless_allowed() -> None:
+    trunc = rec("t", body={"x": 1})
+    trunc["request"]["truncated"] = True
+    plan = make_plan([*session(), trunc])
+    skips = {n.id: n.skip for n in plan.nodes if n.skip}
+    assert set(skips) == {"del", "t"}
+    assert "--allow-unsafe" in str(skips["del"]) and "truncated" in str(skips["t"])
+    allowed = make_plan([*session(), trunc], allow_unsafe=True)
+    assert {n.id for n in allowed.nodes if n.skip} == {"t"}
+
+
+# --- filters -------------------------------------------------------------------------------
+
+
+def test_filters_and_their_dependencies() -> None:
+    recs = session()
+    recs[1]["tags"]["stream"] = True
+    only = [parse_filter("family=responses,stream=true")]
+    plan = make_plan(recs, filters=only)
+    # r2 is selected; r1 comes along because r2 continues it
+    assert [(n.id, n.wanted) for n in plan.nodes] == [("r1", False), ("r2", True)]
+    both = [parse_filter("method=get,path!=/v1/models*"), parse_filter("endpoint=/v1/chat/*")]
+    assert [n.id for n in make_plan(recs, filters=both).nodes if n.wanted] == [
+        "ct", "ct2", "get", "items",
+    ]  # fmt: skip
+    assert [n.id for n in make_plan(recs, filters=[parse_filter("id=fc2")]).nodes] == [
+        "fc", "fc2",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["", "colour=red", "family", " , "])
+def test_bad_filters(bad: str) -> None:
+    with pytest.raises(PlanError, match="--only"):
+        parse_filter(bad)
+
+
+# --- remapping -----------------------------------------------------------------------------
+
+
+def outcome(rid: str, **kw: Any) -> dict[str, Any]:
+    """A replay record: the target's answer to an original."""
+    return {**rec(rid, **kw), "replay_of": rid}
+
+
+def test_resolve_maps_original_ids_to_the_targets() -> None:
+    plan = make_plan(session())
+    done = {
+        "fc": outcome("fc", body={}, resp=fc_response("resp_T3", "call_T1", "fc_T1")),
+        "r1": outcome("r1", body={}, resp={"id": "resp_T1"}),
+    }
+    mapping, why = resolve(plan.by_id["fc2"], done.get)
+    assert why is None
+    assert mapping == {"resp_3": "resp_T3", "call_1": "call_T1", "fc_1": "fc_T1"}
+    out = prepare(plan.by_id["fc2"].rec, T, "sk-new", mapping)
+    body = json.loads(out.content or b"")
+    assert body["previous_response_id"] == "resp_T3"
+    assert [i["call_id"] for i in body["input"]] == ["call_T1", "call_T1"]
+    assert body["input"][0]["id"] == "fc_T1"
+    mapping, why = resolve(plan.by_id["items"], done.get)
+    assert why is None
+    assert prepare(plan.by_id["items"].rec, T, None, mapping).url == (
+        "http://target.test:9000/v1/responses/resp_T1/input_items?limit=5"
+    )
+
+
+def test_a_step_the_target_made_meaningless_is_skipped_with_the_reason() -> None:
+    plan = make_plan(session())
+    text_only = outcome("fc", body={}, resp={"id": "resp_T3", "output": [{"type": "message"}]})
+    _, why = resolve(plan.by_id["fc2"], {"fc": text_only}.get)
+    assert why is not None and "call_id call_1" in why and "no function call #1" in why
+    lm = outcome("r1", body={}, resp={"error": "Unexpected endpoint or method."})
+    lm["tags"].update(soft_error=True, signature="lmstudio.unexpected_endpoint")
+    _, why = resolve(plan.by_id["r2"], {"r1": lm}.get)
+    assert why == (
+        "previous_response_id resp_1 comes from r1, but the target answered it with HTTP 200 "
+        "and an error body (lmstudio.unexpected_endpoint)"
+    )
+    _, why = resolve(plan.by_id["get"], {"r1": outcome("r1", body={}, status=404)}.get)
+    assert why is not None and "HTTP 404" in why
+    skipped = {**outcome("r1"), "response": None, "error": {"kind": "skipped", "message": "x"}}
+    assert failure(skipped) == "it was skipped (x)"
+
+
+def test_unmappable_soft_references_keep_the_original_value() -> None:
+    plan = make_plan(session())
+    no_item_ids = outcome("fc", body={}, resp={"id": "resp_T3", "output": [
+        {"type": "function_call", "call_id": "call_T1"}]})  # fmt: skip
+    mapping, why = resolve(plan.by_id["fc2"], {"fc": no_item_ids}.get)
+    assert why is None and "fc_1" not in mapping
+    body = json.loads(prepare(plan.by_id["fc2"].rec, T, None, mapping).content or b"")
+    assert body["input"][0] == {"type": "function_call", "id": "fc_1", "call_id": "call_T1",
+                                "name": "f"}  # fmt: skip
+
+
+# --- the request sent ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "url"),
+    [
+        ("/v1/chat/completions", "http://t:1/v1", "http://t:1/v1/chat/completions"),
+        ("/v1/chat/completions", "http://t:1/v1/", "http://t:1/v1/chat/completions"),
+        ("/chat/completions", "http://t:1/v1", "http://t:1/v1/chat/completions"),
+        ("/openai/v1/responses?x=1", "http://t:1/api/v1", "http://t:1/api/v1/responses?x=1"),
+        ("/v1/models/gpt-4o-mini", "http://t:1/v1", "http://t:1/v1/models/llama3.2"),
+        ("/health", "http://t:1/v1", "http://t:1/v1/health"),
+    ],
+)
+def test_rebase(path: str, target: str, url: str) -> None:
+    t = Target("t", target, model_map={"gpt-4o-mini": "llama3.2"})
+    assert prepare(rec("a", "GET", path), t, None, {}).url == url
+
+
+def test_headers_auth_model_and_body() -> None:
+    headers = [
+        ["host", "orig.test"], ["content-length", "99"], ["connection", "keep-alive"],
+        ["transfer-encoding", "chunked"], ["cookie", "sha256:c"], ["x-wirediff-label", "l"],
+        ["accept-encoding", "gzip, deflate, br"], ["authorization", "Bearer sha256:abc"],
+        ["x-stainless-lang", "python"], ["x-team", "a"], ["x-drop", "1"],
+    ]  # fmt: skip
+    r = rec("a", path="/v1/chat/completions", body={"model": "gpt-4o-mini", "n": "é"},
+            headers=headers)  # fmt: skip
+    t = Target("t", "http://t:1/v1", model_map={"*": "qwen"},
+               headers={"x-team": "b", "x-drop": None, "x-new": "1"})  # fmt: skip
+    out = prepare(r, t, "sk-target", {})
+    assert out.headers == [
+        ("accept-encoding", "gzip, deflate, br"), ("authorization", "Bearer sk-target"),
+        ("x-stainless-lang", "python"), ("x-team", "b"), ("x-new", "1"),
+        ("content-type", "application/json"),
+    ]  # fmt: skip
+    assert out.content == '{"model":"qwen","n":"é"}'.encode()
+    assert out.model == "qwen" and r["request"]["body"]["model"] == "gpt-4o-mini"
+    assert ("authorization", "Bearer sk-target") not in prepare(r, t, None, {}).headers
+    assert not any(k == "authorization" for k, _ in prepare(r, t, None, {}).headers)
+
+
+def test_auth_keeps_the_originals_header_name_and_scheme() -> None:
+    azure = rec("a", body={}, headers=[["api-key", "sha256:k"]])
+    azure["tags"]["auth"] = {"header": "api-key", "scheme": None}
+    assert prepare(azure, T, "k2", {}).headers[0] == ("api-key", "k2")
+    none = rec("b", body={}, headers=[])
+    none["tags"]["auth"] = None
+    assert ("authorization", "Bearer k3") in prepare(none, T, "k3", {}).headers
+
+
+def test_text_and_binary_bodies() -> None:
+    r = rec("a", path="/v1/files", headers=[["content-type", "text/plain"]])
+    r["request"]["text"] = "plain"
+    assert prepare(r, T, None, {}).content == b"plain"
+    r["request"].update(text=None, b64="AAEC")
+    assert prepare(r, T, None, {}).content == b"\x00\x01\x02"
+
+
+def test_targets_and_option_values() -> None:
+    with pytest.raises(PlanError, match="not an http"):
+        Target("x", "ftp://host/v1")
+    with pytest.raises(PlanError, match="--api-key-env"):
+        Target("x", "http://h/v1", headers={"authorization": "Bearer sk-secret"})
+    assert default_label("http://127.0.0.1:1234/v1") == "127.0.0.1:1234"
+    assert default_label("https://api.example.com/v1") == "api.example.com"
+    assert parse_rate("5") == 5 and parse_rate("120/m") == 2 and parse_rate("3600/h") == 1
+    for bad in ("0", "x/s", "5/fortnight", "-1"):
+        with pytest.raises(PlanError, match="--rate"):
+            parse_rate(bad)
+    assert parse_pairs(["a=b=c", "k="], "--header", allow_empty=True) == {"a": "b=c", "k": ""}
+    with pytest.raises(PlanError, match="--model-map"):
+        parse_pairs(["a="], "--model-map", allow_empty=False)
+
+
+# --- the engine, against a mock transport ---------------------------------------------------
+
+
+def sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    return b"".join(f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events)
+
+
+def streamed(status: int, data: bytes, ctype: str = "application/json") -> httpx.Response:
+    """An answer that arrives as a stream, in arbitrary chunks, like one off a socket."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(data), 7):
+            yield data[i : i + 7]
+
+    return httpx.Response(status, headers={"content-type": ctype}, content=chunks())
+
+
+def as_json(obj: Any, status: int = 200) -> httpx.Response:
+    return streamed(status, json.dumps(obj).encode())
+
+
+class Fake:
+    """A target that mints its own ids and remembers every request it received."""
+
+    def __init__(self, *, calls: bool = True, fail: Callable[[httpx.Request], bool] | None = None):
+        self.seen: list[httpx.Request] = []
+        self.n = 0
+        self.calls, self.fail = calls, fail
+        self.in_flight = self.peak = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(0)  # let other workers start: concurrency is observable
+            return self.answer(request)
+        finally:
+            self.in_flight -= 1
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        if self.fail and self.fail(request):
+            raise httpx.ConnectError("Connection refused", request=request)
+        self.n += 1
+        body = json.loads(request.content or b"null") or {}
+        rid = f"resp_T{self.n}"
+        if request.url.path.endswith("/chat/completions"):
+            msg: dict[str, Any] = {"role": "assistant", "content": "hi"}
+            if body.get("tools") and self.calls:
+                msg["tool_calls"] = [{"id": f"call_T{self.n}", "type": "function"}]
+            return as_json({"id": f"cc_T{self.n}", "choices": [{"index": 0, "message": msg}]})
+        output: list[dict[str, Any]] = [{"type": "message", "id": f"msg_T{self.n}"}]
+        if body.get("tools") and self.calls:
+            output = [{"type": "function_call", "id": f"fc_T{self.n}",
+                       "call_id": f"call_T{self.n}", "name": "f"}]  # fmt: skip
+        obj = {"id": rid, "object": "response", "output": output}
+        if body.get("stream"):
+            data = sse([("response.created", {"response": {**obj, "output": []}}),
+                        ("response.completed", {"response": obj})])  # fmt: skip
+            return streamed(200, data, "text/event-stream")
+        if request.method == "GET":
+            return as_json({"id": request.url.path.split("/")[3]})
+        return as_json(obj)
+
+
+def engine(
+    records: list[dict[str, Any]], fake: Fake, *, concurrency: int = 4, allow_unsafe: bool = False,
+    done: dict[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], TargetRun]:  # fmt: skip
+    out: list[dict[str, Any]] = []
+    plan = make_plan(records, allow_unsafe=allow_unsafe)
+    run = TargetRun(plan, T, "sk-target", out.append, dict(done or {}), concurrency=concurrency)
+    asyncio.run(run.run(httpx.MockTransport(fake)))
+    return out, run
+
+
+def test_engine_sends_dependents_after_producers_with_the_targets_ids() -> None:
+    recs = session()
+    recs[3]["request"]["body"]["stream"] = True
+    recs[3]["tags"]["stream"] = True
+    fake = Fake()
+    out, run = engine(recs, fake)
+    by = {r["replay_of"]: r for r in out}
+    assert len(out) == len(recs) and set(by) == {r["id"] for r in recs}
+    # what the target answered to fc, and what it was sent next
+    fc_answer = by["fc"]["response"]["body"]
+    sent = by["fc2"]["request"]["body"]
+    assert sent["previous_response_id"] == fc_answer["id"] != "resp_3"
+    assert {i["call_id"] for i in sent["input"]} == {fc_answer["output"][0]["call_id"]}
+    paths = [(r.method, r.url.path, json.loads(r.content or b"{}").get("input")) for r in fake.seen]
+    r1 = paths.index(("POST", "/v1/responses", "hi"))
+    assert paths.index(("GET", f"/v1/responses/{by['r1']['response']['body']['id']}", None)) > r1
+    # the chat tool result names the target's own tool call
+    msgs = by["ct2"]["request"]["body"]["messages"]
+    call = by["ct"]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
+    assert msgs[1]["tool_call_id"] == msgs[0]["tool_calls"][0]["id"] == call
+    # the stream was recorded event by event through the capture's StreamTap
+    events = by["fc2"]["response"]["events"]
+    assert [e["event"] for e in events] == ["response.created", "response.completed"]
+    assert all(e["t_ms"] >= 0 for e in events)
+    # DELETE is unsafe: a skipped record, not a request
+    assert by["del"]["response"] is None and by["del"]["error"]["kind"] == "skipped"
+    assert all(r.method != "DELETE" for r in fake.seen)
+    # records have the capture's shape, linked to their originals
+    for r in out:
+        assert r["format"] == "wirediff/1" and r["label"] == "tgt" and r["session"] == "s"
+        assert r["listener"] == "replay:http://target.test:9000/v1"
+        assert r["replay_of"] != r["id"]
+    sent_rec = by["r1"]
+    assert sent_rec["tags"]["auth"]["scheme"] == "Bearer"
+    assert "sk-target" not in json.dumps(out)  # the key is fingerprinted like in a capture
+    assert run.counts.skipped == 1 and run.counts.ok == len(recs) - 1
+
+
+def test_engine_skips_what_the_target_made_meaningless() -> None:
+    out, _ = engine(session(), Fake(calls=False))
+    by = {r["replay_of"]: r for r in out}
+    for rid in ("fc2", "ct2"):
+        assert by[rid]["response"] is None and by[rid]["error"]["kind"] == "skipped"
+    assert "no function call #1" in by["fc2"]["error"]["message"]
+    assert "no tool call #1" in by["ct2"]["error"]["message"]
+    assert by["r2"]["response"]["status"] == 200  # unaffected
+
+
+def test_engine_concurrency_is_bounded_and_used() -> None:
+    recs = [rec(f"i{i}", body={"model": "m"}) for i in range(20)]
+    fake = Fake()
+    engine(recs, fake, concurrency=5)
+    assert fake.peak == 5
+    fake1 = Fake()
+    engine(recs, fake1, concurrency=1)
+    assert fake1.peak == 1
+
+
+def test_engine_records_connection_failures() -> None:
+    out, run = engine(session()[:2], Fake(fail=lambda r: True))
+    first = next(r for r in out if r["replay_of"] == "r1")
+    assert first["error"]["kind"] == "upstream_unreachable" and first["response"] is None
+    second = next(r for r in out if r["replay_of"] == "r2")
+    assert second["error"]["kind"] == "skipped" and "did not answer" in second["error"]["message"]
+    assert run.counts.sent == run.counts.unreachable == 1
+
+
+def test_engine_records_garbage_as_it_came() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return streamed(200, b"<html>oops</html>", "text/html")
+
+    plan = make_plan([rec("a", body={"model": "m"})])
+    out: list[dict[str, Any]] = []
+    asyncio.run(TargetRun(plan, T, None, out.append, {}, concurrency=1).run(
+        httpx.MockTransport(handler)))  # fmt: skip
+    assert out[0]["response"]["text"] == "<html>oops</html>" and out[0]["response"]["complete"]
+
+
+def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
+    recs = session()
+    first, _ = engine(recs, Fake())
+    earlier = {r["replay_of"]: r for r in first if r["replay_of"] in ("r1", "fc", "ct2")}
+    p = write_capture(tmp_path / "s.tgt.jsonl", list(earlier.values()))
+    done = already_replayed([p, tmp_path / "missing.jsonl"], "tgt")
+    assert set(done) == {"r1", "fc", "ct2"} and already_replayed([p], "other") == {}
+    fake = Fake()
+    rest, run = engine(recs, fake, done=done)
+    assert {r["replay_of"] for r in rest} == {r["id"] for r in recs} - set(done)
+    assert run.counts.resumed == 3 and run.counts.done == len(recs) - 3
+    inputs = [json.loads(r.content or b"{}").get("input") for r in fake.seen]
+    assert "hi" not in inputs and "w?" not in inputs  # producers are not sent again…
+    by = {r["replay_of"]: r for r in rest}
+    # …and their dependents use the ids the target returned in the earlier run
+    fc_then = earlier["fc"]["response"]["body"]
+    assert (
+        by["r2"]["request"]["body"]["previous_response_id"]
+        == (earlier["r1"]["response"]["body"]["id"])
+    )
+    assert by["fc2"]["request"]["body"]["previous_response_id"] == fc_then["id"]
+    assert by["fc2"]["request"]["body"]["input"][1]["call_id"] == fc_then["output"][0]["call_id"]
+
+
+def test_token_bucket_paces_without_real_sleeping() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    async def go() -> None:
+        bucket = TokenBucket(2.0, clock=lambda: now[0], sleep=fake_sleep)
+        for _ in range(5):
+            await bucket.take()
+
+    asyncio.run(go())
+    assert slept == [0.5, 0.5, 0.5, 0.5] and now[0] == 2.0
+
+
+def test_fast_messages_equal_mitmproxys_own() -> None:
+    url = httpx.URL("http://127.0.0.1:8080/v1/responses?x=1")
+    raw = [(b"Host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    ours = make_request(url, "POST", raw, b"{}", 1.5)
+    theirs = http.Request("127.0.0.1", 8080, b"POST", b"http", b"", b"/v1/responses?x=1",
+                          b"HTTP/1.1", http.Headers(raw), b"{}", None, 1.5, 1.5)  # fmt: skip
+    assert ours.get_state() == theirs.get_state()  # type: ignore[no-untyped-call]
+    resp = httpx.Response(201, headers={"a": "b"}, extensions={"http_version": b"HTTP/1.1"})
+    r = make_response(resp, 2.0)
+    assert r.status_code == 201 and r.reason == "Created" and r.headers["a"] == "b"
+    expected = http.Response(b"HTTP/1.1", 201, b"Created", http.Headers(resp.headers.raw), b"",
+                             None, 2.0, None)  # fmt: skip
+    assert r.get_state() == expected.get_state()  # type: ignore[no-untyped-call]
+
+
+# --- the command line, no network -----------------------------------------------------------
+
+
+def write_capture(path: Path, recs: list[dict[str, Any]]) -> Path:
+    with RecordWriter(path) as w:
+        for r in recs:
+            w.write(r)
+    return path
+
+
+def test_dry_run_prints_and_sends_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session())
+    code = main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "lm",
+                        "--model-map", "gpt-4o-mini=qwen", "--api-key-env", "NOPE_UNSET", "--dry-run"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "replay → lm (http://127.0.0.1:9/v1, key from $NOPE_UNSET (NOT SET)): 9 to send, 1 to skip"
+        in out
+    )
+    assert "POST http://127.0.0.1:9/v1/responses model=qwen" in out
+    assert "after previous_response_id←#0" in out and "--allow-unsafe" in out
+    assert not (tmp_path / "s.lm.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--to", "http://h/v1", "--api-key-env", "WIREDIFF_TEST_UNSET"],
+            "WIREDIFF_TEST_UNSET is not set",
+        ),
+        ([], "give --to URL or --config FILE"),
+        (["--to", "ftp://h"], "not an http(s) URL"),
+        (["--to", "http://h/v1", "--only", "colour=red"], "--only"),
+        (["--to", "http://h/v1", "--header", "Authorization=Bearer x"], "--api-key-env"),
+        (["--to", "http://h/v1", "--rate", "fast"], "--rate"),
+        (["--to", "http://h/v1", "--concurrency", "0"], "--concurrency"),
+        (["--label", "x"], "--label names the --to target"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    assert main_replay([str(cap), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: ") and message in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read capture"),
+        ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
+        ("garbage\nmore garbage\n", "not a JSON record"),
+    ],
+)
+def test_bad_captures_are_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    p = tmp_path / "c.jsonl"
+    if content is not None:
+        p.write_text(content)
+    assert main_replay([str(p), "--to", "http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
+    from analysis.replay import add_arguments, options_from_args
+
+    cfg = tmp_path / "wirediff.yaml"
+    cfg.write_text(
+        "defaults: {concurrency: 3, rate: 10/s, only: [family=responses], api_key_env: DEF,\n"
+        "           model_map: {a: b, c: d}, headers: {x-one: '1', x-two: '2'}}\n"
+        "targets:\n"
+        "  - {label: one, url: 'http://h1/v1', model_map: {a: z}, headers: {x-two: ''}}\n"
+        "  - {url: 'http://h2:81/v1', api_key_env: TWO}\n"
+    )
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["c.jsonl", "--config", str(cfg), "--model-map", "c=e", "--concurrency",
+                         "7", "--to", "http://h3/v1", "--label", "three"])  # fmt: skip
+    opts: Options = options_from_args(args)
+    assert [t.label for t in opts.targets] == ["one", "h2:81", "three"]
+    one, two, three = opts.targets
+    assert dict(one.model_map) == {"a": "z", "c": "e"} and dict(two.model_map) == {
+        "a": "b",
+        "c": "e",
+    }
+    assert dict(one.headers) == {"x-one": "1", "x-two": None}
+    assert (one.api_key_env, two.api_key_env, three.api_key_env) == ("DEF", "TWO", "DEF")
+    assert opts.concurrency == 7 and opts.rate == 10.0 and len(opts.filters) == 1
+    bad = tmp_path / "bad.yaml"
+    for text, msg in [
+        ("targets: [{label: x}]", "needs at least `url`"),
+        ("targets: [{url: 'http://h/v1', colour: red}]", "unknown key(s) colour"),
+        ("tragets: []", "unknown key(s) tragets"),
+        (
+            "targets: [{url: 'http://a/v1', label: x}, {url: 'http://b/v1', label: x}]",
+            "share the label",
+        ),
+        ("targets: [\n", "not valid YAML"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(Exception, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            options_from_args(p.parse_args(["c.jsonl", "--config", str(bad)]))
+
+
+def test_records_written_by_the_engine_load_back(tmp_path: Path) -> None:
+    out, _ = engine(session(), Fake())
+    p = write_capture(tmp_path / "s.tgt.jsonl", out)
+    assert len(load_records([p])) == len(out)
