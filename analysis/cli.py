@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from analysis.gate import GateUsageError
 from analysis.store import CaptureError, RecordWriter
 
 Command = Callable[[argparse.Namespace], int]
@@ -40,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("-o", "--output", help="output .jsonl (default: FILE with .jsonl suffix)")
     imp.set_defaults(func=cmd_import)
 
-    from analysis import demo
+    from analysis import demo, gate, replay
 
+    replay.register(sub)
+    gate.register(sub)
     demo.register(sub)
     return p
 
@@ -52,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Command = args.func
     try:
         return func(args)
-    except (CaptureError, UsageError) as e:
+    except (CaptureError, UsageError, GateUsageError) as e:
         print(f"wirediff: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -221,13 +221,6 @@ def build_record(
 
     status = resp.status_code if resp is not None else None
     resp_body = response["body"] if response else None
-    resp_text = None
-    if response is not None:
-        resp_text = (
-            response["text"]
-            if response["text"] is not None
-            else (json.dumps(resp_body) if resp_body is not None else None)
-        )
     tags = tag_exchange(
         method=req.method,
         path=req.path,
@@ -237,8 +230,11 @@ def build_record(
         status=status,
         response_body=resp_body,
         events=events,
-        signature=match_signature(status, resp_headers, resp_text) if resp is not None else None,
     )
+    if response is not None and (status is None or not 200 <= status < 300 or tags["soft_error"]):
+        # Signatures name the provider behind an error; healthy answers skip the regexes.
+        text = response["text"] if response["text"] is not None else json.dumps(resp_body)
+        tags["signature"] = match_signature(status, resp_headers, text)
     return {
         "format": FORMAT,
         "id": flow.id,

@@ -25,6 +25,7 @@ import json
 import re
 import secrets
 import socket
+import sys
 import string
 import threading
 import time
@@ -531,6 +532,11 @@ class _Server(ThreadingHTTPServer):
         self.conns: set[socket.socket] = set()
         self.lock = threading.Lock()
         super().__init__(addr, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing its connection (e.g. right after `[DONE]`) is normal here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _template_rx(template: str) -> re.Pattern[str]:

@@ -35,6 +35,9 @@ def start_proxy(upstream: str, capture: bool, tmp: Path) -> tuple[subprocess.Pop
            "--set", f"confdir={tmp / 'conf'}"]  # fmt: skip
     if capture:
         cmd += ["-s", str(ROOT / "addons/capture.py"), "--set", f"capture_dir={tmp / 'cap'}"]
+    else:  # bare mitmdump buffers whole bodies: stream them, as the addon does for SSE,
+        # and connect lazily, as the addon sets it
+        cmd += ["--set", "stream_large_bodies=1", "--set", "connection_strategy=lazy"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, 30, proc)
     return proc, f"http://127.0.0.1:{port}"
