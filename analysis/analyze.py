@@ -1,0 +1,95 @@
+"""One call from records to every table the report and the CLI read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis._types import Record
+from analysis.conformance import conformance
+from analysis.divergences import divergences
+from analysis.pairing import first_event_ms, pairs_frame
+from analysis.store import events_frame, exchanges_frame
+
+CONFIG_NAME = "wirediff.yaml"
+LATENCY_COLUMNS = [
+    "label", "exchanges", "ttfb_ms_median", "ttfb_ms_p90", "first_event_ms_median",
+    "first_event_ms_p90", "duration_ms_median", "duration_ms_p90",
+]  # fmt: skip
+_TIMINGS = ("ttfb_ms", "first_event_ms", "duration_ms")
+
+
+@dataclass
+class Analysis:
+    """The analysed captures: records by id and the frames derived from them."""
+
+    records_by_id: dict[str, Record]
+    exchanges: pd.DataFrame
+    events: pd.DataFrame
+    pairs: pd.DataFrame
+    divergences: pd.DataFrame
+    conformance: pd.DataFrame
+    latency: pd.DataFrame
+
+
+def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Per label: median and 90th percentile of time to first byte, to first event, and
+    of the whole exchange (numbers to compare, not divergences)."""
+    if exchanges.empty:
+        return pd.DataFrame(columns=LATENCY_COLUMNS)
+    timed = exchanges[["id", "label", "ttfb_ms", "duration_ms"]].assign(
+        first_event_ms=exchanges["id"].map(first_event_ms(events)).astype("float64"),
+        ttfb_ms=exchanges["ttfb_ms"].astype("float64"),
+        duration_ms=exchanges["duration_ms"].astype("float64"),
+    )
+    grouped = timed.groupby("label", sort=True, dropna=False)
+    out = grouped["id"].count().rename("exchanges").to_frame()
+    for col in _TIMINGS:
+        out[f"{col}_median"] = grouped[col].median()
+        out[f"{col}_p90"] = grouped[col].quantile(0.9)
+    return out.reset_index()[LATENCY_COLUMNS]
+
+
+def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
+    """Load, pair, diff and validate: the whole analysis of a set of captures."""
+    records_by_id = {r["id"]: r for r in records}
+    exchanges = exchanges_frame(records)
+    events = events_frame(records)
+    pairs = pairs_frame(exchanges, events)
+    return Analysis(
+        records_by_id=records_by_id,
+        exchanges=exchanges,
+        events=events,
+        pairs=pairs,
+        divergences=divergences(records_by_id, pairs, ignore=ignore),
+        conformance=conformance(records),
+        latency=latency_frame(exchanges, events),
+    )
+
+
+def load_ignore(path: str | os.PathLike[str]) -> list[str]:
+    """The `ignore:` path patterns of a `wirediff.yaml` (a file, or a directory holding
+    one); none when there is no such file. A malformed file is a `ValueError` with a
+    one-line reason."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CONFIG_NAME
+    if not p.is_file():
+        return []
+    try:
+        config = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{p}: cannot read ({type(e).__name__})") from None
+    if config is None:
+        return []
+    if not isinstance(config, dict):
+        raise ValueError(f"{p}: expected a mapping with an `ignore:` list")
+    patterns = config.get("ignore") or []
+    if not isinstance(patterns, list) or not all(isinstance(x, str) for x in patterns):
+        raise ValueError(f"{p}: `ignore` must be a list of path patterns")
+    return list(patterns)

@@ -1,0 +1,143 @@
+"""Pairing originals with their replays (one comparison per target label), and the whole
+analysis that starts from the pairs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis._types import Record
+from analysis.analyze import LATENCY_COLUMNS, analyze, latency_frame, load_ignore
+from analysis.conformance import CONFORMANCE_COLUMNS
+from analysis.divergences import DIVERGENCE_COLUMNS
+from analysis.pairing import PAIR_COLUMNS, pairs_frame
+from analysis.store import events_frame, exchanges_frame
+from tests.fixtures.records import chat_record, error_record, replay, set_header
+
+
+def _frames(records: list[Record]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return exchanges_frame(records), events_frame(records)
+
+
+def test_a_session_replayed_to_two_targets_gives_one_pair_per_target() -> None:
+    originals = [chat_record(id="o1", seq=0), chat_record(id="o2", seq=1, stream=True)]
+    replays = [
+        replay(o, id=f"{o['id']}-{label}", label=label)
+        for label in ("ollama", "vllm")
+        for o in originals
+    ]
+    pairs = pairs_frame(*_frames(originals + replays))
+
+    assert list(pairs.columns) == PAIR_COLUMNS
+    assert len(pairs) == 4
+    assert sorted(zip(pairs["baseline_id"], pairs["label"], strict=True)) == [
+        ("o1", "ollama"), ("o1", "vllm"), ("o2", "ollama"), ("o2", "vllm"),
+    ]  # fmt: skip
+    assert (pairs["pair_id"] == pairs["candidate_id"]).all()
+    assert set(pairs["baseline_label"]) == {"openai"}
+
+
+def test_pair_columns_carry_both_sides() -> None:
+    base = chat_record(id="o1", stream=True, ttfb_ms=90.0, duration_ms=400.0)
+    cand = replay(base, id="r1", label="vllm")
+    cand.update(ttfb_ms=150.0, duration_ms=700.0)
+    row = pairs_frame(*_frames([base, cand])).iloc[0]
+
+    assert (row["family"], row["endpoint"], row["method"], bool(row["stream"])) == (
+        "chat.completions", "/v1/chat/completions", "POST", True,
+    )  # fmt: skip
+    assert (row["baseline_status"], row["candidate_status"]) == (200, 200)
+    assert (row["baseline_ttfb_ms"], row["candidate_ttfb_ms"]) == (90.0, 150.0)
+    assert (row["baseline_duration_ms"], row["candidate_duration_ms"]) == (400.0, 700.0)
+    assert row["baseline_first_event_ms"] == 40.0
+
+
+def test_first_event_is_nan_without_events_and_status_follows_each_side() -> None:
+    base = chat_record(id="o1")
+    cand = error_record(id="r1", status=404, label="ollama", replay_of="o1")
+    row = pairs_frame(*_frames([base, cand])).iloc[0]
+
+    assert math.isnan(row["baseline_first_event_ms"])
+    assert (row["baseline_status"], row["candidate_status"]) == (200, 404)
+
+
+def test_replays_without_their_original_and_originals_without_replays_are_not_pairs() -> None:
+    lonely = chat_record(id="o1")
+    orphan = replay(chat_record(id="missing"), id="r9", label="vllm")
+    pairs = pairs_frame(*_frames([lonely, orphan]))
+
+    assert pairs.empty
+    assert list(pairs.columns) == PAIR_COLUMNS
+
+
+def test_a_record_loaded_twice_pairs_once() -> None:
+    base = chat_record(id="o1")
+    cand = replay(base, id="r1", label="vllm")
+    assert len(pairs_frame(*_frames([base, cand, base, cand]))) == 1
+
+
+# --- the whole analysis -------------------------------------------------------------------
+
+
+def test_analyze_builds_every_frame_from_records() -> None:
+    base = chat_record(id="o1", stream=True)
+    other = chat_record(id="o2", seq=1)
+
+    def no_request_id(rec: Record) -> None:
+        set_header(rec, "x-request-id", None)
+
+    records = [base, other, replay(base, id="r1", label="vllm", change=no_request_id),
+               replay(other, id="r2", label="vllm")]  # fmt: skip
+    result = analyze(records, ignore=["usage.*"])
+
+    assert set(result.records_by_id) == {"o1", "o2", "r1", "r2"}
+    assert len(result.exchanges) == 4
+    assert len(result.events) == 2 * len(base["response"]["events"])
+    assert len(result.pairs) == 2
+    assert list(result.divergences.columns) == DIVERGENCE_COLUMNS
+    assert result.divergences[["pair_id", "kind", "path"]].values.tolist() == [
+        ["r1", "header", "headers.x-request-id"]
+    ]
+    assert list(result.conformance.columns) == CONFORMANCE_COLUMNS
+    assert result.conformance.empty
+    assert list(result.latency.columns) == LATENCY_COLUMNS
+    assert result.latency["label"].tolist() == ["openai", "vllm"]
+
+
+def test_latency_per_label_has_medians_and_p90() -> None:
+    records = [
+        chat_record(id=f"o{i}", seq=i, ttfb_ms=float(10 * (i + 1)), stream=i == 0)
+        for i in range(10)
+    ]
+    latency = latency_frame(*_frames(records))
+    [row] = latency.to_dict("records")
+    assert row["exchanges"] == 10
+    assert row["ttfb_ms_median"] == 55.0
+    assert row["ttfb_ms_p90"] == pytest.approx(91.0)
+    assert row["first_event_ms_median"] == 40.0
+    assert row["duration_ms_p90"] == 480.0
+
+
+def test_latency_of_nothing_is_an_empty_frame() -> None:
+    assert list(latency_frame(*_frames([])).columns) == LATENCY_COLUMNS
+
+
+def test_load_ignore_reads_the_ignore_list(tmp_path: Path) -> None:
+    (tmp_path / "wirediff.yaml").write_text("ignore:\n  - usage.*\n  - system_fingerprint\n")
+    assert load_ignore(tmp_path) == ["usage.*", "system_fingerprint"]
+    assert load_ignore(tmp_path / "wirediff.yaml") == ["usage.*", "system_fingerprint"]
+    assert load_ignore(tmp_path / "absent.yaml") == []
+
+
+@pytest.mark.parametrize(
+    "text", ["ignore: usage.*\n", "- a\n- b\n", "ignore: [1, 2]\n", "ignore: [\n"]
+)
+def test_load_ignore_rejects_a_malformed_file_in_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "wirediff.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"wirediff\.yaml: ") as e:
+        load_ignore(path)
+    assert "\n" not in str(e.value)
