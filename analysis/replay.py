@@ -11,9 +11,25 @@ chunks), so replay records have exactly the shape of captured ones, plus `replay
 original's id) and `label` (the target). Planning — ordering, id remapping, filters, safety —
 is pure and lives in `analysis.replay_plan`.
 
+Requests are re-based onto the target URL (the original path after its API prefix), the
+model is mapped (`--model-map A=B`, `*=B` for all), the auth header is replaced by the key in
+`$VAR` (`--api-key-env`; never from the command line or the capture, which holds only
+fingerprints) and the other headers pass through, except the transport's own (host,
+content-length, connection, transfer-encoding, …), cookies and wirediff's control headers.
+
+Ids are remapped: a step that continues an earlier answer (`previous_response_id`, a
+`function_call_output`'s `call_id`, a chat `tool` message's `tool_call_id`,
+`/v1/responses/{id}…`) is sent after it, carrying the id the *target* returned. When the
+target's answer leaves nothing to continue (an error, no function call), the step is
+recorded as skipped (`response: null`, `error.kind: "skipped"`, the reason) and not sent.
+Only reads and generation endpoints are replayed by default; DELETE, uploads, batches and
+other state-changing calls are recorded as skipped unless `--allow-unsafe`.
+
 Output: `<capture dir>/<session>.<label>.jsonl` per session (or `-o OUT` for everything),
 append-only and flushed per record. Running the same command again resumes: originals
-already recorded for that label in the output are not sent again.
+already recorded for that label in the output are not sent again (delete the output to
+replay afresh). Ctrl-C stops cleanly (exit 130). Exit 2: bad usage or input, or a target
+that refused every connection (its records are kept).
 
 `--only` (repeatable; a record is replayed if it matches any of them) is a comma-separated
 list of `KEY=GLOB` or `KEY!=GLOB` terms that must all match; keys: family, endpoint, method,
@@ -38,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -610,15 +627,18 @@ def dry_run(plan: Plan, targets: Sequence[Target], done_of: Mapping[str, Mapping
 
 
 def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Counts], None], Any]:
+    """A tqdm bar on stderr: done/total, rate, and ok / errors / skipped counts."""
     from tqdm import tqdm  # type: ignore[import-untyped]
 
+    tqdm.monitor_interval = 0  # no monitor thread: nothing left running at Ctrl-C or exit
+    size = shutil.get_terminal_size((100, 20))  # a pty may report 0x0: tqdm then draws nothing
     bar = tqdm(total=total, initial=initial, desc=f"replay → {label}", unit="ex", file=sys.stderr,
-               dynamic_ncols=True, leave=True)  # fmt: skip
+               ncols=size.columns, nrows=size.lines, leave=True)  # fmt: skip
 
     def update(c: Counts) -> None:
-        bar.update(c.resumed + c.done - bar.n)
         bar.set_postfix(ok=c.ok, errors=c.http_errors + c.transport_errors, skipped=c.skipped,
                         refresh=False)  # fmt: skip
+        bar.update(c.resumed + c.done - bar.n)
 
     return update, bar
 
@@ -738,7 +758,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "replay",
         help="re-send recorded sessions to other backends, recorded like live traffic",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description="\n\n".join((__doc__ or "").split("\n\n")[2:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
@@ -771,7 +791,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_replay(argv: Sequence[str] | None = None) -> int:
     """`wirediff replay` on its own (tests, `python -m analysis.replay`); exit codes as the CLI."""
-    p = argparse.ArgumentParser(prog="wirediff replay")
+    p = argparse.ArgumentParser(
+        prog="wirediff replay",
+        description="\n\n".join((__doc__ or "").split("\n\n")[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     args = p.parse_args(argv)
     from analysis.cli import UsageError
