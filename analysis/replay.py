@@ -270,14 +270,24 @@ def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
 class Writers:
     """One append-only writer per output file, shared by all targets of a run."""
 
-    def __init__(self) -> None:
+    def __init__(self, paths: Iterable[Path] = ()) -> None:
         self._w: dict[Path, RecordWriter] = {}
+        for p in paths:
+            self._writer(p)
 
-    def write(self, path: Path, rec: Record) -> None:
+    def _writer(self, path: Path) -> RecordWriter:
+        """The file's writer; made (and the file checked appendable) before anything is sent,
+        so an unwritable output fails at once, not after the first answer."""
         w = self._w.get(path)
         if w is None:
-            w = self._w[path] = RecordWriter(path)
-        w.write(rec)
+            w = RecordWriter(path)  # makes the directory
+            with path.open("a", encoding="utf-8"):
+                pass
+            self._w[path] = w
+        return w
+
+    def write(self, path: Path, rec: Record) -> None:
+        self._writer(path).write(rec)
 
     def close(self) -> None:
         for w in self._w.values():
@@ -651,9 +661,9 @@ async def replay_all(
     path_of: Callable[[Record, Target], Path],
     runs: list[TargetRun],
     tty: bool,
+    writers: Writers,
 ) -> None:
     """Replay the plan to every target in turn; `runs` fills as they start (for Ctrl-C)."""
-    writers = Writers()
     timeout = httpx.Timeout(opts.timeout, connect=min(CONNECT_TIMEOUT, opts.timeout))
     limits = httpx.Limits(
         max_connections=opts.concurrency, max_keepalive_connections=opts.concurrency
@@ -721,8 +731,12 @@ def main_replay_args(args: argparse.Namespace) -> int:
 
     runs: list[TargetRun] = []
     tty = sys.stderr.isatty()
+    writers = Writers(sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}))
     try:
-        asyncio.run(replay_all(plan, opts, keys, done_of, path_of, runs, tty))
+        asyncio.run(replay_all(plan, opts, keys, done_of, path_of, runs, tty, writers))
+    except ExceptionGroup as eg:  # from the workers' TaskGroup: a disk error, say
+        first = eg.exceptions[0]
+        raise first if isinstance(first, OSError) else eg from None
     except KeyboardInterrupt:
         parts = [f"{r.target.label}: {r.counts.resumed + r.counts.done} of {r.counts.total}"
                  for r in runs]  # fmt: skip
@@ -805,6 +819,13 @@ def main_replay(argv: Sequence[str] | None = None) -> int:
     except (CaptureError, UsageError) as e:
         print(f"wirediff: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"wirediff: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before any replay started (loading, planning)
+        print("wirediff: interrupted before anything was sent", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

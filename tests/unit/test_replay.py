@@ -741,3 +741,15 @@ def test_records_written_by_the_engine_load_back(tmp_path: Path) -> None:
     out, _ = engine(session(), Fake())
     p = write_capture(tmp_path / "s.tgt.jsonl", out)
     assert len(load_records([p])) == len(out)
+
+
+def test_unwritable_output_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = blocker / "sub" / "out.jsonl"  # a directory that cannot be made: a file is in the way
+    assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: ")
