@@ -12,7 +12,7 @@ import yaml
 
 from analysis._types import Record
 from analysis.conformance import conformance
-from analysis.divergences import divergences
+from analysis.divergences import divergences, drop_ignored
 from analysis.pairing import first_event_ms, pairs_frame
 from analysis.store import events_frame, exchanges_frame
 
@@ -56,7 +56,8 @@ def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
 
 
 def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
-    """Load, pair, diff and validate: the whole analysis of a set of captures."""
+    """Pair, diff and validate a set of captures; `ignore` patterns drop paths from the
+    divergences and the conformance rows alike."""
     records_by_id = {r["id"]: r for r in records}
     exchanges = exchanges_frame(records)
     events = events_frame(records)
@@ -67,7 +68,7 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
         events=events,
         pairs=pairs,
         divergences=divergences(records_by_id, pairs, ignore=ignore),
-        conformance=conformance(records),
+        conformance=drop_ignored(conformance(records), ignore),
         latency=latency_frame(exchanges, events),
     )
 

@@ -107,6 +107,15 @@ def test_analyze_builds_every_frame_from_records() -> None:
     assert result.latency["label"].tolist() == ["openai", "vllm"]
 
 
+def test_ignored_paths_leave_the_conformance_rows_too() -> None:
+    def no_refusal(rec: Record) -> None:
+        del rec["response"]["body"]["choices"][0]["message"]["refusal"]
+
+    records = [replay(chat_record(id="o1"), id="r1", label="vllm", change=no_refusal)]
+    assert analyze(records).conformance["path"].tolist() == ["choices[].message.refusal"]
+    assert analyze(records, ignore=["choices[].message.*"]).conformance.empty
+
+
 def test_latency_per_label_has_medians_and_p90() -> None:
     records = [
         chat_record(id=f"o{i}", seq=i, ttfb_ms=float(10 * (i + 1)), stream=i == 0)
