@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Install the third-party OpenAI-compatible servers of the `peers` test tier, each into its
+# own virtualenv under .peers/ (they pin versions that conflict with mitmproxy's).
+#
+# Usage: scripts/install-peers.sh            (idempotent: an installed peer is skipped)
+#        WIREDIFF_PEERS_DIR=/elsewhere PYTHON=python3.11 scripts/install-peers.sh
+#
+# A peer counts as installed when .peers/<name>/.installed holds exactly its pip spec, so
+# changing a pin below reinstalls that peer from scratch. pip's output goes to
+# .peers/<name>/install.log and is shown only when something fails.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PEERS_DIR="${WIREDIFF_PEERS_DIR:-$ROOT/.peers}"
+PYTHON="${PYTHON:-python3}"
+
+# name | pip spec | distribution to check | command the tests run
+PEERS=(
+  "litellm|litellm[proxy]==1.108.7|litellm|bin/litellm"
+  "fakellm|fakellm==0.3.5|fakellm|bin/fakellm"
+)
+
+die() { echo "install-peers: $*" >&2; exit 1; }
+
+command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH (set PYTHON=...)"
+"$PYTHON" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
+  || die "'$PYTHON' must be Python >= 3.10 with the venv module"
+mkdir -p "$PEERS_DIR"
+
+install_peer() {
+  local name="$1" spec="$2" dist="$3" cmd="$4"
+  local dir="$PEERS_DIR/$name" log="$PEERS_DIR/$name.install.log"
+  if [[ -f "$dir/.installed" && "$(cat "$dir/.installed")" == "$spec" && -x "$dir/$cmd" ]]; then
+    echo "install-peers: $name already installed ($spec)"
+    return 0
+  fi
+  local t0=$SECONDS
+  rm -rf "$dir"
+  if ! { "$PYTHON" -m venv "$dir" \
+        && "$dir/bin/python" -m pip install --disable-pip-version-check --no-input -q "$spec"; } \
+        >"$log" 2>&1; then
+    # pip's warnings about this machine's extra (file://) indexes are noise, not the cause.
+    grep -v "is ignored: it is neither a file nor a directory" "$log" | tail -n 25 >&2 || true
+    rm -rf "$dir"
+    die "$name: pip install '$spec' failed (full log: $log)"
+  fi
+  local version
+  version="$("$dir/bin/python" -c "import importlib.metadata as m; print(m.version('$dist'))")" \
+    || die "$name: installed but '$dist' has no version"
+  [[ -x "$dir/$cmd" ]] || die "$name: installed but $dir/$cmd is missing"
+  mv "$log" "$dir/install.log"
+  printf '%s' "$spec" >"$dir/.installed"
+  echo "install-peers: $name $version installed in $((SECONDS - t0))s ($dir)"
+}
+
+for peer in "${PEERS[@]}"; do
+  IFS='|' read -r name spec dist cmd <<<"$peer"
+  install_peer "$name" "$spec" "$dist" "$cmd"
+done
