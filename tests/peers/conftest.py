@@ -1,0 +1,348 @@
+"""The `peers` tier: real third-party OpenAI-compatible servers on loopback.
+
+They are installed by `scripts/install-peers.sh` into their own virtualenvs under `.peers/`
+(their pins conflict with mitmproxy's); without them the tier skips, telling you to run it
+(with `WIREDIFF_PEERS_REQUIRED=1`, as in `.ci/peers`, it fails instead).
+
+LiteLLM takes seconds to start, so one of each serves the whole session:
+
+    client ─► A ─► LiteLLM ─► B ─► stand-in (openai profile, answers only key K2)
+              └── one mitmdump, two reverse listeners: both hops land in one capture
+
+`litellm.two_hop` is that mitmdump for models that carry the gateway's own upstream key;
+`auth_dropped_capture` is a second one holding one call through a model configured without
+an upstream key, which the stand-in rejects: the fixture for the `auth_dropped_by_hop`
+diagnosis. Single-hop tests put the per-test `mitmdump` factory of tests/conftest.py in
+front of `litellm.url` or `fakellm.url`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from backends.standin import standin
+from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, wait_port
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PEERS_DIR = Path(os.environ.get("WIREDIFF_PEERS_DIR") or ROOT / ".peers")
+INSTALL_HINT = "run scripts/install-peers.sh"
+REQUIRED_ENV = "WIREDIFF_PEERS_REQUIRED"
+
+LITELLM_CONFIG = HERE / "litellm.yaml"
+FAKELLM_CONFIG = HERE / "fakellm.yaml"
+LITELLM_MODELS = ("mock-chat", "standin-chat", "hop-chat", "hop-openai", "hop-nokey")
+CLIENT_KEY = "sk-wirediff-K1-client-5e0c2f7a91d3"
+"""K1: what the client sends to LiteLLM (its master key)."""
+UPSTREAM_KEY = "sk-wirediff-K2-upstream-b84d16c9e2a7"
+"""K2: what LiteLLM sends upstream, and the only key the upstream stand-in accepts."""
+UPSTREAM_MODEL = "gpt-4o-mini"  # served by the openai stand-in
+LITELLM_PLACEHOLDER_KEY = "fake-api-key"  # hosted_vllm/ sends this when it has no key
+DROPPED_MESSAGES = [{"role": "user", "content": "auth-dropped: does my key reach the upstream?"}]
+START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0}
+
+
+def peer_command(name: str, command: str | None = None) -> Path:
+    """The peer's executable in `.peers/<name>/bin/`, or skip (fail when required)."""
+    path = PEERS_DIR / name / "bin" / (command or name)
+    if not os.access(path, os.X_OK):
+        msg = f"{name} is not installed in {PEERS_DIR}: {INSTALL_HINT}"
+        if os.environ.get(REQUIRED_ENV):
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct loopback ports that were free a moment ago."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def loopback_env(**extra: str) -> dict[str, str]:
+    """This environment without proxy settings (peers talk to 127.0.0.1 only)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+    }
+    return {**env, "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def http_get(
+    url: str, headers: dict[str, str] | None = None, timeout: float = 2.0
+) -> tuple[int, bytes] | None:
+    """`(status, body)` of a GET, or None while nothing answers."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as r:
+            return int(r.status), bytes(r.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return int(e.code), bytes(e.read())
+    except OSError:
+        return None
+
+
+def sdk(base_url: str, api_key: str = CLIENT_KEY) -> openai.OpenAI:
+    """The real openai SDK, without retries (every exchange on the wire is one call)."""
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=0,
+        timeout=30.0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
+
+
+@dataclass
+class PeerProcess:
+    """A peer server started by this tier (its own process group, log in `log`)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log.read_bytes()[-n:].decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_peer(
+    name: str,
+    argv: list[str],
+    *,
+    port: int,
+    workdir: Path,
+    env: dict[str, str],
+    ready: Callable[[PeerProcess], bool],
+) -> PeerProcess:
+    """Start a peer and poll `ready` until it holds, the process dies, or the deadline."""
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+        )
+    peer = PeerProcess(name, proc, port, log)
+    timeout = START_TIMEOUT[name]
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready(peer):
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with status {proc.returncode} before it was ready:\n"
+                    + peer.log_tail()
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after {timeout:.0f}s:\n{peer.log_tail()}")
+            time.sleep(0.1)
+    except BaseException:
+        peer.stop()
+        raise
+    return peer
+
+
+def spawn_capture(
+    modes: list[tuple[str, int]], workdir: Path, session: str, label: str = ""
+) -> Mitmdump:
+    """Start `mitmdump -s addons/capture.py` with one listener per `(mode, port)`; see
+    `await_capture`. Without `label` each record is labelled with its upstream host, so
+    each hop names its own backend.
+
+    The tier's long-lived captures need their ports before LiteLLM starts (its config
+    names them), so unlike the `mitmdump` factory of tests/conftest.py the caller picks
+    the ports.
+    """
+    capture_dir, confdir = workdir / "captures", workdir / f"mitmconf-{session}"
+    log = workdir / f"mitmdump-{session}.log"
+    cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
+    for mode, port in modes:
+        cmd += ["--mode", f"{mode}@{port}"]
+    cmd += ["-s", CAPTURE_ADDON, "--set", f"capture_dir={capture_dir}"]
+    cmd += ["--set", f"capture_session={session}"]
+    if label:
+        cmd += ["--set", f"capture_label={label}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=loopback_env()
+        )
+    return Mitmdump(proc, [p for _, p in modes], capture_dir, session, confdir, log)
+
+
+def await_capture(m: Mitmdump) -> Mitmdump:
+    """Wait until every listener of `m` accepts (stop it and fail with its log if not)."""
+    try:
+        for port in m.ports:
+            wait_port(port, 30, m.proc)
+    except Exception:
+        m.stop()
+        raise RuntimeError(f"mitmdump failed to start: {m.log.read_text()[-2000:]}") from None
+    return m
+
+
+def listener_url(m: Mitmdump, i: int) -> str:
+    return f"http://127.0.0.1:{m.ports[i]}"
+
+
+@dataclass
+class LiteLLM:
+    """The session's LiteLLM proxy and the two captures whose second hop it calls through."""
+
+    peer: PeerProcess
+    upstream: str
+    two_hop: Mitmdump
+    dropped: Mitmdump
+
+    @property
+    def url(self) -> str:
+        return self.peer.url
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The installed litellm distribution's version (what `x-litellm-version` says)."""
+        out = subprocess.run(
+            [str(PEERS_DIR / "litellm" / "bin" / "python"), "-c",
+             "import importlib.metadata as m; print(m.version('litellm'))"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+
+def _litellm_ready(peer: PeerProcess) -> bool:
+    got = http_get(f"{peer.url}/v1/models", {"Authorization": f"Bearer {CLIENT_KEY}"})
+    if got is None or got[0] != 200:
+        return False
+    ids = {m.get("id") for m in json.loads(got[1]).get("data", [])}
+    return ids >= set(LITELLM_MODELS)
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[str]:
+    """The stand-in behind LiteLLM: openai profile, accepts only UPSTREAM_KEY."""
+    with standin("openai", delay=0.0, api_key=UPSTREAM_KEY) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def litellm(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiteLLM]:
+    exe = peer_command("litellm")
+    upstream: str = request.getfixturevalue("upstream")
+    work = tmp_path_factory.mktemp("litellm")
+    port, hop_a, hop_b, drop_a, drop_b = free_ports(5)
+    gateway, inner = f"reverse:http://127.0.0.1:{port}", f"reverse:{upstream}"
+    with contextlib.ExitStack() as stack:
+        # The captures start while LiteLLM does: it calls its upstreams only when asked to.
+        two_hop = spawn_capture([(gateway, hop_a), (inner, hop_b)], work, "two-hop")
+        stack.callback(two_hop.stop)
+        dropped = spawn_capture([(gateway, drop_a), (inner, drop_b)], work, "auth-dropped")
+        stack.callback(dropped.stop)
+        env = loopback_env(
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+            WIREDIFF_LITELLM_KEY=CLIENT_KEY,
+            WIREDIFF_UPSTREAM_KEY=UPSTREAM_KEY,
+            WIREDIFF_STANDIN_BASE=f"{upstream}/v1",
+            WIREDIFF_HOP_BASE=f"{listener_url(two_hop, 1)}/v1",
+            WIREDIFF_DROP_BASE=f"{listener_url(dropped, 1)}/v1",
+        )
+        argv = [str(exe), "--config", str(LITELLM_CONFIG), "--host", "127.0.0.1"]
+        argv += ["--port", str(port)]
+        peer = start_peer("litellm", argv, port=port, workdir=work, env=env, ready=_litellm_ready)
+        stack.callback(peer.stop)
+        await_capture(two_hop)
+        await_capture(dropped)
+        yield LiteLLM(peer, upstream, two_hop, dropped)
+
+
+@pytest.fixture(scope="session")
+def auth_dropped_capture(litellm: LiteLLM) -> Path:
+    """A `wirediff/1` capture of one chat call whose key a gateway hop did not pass on.
+
+    The client sends K1 to LiteLLM (listener A), which accepts it and forwards the call to
+    the stand-in (listener B) for a model that has no upstream key configured: LiteLLM
+    sends its placeholder `Bearer fake-api-key`, the stand-in answers 401 invalid_api_key,
+    and LiteLLM relays a 401 to the client. Exactly two records, both complete.
+    """
+    m = litellm.dropped
+    with sdk(listener_url(m, 0) + "/v1") as client, pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="hop-nokey", messages=DROPPED_MESSAGES)
+    m.records(2)
+    return m.capture_file
+
+
+@dataclass
+class Fakellm:
+    peer: PeerProcess
+
+    @property
+    def url(self) -> str:
+        return self.peer.url
+
+
+@pytest.fixture(scope="session")
+def fakellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fakellm]:
+    exe = peer_command("fakellm")
+    work = tmp_path_factory.mktemp("fakellm")
+    (port,) = free_ports(1)
+    argv = [str(exe), "serve", "--config", str(FAKELLM_CONFIG), "--host", "127.0.0.1"]
+    argv += ["--port", str(port)]
+
+    def ready(peer: PeerProcess) -> bool:
+        got = http_get(f"{peer.url}/_fakellm/stats")
+        return got is not None and got[0] == 200
+
+    peer = start_peer("fakellm", argv, port=port, workdir=work, env=loopback_env(), ready=ready)
+    try:
+        yield Fakellm(peer)
+    finally:
+        peer.stop()
+
+
+def by_listener(records: list[dict[str, Any]], m: Mitmdump, i: int) -> list[dict[str, Any]]:
+    """The records that came through listener `i` of `m` (its `--mode` spec + port)."""
+    port = f"@{m.ports[i]}"
+    return [r for r in records if str(r["listener"]).endswith(port)]
