@@ -1,0 +1,349 @@
+"""Formatters: small pure functions the templates call as jinja2 filters.
+
+Every function that returns markup escapes what it is given (model output and headers can
+hold `<script>`, `</textarea>` or quotes) and scrubs anything that looks like a credential;
+the rest return plain strings that the Environment's autoescape escapes on output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from markupsafe import Markup
+
+from analysis._types import Record
+from analysis.divergences import event_label
+
+MAX_LINES = 44
+"""Lines shown per side of a side-by-side view; longer documents are windowed."""
+CONTEXT = 10
+"""Lines kept above the first highlighted line when a document is windowed."""
+MAX_STRING = 200
+"""Characters kept of one string value; generated text is evidence, not the finding."""
+MAX_WALK = 600
+"""Lines generated at most per document (a 1 MiB body is never laid out whole)."""
+
+SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?i)(api key provided:\s*)\S+"), r"\1<redacted>"),
+    (re.compile(r"(?i)\b(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}"), r"\1 <redacted>"),
+    (re.compile(r"\b(sk|lm|pk|rk)-[\w\-*.]{6,}"), "<redacted>"),
+    (
+        re.compile(
+            r"(?i)([?&](?:key|api_key|api-key|apikey|access_token|token)=)(?!sha256)[^&\s\"']+"
+        ),
+        r"\1<redacted>",
+    ),
+    (
+        re.compile(
+            r"(?i)((?:api[_-]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)(?!sha256:)[^\s\"',&]{6,}"
+        ),
+        r"\1<redacted>",
+    ),
+]
+
+
+def redact(text: object) -> str:
+    """Replace anything shaped like a credential (a key echoed by a server, a bearer token)."""
+    s = "" if text is None else str(text)
+    for rx, repl in SECRET_PATTERNS:
+        s = rx.sub(repl, s)
+    return s
+
+
+def missing(value: object) -> bool:
+    """None, NaN and pandas' NA: nothing to show."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return type(value).__name__ in ("NAType", "NaTType")
+
+
+def ms(value: object) -> str:
+    """`12.3 ms`, `1.24 s`, or an em dash."""
+    if missing(value):
+        return "—"
+    v = float(value)  # type: ignore[arg-type]
+    if v >= 10_000:
+        return f"{v / 1000:.1f} s"
+    if v >= 1000:
+        return f"{v / 1000:.2f} s"
+    return f"{v:.0f} ms" if v >= 100 else f"{v:.1f} ms"
+
+
+def num(value: object) -> str:
+    """`12,345`."""
+    if missing(value):
+        return "—"
+    return f"{int(value):,}"  # type: ignore[call-overload]
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 exchange`, `3 exchanges`."""
+    return f"{num(n)} {word if n == 1 else (many or word + 's')}"
+
+
+def anchor(*parts: object) -> str:
+    """A stable, unique fragment id for a tuple of names."""
+    text = "\x1f".join(str(p) for p in parts)
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48]
+    return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+
+
+def status_class(status: object) -> str:
+    """`s2`…`s5` by status class; `s0` when there was no response."""
+    if missing(status) or not str(status).isdigit():
+        return "s0"
+    return f"s{str(status)[0]}"
+
+
+def shorten(text: object, limit: int = 120) -> str:
+    s = redact(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def path_only(path: object) -> str:
+    """A request path without its query string (queries can carry credentials)."""
+    return "" if missing(path) else str(path).split("?", 1)[0]
+
+
+# --- side-by-side documents -------------------------------------------------------------
+
+
+def hits(path: str, target: str) -> bool:
+    """Does a line at `path` show the finding at `target`?
+
+    The line itself, anything under it, a parsed `arguments@json…` inside it, or a glob
+    (`headers.x-ratelimit-*`). Collapsed delta runs (`events[x.delta+]`) match single events.
+    """
+    return _hits(path.replace("+]", "]"), target.replace("+]", "]"))
+
+
+def _hits(path: str, target: str) -> bool:
+    if not target or not path:
+        return False
+    if path == target:
+        return True
+    n = len(target)
+    if path.startswith(target) and path[n] in ".[@":
+        return True
+    if target.startswith(path) and target[len(path)] == "@":
+        return True
+    return "*" in target and fnmatchcase(path, target)
+
+
+@dataclass(slots=True)
+class Line:
+    """One laid-out line: its text, indentation, and whether it shows the finding."""
+
+    text: str
+    depth: int = 0
+    note: bool = False
+    mark: bool = False
+
+
+class _Enough(Exception):
+    """The layout holds what will be shown; the rest of the document is not walked."""
+
+
+class Layout:
+    """Lines of a document, laid out only as far as the window that will show them.
+
+    The walk stops MAX_LINES after the first line showing `target` (or at MAX_WALK lines
+    when none does), so a 1 MiB body costs no more than a small one.
+    """
+
+    def __init__(self, target: str) -> None:
+        self.target = target.replace("+]", "]")
+        self.lines: list[Line] = []
+        self.first_hit: int | None = None
+        self.cut = False
+
+    def add(self, text: str, paths: Sequence[str] = (), depth: int = 0, note: bool = False) -> None:
+        limit = MAX_WALK if self.first_hit is None else self.first_hit + MAX_LINES
+        if len(self.lines) >= limit:
+            self.cut = True
+            raise _Enough
+        mark = bool(self.target) and any(_hits(p.replace("+]", "]"), self.target) for p in paths)
+        if mark and self.first_hit is None:
+            self.first_hit = len(self.lines)
+        self.lines.append(Line(text, depth, note, mark))
+
+    def json(self, value: Any, prefix: str = "") -> None:
+        """Pretty JSON; each line knows its path (`a.b[].c`, arrays as `[]`)."""
+
+        def walk(v: Any, path: str, depth: int, head: str, tail: str) -> None:
+            if isinstance(v, dict) and v:
+                self.add(head + "{", (path,), depth)
+                last = len(v) - 1
+                for i, (k, item) in enumerate(v.items()):
+                    sub = f"{path}.{k}" if path else str(k)
+                    key = json.dumps(str(k), ensure_ascii=False) + ": "
+                    walk(item, sub, depth + 1, key, "," if i < last else "")
+                self.add("}" + tail, (path,), depth)
+            elif isinstance(v, list) and v:
+                self.add(head + "[", (path,), depth)
+                for i, item in enumerate(v):
+                    walk(item, path + "[]", depth + 1, "", "," if i < len(v) - 1 else "")
+                self.add("]" + tail, (path,), depth)
+            else:
+                text = "{}" if isinstance(v, dict) else "[]" if isinstance(v, list) else _scalar(v)
+                self.add(head + text + tail, (path,), depth)
+
+        walk(value, prefix, 0, "", "")
+
+    def stream(self, events: Sequence[Mapping[str, Any]], chat: bool) -> None:
+        """Each SSE event as a header line (its label and time), then its data."""
+        last = len(events) - 1
+        for i, ev in enumerate(events):
+            data = ev.get("data")
+            label = event_label(ev, chat)  # type: ignore[arg-type]
+            paths = [f"events[{label}]"] + (["events[terminal]"] if i == last else [])
+            partial = " (partial)" if ev.get("partial") else ""
+            self.add(f"── #{i} {label} · {ms(ev.get('t_ms'))}{partial}", paths, 0, True)
+            if isinstance(data, dict | list):
+                self.json(data, _event_prefix(data, label, chat))
+            else:
+                self.add(_scalar(data), (f"events[{label}]",))
+
+    def record(self, record: Record | None, kind: str) -> None:
+        """One side of a finding: the request line, status, the headers that matter, the body."""
+        if record is None:
+            self.add("(no such exchange in the captures)", note=True)
+            return
+        req, resp = record.get("request") or {}, record.get("response")
+        self.add(f"{req.get('method', '')} {path_only(req.get('path'))}", ("request",), note=True)
+        if not resp:
+            err = record.get("error") or {}
+            self.add(f"no response: {err.get('kind', '?')}", ("response", "status"))
+            if err.get("message"):
+                self.add(str(err["message"]), ("response",))
+            return
+        self.add(f"HTTP {resp.get('status')} {resp.get('reason') or ''}".rstrip(), ("status",))
+        for name, value in resp.get("headers") or ():
+            low = name.lower()
+            if kind in ("header", "transport") or low == "content-type":
+                self.add(f"{low}: {value}", (f"headers.{low}", low))
+        if kind == "header":
+            return
+        chat = (record.get("tags") or {}).get("family") in ("chat.completions", "completions")
+        if resp.get("events") is not None:
+            self.stream(resp["events"], chat)
+        elif resp.get("body") is not None:
+            self.json(resp["body"])
+        elif resp.get("text"):
+            for raw in str(resp["text"]).splitlines():
+                self.add(raw[: 4 * MAX_STRING], ("body", "error"))
+        elif resp.get("b64"):
+            self.add(f"(binary body, {num(resp.get('size') or 0)} bytes)", ("body",), note=True)
+        else:
+            self.add("(empty body)", ("body",), note=True)
+        if resp.get("truncated"):
+            self.add("… body truncated at capture", note=True)
+
+    def markup(self) -> Markup:
+        """Escaped `<span>` lines around the first highlighted one; gaps are marked.
+
+        Only the lines shown are scrubbed of credentials (then cut to a readable width).
+        """
+        n = len(self.lines)
+        first = self.first_hit or 0
+        start = max(0, min(first - CONTEXT, n - MAX_LINES))
+        end = min(n, start + MAX_LINES)
+        parts = []
+        if start:
+            parts.append(Markup('<span class="gap">⋯ {} lines above</span>').format(start))
+        for line in self.lines[start:end]:
+            cls = " ".join(c for c, on in (("hl", line.mark), ("note", line.note)) if on) or "l"
+            text = redact(line.text)
+            if len(text) > MAX_STRING + 60:
+                text = f"{text[: MAX_STRING + 60]}… (+{len(text) - MAX_STRING - 60} chars)"
+            parts.append(Markup('<span class="{}">{}</span>').format(cls, "  " * line.depth + text))
+        if end < n or self.cut:
+            more = f"{n - end} lines" if not self.cut else "more"
+            parts.append(Markup('<span class="gap">⋯ {} below</span>').format(more))
+        return Markup("").join(parts)
+
+
+def _scalar(value: Any) -> str:
+    """A JSON scalar; long strings cut (generously: the shown line is cut again after
+    credentials are scrubbed, so no key is split before it can be recognised)."""
+    if isinstance(value, str) and len(value) > 4 * MAX_STRING:
+        value = f"{value[: 4 * MAX_STRING]}… (+{len(value) - 4 * MAX_STRING} chars)"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _event_prefix(data: Any, label: str, chat: bool) -> str:
+    if chat and isinstance(data, dict) and "error" not in data:
+        return "events[chunk]"
+    return f"events[{label}]"
+
+
+def _laid_out(fill: Callable[[Layout], None], target: str) -> Markup:
+    layout = Layout(target)
+    with contextlib.suppress(_Enough):
+        fill(layout)
+    return layout.markup()
+
+
+def wire(record: Record | None, path: str = "", kind: str = "") -> Markup:
+    """A record's answer laid out as escaped lines, the finding's path highlighted."""
+    return _laid_out(lambda lay: lay.record(record, kind), path)
+
+
+def pretty_json(value: Any, path: str = "") -> Markup:
+    """Any JSON value laid out as escaped lines, `path` highlighted."""
+    return _laid_out(lambda lay: lay.json(value), path)
+
+
+# --- SVG helpers ------------------------------------------------------------------------
+
+
+def nice_ticks(top: float, count: int = 5) -> list[float]:
+    """Round axis ticks from 0 to at least `top` (1, 2 or 5 times a power of ten)."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    n = math.ceil(top / step)
+    return [round(i * step, 6) for i in range(n + 1)]
+
+
+def lane_path(
+    ticks: Sequence[float], t_max: float, y: float, left: float = 90, width: float = 520
+) -> str:
+    """An SVG path drawing one short vertical tick per event time."""
+    scale = width / (t_max or 1.0)
+    return "".join(f"M{left + t * scale:.1f} {y}v12" for t in ticks)
+
+
+def counts(mapping: Mapping[str, int], order: Iterable[str] = ()) -> str:
+    """`3 pass · 1 error`, in the given order first."""
+    keys = [k for k in order if mapping.get(k)] + [k for k in mapping if k not in set(order)]
+    return " · ".join(f"{num(mapping[k])} {k}" for k in keys if mapping.get(k))
+
+
+FILTERS: dict[str, Callable[..., Any]] = {
+    "redact": redact,
+    "ms": ms,
+    "num": num,
+    "plural": plural,
+    "anchor": anchor,
+    "status_class": status_class,
+    "shorten": shorten,
+    "path_only": path_only,
+    "wire": wire,
+    "pretty_json": pretty_json,
+    "counts": counts,
+    "lane_path": lane_path,
+}
+"""Registered on the one Environment by `reports.render`."""

@@ -1,0 +1,201 @@
+"""Rendering: the one jinja2 Environment, and the report's three outputs.
+
+- `report.html`: one file, CSS and JS inlined by `{% include %}`, nothing fetched at view
+  time (a Content-Security-Policy with `default-src 'none'` and hashes of the inlined
+  style and script says so to the browser, and keeps any injected markup inert).
+- `summary.json`: the summary, every divergence and diagnosis (`summary.schema.json`).
+- `divergences.csv`: the divergence table, conformance rows included.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from reports.formatters import FILTERS, missing, redact
+from reports.model import (
+    CODES,
+    DIAGNOSIS_COLUMNS,
+    DIVERGENCE_COLUMNS,
+    KINDS,
+    MAX_CHAIN_GROUPS,
+    MAX_TIMELINES,
+    SEVERITIES,
+    VERDICTS,
+    AnalysisLike,
+    ReportModel,
+    build,
+)
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCHEMA_PATH = PACKAGE_DIR / "summary.schema.json"
+SUMMARY_FORMAT = "wirediff-summary/1"
+DEFAULT_MAX_EXAMPLES = 3
+
+ENV = Environment(
+    loader=FileSystemLoader(str(PACKAGE_DIR)),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters.update(FILTERS)
+ENV.globals.update(
+    VERDICTS=VERDICTS,
+    KINDS=KINDS,
+    SEVERITIES=SEVERITIES,
+    MAX_TIMELINES=MAX_TIMELINES,
+    MAX_CHAIN_GROUPS=MAX_CHAIN_GROUPS,
+)
+
+
+@cache
+def asset_hash(name: str) -> str:
+    """The CSP source (`'sha256-…'`) of an asset exactly as `{% include %}` inlines it."""
+    text = ENV.get_template(name).render()
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
+    """Write the report for an already built model; streamed, never held whole in memory."""
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    template = ENV.get_template("templates/report.html.j2")
+    context = {
+        "m": model,
+        "records": model.records_by_id,
+        "style_hash": asset_hash("assets/report.css"),
+        "script_hash": asset_hash("assets/report.js"),
+    }
+    with out.open("w", encoding="utf-8") as fh:
+        fh.writelines(template.generate(**context))
+    return out
+
+
+def render_report(
+    analysis: AnalysisLike,
+    diagnoses: pd.DataFrame,
+    out_path: str | os.PathLike[str],
+    *,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+) -> Path:
+    """Render `report.html` for an analysis and its diagnoses; returns the path written."""
+    return render_html(build(analysis, diagnoses, max_examples=max_examples), out_path)
+
+
+# --- summary.json -----------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """pandas/numpy scalars and containers as plain JSON values (NaN and NA become null)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [jsonable(v) for v in value]
+    if missing(value):
+        return None
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every diagnosis, contract columns first, strings scrubbed of credentials."""
+    extra = [c for c in ("recovered", "title") if c in diagnoses.columns]
+    rows = []
+    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS + extra).to_dict("records"):
+        item = {str(k): jsonable(v) for k, v in row.items()}
+        item["exchange_ids"] = [str(i) for i in item["exchange_ids"] or []]
+        item["evidence"] = [redact(e) for e in item["evidence"] or []]
+        for key in ("summary", "remedy", "title"):
+            if isinstance(item.get(key), str):
+                item[key] = redact(item[key])
+        rows.append(item)
+    return rows
+
+
+def summary_from(model: ReportModel) -> dict[str, Any]:
+    """`summary.json` for a built model (see `summary.schema.json`)."""
+    backends = [
+        {
+            "label": b.label,
+            "role": b.role,
+            "exchanges": b.exchanges,
+            "endpoints": b.endpoints,
+            "status_mix": {s: n for s, n, _ in b.status_mix},
+            "divergences_by_kind": b.by_kind,
+            "verdicts": {family: verdict for family, verdict, _ in b.families},
+            "outcomes": b.outcomes,
+            "latency": {
+                m: s.as_dict() for m, s in model.latency.per_label.get(b.label, {}).items()
+            },
+        }
+        for b in model.backends
+    ]
+    matrix = [
+        {
+            "endpoint": c.endpoint,
+            "family": c.family,
+            "label": c.label,
+            "verdict": c.verdict,
+            "exchanges": c.total,
+            "outcomes": c.outcomes,
+        }
+        for c in model.cells.values()
+    ]
+    findings = [
+        {
+            "kind": f.kind, "path": f.path, "label": f.label, "baseline_label": f.baseline_label,
+            "endpoint": f.endpoint, "family": f.family, "severity": f.severity,
+            "message": f.message, "baseline": f.baseline, "candidate": f.candidate,
+            "count": f.count, "examples": [e.pair_id for e in f.examples],
+        }
+        for f in model.findings
+    ]  # fmt: skip
+    return {
+        "format": SUMMARY_FORMAT,
+        "generated_at": model.generated_at,
+        "baseline": [label for label, role in model.roles.items() if role == "baseline"],
+        "totals": model.totals,
+        "backends": backends,
+        "matrix": matrix,
+        "findings": findings,
+        "divergences": model.findings_frame[DIVERGENCE_COLUMNS].to_dict("records"),
+        "diagnoses": diagnosis_rows(model.diagnoses),
+        "contract": {"kinds": list(KINDS), "codes": list(CODES), "verdicts": list(VERDICTS)},
+    }
+
+
+def summary_dict(analysis: AnalysisLike, diagnoses: pd.DataFrame) -> dict[str, Any]:
+    """The summary, every divergence and every diagnosis, as `summary.json` holds them."""
+    return summary_from(build(analysis, diagnoses, max_examples=DEFAULT_MAX_EXAMPLES))
+
+
+def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        json.dump(summary, fh, ensure_ascii=False, indent=1)
+        fh.write("\n")
+    return out
+
+
+def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
+    """The divergence table (conformance rows included), one finding per line."""
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.findings_frame[DIVERGENCE_COLUMNS].to_csv(out, index=False)
+    return out

@@ -1,0 +1,232 @@
+"""Stream timelines: a pair's two SSE event sequences aligned, with per-event timing.
+
+Events are labelled exactly as `analysis.divergences` labels them (so a timeline row and an
+`events[label]` finding name the same thing); runs of deltas collapse into one row
+(`response.output_text.delta+` x14) because how many deltas arrive is generated, not
+protocol. Pairs whose two collapsed sequences are the same fold into one timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any
+
+import pandas as pd
+
+from analysis._types import Record
+from analysis.divergences import event_label
+
+CHAT_FAMILIES = frozenset({"chat.completions", "completions"})
+MAX_TICKS = 400
+"""Event ticks drawn per lane; a longer stream is sampled evenly."""
+MARK_KINDS = {"missing": "event_missing", "extra": "event_extra", "moved": "event_order"}
+
+
+@dataclass(slots=True)
+class Run:
+    """One event, or a run of deltas of one type, with its timing and sequence numbers."""
+
+    label: str
+    n: int = 1
+    t_first: float | None = None
+    t_last: float | None = None
+    seq_first: int | None = None
+    seq_last: int | None = None
+    partial: bool = False
+
+    @property
+    def seq(self) -> str:
+        if self.seq_first is None:
+            return ""
+        if self.seq_last is None or self.seq_last == self.seq_first:
+            return str(self.seq_first)
+        return f"{self.seq_first}-{self.seq_last}"
+
+
+@dataclass(slots=True)
+class Row:
+    """One aligned row: `same`, `missing` (baseline only), `extra` (candidate only), `moved`."""
+
+    mark: str
+    baseline: Run | None
+    candidate: Run | None
+
+
+@dataclass(slots=True)
+class Timeline:
+    """The aligned streams of one or more pairs with the same event sequences."""
+
+    anchor: str
+    label: str
+    baseline_label: str
+    endpoint: str
+    pair_ids: list[str]
+    count: int
+    rows: list[Row]
+    baseline_ticks: list[float] = field(default_factory=list)
+    candidate_ticks: list[float] = field(default_factory=list)
+
+    @property
+    def marks(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for row in self.rows:
+            out[row.mark] = out.get(row.mark, 0) + 1
+        return out
+
+    @property
+    def diverges(self) -> bool:
+        return any(row.mark != "same" for row in self.rows)
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted({MARK_KINDS[r.mark] for r in self.rows if r.mark in MARK_KINDS})
+
+    @property
+    def t_max(self) -> float:
+        return max([*self.baseline_ticks, *self.candidate_ticks, 1.0])
+
+
+def _events(record: Record | None) -> list[Mapping[str, Any]] | None:
+    resp = (record or {}).get("response") or {}
+    events = resp.get("events")
+    return events if isinstance(events, list) else None
+
+
+def is_chat(record: Record | None) -> bool:
+    return ((record or {}).get("tags") or {}).get("family") in CHAT_FAMILIES
+
+
+def labels(record: Record | None) -> tuple[str, ...]:
+    """The record's event labels with delta runs collapsed; empty when it is not a stream."""
+    chat = is_chat(record)
+    out: list[str] = []
+    for ev in _events(record) or ():
+        label = event_label(ev, chat)  # type: ignore[arg-type]
+        if label.endswith(".delta"):
+            label += "+"
+            if out and out[-1] == label:
+                continue
+        out.append(label)
+    return tuple(out)
+
+
+def runs(record: Record | None) -> list[Run]:
+    """The record's events as runs, with timing and sequence numbers."""
+    chat = is_chat(record)
+    out: list[Run] = []
+    for ev in _events(record) or ():
+        label = event_label(ev, chat)  # type: ignore[arg-type]
+        if label.endswith(".delta"):
+            label += "+"
+        data = ev.get("data")
+        seqno = data.get("sequence_number") if isinstance(data, dict) else None
+        seqno = seqno if isinstance(seqno, int) else None
+        t = ev.get("t_ms")
+        t = float(t) if isinstance(t, int | float) else None
+        if out and out[-1].label == label and label.endswith("+"):
+            last = out[-1]
+            last.n += 1
+            last.t_last = t
+            last.seq_last = seqno if seqno is not None else last.seq_last
+            last.partial = last.partial or bool(ev.get("partial"))
+            continue
+        out.append(Run(label, 1, t, t, seqno, seqno, bool(ev.get("partial"))))
+    return out
+
+
+def align(base: Sequence[Run], cand: Sequence[Run]) -> list[Row]:
+    """Align two run sequences by label; a label both dropped and added has moved."""
+    bl = [r.label for r in base]
+    cl = [r.label for r in cand]
+    ops = SequenceMatcher(None, bl, cl, autojunk=False).get_opcodes()
+    dropped = {bl[i] for tag, i1, i2, _, _ in ops if tag != "equal" for i in range(i1, i2)}
+    added = {cl[j] for tag, _, _, j1, j2 in ops if tag != "equal" for j in range(j1, j2)}
+    moved = dropped & added
+    rows: list[Row] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            rows.extend(Row("same", base[i1 + k], cand[j1 + k]) for k in range(i2 - i1))
+            continue
+        rows.extend(
+            Row("moved" if bl[i] in moved else "missing", base[i], None) for i in range(i1, i2)
+        )
+        rows.extend(
+            Row("moved" if cl[j] in moved else "extra", None, cand[j]) for j in range(j1, j2)
+        )
+    return rows
+
+
+def ticks(record: Record | None) -> list[float]:
+    """Event times of a stream, evenly sampled down to MAX_TICKS."""
+    times = [
+        float(ev["t_ms"]) for ev in _events(record) or () if isinstance(ev.get("t_ms"), int | float)
+    ]
+    if len(times) <= MAX_TICKS:
+        return times
+    step = len(times) / MAX_TICKS
+    return [times[int(i * step)] for i in range(MAX_TICKS)] + [times[-1]]
+
+
+def timelines(
+    pairs: pd.DataFrame,
+    records_by_id: Mapping[str, Record],
+    *,
+    max_examples: int,
+    anchor: Callable[..., str],
+) -> tuple[list[Timeline], dict[str, str]]:
+    """Fold streamed pairs by (backends, endpoint, both collapsed label sequences).
+
+    Only the first pair of each group is laid out; returns the timelines (diverging
+    first, then by count) and `pair_id → anchor` for every streamed pair.
+    """
+    if pairs.empty:
+        return [], {}
+    seen: dict[str, tuple[str, ...]] = {}
+
+    def key_of(rid: str) -> tuple[str, ...]:
+        got = seen.get(rid)
+        if got is None:
+            got = seen[rid] = labels(records_by_id.get(rid))
+        return got
+
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    first: dict[tuple[Any, ...], tuple[str, str]] = {}
+    columns = [
+        pairs[c].astype(str).tolist()
+        for c in ("pair_id", "label", "baseline_label", "endpoint", "baseline_id", "candidate_id")
+    ]
+    for pid, label, baseline_label, endpoint, bid, cid in zip(*columns, strict=True):
+        b_key, c_key = key_of(bid), key_of(cid)
+        if not b_key and not c_key:
+            continue
+        key = (label, baseline_label, endpoint, b_key, c_key)
+        members = groups.get(key)
+        if members is None:
+            members = groups[key] = []
+            first[key] = (bid, cid)
+        members.append(pid)
+
+    out: list[Timeline] = []
+    by_pair: dict[str, str] = {}
+    for n, (key, pair_ids) in enumerate(groups.items()):
+        label, baseline_label, endpoint, _, _ = key
+        bid, cid = first[key]
+        base, cand = records_by_id.get(bid), records_by_id.get(cid)
+        tl = Timeline(
+            anchor=anchor("tl", n, label, endpoint),
+            label=label,
+            baseline_label=baseline_label,
+            endpoint=endpoint,
+            pair_ids=pair_ids[:max_examples],
+            count=len(pair_ids),
+            rows=align(runs(base), runs(cand)),
+            baseline_ticks=ticks(base),
+            candidate_ticks=ticks(cand),
+        )
+        out.append(tl)
+        for pid in pair_ids:
+            by_pair[pid] = tl.anchor
+    out.sort(key=lambda t: (not t.diverges, -t.count, t.label, t.endpoint))
+    return out, by_pair
