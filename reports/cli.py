@@ -1,0 +1,116 @@
+"""`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
+[--ignore-config wirediff.yaml] [--max-examples N]`
+
+Usage: `analysis.cli` calls `register(subparsers)`; bad input raises `UsageError` or
+`CaptureError`, which the CLI prints as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis._types import Record
+from analysis.cli import UsageError
+from analysis.store import CaptureError, load_records
+from reports.model import AnalysisLike, build
+from reports.render import DEFAULT_MAX_EXAMPLES, render_html, summary_from, write_csv, write_json
+
+
+def load_ignore(path: str | Path) -> tuple[str, ...]:
+    """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist)."""
+    from analysis.analyze import load_ignore as read_patterns
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such ignore config")
+    try:
+        return tuple(read_patterns(p))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_analysis(
+    records: list[Record], ignore: tuple[str, ...]
+) -> tuple[AnalysisLike, pd.DataFrame]:
+    """The analysis and the diagnoses the report renders."""
+    from analysis.analyze import analyze
+    from analysis.diagnose import diagnose
+
+    return analyze(records, ignore=ignore), diagnose(records)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.max_examples < 1:
+        raise UsageError("--max-examples must be at least 1")
+    ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
+    records = load_records(args.captures)
+    if not records:
+        raise UsageError(f"no exchanges in {', '.join(args.captures)}")
+    t0 = time.monotonic()
+    analysis, diagnoses = run_analysis(records, ignore)
+    model = build(analysis, diagnoses, max_examples=args.max_examples)
+    written = [render_html(model, args.output)]
+    if args.json:
+        written.append(write_json(summary_from(model), args.json))
+    if args.csv:
+        written.append(write_csv(model, args.csv))
+    t = model.totals
+    print(
+        f"{t['exchanges']:,} exchanges, {t['pairs']:,} pairs: {t['divergences']:,} divergences, "
+        f"{t['conformance']:,} conformance findings, {t['diagnoses']:,} diagnoses "
+        f"({time.monotonic() - t0:.1f}s)",
+        file=sys.stderr,
+    )
+    for path in written:
+        print(path)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `report` to the `wirediff` command line."""
+    p = subparsers.add_parser(
+        "report", help="render report.html (and summary.json, divergences.csv) from captures"
+    )
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl captures")
+    p.add_argument(
+        "-o", "--output", default="report.html", help="HTML report (default: report.html)"
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.add_argument("--csv", metavar="FILE", help="also write the divergence table as CSV")
+    p.add_argument(
+        "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
+    )
+    p.add_argument(
+        "--max-examples",
+        type=int,
+        default=DEFAULT_MAX_EXAMPLES,
+        metavar="N",
+        help=f"examples shown per folded finding (default: {DEFAULT_MAX_EXAMPLES})",
+    )
+    p.set_defaults(func=cmd_report)
+
+
+def main_report(argv: Sequence[str] | None = None) -> int:
+    """`wirediff report` on its own (`python -m reports.cli`), with the CLI's exit codes."""
+    parser = argparse.ArgumentParser(prog="wirediff")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return cmd_report(args)
+    except (CaptureError, UsageError) as e:
+        print(f"wirediff: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"wirediff: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main_report())
