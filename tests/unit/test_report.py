@@ -1,0 +1,771 @@
+"""The report: one offline HTML file, summary.json (schema-checked) and divergences.csv.
+
+Built from realistic records (tests/fixtures/records.py: OpenAI's bodies, events and
+headers) replayed to two candidates with one change each, hand-written divergence and
+diagnosis rows in the contract's columns, and the real exchange/event/pair frames.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis._types import Record
+from analysis.cli import UsageError
+from analysis.pairing import pairs_frame
+from analysis.redact import fingerprint, redact_headers, redact_url
+from analysis.store import RecordWriter, events_frame, exchanges_frame
+from reports import cli as report_cli
+from reports.formatters import MAX_LINES, hits, pretty_json, redact
+from reports.model import (
+    CODES,
+    DIAGNOSIS_COLUMNS,
+    DIVERGENCE_COLUMNS,
+    KINDS,
+    MAX_FINDINGS,
+    MAX_LAID_OUT,
+    VERDICTS,
+    build,
+)
+from reports.render import (
+    SCHEMA_PATH,
+    render_html,
+    render_report,
+    summary_dict,
+    summary_from,
+    write_csv,
+)
+from tests.fixtures import records as fx
+
+CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
+INJECT = "<script>alert(1)</script></textarea>\"'><img src=x onerror=alert(2)>"
+GATEWAY = "reverse:http://127.0.0.1:4100@4001"
+UPSTREAM = "reverse:http://127.0.0.1:4200@4002"
+
+
+@dataclass
+class SampleAnalysis:
+    """The analysis contract (`analysis.analyze.Analysis`), built from the real frames."""
+
+    records_by_id: dict[str, Record]
+    exchanges: pd.DataFrame
+    events: pd.DataFrame
+    pairs: pd.DataFrame
+    divergences: pd.DataFrame
+    conformance: pd.DataFrame
+    latency: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def frames(
+    records: list[Record], divergences: list[tuple[Any, ...]], conformance: list[tuple[Any, ...]]
+) -> SampleAnalysis:
+    ex, ev = exchanges_frame(records), events_frame(records)
+    pairs = pairs_frame(ex, ev)
+    meta = pairs.set_index("pair_id")
+
+    def rows(found: list[tuple[Any, ...]]) -> pd.DataFrame:
+        out = []
+        for pair_id, kind, path, base, cand, severity, message in found:
+            if pair_id in meta.index:
+                p = meta.loc[pair_id]
+                head = [
+                    pair_id,
+                    p["label"],
+                    p["baseline_label"],
+                    p["baseline_id"],
+                    pair_id,
+                    p["family"],
+                    p["endpoint"],
+                ]
+            else:  # conformance: one record, no baseline
+                r = next(r for r in records if r["id"] == pair_id)
+                head = [
+                    pair_id,
+                    r["label"],
+                    "",
+                    "",
+                    pair_id,
+                    r["tags"]["family"],
+                    r["tags"]["endpoint"],
+                ]
+            out.append([*head, kind, path, base, cand, severity, message])
+        return pd.DataFrame(out, columns=DIVERGENCE_COLUMNS)
+
+    return SampleAnalysis(
+        {r["id"]: r for r in records}, ex, ev, pairs, rows(divergences), rows(conformance)
+    )
+
+
+def _evil_chat(rec: Record) -> None:
+    fx.body(rec)["choices"][0]["message"]["content"] = INJECT
+    fx.set_header(rec, "x-evil", INJECT)
+
+
+def sample_records() -> list[Record]:
+    """openai (baseline) replayed to ollama and lmstudio, plus a two-hop 401 chain."""
+    base = fx.openai_session()
+    by_path = {
+        (
+            r["request"]["path"],
+            r["tags"]["stream"],
+            bool(r["request"]["body"] and r["request"]["body"].get("tools")),
+        ): r
+        for r in base
+    }
+    chat = by_path[("/v1/chat/completions", False, False)]
+    chat_stream = by_path[("/v1/chat/completions", True, False)]
+    resp_stream = by_path[("/v1/responses", True, False)]
+    resp = by_path[("/v1/responses", False, False)]
+    tool = by_path[("/v1/chat/completions", False, True)]
+    out = list(base)
+    # ollama: model output with markup, a stream without its usage chunk, a missing done event,
+    # tool arguments as an object
+    out.append(fx.replay(chat, id="ol-chat", label="ollama", change=_evil_chat))
+    out.append(
+        fx.replay(
+            chat_stream,
+            id="ol-chat-s",
+            label="ollama",
+            change=lambda r: fx.drop_events(
+                r, lambda d: not (isinstance(d, dict) and d.get("usage"))
+            ),
+        )
+    )
+    out.append(
+        fx.replay(
+            resp_stream,
+            id="ol-resp-s",
+            label="ollama",
+            change=lambda r: fx.drop_events(
+                r, lambda d: fx.event_type(d) != "response.output_text.done"
+            ),
+        )
+    )
+    out.append(fx.replay(resp, id="ol-resp", label="ollama"))
+
+    def args_object(r: Record) -> None:
+        fx.body(r)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {
+            "city": "Paris"
+        }
+
+    out.append(fx.replay(tool, id="ol-tool", label="ollama", change=args_object))
+
+    # lmstudio: a soft error on /v1/responses that echoes the key, the chat answer fine
+    def soft(r: Record) -> None:
+        r["response"]["body"] = {
+            "error": f"Unexpected endpoint or method. (POST /v1/responses) Incorrect API key provided: {CANARY}"
+        }
+
+    out.append(fx.replay(resp, id="lm-resp", label="lmstudio", change=soft))
+    out.append(fx.replay(chat, id="lm-chat", label="lmstudio"))
+    # a two-hop chain: the gateway drops the key, the upstream answers 401
+    outer = fx.error_record(
+        id="hop-outer",
+        status=401,
+        label="gateway",
+        seq=90,
+        session="hops",
+        body=fx.openai_error("You didn't provide an API key.", "invalid_request_error"),
+    )
+    outer["listener"] = GATEWAY
+    outer["request"]["url"] = redact_url(f"http://127.0.0.1:4001/v1/chat/completions?key={CANARY}")
+    inner = copy.deepcopy(outer)
+    inner.update(id="hop-inner", listener=UPSTREAM, started=outer["started"] + 0.01)
+    inner["request"]["headers"] = [
+        h for h in inner["request"]["headers"] if h[0] != "authorization"
+    ]
+    inner["tags"]["auth"] = None
+    outer["request"]["headers"] = redact_headers(
+        [("authorization", f"Bearer {CANARY}"), ("x-api-key", CANARY)]
+    )
+    outer["tags"]["auth"] = {
+        "header": "authorization",
+        "scheme": "Bearer",
+        "fingerprint": fingerprint(CANARY),
+        "forwarded": False,
+    }
+    out += [outer, inner]
+    return out
+
+
+def sample() -> tuple[SampleAnalysis, pd.DataFrame]:
+    records = sample_records()
+    divergences = [
+        ("ol-chat", "header", "headers.x-evil", "", INJECT, "info", f"`x-evil` is extra: {INJECT}"),
+        (
+            "ol-chat-s",
+            "event_missing",
+            "events[chunk.usage]",
+            "#5",
+            "",
+            "warning",
+            "`chunk.usage` is missing (baseline position 5)",
+        ),
+        (
+            "ol-resp-s",
+            "event_missing",
+            "events[response.output_text.done]",
+            "#6",
+            "",
+            "warning",
+            "`response.output_text.done` is missing (baseline position 6)",
+        ),
+        (
+            "ol-tool",
+            "schema_type",
+            "choices[].message.tool_calls[].function.arguments",
+            "string",
+            "object",
+            "error",
+            "`choices[].message.tool_calls[].function.arguments` is object, the baseline has string",
+        ),
+        (
+            "lm-resp",
+            "soft_error",
+            "error",
+            "",
+            f'{{"error": "Incorrect API key provided: {CANARY}"}}',
+            "error",
+            "a 200 answer that carries an error",
+        ),
+        (
+            "lm-resp",
+            "schema_missing",
+            "output",
+            "array",
+            "",
+            "warning",
+            "`output` is missing (baseline: array)",
+        ),
+        (
+            "lm-resp",
+            "schema_missing",
+            "id",
+            "string",
+            "",
+            "warning",
+            "`id` is missing (baseline: string)",
+        ),
+    ]
+    conformance = [
+        (
+            "ol-tool",
+            "conformance",
+            "choices[].message.tool_calls[].function.arguments",
+            "",
+            "Input should be a valid string (ChatCompletion)",
+            "error",
+            "`choices[].message.tool_calls[].function.arguments`: Input should be a valid string (ChatCompletion)",
+        ),
+    ]
+    analysis = frames(records, divergences, conformance)
+    diagnoses = pd.DataFrame(
+        [
+            (
+                "ch-lm-resp",
+                "endpoint_not_implemented",
+                ["lm-resp"],
+                "lmstudio",
+                "/v1/responses",
+                "lmstudio",
+                "LM Studio does not implement POST /v1/responses",
+                ['200 with {"error": "Unexpected endpoint or method. (POST /v1/responses)"}'],
+                "use /v1/chat/completions with LM Studio",
+            ),
+            (
+                "ch-lm-resp",
+                "soft_error_200",
+                ["lm-resp"],
+                "lmstudio",
+                "/v1/responses",
+                "lmstudio",
+                "an error in a 200 answer",
+                [f"body: Incorrect API key provided: {CANARY}"],
+                "check the body, not only the status",
+            ),
+            (
+                "ch-hop-outer",
+                "auth_dropped_by_hop",
+                ["hop-outer", "hop-inner"],
+                "gateway",
+                "/v1/chat/completions",
+                None,
+                "the gateway dropped the Authorization header",
+                [
+                    "hop 1 carries authorization: Bearer " + fingerprint(CANARY),
+                    "hop 2 carries none",
+                    INJECT,
+                ],
+                "forward the Authorization header at the gateway",
+            ),
+        ],
+        columns=DIAGNOSIS_COLUMNS,
+    )
+    return analysis, diagnoses
+
+
+# --- a tiny JSON Schema validator for the keywords summary.schema.json uses -------------
+
+_TYPES: dict[str, Any] = {
+    "object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+    "integer": int, "number": (int, float),
+}  # fmt: skip
+_KEYWORDS = {"$schema", "$id", "$defs", "$ref", "title", "description", "type", "enum", "const",
+             "properties", "required", "additionalProperties", "items", "minimum", "anyOf"}  # fmt: skip
+
+
+def validate(value: Any, schema: dict[str, Any], root: dict[str, Any], where: str = "$") -> None:
+    unknown = set(schema) - _KEYWORDS
+    assert not unknown, f"{where}: the test validator does not know {unknown}"
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        validate(value, root["$defs"][name], root, where)
+    if "type" in schema:
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        ok = any(
+            isinstance(value, _TYPES[t])
+            and not (t in ("integer", "number") and isinstance(value, bool))
+            for t in types
+        )
+        assert ok, f"{where}: {value!r} is not {types}"
+    if "enum" in schema:
+        assert value in schema["enum"], f"{where}: {value!r} not in {schema['enum']}"
+    if "const" in schema:
+        assert value == schema["const"], f"{where}: {value!r} != {schema['const']!r}"
+    if "minimum" in schema:
+        assert value >= schema["minimum"], f"{where}: {value} < {schema['minimum']}"
+    if "anyOf" in schema:
+        errors = []
+        for sub in schema["anyOf"]:
+            try:
+                validate(value, sub, root, where)
+                break
+            except AssertionError as e:
+                errors.append(str(e))
+        else:
+            raise AssertionError(f"{where}: matches no anyOf branch: {errors}")
+    if isinstance(value, dict):
+        for key in schema.get("required", ()):
+            assert key in value, f"{where}: missing {key!r}"
+        props = schema.get("properties", {})
+        for key, item in value.items():
+            if key in props:
+                validate(item, props[key], root, f"{where}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                validate(item, schema["additionalProperties"], root, f"{where}.{key}")
+            else:
+                assert schema.get("additionalProperties", True) is not False, (
+                    f"{where}: unexpected {key!r}"
+                )
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            validate(item, schema["items"], root, f"{where}[{i}]")
+
+
+def schema() -> dict[str, Any]:
+    return dict(json.loads(SCHEMA_PATH.read_text()))
+
+
+# --- the HTML as a browser would parse it -----------------------------------------------
+
+
+class Page(HTMLParser):
+    """Tags, attributes and text of a document, to assert on what a browser would build."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        (self.scripts if self._in_script else self.text).append(data)
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> tuple[Path, str]:
+    analysis, diagnoses = sample()
+    out = render_report(analysis, diagnoses, tmp_path / "report.html", max_examples=2)
+    return out, out.read_text(encoding="utf-8")
+
+
+# --- tests ------------------------------------------------------------------------------
+
+
+def test_report_is_one_file_with_no_network_reference(report: tuple[Path, str]) -> None:
+    path, html = report
+    page = parse(html)
+    assert [t for t, _ in page.tags].count("script") == 1
+    for tag, attrs in page.tags:
+        for name in ("src", "href", "action", "srcset", "data", "poster"):
+            value = attrs.get(name) or ""
+            assert not value or value.startswith("#"), f"<{tag} {name}={value!r}> leaves the file"
+        assert tag not in ("link", "iframe", "object", "embed", "img", "base")
+    assert not re.search(r"(?i)(https?:)?//[\w.-]+\.[a-z]{2,}/", "".join(page.scripts))
+    assert "@import" not in html and "url(" not in html
+    csp = next(
+        a["content"]
+        for t, a in page.tags
+        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
+    assert csp is not None and "default-src 'none'" in csp and "unsafe-inline" not in csp
+    assert path.stat().st_size < 2_000_000
+
+
+def test_report_shows_every_section(report: tuple[Path, str]) -> None:
+    _, html = report
+    page = parse(html)
+    ids = {a.get("id") for _, a in page.tags}
+    assert {"summary", "matrix", "divergences", "timelines", "chains", "latency", "filters"} <= ids
+    text = " ".join(page.text)
+    for label in ("openai", "ollama", "lmstudio", "gateway"):
+        assert label in text
+    # the matrix: every cell links to an evidence block that exists
+    links = [a.get("href") or "" for t, a in page.tags if t == "a"]
+    assert links and all(href.startswith("#") and href[1:] in ids for href in links)
+    cells = [a for t, a in page.tags if t == "td" and a.get("data-backend")]
+    assert {c["class"] for c in cells} >= {"v-pass", "v-diverges", "v-unsupported", "v-error"}
+    # hops drawn from the listeners: client → gateway upstream → the inner upstream
+    assert "127.0.0.1:4100" in text and "127.0.0.1:4200" in text and "auth_dropped_by_hop" in text
+    # the missing event is marked in its stream timeline, the differing path highlighted
+    assert 'class="mk-missing"' in html and "response.output_text.done" in text
+    assert re.search(r"<span class=\"hl\">\s*&#34;arguments&#34;: \{", html)
+    # latency as inline SVG
+    assert html.count("<svg") >= 3 and 'class="box"' in html
+
+
+def test_injection_is_shown_as_text(report: tuple[Path, str]) -> None:
+    _, html = report
+    page = parse(html)
+    assert [t for t, _ in page.tags].count("script") == 1  # only the report's own
+    assert not any(t in ("img", "textarea") for t, _ in page.tags)
+    assert not any(k.startswith("on") for _, a in page.tags for k in a)
+    text = "".join(page.text)
+    assert "<script>alert(1)</script>" in text  # model output: visible, as text
+    assert "</textarea>" in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert" not in html
+
+
+def test_canary_key_never_written(tmp_path: Path) -> None:
+    analysis, diagnoses = sample()
+    raw = json.dumps(list(analysis.records_by_id.values()))
+    assert CANARY in raw  # the sample does carry it (an error body echoing the key)
+    model = build(analysis, diagnoses, max_examples=5)
+    html = render_html(model, tmp_path / "report.html").read_text()
+    summary = json.dumps(summary_from(model))
+    csv_text = write_csv(model, tmp_path / "divergences.csv").read_text()
+    for name, text in (
+        ("report.html", html),
+        ("summary.json", summary),
+        ("divergences.csv", csv_text),
+    ):
+        assert CANARY not in text, name
+        assert CANARY[3:] not in text, name
+    assert fingerprint(CANARY) in html  # the fingerprint is the evidence
+
+
+def test_summary_json_matches_its_schema() -> None:
+    analysis, diagnoses = sample()
+    summary = json.loads(json.dumps(summary_dict(analysis, diagnoses)))
+    validate(summary, schema(), schema())
+    assert len(summary["divergences"]) == 8 and len(summary["diagnoses"]) == 3
+    by_label = {b["label"]: b for b in summary["backends"]}
+    assert by_label["openai"]["role"] == "baseline"
+    assert by_label["lmstudio"]["verdicts"]["responses"] == "unsupported"
+    assert by_label["ollama"]["verdicts"]["chat.completions"] == "diverges"
+    assert by_label["gateway"]["verdicts"]["chat.completions"] == "error"
+    assert by_label["ollama"]["divergences_by_kind"]["event_missing"] == 2
+
+
+def test_schema_enums_are_the_contract() -> None:
+    from analysis.diagnose import CODES as ANALYSIS_CODES
+    from analysis.divergences import KINDS as ANALYSIS_KINDS
+
+    defs = schema()["$defs"]
+    assert defs["kind"]["enum"] == list(KINDS) == [*ANALYSIS_KINDS, "conformance"]
+    assert defs["code"]["enum"] == list(CODES) == list(ANALYSIS_CODES)
+    assert defs["verdict"]["enum"] == list(VERDICTS)
+
+
+def test_schema_rejects_an_unknown_kind() -> None:
+    analysis, diagnoses = sample()
+    summary = json.loads(json.dumps(summary_dict(analysis, diagnoses)))
+    summary["divergences"][0]["kind"] = "vibes"
+    with pytest.raises(AssertionError, match="vibes"):
+        validate(summary, schema(), schema())
+
+
+def test_identical_findings_fold_with_counts(tmp_path: Path) -> None:
+    records = sample_records()
+    chat = next(r for r in records if r["id"] == "o0")
+    many = [fx.replay(chat, id=f"rep{i}", label="vllm", change=_evil_chat) for i in range(25)]
+    analysis = frames(
+        records + many,
+        [
+            (
+                f"rep{i}",
+                "header",
+                "headers.x-request-id",
+                "req_1",
+                "",
+                "warning",
+                "`x-request-id` is missing in the candidate",
+            )
+            for i in range(25)
+        ]
+        + [
+            (
+                f"rep{i}",
+                "event_order",
+                "events[x]",
+                f"#{i}",
+                f"#{i + 1}",
+                "warning",
+                f"`x` comes at position {i + 1}, the baseline has it at {i}",
+            )
+            for i in range(4)
+        ],
+        [],
+    )
+    model = build(analysis, pd.DataFrame(columns=DIAGNOSIS_COLUMNS), max_examples=3)
+    assert [(f.kind, f.count, len(f.examples)) for f in model.findings] == [
+        ("header", 25, 3),
+        ("event_order", 4, 3),
+    ]
+    html = render_html(model, tmp_path / "r.html").read_text()
+    assert "22 more occurrences folded" in html
+    assert html.count('class="example"') == 6
+    summary = summary_from(model)
+    assert len(summary["divergences"]) == 29
+    assert [f["count"] for f in summary["findings"]] == [25, 4]
+
+
+def test_csv_is_the_divergence_table(tmp_path: Path) -> None:
+    analysis, diagnoses = sample()
+    model = build(analysis, diagnoses)
+    with write_csv(model, tmp_path / "d.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == DIVERGENCE_COLUMNS
+    assert len(rows) == 8 and {r["kind"] for r in rows} >= {
+        "soft_error",
+        "conformance",
+        "event_missing",
+    }
+    assert all(r["severity"] in ("error", "warning", "info") for r in rows)
+
+
+def test_highlight_and_window() -> None:
+    assert hits(
+        "choices[].message.tool_calls[].function.arguments",
+        "choices[].message.tool_calls[].function.arguments@json.city",
+    )
+    assert hits("usage.total_tokens", "usage")
+    assert hits(
+        "events[response.output_text.delta].delta", "events[response.output_text.delta+].delta"
+    )
+    assert hits("headers.x-ratelimit-limit-tokens", "headers.x-ratelimit-*")
+    assert not hits("usage_extra", "usage")
+    doc = {"a": list(range(200)), "b": {"c": "<b>"}, "z": list(range(10_000))}
+    html = str(pretty_json(doc, "b.c"))
+    assert '<span class="hl">    &#34;c&#34;: &#34;&lt;b&gt;&#34;</span>' in html
+    assert "194 lines above" in html and "⋯ more below" in html
+    assert html.count("<span") == MAX_LINES + 2
+    html = str(pretty_json(doc, "nowhere"))
+    assert html.count("<span") == MAX_LINES + 1 and 'class="hl"' not in html
+
+
+def test_redact_scrubs_echoed_credentials() -> None:
+    text = f'Incorrect API key provided: {CANARY}. Bearer abcdefghijkl; ?api_key=zzzzzz&x=1 {{"api_key": "qqqqqqqqq"}}'
+    out = redact(text)
+    assert (
+        CANARY not in out
+        and "abcdefghijkl" not in out
+        and "zzzzzz" not in out
+        and "qqqqqqqqq" not in out
+    )
+    assert redact("Bearer sha256:1a2b3c4d5e6f") == "Bearer sha256:1a2b3c4d5e6f"
+
+
+def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    analysis, diagnoses = sample()
+    capture = tmp_path / "c.jsonl"
+    with RecordWriter(capture) as w:
+        for rec in analysis.records_by_id.values():
+            w.write(rec)
+    seen: dict[str, Any] = {}
+
+    def fake_analyze(records: list[Record], *, ignore: tuple[str, ...] = ()) -> SampleAnalysis:
+        seen["ignore"], seen["n"] = ignore, len(records)
+        return analysis
+
+    monkeypatch.setattr(
+        report_cli,
+        "run_analysis",
+        lambda records, ignore: (fake_analyze(records, ignore=ignore), diagnoses),
+    )
+    config = tmp_path / "wirediff.yaml"
+    config.write_text("ignore:\n  - usage.*\n  - system_fingerprint\n")
+    out = tmp_path / "out"
+    rc = report_cli.main_report(
+        [str(capture), "-o", str(out / "r.html"), "--json", str(out / "s.json"), "--csv", str(out / "d.csv"),
+         "--ignore-config", str(config)]
+    )  # fmt: skip
+    assert rc == 0
+    assert seen == {"ignore": ("usage.*", "system_fingerprint"), "n": len(analysis.records_by_id)}
+    assert (out / "r.html").stat().st_size > 10_000
+    validate(json.loads((out / "s.json").read_text()), schema(), schema())
+    assert (out / "d.csv").read_text().startswith(",".join(DIVERGENCE_COLUMNS))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("ignore: usage\n", "wirediff.yaml: `ignore` must be a list of path patterns"),
+        ("- a\n", "wirediff.yaml: expected a mapping with an `ignore:` list"),
+        ("ignore: [a\n", "wirediff.yaml: cannot read"),
+        (None, "wirediff.yaml: no such ignore config"),
+    ],
+)
+def test_cli_rejects_a_bad_ignore_config(tmp_path: Path, content: str | None, message: str) -> None:
+    config = tmp_path / "wirediff.yaml"
+    if content is not None:
+        config.write_text(content)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        report_cli.load_ignore(config)
+
+
+def test_cli_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "har/1.2"}\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for argv, expect in (
+        ([str(bad)], "not a wirediff/1 record"),
+        ([str(empty)], "no exchanges"),
+        ([str(tmp_path / "missing.jsonl")], "cannot read capture"),
+        ([str(empty), "--max-examples", "0"], "--max-examples must be at least 1"),
+    ):
+        assert report_cli.main_report(argv) == 2
+        err = capsys.readouterr().err
+        assert expect in err and err.count("\n") == 1, err
+
+
+def _synthetic(n: int) -> tuple[SampleAnalysis, pd.DataFrame]:
+    """n exchanges: the sample session's shapes repeated, replayed to three candidates."""
+    base = fx.openai_session()
+    records: list[Record] = []
+    divergences = []
+    labels = ("ollama", "vllm", "lmstudio")
+    for i in range(n // 4):
+        b = copy.copy(base[i % len(base)])
+        b = {**b, "id": f"b{i}", "seq": i}
+        records.append(b)
+        for label in labels:
+            c = {
+                **b,
+                "id": f"{label}{i}",
+                "label": label,
+                "replay_of": b["id"],
+                "ttfb_ms": 50.0 + i % 97,
+            }
+            records.append(c)
+            if label != "vllm":
+                divergences.append(
+                    (
+                        c["id"],
+                        "header",
+                        "headers.x-request-id",
+                        "req_3f2a",
+                        "",
+                        "warning",
+                        "`x-request-id` is missing in the candidate",
+                    )
+                )
+            if b["tags"]["stream"] and label == "ollama":
+                divergences.append(
+                    (
+                        c["id"],
+                        "event_missing",
+                        "events[chunk.usage]",
+                        f"#{i % 7}",
+                        "",
+                        "warning",
+                        f"`chunk.usage` is missing (baseline position {i % 7})",
+                    )
+                )
+    return frames(records, divergences, []), pd.DataFrame(columns=DIAGNOSIS_COLUMNS)
+
+
+def test_scale_stays_small_and_fast(tmp_path: Path) -> None:
+    """Size does not grow with repeats; the render is linear (the 100k figure: see README)."""
+    analysis, diagnoses = _synthetic(8000)
+    t0 = time.perf_counter()
+    out = render_report(analysis, diagnoses, tmp_path / "r.html")
+    elapsed = time.perf_counter() - t0
+    size = out.stat().st_size
+    assert size < 1_500_000, size
+    assert elapsed < 15, elapsed
+
+
+def test_size_is_bounded_however_many_distinct_findings(tmp_path: Path) -> None:
+    """Thousands of distinct findings on 1 MiB bodies: the budget keeps the file small."""
+    records = sample_records()
+    chat = next(r for r in records if r["id"] == "o0")
+    big = {"choices": [{"message": {"content": "x" * 500, "n": i}} for i in range(2000)]}
+    wide = [
+        {
+            **chat,
+            "id": f"w{i}",
+            "label": "vllm",
+            "replay_of": "o0",
+            "response": {**chat["response"], "body": big},
+        }
+        for i in range(MAX_FINDINGS + 500)
+    ]
+    analysis = frames(
+        records + wide,
+        [(r["id"], "schema_extra", f"choices[].message.extra{i}", "", "string", "info", f"`extra{i}` is extra")
+         for i, r in enumerate(wide)],
+        [],
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    html = render_report(
+        analysis, pd.DataFrame(columns=DIAGNOSIS_COLUMNS), tmp_path / "r.html"
+    ).read_text()
+    assert time.perf_counter() - t0 < 30
+    assert len(html.encode()) < 8_000_000
+    page = parse(html)
+    findings = [a for t, a in page.tags if t == "details" and "finding" in (a.get("class") or "")]
+    assert len(findings) == MAX_FINDINGS
+    assert html.count('class="example"') == MAX_LAID_OUT
+    assert "500 more occurrences at 500 more paths not listed here" in html
+    ids = {a.get("id") for _, a in page.tags}
+    assert all((a.get("href") or "#")[1:] in ids for t, a in page.tags if t == "a")
