@@ -1,0 +1,251 @@
+"""The report in Debian's headless Chromium, driven over the DevTools protocol (a pipe).
+
+No console error, nothing fetched but the file itself, the matrix and a divergence
+visible, a filter click hides the other backends. A screenshot goes to tmp (and to
+`$WIREDIFF_SCREENSHOT` when set); `$WIREDIFF_REPORT` checks an existing report instead of
+the fixture one:
+
+    WIREDIFF_REPORT=wirediff-demo/report.html WIREDIFF_SCREENSHOT=docs/report.png \
+        .venv/bin/pytest tests/e2e/test_report_browser.py
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reports.render import render_report
+from tests.unit.test_report import sample
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-extensions", "--remote-debugging-pipe", "--hide-scrollbars",
+]  # fmt: skip
+WIDTH, HEIGHT = 1360, 1700
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium"
+    ),
+]
+
+
+class DevTools:
+    """The Chrome DevTools protocol over `--remote-debugging-pipe` (fd 3 in, fd 4 out)."""
+
+    def __init__(self, profile: Path, log: Path) -> None:
+        to_chrome_r, to_chrome_w = os.pipe()
+        from_chrome_r, from_chrome_w = os.pipe()
+        # Keep the child's ends clear of 3 and 4 so that dup2 cannot clobber one with the other.
+        child_in = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD_CLOEXEC, 10)
+        child_out = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+
+        def wire_fds() -> None:
+            os.dup2(child_in, 3)
+            os.dup2(child_out, 4)
+
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [
+                    str(CHROMIUM),
+                    *FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--window-size={WIDTH},{HEIGHT}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                close_fds=False,
+                preexec_fn=wire_fds,
+            )
+        os.close(child_in)
+        os.close(child_out)
+        self.write_fd, self.read_fd = to_chrome_w, from_chrome_r
+        self.buf = b""
+        self.events: list[dict[str, Any]] = []
+        self.next_id = 0
+        self.session: str | None = None
+
+    def _message(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no answer from chromium")
+            ready, _, _ = select.select([self.read_fd], [], [], left)
+            if ready:
+                chunk = os.read(self.read_fd, 1 << 20)
+                if not chunk:
+                    raise EOFError("chromium closed the DevTools pipe")
+                self.buf += chunk
+        raw, _, self.buf = self.buf.partition(b"\0")
+        return dict(json.loads(raw))
+
+    def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        data = json.dumps(msg).encode() + b"\0"
+        while data:
+            data = data[os.write(self.write_fd, data) :]
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._message(deadline)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return dict(reply.get("result") or {})
+            self.events.append(reply)
+
+    def wait_event(self, method: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        for ev in self.events:
+            if ev.get("method") == method:
+                return ev
+        while True:
+            ev = self._message(deadline)
+            self.events.append(ev)
+            if ev.get("method") == method:
+                return ev
+
+    def open(self, url: str) -> None:
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=WIDTH,
+            height=HEIGHT,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        self.call("Page.navigate", url=url)
+        self.wait_event("Page.loadEventFired")
+
+    def js(self, expression: str) -> Any:
+        result = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(result["exceptionDetails"])
+        return result["result"].get("value")
+
+    def click(self, selector: str) -> None:
+        """A real mouse click at the element's centre (not a synthetic `el.click()`)."""
+        box = self.js(
+            f"(() => {{ const el = document.querySelector({json.dumps(selector)}); el.scrollIntoView({{block: 'center'}});"
+            " const r = el.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        x, y = box
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def screenshot(self, path: Path) -> None:
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+
+    def errors(self) -> list[str]:
+        out = []
+        for ev in self.events:
+            method, params = ev.get("method"), ev.get("params") or {}
+            if method == "Runtime.exceptionThrown":
+                out.append(json.dumps(params["exceptionDetails"])[:300])
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                out.append(json.dumps(params.get("args"))[:300])
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                out.append(params["entry"].get("text", "")[:300])
+        return out
+
+    def requests(self) -> list[str]:
+        return [
+            ev["params"]["request"]["url"]
+            for ev in self.events
+            if ev.get("method") == "Network.requestWillBeSent"
+        ]
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, TimeoutError, EOFError, OSError):
+            self.call("Browser.close", timeout=5)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.write_fd)
+        os.close(self.read_fd)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    log = tmp_path / "chromium.log"
+    devtools = DevTools(tmp_path / "profile", log)
+    try:
+        yield devtools
+    finally:
+        devtools.close()
+
+
+def visible(selector: str) -> str:
+    """JS: how many elements match and how many of them are rendered."""
+    return (
+        f"(() => {{ const all = [...document.querySelectorAll({json.dumps(selector)})];"
+        " return [all.length, all.filter(e => e.checkVisibility()).length]; })()"
+    )
+
+
+def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
+    given = os.environ.get("WIREDIFF_REPORT")
+    if given:
+        report = Path(given).resolve()
+    else:
+        analysis, diagnoses = sample()
+        report = render_report(analysis, diagnoses, tmp_path / "report.html")
+    browser.open(report.as_uri())
+
+    assert browser.errors() == []
+    assert set(browser.requests()) == {report.as_uri()}, "the report fetched something"
+    assert browser.js(visible("#filters")) == [1, 1], "the script did not run"
+    matrix = browser.js(visible("table.matrix td[data-backend]"))
+    assert matrix[0] > 0 and matrix[1] == matrix[0]
+    assert browser.js(visible("details.finding > summary"))[1] > 0, "no divergence visible"
+
+    shot = tmp_path / "report.png"
+    browser.screenshot(shot)
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("WIREDIFF_SCREENSHOT"):
+        browser.screenshot(Path(os.environ["WIREDIFF_SCREENSHOT"]))
+
+    backend = browser.js("document.querySelector('details.finding').dataset.backend")
+    browser.click(f'#filters [data-dim="backend"] button[data-value="{backend}"]')
+    mine = browser.js(visible(f'table.matrix td[data-backend="{backend}"]'))
+    others = browser.js(visible(f'table.matrix td[data-backend]:not([data-backend="{backend}"])'))
+    assert mine[1] == mine[0] > 0
+    assert others[0] > 0 and others[1] == 0, "the filter did not hide the other backends"
+    assert browser.js(visible(f'details.finding:not([data-backend="{backend}"])'))[1] == 0
+    assert browser.js(visible(f'details.finding[data-backend="{backend}"] > summary'))[1] > 0
+    assert browser.js(visible(f'.card[data-backend="{backend}"]')) == [1, 1]
+
+    browser.click('#filters [data-dim="backend"] button[data-value=""]')
+    assert browser.js(visible("table.matrix td[data-backend]")) == matrix
+    assert browser.errors() == []
