@@ -24,10 +24,11 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from analysis._types import JSON, Event, Record
-from analysis.divergences import DIVERGENCE_COLUMNS, DONE, RESPONSE_TERMINALS, short
+from analysis.divergences import DIVERGENCE_COLUMNS, DONE, EMBEDDED, RESPONSE_TERMINALS, short
 from analysis.tags import is_error_body
 
 CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
+EMBEDDED_EVENTS = f"events[{EMBEDDED}]"
 
 RESPONSE_KEYS = (
     "id", "object", "created_at", "status", "model", "output", "usage", "error",
@@ -387,7 +388,10 @@ def responses_stream_problems(events: list[Event]) -> list[Problem]:
                 Problem(prefix, f"not a Responses stream event type: {short(typ)}", "error", i)
             )
             continue
-        out += _problems(checked(model, data), prefix, i)
+        for path, message, severity in checked(model, data):
+            # The Response carried by created/in_progress/completed is one object.
+            where = EMBEDDED_EVENTS if path.split(".", 1)[0] == "response" else prefix
+            out.append(Problem(_join(where, path), message, severity, i))
     return out + responses_grammar(events)
 
 

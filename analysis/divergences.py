@@ -61,6 +61,9 @@ ERROR_FIELDS = (
 )
 CHUNK_ARGUMENTS = f"events[{CHUNK}].choices[].delta.tool_calls[].function.arguments"
 RESPONSE_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+EMBEDDED = "response.*"
+EMBEDDED_PREFIX = f"events[{EMBEDDED}].response"
+"""Where the Response objects carried by stream events are compared, merged."""
 NOISE_SAMPLES = 8
 """How many repeats of one answer are compared to learn its noise (Diffy samples too)."""
 
@@ -98,6 +101,7 @@ class Observed:
     shape: Shape = field(default_factory=set)
     values: Values = field(default_factory=set)
     event_shapes: dict[str, tuple[Shape, Values]] = field(default_factory=dict)
+    embedded: dict[str, tuple[Shape, Values]] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     terminal: str | None = None
     sequence_fault: tuple[str, str] | None = None
@@ -187,13 +191,14 @@ def chunk_label(data: dict[str, Any]) -> str:
     delta = choice.get("delta")
     if not isinstance(delta, dict):
         return "chunk.text.delta" if "text" in choice else CHUNK
-    if "role" in delta:
-        return "chunk.role"
-    if delta.get("tool_calls"):
-        return "chunk.tool_calls.delta"
+    calls = delta.get("tool_calls")
+    if calls:
+        # The head of a call carries its id; what follows are argument fragments.
+        heads = isinstance(calls, list) and any(isinstance(c, dict) and "id" in c for c in calls)
+        return "chunk.tool_call" if heads else "chunk.tool_calls.delta"
     if any(v for k, v in delta.items() if k != "role"):
         return "chunk.content.delta"
-    return "chunk.empty"
+    return "chunk.role" if "role" in delta else "chunk.empty"
 
 
 def event_label(ev: Event, chat: bool) -> str:
@@ -276,13 +281,21 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
 
 
 def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
-    """One shape per event type; function-call argument deltas reassembled per item."""
+    """One shape per event type; the Response object that `response.created`, `.completed`
+    and the like carry merged into one shape (a missing field is one finding, not one per
+    event); function-call argument deltas reassembled per item."""
     arguments: dict[Any, list[str]] = {}
     for ev, label in zip(events, labels, strict=True):
         data = ev["data"]
         if not isinstance(data, dict):
             continue
         shape, values = obs.event_shapes.setdefault(label, (set(), set()))
+        embedded = data.get("response")
+        if isinstance(embedded, dict):
+            data = {k: v for k, v in data.items() if k != "response"}
+            shape.add((f"events[{label}].response", "object"))
+            r_shape, r_values = obs.embedded.setdefault(label, (set(), set()))
+            flatten(embedded, EMBEDDED_PREFIX, r_shape, r_values)
         flatten(data, f"events[{label}]", shape, values)
         if label == RESPONSE_ARGUMENTS_DELTA and isinstance(data.get("delta"), str):
             arguments.setdefault(data.get("item_id"), []).append(data["delta"])
@@ -344,9 +357,25 @@ def compare(b: Observed, c: Observed) -> list[Finding]:
             if label in c.event_shapes:
                 c_shape, c_values = c.event_shapes[label]
                 out += compare_shapes(b_shape, c_shape, b_values, c_values)
+        out += _compare_embedded(b, c)
     else:
         out += compare_shapes(b.shape, c.shape, b.values, c.values)
     return out
+
+
+def _compare_embedded(b: Observed, c: Observed) -> list[Finding]:
+    """The Response objects carried by the event types both streams have, merged."""
+    common = [label for label in b.embedded if label in c.embedded]
+    if not common:
+        return []
+    merged = [
+        (
+            set().union(*(o.embedded[t][0] for t in common)),
+            set().union(*(o.embedded[t][1] for t in common)),
+        )
+        for o in (b, c)
+    ]
+    return compare_shapes(merged[0][0], merged[1][0], merged[0][1], merged[1][1])
 
 
 def _compare_responded(b: Observed, c: Observed) -> list[Finding]:

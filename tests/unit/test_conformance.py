@@ -212,6 +212,18 @@ def test_a_quirk_in_every_chunk_is_one_row_that_counts_them() -> None:
     assert row.endpoint == "/v1/chat/completions"
 
 
+def test_the_response_carried_by_several_events_is_one_object() -> None:
+    def no_store(rec: Record) -> None:
+        for data in payloads(rec):
+            if isinstance(data.get("response"), dict):
+                data["response"].pop("store", None)
+
+    rec = replay(responses_record(stream=True), id="q1", label="vllm", change=no_store)
+    [row] = conformance([rec]).itertuples()
+    assert row.path == "events[response.*].response.store"
+    assert row.candidate == "required key missing (OpenAI spec) (3 events, first #0)"
+
+
 def test_union_errors_keep_only_the_member_the_type_names() -> None:
     errors: list[dict[str, Any]] = [
         {

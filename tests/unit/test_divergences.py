@@ -22,6 +22,7 @@ from analysis.pairing import pairs_frame
 from analysis.store import events_frame, exchanges_frame
 from tests.fixtures.records import (
     ARGUMENT_FRAGMENTS,
+    TEXT_FRAGMENTS,
     WEATHER_ARGUMENTS,
     as_events,
     body,
@@ -130,6 +131,14 @@ def whole_tool_call_in_one_delta(rec: Record) -> None:
     set_payloads(rec, [chunks[0], *chunks[1 + len(ARGUMENT_FRAGMENTS) :]])
 
 
+def role_in_every_delta(rec: Record) -> None:
+    """Ollama: no role-only first chunk; every delta repeats role and content."""
+    chunks = payloads(rec)[1:]
+    for data in chunks[: len(TEXT_FRAGMENTS)]:
+        data["choices"][0]["delta"]["role"] = "assistant"
+    set_payloads(rec, chunks)
+
+
 def finish_reason_eos(rec: Record) -> None:
     body(rec)["choices"][0]["finish_reason"] = "eos"
 
@@ -164,6 +173,12 @@ def drop_done(rec: Record) -> None:
 def numbered_from_one(rec: Record) -> None:
     for data in payloads(rec):
         data["sequence_number"] += 1
+
+
+def response_without_store(rec: Record) -> None:
+    for data in payloads(rec):
+        if isinstance(data.get("response"), dict):
+            data["response"].pop("store", None)
 
 
 def done_without_name(rec: Record) -> None:
@@ -237,6 +252,9 @@ CASES: list[tuple[str, Callable[[], Record], Change, set[tuple[str, str]]]] = [
      {("event_missing", "events[response.in_progress]")}),
     ("event_missing whole tool call", _chat(stream=True, tool=True), whole_tool_call_in_one_delta,
      {("event_missing", "events[chunk.tool_calls.delta+]")}),
+    ("event_missing role chunk", _chat(stream=True), role_in_every_delta,
+     {("event_missing", "events[chunk.role]"),
+      ("schema_missing", "events[chunk].choices[].delta.refusal")}),
     ("event_extra", _responses(stream=True), add_queued, {("event_extra", "events[response.queued]")}),
     ("event_order usage chunk", _chat(stream=True), usage_chunk_before_finish,
      {("event_order", "events[chunk.usage]")}),
@@ -247,6 +265,8 @@ CASES: list[tuple[str, Callable[[], Record], Change, set[tuple[str, str]]]] = [
      {("event_sequence", "events[response.created].sequence_number")}),
     ("event shape", _responses(stream=True, tool=True), done_without_name,
      {("schema_missing", "events[response.function_call_arguments.done].name")}),
+    ("embedded response shape", _responses(stream=True), response_without_store,
+     {("schema_missing", "events[response.*].response.store")}),
     ("header request id", _chat(), drop_request_id, {("header", "headers.x-request-id")}),
     ("header rate limits", _chat(), drop_rate_limits, {("header", "headers.x-ratelimit-*")}),
     ("header charset", _chat(stream=True), charset_on_sse, {("header", "headers.content-type")}),
