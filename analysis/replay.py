@@ -344,6 +344,25 @@ def make_flow(request: http.Request, server: connection.Server) -> http.HTTPFlow
 
 
 @dataclass
+class Received:
+    """One request as sent and what came back, kept raw until it is recorded."""
+
+    method: str
+    url: httpx.URL
+    headers: list[tuple[bytes, bytes]]
+    content: bytes | None
+    t0: float
+    response: httpx.Response | None = None
+    t_head: float = 0.0
+    t_end: float | None = None
+    body: bytes = b""
+    tap: StreamTap | None = None
+    error: str | None = None
+    kind: str | None = None
+    connect_failed: bool = False
+
+
+@dataclass
 class Counts:
     total: int = 0
     resumed: int = 0
@@ -444,6 +463,13 @@ class TargetRun:
 
     # -- scheduling --
     async def run(self, transport: httpx.AsyncBaseTransport) -> Counts:
+        """Replay every node not already done; returns the counts.
+
+        A received answer is recorded from the event loop's next turn, while the worker
+        already has its next request on the wire: the CPU spent on the record overlaps the
+        target's time instead of adding to it. What depends on an exchange is released once
+        its record exists, since the target's ids are read from the record.
+        """
         todo = [n for n in self.plan.nodes if n.id not in self.done]
         waiting = {n.id: {d for d in n.deps if d not in self.done} for n in todo}
         queue: asyncio.PriorityQueue[tuple[int, str]] = asyncio.PriorityQueue()
@@ -454,45 +480,73 @@ class TargetRun:
         finished = asyncio.Event()
         if not left:
             finished.set()
+        pending: dict[str, Received] = {}
+        errors: list[BaseException] = []
+
+        def complete(node: Node, rec: Record, connect_failed: bool) -> None:
+            nonlocal left
+            nid = node.id
+            self.sink(rec)
+            self.done[nid] = rec
+            self.counts.add(rec, connect_failed=connect_failed)
+            if self.progress is not None:
+                self.progress(self.counts)
+            for dep in self.plan.dependents[nid]:
+                if dep in waiting and nid in waiting[dep]:
+                    waiting[dep].discard(nid)
+                    if not waiting[dep]:
+                        queue.put_nowait((self.plan.by_id[dep].order, dep))
+            left -= 1
+            if left == 0:
+                finished.set()
+
+        def record(node: Node) -> None:
+            got = pending.pop(node.id, None)
+            if got is None:
+                return
+            try:
+                complete(node, self.finalize(node, got), got.connect_failed)
+            except Exception as e:  # a callback's exception would only be logged: re-raise it
+                errors.append(e)
+                finished.set()
 
         async def worker() -> None:
-            nonlocal left
+            loop = asyncio.get_running_loop()
             while True:
                 _, nid = await queue.get()
                 node = self.plan.by_id[nid]
-                rec, connect_failed = await self.process(transport, node)
-                self.sink(rec)
-                self.done[nid] = rec
-                self.counts.add(rec, connect_failed=connect_failed)
-                if self.progress is not None:
-                    self.progress(self.counts)
-                for dep in self.plan.dependents[nid]:
-                    if dep in waiting and nid in waiting[dep]:
-                        waiting[dep].discard(nid)
-                        if not waiting[dep]:
-                            queue.put_nowait((self.plan.by_id[dep].order, dep))
-                left -= 1
-                if left == 0:
-                    finished.set()
+                got = await self.process(transport, node)
+                if isinstance(got, Received):
+                    pending[nid] = got
+                    loop.call_soon(record, node)
+                else:
+                    complete(node, got, False)
 
-        async with asyncio.TaskGroup() as tg:
-            workers = [tg.create_task(worker()) for _ in range(min(self.concurrency, max(left, 1)))]
-            await finished.wait()
-            for w in workers:
-                w.cancel()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                n_workers = min(self.concurrency, max(left, 1))
+                workers = [tg.create_task(worker()) for _ in range(n_workers)]
+                await finished.wait()
+                for w in workers:
+                    w.cancel()
+        finally:  # stopped (Ctrl-C) with answers received but not yet recorded: record them
+            for nid in list(pending):
+                record(self.plan.by_id[nid])
+        if errors:
+            raise errors[0]
         return self.counts
 
-    async def process(self, transport: httpx.AsyncBaseTransport, node: Node) -> tuple[Record, bool]:
-        """The record for one original: sent, or skipped with the reason."""
+    async def process(self, transport: httpx.AsyncBaseTransport, node: Node) -> Record | Received:
+        """A skipped record, or what the target answered (recorded by `finalize`)."""
         if node.skip is not None:
-            return self.skipped(node, node.skip, {}), False
+            return self.skipped(node, node.skip, {})
         mapping, reason = resolve(node, self.done.get)
         if reason is not None:
-            return self.skipped(node, reason, mapping), False
+            return self.skipped(node, reason, mapping)
         out = prepare(node.rec, self.target, self.api_key, mapping)
         if self.bucket is not None:
             await self.bucket.take()
-        return await self.exchange(transport, node, out)
+        return await self.exchange(transport, out)
 
     # -- the wire --
     def _record(self, node: Node, f: http.HTTPFlow, tap: StreamTap | None) -> Record:
@@ -521,10 +575,25 @@ class TargetRun:
         rec["error"] = {"kind": "skipped", "message": reason}
         return rec
 
-    async def exchange(
-        self, transport: httpx.AsyncBaseTransport, node: Node, out: Outgoing
-    ) -> tuple[Record, bool]:
-        """Send one request, stream the answer through a `StreamTap` when it is SSE.
+    def finalize(self, node: Node, got: Received) -> Record:
+        """The record of a sent exchange: a mitmproxy flow through the capture's builder."""
+        f = make_flow(
+            make_request(got.url, got.method, got.headers, got.content, got.t0), self.server
+        )
+        if got.response is not None:
+            f.response = make_response(got.response, got.t_head)
+            f.response.timestamp_end = got.t_end
+            f.response.raw_content = got.body
+        if got.error is not None:
+            f.error = flow.Error(got.error)
+        rec = self._record(node, f, got.tap)
+        if got.kind is not None and rec["error"] is not None:
+            rec["error"]["kind"] = got.kind
+        return rec
+
+    async def exchange(self, transport: httpx.AsyncBaseTransport, out: Outgoing) -> Received:
+        """Send one request; stream the answer through a `StreamTap` when it is SSE (events
+        are split and timed as they arrive), else keep the raw (still encoded) body.
 
         Straight to the transport: a replay follows no redirect (each hop is its own
         exchange in the capture), keeps no cookies and runs no auth flow.
@@ -533,63 +602,45 @@ class TargetRun:
             out.method, out.url, headers=out.headers, content=out.content,
             extensions={"timeout": self.timeout},
         )  # fmt: skip
-        t0 = time.time()
-        f = make_flow(
-            make_request(request.url, out.method, request.headers.raw, out.content, t0),
-            self.server,
-        )
-        tap: StreamTap | None = None
-        kind: str | None = None
-        connect_failed = False
+        got = Received(out.method, request.url, request.headers.raw, out.content, time.time())
         try:
             resp = await transport.handle_async_request(request)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            connect_failed = True
-            kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else "upstream_unreachable"
-            f.error = flow.Error(f"cannot connect to {f.request.host}:{f.request.port}: {_msg(e)}")
+            got.connect_failed = True
+            got.kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else "upstream_unreachable"
+            got.error = f"cannot connect to {request.url.host}:{request.url.port}: {_msg(e)}"
         except httpx.TimeoutException as e:
-            kind = "timeout"
-            f.error = flow.Error(f"timed out waiting for the answer: {_msg(e)}")
+            got.kind, got.error = "timeout", f"timed out waiting for the answer: {_msg(e)}"
         except httpx.HTTPError as e:
             low = str(e).lower()
-            kind = (
-                "upstream_disconnect"
-                if "disconnect" in low or "closed" in low
-                else "upstream_protocol"
-            )
-            f.error = flow.Error(f"no valid HTTP answer: {_msg(e)}")
+            disconnect = "disconnect" in low or "closed" in low or isinstance(e, httpx.ReadError)
+            got.kind = "upstream_disconnect" if disconnect else "upstream_protocol"
+            got.error = f"no valid HTTP answer: {_msg(e)}"
         else:
+            got.response, got.t_head = resp, time.time()
+            if is_sse(resp.headers.get("content-type", "")):
+                got.tap = StreamTap(
+                    t0=got.t0,
+                    content_encoding=resp.headers.get("content-encoding", ""),
+                    cap=self.body_cap,
+                )
+            tap, buf = got.tap, bytearray()
             try:
-                t_head = time.time()
-                ctype = resp.headers.get("content-type", "")
-                f.response = make_response(resp, t_head)
-                if is_sse(ctype):
-                    tap = StreamTap(
-                        t0=t0,
-                        content_encoding=resp.headers.get("content-encoding", ""),
-                        cap=self.body_cap,
-                    )
-                buf = bytearray()
-                try:
-                    async for chunk in resp.aiter_raw():
-                        if tap is not None:
-                            tap(chunk)
-                        else:
-                            buf += chunk
-                    f.response.timestamp_end = time.time()
-                except httpx.TimeoutException as e:
-                    kind = "timeout"
-                    f.error = flow.Error(f"timed out reading the answer: {_msg(e)}")
-                except httpx.HTTPError as e:
-                    kind = "upstream_disconnect"
-                    f.error = flow.Error(f"server disconnected mid-answer: {_msg(e)}")
-                f.response.raw_content = bytes(buf)
+                async for chunk in resp.aiter_raw():
+                    if tap is not None:
+                        tap(chunk)
+                    else:
+                        buf += chunk
+                got.t_end = time.time()
+            except httpx.TimeoutException as e:
+                got.kind, got.error = "timeout", f"timed out reading the answer: {_msg(e)}"
+            except httpx.HTTPError as e:
+                got.kind = "upstream_disconnect"
+                got.error = f"server disconnected mid-answer: {_msg(e)}"
             finally:
                 await resp.aclose()
-        rec = self._record(node, f, tap)
-        if kind is not None and rec["error"] is not None:
-            rec["error"]["kind"] = kind
-        return rec, connect_failed
+            got.body = bytes(buf)
+        return got
 
 
 def _msg(e: BaseException) -> str:

@@ -10,7 +10,10 @@ share the client's interpreter) by:
   replayer — `TargetRun`, the replay engine: dependency scheduling, a `StreamTap` per
              stream, `build_record` per exchange and an append+flush to a .jsonl file.
 Both run at the same concurrency, interleaved, best of R rounds each; the ratio is what to
-read (target: replayer >= 0.80 x direct).
+read (target: replayer >= 0.80 x direct). For information, a third loop sends through the
+httpx transport directly, as the replayer does (no redirects, cookies or auth flow to run):
+the ratio against it is the cost of recording alone. The client process's CPU time per
+exchange is printed too: on a busy machine it is steadier than the rates.
 """
 
 from __future__ import annotations
@@ -123,6 +126,31 @@ async def direct(requests: list[Outgoing], concurrency: int) -> float:
         return len(requests) / (time.perf_counter() - t0)
 
 
+async def direct_transport(requests: list[Outgoing], concurrency: int) -> float:
+    """The same loop one layer down (the httpx transport, as the replayer sends): what is
+    left between this and the replayer is the recording itself."""
+    queue: asyncio.Queue[Outgoing] = asyncio.Queue()
+    for r in requests:
+        queue.put_nowait(r)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncHTTPTransport(limits=limits, trust_env=False) as t:
+
+        async def worker() -> None:
+            while not queue.empty():
+                o = queue.get_nowait()
+                req = httpx.Request(o.method, o.url, headers=o.headers, content=o.content)
+                resp = await t.handle_async_request(req)
+                try:
+                    async for _ in resp.aiter_raw():
+                        pass
+                finally:
+                    await resp.aclose()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return len(requests) / (time.perf_counter() - t0)
+
+
 async def replayer(plan: Plan, target: Target, out: Path, concurrency: int) -> float:
     """The replay engine end to end, records written to `out`."""
     with RecordWriter(out) as w:
@@ -155,18 +183,40 @@ def main() -> None:
             requests = [prepare(n.rec, target, "sk-bench", {}) for n in plan.nodes]
             print(f"{len(plan)} exchanges per run (chat, chat stream, responses, responses "
                   f"stream), best of {args.rounds}; target: `openai` stand-in in its own process")  # fmt: skip
-            print(f"{'concurrency':>11}  {'direct ex/s':>12}  {'replayer ex/s':>13}  {'ratio':>6}")
+            print(f"{'concurrency':>11}  {'direct ex/s':>11}  {'replayer ex/s':>13}  {'ratio':>5}"
+                  f"    {'(transport loop ex/s':>20}  {'ratio)':>6}")  # fmt: skip
             asyncio.run(direct(requests[:50], 4))  # warm-up: imports, server threads
+            cpu: dict[str, float] = {}
+
+            def timed(name: str, rate: float, c0: float) -> float:
+                us = (time.process_time() - c0) / len(requests) * 1e6
+                cpu[name] = min(cpu.get(name, us), us)
+                return rate
+
             for conc in levels:
-                d = r = 0.0
+                d = r = t = 0.0
                 for i in range(args.rounds):
-                    d = max(d, asyncio.run(direct(requests, conc)))
+                    c0 = time.process_time()
+                    d = max(d, timed("direct", asyncio.run(direct(requests, conc)), c0))
                     out = tmp / f"replay-{conc}-{i}.jsonl"
-                    r = max(r, asyncio.run(replayer(plan, target, out, conc)))
-                print(f"{conc:>11}  {d:>12.0f}  {r:>13.0f}  {r / d:>6.2f}")
+                    c0 = time.process_time()
+                    r = max(
+                        r, timed("replayer", asyncio.run(replayer(plan, target, out, conc)), c0)
+                    )
+                    c0 = time.process_time()
+                    t = max(
+                        t, timed("transport", asyncio.run(direct_transport(requests, conc)), c0)
+                    )
+                print(f"{conc:>11}  {d:>11.0f}  {r:>13.0f}  {r / d:>5.2f}"
+                      f"    {t:>20.0f}  {r / t:>6.2f}")  # fmt: skip
+            print("client CPU per exchange (least over all runs): "
+                  f"direct {cpu['direct']:.0f} µs, replayer {cpu['replayer']:.0f} µs, "
+                  f"transport loop {cpu['transport']:.0f} µs")  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 if __name__ == "__main__":

@@ -753,3 +753,12 @@ def test_unwritable_output_is_one_line_exit_2(
     assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("wirediff: error: ")
+
+
+def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: TargetRun, node: Any, got: Any) -> dict[str, Any]:
+        raise RuntimeError("builder bug")
+
+    monkeypatch.setattr(TargetRun, "finalize", broken)
+    with pytest.raises(RuntimeError, match="builder bug"):
+        engine([rec("a", body={"model": "m"})], Fake())
