@@ -102,6 +102,7 @@ class Target:
     """Header overrides by lower-case name; `None` removes the header."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PlanError(f"target {self.label!r}: not an http(s) URL: {self.url!r}")
@@ -375,10 +376,14 @@ def find_refs(rec: Record, produced: Mapping[str, tuple[str, Slot]]) -> list[Ref
     """References in a request to ids that earlier originals produced."""
     req = rec.get("request") or {}
     refs: dict[tuple[str, str], Ref] = {}
-    path = str(req.get("path") or "").split("?", 1)[0]
+    path, _, query = str(req.get("path") or "").partition("?")
     for seg in path.split("/"):
         if seg in produced:
             refs[(seg, "path")] = Ref(seg, *produced[seg], "path", True)
+    for part in query.split("&") if query else ():
+        value = part.partition("=")[2]
+        if value in produced:  # e.g. `?after=<item id>` when paging
+            refs[(value, "query")] = Ref(value, *produced[value], "query", False)
     for key, value in _walk_strings(req.get("body")):
         if value in produced and (value, key) not in refs:
             refs[(value, key)] = Ref(value, *produced[value], key, key in ESSENTIAL_KEYS)
@@ -553,6 +558,9 @@ def rebase(path: str, target: Target, mapping: Mapping[str, str]) -> str:
     if template == "/v1/models/{id}":
         head, _, model = "/".join(segs).partition("/models/")
         segs = [head, "models", target.map_model(model)] if model else segs
+    if query and mapping:
+        pairs = (p.partition("=") for p in query.split("&"))
+        query = "&".join(k + eq + mapping.get(v, v) for k, eq, v in pairs)
     return target.base + "/".join(segs) + (sep + query)
 
 

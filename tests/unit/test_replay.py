@@ -177,7 +177,7 @@ def session() -> list[dict[str, Any]]:
             {"role": "assistant", "tool_calls": [{"id": "call_c", "type": "function"}]},
             {"role": "tool", "tool_call_id": "call_c", "content": "18C"}]}),
         rec("get", "GET", "/v1/responses/resp_1", resp={"id": "resp_1"}),
-        rec("items", "GET", "/v1/responses/resp_1/input_items?limit=5"),
+        rec("items", "GET", "/v1/responses/resp_1/input_items?limit=5&after=fc_1"),
         rec("del", "DELETE", "/v1/responses/resp_1"),
         rec("card", "GET", "/v1/models/gpt-4o-mini", resp={"id": "gpt-4o-mini"}),
     ]  # fmt: skip
@@ -198,7 +198,7 @@ def test_dependency_graph() -> None:
         "fc2": [("fc", "call_id", True), ("fc", "id", False), ("fc", "previous_response_id", True)],
         "ct2": [("ct", "id", False), ("ct", "tool_call_id", True)],
         "get": [("r1", "path", True)],
-        "items": [("r1", "path", True)],
+        "items": [("fc", "query", False), ("r1", "path", True)],
         "del": [("r1", "path", True)],
     }
     assert plan.dependents["r1"] == ["r2", "get", "items", "del"]
@@ -302,10 +302,10 @@ def test_resolve_maps_original_ids_to_the_targets() -> None:
     assert body["previous_response_id"] == "resp_T3"
     assert [i["call_id"] for i in body["input"]] == ["call_T1", "call_T1"]
     assert body["input"][0]["id"] == "fc_T1"
-    mapping, why = resolve(plan.by_id["items"], done.get)
+    mapping, why = resolve(plan.by_id["items"], done.get)  # the path and a paging cursor
     assert why is None
     assert prepare(plan.by_id["items"].rec, T, None, mapping).url == (
-        "http://target.test:9000/v1/responses/resp_T1/input_items?limit=5"
+        "http://target.test:9000/v1/responses/resp_T1/input_items?limit=5&after=fc_T1"
     )
 
 
@@ -367,7 +367,7 @@ def test_headers_auth_model_and_body() -> None:
     r = rec("a", path="/v1/chat/completions", body={"model": "gpt-4o-mini", "n": "é"},
             headers=headers)  # fmt: skip
     t = Target("t", "http://t:1/v1", model_map={"*": "qwen"},
-               headers={"x-team": "b", "x-drop": None, "x-new": "1"})  # fmt: skip
+               headers={"X-Team": "b", "x-drop": None, "x-new": "1"})  # fmt: skip
     out = prepare(r, t, "sk-target", {})
     assert out.headers == [
         ("accept-encoding", "gzip, deflate, br"), ("authorization", "Bearer sk-target"),
