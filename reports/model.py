@@ -40,6 +40,7 @@ CODES = (
 VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
 """Compatibility verdicts, from best to worst; a cell shows the worst of its exchanges."""
 RANK = {v: i for i, v in enumerate(VERDICTS)}
+SKIPPED = "skipped"
 SEVERITIES = ("error", "warning", "info")
 DIVERGING = frozenset({"error", "warning"})
 """Severities that make an exchange `diverges`; `info` findings are shown, not counted."""
@@ -292,8 +293,14 @@ def outcome(
     soft: bool,
     codes: set[str] | frozenset[str],
     diverging: bool,
+    error_kind: str | None = None,
 ) -> str:
-    """One exchange's verdict; a replay is judged against what the baseline got."""
+    """One exchange's verdict; a replay is judged against what the baseline got.
+
+    `skipped` (a replay step that was planned but not sent) is counted, never judged.
+    """
+    if error_kind == SKIPPED:
+        return SKIPPED
     if status is None:
         return "error"
     if codes & UNSUPPORTED_CODES:
@@ -321,15 +328,21 @@ def outcomes(ex: pd.DataFrame, findings: pd.DataFrame, diagnoses: pd.DataFrame) 
             soft is True,
             codes.get(rid, none),
             rid in diverging,
+            kind if isinstance(kind, str) else None,
         )
-        for rid, base, soft in zip(
-            ids, ex["replay_of"].tolist(), ex["soft_error"].tolist(), strict=True
+        for rid, base, soft, kind in zip(
+            ids,
+            ex["replay_of"].tolist(),
+            ex["soft_error"].tolist(),
+            ex["error_kind"].tolist(),
+            strict=True,
         )
     ]
 
 
 def worst(verdicts: Iterable[str]) -> str:
-    return max(verdicts, key=RANK.__getitem__, default="pass")
+    """The worst verdict; `skipped` does not count."""
+    return max((v for v in verdicts if v in RANK), key=RANK.__getitem__, default="pass")
 
 
 @dataclass(slots=True)
@@ -346,11 +359,12 @@ class Cell:
 
     @property
     def total(self) -> int:
-        return sum(self.outcomes.values())
+        """Exchanges judged (skipped replay steps are not)."""
+        return sum(n for v, n in self.outcomes.items() if v != SKIPPED)
 
     @property
     def verdict(self) -> str:
-        return worst(self.outcomes) if self.outcomes else "untested"
+        return worst(self.outcomes) if self.total else "untested"
 
 
 @dataclass(slots=True)
@@ -745,13 +759,9 @@ def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int 
     backends = []
     for label in labels:
         part = ex[ex["label"] == label]
-        mix = (
-            part["status"]
-            .astype(object)
-            .where(part["status"].notna(), "none")
-            .astype(str)
-            .value_counts()
-        )
+        no_answer = part["error_kind"].where(part["error_kind"] == SKIPPED, "none")
+        status = part["status"].astype(object).where(part["status"].notna(), no_answer)
+        mix = status.astype(str).value_counts()
         fams: dict[str, list[Cell]] = {}
         for (lab, _), cell in cells.items():
             if lab == label and cell.total:

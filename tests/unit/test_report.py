@@ -167,6 +167,11 @@ def sample_records() -> list[Record]:
         }
 
     out.append(fx.replay(resp, id="lm-resp", label="lmstudio", change=soft))
+
+    def skipped(r: Record) -> None:  # a continuation the replayer could not send
+        r.update(response=None, error={"kind": "skipped", "message": "nothing to continue"})
+
+    out.append(fx.replay(resp, id="lm-skip", label="lmstudio", change=skipped))
     out.append(fx.replay(chat, id="lm-chat", label="lmstudio"))
     # a two-hop chain: the gateway drops the key, the upstream answers 401
     outer = fx.error_record(
@@ -498,9 +503,42 @@ def test_summary_json_matches_its_schema() -> None:
     by_label = {b["label"]: b for b in summary["backends"]}
     assert by_label["openai"]["role"] == "baseline"
     assert by_label["lmstudio"]["verdicts"]["responses"] == "unsupported"
+    assert by_label["lmstudio"]["status_mix"] == {"200": 2, "skipped": 1}
     assert by_label["ollama"]["verdicts"]["chat.completions"] == "diverges"
     assert by_label["gateway"]["verdicts"]["chat.completions"] == "error"
     assert by_label["ollama"]["divergences_by_kind"]["event_missing"] == 2
+    cell = next(
+        c
+        for c in summary["matrix"]
+        if c["label"] == "lmstudio" and c["endpoint"] == "/v1/responses"
+    )
+    assert cell == {
+        **cell,
+        "verdict": "unsupported",
+        "exchanges": 1,
+        "outcomes": {"unsupported": 1, "skipped": 1},
+    }
+
+
+def test_the_real_analysis_renders_a_valid_summary(tmp_path: Path) -> None:
+    from analysis.analyze import analyze
+    from analysis.diagnose import diagnose
+
+    records = sample_records()
+    model = build(analyze(records), diagnose(records))
+    summary = json.loads(json.dumps(summary_from(model)))
+    validate(summary, schema(), schema())
+    html = render_html(model, tmp_path / "r.html").read_text()
+    csv_text = write_csv(model, tmp_path / "d.csv").read_text()
+    assert CANARY[3:] not in html + json.dumps(summary) + csv_text
+    verdicts = {b["label"]: b["verdicts"] for b in summary["backends"]}
+    assert verdicts["openai"] == {"chat.completions": "pass", "responses": "pass", "models": "pass"}
+    assert verdicts["lmstudio"]["responses"] == "unsupported"
+    assert verdicts["ollama"] == {"chat.completions": "diverges", "responses": "diverges"}
+    assert {d["code"] for d in summary["diagnoses"]} >= {
+        "endpoint_not_implemented",
+        "auth_dropped_by_hop",
+    }
 
 
 def test_schema_enums_are_the_contract() -> None:
