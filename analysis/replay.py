@@ -721,10 +721,10 @@ async def replay_all(
     )
     try:
         for t in opts.targets:
+            dest = {n.id: path_of(n.rec, t) for n in plan.nodes}
 
-            def sink(rec: Record, t: Target = t) -> None:
-                original = plan.by_id[str(rec["replay_of"])].rec
-                writers.write(path_of(original, t), rec)
+            def sink(rec: Record, dest: dict[str, Path] = dest) -> None:
+                writers.write(dest[str(rec["replay_of"])], rec)
 
             bar = None
             run = TargetRun(plan, t, keys[t.label], sink, done_of[t.label],
@@ -733,7 +733,8 @@ async def replay_all(
             if tty:
                 run.progress, bar = _progress_bar(t.label, run.counts.total, run.counts.resumed)
             runs.append(run)
-            async with httpx.AsyncHTTPTransport(limits=limits, trust_env=False) as transport:
+            # trust_env: SSL_CERT_FILE / SSL_CERT_DIR for targets behind a private CA
+            async with httpx.AsyncHTTPTransport(limits=limits, trust_env=True) as transport:
                 try:
                     await run.run(transport)
                 finally:
