@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test check lint typecheck peers bench clean
+.PHONY: demo test check lint typecheck peers browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,8 +13,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/wirediff demo --out wirediff-demo
 
-test: $(STAMP)
-	$(VENV)/bin/pytest -q
+# Third-party OpenAI-compatible servers (LiteLLM proxy, fakellm), each in its own venv.
+peers:
+	scripts/install-peers.sh
+
+# Debian's Chromium for the report's browser test (never a downloaded browser build).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Everything: unit, e2e (real mitmdump + openai SDK), peers and the browser test.
+# Installed means required: a missing peer fails instead of skipping.
+test: $(STAMP) peers browser
+	WIREDIFF_PEERS_REQUIRED=1 $(VENV)/bin/pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -25,5 +35,10 @@ typecheck: $(STAMP)
 
 check: lint typecheck
 
+bench: $(STAMP)
+	$(PY) bench/capture_overhead.py
+	$(PY) bench/replay_throughput.py
+	$(PY) bench/analysis_scale.py
+
 clean:
-	rm -rf $(VENV) wirediff-demo captures
+	rm -rf $(VENV) .peers wirediff-demo captures

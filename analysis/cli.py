@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.set_defaults(func=cmd_import)
 
     from analysis import demo, gate, replay
+    from reports import cli as report_cli
 
     replay.register(sub)
+    report_cli.register(sub)
     gate.register(sub)
     demo.register(sub)
     return p

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import sys
 import time
@@ -16,12 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import yaml
 
 from analysis.mitm import CaptureProxy
 
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
 BASELINE = "openai"
 CANDIDATES = ("lmstudio", "ollama", "vllm")
+# What a user would pass as --model-map: each backend serves its own model names.
+MODEL_MAP = {
+    "lmstudio": "qwen2.5-7b-instruct",
+    "ollama": "llama3.2",
+    "vllm": "Qwen/Qwen2.5-0.5B-Instruct",
+}
 MODEL = "gpt-4o-mini"
 WEATHER_CHAT = {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
@@ -93,11 +101,16 @@ class Steps:
 
 
 def run_demo(out: Path) -> dict[str, Any]:
+    """Start, capture, replay, report, stop: returns the paths written."""
+    from analysis.replay import main_replay
     from backends.standin import standin
+    from reports.cli import main_report
 
     out.mkdir(parents=True, exist_ok=True)
     capture_dir = out / "captures"
-    steps = Steps(2)
+    for old in capture_dir.glob("demo*.jsonl"):  # a demo is a fresh run, not a resume
+        old.unlink()
+    steps = Steps(4)
     with contextlib.ExitStack() as stack:
         with steps.step("starting stand-ins: openai (baseline), " + ", ".join(CANDIDATES)):
             urls = {
@@ -108,12 +121,69 @@ def run_demo(out: Path) -> dict[str, Any]:
             with CaptureProxy([urls[BASELINE]], capture_dir, "demo", label=BASELINE) as proxy:
                 n = drive_sdk(proxy.urls[0] + "/v1", DEMO_KEY)
             capture = proxy.capture_file
-    return {"capture": str(capture), "exchanges": n}
+        with steps.step(f"replaying {n} exchanges to " + ", ".join(CANDIDATES)):
+            config = out / "wirediff-demo.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "targets": [
+                            {"label": c, "url": urls[c] + "/v1", "model_map": {MODEL: MODEL_MAP[c]}}
+                            for c in CANDIDATES
+                        ]
+                    },
+                    sort_keys=False,
+                )
+            )
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = main_replay([str(capture), "--config", str(config), "--concurrency", "4"])
+            if code != 0:
+                raise RuntimeError(f"replay failed with exit code {code}")
+    replays = [capture_dir / f"demo.{c}.jsonl" for c in CANDIDATES]
+    paths = {
+        "report": out / "report.html",
+        "summary": out / "summary.json",
+        "divergences": out / "divergences.csv",
+    }
+    with (
+        steps.step("analysing and rendering the report"),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
+        code = main_report(
+            [str(capture), *map(str, replays), "-o", str(paths["report"]),
+             "--json", str(paths["summary"]), "--csv", str(paths["divergences"])]
+        )  # fmt: skip
+        if code != 0:
+            raise RuntimeError(f"report failed with exit code {code}")
+    return {"capture": capture, "replays": replays, "exchanges": n, **paths}
+
+
+def terminal_summary(summary: dict[str, Any]) -> str:
+    """A few lines per backend: what the report will show first."""
+    lines = []
+    for backend in summary.get("backends", []):
+        verdicts = ", ".join(f"{fam} {v}" for fam, v in sorted(backend.get("verdicts", {}).items()))
+        kinds = backend.get("divergences_by_kind") or {}
+        top = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+        lines.append(f"  {backend.get('label', '?'):<9} {verdicts}" + (f" | {top}" if top else ""))
+    codes: dict[str, int] = {}
+    for d in summary.get("diagnoses", []):
+        codes[d["code"]] = codes.get(d["code"], 0) + 1
+    if codes:
+        lines.append("  diagnoses: " + ", ".join(f"{c} x{n}" for c, n in sorted(codes.items())))
+    return "\n".join(lines)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
     result = run_demo(Path(args.out))
-    print(f"captured {result['exchanges']} exchanges → {result['capture']}")
+    summary = json.loads(Path(result["summary"]).read_text(encoding="utf-8"))
+    print(f"captured {result['exchanges']} exchanges against the openai stand-in, "
+          f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s")  # fmt: skip
+    print(terminal_summary(summary))
+    print(f"capture:     {result['capture']}")
+    print(f"summary:     {result['summary']}")
+    print(f"divergences: {result['divergences']}")
+    print(f"report:      {result['report']}")
     return 0
 
 

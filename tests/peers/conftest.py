@@ -2,7 +2,7 @@
 
 They are installed by `scripts/install-peers.sh` into their own virtualenvs under `.peers/`
 (their pins conflict with mitmproxy's); without them the tier skips, telling you to run it
-(with `WIREDIFF_PEERS_REQUIRED=1`, as in `.ci/peers`, it fails instead).
+(with `WIREDIFF_PEERS_REQUIRED=1`, as `make test` sets it, it fails instead).
 
 LiteLLM takes seconds to start, so one of each serves the whole session:
 
