@@ -25,8 +25,8 @@ import json
 import re
 import secrets
 import socket
-import sys
 import string
+import sys
 import threading
 import time
 import zlib
