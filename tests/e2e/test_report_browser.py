@@ -125,7 +125,7 @@ class DevTools:
             if ev.get("method") == method:
                 return ev
 
-    def open(self, url: str) -> None:
+    def open(self, url: str, *, javascript: bool = True) -> None:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
             "sessionId"
@@ -141,6 +141,11 @@ class DevTools:
         )
         self.call("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")
+        if not javascript:  # emulation is per document: switch scripts off, then load again
+            self.call("Emulation.setScriptExecutionDisabled", value=True)
+            self.events.clear()
+            self.call("Page.reload")
+            self.wait_event("Page.loadEventFired")
 
     def js(self, expression: str) -> Any:
         result = self.call(
@@ -214,13 +219,16 @@ def visible(selector: str) -> str:
     )
 
 
-def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
+def report_under_test(tmp_path: Path) -> Path:
     given = os.environ.get("WIREDIFF_REPORT")
     if given:
-        report = Path(given).resolve()
-    else:
-        analysis, diagnoses = sample()
-        report = render_report(analysis, diagnoses, tmp_path / "report.html")
+        return Path(given).resolve()
+    analysis, diagnoses = sample()
+    return render_report(analysis, diagnoses, tmp_path / "report.html")
+
+
+def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
+    report = report_under_test(tmp_path)
     browser.open(report.as_uri())
 
     assert browser.errors() == []
@@ -249,3 +257,16 @@ def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
     browser.click('#filters [data-dim="backend"] button[data-value=""]')
     assert browser.js(visible("table.matrix td[data-backend]")) == matrix
     assert browser.errors() == []
+
+
+def test_report_reads_with_javascript_off(browser: DevTools, tmp_path: Path) -> None:
+    browser.open(report_under_test(tmp_path).as_uri(), javascript=False)
+    assert browser.errors() == []
+    assert browser.js(visible("#filters")) == [1, 0], "filters need JS: hidden without it"
+    cards = browser.js(visible(".card"))
+    assert cards[0] > 0 and cards[1] == cards[0]
+    assert browser.js(visible("table.matrix"))[1] == 1
+    assert browser.js(visible("details.finding > summary"))[1] > 0, "no divergence visible"
+    shown = browser.js(visible("details.finding > summary"))[1]
+    browser.click("details.kindgroup:not([open]) > summary")  # <details> opens natively
+    assert browser.js(visible("details.finding > summary"))[1] > shown
