@@ -716,6 +716,18 @@ def test_cli_bad_input_is_one_line_exit_2(
         assert expect in err and err.count("\n") == 1, err
 
 
+def test_wirediff_report_is_wired_into_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis.cli import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "har/1.2"}\n')
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err.startswith("wirediff: error: ")
+    assert not (tmp_path / "r.html").exists()
+
+
 def _synthetic(n: int) -> tuple[SampleAnalysis, pd.DataFrame]:
     """n exchanges: the sample session's shapes repeated, replayed to three candidates."""
     base = fx.openai_session()
