@@ -487,7 +487,8 @@ class TargetRun:
             nonlocal left
             nid = node.id
             self.sink(rec)
-            self.done[nid] = rec
+            # only what later steps read ids from is kept whole: a long session stays small
+            self.done[nid] = rec if self.plan.dependents[nid] else {}
             self.counts.add(rec, connect_failed=connect_failed)
             if self.progress is not None:
                 self.progress(self.counts)
@@ -768,7 +769,9 @@ def main_replay_args(args: argparse.Namespace) -> int:
     for t in opts.targets:
         outs = {path_of(n.rec, t) for n in plan.nodes}
         prior = already_replayed(sorted(outs), t.label)
-        done_of[t.label] = {k: v for k, v in prior.items() if k in plan.by_id}
+        done_of[t.label] = {
+            k: v if plan.dependents[k] else {} for k, v in prior.items() if k in plan.by_id
+        }
     if opts.dry_run:
         dry_run(plan, opts.targets, done_of, env)
         return 0
