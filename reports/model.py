@@ -9,17 +9,18 @@ so the size of a report grows with the number of *distinct* findings, not of exc
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 
 from analysis._types import Record
-from reports.formatters import anchor, missing, path_only, redact, status_class
+from reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
+from reports.formatters import anchor, missing, redact, status_class
+from reports.latency import Latency, latency
 from reports.timeline import Timeline, timelines
 
 KINDS = (
@@ -28,14 +29,6 @@ KINDS = (
     "event_sequence", "header", "conformance",
 )  # fmt: skip
 """Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
-
-CODES = (
-    "endpoint_not_implemented", "soft_error_200", "method_not_allowed",
-    "redirect_method_change", "auth_missing", "auth_rejected", "auth_dropped_by_hop",
-    "path_prefix", "model_not_found", "stream_not_honoured", "stream_truncated",
-    "upstream_unreachable",
-)  # fmt: skip
-"""Diagnosis codes (contract, DESIGN.md)."""
 
 VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
 """Compatibility verdicts, from best to worst; a cell shows the worst of its exchanges."""
@@ -66,15 +59,12 @@ ERROR_CODES = frozenset(
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 """Event positions: findings that differ only there are the same finding."""
-NO_ENDPOINT = "(unrouted)"
 MAX_FINDINGS = 2000
 """Distinct findings listed in the HTML (worst first); the rest are counted there and all
 are in summary.json and divergences.csv."""
 MAX_LAID_OUT = 400
 """Examples laid out side by side in the whole HTML; later ones are named by pair id.
 With MAX_FINDINGS this bounds the report's size whatever the traffic."""
-MAX_CHAIN_GROUPS = 300
-"""Kinds of failing chain drawn; the rest are counted."""
 MAX_TIMELINES = 60
 """Stream alignments drawn; the rest are counted."""
 
@@ -378,279 +368,6 @@ class Backend:
     families: list[tuple[str, str, str]]
     """(family, verdict, anchor of its worst cell)"""
     outcomes: dict[str, int]
-
-
-# --- chains -----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Step:
-    """One exchange on a hop: what was asked and what came back."""
-
-    method: str
-    path: str
-    status: str
-    css: str
-    auth: str
-
-
-@dataclass(slots=True)
-class Hop:
-    """`source → target`, captured on one listener."""
-
-    source: str
-    target: str
-    role: str
-    listener: str
-    steps: list[Step]
-
-
-@dataclass(slots=True)
-class ChainExample:
-    chain_id: str
-    title: str
-    evidence: list[str]
-    hops: list[Hop]
-    recovered: bool
-
-
-@dataclass(slots=True)
-class ChainGroup:
-    """Diagnoses with the same code, backend, endpoint, provider, summary and remedy."""
-
-    anchor: str
-    code: str
-    label: str
-    endpoint: str
-    provider: str
-    summary: str
-    remedy: str
-    count: int
-    recovered: int
-    examples: list[ChainExample]
-    shown: bool = True
-
-
-def listener_target(listener: object, url: object) -> str:
-    """Who a listener forwards to: the reverse-mode upstream, else the request's host."""
-    spec = "" if missing(listener) else str(listener)
-    if spec.startswith("reverse:"):
-        spec = re.sub(r"@\d+$", "", spec[len("reverse:") :])
-        return urlsplit(spec).netloc or spec
-    return urlsplit("" if missing(url) else str(url)).netloc or "upstream"
-
-
-def _auth(rec: Record) -> str:
-    auth = (rec.get("tags") or {}).get("auth")
-    if not isinstance(auth, dict) or not auth.get("header"):
-        return "no credentials"
-    scheme = f"{auth['scheme']} " if auth.get("scheme") else ""
-    return redact(f"{auth['header']}: {scheme}{auth.get('fingerprint') or ''}".strip())
-
-
-def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
-    """A chain drawn as hops: client → (gateway →) upstream, one hop per listener."""
-    recs = sorted(
-        (records_by_id[i] for i in ids if i in records_by_id), key=lambda r: r.get("started") or 0.0
-    )
-    by_listener: dict[str, list[Record]] = {}
-    for rec in recs:
-        by_listener.setdefault(str(rec.get("listener") or "capture"), []).append(rec)
-    out: list[Hop] = []
-    source = "client"
-    for n, (listener, members) in enumerate(by_listener.items()):
-        target = listener_target(listener, (members[0].get("request") or {}).get("url"))
-        steps = []
-        for rec in members:
-            req, resp = rec.get("request") or {}, rec.get("response")
-            if resp:
-                status = str(resp.get("status"))
-            else:
-                status = str((rec.get("error") or {}).get("kind") or "no response")
-            steps.append(
-                Step(str(req.get("method") or ""), path_only(req.get("path")), status,
-                     status_class(resp.get("status") if resp else None), _auth(rec))
-            )  # fmt: skip
-        role = "upstream" if n == len(by_listener) - 1 else "gateway"
-        out.append(Hop(source, redact(target), role, redact(listener), steps))
-        source = redact(target)
-    return out
-
-
-def _listish(value: Any) -> list[Any]:
-    if isinstance(value, list | tuple | np.ndarray):
-        return list(value)
-    return [] if missing(value) else [value]
-
-
-def _text(value: Any) -> str:
-    return "" if missing(value) else str(value)
-
-
-def chain_groups(
-    diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record], max_examples: int
-) -> list[ChainGroup]:
-    """Diagnoses folded by what they say; the first examples drawn as hops."""
-    if diagnoses.empty:
-        return []
-    groups: dict[tuple[str, ...], ChainGroup] = {}
-    for row in diagnoses.to_dict("records"):
-        key = tuple(
-            _text(row.get(c))
-            for c in ("code", "label", "endpoint", "provider", "summary", "remedy")
-        )
-        g = groups.get(key)
-        if g is None:
-            code, label, endpoint, provider, summary, remedy = key
-            g = groups[key] = ChainGroup(
-                anchor("c", *key), code, label, endpoint or NO_ENDPOINT, provider or "unknown",
-                redact(summary), redact(remedy), 0, 0, [],
-            )  # fmt: skip
-        g.count += 1
-        recovered = row.get("recovered") is True or row.get("recovered") is np.True_
-        g.recovered += recovered
-        if len(g.examples) < max_examples:
-            ids = [str(i) for i in _listish(row.get("exchange_ids"))]
-            g.examples.append(
-                ChainExample(
-                    _text(row.get("chain_id")), redact(_text(row.get("title"))),
-                    [redact(e) for e in _listish(row.get("evidence"))], hops(ids, records_by_id),
-                    recovered,
-                )
-            )  # fmt: skip
-    order = {c: i for i, c in enumerate(CODES)}
-    out = sorted(groups.values(), key=lambda g: (order.get(g.code, len(order)), -g.count))
-    for g in out[MAX_CHAIN_GROUPS:]:
-        g.shown = False
-    return out
-
-
-# --- latency ----------------------------------------------------------------------------
-
-QUANTILES = (5, 25, 50, 75, 90, 95, 99)
-
-
-@dataclass(slots=True)
-class Stats:
-    n: int
-    q: dict[int, float]
-    max: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            **{f"p{k}": round(v, 3) for k, v in self.q.items()},
-            "max": round(self.max, 3),
-        }
-
-
-def stats(values: pd.Series) -> Stats | None:
-    v = values.dropna().to_numpy(dtype="float64")
-    if not len(v):
-        return None
-    qs = np.percentile(v, QUANTILES)
-    return Stats(len(v), {k: float(x) for k, x in zip(QUANTILES, qs, strict=True)}, float(v.max()))
-
-
-@dataclass(slots=True)
-class Bar:
-    """One backend's box in a latency chart (pixel positions precomputed)."""
-
-    label: str
-    stats: Stats
-    y: int
-    x5: float
-    x25: float
-    x50: float
-    x75: float
-    x95: float
-
-
-@dataclass(slots=True)
-class Chart:
-    metric: str
-    title: str
-    bars: list[Bar]
-    ticks: list[tuple[float, float]]
-    width: int
-    height: int
-
-
-CHART_LEFT, CHART_WIDTH, ROW = 130, 460, 30
-
-
-def chart(metric: str, title: str, per_label: Mapping[str, Stats]) -> Chart:
-    from reports.formatters import nice_ticks
-
-    top = max((s.q[95] for s in per_label.values()), default=1.0) or 1.0
-    axis = nice_ticks(top)
-    scale = CHART_WIDTH / (axis[-1] or 1.0)
-
-    def x(v: float) -> float:
-        return round(CHART_LEFT + min(v, axis[-1]) * scale, 1)
-
-    bars = [
-        Bar(label, s, 8 + i * ROW, x(s.q[5]), x(s.q[25]), x(s.q[50]), x(s.q[75]), x(s.q[95]))
-        for i, (label, s) in enumerate(per_label.items())
-    ]
-    return Chart(
-        metric,
-        title,
-        bars,
-        [(t, x(t)) for t in axis],
-        CHART_LEFT + CHART_WIDTH + 60,
-        28 + len(bars) * ROW,
-    )
-
-
-@dataclass(slots=True)
-class Latency:
-    charts: list[Chart]
-    table: list[dict[str, Any]]
-    per_label: dict[str, dict[str, Stats]]
-
-
-def latency(ex: pd.DataFrame, events: pd.DataFrame, labels: Sequence[str]) -> Latency:
-    """Time to first byte, to the first SSE event, and duration, per backend (and family)."""
-    first = (
-        events.groupby("id", sort=False)["t_ms"].min()
-        if len(events)
-        else pd.Series(dtype="float64")
-    )
-    frame = pd.DataFrame(
-        {
-            "label": ex["label"].astype(str),
-            "family": ex["family"].fillna("other").astype(str),
-            "ttfb": pd.to_numeric(ex["ttfb_ms"], errors="coerce"),
-            "ttfe": ex["id"].map(first).astype("float64"),
-            "duration": pd.to_numeric(ex["duration_ms"], errors="coerce"),
-        }
-    )
-    metrics = {
-        "ttfe": "Time to first SSE event",
-        "ttfb": "Time to first byte",
-        "duration": "Duration",
-    }
-    per_label: dict[str, dict[str, Stats]] = {}
-    for label in labels:
-        part = frame[frame["label"] == label]
-        per_label[label] = {m: s for m in metrics if (s := stats(part[m])) is not None}
-    charts = []
-    for m in ("ttfe", "duration"):
-        rows = {label: per_label[label][m] for label in labels if m in per_label[label]}
-        if rows:
-            charts.append(chart(m, metrics[m], rows))
-    table = []
-    for (lab, fam), part in frame.groupby(["label", "family"], sort=False):
-        row: dict[str, Any] = {"label": str(lab), "family": str(fam), "n": len(part)}
-        for m in metrics:
-            s = stats(part[m])
-            row[m] = s.q[50] if s else None
-            row[f"{m}_p95"] = s.q[95] if s else None
-        table.append(row)
-    order = {label: i for i, label in enumerate(labels)}
-    table.sort(key=lambda r: (order.get(r["label"], len(order)), r["family"]))
-    return Latency(charts, table, per_label)
 
 
 # --- the whole report -------------------------------------------------------------------

@@ -21,13 +21,12 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from reports.chains import CODES, MAX_CHAIN_GROUPS
 from reports.formatters import FILTERS, missing, redact
 from reports.model import (
-    CODES,
     DIAGNOSIS_COLUMNS,
     DIVERGENCE_COLUMNS,
     KINDS,
-    MAX_CHAIN_GROUPS,
     MAX_TIMELINES,
     SEVERITIES,
     VERDICTS,

@@ -26,9 +26,9 @@ from analysis.pairing import pairs_frame
 from analysis.redact import fingerprint, redact_headers, redact_url
 from analysis.store import RecordWriter, events_frame, exchanges_frame
 from reports import cli as report_cli
+from reports.chains import CODES
 from reports.formatters import MAX_LINES, hits, pretty_json, redact
 from reports.model import (
-    CODES,
     DIAGNOSIS_COLUMNS,
     DIVERGENCE_COLUMNS,
     KINDS,
