@@ -30,8 +30,9 @@ CODES = (
     "endpoint_not_implemented", "soft_error_200", "method_not_allowed",
     "redirect_method_change", "auth_missing", "auth_rejected", "auth_dropped_by_hop",
     "path_prefix", "model_not_found", "stream_not_honoured", "stream_truncated",
-    "upstream_unreachable",
+    "upstream_unreachable", "previous_response_not_found",
 )  # fmt: skip
+"""The contract codes, plus `previous_response_not_found` (a stateless server)."""
 
 DIAGNOSIS_COLUMNS = [
     "chain_id", "code", "exchange_ids", "label", "endpoint", "provider",
@@ -308,10 +309,36 @@ def _echoes_route(x: _Ex) -> bool:
     return len(x.path) > 1 and x.path in x.msg
 
 
+def stored_reference(rec: Record) -> str | None:
+    """The stored response a request builds on: `previous_response_id`, or the `{id}` of
+    `/v1/responses/{id}…`."""
+    body = rec["request"].get("body")
+    if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
+        return str(body["previous_response_id"])
+    tags = rec.get("tags") or {}
+    if str(tags.get("endpoint", "")).startswith("/v1/responses/{id}"):
+        tail = str(rec["request"].get("path", "")).split("?", 1)[0].split("/responses/", 1)[-1]
+        return tail.split("/", 1)[0] or None
+    return None
+
+
+def _about_stored_response(x: _Ex) -> bool:
+    ref = stored_reference(x.rec)
+    if not ref:
+        return False
+    return (
+        ref in x.msg
+        or x.param in ("previous_response_id", "response_id")
+        or x.code == "previous_response_not_found"
+    )
+
+
 def _subject(x: _Ex, served: Mapping[str, set[str]]) -> str | None:
-    """What an error answer is about: `"endpoint"`, `"model"` or `None`."""
+    """What an error answer is about: `"endpoint"`, `"state"`, `"model"` or `None`."""
     if _echoes_route(x):
         return "endpoint"
+    if _about_stored_response(x):
+        return "state"
     if x.code == "model_not_found" or x.param == "model" or "model" in str(x.etype or "").lower():
         return "model"
     if x.model and x.model in x.msg:
@@ -420,6 +447,11 @@ def _exchange_findings(x: _Ex, served: Mapping[str, set[str]]) -> list[Finding]:
                     f"/v1/models lists {len(listed)} models without it" if listed else None,
                 ),
                 served=avail,
+            )
+        elif subject == "state":
+            add(
+                "previous_response_not_found",
+                _ev(x, f"request builds on {stored_reference(x.rec)}", x.snippet()),
             )
         elif subject == "endpoint" or (
             st in (404, 501) and x.family != "other" and subject is None
@@ -585,10 +617,18 @@ SUMMARIES = {
     "stream_not_honoured": "{method} {endpoint} asked for stream=true and got {ctype}, not SSE",
     "stream_truncated": "{method} {endpoint} stream ended early: {why}",
     "upstream_unreachable": "{method} {path}: the upstream could not be reached ({why})",
+    "previous_response_not_found": "{server} did not keep the response this {method} "
+    "{endpoint} builds on (answered {answer})",
 }
 
 # (code, provider, variant) → remedy; looked up most specific first.
 REMEDIES: dict[tuple[str, str | None, str | None], str] = {
+    ("previous_response_not_found", "vllm", None):
+        "vLLM keeps responses only with VLLM_ENABLE_RESPONSES_API_STORE=1: set it, or send the "
+        "whole conversation as input instead of previous_response_id",
+    ("previous_response_not_found", None, None):
+        "the server does not store responses (or not this one): send the whole conversation "
+        "as input instead of previous_response_id, or enable its response store",
     ("endpoint_not_implemented", "lmstudio", "/v1/responses"):
         "LM Studio does not implement /v1/responses in this version: use chat.completions "
         "or upgrade LM Studio ≥ 0.3.29",
