@@ -2,20 +2,21 @@
 
 An SDK call can leave several exchanges on the wire: its own retries (the
 `x-stainless-retry-count` header counts them), a redirect it followed (`3xx` + `Location`,
-sometimes with the method changed on the way), the same request seen again on a second
-listener when a gateway sits between two capture points (a hop), and a client falling back
-from `/v1/responses` to `/v1/chat/completions`. Each of these is a *link*; the connected
+sometimes with the method changed on the way), the same call seen again on a second
+listener when a gateway sits between two capture points (a hop: the gateway's request asks
+the same thing, maybe under another model name or route, while the client waits), and a
+client falling back from `/v1/responses` to `/v1/chat/completions`. Each of these is a *link*; the connected
 exchanges are one chain, and every exchange is in exactly one chain.
 
-Links are found by grouping and sorting (pandas), never by comparing all pairs, so the
-cost stays linear in the number of exchanges.
+Links are found by grouping and sorting (pandas) and one sweep in time order with a
+bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
 """
 
 from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -38,6 +39,7 @@ of the first exchange; `ok` whether the exchange the client finally got succeede
 LINK_KINDS = ("retry", "redirect", "hop", "fallback")
 HOP_SLACK_S = 0.05  # clock slack when checking that the inner hop lies inside the outer one
 HOP_WINDOW_S = 30.0  # an outer hop without a duration contains what starts this soon after it
+HOP_LOOKBACK = 16  # equal requests on one listener an inner hop looks back through
 FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
 FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
 FALLBACK_FROM = frozenset({404, 405, 501})
@@ -209,24 +211,100 @@ def _retry_links(f: pd.DataFrame) -> Links:
     return [("retry", int(a), int(b)) for a, b in zip(prev[hit], order[hit], strict=True)]
 
 
-def _hop_links(f: pd.DataFrame) -> Links:
-    order, prev = _prev_in_group(f, ["body_key", "model", "method", "endpoint", "is_replay"])
-    has = prev >= 0
-    outer, inner = prev[has], order[has]
-    listener = f["listener"].to_numpy(dtype=object)
+def _texts(content: Any) -> list[str]:
+    """The text of a message's content: a string, or the `text` of its parts."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    return []
+
+
+def prompt_text(body: Any) -> str | None:
+    """What the user asked, normalised so that it survives a gateway: the texts of the
+    user messages (chat), of the user items or the `input` string (Responses, embeddings)
+    or the `prompt` (completions), whitespace collapsed; `None` when there is none.
+
+    A gateway renames the model, adds `stream`/`stream_options` or a system prompt, and may
+    translate a Responses call into a chat completion, but it passes the user's words on.
+    """
+    if not isinstance(body, dict):
+        return None
+    parts: list[str] = []
+    messages, inp, prompt = body.get("messages"), body.get("input"), body.get("prompt")
+    if isinstance(messages, list):
+        for m in messages:
+            if isinstance(m, dict) and m.get("role") == "user":
+                parts.extend(_texts(m.get("content")))
+    elif isinstance(inp, str):
+        parts.append(inp)
+    elif isinstance(inp, list):
+        for item in inp:
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict) and item.get("role") == "user":
+                parts.extend(_texts(item.get("content")))
+    elif isinstance(prompt, str):
+        parts.append(prompt)
+    elif isinstance(prompt, list):
+        parts.extend(p for p in prompt if isinstance(p, str))
+    text = " ".join(" ".join(parts).split())
+    return text or None
+
+
+def hop_key(request: Mapping[str, Any], body_hash: int) -> tuple[Any, ...]:
+    """What the two hops of one call have in common: the prompt, or for a request without
+    one the exact body with its method and route."""
+    prompt = prompt_text(request.get("body"))
+    if prompt is not None:
+        return ("prompt", prompt)
+    return ("body", body_hash, request.get("method"), str(request.get("path") or "").split("?")[0])
+
+
+def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
+    """Outer → inner for each exchange that a gateway made while serving another one.
+
+    The inner exchange came through another listener, asked the same thing (`hop_key`),
+    started after the outer one and ended before it (`HOP_SLACK_S` of clock slack). One
+    sweep in start order: each exchange looks back at the last `HOP_LOOKBACK` exchanges
+    with its content on each other listener, and takes the latest-started one that
+    contains it, preferring one that has no inner exchange yet (concurrent equal calls).
+    """
+    n = len(f)
+    listener = f["listener"].tolist()
+    replay = f["is_replay"].tolist()
     started = f["started"].to_numpy(dtype=np.float64)
     dur = f["duration_s"].to_numpy(dtype=np.float64)
-    o_end = started[outer] + np.where(np.isnan(dur[outer]), HOP_WINDOW_S, dur[outer])
-    i_end = started[inner] + np.where(np.isnan(dur[inner]), 0.0, dur[inner])
-    ok = (
-        pd.notna(listener[outer])
-        & pd.notna(listener[inner])
-        & (listener[outer] != listener[inner])
-        & (started[inner] >= started[outer] - HOP_SLACK_S)
-        & (started[inner] <= o_end + HOP_SLACK_S)
-        & (i_end <= o_end + HOP_SLACK_S)
-    )
-    return [("hop", int(a), int(b)) for a, b in zip(outer[ok], inner[ok], strict=True)]
+    outer_end = (started + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
+    inner_end = (started + np.where(np.isnan(dur), 0.0, dur)).tolist()
+    start = started.tolist()
+    seen: dict[tuple[Hashable, bool], dict[str, list[int]]] = {}
+    has_inner = [False] * n
+    links: Links = []
+    for i in np.lexsort((np.arange(n), started)).tolist():
+        here = listener[i]
+        if not isinstance(here, str):
+            continue
+        by_listener = seen.setdefault((content[i], bool(replay[i])), {})
+        best, best_free = -1, False
+        for other, prior in by_listener.items():
+            if other == here:
+                continue
+            for j in reversed(prior[-HOP_LOOKBACK:]):
+                if inner_end[i] > outer_end[j]:
+                    continue
+                free = not has_inner[j]
+                if best < 0 or (free, start[j]) > (best_free, start[best]):
+                    best, best_free = j, free
+                if free:
+                    break  # the latest free container on this listener
+        if best >= 0:
+            links.append(("hop", best, i))
+            has_inner[best] = True
+        by_listener.setdefault(here, []).append(i)
+    return links
 
 
 def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
@@ -312,10 +390,11 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     if n == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
     ids = exchanges["id"].tolist()
-    keys, locations, oks = [], [], []
+    keys, contents, locations, oks = [], [], [], []
     for rid in ids:
         rec = records_by_id[rid]
         keys.append(body_key(rec["request"]))
+        contents.append(hop_key(rec["request"], keys[-1]))
         resp = rec.get("response") or {}
         st = resp.get("status")
         loc = None
@@ -333,7 +412,12 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
         retry=f["retry"].fillna(0).astype("int64"),
         is_replay=f["replay_of"].notna(),
     )
-    links = _retry_links(f) + _hop_links(f) + _redirect_links(f, locations) + _fallback_links(f)
+    links = (
+        _retry_links(f)
+        + _hop_links(f, contents)
+        + _redirect_links(f, locations)
+        + _fallback_links(f)
+    )
 
     uf = _UnionFind(n)
     for _, a, b in links:

@@ -12,6 +12,7 @@ from analysis.chains import CHAIN_COLUMNS, chains_frame, exchange_ok, stream_end
 from analysis.store import exchanges_frame
 from tests.fixtures.chain_records import (
     INNER_LISTENER,
+    MODEL,
     OTHER_KEY,
     SSE_CT,
     T0,
@@ -157,17 +158,86 @@ def test_hop_is_the_same_request_on_another_listener_inside_the_outer_one() -> N
     assert row["links"] == [("hop", "outer", "inner")]
 
 
+UPSTREAM_MODEL = "qwen2.5-7b-instruct"
+SAY_HELLO = [{"role": "user", "content": "Say hello"}]
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"),
+    [
+        # a gateway renames the model alias to the upstream's name...
+        ({"body": chat_body("my-alias")}, {"body": chat_body(UPSTREAM_MODEL)}),
+        # ...adds `stream: false`, or `stream_options` to a stream...
+        ({}, {"body": {"model": UPSTREAM_MODEL, "messages": SAY_HELLO, "stream": False}}),
+        (
+            {"body": chat_body(stream=True)},
+            {"body": {**chat_body(stream=True), "stream_options": {"include_usage": True}}},
+        ),
+        # ...puts a system prompt first or sends the text as content parts...
+        ({}, {"body": {"model": MODEL, "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": [{"type": "text", "text": "Say   hello"}]}]}}),
+        # ...and may translate a Responses call into a chat completion.
+        (
+            {"path": "/v1/responses", "body": responses_body("my-alias")},
+            {"path": "/v1/chat/completions", "body": chat_body(UPSTREAM_MODEL)},
+        ),
+        (
+            {"path": "/v1/responses", "body": {"model": "a", "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Say hello"}]}]}},
+            {"path": "/v1/chat/completions", "body": chat_body(UPSTREAM_MODEL)},
+        ),
+        # a request without a prompt is a hop when its body is the same
+        ({"method": "GET", "path": "/v1/models"}, {"method": "GET", "path": "/v1/models"}),
+    ],
+)  # fmt: skip
+def test_hop_survives_what_a_gateway_changes(outer: dict[str, Any], inner: dict[str, Any]) -> None:
+    df = chains(hop(outer, inner))
+    assert len(df) == 1
+    assert df.iloc[0]["links"] == [("hop", "outer", "inner")]
+
+
 @pytest.mark.parametrize(
     ("outer", "inner"),
     [
         ({}, {"started": T0 + 1.0}),  # starts after the outer one ended
+        ({}, {"started": T0 + 0.18}),  # starts inside but ends after the outer one
+        ({}, {"started": T0 - 0.01}),  # started first
         ({}, {"listener": "reverse:http://127.0.0.1:8000"}),  # same listener
-        ({}, {"body": chat_body("other")}),  # another request
+        ({}, {"body": {"model": MODEL, "messages": [{"role": "user", "content": "Other"}]}}),
+        ({}, {"body": {"model": MODEL, "messages": [*SAY_HELLO, {"role": "user", "content": "More"}]}}),
         ({}, {"replay_of": "outer"}),  # a replay is not a hop
+        ({"method": "GET", "path": "/v1/models"}, {"method": "GET", "path": "/v1/files"}),
     ],
-)
+)  # fmt: skip
 def test_not_a_hop(outer: dict[str, Any], inner: dict[str, Any]) -> None:
     assert len(chains(hop(outer, inner))) == 2
+
+
+def test_concurrent_equal_calls_each_get_their_own_inner_hop() -> None:
+    outers = [record(id=f"o{k}", started=T0 + k * 0.01, duration_ms=500.0) for k in range(3)]
+    inners = [
+        record(id=f"i{k}", listener=INNER_LISTENER, body=chat_body(UPSTREAM_MODEL),
+               started=T0 + 0.1 + k * 0.01, duration_ms=100.0)
+        for k in range(3)
+    ]  # fmt: skip
+    df = chains(outers + inners)
+    assert len(df) == 3
+    assert all(len(ids) == 2 and ids[0][0] == "o" for ids in df["exchange_ids"])
+
+
+def test_three_listeners_nest_into_one_chain() -> None:
+    mid = "reverse:http://127.0.0.1:9500"
+    recs = [
+        record(id="a", duration_ms=1000.0, body=chat_body("alias")),
+        record(id="b", listener=mid, started=T0 + 0.1, duration_ms=500.0),
+        record(id="c", listener=INNER_LISTENER, started=T0 + 0.2, duration_ms=100.0,
+               body=chat_body(UPSTREAM_MODEL)),
+    ]  # fmt: skip
+    df = chains(recs)
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row["links"] == [("hop", "a", "b"), ("hop", "b", "c")] and row["final_id"] == "a"
 
 
 def test_hops_and_retries_make_one_chain_whose_final_exchange_is_outer() -> None:
