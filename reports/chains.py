@@ -22,9 +22,9 @@ CODES = (
     "endpoint_not_implemented", "soft_error_200", "method_not_allowed",
     "redirect_method_change", "auth_missing", "auth_rejected", "auth_dropped_by_hop",
     "path_prefix", "model_not_found", "stream_not_honoured", "stream_truncated",
-    "upstream_unreachable",
+    "upstream_unreachable", "previous_response_not_found",
 )  # fmt: skip
-"""Diagnosis codes (contract, DESIGN.md)."""
+"""Diagnosis codes (the contract of DESIGN.md, and the analysis' extensions after it)."""
 
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300

@@ -54,7 +54,7 @@ FAMILIES = (
 UNSUPPORTED_CODES = frozenset({"endpoint_not_implemented", "method_not_allowed"})
 ERROR_CODES = frozenset(
     {"auth_missing", "auth_rejected", "auth_dropped_by_hop", "path_prefix", "model_not_found",
-     "redirect_method_change", "upstream_unreachable"}
+     "redirect_method_change", "upstream_unreachable", "previous_response_not_found"}
 )  # fmt: skip
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
