@@ -810,7 +810,16 @@ def drop_ignored(frame: pd.DataFrame, ignore: Sequence[str]) -> pd.DataFrame:
 def divergences(
     records_by_id: dict[str, Record], pairs: pd.DataFrame, *, ignore: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """One row per finding per pair, noise and ignored paths removed."""
+    """One row per finding per pair, noise and ignored paths removed.
+
+    Replay steps recorded as skipped (never sent: what they build on failed) are not
+    compared; the failure they follow is the finding.
+    """
+    sent = [
+        (records_by_id[c].get("error") or {}).get("kind") != "skipped"
+        for c in pairs["candidate_id"]
+    ]
+    pairs = pairs.loc[sent] if not all(sent) else pairs
     if pairs.empty:
         return pd.DataFrame(columns=DIVERGENCE_COLUMNS)
     base_ids = pairs["baseline_id"].tolist()

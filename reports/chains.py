@@ -16,15 +16,8 @@ import numpy as np
 import pandas as pd
 
 from analysis._types import Record
+from analysis.diagnose import CODES
 from reports.formatters import anchor, missing, path_only, redact, status_class
-
-CODES = (
-    "endpoint_not_implemented", "soft_error_200", "method_not_allowed",
-    "redirect_method_change", "auth_missing", "auth_rejected", "auth_dropped_by_hop",
-    "path_prefix", "model_not_found", "stream_not_honoured", "stream_truncated",
-    "upstream_unreachable", "previous_response_not_found",
-)  # fmt: skip
-"""Diagnosis codes (the contract of DESIGN.md, and the analysis' extensions after it)."""
 
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300

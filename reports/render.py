@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from reports.chains import CODES, MAX_CHAIN_GROUPS
+from analysis.diagnose import CODES
+from reports.chains import MAX_CHAIN_GROUPS
 from reports.formatters import FILTERS, missing, redact
 from reports.model import (
     DIAGNOSIS_COLUMNS,
