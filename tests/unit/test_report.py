@@ -22,11 +22,11 @@ import pytest
 
 from analysis._types import Record
 from analysis.cli import UsageError
+from analysis.diagnose import CODES
 from analysis.pairing import pairs_frame
 from analysis.redact import fingerprint, redact_headers, redact_url
 from analysis.store import RecordWriter, events_frame, exchanges_frame
 from reports import cli as report_cli
-from reports.chains import CODES
 from reports.formatters import MAX_LINES, hits, pretty_json, redact
 from reports.model import (
     DIAGNOSIS_COLUMNS,
