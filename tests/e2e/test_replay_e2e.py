@@ -78,7 +78,7 @@ def recorded(mitmdump: Any) -> Iterator[tuple[Path, dict[str, dict[str, Any]]]]:
     with standin("openai") as url:
         m = mitmdump([f"reverse:{url}"], label="openai")
         steps = drive(openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0))
-        recs = sorted(m.records(len(steps)), key=lambda r: r["started"])
+        recs = sorted(m.records(len(steps), timeout=30), key=lambda r: r["started"])
     assert [r["response"]["status"] for r in recs] == [200] * 10 + [501]
     yield m.capture_file, dict(zip(steps, recs, strict=True))
 
