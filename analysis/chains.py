@@ -271,6 +271,8 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
     sweep in start order: each exchange looks back at the last `HOP_LOOKBACK` exchanges
     with its content on each other listener, and takes the latest-started one that
     contains it, preferring one that has no inner exchange yet (concurrent equal calls).
+    Replays are never hops: the replayer records its own requests, and one original sent
+    to several targets at once is the same prompt on several listeners, nested in time.
     """
     n = len(f)
     listener = f["listener"].tolist()
@@ -280,14 +282,14 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
     outer_end = (started + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
     inner_end = (started + np.where(np.isnan(dur), 0.0, dur)).tolist()
     start = started.tolist()
-    seen: dict[tuple[Hashable, bool], dict[str, list[int]]] = {}
+    seen: dict[Hashable, dict[str, list[int]]] = {}
     has_inner = [False] * n
     links: Links = []
     for i in np.lexsort((np.arange(n), started)).tolist():
         here = listener[i]
-        if not isinstance(here, str):
+        if not isinstance(here, str) or replay[i]:
             continue
-        by_listener = seen.setdefault((content[i], bool(replay[i])), {})
+        by_listener = seen.setdefault(content[i], {})
         best, best_free = -1, False
         for other, prior in by_listener.items():
             if other == here:

@@ -226,6 +226,17 @@ def test_concurrent_equal_calls_each_get_their_own_inner_hop() -> None:
     assert all(len(ids) == 2 and ids[0][0] == "o" for ids in df["exchange_ids"])
 
 
+def test_replays_of_one_original_to_two_targets_at_once_are_not_hops() -> None:
+    recs = [
+        record(id="orig", started=T0 - 10),
+        record(id="slow", listener="replay:http://127.0.0.1:7001/v1", replay_of="orig",
+               label="ollama", duration_ms=500.0),
+        record(id="fast", listener="replay:http://127.0.0.1:7002/v1", replay_of="orig",
+               label="vllm", started=T0 + 0.01, duration_ms=50.0, body=chat_body("qwen")),
+    ]  # fmt: skip
+    assert groups(chains(recs)) == [["fast"], ["orig"], ["slow"]]
+
+
 def test_three_listeners_nest_into_one_chain() -> None:
     mid = "reverse:http://127.0.0.1:9500"
     recs = [
