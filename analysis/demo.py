@@ -66,7 +66,7 @@ def drive_sdk(base_url: str, api_key: str) -> int:
     client.responses.create(model=MODEL, input="And in French?", previous_response_id=r1.id)
     fc = client.responses.create(model=MODEL, input="Weather in Paris?", tools=[WEATHER_RESP])
     calls = [o for o in fc.output if o.type == "function_call"]
-    n = 8
+    n = 7
     if calls:
         with client.responses.stream(
             model=MODEL,

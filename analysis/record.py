@@ -120,13 +120,13 @@ def classify_error(msg: str, has_response: bool) -> str:
         return "timeout"
     if "tls" in low or "certificate" in low or "ssl" in low:
         return "tls"
+    if "server disconnected" in low or "peer closed" in low or "connection closed" in low:
+        return "upstream_disconnect"
     if not has_response and any(
         s in low
         for s in ("connect", "refused", "unreachable", "resolve", "no route", "name or service")
     ):
         return "upstream_unreachable"
-    if "server disconnected" in low or "peer closed" in low or "connection closed" in low:
-        return "upstream_disconnect"
     return "proxy_error"
 
 

@@ -526,6 +526,7 @@ class StoredResponse:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # benchmarks open dozens of connections at once
 
     def __init__(self, addr: tuple[str, int], owner: Standin) -> None:
         self.owner = owner

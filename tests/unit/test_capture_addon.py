@@ -200,3 +200,22 @@ async def test_loads_as_a_script_by_path() -> None:
         (addon,) = module.addons
         assert type(addon).__name__ == "Capture"
         assert tctx.options.capture_dir == "captures" and tctx.options.capture_body_cap > 0
+
+
+@pytest.mark.parametrize(
+    ("message", "has_response", "kind"),
+    [
+        ("Client disconnected.", True, "client_disconnect"),
+        ("Server disconnected without sending a response.", False, "upstream_disconnect"),
+        ("Connection refused: [Errno 111] Connect call failed", False, "upstream_unreachable"),
+        ("[Errno -2] Name or service not known", False, "upstream_unreachable"),
+        ("TLS handshake failed: certificate verify failed", False, "tls"),
+        ("Connection killed.", True, "killed"),
+        ("read timed out", True, "timeout"),
+        ("HTTP/2 protocol error: invalid frame", True, "proxy_error"),
+    ],
+)
+def test_classify_error(message: str, has_response: bool, kind: str) -> None:
+    from analysis.record import classify_error
+
+    assert classify_error(message, has_response) == kind
