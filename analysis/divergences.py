@@ -551,28 +551,12 @@ def _error_type(doc: JSON) -> str | None:
 
 def _compare_transport(b: Observed, c: Observed) -> list[Finding]:
     if b.is_stream and not c.is_stream and c.asked_stream:
-        return [
-            Finding(
-                "transport",
-                "content-type",
-                b.media_type,
-                c.media_type,
-                "error",
-                f"asked for a stream (SSE), got {c.media_type or 'no content type'}",
-            )
-        ]
-    if b.is_stream != c.is_stream or b.media_type != c.media_type:
-        return [
-            Finding(
-                "transport",
-                "content-type",
-                b.media_type,
-                c.media_type,
-                "error",
-                f"content type {b.media_type or 'none'} became {c.media_type or 'none'}",
-            )
-        ]
-    return []
+        message = f"asked for a stream (SSE), got {c.media_type or 'no content type'}"
+    elif b.is_stream != c.is_stream or b.media_type != c.media_type:
+        message = f"content type {b.media_type or 'none'} became {c.media_type or 'none'}"
+    else:
+        return []
+    return [Finding("transport", "content-type", b.media_type, c.media_type, "error", message)]
 
 
 def _compare_events(b: Observed, c: Observed) -> list[Finding]:
