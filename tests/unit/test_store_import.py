@@ -46,6 +46,36 @@ def test_other_formats_are_rejected(tmp_path: Path, content: str, message: str) 
         load_records([p])
 
 
+def _lines(*ids: str) -> list[str]:
+    return [json.dumps({**REC, "id": i}) for i in ids]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expect"),
+    [
+        (_lines("a", "b", "c", "d", "e"), ["a", "b", "c", "d", "e"]),  # across batches
+        ([*_lines("a", "b", "c"), "", "  ", *_lines("d")], ["a", "b", "c", "d"]),  # blanks
+        ([*_lines("a", "b", "c"), '{"format": "wiredi'], ["a", "b", "c"]),  # cut, 2nd batch
+        ([*_lines("a"), '{"format": "wiredi'], ["a"]),  # cut, end of a batch
+        ([*_lines("a"), '{"format": "wiredi', *_lines("b")], "c.jsonl:2: not a JSON record"),
+        ([*_lines("a", "b"), '{"format": "x"}', *_lines("c")], "c.jsonl:3: not a wirediff/1"),
+        # two records on one line are not a record, even though "[a, b]" parses
+        ([_lines("a")[0] + "," + _lines("b")[0], *_lines("c")], "c.jsonl:1: not a JSON record"),
+    ],
+)
+def test_records_parsed_in_batches_keep_line_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str], expect: object
+) -> None:
+    monkeypatch.setattr("analysis.store.BATCH_LINES", 2)
+    p = tmp_path / "c.jsonl"
+    p.write_text("\n".join(lines))
+    if isinstance(expect, list):
+        assert [r["id"] for r in load_records([p])] == expect
+    else:
+        with pytest.raises(CaptureError, match=str(expect)):
+            load_records([p])
+
+
 def test_missing_file_is_a_capture_error(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="cannot read capture"):
         load_records([tmp_path / "nope.jsonl"])
