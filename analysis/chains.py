@@ -201,14 +201,23 @@ def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.nda
     return order, prev
 
 
-def _retry_links(f: pd.DataFrame) -> Links:
-    keys = ["session", "label", "listener", "is_replay", "method", "path", "body_key"]
-    order, prev = _prev_in_group(f, keys)
-    retry = f["retry"].to_numpy()
+def _retry_links(f: pd.DataFrame, requests: Sequence[Mapping[str, Any]]) -> Links:
+    """Each SDK retry to the attempt before it: same client, route and body, a higher
+    `x-stainless-retry-count`. Bodies are compared only where some request is a retry."""
+    keys = ["session", "label", "listener", "is_replay", "method", "path"]
+    retried = f["retry"].to_numpy() > 0
+    if not retried.any():
+        return []
+    g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    sub = f[np.isin(g, np.unique(g[retried]))]
+    sub = sub.assign(body_key=[body_key(requests[i]) for i in sub["pos"].tolist()])
+    order, prev = _prev_in_group(sub.reset_index(drop=True), [*keys, "body_key"])
+    pos = sub["pos"].to_numpy()
+    retry = sub["retry"].to_numpy()
     cur_retry = retry[order]
     prev_retry = np.where(prev >= 0, retry[np.maximum(prev, 0)], 0)
     hit = (prev >= 0) & (cur_retry > 0) & (cur_retry > prev_retry)
-    return [("retry", int(a), int(b)) for a, b in zip(prev[hit], order[hit], strict=True)]
+    return [("retry", int(pos[a]), int(pos[b])) for a, b in zip(prev[hit], order[hit], strict=True)]
 
 
 def _texts(content: Any) -> list[str]:
@@ -254,13 +263,14 @@ def prompt_text(body: Any) -> str | None:
     return text or None
 
 
-def hop_key(request: Mapping[str, Any], body_hash: int) -> tuple[Any, ...]:
+def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
     """What the two hops of one call have in common: the prompt, or for a request without
     one the exact body with its method and route."""
     prompt = prompt_text(request.get("body"))
     if prompt is not None:
         return ("prompt", prompt)
-    return ("body", body_hash, request.get("method"), str(request.get("path") or "").split("?")[0])
+    route = str(request.get("path") or "").split("?")[0]
+    return ("body", body_key(request), request.get("method"), route)
 
 
 def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
@@ -392,11 +402,11 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     if n == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
     ids = exchanges["id"].tolist()
-    keys, contents, locations, oks = [], [], [], []
+    requests, contents, locations, oks = [], [], [], []
     for rid in ids:
         rec = records_by_id[rid]
-        keys.append(body_key(rec["request"]))
-        contents.append(hop_key(rec["request"], keys[-1]))
+        requests.append(rec["request"])
+        contents.append(hop_key(rec["request"]))
         resp = rec.get("response") or {}
         st = resp.get("status")
         loc = None
@@ -408,14 +418,13 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     f = exchanges.reset_index(drop=True)
     f = f.assign(
         pos=np.arange(n),
-        body_key=keys,
         started=f["started"].astype("float64").fillna(0.0),
         duration_s=f["duration_ms"].astype("float64") / 1000.0,
         retry=f["retry"].fillna(0).astype("int64"),
         is_replay=f["replay_of"].notna(),
     )
     links = (
-        _retry_links(f)
+        _retry_links(f, requests)
         + _hop_links(f, contents)
         + _redirect_links(f, locations)
         + _fallback_links(f)
@@ -440,8 +449,16 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     labels, sessions = f["label"].tolist(), f["session"].tolist()
     methods, paths = f["method"].tolist(), f["path"].tolist()
     statuses, errors = f["status"].tolist(), f["error_kind"].tolist()
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for root, mem in members.items():
+        if len(mem) == 1:  # most chains: one exchange, no links
+            (i,) = mem
+            rid = ids[i]
+            title = _step(methods[i], paths[i], statuses[i], errors[i])
+            failed = [] if oks[i] else [rid]
+            rows.append((f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid,
+                         failed, [], title))  # fmt: skip
+            continue
         final = next(i for i in reversed(mem) if i not in inner)
         lk = chain_links.get(root, [])
         if len(lk) > 1:
