@@ -166,14 +166,6 @@ def load_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
     return out
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
 def _content_type(headers: list[list[str]] | None) -> str | None:
     for k, v in headers or ():
         if k == "content-type":
@@ -190,11 +182,19 @@ EXCHANGE_COLUMNS = [
 ]  # fmt: skip
 
 
+_EMPTY: dict[str, Any] = {}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if type(value) is dict else _EMPTY
+
+
 def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
     """One row per exchange with the columns analysis filters and groups on."""
     rows = []
     for r in records:
-        req, resp, tags = r["request"], r.get("response") or {}, r.get("tags") or {}
+        req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
+        sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
         events = resp.get("events")
         rows.append(
             (
@@ -203,10 +203,10 @@ def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
                 req.get("method"), req.get("path"), req.get("url"), resp.get("status"),
                 _content_type(resp.get("headers")), tags.get("family"), tags.get("endpoint"),
                 tags.get("prefix"), tags.get("stream"), tags.get("model"),
-                _get(tags, "sdk", "lang"), _get(tags, "sdk", "version"), _get(tags, "sdk", "async"),
-                tags.get("retry"), _get(tags, "auth", "header"), _get(tags, "auth", "scheme"),
-                _get(tags, "auth", "fingerprint"), _get(tags, "auth", "forwarded"),
-                tags.get("soft_error"), tags.get("signature"), _get(r, "error", "kind"),
+                sdk.get("lang"), sdk.get("version"), sdk.get("async"),
+                tags.get("retry"), auth.get("header"), auth.get("scheme"),
+                auth.get("fingerprint"), auth.get("forwarded"),
+                tags.get("soft_error"), tags.get("signature"), _dict(r.get("error")).get("kind"),
                 len(events) if events is not None else None, resp.get("complete"),
                 req.get("size"), resp.get("size"),
             )
@@ -224,11 +224,16 @@ def events_frame(records: Iterable[Record]) -> pd.DataFrame:
     """One row per SSE event: its name, the `type` inside its data, its timing."""
     rows = []
     for r in records:
-        for i, ev in enumerate(_get(r, "response", "events") or ()):
-            data = ev.get("data")
-            typ = data.get("type") if isinstance(data, dict) else None
-            seqno = data.get("sequence_number") if isinstance(data, dict) else None
+        events = _dict(r.get("response")).get("events")
+        if not events:
+            continue
+        rid = r["id"]
+        for i, ev in enumerate(events):
+            data = _dict(ev.get("data"))
             rows.append(
-                (r["id"], i, ev.get("t_ms"), ev.get("event"), typ, seqno, bool(ev.get("partial")))
-            )
+                (
+                    rid, i, ev.get("t_ms"), ev.get("event"), data.get("type"),
+                    data.get("sequence_number"), bool(ev.get("partial")),
+                )
+            )  # fmt: skip
     return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)
