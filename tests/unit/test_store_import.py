@@ -76,6 +76,28 @@ def test_records_parsed_in_batches_keep_line_numbers(
             load_records([p])
 
 
+def test_repeated_headers_and_clients_are_shared_and_unchanged(tmp_path: Path) -> None:
+    def rec(i: str, sdk: dict[str, object]) -> dict[str, object]:
+        headers = [["content-type", "application/json"], ["x-request-id", f"req_{i}"]]
+        return {
+            **REC,
+            "id": i,
+            "request": {"method": "POST", "headers": headers},
+            "response": {"status": 200, "headers": headers},
+            "tags": {"sdk": sdk, "auth": {"header": "authorization", "fingerprint": "sha256:1"}},
+        }
+
+    written = [rec("a", {"lang": "python"}), rec("b", {"lang": "python"}),
+               rec("c", {"lang": "python", "extra": {"nested": True}})]  # fmt: skip
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in written))
+    a, b, c = load_records([p])
+    assert [a, b, c] == written
+    assert a["request"]["headers"][0] is b["response"]["headers"][0]
+    assert a["request"]["headers"][1] is not b["request"]["headers"][1]
+    assert a["tags"]["sdk"] is b["tags"]["sdk"] and a["tags"]["auth"] is c["tags"]["auth"]
+
+
 def test_missing_file_is_a_capture_error(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="cannot read capture"):
         load_records([tmp_path / "nope.jsonl"])
