@@ -134,10 +134,11 @@ def run_demo(out: Path) -> dict[str, Any]:
                     sort_keys=False,
                 )
             )
-            with contextlib.redirect_stdout(io.StringIO()):
+            quiet = io.StringIO()  # the demo prints its own summary
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
                 code = main_replay([str(capture), "--config", str(config), "--concurrency", "4"])
             if code != 0:
-                raise RuntimeError(f"replay failed with exit code {code}")
+                raise RuntimeError(f"replay failed ({code}): {quiet.getvalue().strip()[-300:]}")
     replays = [capture_dir / f"demo.{c}.jsonl" for c in CANDIDATES]
     paths = {
         "report": out / "report.html",
@@ -153,7 +154,7 @@ def run_demo(out: Path) -> dict[str, Any]:
              "--json", str(paths["summary"]), "--csv", str(paths["divergences"])]
         )  # fmt: skip
         if code != 0:
-            raise RuntimeError(f"report failed with exit code {code}")
+            raise RuntimeError(f"report failed ({code}): {quiet.getvalue().strip()[-300:]}")
     return {"capture": capture, "replays": replays, "exchanges": n, **paths}
 
 
@@ -175,7 +176,11 @@ def terminal_summary(summary: dict[str, Any]) -> str:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
-    result = run_demo(Path(args.out))
+    try:
+        result = run_demo(Path(args.out))
+    except (RuntimeError, TimeoutError, openai.APIError) as e:
+        print(f"\nwirediff: demo failed: {e}", file=sys.stderr)
+        return 1
     summary = json.loads(Path(result["summary"]).read_text(encoding="utf-8"))
     print(f"captured {result['exchanges']} exchanges against the openai stand-in, "
           f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s")  # fmt: skip
