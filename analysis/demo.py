@@ -145,9 +145,11 @@ def run_demo(out: Path) -> dict[str, Any]:
         "summary": out / "summary.json",
         "divergences": out / "divergences.csv",
     }
+    quiet = io.StringIO()
     with (
         steps.step("analysing and rendering the report"),
-        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stdout(quiet),
+        contextlib.redirect_stderr(quiet),
     ):
         code = main_report(
             [str(capture), *map(str, replays), "-o", str(paths["report"]),
