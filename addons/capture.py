@@ -22,7 +22,16 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from analysis.record import DEFAULT_BODY_CAP, StreamTap, build_record, is_sse, upstream_label  # noqa: E402
+from analysis._types import Record  # noqa: E402
+from analysis.record import (  # noqa: E402
+    DEFAULT_BODY_CAP,
+    StreamTap,
+    build_record,
+    fallback_record,
+    is_open_ended,
+    is_sse,
+    upstream_label,
+)
 from analysis.store import RecordWriter  # noqa: E402
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
@@ -52,6 +61,13 @@ class Capture:
         loader.add_option(
             "capture_body_cap", int, DEFAULT_BODY_CAP, "Bytes kept per body; longer is truncated."
         )
+        loader.add_option(
+            "capture_lazy_connect",
+            bool,
+            True,
+            "Set connection_strategy=lazy so a refused upstream is recorded against its "
+            "request (eager closes the client before any request exists).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if updated & {"capture_dir", "capture_session"}:
@@ -79,8 +95,9 @@ class Capture:
     def running(self) -> None:
         """Connect upstream lazily: with mitmproxy's default (eager) a refused upstream
         closes the client connection before any request exists, so nothing could be
-        recorded. The bytes on the wire are the same either way."""
-        if ctx.options.connection_strategy != "lazy":
+        recorded. The bytes are the same; with TLS, ALPN is then chosen without the
+        server — `capture_lazy_connect=false` keeps eager."""
+        if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
 
@@ -94,12 +111,17 @@ class Capture:
         self.seq += 1
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        assert flow.response is not None
-        if is_sse(flow.response.headers.get("content-type", "")):
-            flow.response.stream = StreamTap(
+        """Stream through whatever may arrive over time (SSE, and any body of unknown
+        length: NDJSON, long chunked answers), recording on the side."""
+        resp = flow.response
+        assert resp is not None
+        sse = is_sse(resp.headers.get("content-type", ""))
+        if sse or is_open_ended(flow):
+            resp.stream = StreamTap(
                 t0=flow.request.timestamp_start,
-                content_encoding=flow.response.headers.get("content-encoding", ""),
+                content_encoding=resp.headers.get("content-encoding", ""),
                 cap=ctx.options.capture_body_cap,
+                sse=sse,
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -112,9 +134,16 @@ class Capture:
         if self.writer is None or flow.metadata.get("wirediff.written"):
             return
         flow.metadata["wirediff.written"] = True
+        try:
+            self.writer.write(self.build(flow))
+        except Exception as e:  # never lose the exchange: keep what is certain
+            logging.exception("capture: could not record %s %s", flow.request.method, flow.id)
+            self.writer.write(fallback_record(flow, self.session, e))
+
+    def build(self, flow: http.HTTPFlow) -> Record:
         tap = flow.response.stream if flow.response is not None else None
         meta = flow.metadata
-        rec = build_record(
+        return build_record(
             flow,
             session=self.session,
             label=meta.get("wirediff.label") or ctx.options.capture_label or upstream_label(flow),
@@ -128,7 +157,6 @@ class Capture:
                 h.strip().lower() for h in ctx.options.capture_redact.split(",") if h.strip()
             ),
         )
-        self.writer.write(rec)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -18,16 +18,30 @@ from mitmproxy import http
 from analysis import FORMAT
 from analysis._types import Event, Record
 from analysis.profiles import match_signature
-from analysis.redact import redact_headers, redact_url
+from analysis.redact import (
+    may_hold_secret_fields,
+    redact_fields,
+    redact_headers,
+    redact_url,
+    scrub,
+    scrub_text,
+    secret_values,
+)
 from analysis.sse import SSESplitter, decoder_for, split_events
 from analysis.tags import tag_exchange
 
 DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
+MAX_EVENTS = 100_000  # per stream; more are counted in `events_dropped`
 SSE_TYPES = ("text/event-stream",)
 
 
-def encode_body(content: bytes | None, content_type: str, cap: int) -> dict[str, Any]:
-    """`body` for JSON, `text` for other text, `b64` for binary; capped with `truncated`."""
+def encode_body(
+    content: bytes | None, content_type: str, cap: int, secrets: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`body` for JSON, `text` for other text, `b64` for binary; capped with `truncated`.
+
+    Echoes of the exchange's `secrets` and credential-named JSON fields are fingerprinted.
+    """
     out: dict[str, Any] = {"body": None, "text": None}
     if content is None:
         return out
@@ -43,6 +57,8 @@ def encode_body(content: bytes | None, content_type: str, cap: int) -> dict[str,
                 text = None  # type: ignore[assignment]
         else:
             text = None  # type: ignore[assignment]
+    if text is not None and secrets:
+        text = scrub_text(text, secrets)
     if text is None:
         out["b64"] = base64.b64encode(kept).decode("ascii")
     elif not truncated and text[:1] in "{[":
@@ -50,6 +66,9 @@ def encode_body(content: bytes | None, content_type: str, cap: int) -> dict[str,
             out["body"] = json.loads(text)
         except ValueError:
             out["text"] = text
+        else:
+            if may_hold_secret_fields(text):
+                out["body"] = redact_fields(out["body"])
     else:
         out["text"] = text
     if truncated:
@@ -59,6 +78,54 @@ def encode_body(content: bytes | None, content_type: str, cap: int) -> dict[str,
 
 def is_sse(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() in SSE_TYPES
+
+
+def is_open_ended(flow: http.HTTPFlow) -> bool:
+    """A response body of unknown length (no Content-Length): it may arrive over time."""
+    resp = flow.response
+    if resp is None or flow.request.method == "HEAD" or resp.status_code in (204, 304):
+        return False
+    return "content-length" not in resp.headers
+
+
+def fallback_record(flow: http.HTTPFlow, session: str, error: BaseException) -> Record:
+    """What is certain about an exchange whose full record could not be built."""
+    resp = flow.response
+    return {
+        "format": FORMAT,
+        "id": flow.id,
+        "session": session,
+        "label": upstream_label(flow),
+        "seq": flow.metadata.get("wirediff.seq"),
+        "replay_of": flow.metadata.get("wirediff.replay_of"),
+        "listener": None,
+        "started": flow.request.timestamp_start,
+        "ttfb_ms": None,
+        "duration_ms": None,
+        "request": {
+            "method": flow.request.method,
+            "url": redact_url(flow.request.pretty_url),
+            "path": redact_url(flow.request.path),
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(flow.request.raw_content or b""),
+        },
+        "response": None
+        if resp is None
+        else {
+            "status": resp.status_code,
+            "reason": resp.reason,
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(resp.raw_content or b""),
+            "events": None,
+            "complete": False,
+        },
+        "error": {"kind": "capture_error", "message": f"{type(error).__name__}: {error}"},
+        "tags": {},
+    }
 
 
 @dataclass
@@ -76,6 +143,10 @@ class StreamTap:
     wire_size: int = 0
     ended: bool = False
     decode_error: str | None = None
+    sse: bool = True
+    """Split SSE events; other streamed bodies (NDJSON, long chunked) are only kept."""
+    max_events: int = MAX_EVENTS
+    events_dropped: int = 0
 
     def __post_init__(self) -> None:
         self._decode = decoder_for(self.content_encoding)
@@ -95,8 +166,8 @@ class StreamTap:
                 data = b""
             if len(self.raw) < self.cap:
                 self.raw += data[: self.cap - len(self.raw)]
-            for ev in self._splitter.feed(data):
-                self.events.append({"t_ms": round(now_ms, 3), **ev})
+            if self.sse:
+                self._keep(self._splitter.feed(data), now_ms)
         return chunk
 
     def finish(self) -> None:
@@ -104,9 +175,20 @@ class StreamTap:
         if self.ended:
             return
         self.ended = True
-        now_ms = round((time.time() - self.t0) * 1000.0, 3)
-        for ev in self._splitter.close():
-            self.events.append({"t_ms": now_ms, **ev})
+        if self.sse:
+            self._keep(self._splitter.close(), (time.time() - self.t0) * 1000.0)
+
+    def _keep(self, events: list[dict[str, Any]], now_ms: float) -> None:
+        room = self.max_events - len(self.events)
+        if len(events) > room:
+            self.events_dropped += len(events) - max(room, 0)
+            events = events[: max(room, 0)]
+        t = round(now_ms, 3)
+        self.events.extend({"t_ms": t, **ev} for ev in events)
+
+
+def _encoded(secrets: dict[str, str]) -> list[bytes]:
+    return [s.encode("utf-8", "surrogateescape") for s in secrets]
 
 
 def classify_error(msg: str, has_response: bool) -> str:
@@ -162,46 +244,52 @@ def build_record(
     req = flow.request
     upstream = _headers(req.headers)
     sent = client_headers if client_headers is not None else upstream
+    resp = flow.response
+    resp_headers = _headers(resp.headers) if resp is not None else []
+    secrets = secret_values([*sent, *upstream, *resp_headers], req.pretty_url, redact)
     req_ctype = _content_type(sent)
     request: dict[str, Any] = {
         "method": req.method,
         "url": redact_url(req.pretty_url),
-        "path": req.path,
+        "path": redact_url(req.path),
         "http_version": req.http_version,
-        "headers": redact_headers(sent, redact),
-        **encode_body(req.get_content(strict=False), req_ctype, body_cap),
+        "headers": scrub(redact_headers(sent, redact), secrets),
+        **encode_body(req.get_content(strict=False), req_ctype, body_cap, secrets),
         "size": len(req.raw_content or b""),
     }
     if client_headers is not None and client_headers != upstream:
-        request["forwarded_headers"] = redact_headers(upstream, redact)
+        request["forwarded_headers"] = scrub(redact_headers(upstream, redact), secrets)
 
-    resp = flow.response
     response: dict[str, Any] | None = None
     events: list[Event] | None = None
-    resp_headers: list[tuple[str, str]] = []
     if resp is not None:
-        resp_headers = _headers(resp.headers)
         ctype = _content_type(resp_headers)
         if tap is not None:
             tap.finish()
-            events = tap.events
-            body = encode_body(bytes(tap.raw), ctype, body_cap)
+            events = tap.events if tap.sse else None
+            body = encode_body(bytes(tap.raw), ctype, body_cap, secrets)
+            if (
+                events
+                and secrets
+                and (len(tap.raw) >= body_cap or any(s in tap.raw for s in _encoded(secrets)))
+            ):
+                events = scrub(events, secrets)
             if tap.wire_size and len(tap.raw) >= body_cap:
                 body["truncated"] = True
             size = tap.wire_size
             complete = flow.error is None and resp.timestamp_end is not None
         else:
             content = resp.get_content(strict=False) if resp.raw_content is not None else None
-            body = encode_body(content, ctype, body_cap)
+            body = encode_body(content, ctype, body_cap, secrets)
             size = len(resp.raw_content or b"")
             complete = resp.raw_content is not None and flow.error is None
             if is_sse(ctype) and content is not None:
-                events = split_events(content, None)
+                events = scrub(split_events(content, None), secrets)
         response = {
             "status": resp.status_code,
             "reason": resp.reason,
             "http_version": resp.http_version,
-            "headers": redact_headers(resp_headers, redact),
+            "headers": scrub(redact_headers(resp_headers, redact), secrets),
             **body,
             "size": size,
             "events": events,
@@ -209,6 +297,8 @@ def build_record(
         }
         if tap is not None and tap.decode_error:
             response["decode_error"] = tap.decode_error
+        if tap is not None and tap.events_dropped:
+            response["events_dropped"] = tap.events_dropped
 
     t_start = req.timestamp_start
     t_end = (resp.timestamp_end if resp is not None else None) or time.time()
@@ -216,7 +306,7 @@ def build_record(
     if flow.error is not None:
         error = {
             "kind": classify_error(flow.error.msg, resp is not None),
-            "message": flow.error.msg,
+            "message": scrub_text(flow.error.msg, secrets),
         }
 
     status = resp.status_code if resp is not None else None

@@ -1,4 +1,5 @@
-"""Secrets never reach disk: header values and URL credentials become fingerprints.
+"""Secrets never reach disk: header values, URL credentials, and any echo of them in a body,
+an event or an error message become fingerprints.
 
 A fingerprint is enough to tell "same key" from "different key" across hops and runs,
 which is all a compatibility diagnosis needs.
@@ -7,7 +8,9 @@ which is all a compatibility diagnosis needs.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from analysis._types import HeaderList
@@ -15,9 +18,16 @@ from analysis._types import HeaderList
 SECRET_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
 )
+# Other credential-looking names (x-goog-api-key, x-auth-token, x-client-secret…); not
+# x-ratelimit-*-tokens, whose values are evidence.
+SECRET_HEADER_NAME = re.compile(
+    r"(?i)(authorization|cookie|api[-_]?key|(^|[-_])(auth|access|session|id)?[-_]?token$|secret|password)"
+)
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
 SECRET_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
 _SCHEMES = ("bearer", "basic", "token", "key")
+MIN_SECRET = 6
+"""Shorter values are not scrubbed from bodies: they would match ordinary text."""
 
 
 def fingerprint(secret: str) -> str:
@@ -40,20 +50,23 @@ def redact_value(value: str) -> str:
     return f"{scheme} {fp}" if scheme else fp
 
 
+def is_secret_header(name: str, extra: frozenset[str] = frozenset()) -> bool:
+    low = name.lower()
+    return low in SECRET_HEADERS or low in extra or bool(SECRET_HEADER_NAME.search(low))
+
+
 def redact_headers(
     headers: Iterable[tuple[str, str]], extra: frozenset[str] = frozenset()
 ) -> HeaderList:
     """Lower-case names, wire order kept, secret values fingerprinted."""
-    secret = SECRET_HEADERS | extra
-    out: HeaderList = []
-    for name, value in headers:
-        low = name.lower()
-        out.append([low, redact_value(value) if low in secret else value])
-    return out
+    return [
+        [name.lower(), redact_value(value) if is_secret_header(name, extra) else value]
+        for name, value in headers
+    ]
 
 
 def redact_url(url: str) -> str:
-    """Fingerprint credentials in the query string and userinfo."""
+    """Fingerprint credentials in the query string and userinfo (works on paths too)."""
     parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:
@@ -69,3 +82,75 @@ def redact_url(url: str) -> str:
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def secret_values(
+    headers: Iterable[tuple[str, str]], url: str, extra: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Every secret this exchange carries (credential → fingerprint), to scrub echoes of
+    them from bodies, events and messages: a 401 that quotes the key back, say."""
+    found: set[str] = set()
+    for name, value in headers:
+        if not is_secret_header(name, extra):
+            continue
+        low = name.lower()
+        if low in ("cookie", "set-cookie"):
+            crumbs = value.split(";") if low == "cookie" else value.split(";", 1)[:1]
+            found.update(c.partition("=")[2].strip() for c in crumbs)
+        found.add(split_scheme(value)[1])
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        found.add(parts.netloc.rpartition("@")[0])
+        found.add(parts.netloc.rpartition("@")[0].partition(":")[2])
+    found.update(
+        v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in SECRET_QUERY
+    )
+    # Longest first, so a key is replaced before any secret that is a part of it.
+    return {s: fingerprint(s) for s in sorted(found, key=len, reverse=True) if len(s) >= MIN_SECRET}
+
+
+def scrub_text(text: str, secrets: dict[str, str]) -> str:
+    for secret, fp in secrets.items():
+        if secret in text:
+            text = text.replace(secret, fp)
+    return text
+
+
+def scrub(value: Any, secrets: dict[str, str]) -> Any:
+    """`value` with every secret replaced by its fingerprint, in every string (keys too)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrub_text(value, secrets)
+    if isinstance(value, list):
+        return [scrub(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {scrub_text(k, secrets): scrub(v, secrets) for k, v in value.items()}
+    return value
+
+
+SECRET_FIELD = re.compile(
+    r"(?i)^(api[-_]?key|secret|client[-_]?secret|password|access[-_]?token|token)$"
+)
+_SECRET_FIELD_IN_TEXT = re.compile(
+    r'(?i)"(api[-_]?key|secret|client[-_]?secret|password|access[-_]?token|token)"\s*:'
+)
+
+
+def may_hold_secret_fields(text: str) -> bool:
+    """Cheap pre-check on raw JSON text before walking it for `redact_fields`."""
+    return _SECRET_FIELD_IN_TEXT.search(text) is not None
+
+
+def redact_fields(value: Any) -> Any:
+    """Fingerprint string values of credential-named fields (`{"api_key": "…"}`)."""
+    if isinstance(value, list):
+        return [redact_fields(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: fingerprint(v)
+            if isinstance(v, str) and v and SECRET_FIELD.match(k)
+            else redact_fields(v)
+            for k, v in value.items()
+        }
+    return value

@@ -37,6 +37,8 @@ class SSESplitter:
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         """Return the events completed by this chunk (without timing)."""
+        if not chunk:  # a decoder may yield nothing between a CR and its LF
+            return []
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._pending_cr = False

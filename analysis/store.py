@@ -24,6 +24,19 @@ class CaptureError(ValueError):
     """A capture that cannot be read; the message is one line for the user."""
 
 
+def _after_last_newline(fh: IO[bytes], size: int, block: int = 1 << 16) -> int:
+    """Offset just after the last b"\\n" before `size` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(end - block, 0)
+        fh.seek(start)
+        at = fh.read(end - start).rfind(b"\n")
+        if at != -1:
+            return start + at + 1
+        end = start
+    return 0
+
+
 class RecordWriter:
     """Append records to a `.jsonl` file, one line each, flushed as written."""
 
@@ -35,18 +48,27 @@ class RecordWriter:
     def write(self, record: Record) -> None:
         if self._fh is None:
             self._fh = self._open()
-        self._fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        try:
+            line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable header bytes): escape them
+            line = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
+        self._fh.write(line + "\n")
         self._fh.flush()
 
     def _open(self) -> IO[str]:
-        fh = self.path.open("a", encoding="utf-8")
-        # A previous writer killed mid-line left a fragment: start on a fresh line.
-        if fh.tell() > 0:
-            with self.path.open("rb") as rb:
-                rb.seek(-1, os.SEEK_END)
-                if rb.read(1) != b"\n":
-                    fh.write("\n")
-        return fh
+        """Open for append; a fragment left by a writer killed mid-line is moved aside to
+        `<file>.fragments` so the capture stays readable and appendable."""
+        with contextlib.suppress(FileNotFoundError), self.path.open("r+b") as rb:
+            size = rb.seek(0, os.SEEK_END)
+            rb.seek(max(size - 1, 0))
+            if size and rb.read(1) != b"\n":
+                cut = _after_last_newline(rb, size)
+                rb.seek(cut)
+                with self.path.with_name(self.path.name + ".fragments").open("ab") as frag:
+                    frag.write(rb.read() + b"\n")
+                rb.truncate(cut)
+        return self.path.open("a", encoding="utf-8")
 
     def close(self) -> None:
         if self._fh is not None:

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import itertools
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,43 @@ def test_bad_input_is_recorded_and_mitmdump_survives(mitmdump: Any, backend: str
     assert unreachable["error"]["kind"] == "upstream_unreachable"
     assert m.proc.poll() is None
     assert_no_canary(m.capture_dir)
+
+
+class _ChunkedNDJSON(BaseHTTPRequestHandler):
+    """Three NDJSON lines 200 ms apart, chunked, no Content-Length (Ollama's native style)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/x-ndjson")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for i in range(3):
+            line = json.dumps({"i": i}).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+            if i < 2:
+                self.server.step.wait(0.2)  # type: ignore[attr-defined]
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def test_open_ended_non_sse_body_passes_through_unbuffered(mitmdump: Any) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedNDJSON)
+    server.step = threading.Event()  # type: ignore[attr-defined]  # never set: a timed wait
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        m = mitmdump([f"reverse:http://127.0.0.1:{server.server_address[1]}"])
+        with httpx.Client(timeout=10) as h:
+            t0 = time.monotonic()
+            with h.stream("GET", m.url + "/api/chat") as r:
+                arrivals = [time.monotonic() - t0 for _ in r.iter_lines()]
+        (rec,) = m.records(1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(arrivals) == 3 and arrivals[1] - arrivals[0] >= 0.15  # not held until the end
+    assert rec["response"]["text"].splitlines() == ['{"i": 0}', '{"i": 1}', '{"i": 2}']

@@ -26,7 +26,7 @@ def chat_flow(body: bytes | None = None, **resp_kw: object) -> http.HTTPFlow:
         content=body if body is not None else b'{"model":"gpt-4o-mini","messages":[],"stream":false}',
     )  # fmt: skip
     f.response = tutils.tresp(
-        headers=http.Headers(((b"content-type", b"application/json"),)),
+        headers=http.Headers(((b"content-type", b"application/json"), (b"content-length", b"0"))),
         content=b'{"id":"c1","object":"chat.completion","choices":[]}',
         **resp_kw,
     )
@@ -219,3 +219,60 @@ def test_classify_error(message: str, has_response: bool, kind: str) -> None:
     from analysis.record import classify_error
 
     assert classify_error(message, has_response) == kind
+
+
+ECHO = f"Incorrect API key provided: {KEY}. You can find your API key at https://x."
+
+
+@pytest.mark.parametrize(
+    ("where", "mutate"),
+    [
+        ("401 body echo", lambda f: setattr(f.response, "content", json.dumps(
+            {"error": {"message": ECHO, "code": "invalid_api_key"}}).encode())),
+        ("text echo", lambda f: (f.response.headers.__setitem__("content-type", "text/plain"),
+                                 setattr(f.response, "content", ECHO.encode()))),
+        ("secret-named request field", lambda f: setattr(f.request, "content", json.dumps(
+            {"model": "m", "api_key": "sk-body-secret-123456"}).encode())),
+        ("credential-named header", lambda f: f.request.headers.__setitem__(
+            "x-goog-api-key", "AIza-header-secret-123456")),
+        ("key in the query", lambda f: setattr(f.request, "path", "/v1/models?key=AIza-q-secret-9876")),
+        ("set-cookie echo", lambda f: (f.response.headers.__setitem__(
+            "set-cookie", "sid=cookie-secret-abcdef; Path=/"), setattr(
+            f.response, "content", b'{"session": "cookie-secret-abcdef"}'))),
+    ],
+)  # fmt: skip
+async def test_secrets_echoed_anywhere_are_fingerprinted(
+    tmp_path: Path, where: str, mutate: object
+) -> None:
+    f = chat_flow()
+    mutate(f)  # type: ignore[operator]
+    assert len(run(tmp_path, f)) == 1
+    text = (tmp_path / "t.jsonl").read_text()
+    for secret in (KEY, "sk-body-secret-123456", "AIza-header-secret-123456",
+                   "AIza-q-secret-9876", "cookie-secret-abcdef"):  # fmt: skip
+        assert secret not in text, where
+    assert "sha256:" in text
+
+
+async def test_open_ended_body_is_streamed_and_kept(tmp_path: Path) -> None:
+    f = chat_flow()
+    del f.response.headers["content-length"]
+    f.response.headers["content-type"] = "application/x-ndjson"
+    chunks = [b'{"a": 1}\n', b'{"b": 2}\n', b""]
+    (rec,) = run(tmp_path, f, sse_chunks=chunks)
+    assert rec["response"]["events"] is None  # not SSE: kept, not split
+    assert rec["response"]["text"] == '{"a": 1}\n{"b": 2}\n' and rec["response"]["size"] == 18
+
+
+async def test_a_record_that_cannot_be_built_still_leaves_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import addons.capture as capture_module
+
+    def broken(*args: object, **kw: object) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(capture_module, "build_record", broken)
+    (rec,) = run(tmp_path, chat_flow())
+    assert rec["error"] == {"kind": "capture_error", "message": "ValueError: boom"}
+    assert rec["response"]["status"] == 200 and rec["request"]["path"] == "/v1/chat/completions"

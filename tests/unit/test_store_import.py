@@ -22,13 +22,22 @@ def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
     assert [r["id"] for r in load_records([p])] == ["a"]
 
 
-def test_writer_after_truncated_line_starts_a_fresh_line(tmp_path: Path) -> None:
+def test_writer_after_a_cut_line_moves_the_fragment_aside(tmp_path: Path) -> None:
     p = tmp_path / "c.jsonl"
     p.write_text(json.dumps(REC) + "\n" + '{"format": "wiredi')
+    for rid in ("c", "d"):  # a restart, then another: the capture stays readable
+        with RecordWriter(p) as w:
+            w.write({**REC, "id": rid})
+    assert [r["id"] for r in load_records([p])] == ["a", "c", "d"]
+    assert (tmp_path / "c.jsonl.fragments").read_text() == '{"format": "wiredi\n'
+
+
+def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
     with RecordWriter(p) as w:
-        w.write({**REC, "id": "c"})
-    with pytest.raises(CaptureError, match=r"c.jsonl:2: not a JSON record"):
-        load_records([p])  # the fragment is now in the middle: no longer silently skipped
+        w.write({**REC, "request": {"path": "/caf\udce9"}})
+    (rec,) = load_records([p])
+    assert rec["request"]["path"] == "/caf\udce9"
 
 
 @pytest.mark.parametrize(
