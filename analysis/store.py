@@ -117,7 +117,31 @@ def _checked(p: Path, batch: list[tuple[int, bytes]], values: list[Any]) -> list
         if not isinstance(rec, dict) or rec.get("format") != FORMAT:
             found = rec.get("format") if isinstance(rec, dict) else type(rec).__name__
             raise CaptureError(f"{p}:{lineno}: not a {FORMAT} record (format={found!r})")
+        problem = _malformed(rec)
+        if problem:
+            raise CaptureError(f"{p}:{lineno}: malformed {FORMAT} record ({problem})")
     return values
+
+
+def _malformed(rec: Record) -> str | None:
+    """The first structural fault the analysis could trip over, if any (cheap checks)."""
+    if not isinstance(rec.get("id"), str):
+        return "id must be a string"
+    if not isinstance(rec.get("request"), dict):
+        return "request must be an object"
+    resp = rec.get("response")
+    if resp is not None:
+        if not isinstance(resp, dict):
+            return "response must be an object or null"
+        status = resp.get("status")
+        if status is not None and type(status) is not int:
+            return "response.status must be an integer"
+        if not isinstance(resp.get("events"), list | None):
+            return "response.events must be a list or null"
+    for key in ("tags", "error"):
+        if not isinstance(rec.get(key), dict | None):
+            return f"{key} must be an object or null"
+    return None
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:

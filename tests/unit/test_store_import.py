@@ -46,6 +46,12 @@ def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
         ('{"format": "har/1.2"}\n', "not a wirediff/1 record (format='har/1.2')"),
         ("[1, 2]\n", "not a wirediff/1 record (format='list')"),
         ("garbage\n" + json.dumps(REC) + "\n", "c.jsonl:1: not a JSON record"),
+        (json.dumps({**REC, "id": 3}) + "\n", "malformed wirediff/1 record (id must be a string)"),
+        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object)"),
+        (
+            json.dumps({**REC, "response": {"status": "200"}}) + "\n",
+            "(response.status must be an integer)",
+        ),
     ],
 )
 def test_other_formats_are_rejected(tmp_path: Path, content: str, message: str) -> None:
