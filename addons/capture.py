@@ -10,6 +10,7 @@ secrets in headers are replaced by fingerprints; each record is appended and flu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -43,6 +44,7 @@ class Capture:
         self.writer: RecordWriter | None = None
         self.session = ""
         self.seq = 0
+        self.pending: dict[str, http.HTTPFlow] = {}
 
     def load(self, loader):  # type: ignore[no-untyped-def]
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
@@ -125,10 +127,31 @@ class Capture:
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
-        self.record(flow)
+        self.record_soon(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self.record(flow)
+        self.record_soon(flow)
+
+    def record_soon(self, flow: http.HTTPFlow) -> None:
+        """Record on the event loop's next turn: mitmproxy forwards a response only after
+        this hook returns, so building the record here would delay what the client sees."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.record(flow)
+            return
+        self.pending[flow.id] = flow
+        loop.call_soon(self._record_pending, flow.id)
+
+    def _record_pending(self, flow_id: str) -> None:
+        flow = self.pending.pop(flow_id, None)
+        if flow is not None:
+            self.record(flow)
+
+    def flush(self) -> None:
+        """Record every exchange still waiting for its turn (at shutdown, in tests)."""
+        for flow_id in list(self.pending):
+            self._record_pending(flow_id)
 
     def record(self, flow: http.HTTPFlow) -> None:
         if self.writer is None or flow.metadata.get("wirediff.written"):
@@ -159,6 +182,7 @@ class Capture:
         )
 
     def close(self) -> None:
+        self.flush()
         if self.writer is not None:
             self.writer.close()
             self.writer = None

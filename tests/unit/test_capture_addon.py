@@ -186,6 +186,7 @@ async def test_lines_are_json_and_flushed_per_record(tmp_path: Path) -> None:
         f = chat_flow()
         cap.requestheaders(f)
         cap.response(f)
+        cap.flush()  # the hook defers to the loop's next turn; a test has no next turn
         # not closed yet: the record must already be on disk
         lines = (tmp_path / "t.jsonl").read_text().splitlines()
         assert len(lines) == 1 and json.loads(lines[0])["id"] == f.id
@@ -276,3 +277,19 @@ async def test_a_record_that_cannot_be_built_still_leaves_a_line(
     (rec,) = run(tmp_path, chat_flow())
     assert rec["error"] == {"kind": "capture_error", "message": "ValueError: boom"}
     assert rec["response"]["status"] == 200 and rec["request"]["path"] == "/v1/chat/completions"
+
+
+async def test_recording_waits_until_the_hook_has_returned(tmp_path: Path) -> None:
+    import asyncio
+
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t")
+        f = chat_flow()
+        cap.requestheaders(f)
+        cap.response(f)  # returns at once: mitmproxy forwards the response now
+        out = tmp_path / "t.jsonl"
+        assert not out.exists() or out.read_text() == ""
+        await asyncio.sleep(0)  # the loop's next turn
+        assert len(out.read_text().splitlines()) == 1
+        cap.done()
