@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
@@ -69,6 +70,11 @@ NOISE_SAMPLES = 8
 
 SHORT = 120
 
+Frozen = frozenset[tuple[str, str]]
+"""A shape or its constants once observed: frozen, so that comparisons can be remembered."""
+COMPARED_LIMIT = 1 << 14
+_compared: dict[tuple[Frozen, Frozen, Frozen, Frozen], tuple[Finding, ...]] = {}
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -98,10 +104,10 @@ class Observed:
     soft_error: bool = False
     error_doc: JSON = None
     error_prefix: str = ""
-    shape: Shape = field(default_factory=set)
-    values: Values = field(default_factory=set)
-    event_shapes: dict[str, tuple[Shape, Values]] = field(default_factory=dict)
-    embedded: dict[str, tuple[Shape, Values]] = field(default_factory=dict)
+    shape: Frozen = frozenset()
+    values: Frozen = frozenset()
+    event_shapes: dict[str, tuple[Frozen, Frozen]] = field(default_factory=dict)
+    embedded: dict[str, tuple[Frozen, Frozen]] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     terminal: str | None = None
     sequence_fault: tuple[str, str] | None = None
@@ -158,8 +164,15 @@ def observe(record: Record) -> Observed:
     if events is not None:
         _observe_stream(obs, events, chat=family in ("chat.completions", "completions"))
     elif body is not None:
-        flatten(body, "", obs.shape, obs.values)
+        shape, values = flatten(body)
+        obs.shape, obs.values = frozenset(shape), frozenset(values)
     return obs
+
+
+def _frozen(shapes: dict[str, tuple[Shape, Values]]) -> dict[str, tuple[Frozen, Frozen]]:
+    return {
+        label: (frozenset(shape), frozenset(values)) for label, (shape, values) in shapes.items()
+    }
 
 
 def _observe_error(obs: Observed, resp: dict[str, Any]) -> None:
@@ -277,7 +290,7 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
         if key not in broken:
             add_parsed("".join(parts), CHUNK_ARGUMENTS, shape, values)
     if shape:
-        obs.event_shapes[CHUNK] = (shape, values)
+        obs.event_shapes[CHUNK] = (frozenset(shape), frozenset(values))
 
 
 def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
@@ -285,26 +298,29 @@ def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None
     and the like carry merged into one shape (a missing field is one finding, not one per
     event); function-call argument deltas reassembled per item."""
     arguments: dict[Any, list[str]] = {}
+    shapes: dict[str, tuple[Shape, Values]] = {}
+    embedded_shapes: dict[str, tuple[Shape, Values]] = {}
     for ev, label in zip(events, labels, strict=True):
         data = ev["data"]
         if not isinstance(data, dict):
             continue
-        shape, values = obs.event_shapes.setdefault(label, (set(), set()))
+        shape, values = shapes.setdefault(label, (set(), set()))
         embedded = data.get("response")
         if isinstance(embedded, dict):
             data = {k: v for k, v in data.items() if k != "response"}
             shape.add((f"events[{label}].response", "object"))
-            r_shape, r_values = obs.embedded.setdefault(label, (set(), set()))
+            r_shape, r_values = embedded_shapes.setdefault(label, (set(), set()))
             flatten(embedded, EMBEDDED_PREFIX, r_shape, r_values)
         flatten(data, f"events[{label}]", shape, values)
         if label == RESPONSE_ARGUMENTS_DELTA and isinstance(data.get("delta"), str):
             arguments.setdefault(data.get("item_id"), []).append(data["delta"])
-    for label, (_, values) in obs.event_shapes.items():
+    for label, (_, values) in shapes.items():
         values.discard((f"events[{label}].type", label))
     if arguments:
-        shape, values = obs.event_shapes[RESPONSE_ARGUMENTS_DELTA]
+        shape, values = shapes[RESPONSE_ARGUMENTS_DELTA]
         for parts in arguments.values():
             add_parsed("".join(parts), f"events[{RESPONSE_ARGUMENTS_DELTA}].delta", shape, values)
+    obs.event_shapes, obs.embedded = _frozen(shapes), _frozen(embedded_shapes)
 
 
 def sequence_fault(events: list[Event], labels: list[str]) -> tuple[str, str] | None:
@@ -370,8 +386,8 @@ def _compare_embedded(b: Observed, c: Observed) -> list[Finding]:
         return []
     merged = [
         (
-            set().union(*(o.embedded[t][0] for t in common)),
-            set().union(*(o.embedded[t][1] for t in common)),
+            frozenset().union(*(o.embedded[t][0] for t in common)),
+            frozenset().union(*(o.embedded[t][1] for t in common)),
         )
         for o in (b, c)
     ]
@@ -640,9 +656,27 @@ def align_events(base: list[str], cand: list[str]) -> list[Finding]:
 
 
 def compare_shapes(
-    b_shape: Shape, c_shape: Shape, b_values: Values, c_values: Values
+    b_shape: AbstractSet[tuple[str, str]],
+    c_shape: AbstractSet[tuple[str, str]],
+    b_values: AbstractSet[tuple[str, str]],
+    c_values: AbstractSet[tuple[str, str]],
 ) -> list[Finding]:
-    """Missing, extra and retyped paths (topmost only), then changed constant values."""
+    """Missing, extra and retyped paths (topmost only), then changed constant values.
+
+    Answers of one kind share a handful of shapes, so each distinct comparison is made
+    once (shapes are frozen when observed, and a frozenset hashes once)."""
+    key = (frozenset(b_shape), frozenset(c_shape), frozenset(b_values), frozenset(c_values))
+    found = _compared.get(key)
+    if found is None:
+        if len(_compared) >= COMPARED_LIMIT:
+            _compared.clear()
+        found = _compared[key] = tuple(_compare_shapes(*key))
+    return list(found)
+
+
+def _compare_shapes(
+    b_shape: Frozen, c_shape: Frozen, b_values: Frozen, c_values: Frozen
+) -> list[Finding]:
     out: list[Finding] = []
     reported: set[str] = set()
     if b_shape != c_shape:
