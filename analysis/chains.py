@@ -350,8 +350,12 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     status = f["status"].astype("float64").to_numpy()
     family = f["family"].to_numpy(dtype=object)
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
-    source = (family == "responses") & (
-        np.isin(status, list(FALLBACK_FROM)) | (soft & (status >= 200) & (status < 300))
+    # A replayer sends what was recorded, in its own order: its next call is no fallback.
+    original = ~f["is_replay"].to_numpy(dtype=bool)
+    source = (
+        original
+        & (family == "responses")
+        & (np.isin(status, list(FALLBACK_FROM)) | (soft & (status >= 200) & (status < 300)))
     )
     if not source.any():
         return []

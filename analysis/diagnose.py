@@ -72,7 +72,7 @@ _SECRETS = [
 ]
 _MODEL_WORDS = re.compile(
     r"(?i)\bmodels?\b.*\b(not found|does not exist|doesn't exist|unknown|invalid|not loaded|"
-    r"not available|missing|no such)\b|\b(no|unknown|invalid)\b[^.]*\bmodels?\b"
+    r"not available|missing|no such)\b|\b(no|unknown|invalid)\s+models?\b"
 )
 _ENDPOINT_WORDS = re.compile(
     r"(?i)\b(endpoint|route|url|not implemented|unsupported path)\b|^\s*(404:?\s+)?(page\s+)?not found\.?\s*$"
@@ -296,13 +296,23 @@ def guess_provider(xs: list[_Ex]) -> tuple[str | None, list[str]]:
 
 
 def _prefix_issue(x: _Ex) -> str | None:
-    if x.family == "other":
+    """A doubled or missing `/v1`, when the answer is about the route (404/405 or an echo
+    of the path) — a 429 or a 400 on a bad parameter is about something else."""
+    if x.family == "other" or not (x.status in (404, 405) or _echoes_route(x)):
         return None
     if re.search(r"/v1/v1$", x.prefix):
         return "doubled"
     if x.prefix == "":
         return "missing"
     return None
+
+
+_AUTH_WORDS = re.compile(r"(?i)(api[ _-]?key|auth|token|credential|unauthori[sz]ed)")
+
+
+def _about_auth(x: _Ex) -> bool:
+    """A 403 with a key sent is about the key only if it says so (not, e.g., a region)."""
+    return any(_AUTH_WORDS.search(str(v or "")) for v in (x.code, x.etype, x.msg))
 
 
 def _echoes_route(x: _Ex) -> bool:
@@ -405,7 +415,7 @@ def _exchange_findings(x: _Ex, served: Mapping[str, set[str]]) -> list[Finding]:
             why=scrub(why[:80]),
             upstream=x.url,
         )
-    if st in AUTH_STATUSES:
+    if st == 401 or (st == 403 and (not x.fingerprint or _about_auth(x))):
         code = "auth_rejected" if x.fingerprint else "auth_missing"
         www = x.header("www-authenticate")
         add(

@@ -310,6 +310,7 @@ def test_fallback_after_a_soft_error() -> None:
         ({"started": T0 + 3600}, None),  # much later
         ({}, {"status": 200, "resp_body": {"id": "resp_1", "object": "response"}}),  # it worked
         ({}, {"status": 400, "resp_body": {"error": {"message": "bad"}}}),  # not an endpoint miss
+        ({"replay_of": "o2"}, {"replay_of": "o1"}),  # a replayer's order, not a client's choice
     ],
 )
 def test_not_a_fallback(second: dict[str, Any] | None, first: dict[str, Any] | None) -> None:

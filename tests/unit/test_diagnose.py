@@ -116,6 +116,18 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
                                        "type": "invalid_request_error", "param": None,
                                        "code": "previous_response_not_found"}}},
      {"previous_response_not_found"}, "openai"),
+    # not what the words or the path suggest (review F17)
+    ("missing-v1-but-rate-limited", {"path": "/chat/completions", "status": 429,
+                                     "resp_body": {"error": {"message": "Rate limit reached",
+                                                             "type": "requests", "code": None}}},
+     set(), None),
+    ("bad-parameter-mentions-model", {"status": 400, "resp_body": {"error": {
+        "message": "Invalid value for 'temperature': model supports only 1.",
+        "type": "invalid_request_error", "param": "temperature", "code": None}}}, set(), None),
+    ("403-region-with-a-key", {"status": 403, "resp_body": {"error": {
+        "message": "Country, region, or territory not supported",
+        "type": "request_forbidden", "code": "unsupported_country_region_territory"}}},
+     set(), None),
     # model_not_found
     ("openai-model", {"body": chat_body("gpt-9"), **ANSWERS["openai.model_not_found"]},
      {"model_not_found"}, "openai"),
