@@ -425,7 +425,9 @@ def responses_grammar(events: list[Event]) -> list[Problem]:
     typed = [
         (i, ev["data"])
         for i, ev in enumerate(events)
-        if isinstance(ev.get("data"), dict) and not ev.get("partial")
+        if isinstance(ev.get("data"), dict)
+        and isinstance(ev["data"].get("type"), str)  # untyped events are reported above
+        and not ev.get("partial")
     ]
     done = [i for i, ev in enumerate(events) if ev.get("data") == DONE]
     if done:

@@ -223,7 +223,10 @@ def event_label(ev: Event, chat: bool) -> str:
     if chat:
         return chunk_label(data)
     typ = data.get("type")
-    return typ if isinstance(typ, str) else (ev.get("event") or "message")
+    if isinstance(typ, str):
+        return typ
+    name = ev.get("event")
+    return name if isinstance(name, str) and name else "message"
 
 
 def collapse(labels: Iterable[str]) -> list[str]:
@@ -276,7 +279,8 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
         if label in (DONE, "error", "text"):
             continue
         flatten(data, f"events[{CHUNK}]", shape, values, parse_arguments=False)
-        for choice in data.get("choices") or ():
+        choices = data.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
             for call in (delta.get("tool_calls") or ()) if isinstance(delta, dict) else ():
                 fn = call.get("function") if isinstance(call, dict) else None

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis._types import Record
+from analysis.conformance import conformance
 from analysis.divergences import (
     CHUNK_ARGUMENTS,
     DIVERGENCE_COLUMNS,
@@ -486,3 +487,35 @@ def test_events_are_labelled_from_their_data_not_their_timing() -> None:
             ev["t_ms"] *= 3
 
     assert compare_records(base, replay(base, change=slower)) == []
+
+
+def test_generated_argument_values_are_never_compared() -> None:
+    """Review F15: `{"type": "celsius"}` vs `{"type": "fahrenheit"}` is the model's choice."""
+    base = chat_record(tool=True)
+    body(base)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = (
+        '{"city": "Paris", "type": "celsius"}'
+    )
+
+    def other_unit(rec: Record) -> None:
+        body(rec)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = (
+            '{"city": "Paris", "type": "fahrenheit"}'
+        )
+
+    assert compare_records(base, replay(base, change=other_unit)) == []
+
+
+@pytest.mark.parametrize(
+    ("make", "odd"),
+    [
+        (lambda: chat_record(stream=True), {"choices": 5, "object": "chat.completion.chunk"}),
+        (lambda: responses_record(stream=True), {"type": {"nested": True}, "sequence_number": 1}),
+    ],
+)
+def test_odd_but_valid_json_events_do_not_crash(make: Callable[[], Record], odd: Any) -> None:
+    """Review F18: an upstream may send any JSON; the analysis reports, never crashes."""
+    base = make()
+    cand = replay(
+        base, change=lambda rec: set_payloads(rec, [*payloads(rec)[:1], odd], renumber=False)
+    )
+    compare_records(base, cand)
+    conformance([base, cand])
