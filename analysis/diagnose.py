@@ -22,7 +22,7 @@ import pandas as pd
 from analysis._types import Record
 from analysis.chains import StreamEnd, chains_frame, exchange_ok, stream_end, stream_problem
 from analysis.profiles import load_profiles, match_signature
-from analysis.redact import redact_url
+from analysis.redact import redact_patterns, redact_url
 from analysis.store import exchanges_frame
 from analysis.tags import header_get
 
@@ -65,11 +65,6 @@ AUTH_STATUSES = frozenset({401, 403})
 METHOD_CHANGING = frozenset({301, 302, 303})  # clients repeat a POST as GET after these
 PROXY_STATUSES = frozenset({502, 503, 504})
 
-_SECRETS = [
-    (re.compile(r"(?i)(api key provided:\s*)\S+"), r"\1<redacted>"),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-]{6,}"), r"\1 <redacted>"),
-    (re.compile(r"\b(sk|lm|pk|rk)-[\w\-*.]{6,}"), "<redacted>"),
-]
 _MODEL_WORDS = re.compile(
     r"(?i)\bmodels?\b.*\b(not found|does not exist|doesn't exist|unknown|invalid|not loaded|"
     r"not available|missing|no such)\b|\b(no|unknown|invalid)\s+models?\b"
@@ -93,9 +88,7 @@ _EXPECTED_METHOD = {
 
 def scrub(text: str) -> str:
     """Remove anything that looks like a credential from a quoted snippet."""
-    for rx, repl in _SECRETS:
-        text = rx.sub(repl, text)
-    return text
+    return redact_patterns(text)
 
 
 @dataclass

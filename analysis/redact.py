@@ -154,3 +154,30 @@ def redact_fields(value: Any) -> Any:
             for k, v in value.items()
         }
     return value
+
+
+# Second layer, for text shown to people (reports, diagnoses): anything *shaped* like a
+# credential, for values the capture could not know (another client's key, say).
+SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?i)(api key provided:\s*)\S+"), r"\1<redacted>"),
+    (re.compile(r"(?i)\b(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}"), r"\1 <redacted>"),
+    (re.compile(r"\b(sk|lm|pk|rk)-[\w\-*.]{6,}"), "<redacted>"),
+    (
+        re.compile(
+            r"(?i)([?&](?:key|api_key|api-key|apikey|access_token|token)=)(?!sha256)[^&\s\"']+"
+        ),
+        r"\1<redacted>",
+    ),
+    (
+        re.compile(
+            r"(?i)((?:api[_-]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)(?!sha256:)[^\s\"',&]{6,}"
+        ),
+        r"\1<redacted>",
+    ),
+]
+
+
+def redact_patterns(text: str) -> str:
+    for rx, repl in SECRET_PATTERNS:
+        text = rx.sub(repl, text)
+    return text

@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from analysis._types import Record
 from analysis.divergences import event_label
+from analysis.redact import redact_patterns
 
 MAX_LINES = 44
 """Lines shown per side of a side-by-side view; longer documents are windowed."""
@@ -31,31 +32,10 @@ MAX_STRING = 200
 MAX_WALK = 600
 """Lines generated at most per document (a 1 MiB body is never laid out whole)."""
 
-SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"(?i)(api key provided:\s*)\S+"), r"\1<redacted>"),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}"), r"\1 <redacted>"),
-    (re.compile(r"\b(sk|lm|pk|rk)-[\w\-*.]{6,}"), "<redacted>"),
-    (
-        re.compile(
-            r"(?i)([?&](?:key|api_key|api-key|apikey|access_token|token)=)(?!sha256)[^&\s\"']+"
-        ),
-        r"\1<redacted>",
-    ),
-    (
-        re.compile(
-            r"(?i)((?:api[_-]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)(?!sha256:)[^\s\"',&]{6,}"
-        ),
-        r"\1<redacted>",
-    ),
-]
-
 
 def redact(text: object) -> str:
     """Replace anything shaped like a credential (a key echoed by a server, a bearer token)."""
-    s = "" if text is None else str(text)
-    for rx, repl in SECRET_PATTERNS:
-        s = rx.sub(repl, s)
-    return s
+    return redact_patterns("" if text is None else str(text))
 
 
 def missing(value: object) -> bool:
