@@ -22,6 +22,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     src = Path(args.file)
     out = Path(args.output) if args.output else src.with_suffix(".jsonl")
+    if out.exists() and out.stat().st_size:
+        raise UsageError(f"{out} exists: choose another -o (captures are never overwritten)")
     records = import_flows(src)
     with RecordWriter(out) as w:
         for rec in records:

@@ -52,6 +52,8 @@ def _flows_from_har(path: Path) -> Iterator[http.HTTPFlow]:
 def import_flows(path: str | Path) -> list[Record]:
     """Records for every HTTP flow in a `.flow` (mitmdump -w) or `.har` file."""
     p = Path(path)
+    if p.is_dir():
+        raise CaptureError(f"{p}: is a directory, not a flow or HAR file")
     if not p.is_file():
         raise CaptureError(f"{p}: no such file")
     with p.open("rb") as fh:

@@ -44,6 +44,10 @@ class CaptureProxy:
         return [f"http://127.0.0.1:{p}" for p in self.ports]
 
     @property
+    def log(self) -> Path:
+        return self.capture_dir / f"{self.session}.mitmdump.log"
+
+    @property
     def capture_file(self) -> Path:
         return self.capture_dir / f"{self.session}.jsonl"
 
@@ -56,7 +60,10 @@ class CaptureProxy:
             cmd += ["--set", f"confdir={self.confdir}"]
         for upstream, port in zip(self.upstreams, self.ports, strict=True):
             cmd += ["--mode", f"reverse:{upstream}@{port}"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # A file, not a pipe: a stream of addon errors must never fill a pipe and stall it.
+        self.capture_dir.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         try:
             for port in self.ports:
                 wait_port(port, 30, self.proc)
@@ -66,18 +73,18 @@ class CaptureProxy:
         return self
 
     def stop(self) -> str:
-        """Stop gracefully (records are flushed per write anyway); return its stderr."""
+        """Stop gracefully (records are flushed per write anyway); return its log."""
         if self.proc is None:
             return ""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            _, err = self.proc.communicate(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
         self.proc = None
-        return err.decode("utf-8", "replace")
+        return self.log.read_text(encoding="utf-8", errors="replace")
 
     def __enter__(self) -> CaptureProxy:
         return self.start()

@@ -166,6 +166,10 @@ async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "1 exchanges" in capsys.readouterr().out
     (rec,) = load_records([tmp_path / "out.jsonl"])
     assert rec["request"]["body"]["model"] == "gpt-4o-mini"
+    capsys.readouterr()
+    assert main(["import", str(p), "-o", str(tmp_path / "out.jsonl")]) == 2  # never overwritten
+    assert "exists" in capsys.readouterr().err
+    assert len(load_records([tmp_path / "out.jsonl"])) == 1
     assert KEY not in (tmp_path / "out.jsonl").read_text()
 
 
