@@ -11,11 +11,17 @@ chunks), so replay records have exactly the shape of captured ones, plus `replay
 original's id) and `label` (the target). Planning — ordering, id remapping, filters, safety —
 is pure and lives in `analysis.replay_plan`.
 
-Requests are re-based onto the target URL (the original path after its API prefix), the
-model is mapped (`--model-map A=B`, `*=B` for all), the auth header is replaced by the key in
-`$VAR` (`--api-key-env`; never from the command line or the capture, which holds only
-fingerprints) and the other headers pass through, except the transport's own (host,
-content-length, connection, transfer-encoding, …), cookies and wirediff's control headers.
+Requests are re-based onto the target URL (the original path after its API prefix; a path
+no known route matches is cut after the prefix its session's known routes use, and one
+outside it goes onto the target's origin: `/v1/ask_url` → `<URL>/ask_url`, `/health` →
+`http://host:port/health`); a query in the target URL (Azure's `?api-version=…`) is sent on
+every request, after the original's. The model is mapped (`--model-map A=B`, `*=B` for all),
+the auth header is replaced by the key in `$VAR` (`--api-key-env`; never from the command
+line or the capture, which holds only fingerprints) and the other headers pass through,
+except the transport's own (host, content-length, connection, transfer-encoding, …, and
+content-encoding: the body is sent decoded), cookies and wirediff's control headers.
+Headers and key-like query parameters (`key`, `api_key`, `token`, …) that the capture holds
+only as fingerprints are not sent (`--dry-run` lists them; `--header K=V` sets a header).
 
 Ids are remapped: a step that continues an earlier answer (`previous_response_id`, a
 `function_call_output`'s `call_id`, a chat `tool` message's `tool_call_id`,
@@ -23,19 +29,28 @@ Ids are remapped: a step that continues an earlier answer (`previous_response_id
 target's answer leaves nothing to continue (an error, no function call), the step is
 recorded as skipped (`response: null`, `error.kind: "skipped"`, the reason) and not sent.
 Only reads and generation endpoints are replayed by default; DELETE, uploads, batches and
-other state-changing calls are recorded as skipped unless `--allow-unsafe`.
+other state-changing calls are recorded as skipped unless `--allow-unsafe`. So is an
+original whose request cannot be sent again (a malformed or truncated body), with the reason.
 
 Output: `<capture dir>/<session>.<label>.jsonl` per session (or `-o OUT` for everything),
 append-only and flushed per record. Running the same command again resumes: originals
 already recorded for that label in the output are not sent again (delete the output to
-replay afresh). Ctrl-C stops cleanly (exit 130). Exit 2: bad usage or input, or a target
-that refused every connection (its records are kept).
+replay afresh), except those whose newest record got no answer (`error.kind`
+upstream_unreachable, timeout, upstream_disconnect) or was skipped for a reason that no
+longer holds (e.g. now with `--allow-unsafe`): they are tried again and the new record is
+appended. The newest record per original and label is the one that counts. Ctrl-C stops
+cleanly (exit 130). Exit 2: bad usage or input, or a target that refused every connection
+(its records are kept).
 
 `--only` (repeatable; a record is replayed if it matches any of them) is a comma-separated
 list of `KEY=GLOB` or `KEY!=GLOB` terms that must all match; keys: family, endpoint, method,
-path, stream (true/false), model, id, session. E.g. `--only family=responses,stream=true`,
-`--only endpoint=/v1/chat/completions`, `--only method!=GET`. What a selected exchange
-depends on (the response it continues, the call it answers) is replayed with it.
+path, stream (true/false), model, id, session, listener, label. E.g. `--only
+family=responses,stream=true`, `--only endpoint=/v1/chat/completions`, `--only method!=GET`.
+What a selected exchange depends on (the response it continues, the call it answers) is
+replayed with it. A two-hop capture (client → gateway → backend, one listener per hop)
+holds every call twice: the inner hop (on another listener than the session's first
+record, inside a call asking the same thing) is not replayed, with a note, unless a filter
+names a listener or a label (`--only listener=reverse:*:8001`).
 
 `--config FILE` (YAML):
     defaults: {concurrency: 8, rate: 5/s, timeout: 300, only: [family=responses],
@@ -53,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import shutil
 import sys
@@ -82,6 +98,7 @@ from analysis.replay_plan import (
     parse_rate,
     prepare,
     resolve,
+    resumed,
 )
 from analysis.store import CaptureError, RecordWriter, iter_records
 
@@ -212,8 +229,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
             raise _usage_error("--concurrency must be at least 1")
         rate_text = pick("rate", args.rate, None)
         timeout = float(pick("timeout", args.timeout, DEFAULT_TIMEOUT))
-        if timeout <= 0:
-            raise _usage_error("--timeout must be positive")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise _usage_error(f"--timeout must be a positive number of seconds, got {timeout}")
         only = args.only if args.only else d.get("only") or []
         if isinstance(only, str):
             only = [only]
@@ -255,16 +272,42 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
     return src.parent / f"{rec.get('session') or src.stem}.{target.label}.jsonl"
 
 
+def _started(rec: Record) -> float:
+    t = rec.get("started")
+    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0.0
+
+
+def latest_replays(records: Iterable[Record]) -> list[Record]:
+    """`records` without the replays superseded by a newer attempt at the same original
+    for the same label (the greatest `started`; on a tie, the later record), in order.
+
+    A resumed run appends a new attempt where the earlier one got no answer or was
+    skipped; only the newest says how the target answers.
+    """
+    recs = list(records)
+    newest: dict[tuple[str, Any], tuple[float, int]] = {}
+    for i, rec in enumerate(recs):
+        if rec.get("replay_of"):
+            key = (str(rec["replay_of"]), rec.get("label"))
+            newest[key] = max(newest.get(key, (-math.inf, -1)), (_started(rec), i))
+    return [
+        rec
+        for i, rec in enumerate(recs)
+        if not rec.get("replay_of") or newest[(str(rec["replay_of"]), rec.get("label"))][1] == i
+    ]
+
+
 def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
-    """Replay records of `label` already in the output files, by original id (resume)."""
-    done: dict[str, Record] = {}
-    for p in paths:
-        if not p.exists():
-            continue
-        for rec in iter_records(p):
-            if rec.get("label") == label and rec.get("replay_of"):
-                done.setdefault(str(rec["replay_of"]), rec)
-    return done
+    """The newest replay record of `label` in the output files, by original id (resume;
+    `replay_plan.resumed` says which of them are done)."""
+    found = [
+        rec
+        for p in paths
+        if p.exists()
+        for rec in iter_records(p)
+        if rec.get("label") == label and rec.get("replay_of")
+    ]
+    return {str(rec["replay_of"]): rec for rec in latest_replays(found)}
 
 
 class Writers:
@@ -544,10 +587,27 @@ class TargetRun:
         mapping, reason = resolve(node, self.done.get)
         if reason is not None:
             return self.skipped(node, reason, mapping)
-        out = prepare(node.rec, self.target, self.api_key, mapping)
+        try:
+            out = self.prepare(node, mapping)
+            request = self.request(out)
+        except Exception as e:  # a malformed original: recorded as skipped, not a traceback
+            why = f"the captured request cannot be sent again: {_msg(e)}"
+            return self.skipped(node, why, mapping)
         if self.bucket is not None:
             await self.bucket.take()
-        return await self.exchange(transport, out)
+        return await self.exchange(transport, out, request)
+
+    def prepare(self, node: Node, mapping: Mapping[str, str]) -> Outgoing:
+        return prepare(node.rec, self.target, self.api_key, mapping,
+                       api_prefixes=node.api_prefixes)  # fmt: skip
+
+    def request(self, out: Outgoing) -> httpx.Request:
+        """The httpx request for `out`; header values as the capture decoded them (UTF-8,
+        undecodable bytes as surrogates), so a non-ASCII value goes out as it came in."""
+        headers = [(k.encode("ascii"), v.encode("utf-8", "surrogateescape"))
+                   for k, v in out.headers]  # fmt: skip
+        return httpx.Request(out.method, out.url, headers=headers, content=out.content,
+                             extensions={"timeout": self.timeout})  # fmt: skip
 
     # -- the wire --
     def _record(self, node: Node, f: http.HTTPFlow, tap: StreamTap | None) -> Record:
@@ -563,9 +623,16 @@ class TargetRun:
         )
 
     def skipped(self, node: Node, reason: str, mapping: Mapping[str, str]) -> Record:
-        """A record for a step not sent: the request it would have been, `error.kind` skipped."""
-        out = prepare(node.rec, self.target, self.api_key, mapping)
-        request = httpx.Request(out.method, out.url, headers=out.headers, content=out.content)
+        """A record for a step not sent: the request it would have been, `error.kind` skipped
+        (for an original too malformed to prepare, its method to the target's base URL)."""
+        try:
+            out = self.prepare(node, mapping)
+            request = self.request(out)
+        except Exception:
+            method = node.rec["request"].get("method")
+            method = method if isinstance(method, str) and method.isascii() else "GET"
+            out = Outgoing(method.upper(), self.target.base, [], None, None, False)
+            request = self.request(out)
         t0 = time.time()
         f = make_flow(
             make_request(request.url, out.method, request.headers.raw, out.content, t0),
@@ -592,17 +659,16 @@ class TargetRun:
             rec["error"]["kind"] = got.kind
         return rec
 
-    async def exchange(self, transport: httpx.AsyncBaseTransport, out: Outgoing) -> Received:
-        """Send one request; stream the answer through a `StreamTap` when it is SSE (events
-        are split and timed as they arrive), else keep the raw (still encoded) body.
+    async def exchange(
+        self, transport: httpx.AsyncBaseTransport, out: Outgoing, request: httpx.Request
+    ) -> Received:
+        """Send one request (`out`, built by `request`); stream the answer through a
+        `StreamTap` when it is SSE (events are split and timed as they arrive), else keep
+        the raw (still encoded) body.
 
         Straight to the transport: a replay follows no redirect (each hop is its own
         exchange in the capture), keeps no cookies and runs no auth flow.
         """
-        request = httpx.Request(
-            out.method, out.url, headers=out.headers, content=out.content,
-            extensions={"timeout": self.timeout},
-        )  # fmt: skip
         got = Received(out.method, request.url, request.headers.raw, out.content, time.time())
         try:
             resp = await transport.handle_async_request(request)
@@ -668,7 +734,7 @@ def describe(node: Node, out: Outgoing, plan: Plan) -> str:
 
 
 def dry_run(plan: Plan, targets: Sequence[Target], done_of: Mapping[str, Mapping[str, Record]],
-            env: Mapping[str, str]) -> None:  # fmt: skip
+            env: Mapping[str, str], tried_of: Mapping[str, int]) -> None:  # fmt: skip
     for t in targets:
         done = done_of[t.label]
         todo = [n for n in plan.nodes if n.id not in done]
@@ -678,14 +744,39 @@ def dry_run(plan: Plan, targets: Sequence[Target], done_of: Mapping[str, Mapping
             if t.api_key_env is None
             else f"key from ${t.api_key_env}" + ("" if env.get(t.api_key_env) else " (NOT SET)")
         )
+        again = tried_of[t.label]
         print(
             f"replay → {t.label} ({t.base}, {key}): {len(todo) - skipped} to send, "
-            f"{skipped} to skip, {len(done)} already replayed"
+            f"{skipped} to skip{f' ({again} tried before)' if again else ''}, "
+            f"{len(done)} already replayed"
         )
         for n in todo:
-            out = prepare(n.rec, t, None, {})
-            line = describe(n, out, plan)
-            print(line if n.skip is None else f"{line}\n      skip: {n.skip}")
+            try:
+                out = prepare(n.rec, t, None, {}, api_prefixes=n.api_prefixes)
+            except Exception:  # malformed: `n.skip` says why
+                out = Outgoing(str(n.rec["request"].get("method")), t.base, [], None, None, False)
+            lines = [describe(n, out, plan)]
+            if n.skip is not None:
+                lines.append(f"      skip: {n.skip}")
+            elif out.dropped:
+                lines.append(
+                    f"      not sent (the capture holds only a fingerprint): {', '.join(out.dropped)}"
+                )
+            print("\n".join(lines))
+
+
+def hop_note(plan: Plan) -> str | None:
+    """One line about the inner hops of two-hop captures left out of the plan."""
+    left = plan.hops_left_out
+    if not left:
+        return None
+    n = sum(left.values())
+    where = ", ".join(k if len(left) == 1 else f"{k} ({v})" for k, v in sorted(left.items()))
+    return (
+        f"wirediff: note: {n} exchange{'s' if n != 1 else ''} on {where} "
+        f"{'are inner hops' if n != 1 else 'is an inner hop'} of a two-hop capture (the same "
+        "call seen again behind a gateway), not replayed; `--only listener=…` chooses listeners"
+    )
 
 
 def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Counts], None], Any]:
@@ -761,19 +852,23 @@ def main_replay_args(args: argparse.Namespace) -> int:
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:
         raise _usage_error(str(e)) from None
+    note = hop_note(plan)
+    if note is not None:
+        print(note, file=sys.stderr)
 
     def path_of(rec: Record, t: Target) -> Path:
         return output_path(rec, capture_of, t, opts)
 
     done_of: dict[str, dict[str, Record]] = {}
+    tried_of: dict[str, int] = {}
     for t in opts.targets:
         outs = {path_of(n.rec, t) for n in plan.nodes}
         prior = already_replayed(sorted(outs), t.label)
-        done_of[t.label] = {
-            k: v if plan.dependents[k] else {} for k, v in prior.items() if k in plan.by_id
-        }
+        done = resumed(plan, prior)
+        tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
+        done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
     if opts.dry_run:
-        dry_run(plan, opts.targets, done_of, env)
+        dry_run(plan, opts.targets, done_of, env, tried_of)
         return 0
     if not plan.nodes:
         print(f"wirediff: nothing to replay in {', '.join(paths)}", file=sys.stderr)
@@ -790,8 +885,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     try:
         asyncio.run(replay_all(plan, opts, keys, done_of, path_of, runs, tty, writers))
     except ExceptionGroup as eg:  # from the workers' TaskGroup: a disk error, say
-        first = eg.exceptions[0]
-        raise first if isinstance(first, OSError) else eg from None
+        raise eg.exceptions[0] from None
     except KeyboardInterrupt:
         parts = [f"{r.target.label}: {r.counts.resumed + r.counts.done} of {r.counts.total}"
                  for r in runs]  # fmt: skip
@@ -817,7 +911,8 @@ def main_replay_args(args: argparse.Namespace) -> int:
         r = unreachable[0]
         raise _usage_error(
             f"could not connect to {r.target.label} at {r.target.url}: all {r.counts.sent} "
-            "requests failed (recorded as upstream_unreachable; delete the output to retry)"
+            "requests failed (recorded as upstream_unreachable; run the same command again to "
+            "retry them)"
         )
     return 0
 

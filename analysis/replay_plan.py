@@ -11,20 +11,29 @@ carries it in a known place (a *slot*: the object's `id`, the k-th function call
 `call_id`, …), and *referenced* by any later request that contains the same string. The
 target's answer to the producer is read through the same slots, so "the k-th function call
 of the original" becomes "the k-th function call the target returned".
+
+A capture holds fingerprints where it met secrets (auth headers, cookies, headers named in
+`capture_redact`, key-like query parameters): those are never sent, the target's key comes
+from the environment. A session captured on two listeners (client → gateway → backend)
+holds each call twice; only the outer hop is an original to replay.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import fnmatch
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import math
+import re
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from analysis._types import JSON, Record
-from analysis.redact import AUTH_HEADERS
+from analysis.chains import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
+from analysis.redact import AUTH_HEADERS, SECRET_QUERY
 from analysis.tags import header_get, route
 
 Slot = tuple[str | int, ...]
@@ -72,15 +81,29 @@ HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
+        "content-encoding",
         "cookie",
         "x-wirediff-replay-of",
         "x-wirediff-label",
     }
 )
-"""Request headers never copied from the capture: the transport's own, plus cookies (the
-capture holds only their fingerprints) and wirediff's control headers."""
+"""Request headers never copied from the capture: the transport's own (`content-encoding`
+too: the capture holds the body decoded, and it is sent so), plus cookies (the capture holds
+only their fingerprints) and wirediff's control headers."""
 
-FILTER_KEYS = ("family", "endpoint", "method", "path", "stream", "model", "id", "session")
+FINGERPRINT = re.compile(r"(\w+ )?sha256:[0-9a-f]{12}")
+"""A header value the capture replaced by its fingerprint (`redact_value`): not the value."""
+
+DEFAULT_PREFIXES = frozenset({"/v1"})
+"""The API prefix assumed for a session without any known route to learn it from."""
+
+RETRY_KINDS = frozenset({"skipped", "upstream_unreachable", "timeout", "upstream_disconnect"})
+"""`error.kind`s of a replay record that leave its original to try again on resume."""
+
+FILTER_KEYS = (
+    "family", "endpoint", "method", "path", "stream", "model", "id", "session", "listener",
+    "label",
+)  # fmt: skip
 
 
 class PlanError(ValueError):
@@ -115,7 +138,20 @@ class Target:
 
     @property
     def base(self) -> str:
-        return self.url.rstrip("/")
+        """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
+        p = urlsplit(self.url)
+        return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/"), "", ""))
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host:port`: what a path outside the session's API prefix goes onto."""
+        p = urlsplit(self.url)
+        return f"{p.scheme}://{p.netloc}"
+
+    @property
+    def query(self) -> str:
+        """The target URL's own query (Azure's `api-version=…`), sent on every request."""
+        return urlsplit(self.url).query
 
     def map_model(self, model: str) -> str:
         return self.model_map.get(model, self.model_map.get("*", model))
@@ -148,7 +184,7 @@ def parse_rate(text: str) -> float:
         value = float(num)
     except ValueError:
         value = -1.0
-    if per is None or value <= 0:
+    if per is None or not math.isfinite(value) or value <= 0:
         raise PlanError(f"--rate: expected a positive number per s/m/h (e.g. 5/s), got {text!r}")
     return value / per
 
@@ -204,12 +240,18 @@ def filter_value(rec: Record, key: str) -> str:
         return "true" if is_stream(rec) else "false"
     if key == "model":
         return str(tags.get("model") or "")
-    return str(rec.get(key) or "")
+    return str(rec.get(key) or "")  # id, session, listener, label
 
 
 def selected(rec: Record, filters: Sequence[tuple[Term, ...]]) -> bool:
     """No filters: everything. Several: any of them, each with all of its terms."""
     return not filters or any(all(t.matches(rec) for t in f) for f in filters)
+
+
+def names_listener(filters: Sequence[tuple[Term, ...]]) -> bool:
+    """Some filter chooses listeners (or labels, one a listener in a two-hop capture)
+    itself: inner hops are then not left out by default."""
+    return any(t.key in ("listener", "label") for f in filters for t in f)
 
 
 # --- what a record is ----------------------------------------------------------------------
@@ -242,6 +284,82 @@ def is_replayable_original(rec: Record) -> bool:
         return False
     err = rec.get("error")
     return not (isinstance(err, dict) and err.get("kind") == "skipped")
+
+
+def check_original(rec: Record) -> None:
+    """A `PlanError` (one line) for a record that cannot even be planned."""
+    rid = rec.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise PlanError(f"a record has no id (session {rec.get('session')!r})")
+    if not isinstance(rec.get("request"), dict):
+        raise PlanError(f"record {rid}: no request object")
+    started = rec.get("started")
+    if started is not None and (isinstance(started, bool) or not isinstance(started, int | float)):
+        raise PlanError(f"record {rid}: `started` is not a number ({started!r})")
+
+
+def request_problem(rec: Record) -> str | None:
+    """Why the captured request cannot be sent again (None: it can)."""
+    req = rec["request"]
+    if not isinstance(req.get("method"), str) or not req["method"].strip():
+        return "the captured request has no method"
+    if not isinstance(req.get("path"), str):
+        return "the captured request has no path"
+    headers = req.get("headers") or []
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list | tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)
+        for h in headers
+    ):
+        return "the captured request headers are not [name, value] pairs"
+    b64 = req.get("b64")
+    if req.get("body") is None and req.get("text") is None and b64 is not None:
+        try:
+            base64.b64decode(str(b64), validate=True)
+        except (binascii.Error, ValueError) as e:
+            return f"the captured request body is not valid base64 ({e})"
+    return None
+
+
+def _duration_s(rec: Record) -> float | None:
+    dur = rec.get("duration_ms")
+    if isinstance(dur, int | float) and not isinstance(dur, bool) and math.isfinite(dur):
+        return float(dur) / 1000.0
+    return None
+
+
+def inner_hops(originals: Sequence[Record]) -> set[str]:
+    """Ids of the inner hops of two-hop captures: a record on another listener than its
+    session's first record that lies, in time, inside an earlier record asking the same
+    thing (`analysis.chains.hop_key`) on another listener — the same call seen again behind
+    a gateway. `originals` in start order; the time slack and look-back are the chains'."""
+    first: dict[Any, Any] = {}
+    listeners: dict[Any, set[Any]] = {}
+    for rec in originals:
+        sess = rec.get("session")
+        first.setdefault(sess, rec.get("listener"))
+        listeners.setdefault(sess, set()).add(rec.get("listener"))
+    if all(len(v) < 2 for v in listeners.values()):
+        return set()
+    ends: dict[tuple[Any, Hashable], dict[str, list[float]]] = {}
+    inner: set[str] = set()
+    for rec in originals:
+        sess, here = rec.get("session"), rec.get("listener")
+        if not isinstance(here, str) or len(listeners[sess]) < 2:
+            continue
+        start, dur = float(rec.get("started") or 0.0), _duration_s(rec)
+        by_listener = ends.setdefault((sess, hop_key(rec["request"])), {})
+        if here != first[sess]:
+            end = start + (dur or 0.0)
+            if any(
+                end <= outer_end
+                for other, prior in by_listener.items()
+                if other != here
+                for outer_end in prior[-HOP_LOOKBACK:]
+            ):
+                inner.add(str(rec["id"]))
+        outer_end = start + (dur if dur is not None else HOP_WINDOW_S) + HOP_SLACK_S
+        by_listener.setdefault(here, []).append(outer_end)
+    return inner
 
 
 # --- ids: what an answer produces ------------------------------------------------------------
@@ -400,10 +518,13 @@ class Node:
     rec: Record
     order: int
     refs: list[Ref] = field(default_factory=list)
+    api_prefixes: frozenset[str] = DEFAULT_PREFIXES
+    """The API prefixes of its session's known routes (`/v1`): where an unknown path's
+    own prefix ends."""
     wanted: bool = True
     """Selected by the filters (False: pulled in only because a selected one depends on it)."""
     skip: str | None = None
-    """Set when the original is never sent (unsafe, truncated request body)."""
+    """Set when the original is never sent (unsafe, truncated or malformed request)."""
 
     @property
     def id(self) -> str:
@@ -418,6 +539,8 @@ class Node:
 class Plan:
     nodes: list[Node]
     """Originals in start order."""
+    hops_left_out: dict[str, int] = field(default_factory=dict)
+    """Inner hops of two-hop captures not replayed, counted by listener."""
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.nodes}
@@ -436,27 +559,42 @@ def make_plan(
     filters: Sequence[tuple[Term, ...]] = (),
     allow_unsafe: bool = False,
 ) -> Plan:
-    """Originals in start order with their references; filtered, plus what they depend on."""
+    """Originals in start order with their references; filtered, plus what they depend on.
+
+    Inner hops of two-hop captures are left out unless a filter names a `listener` or a
+    `label`; what a selected exchange depends on is kept whatever the filters say.
+    """
     seen: set[str] = set()
     originals: list[tuple[float, int, Record]] = []
     for i, rec in enumerate(records):
         if not is_replayable_original(rec) or rec.get("id") in seen:
             continue
-        seen.add(str(rec.get("id")))
+        check_original(rec)
+        seen.add(str(rec["id"]))
         originals.append((float(rec.get("started") or 0.0), i, rec))
     originals.sort(key=lambda t: (t[0], t[1]))
+    in_order = [rec for _, _, rec in originals]
+
+    prefixes: dict[Any, set[str]] = {}
+    for rec in in_order:
+        family, _, prefix = route(str(rec["request"].get("path") or ""))
+        if family != "other":
+            prefixes.setdefault(rec.get("session"), set()).add(prefix)
+    frozen = {s: frozenset(p) for s, p in prefixes.items()}
 
     produced: dict[str, tuple[str, Slot]] = {}
     nodes: list[Node] = []
-    for order, (_, _, rec) in enumerate(originals):
+    for order, rec in enumerate(in_order):
         node = Node(rec, order, find_refs(rec, produced))
+        node.api_prefixes = frozen.get(rec.get("session"), DEFAULT_PREFIXES)
         for slot, value in produced_slots(rec).items():
             produced.setdefault(value, (node.id, slot))
         nodes.append(node)
 
+    hops = set() if names_listener(filters) else inner_hops(in_order)
     by_id = {n.id: n for n in nodes}
     keep: set[str] = set()
-    stack = [n.id for n in nodes if selected(n.rec, filters)]
+    stack = [n.id for n in nodes if n.id not in hops and selected(n.rec, filters)]
     wanted = set(stack)
     while stack:
         nid = stack.pop()
@@ -469,12 +607,45 @@ def make_plan(
         if n.id not in keep:
             continue
         n.wanted = n.id in wanted
-        if not allow_unsafe:
+        n.skip = request_problem(n.rec)
+        if n.skip is None and not allow_unsafe:
             n.skip = unsafe_reason(n.rec)
-        if n.skip is None and (n.rec.get("request") or {}).get("truncated"):
+        if n.skip is None and n.rec["request"].get("truncated"):
             n.skip = "the captured request body was truncated (raise capture_body_cap)"
         out.append(n)
-    return Plan(out)
+    left_out: dict[str, int] = {}
+    for hid in sorted(hops - keep):
+        listener = str(by_id[hid].rec.get("listener"))
+        left_out[listener] = left_out.get(listener, 0) + 1
+    return Plan(out, left_out)
+
+
+def resumed(plan: Plan, prior: Mapping[str, Record]) -> dict[str, Record]:
+    """The originals a resumed run does not send again, with their newest earlier record.
+
+    An earlier attempt that got no answer (`RETRY_KINDS`: unreachable, timeout, a
+    disconnect) is tried again; so is a skipped one, unless it would be skipped again for
+    the same reason (still unsafe, or what it builds on is done and unchanged). In start
+    order, so that a step is retried when what it depends on is.
+    """
+    done: dict[str, Record] = {}
+    for n in plan.nodes:
+        rec = prior.get(n.id)
+        if rec is None:
+            continue
+        err = rec.get("error")
+        kind = err.get("kind") if isinstance(err, dict) else None
+        if kind not in RETRY_KINDS:
+            done[n.id] = rec
+            continue
+        if kind != "skipped" or not isinstance(err, dict):
+            continue
+        again = n.skip
+        if again is None and n.deps and n.deps <= done.keys():
+            again = resolve(n, done.get)[1]
+        if again is not None and again == err.get("message"):
+            done[n.id] = rec
+    return done
 
 
 # --- what the target's answer means for the steps after it ---------------------------------
@@ -537,6 +708,9 @@ class Outgoing:
     content: bytes | None
     model: str | None
     stream: bool
+    dropped: tuple[str, ...] = ()
+    """What the capture held only as a fingerprint and is therefore not sent
+    (`header x-portkey-api-key`, `query parameter key`)."""
 
 
 def _remap(obj: JSON, mapping: Mapping[str, str], key: str = "") -> JSON:
@@ -549,19 +723,67 @@ def _remap(obj: JSON, mapping: Mapping[str, str], key: str = "") -> JSON:
     return obj
 
 
-def rebase(path: str, target: Target, mapping: Mapping[str, str]) -> str:
-    """The original path after its API prefix, onto the target's base URL, ids remapped."""
-    bare, sep, query = path.partition("?")
+def _prefix_of(path: str, prefixes: Collection[str]) -> str | None:
+    """The longest of `prefixes` that `path` lies under (segment-wise), or None."""
+    under = [p for p in prefixes if path == p or path.startswith(p + "/")]
+    return max(under, key=len) if under else None
+
+
+def _query_name(part: str) -> str:
+    return unquote_plus(part.partition("=")[0])
+
+
+def secret_query(path: str) -> list[str]:
+    """Names of the key-like query parameters in a captured path (`SECRET_QUERY`): their
+    values are fingerprints, and a key is never carried to another target anyway."""
+    query = path.partition("?")[2]
+    return [
+        n for n in map(_query_name, query.split("&") if query else ()) if n.lower() in SECRET_QUERY
+    ]
+
+
+def merge_query(query: str, target: Target, mapping: Mapping[str, str]) -> str:
+    """The original's query without key-like parameters or those the target URL sets, ids
+    remapped, then the target URL's own query."""
+    own = [p for p in target.query.split("&") if p]
+    own_names = {_query_name(p) for p in own}
+    kept = []
+    for part in query.split("&") if query else ():
+        name = _query_name(part)
+        if not part or name.lower() in SECRET_QUERY or name in own_names:
+            continue
+        key, eq, value = part.partition("=")
+        kept.append(key + eq + mapping.get(value, value))
+    return "&".join(kept + own)
+
+
+def rebase(
+    path: str,
+    target: Target,
+    mapping: Mapping[str, str],
+    api_prefixes: Collection[str] = DEFAULT_PREFIXES,
+) -> str:
+    """The original path after its API prefix, onto the target's base URL, ids remapped.
+
+    A known route's prefix is its own (`/openai/v1/responses`); a path no route knows is
+    cut after the API prefix its session's known routes use (`api_prefixes`), so that
+    `/v1/ask_url` goes to `<target base>/ask_url`, and a path outside that prefix
+    (`/health`) goes onto the target's origin as it is. The query: `merge_query`.
+    """
+    bare, _, query = path.partition("?")
     family, template, prefix = route(bare)
-    rest = bare[len(prefix) :] if family != "other" else bare
+    base = target.base
+    if family != "other":
+        rest = bare[len(prefix) :]
+    else:
+        own = _prefix_of(bare, api_prefixes)
+        rest, base = (bare[len(own) :], base) if own is not None else (bare, target.origin)
     segs = [mapping.get(s, s) for s in rest.split("/")]
     if template == "/v1/models/{id}":
         head, _, model = "/".join(segs).partition("/models/")
         segs = [head, "models", target.map_model(model)] if model else segs
-    if query and mapping:
-        pairs = (p.partition("=") for p in query.split("&"))
-        query = "&".join(k + eq + mapping.get(v, v) for k, eq, v in pairs)
-    return target.base + "/".join(segs) + (sep + query)
+    merged = merge_query(query, target, mapping)
+    return base + "/".join(segs) + ("?" + merged if merged else "")
 
 
 def _auth_header(rec: Record, key: str) -> tuple[str, str]:
@@ -572,9 +794,18 @@ def _auth_header(rec: Record, key: str) -> tuple[str, str]:
 
 
 def prepare(
-    rec: Record, target: Target, api_key: str | None, mapping: Mapping[str, str]
+    rec: Record,
+    target: Target,
+    api_key: str | None,
+    mapping: Mapping[str, str],
+    *,
+    api_prefixes: Collection[str] = DEFAULT_PREFIXES,
 ) -> Outgoing:
-    """The request to send for an original: re-based, remapped, model-mapped, re-keyed."""
+    """The request to send for an original: re-based, remapped, model-mapped, re-keyed.
+
+    Headers and query parameters the capture holds only as fingerprints are left out
+    (`Outgoing.dropped`); a `--header` sets such a header again.
+    """
     req = rec.get("request") or {}
     body = req.get("body")
     model: str | None = None
@@ -596,6 +827,8 @@ def prepare(
 
     auth = _auth_header(rec, api_key) if api_key else None
     headers: list[tuple[str, str]] = []
+    path = str(req.get("path") or "/")
+    dropped = [f"query parameter {n}" for n in secret_query(path)]
     for name, value in req.get("headers") or ():
         low = name.lower()
         if low in HOP_BY_HOP or low in target.headers:
@@ -604,6 +837,9 @@ def prepare(
             if auth is not None and low == auth[0]:
                 headers.append(auth)
                 auth = None
+            continue
+        if FINGERPRINT.fullmatch(value):
+            dropped.append(f"header {low}")
             continue
         headers.append((low, value))
     if auth is not None:
@@ -615,9 +851,10 @@ def prepare(
         headers.append(("content-type", "application/json"))
     return Outgoing(
         method=str(req.get("method", "GET")).upper(),
-        url=rebase(str(req.get("path") or "/"), target, mapping),
+        url=rebase(path, target, mapping, api_prefixes),
         headers=headers,
         content=content,
         model=model if model is not None else (rec.get("tags") or {}).get("model"),
         stream=is_stream(rec),
+        dropped=tuple(dropped),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from analysis.replay import (
     TargetRun,
     TokenBucket,
     already_replayed,
+    latest_replays,
     main_replay,
     make_request,
     make_response,
@@ -34,6 +36,7 @@ from analysis.replay_plan import (
     prepare,
     produced_slots,
     resolve,
+    resumed,
     unsafe_reason,
 )
 from analysis.store import RecordWriter, load_records
@@ -274,6 +277,67 @@ def test_filters_and_their_dependencies() -> None:
     ]  # fmt: skip
 
 
+OUTER = "reverse:http://127.0.0.1:4000"
+INNER = "reverse:http://127.0.0.1:8001"
+
+
+def two_hop(outer: dict[str, Any], inner: dict[str, Any]) -> list[dict[str, Any]]:
+    """One call seen on two listeners: the client's (through a gateway) and the gateway's."""
+    ask = [{"role": "user", "content": "Say hello"}]
+    outer = {
+        "body": {"model": "alias", "messages": ask},
+        "started": 100.0,
+        "duration_ms": 1000.0,
+        "listener": OUTER,
+        "label": "gateway",
+        **outer,
+    }
+    inner = {
+        "body": {"model": "qwen", "messages": [{"role": "system", "content": "Be nice."}, *ask]},
+        "started": 100.1,
+        "duration_ms": 500.0,
+        "listener": INNER,
+        "label": "upstream",
+        **inner,
+    }
+    return [
+        rec("outer", path="/v1/chat/completions", **outer),
+        rec("inner", path="/v1/chat/completions", **inner),
+        rec("after", "GET", "/v1/models", started=102.0, listener=OUTER, label="gateway"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner", "only", "replayed", "left_out"),
+    [
+        ({}, {}, None, ["outer", "after"], {INNER: 1}),
+        # not an inner hop
+        ({}, {"started": 101.5}, None, ["outer", "inner", "after"], {}),  # after the outer one
+        ({}, {"duration_ms": 1000.0}, None, ["outer", "inner", "after"], {}),  # ends after it
+        ({}, {"body": {"model": "qwen", "messages": [{"role": "user", "content": "Other"}]}},
+         None, ["outer", "inner", "after"], {}),
+        ({}, {"listener": OUTER}, None, ["outer", "inner", "after"], {}),
+        ({}, {"session": "t"}, None, ["outer", "inner", "after"], {}),
+        ({"started": 100.2}, {}, None, ["inner", "outer", "after"], {}),  # inner came first
+        # an outer hop without a duration contains what starts soon after it
+        ({"duration_ms": None}, {}, None, ["outer", "after"], {INNER: 1}),
+        # a filter naming a listener or a label chooses hops itself
+        ({}, {}, "listener=*:8001", ["inner"], {}),
+        ({}, {}, "label=upstream", ["inner"], {}),
+        ({}, {}, "listener=*", ["outer", "inner", "after"], {}),
+        ({}, {}, "label=gateway", ["outer", "after"], {}),
+        ({}, {}, "method=POST", ["outer"], {INNER: 1}),
+    ],
+)  # fmt: skip
+def test_inner_hops_are_not_replayed_twice(
+    outer: dict[str, Any], inner: dict[str, Any], only: str | None, replayed: list[str],
+    left_out: dict[str, int],
+) -> None:  # fmt: skip
+    plan = make_plan(two_hop(outer, inner), filters=[parse_filter(only)] if only else [])
+    assert [n.id for n in plan.nodes] == replayed
+    assert plan.hops_left_out == left_out
+
+
 @pytest.mark.parametrize("bad", ["", "colour=red", "family", " , "])
 def test_bad_filters(bad: str) -> None:
     with pytest.raises(PlanError, match="--only"):
@@ -341,20 +405,104 @@ def test_unmappable_soft_references_keep_the_original_value() -> None:
 # --- the request sent ----------------------------------------------------------------------
 
 
+FP = "sha256:0123456789ab"
+AZURE = "https://az.example/openai/v1?api-version=2024-10-21"
+REBASE_BASE: dict[str, Any] = {
+    "path": "/v1/chat/completions",
+    "target": "http://t:1/v1",
+    "known": ("/v1/responses",),
+}
+"""An original's path, the target URL, and the paths of its session's other exchanges."""
+
+
 @pytest.mark.parametrize(
-    ("path", "target", "url"),
+    ("change", "url"),
     [
-        ("/v1/chat/completions", "http://t:1/v1", "http://t:1/v1/chat/completions"),
-        ("/v1/chat/completions", "http://t:1/v1/", "http://t:1/v1/chat/completions"),
-        ("/chat/completions", "http://t:1/v1", "http://t:1/v1/chat/completions"),
-        ("/openai/v1/responses?x=1", "http://t:1/api/v1", "http://t:1/api/v1/responses?x=1"),
-        ("/v1/models/gpt-4o-mini", "http://t:1/v1", "http://t:1/v1/models/llama3.2"),
-        ("/health", "http://t:1/v1", "http://t:1/v1/health"),
+        ({}, "http://t:1/v1/chat/completions"),
+        ({"target": "http://t:1/v1/"}, "http://t:1/v1/chat/completions"),
+        ({"target": "http://t:1/api/v1"}, "http://t:1/api/v1/chat/completions"),
+        ({"path": "/chat/completions"}, "http://t:1/v1/chat/completions"),
+        ({"path": "/openai/v1/responses?x=1"}, "http://t:1/v1/responses?x=1"),
+        ({"path": "/v1/models/gpt-4o-mini"}, "http://t:1/v1/models/llama3.2"),
+        # a path no route knows: cut after the session's API prefix, else onto the origin
+        ({"path": "/v1/ask_url"}, "http://t:1/v1/ask_url"),
+        ({"path": "/v1/ask_url?q=1"}, "http://t:1/v1/ask_url?q=1"),
+        ({"path": "/v1"}, "http://t:1/v1"),
+        ({"path": "/v1/v1/ask_url"}, "http://t:1/v1/v1/ask_url"),  # doubled as it was
+        ({"path": "/health"}, "http://t:1/health"),
+        ({"path": "/v1x/ask"}, "http://t:1/v1x/ask"),
+        ({"path": "/v1/ask_url", "target": "http://t:1/api/v1"}, "http://t:1/api/v1/ask_url"),
+        ({"path": "/health", "target": "http://t:1/api/v1"}, "http://t:1/health"),
+        ({"path": "/openai/v1/ask", "known": ("/openai/v1/responses",)}, "http://t:1/v1/ask"),
+        ({"path": "/v1/ask", "known": ("/openai/v1/responses",)}, "http://t:1/v1/ask"),
+        ({"path": "/ask_url", "known": ("/chat/completions",)}, "http://t:1/v1/ask_url"),
+        ({"path": "/v1/ask_url", "known": ()}, "http://t:1/v1/ask_url"),  # /v1 assumed
+        ({"path": "/health", "known": ()}, "http://t:1/health"),
+        # the target URL's own query goes on every request, after the original's
+        ({"target": AZURE}, "https://az.example/openai/v1/chat/completions?api-version=2024-10-21"),
+        ({"target": AZURE, "path": "/v1/chat/completions?x=1&api-version=2024-02-01"},
+         "https://az.example/openai/v1/chat/completions?x=1&api-version=2024-10-21"),
+        ({"target": AZURE, "path": "/v1/ask_url"},
+         "https://az.example/openai/v1/ask_url?api-version=2024-10-21"),
+        ({"target": AZURE, "path": "/health"}, "https://az.example/health?api-version=2024-10-21"),
+        ({"target": AZURE, "path": f"/v1/chat/completions?key={FP}"},
+         "https://az.example/openai/v1/chat/completions?api-version=2024-10-21"),
+        # key-like query parameters hold fingerprints: never sent
+        ({"path": f"/v1/models?key={FP}&limit=5"}, "http://t:1/v1/models?limit=5"),
+        ({"path": f"/v1/models?limit=5&API_KEY={FP}"}, "http://t:1/v1/models?limit=5"),
+        ({"path": f"/v1/models?api%5Fkey={FP}&a=1"}, "http://t:1/v1/models?a=1"),
+        ({"path": f"/v1/models?api-key={FP}&apikey={FP}&access_token={FP}&token={FP}"},
+         "http://t:1/v1/models"),
+        ({"path": f"/v1/ask_url?token={FP}&tokens=3"}, "http://t:1/v1/ask_url?tokens=3"),
     ],
-)
-def test_rebase(path: str, target: str, url: str) -> None:
-    t = Target("t", target, model_map={"gpt-4o-mini": "llama3.2"})
-    assert prepare(rec("a", "GET", path), t, None, {}).url == url
+)  # fmt: skip
+def test_rebase(change: dict[str, Any], url: str) -> None:
+    case = {**REBASE_BASE, **change}
+    known = [rec(f"k{i}", "GET", p) for i, p in enumerate(case["known"])]
+    probe = rec("probe", "GET", case["path"])
+    node = make_plan([*known, probe]).by_id["probe"]
+    t = Target("t", case["target"], model_map={"gpt-4o-mini": "llama3.2"})
+    out = prepare(probe, t, None, {}, api_prefixes=node.api_prefixes)
+    assert out.url == url
+    secret = [p.partition("=")[0] for p in case["path"].partition("?")[2].split("&") if FP in p]
+    assert out.dropped == tuple(f"query parameter {n.replace('%5F', '_')}" for n in secret)
+
+
+def test_target_urls_base_origin_and_query() -> None:
+    t = Target("az", AZURE + "#frag")
+    assert (t.base, t.origin, t.query) == (
+        "https://az.example/openai/v1", "https://az.example", "api-version=2024-10-21",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("header", "override", "sent", "dropped"),
+    [
+        (("x-team", "a"), None, ("x-team", "a"), ()),
+        # the body is sent decoded, as the capture holds it
+        (("content-encoding", "gzip"), None, None, ()),
+        # a value the capture replaced by its fingerprint is not the value: not sent…
+        (("x-portkey-api-key", FP), None, None, ("header x-portkey-api-key",)),
+        (("x-gateway-auth", f"Bearer {FP}"), None, None, ("header x-gateway-auth",)),
+        # …unless --header sets it
+        (("x-portkey-api-key", FP), "pk-new", ("x-portkey-api-key", "pk-new"), ()),
+        # a value that only looks alike is a value
+        (("x-trace", "sha256:0123"), None, ("x-trace", "sha256:0123"), ()),
+        (("x-trace", FP + "cd"), None, ("x-trace", FP + "cd"), ()),
+    ],
+)  # fmt: skip
+def test_headers_passed_through_or_not(
+    header: tuple[str, str], override: str | None, sent: tuple[str, str] | None,
+    dropped: tuple[str, ...],
+) -> None:  # fmt: skip
+    base = [["host", "orig.test"], ["content-type", "application/json"],
+            ["authorization", f"Bearer {FP}"]]  # fmt: skip
+    r = rec("a", body={"model": "m"}, headers=[*base, list(header)])
+    t = Target("t", "http://t:1/v1", headers={header[0]: override} if override else {})
+    out = prepare(r, t, "sk-target", {})
+    expected = [("content-type", "application/json"), ("authorization", "Bearer sk-target")]
+    assert out.headers == expected + ([sent] if sent else [])
+    assert out.dropped == dropped
 
 
 def test_headers_auth_model_and_body() -> None:
@@ -395,6 +543,52 @@ def test_text_and_binary_bodies() -> None:
     assert prepare(r, T, None, {}).content == b"plain"
     r["request"].update(text=None, b64="AAEC")
     assert prepare(r, T, None, {}).content == b"\x00\x01\x02"
+
+
+def broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    r = rec("bad", path="/v1/files", headers=[["content-type", "application/octet-stream"]])
+    r["request"].update(body=None, b64="AAEC")
+    change(r["request"])
+    return r
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda q: None, None),
+        (lambda q: q.update(b64="AAE"), "not valid base64"),
+        (lambda q: q.update(b64="AA-C"), "not valid base64"),
+        (lambda q: q.update(method=None), "has no method"),
+        (lambda q: q.update(path=7), "has no path"),
+        (lambda q: q.update(headers=[["x-only-a-name"]]), "not [name, value] pairs"),
+        (lambda q: q.update(headers="x-a: 1"), "not [name, value] pairs"),
+    ],
+)
+def test_malformed_originals_are_skipped_with_the_reason(
+    change: Callable[[dict[str, Any]], object], why: str | None
+) -> None:
+    r, ok = broken(change), rec("ok", body={"model": "m"})
+    plan = make_plan([r, ok], allow_unsafe=True)
+    skip = plan.by_id["bad"].skip
+    assert skip is None if why is None else why in str(skip)
+    out, run = engine([r, ok], Fake(), allow_unsafe=True)
+    by = {x["replay_of"]: x for x in out}
+    assert kind(by["ok"]) is None and run.counts.done == 2
+    if why is not None:
+        assert kind(by["bad"]) == "skipped" and why in by["bad"]["error"]["message"]
+
+
+def test_an_original_that_fails_while_being_sent_is_skipped_not_a_traceback() -> None:
+    odd_name = rec("odd", body={"model": "m"}, headers=[["x-caf\u00e9", "1"]])
+    latin = rec("latin", body={"model": "m"}, headers=[["x-city", "Z\u00fcrich"]])
+    fake = Fake()
+    out, _ = engine([odd_name, latin], fake)
+    by = {x["replay_of"]: x for x in out}
+    assert kind(by["odd"]) == "skipped"
+    assert by["odd"]["error"]["message"].startswith("the captured request cannot be sent again")
+    # a non-ASCII value goes out as the capture decoded it
+    assert kind(by["latin"]) is None
+    assert (b"x-city", "Zürich".encode()) in fake.seen[0].headers.raw
 
 
 def test_targets_and_option_values() -> None:
@@ -457,7 +651,10 @@ class Fake:
         if self.fail and self.fail(request):
             raise httpx.ConnectError("Connection refused", request=request)
         self.n += 1
-        body = json.loads(request.content or b"null") or {}
+        try:
+            body = json.loads(request.content or b"null") or {}
+        except ValueError:  # not JSON: an upload
+            body = {}
         rid = f"resp_T{self.n}"
         if request.url.path.endswith("/chat/completions"):
             msg: dict[str, Any] = {"role": "assistant", "content": "hi"}
@@ -479,12 +676,13 @@ class Fake:
 
 
 def engine(
-    records: list[dict[str, Any]], fake: Fake, *, concurrency: int = 4, allow_unsafe: bool = False,
-    done: dict[str, Any] | None = None,
+    records: list[dict[str, Any]], fake: Callable[[httpx.Request], Any], *, concurrency: int = 4,
+    allow_unsafe: bool = False, done: dict[str, Any] | None = None, target: Target = T,
 ) -> tuple[list[dict[str, Any]], TargetRun]:  # fmt: skip
     out: list[dict[str, Any]] = []
     plan = make_plan(records, allow_unsafe=allow_unsafe)
-    run = TargetRun(plan, T, "sk-target", out.append, dict(done or {}), concurrency=concurrency)
+    run = TargetRun(plan, target, "sk-target", out.append, dict(done or {}),
+                    concurrency=concurrency)  # fmt: skip
     asyncio.run(run.run(httpx.MockTransport(fake)))
     return out, run
 
@@ -556,6 +754,32 @@ def test_engine_records_connection_failures() -> None:
     assert run.counts.sent == run.counts.unreachable == 1
 
 
+def test_engine_sends_unknown_paths_and_queries_where_they_belong() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return as_json({"error": "not here"}, 404)
+
+    recs = [
+        rec("chat", path="/v1/chat/completions", body={"model": "m"}),
+        rec("ask", "GET", "/v1/ask_url?q=1"),
+        rec("health", "GET", "/health"),
+        rec("keyed", "GET", f"/v1/models?key={FP}&limit=2"),
+    ]
+    azure = Target("az", "https://az.example/openai/v1?api-version=2024-10-21")
+    out, _ = engine(recs, handler, target=azure)
+    q = "api-version=2024-10-21"
+    assert sorted(seen) == [
+        f"https://az.example/health?{q}",
+        f"https://az.example/openai/v1/ask_url?q=1&{q}",
+        f"https://az.example/openai/v1/chat/completions?{q}",
+        f"https://az.example/openai/v1/models?limit=2&{q}",
+    ]
+    assert {r["listener"] for r in out} == {"replay:https://az.example/openai/v1"}
+    assert FP not in json.dumps([r["request"] for r in out])
+
+
 def test_engine_records_garbage_as_it_came() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return streamed(200, b"<html>oops</html>", "text/html")
@@ -589,6 +813,112 @@ def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
     )
     assert by["fc2"]["request"]["body"]["previous_response_id"] == fc_then["id"]
     assert by["fc2"]["request"]["body"]["input"][1]["call_id"] == fc_then["output"][0]["call_id"]
+
+
+def kind(r: dict[str, Any]) -> str | None:
+    return (r.get("error") or {}).get("kind")
+
+
+def as_error(kind: str) -> Callable[[dict[str, Any]], None]:
+    def change(r: dict[str, Any]) -> None:
+        r.update(response=None, error={"kind": kind, "message": f"it went {kind}"})
+
+    return change
+
+
+def _unreachable_r1_skipped_r2(prior: dict[str, Any], plan: Any) -> None:
+    as_error("upstream_unreachable")(prior["r1"])
+    prior["r2"].update(response=None, error={"kind": "skipped", "message": resolve(
+        plan.by_id["r2"], {"r1": prior["r1"]}.get)[1]})  # fmt: skip
+
+
+def _textual_fc_skipped_fc2(prior: dict[str, Any], plan: Any, message: str | None = None) -> None:
+    prior["fc"]["response"]["body"]["output"] = [{"type": "message", "id": "msg_T"}]
+    why = message or resolve(plan.by_id["fc2"], prior.get)[1]
+    prior["fc2"].update(response=None, error={"kind": "skipped", "message": why})
+
+
+@pytest.mark.parametrize(
+    ("change", "allow_unsafe", "again"),
+    [
+        (None, False, set()),  # the DELETE's skip would be the same: done
+        (None, True, {"del"}),  # now allowed: sent
+        # no answer: tried again (what builds on r1 keeps its earlier answer)
+        (lambda p, _: as_error("upstream_unreachable")(p["r1"]), False, {"r1"}),
+        (lambda p, _: as_error("timeout")(p["r1"]), False, {"r1"}),
+        (lambda p, _: as_error("upstream_disconnect")(p["card"]), False, {"card"}),
+        # an answer, even an error, or a broken one, is the target's answer: done
+        (lambda p, _: p["r1"]["response"].update(status=500), False, set()),
+        (lambda p, _: as_error("upstream_protocol")(p["r1"]), False, set()),
+        # a step skipped for a producer that is tried again is tried again with it…
+        (_unreachable_r1_skipped_r2, False, {"r1", "r2"}),
+        # …one skipped for an answer that stays is done; for a reason that changed, not
+        (_textual_fc_skipped_fc2, False, set()),
+        (lambda p, plan: _textual_fc_skipped_fc2(p, plan, "an older reason"), False, {"fc2"}),
+        (lambda p, _: p.pop("r1"), False, {"r1"}),  # never recorded
+    ],
+)  # fmt: skip
+def test_resume_retries_what_got_no_answer(
+    change: Callable[[dict[str, Any], Any], object] | None, allow_unsafe: bool, again: set[str]
+) -> None:
+    recs = session()
+    first, _ = engine(recs, Fake())
+    prior = {r["replay_of"]: r for r in first}
+    plan = make_plan(recs, allow_unsafe=allow_unsafe)
+    if change is not None:
+        change(prior, plan)
+    done = resumed(plan, prior)
+    assert {n.id for n in plan.nodes} - set(done) == again
+    assert all(done[k] is prior[k] for k in done)
+
+
+def test_latest_replays_keeps_the_newest_per_original_and_label() -> None:
+    orig = rec("o", body={})
+
+    def attempt(rid: str, label: str, started: float) -> dict[str, Any]:
+        return {**rec(rid, body={}, started=started), "replay_of": "o", "label": label}
+
+    old, new, tie_a, tie_b = (attempt("a1", "x", 5.0), attempt("a2", "x", 9.0),
+                              attempt("a3", "y", 7.0), attempt("a4", "y", 7.0))  # fmt: skip
+    other = {**rec("b1", body={}), "replay_of": "p", "label": "x"}
+    assert [r["id"] for r in latest_replays([orig, new, old, tie_a, tie_b, other])] == [
+        "o", "a2", "a4", "b1",
+    ]  # fmt: skip
+
+
+def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
+    recs = session()
+    out = tmp_path / "s.tgt.jsonl"
+    down, run = engine(recs, Fake(fail=lambda r: True))
+    write_capture(out, down)
+    assert run.counts.unreachable == run.counts.sent > 0
+
+    def again(allow_unsafe: bool = False) -> tuple[list[dict[str, Any]], Fake, TargetRun]:
+        plan = make_plan(recs, allow_unsafe=allow_unsafe)
+        done = resumed(plan, already_replayed([out], "tgt"))
+        fake = Fake()
+        new, run = engine(recs, fake, done=done, allow_unsafe=allow_unsafe)
+        with RecordWriter(out) as w:
+            for r in new:
+                w.write(r)
+        return new, fake, run
+
+    # the target is back: everything that got no answer, or was skipped for it, is sent
+    new, fake, run = again()
+    assert {r["replay_of"] for r in new} == {r["id"] for r in recs} - {"del"}
+    assert run.counts.resumed == 1 and run.counts.ok == len(recs) - 1
+    newest = {r["replay_of"]: r for r in latest_replays(load_records([out]))}
+    assert set(newest) == {r["id"] for r in recs}
+    assert all(kind(r) is None for k, r in newest.items() if k != "del")
+    answered = [r["replay_of"] for r in load_records([out]) if kind(r) is None]
+    assert sorted(answered) == sorted(r["id"] for r in recs if r["id"] != "del")
+    # a third run sends nothing; with --allow-unsafe, the DELETE that was skipped
+    new, fake, _ = again()
+    assert new == [] and fake.seen == []
+    new, fake, _ = again(allow_unsafe=True)
+    assert [(r.method, r.url.path) for r in fake.seen] == [
+        ("DELETE", f"/v1/responses/{newest['r1']['response']['body']['id']}")
+    ]
 
 
 def test_token_bucket_paces_without_real_sleeping() -> None:
@@ -651,6 +981,64 @@ def test_dry_run_prints_and_sends_nothing(
 
 
 @pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"started": "soon"}, "record a: `started` is not a number ('soon')"),
+        ({"started": True}, "record a: `started` is not a number (True)"),
+        ({"request": None}, "record a: no request object"),
+        ({"id": None}, "a record has no id (session 's')"),
+    ],
+)
+def test_records_that_cannot_be_planned(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanError, match=re.escape(message)):
+        make_plan([{**rec("a"), **change}])
+
+
+def test_dry_run_says_what_is_not_sent_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    redacted = rec("fp", "GET", f"/v1/models?key={FP}&limit=2",
+                   headers=[["x-portkey-api-key", FP], ["x-team", "qa"]])  # fmt: skip
+    bad = broken(lambda q: q.update(b64="AAE"))
+    hops = two_hop({}, {})
+    cap = write_capture(tmp_path / "s.jsonl", [redacted, bad, *hops])
+    code = main_replay([str(cap), "--to", "http://127.0.0.1:9/v1?api-version=1", "--label",
+                        "lm", "--dry-run", "--allow-unsafe"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "GET http://127.0.0.1:9/v1/models?limit=2&api-version=1  [fp]" in out
+    assert (
+        "not sent (the capture holds only a fingerprint): query parameter key, "
+        "header x-portkey-api-key"
+    ) in out
+    assert "skip: the captured request body is not valid base64" in out
+    assert "[inner]" not in out and "[outer]" in out
+    assert err == (
+        f"wirediff: note: 1 exchange on {INNER} is an inner hop of a two-hop capture (the same "
+        "call seen again behind a gateway), not replayed; `--only listener=…` chooses listeners\n"
+    )
+    capsys.readouterr()
+    main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--dry-run", "--only", "listener=*"])
+    out, err = capsys.readouterr()
+    assert "[inner]" in out and err == ""
+
+
+def test_dry_run_counts_what_is_tried_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs = session()
+    cap = write_capture(tmp_path / "s.jsonl", recs)
+    first, _ = engine(recs, Fake())
+    as_error("timeout")(next(r for r in first if r["replay_of"] == "r1"))
+    write_capture(tmp_path / "s.tgt.jsonl", first)
+    assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "tgt",
+                        "--dry-run"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1 to send, 0 to skip (1 tried before), 9 already replayed" in out
+    assert "[r1]" in out and "[r2]" not in out
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (
@@ -664,6 +1052,12 @@ def test_dry_run_prints_and_sends_nothing(
         (["--to", "http://h/v1", "--rate", "fast"], "--rate"),
         (["--to", "http://h/v1", "--concurrency", "0"], "--concurrency"),
         (["--label", "x"], "--label names the --to target"),
+        (["--to", "http://h/v1", "--timeout", "nan"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "inf"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "0"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "-5"], "--timeout"),
+        (["--to", "http://h/v1", "--rate", "nan/s"], "--rate"),
+        (["--to", "http://h/v1", "--rate", "inf"], "--rate"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(
@@ -681,8 +1075,10 @@ def test_usage_errors_are_one_line_exit_2(
         (None, "cannot read capture"),
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
         ("garbage\nmore garbage\n", "not a JSON record"),
+        ('{"format": "wirediff/1", "id": "a", "started": "soon", "request": {}}\n',
+         "record a: `started` is not a number ('soon')"),
     ],
-)
+)  # fmt: skip
 def test_bad_captures_are_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
 ) -> None:
