@@ -18,7 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.replay import main_replay
+from analysis.replay import latest_replays, main_replay
+from analysis.replay_plan import RETRY_KINDS
 from analysis.store import load_records
 from backends.standin import Standin, make_standin, standin
 from tests.conftest import ROOT, free_port, wait_for
@@ -247,9 +248,13 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         recs = load_records([out])
-        per_original = Counter(r["replay_of"] for r in recs)
-        assert set(per_original) == {r["id"] for r in orig.values()}
-        assert set(per_original.values()) == {1}, "every original replayed exactly once"
+        assert {r["replay_of"] for r in latest_replays(recs)} == {r["id"] for r in orig.values()}
+        answered = Counter(r["replay_of"] for r in recs if kind(r) not in RETRY_KINDS)
+        skipped = Counter(r["replay_of"] for r in recs if kind(r) == "skipped")
+        assert answered == {r["id"]: 1 for step, r in orig.items() if step != "delete"}, (
+            "every original replayed exactly once"
+        )
+        assert skipped == {orig["delete"]["id"]: 1}  # unsafe: recorded once, not again
         sent_now = [r for r in recs[after_kill:] if r["error"] is None or r["response"]]
         assert len(fast.seen) == len(sent_now)
         assert f"{len(orig) - after_kill} recorded" in err and f"{after_kill} already done" in err
@@ -263,19 +268,51 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
 # --- bad targets ---------------------------------------------------------------------------
 
 
-def test_unreachable_target_is_recorded_then_exit_2(
+def kind(rec: dict[str, Any]) -> str | None:
+    return (rec["error"] or {}).get("kind")
+
+
+def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
     recorded: tuple[Path, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture, orig = recorded
-    url = f"http://127.0.0.1:{free_port()}/v1"
-    assert main_replay([str(capture), "--to", url, "--label", "down"]) == 2
+    port = free_port()
+    args = [str(capture), "--to", f"http://127.0.0.1:{port}/v1", "--label", "down",
+            "--model-map", "*=llama3.2"]  # fmt: skip
+    assert main_replay(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("wirediff: error: could not connect to down")
-    recs = load_records([capture.with_name("s.down.jsonl")])
+    assert "run the same command again to retry them" in err[-1]
+    out = capture.with_name("s.down.jsonl")
+    recs = load_records([out])
     kinds = Counter(r["error"]["kind"] for r in recs)
     # independent steps were tried and failed to connect; what depends on them is skipped
     assert len(recs) == len(orig) and kinds["upstream_unreachable"] == 7
     assert kinds["upstream_unreachable"] + kinds["skipped"] == len(orig)
+
+    with make_standin("ollama", port=port) as back:
+        # the same command, the target up: what got no answer, and what was skipped for
+        # it, is sent and appended; the unsafe DELETE stays skipped, and is not re-recorded
+        assert main_replay(args) == 0, capsys.readouterr().err
+        recs = load_records([out])
+        assert len(recs) == 2 * len(orig) - 1
+        newest = {r["replay_of"]: r for r in latest_replays(recs)}
+        assert set(newest) == {r["id"] for r in orig.values()}
+        answered = Counter(r["replay_of"] for r in recs if kind(r) is None)
+        assert answered == {r["id"]: 1 for step, r in orig.items() if step != "delete"}
+        assert kind(newest[orig["delete"]["id"]]) == "skipped"
+        sent = len(back.seen)
+        assert sent == len(orig) - 1
+        # nothing left: nothing sent; with --allow-unsafe, the DELETE, with the target's id
+        assert main_replay(args) == 0 and len(back.seen) == sent
+        assert len(load_records([out])) == len(recs)
+        assert main_replay([*args, "--allow-unsafe"]) == 0
+        resp_id = newest[orig["resp"]["id"]]["response"]["body"]["id"]
+        assert [(s.method, s.path) for s in back.seen[sent:]] == [
+            ("DELETE", f"/v1/responses/{resp_id}")
+        ]
+        final = latest_replays(load_records([out]))
+        assert kind(next(r for r in final if r["replay_of"] == orig["delete"]["id"])) is None
 
 
 def test_broken_answers_are_recorded_as_they_came(
