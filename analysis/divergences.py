@@ -26,13 +26,16 @@ import pandas as pd
 
 from analysis._types import JSON, Event, Record
 from analysis.shapes import (
+    Frozen,
     Shape,
     Values,
     add_parsed,
     ancestors,
     by_path,
+    flat,
     flatten,
     json_type,
+    structure,
     type_label,
 )
 from analysis.tags import is_error_body, soft_error
@@ -70,10 +73,13 @@ NOISE_SAMPLES = 8
 
 SHORT = 120
 
-Frozen = frozenset[tuple[str, str]]
-"""A shape or its constants once observed: frozen, so that comparisons can be remembered."""
+CHUNK_PREFIX = f"events[{CHUNK}]"
+CHUNK_TOOL_CALLS = (f"{CHUNK_PREFIX}.choices[].delta.tool_calls", "array")
+"""A chunk without this in its shape carries no tool-call argument fragments."""
 COMPARED_LIMIT = 1 << 14
 _compared: dict[tuple[Frozen, Frozen, Frozen, Frozen], tuple[Finding, ...]] = {}
+EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
+_event_shapes: dict[tuple[int, str], EventShape] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +170,7 @@ def observe(record: Record) -> Observed:
     if events is not None:
         _observe_stream(obs, events, chat=family in ("chat.completions", "completions"))
     elif body is not None:
-        shape, values = flatten(body)
-        obs.shape, obs.values = frozenset(shape), frozenset(values)
+        obs.shape, obs.values = flat(body)
     return obs
 
 
@@ -278,7 +283,11 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
         data = ev["data"]
         if label in (DONE, "error", "text"):
             continue
-        flatten(data, f"events[{CHUNK}]", shape, values, parse_arguments=False)
+        chunk_shape, chunk_values = flat(data, CHUNK_PREFIX, parse_arguments=False)
+        shape |= chunk_shape
+        values |= chunk_values
+        if CHUNK_TOOL_CALLS not in chunk_shape:
+            continue
         choices = data.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -309,13 +318,13 @@ def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None
         if not isinstance(data, dict):
             continue
         shape, values = shapes.setdefault(label, (set(), set()))
-        embedded = data.get("response")
-        if isinstance(embedded, dict):
-            data = {k: v for k, v in data.items() if k != "response"}
-            shape.add((f"events[{label}].response", "object"))
-            r_shape, r_values = embedded_shapes.setdefault(label, (set(), set()))
-            flatten(embedded, EMBEDDED_PREFIX, r_shape, r_values)
-        flatten(data, f"events[{label}]", shape, values)
+        ev_shape, ev_values, r_shape, r_values = _event_shape(data, label)
+        shape |= ev_shape
+        values |= ev_values
+        if r_shape is not None and r_values is not None:
+            embedded_shape, embedded_values = embedded_shapes.setdefault(label, (set(), set()))
+            embedded_shape |= r_shape
+            embedded_values |= r_values
         if label == RESPONSE_ARGUMENTS_DELTA and isinstance(data.get("delta"), str):
             arguments.setdefault(data.get("item_id"), []).append(data["delta"])
     for label, (_, values) in shapes.items():
@@ -325,6 +334,29 @@ def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None
         for parts in arguments.values():
             add_parsed("".join(parts), f"events[{RESPONSE_ARGUMENTS_DELTA}].delta", shape, values)
     obs.event_shapes, obs.embedded = _frozen(shapes), _frozen(embedded_shapes)
+
+
+def _event_shape(data: dict[str, Any], label: str) -> EventShape:
+    """One typed event's shape and constants, and those of the Response it carries (if it
+    does), worked out once per structure and label."""
+    key = (structure(data), label)
+    found = _event_shapes.get(key)
+    if found is not None:
+        return found
+    shape: Shape = set()
+    values: Values = set()
+    r_shape: Frozen | None = None
+    r_values: Frozen | None = None
+    embedded = data.get("response")
+    if isinstance(embedded, dict):
+        data = {k: v for k, v in data.items() if k != "response"}
+        shape.add((f"events[{label}].response", "object"))
+        r_shape, r_values = flat(embedded, EMBEDDED_PREFIX)
+    flatten(data, f"events[{label}]", shape, values)
+    if len(_event_shapes) >= COMPARED_LIMIT:
+        _event_shapes.clear()
+    found = _event_shapes[key] = (frozenset(shape), frozenset(values), r_shape, r_values)
+    return found
 
 
 def sequence_fault(events: list[Event], labels: list[str]) -> tuple[str, str] | None:

@@ -5,12 +5,18 @@ shape, never by value; only constant fields (`object`, `type`, `role`, `status`,
 `finish_reason`) keep their values, because a different constant is a different protocol.
 Tool-call `arguments` strings are parsed and their shape goes under `<path>@json`, so an
 object where a string belongs, or arguments that no longer parse, show up as shape.
+
+Answers of one kind repeat one structure with other words, so a value's structure is
+named once (`structure`) and what depends only on it is worked out once per structure
+(`flat`, and the SDK verdicts in `analysis.conformance`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from itertools import count
+from typing import Any
 
 from analysis._types import JSON
 
@@ -22,6 +28,9 @@ cheap enough for streams of thousands of chunks."""
 
 Values = set[tuple[str, str]]
 """`(path, value)` pairs of the constant fields."""
+
+Frozen = frozenset[tuple[str, str]]
+"""A shape or its constants, frozen: shared between the values of one structure."""
 
 CONSTANT_KEYS = frozenset({"object", "type", "role", "status", "finish_reason"})
 ARGUMENTS_KEY = "arguments"
@@ -120,3 +129,103 @@ def ancestors(path: str) -> Iterable[str]:
 def type_label(types: set[str] | frozenset[str]) -> str:
     """A stable short name for a set of types: `null|string`."""
     return "|".join(sorted(types))
+
+
+# --- structures -------------------------------------------------------------------------
+
+FREE_TEXT = frozenset(
+    {
+        "id", "text", "delta", "content", "name", "call_id", "item_id", "model",
+        "instructions", "refusal", "message", "previous_response_id", "prompt_cache_key",
+        "safety_identifier", "user", "description", "system_fingerprint", "encrypted_content",
+        "obfuscation", "token", "param",
+    }
+)  # fmt: skip
+"""Keys whose string values are generated or chosen by the caller: no SDK type constrains
+their value, only that it is a string, and no shape keeps it. (`arguments` is not among
+them: its text is parsed for its shape.)"""
+
+STRUCTURE_LIMIT = 1 << 14
+FLAT_LIMIT = 1 << 14
+
+
+class _Mark:
+    """A token of a structure that no JSON string or number can be mistaken for."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_OPEN, _CLOSE, _ARRAY, _END, _TEXT = (_Mark(m) for m in ("{", "}", "[", "]", "…"))
+_structures: dict[tuple[Any, ...], int] = {}
+_numbers = count()
+_flat: dict[tuple[int, str, bool], tuple[Frozen, Frozen]] = {}
+
+
+def structure(value: JSON) -> int:
+    """A number for the structure of `value`: the same for values that differ only in the
+    text of free-text strings (`FREE_TEXT`) and in numbers (not in whether a float is
+    integral). Values with one number flatten alike under any prefix, and an SDK type
+    validates them alike."""
+    tokens: list[Any] = []
+    _tokens(value, tokens)
+    key = tuple(tokens)
+    number = _structures.get(key)
+    if number is None:
+        if len(_structures) >= STRUCTURE_LIMIT:
+            _structures.clear()  # numbers are never reused: what was keyed on one stays true
+        number = _structures[key] = next(_numbers)
+    return number
+
+
+def _tokens(value: JSON, out: list[Any]) -> None:
+    """Keys, the text of strings that are not free text, the type of every other scalar
+    (for floats, whether they are integral), and marks for where objects and arrays open
+    and close: an unambiguous spelling of the structure."""
+    kind = type(value)
+    if kind is dict:
+        out.append(_OPEN)
+        for key, item in value.items():
+            out.append(key)
+            item_kind = type(item)
+            if item_kind is str:
+                out.append(_TEXT if key in FREE_TEXT else item)
+            elif item_kind is dict or item_kind is list:
+                _tokens(item, out)
+            elif item_kind is float:
+                out.append(item.is_integer())
+            else:
+                out.append(item_kind)
+        out.append(_CLOSE)
+    elif kind is list:
+        out.append(_ARRAY)
+        for item in value:
+            item_kind = type(item)
+            if item_kind is dict or item_kind is list:
+                _tokens(item, out)
+            elif item_kind is float:
+                out.append(item.is_integer())
+            else:
+                out.append(item if item_kind is str else item_kind)
+        out.append(_END)
+    elif kind is float:
+        out.append(value.is_integer())
+    else:
+        out.append(value if kind is str else kind)
+
+
+def flat(value: JSON, prefix: str = "", *, parse_arguments: bool = True) -> tuple[Frozen, Frozen]:
+    """`flatten`, frozen and worked out once per structure."""
+    key = (structure(value), prefix, parse_arguments)
+    found = _flat.get(key)
+    if found is None:
+        shape, values = flatten(value, prefix, parse_arguments=parse_arguments)
+        if len(_flat) >= FLAT_LIMIT:
+            _flat.clear()
+        found = _flat[key] = (frozenset(shape), frozenset(values))
+    return found
