@@ -25,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from analysis._types import JSON, Event, Record
 from analysis.divergences import DIVERGENCE_COLUMNS, DONE, EMBEDDED, RESPONSE_TERMINALS, short
+from analysis.shapes import structure
 from analysis.tags import is_error_body
 
 CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
@@ -186,17 +187,7 @@ SPEC_KEYS: dict[Any, str] = {
     Response: "response",
 }
 CACHE_LIMIT = 4096
-_FREE_TEXT = frozenset(
-    {
-        "id", "text", "delta", "arguments", "content", "name", "call_id", "item_id", "model",
-        "instructions", "refusal", "message", "previous_response_id", "prompt_cache_key",
-        "safety_identifier", "user", "description", "system_fingerprint", "encrypted_content",
-        "obfuscation", "token", "param",
-    }
-)  # fmt: skip
-"""Keys whose string values are generated or chosen by the caller: no SDK type constrains
-their value, only that it is a string."""
-_cache: dict[tuple[Any, ...], tuple[Check, ...]] = {}
+_cache: dict[tuple[Any, int], tuple[Check, ...]] = {}
 
 
 def validate(model: Any, data: JSON) -> list[Check]:
@@ -259,51 +250,16 @@ def check(model: Any, data: JSON) -> tuple[Check, ...]:
 
 
 def checked(model: Any, data: JSON) -> tuple[Check, ...]:
-    """`check`, remembered per structure for the values whose validation is costly (a
-    Response, an output item): the same structure always gets the same verdict."""
-    if not _costly(model, data):
-        return check(model, data)
-    acc: list[tuple[str, str]] = [("", model.__name__)]
-    _skeleton(data, "", acc)
-    key = tuple(acc)
+    """`check`, remembered per structure (`analysis.shapes.structure`: keys, types, the
+    text of every string an SDK type might constrain): the same structure always gets the
+    same verdict, and the bodies and events of one kind repeat a few structures."""
+    key = (model, structure(data))
     found = _cache.get(key)
     if found is None:
         if len(_cache) >= CACHE_LIMIT:
             _cache.clear()
         found = _cache[key] = check(model, data)
     return found
-
-
-def _costly(model: Any, data: JSON) -> bool:
-    """Output items are unions the SDK tries member by member: worth remembering."""
-    if not isinstance(data, dict):
-        return False
-    if "item" in data:
-        return True
-    target = data if model is Response else data.get("response")
-    return isinstance(target, dict) and bool(target.get("output"))
-
-
-def _skeleton(value: JSON, path: str, acc: list[tuple[str, str]]) -> None:
-    """What validation can depend on: every path with its type, list positions, and the
-    value of every string an SDK type might constrain (not generated text or ids)."""
-    kind = type(value)
-    if kind is dict:
-        acc.append((path, "{"))
-        for key, item in value.items():
-            sub = f"{path}.{key}"
-            if type(item) is str:
-                acc.append((sub, "" if key in _FREE_TEXT else "=" + item))
-            else:
-                _skeleton(item, sub, acc)
-    elif kind is list:
-        acc.append((path, "["))
-        for i, item in enumerate(value):
-            _skeleton(item, f"{path}[{i}]", acc)
-    elif kind is float:
-        acc.append((path, "float" if value.is_integer() else "fraction"))
-    else:
-        acc.append((path, kind.__name__))
 
 
 def _problems(
