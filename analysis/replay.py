@@ -100,7 +100,7 @@ from analysis.replay_plan import (
     resolve,
     resumed,
 )
-from analysis.store import CaptureError, RecordWriter, iter_records
+from analysis.store import CaptureError, RecordWriter, iter_records, latest_replays
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT = 600.0
@@ -270,31 +270,6 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
         return opts.output
     src = capture_of[str(rec["id"])]
     return src.parent / f"{rec.get('session') or src.stem}.{target.label}.jsonl"
-
-
-def _started(rec: Record) -> float:
-    t = rec.get("started")
-    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0.0
-
-
-def latest_replays(records: Iterable[Record]) -> list[Record]:
-    """`records` without the replays superseded by a newer attempt at the same original
-    for the same label (the greatest `started`; on a tie, the later record), in order.
-
-    A resumed run appends a new attempt where the earlier one got no answer or was
-    skipped; only the newest says how the target answers.
-    """
-    recs = list(records)
-    newest: dict[tuple[str, Any], tuple[float, int]] = {}
-    for i, rec in enumerate(recs):
-        if rec.get("replay_of"):
-            key = (str(rec["replay_of"]), rec.get("label"))
-            newest[key] = max(newest.get(key, (-math.inf, -1)), (_started(rec), i))
-    return [
-        rec
-        for i, rec in enumerate(recs)
-        if not rec.get("replay_of") or newest[(str(rec["replay_of"]), rec.get("label"))][1] == i
-    ]
 
 
 def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -199,8 +200,12 @@ def _share_repeats(rec: Record, shared: Shared) -> None:
                     tags[name] = shared.setdefault((name, *value.items()), value)
 
 
-def load_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
-    """All records of several captures, in file order, to be analysed (not modified).
+def load_records(
+    paths: Iterable[str | os.PathLike[str]], *, superseded: bool = False
+) -> list[Record]:
+    """All records of several captures, in file order, to be analysed (not modified);
+    failed replay attempts that a resumed `wirediff replay` tried again are left out
+    unless `superseded` (see `drop_retried`).
 
     The cyclic garbage collector is paused while they are parsed and then told to leave
     them alone (`gc.freeze`): parsed JSON holds no reference cycles, so reference counting
@@ -221,7 +226,51 @@ def load_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
     finally:
         if enabled:
             gc.enable()
-    return out
+    return out if superseded else drop_retried(out)
+
+
+def _started(rec: Record) -> float:
+    t = rec.get("started")
+    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0.0
+
+
+def latest_replays(records: Iterable[Record]) -> list[Record]:
+    """`records` without the replays superseded by a newer attempt at the same original
+    for the same label (the greatest `started`; on a tie, the later record), in order.
+
+    A resumed run appends a new attempt where the earlier one got no answer or was
+    skipped; only the newest says how the target answers.
+    """
+    recs = list(records)
+    newest: dict[tuple[str, Any], tuple[float, int]] = {}
+    for i, rec in enumerate(recs):
+        if rec.get("replay_of"):
+            key = (str(rec["replay_of"]), rec.get("label"))
+            newest[key] = max(newest.get(key, (-math.inf, -1)), (_started(rec), i))
+    return [
+        rec
+        for i, rec in enumerate(recs)
+        if not rec.get("replay_of") or newest[(str(rec["replay_of"]), rec.get("label"))][1] == i
+    ]
+
+
+RETRIED_KINDS = frozenset({"skipped", "upstream_unreachable", "timeout", "upstream_disconnect"})
+"""Replay outcomes that a resumed run sends again: they say nothing about the target."""
+
+
+def drop_retried(records: Iterable[Record]) -> list[Record]:
+    """`records` without the replay attempts that got no answer (`RETRIED_KINDS`) and were
+    tried again later; answered replays all stay (two answers to one original are how
+    noise is told from a divergence)."""
+    recs = list(records)
+    latest = {id(r) for r in latest_replays(recs)}
+    return [
+        r
+        for r in recs
+        if not r.get("replay_of")
+        or id(r) in latest
+        or (r.get("error") or {}).get("kind") not in RETRIED_KINDS
+    ]
 
 
 def _content_type(headers: list[list[str]] | None) -> str | None:

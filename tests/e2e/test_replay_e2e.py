@@ -18,9 +18,9 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.replay import latest_replays, main_replay
+from analysis.replay import main_replay
 from analysis.replay_plan import RETRY_KINDS
-from analysis.store import load_records
+from analysis.store import latest_replays, load_records
 from backends.standin import Standin, make_standin, standin
 from tests.conftest import ROOT, free_port, wait_for
 
@@ -294,9 +294,10 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
         # the same command, the target up: what got no answer, and what was skipped for
         # it, is sent and appended; the unsafe DELETE stays skipped, and is not re-recorded
         assert main_replay(args) == 0, capsys.readouterr().err
-        recs = load_records([out])
+        recs = load_records([out], superseded=True)  # every attempt, appended
         assert len(recs) == 2 * len(orig) - 1
         newest = {r["replay_of"]: r for r in latest_replays(recs)}
+        assert load_records([out]) == latest_replays(recs)  # what the analysis reads
         assert set(newest) == {r["id"] for r in orig.values()}
         answered = Counter(r["replay_of"] for r in recs if kind(r) is None)
         assert answered == {r["id"]: 1 for step, r in orig.items() if step != "delete"}
@@ -305,7 +306,7 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
         assert sent == len(orig) - 1
         # nothing left: nothing sent; with --allow-unsafe, the DELETE, with the target's id
         assert main_replay(args) == 0 and len(back.seen) == sent
-        assert len(load_records([out])) == len(recs)
+        assert len(load_records([out], superseded=True)) == len(recs)
         assert main_replay([*args, "--allow-unsafe"]) == 0
         resp_id = newest[orig["resp"]["id"]]["response"]["body"]["id"]
         assert [(s.method, s.path) for s in back.seen[sent:]] == [

@@ -188,3 +188,28 @@ def test_import_empty_flow_file_is_zero_exchanges(tmp_path: Path) -> None:
     p = tmp_path / "empty.flow"
     p.write_bytes(b"")
     assert import_flows(p) == []
+
+
+def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path) -> None:
+    def attempt(rid: str, started: float, kind: str | None) -> dict[str, object]:
+        error = {"kind": kind, "message": "x"} if kind else None
+        return {
+            **REC,
+            "id": rid,
+            "replay_of": "o1",
+            "label": "t",
+            "started": started,
+            "error": error,
+        }
+
+    p = tmp_path / "r.jsonl"
+    with RecordWriter(p) as w:
+        for rec in (
+            {**REC, "id": "o1"},
+            attempt("down", 1.0, "upstream_unreachable"),  # retried below: superseded
+            attempt("answer-1", 2.0, None),
+            attempt("answer-2", 3.0, None),  # a second answer: kept (noise control)
+        ):
+            w.write(rec)
+    assert [r["id"] for r in load_records([p])] == ["o1", "answer-1", "answer-2"]
+    assert len(load_records([p], superseded=True)) == 4
