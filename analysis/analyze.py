@@ -14,6 +14,7 @@ from analysis._types import Record
 from analysis.conformance import conformance
 from analysis.divergences import divergences, drop_ignored
 from analysis.pairing import first_event_ms, pairs_frame
+from analysis.shapes import known_structures
 from analysis.store import events_frame, exchanges_frame
 
 CONFIG_NAME = "wirediff.yaml"
@@ -62,13 +63,16 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
     exchanges = exchanges_frame(records)
     events = events_frame(records)
     pairs = pairs_frame(exchanges, events)
+    with known_structures():  # both look at the same bodies and events
+        found = divergences(records_by_id, pairs, ignore=ignore)
+        checked = drop_ignored(conformance(records), ignore)
     return Analysis(
         records_by_id=records_by_id,
         exchanges=exchanges,
         events=events,
         pairs=pairs,
-        divergences=divergences(records_by_id, pairs, ignore=ignore),
-        conformance=drop_ignored(conformance(records), ignore),
+        divergences=found,
+        conformance=checked,
         latency=latency_frame(exchanges, events),
     )
 

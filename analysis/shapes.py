@@ -14,7 +14,8 @@ named once (`structure`) and what depends only on it is worked out once per stru
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from itertools import count
 from typing import Any
 
@@ -165,6 +166,26 @@ _OPEN, _CLOSE, _ARRAY, _END, _TEXT = (_Mark(m) for m in ("{", "}", "[", "]", "â€
 _structures: dict[tuple[Any, ...], int] = {}
 _numbers = count()
 _flat: dict[tuple[int, str, bool], tuple[Frozen, Frozen]] = {}
+_known: dict[int, int] | None = None
+_kept: list[JSON] = []
+
+
+@contextmanager
+def known_structures() -> Iterator[None]:
+    """Within this block each value's structure is worked out once, however often it is
+    asked for: the divergences and the conformance checks of one analysis look at the
+    same bodies and events. (The values are held until the block ends, so that their
+    identity stays theirs.)"""
+    global _known
+    if _known is not None:
+        yield
+        return
+    _known = {}
+    try:
+        yield
+    finally:
+        _known = None
+        _kept.clear()
 
 
 def structure(value: JSON) -> int:
@@ -172,6 +193,17 @@ def structure(value: JSON) -> int:
     text of free-text strings (`FREE_TEXT`) and in numbers (not in whether a float is
     integral). Values with one number flatten alike under any prefix, and an SDK type
     validates them alike."""
+    known = _known
+    if known is None:
+        return _structure(value)
+    number = known.get(id(value))
+    if number is None:
+        number = known[id(value)] = _structure(value)
+        _kept.append(value)
+    return number
+
+
+def _structure(value: JSON) -> int:
     tokens: list[Any] = []
     _tokens(value, tokens)
     key = tuple(tokens)
