@@ -80,6 +80,7 @@ COMPARED_LIMIT = 1 << 14
 _compared: dict[tuple[Frozen, Frozen, Frozen, Frozen], tuple[Finding, ...]] = {}
 EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
 _event_shapes: dict[tuple[int, str], EventShape] = {}
+_unions: dict[frozenset[Frozen], Frozen] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +173,6 @@ def observe(record: Record) -> Observed:
     elif body is not None:
         obs.shape, obs.values = flat(body)
     return obs
-
-
-def _frozen(shapes: dict[str, tuple[Shape, Values]]) -> dict[str, tuple[Frozen, Frozen]]:
-    return {
-        label: (frozenset(shape), frozenset(values)) for label, (shape, values) in shapes.items()
-    }
 
 
 def _observe_error(obs: Observed, resp: dict[str, Any]) -> None:
@@ -275,8 +270,8 @@ def _observe_stream(obs: Observed, events: list[Event], chat: bool) -> None:
 
 def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
     """All chunks merged into one shape; tool-call arguments reassembled from deltas."""
-    shape: Shape = set()
-    values: Values = set()
+    shapes: set[Frozen] = set()
+    values: set[Frozen] = set()
     fragments: dict[tuple[Any, Any], list[str]] = {}
     broken: set[tuple[Any, Any]] = set()
     for ev, label in zip(events, labels, strict=True):
@@ -284,8 +279,8 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
         if label in (DONE, "error", "text"):
             continue
         chunk_shape, chunk_values = flat(data, CHUNK_PREFIX, parse_arguments=False)
-        shape |= chunk_shape
-        values |= chunk_values
+        shapes.add(chunk_shape)
+        values.add(chunk_values)
         if CHUNK_TOOL_CALLS not in chunk_shape:
             continue
         choices = data.get("choices")
@@ -299,11 +294,37 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
                         fragments.setdefault(key, []).append(fn["arguments"])
                     else:
                         broken.add(key)
-    for key, parts in fragments.items():
-        if key not in broken:
-            add_parsed("".join(parts), CHUNK_ARGUMENTS, shape, values)
+    texts = ["".join(parts) for key, parts in fragments.items() if key not in broken]
+    if texts:
+        _add_arguments(texts, CHUNK_ARGUMENTS, shapes, values)
+    shape = _union(shapes)
     if shape:
-        obs.event_shapes[CHUNK] = (frozenset(shape), frozenset(values))
+        obs.event_shapes[CHUNK] = (shape, _union(values))
+
+
+def _add_arguments(texts: list[str], path: str, shapes: set[Frozen], values: set[Frozen]) -> None:
+    """The shapes of reassembled tool-call arguments, as one more part of a merged shape."""
+    shape: Shape = set()
+    found: Values = set()
+    for text in texts:
+        add_parsed(text, path, shape, found)
+    shapes.add(frozenset(shape))
+    values.add(frozenset(found))
+
+
+def _union(parts: set[Frozen]) -> Frozen:
+    """The union of the shapes (or constants) of several events, one object per distinct
+    union: the events of one stream share a few structures, and the streams of one kind
+    their unions, so remembered comparisons find them by identity."""
+    if len(parts) == 1:
+        return next(iter(parts))
+    key = frozenset(parts)
+    found = _unions.get(key)
+    if found is None:
+        if len(_unions) >= COMPARED_LIMIT:
+            _unions.clear()
+        found = _unions[key] = frozenset().union(*parts)
+    return found
 
 
 def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
@@ -311,29 +332,28 @@ def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None
     and the like carry merged into one shape (a missing field is one finding, not one per
     event); function-call argument deltas reassembled per item."""
     arguments: dict[Any, list[str]] = {}
-    shapes: dict[str, tuple[Shape, Values]] = {}
-    embedded_shapes: dict[str, tuple[Shape, Values]] = {}
+    parts: dict[str, tuple[set[Frozen], set[Frozen]]] = {}
+    embedded_parts: dict[str, tuple[set[Frozen], set[Frozen]]] = {}
     for ev, label in zip(events, labels, strict=True):
         data = ev["data"]
         if not isinstance(data, dict):
             continue
-        shape, values = shapes.setdefault(label, (set(), set()))
         ev_shape, ev_values, r_shape, r_values = _event_shape(data, label)
-        shape |= ev_shape
-        values |= ev_values
+        shapes, values = parts.setdefault(label, (set(), set()))
+        shapes.add(ev_shape)
+        values.add(ev_values)
         if r_shape is not None and r_values is not None:
-            embedded_shape, embedded_values = embedded_shapes.setdefault(label, (set(), set()))
-            embedded_shape |= r_shape
-            embedded_values |= r_values
+            shapes, values = embedded_parts.setdefault(label, (set(), set()))
+            shapes.add(r_shape)
+            values.add(r_values)
         if label == RESPONSE_ARGUMENTS_DELTA and isinstance(data.get("delta"), str):
             arguments.setdefault(data.get("item_id"), []).append(data["delta"])
-    for label, (_, values) in shapes.items():
-        values.discard((f"events[{label}].type", label))
     if arguments:
-        shape, values = shapes[RESPONSE_ARGUMENTS_DELTA]
-        for parts in arguments.values():
-            add_parsed("".join(parts), f"events[{RESPONSE_ARGUMENTS_DELTA}].delta", shape, values)
-    obs.event_shapes, obs.embedded = _frozen(shapes), _frozen(embedded_shapes)
+        shapes, values = parts[RESPONSE_ARGUMENTS_DELTA]
+        texts = ["".join(pieces) for pieces in arguments.values()]
+        _add_arguments(texts, f"events[{RESPONSE_ARGUMENTS_DELTA}].delta", shapes, values)
+    obs.event_shapes = {label: (_union(s), _union(v)) for label, (s, v) in parts.items()}
+    obs.embedded = {label: (_union(s), _union(v)) for label, (s, v) in embedded_parts.items()}
 
 
 def _event_shape(data: dict[str, Any], label: str) -> EventShape:
@@ -353,6 +373,7 @@ def _event_shape(data: dict[str, Any], label: str) -> EventShape:
         shape.add((f"events[{label}].response", "object"))
         r_shape, r_values = flat(embedded, EMBEDDED_PREFIX)
     flatten(data, f"events[{label}]", shape, values)
+    values.discard((f"events[{label}].type", label))  # the label says it
     if len(_event_shapes) >= COMPARED_LIMIT:
         _event_shapes.clear()
     found = _event_shapes[key] = (frozenset(shape), frozenset(values), r_shape, r_values)
@@ -421,10 +442,7 @@ def _compare_embedded(b: Observed, c: Observed) -> list[Finding]:
     if not common:
         return []
     merged = [
-        (
-            frozenset().union(*(o.embedded[t][0] for t in common)),
-            frozenset().union(*(o.embedded[t][1] for t in common)),
-        )
+        (_union({o.embedded[t][0] for t in common}), _union({o.embedded[t][1] for t in common}))
         for o in (b, c)
     ]
     return compare_shapes(merged[0][0], merged[1][0], merged[0][1], merged[1][1])
