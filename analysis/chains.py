@@ -392,8 +392,11 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     return links
 
 
+_INTEGERS = (int, np.integer)
+
+
 def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
-    if isinstance(status, int | np.integer):
+    if isinstance(status, _INTEGERS):
         outcome = str(status)
     else:
         outcome = error_kind if isinstance(error_kind, str) else "no response"
@@ -402,15 +405,32 @@ def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
 
 def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
     """Group `exchanges_frame` rows into chains (see `CHAIN_COLUMNS`)."""
+    if len(exchanges) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
+    return pd.DataFrame.from_records(chain_rows(exchanges, records_by_id), columns=CHAIN_COLUMNS)
+
+
+def chain_rows(
+    exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]
+) -> list[tuple[Any, ...]]:
+    """The rows of `chains_frame`, as tuples in `CHAIN_COLUMNS` order (for a caller that
+    goes through some of them one by one)."""
     n = len(exchanges)
     if n == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
+        return []
     ids = exchanges["id"].tolist()
+    # Only originals on a named listener can be hops (`_hop_links`): the others need no key.
+    hop_candidates = [
+        isinstance(listener, str) and not replayed
+        for listener, replayed in zip(
+            exchanges["listener"].tolist(), exchanges["replay_of"].notna().tolist(), strict=True
+        )
+    ]
     requests, contents, locations, oks = [], [], [], []
-    for rid in ids:
+    for rid, candidate in zip(ids, hop_candidates, strict=True):
         rec = records_by_id[rid]
         requests.append(rec["request"])
-        contents.append(hop_key(rec["request"]))
+        contents.append(hop_key(rec["request"]) if candidate else None)
         resp = rec.get("response") or {}
         st = resp.get("status")
         loc = None
@@ -487,4 +507,4 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
                 title,
             )
         )
-    return pd.DataFrame.from_records(rows, columns=CHAIN_COLUMNS)
+    return rows
