@@ -20,7 +20,14 @@ from typing import Any
 import pandas as pd
 
 from analysis._types import Record
-from analysis.chains import StreamEnd, chains_frame, exchange_ok, stream_end, stream_problem
+from analysis.chains import (
+    CHAIN_COLUMNS,
+    StreamEnd,
+    chain_rows,
+    exchange_ok,
+    stream_end,
+    stream_problem,
+)
 from analysis.profiles import load_profiles, match_signature
 from analysis.redact import redact_patterns, redact_url
 from analysis.store import exchanges_frame
@@ -784,17 +791,28 @@ def diagnose_chain(
     return rows
 
 
-def diagnose(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per (failing chain, diagnosis code); see `DIAGNOSIS_COLUMNS`."""
-    records = list(records)
-    by_id = {r["id"]: r for r in records}
-    ex = exchanges_frame(records)
-    chains = chains_frame(ex, by_id)
-    failing = chains[chains["failed"].map(len) > 0] if len(chains) else chains
-    served = served_models(by_id, ex) if len(failing) else {}
+_FAILED = CHAIN_COLUMNS.index("failed")
+
+
+def diagnose(
+    records: Iterable[Record],
+    *,
+    exchanges: pd.DataFrame | None = None,
+    records_by_id: Mapping[str, Record] | None = None,
+) -> pd.DataFrame:
+    """One row per (failing chain, diagnosis code); see `DIAGNOSIS_COLUMNS`.
+
+    A caller that has analysed the records already passes what it built from them
+    (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again."""
+    if records_by_id is None or exchanges is None:
+        records = list(records)
+    by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
+    ex = exchanges if exchanges is not None else exchanges_frame(records)
+    failing = [row for row in chain_rows(ex, by_id) if row[_FAILED]]
+    served = served_models(by_id, ex) if failing else {}
     rows: list[dict[str, Any]] = []
-    for chain in failing.to_dict("records"):
-        rows.extend(diagnose_chain({str(k): v for k, v in chain.items()}, by_id, served))
+    for row in failing:
+        rows.extend(diagnose_chain(dict(zip(CHAIN_COLUMNS, row, strict=True)), by_id, served))
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIAGNOSIS_COLUMNS})
     return pd.DataFrame(

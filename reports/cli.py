@@ -56,7 +56,10 @@ def run_analysis(
     from analysis.analyze import analyze
     from analysis.diagnose import diagnose
 
-    return analyze(records, ignore=ignore), diagnose(records)
+    analysis = analyze(records, ignore=ignore)
+    return analysis, diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
