@@ -105,6 +105,7 @@ class Observed:
     content_type: str = ""
     media_type: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    rate_limits: frozenset[str] = frozenset()
     asked_stream: bool = False
     is_stream: bool = False
     failed: bool = False
@@ -147,9 +148,8 @@ def observe(record: Record) -> Observed:
     if not resp:
         failure = (record.get("error") or {}).get("kind") or "no response"
         return Observed(responded=False, failure=str(failure))
-    headers: dict[str, str] = {}
-    for name, value in resp.get("headers") or ():
-        headers.setdefault(name.lower(), value)
+    # The first of repeated headers counts: it is set last, going backwards.
+    headers = {name.lower(): value for name, value in reversed(resp.get("headers") or ())}
     status = resp.get("status")
     body, events = resp.get("body"), resp.get("events")
     request_body = (record.get("request") or {}).get("body")
@@ -159,6 +159,7 @@ def observe(record: Record) -> Observed:
         content_type=headers.get("content-type", ""),
         media_type=media_type(headers.get("content-type", "")),
         headers=headers,
+        rate_limits=frozenset(n for n in headers if n.startswith("x-ratelimit-")),
         asked_stream=isinstance(request_body, dict) and request_body.get("stream") is True,
         is_stream=events is not None,
         soft_error=soft_error(status, body, events),
@@ -508,7 +509,30 @@ def error_message(doc: JSON) -> str:
     return short(err)[:80]
 
 
+_header_findings: dict[tuple[Any, ...], tuple[Finding, ...]] = {}
+
+
 def _compare_headers(b: Observed, c: Observed) -> list[Finding]:
+    """What the headers of a pair differ in, worked out once per distinct set of facts."""
+    key = (
+        "x-request-id" in b.headers,
+        "x-request-id" in c.headers,
+        b.rate_limits,
+        c.rate_limits,
+        b.media_type,
+        c.media_type,
+        b.content_type,
+        c.content_type,
+    )
+    found = _header_findings.get(key)
+    if found is None:
+        if len(_header_findings) >= COMPARED_LIMIT:
+            _header_findings.clear()
+        found = _header_findings[key] = tuple(_header_differences(b, c))
+    return list(found)
+
+
+def _header_differences(b: Observed, c: Observed) -> list[Finding]:
     out: list[Finding] = []
     for name in ("x-request-id",):
         if (name in b.headers) != (name in c.headers):
@@ -523,8 +547,7 @@ def _compare_headers(b: Observed, c: Observed) -> list[Finding]:
                     f"`{name}` is missing in the {side}",
                 )
             )
-    b_limits = {n for n in b.headers if n.startswith("x-ratelimit-")}
-    c_limits = {n for n in c.headers if n.startswith("x-ratelimit-")}
+    b_limits, c_limits = b.rate_limits, c.rate_limits
     if b_limits != c_limits:
         only_b, only_c = sorted(b_limits - c_limits), sorted(c_limits - b_limits)
         what = f"missing {', '.join(only_b)}" if only_b else f"extra {', '.join(only_c)}"
@@ -950,9 +973,20 @@ def _frame(
     if not findings:
         return pd.DataFrame(columns=DIVERGENCE_COLUMNS)
     meta = pairs[PAIR_META].iloc[positions].reset_index(drop=True)
+    # Remembered comparisons hand out the same findings again: build each one's row once.
+    rows: dict[int, int] = {}
+    distinct: list[Finding] = []
+    which = []
+    for f in findings:
+        row = rows.get(id(f))
+        if row is None:
+            row = rows[id(f)] = len(distinct)
+            distinct.append(f)
+        which.append(row)
     found = pd.DataFrame.from_records(
-        [(f.kind, f.path, f.baseline, f.candidate, f.severity, f.message) for f in findings],
+        [(f.kind, f.path, f.baseline, f.candidate, f.severity, f.message) for f in distinct],
         columns=DIVERGENCE_COLUMNS[7:],
     )
+    found = found.take(which).reset_index(drop=True)
     frame = pd.concat([meta, found], axis=1)
     return drop_ignored(frame, ignore)[DIVERGENCE_COLUMNS]
