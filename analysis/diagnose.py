@@ -10,6 +10,7 @@ Codes (contract): see `CODES`. One row per (chain, code); a chain may carry seve
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -803,7 +804,22 @@ def diagnose(
     """One row per (failing chain, diagnosis code); see `DIAGNOSIS_COLUMNS`.
 
     A caller that has analysed the records already passes what it built from them
-    (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again."""
+    (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again. The
+    cyclic garbage collector is paused meanwhile, as in `analysis.analyze.analyze`."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _diagnose(records, exchanges, records_by_id)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _diagnose(
+    records: Iterable[Record],
+    exchanges: pd.DataFrame | None,
+    records_by_id: Mapping[str, Record] | None,
+) -> pd.DataFrame:
     if records_by_id is None or exchanges is None:
         records = list(records)
     by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
