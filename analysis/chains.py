@@ -411,10 +411,11 @@ def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -
 
 
 def chain_rows(
-    exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]
+    exchanges: pd.DataFrame, records_by_id: Mapping[str, Record], *, failing_only: bool = False
 ) -> list[tuple[Any, ...]]:
     """The rows of `chains_frame`, as tuples in `CHAIN_COLUMNS` order (for a caller that
-    goes through some of them one by one)."""
+    goes through some of them one by one); with `failing_only`, those of the chains with
+    an exchange that did not succeed."""
     n = len(exchanges)
     if n == 0:
         return []
@@ -477,11 +478,15 @@ def chain_rows(
     for root, mem in members.items():
         if len(mem) == 1:  # most chains: one exchange, no links
             (i,) = mem
+            if failing_only and oks[i]:
+                continue
             rid = ids[i]
             title = _step(methods[i], paths[i], statuses[i], errors[i])
             failed = [] if oks[i] else [rid]
             rows.append((f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid,
                          failed, [], title))  # fmt: skip
+            continue
+        if failing_only and all(oks[i] for i in mem):
             continue
         final = next(i for i in reversed(mem) if i not in inner)
         lk = chain_links.get(root, [])

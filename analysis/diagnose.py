@@ -792,9 +792,6 @@ def diagnose_chain(
     return rows
 
 
-_FAILED = CHAIN_COLUMNS.index("failed")
-
-
 def diagnose(
     records: Iterable[Record],
     *,
@@ -824,7 +821,7 @@ def _diagnose(
         records = list(records)
     by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
     ex = exchanges if exchanges is not None else exchanges_frame(records)
-    failing = [row for row in chain_rows(ex, by_id) if row[_FAILED]]
+    failing = chain_rows(ex, by_id, failing_only=True)
     served = served_models(by_id, ex) if failing else {}
     rows: list[dict[str, Any]] = []
     for row in failing:
