@@ -14,6 +14,7 @@ named once (`structure`) and what depends only on it is worked out once per stru
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import count
@@ -166,26 +167,31 @@ _OPEN, _CLOSE, _ARRAY, _END, _TEXT = (_Mark(m) for m in ("{", "}", "[", "]", "â€
 _structures: dict[tuple[Any, ...], int] = {}
 _numbers = count()
 _flat: dict[tuple[int, str, bool], tuple[Frozen, Frozen]] = {}
-_known: dict[int, int] | None = None
-_kept: list[JSON] = []
+
+
+class _Known(threading.local):
+    """Per thread: the structures worked out within `known_structures`, by value identity,
+    and the values themselves, held so that no other value takes over their identity."""
+
+    memo: tuple[dict[int, int], list[JSON]] | None = None
+
+
+_known = _Known()
 
 
 @contextmanager
 def known_structures() -> Iterator[None]:
     """Within this block each value's structure is worked out once, however often it is
     asked for: the divergences and the conformance checks of one analysis look at the
-    same bodies and events. (The values are held until the block ends, so that their
-    identity stays theirs.)"""
-    global _known
-    if _known is not None:
+    same bodies and events. (The values are held until the block ends.)"""
+    if _known.memo is not None:
         yield
         return
-    _known = {}
+    _known.memo = ({}, [])
     try:
         yield
     finally:
-        _known = None
-        _kept.clear()
+        _known.memo = None
 
 
 def structure(value: JSON) -> int:
@@ -193,13 +199,14 @@ def structure(value: JSON) -> int:
     text of free-text strings (`FREE_TEXT`) and in numbers (not in whether a float is
     integral). Values with one number flatten alike under any prefix, and an SDK type
     validates them alike."""
-    known = _known
-    if known is None:
+    memo = _known.memo
+    if memo is None:
         return _structure(value)
-    number = known.get(id(value))
+    numbers, values = memo
+    number = numbers.get(id(value))
     if number is None:
-        number = known[id(value)] = _structure(value)
-        _kept.append(value)
+        number = numbers[id(value)] = _structure(value)
+        values.append(value)
     return number
 
 
