@@ -24,6 +24,7 @@ from analysis.redact import (
     redact_headers,
     redact_url,
     scrub,
+    scrub_headers,
     scrub_text,
     secret_values,
 )
@@ -246,19 +247,20 @@ def build_record(
     sent = client_headers if client_headers is not None else upstream
     resp = flow.response
     resp_headers = _headers(resp.headers) if resp is not None else []
-    secrets = secret_values([*sent, *upstream, *resp_headers], req.pretty_url, redact)
+    url = req.pretty_url
+    secrets = secret_values([*sent, *upstream, *resp_headers], url, redact)
     req_ctype = _content_type(sent)
     request: dict[str, Any] = {
         "method": req.method,
-        "url": redact_url(req.pretty_url),
+        "url": redact_url(url),
         "path": redact_url(req.path),
         "http_version": req.http_version,
-        "headers": scrub(redact_headers(sent, redact), secrets),
+        "headers": scrub_headers(redact_headers(sent, redact), secrets),
         **encode_body(req.get_content(strict=False), req_ctype, body_cap, secrets),
         "size": len(req.raw_content or b""),
     }
     if client_headers is not None and client_headers != upstream:
-        request["forwarded_headers"] = scrub(redact_headers(upstream, redact), secrets)
+        request["forwarded_headers"] = scrub_headers(redact_headers(upstream, redact), secrets)
 
     response: dict[str, Any] | None = None
     events: list[Event] | None = None
@@ -289,7 +291,7 @@ def build_record(
             "status": resp.status_code,
             "reason": resp.reason,
             "http_version": resp.http_version,
-            "headers": scrub(redact_headers(resp_headers, redact), secrets),
+            "headers": scrub_headers(redact_headers(resp_headers, redact), secrets),
             **body,
             "size": size,
             "events": events,

@@ -7,6 +7,7 @@ which is all a compatibility diagnosis needs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable
@@ -52,7 +53,13 @@ def redact_value(value: str) -> str:
 
 def is_secret_header(name: str, extra: frozenset[str] = frozenset()) -> bool:
     low = name.lower()
-    return low in SECRET_HEADERS or low in extra or bool(SECRET_HEADER_NAME.search(low))
+    return low in extra or _secret_name(low)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(low: str) -> bool:
+    """Header names repeat from exchange to exchange: decide each once."""
+    return low in SECRET_HEADERS or bool(SECRET_HEADER_NAME.search(low))
 
 
 def redact_headers(
@@ -114,6 +121,13 @@ def scrub_text(text: str, secrets: dict[str, str]) -> str:
         if secret in text:
             text = text.replace(secret, fp)
     return text
+
+
+def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
+    """`[[name, value]]` with echoed secrets fingerprinted in the values (flat, cheap)."""
+    if not secrets:
+        return headers
+    return [[k, scrub_text(v, secrets)] for k, v in headers]
 
 
 def scrub(value: Any, secrets: dict[str, str]) -> Any:
