@@ -912,7 +912,7 @@ def divergences(
     """
     sent = [
         (records_by_id[c].get("error") or {}).get("kind") != "skipped"
-        for c in pairs["candidate_id"]
+        for c in pairs["candidate_id"].tolist()
     ]
     pairs = pairs.loc[sent] if not all(sent) else pairs
     if pairs.empty:
