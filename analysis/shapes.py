@@ -148,6 +148,8 @@ their value, only that it is a string, and no shape keeps it. (`arguments` is no
 them: its text is parsed for its shape.)"""
 
 STRUCTURE_LIMIT = 1 << 14
+"""Structures remembered at most, and tokens they may spell together (16 MB of them)."""
+STRUCTURE_TOKENS = 1 << 21
 FLAT_LIMIT = 1 << 14
 
 
@@ -165,6 +167,7 @@ class _Mark:
 
 _OPEN, _CLOSE, _ARRAY, _END, _TEXT = (_Mark(m) for m in ("{", "}", "[", "]", "…"))
 _structures: dict[tuple[Any, ...], int] = {}
+_stored_tokens = 0
 _numbers = count()
 _flat: dict[tuple[int, str, bool], tuple[Frozen, Frozen]] = {}
 
@@ -211,14 +214,20 @@ def structure(value: JSON) -> int:
 
 
 def _structure(value: JSON) -> int:
+    global _stored_tokens
     tokens: list[Any] = []
     _tokens(value, tokens)
     key = tuple(tokens)
     number = _structures.get(key)
     if number is None:
-        if len(_structures) >= STRUCTURE_LIMIT:
+        number = next(_numbers)
+        if len(key) > STRUCTURE_TOKENS >> 6:  # e.g. a batch of embeddings: not worth keeping
+            return number
+        if len(_structures) >= STRUCTURE_LIMIT or _stored_tokens > STRUCTURE_TOKENS:
             _structures.clear()  # numbers are never reused: what was keyed on one stays true
-        number = _structures[key] = next(_numbers)
+            _stored_tokens = 0
+        _structures[key] = number
+        _stored_tokens += len(key)
     return number
 
 
