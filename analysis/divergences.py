@@ -76,7 +76,9 @@ SHORT = 120
 CHUNK_PREFIX = f"events[{CHUNK}]"
 CHUNK_TOOL_CALLS = (f"{CHUNK_PREFIX}.choices[].delta.tool_calls", "array")
 """A chunk without this in its shape carries no tool-call argument fragments."""
-COMPARED_LIMIT = 1 << 14
+MEMO_LIMIT = 1 << 14
+"""How many entries each table of remembered shapes and comparisons keeps (then it starts
+over): what is remembered depends only on its key, so forgetting costs only time."""
 _compared: dict[tuple[Frozen, Frozen, Frozen, Frozen], tuple[Finding, ...]] = {}
 EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
 _event_shapes: dict[tuple[int, str], EventShape] = {}
@@ -322,7 +324,7 @@ def _union(parts: set[Frozen]) -> Frozen:
     key = frozenset(parts)
     found = _unions.get(key)
     if found is None:
-        if len(_unions) >= COMPARED_LIMIT:
+        if len(_unions) >= MEMO_LIMIT:
             _unions.clear()
         found = _unions[key] = frozenset().union(*parts)
     return found
@@ -375,7 +377,7 @@ def _event_shape(data: dict[str, Any], label: str) -> EventShape:
         r_shape, r_values = flat(embedded, EMBEDDED_PREFIX)
     flatten(data, f"events[{label}]", shape, values)
     values.discard((f"events[{label}].type", label))  # the label says it
-    if len(_event_shapes) >= COMPARED_LIMIT:
+    if len(_event_shapes) >= MEMO_LIMIT:
         _event_shapes.clear()
     found = _event_shapes[key] = (frozenset(shape), frozenset(values), r_shape, r_values)
     return found
@@ -526,7 +528,7 @@ def _compare_headers(b: Observed, c: Observed) -> list[Finding]:
     )
     found = _header_findings.get(key)
     if found is None:
-        if len(_header_findings) >= COMPARED_LIMIT:
+        if len(_header_findings) >= MEMO_LIMIT:
             _header_findings.clear()
         found = _header_findings[key] = tuple(_header_differences(b, c))
     return list(found)
@@ -745,7 +747,7 @@ def compare_shapes(
     key = (frozenset(b_shape), frozenset(c_shape), frozenset(b_values), frozenset(c_values))
     found = _compared.get(key)
     if found is None:
-        if len(_compared) >= COMPARED_LIMIT:
+        if len(_compared) >= MEMO_LIMIT:
             _compared.clear()
         found = _compared[key] = tuple(_compare_shapes(*key))
     return list(found)

@@ -148,8 +148,9 @@ their value, only that it is a string, and no shape keeps it. (`arguments` is no
 them: its text is parsed for its shape.)"""
 
 STRUCTURE_LIMIT = 1 << 14
-"""Structures remembered at most, and tokens they may spell together (16 MB of them)."""
 STRUCTURE_TOKENS = 1 << 21
+"""How many structures are remembered, and how many tokens they may spell together (16 MB
+of references); a structure of more than a 64th of that is not kept."""
 FLAT_LIMIT = 1 << 14
 
 
