@@ -53,24 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func: Command = args.func
+def run_command(func: Command, args: argparse.Namespace) -> int:
+    """Run one subcommand with the CLI's exit codes: bad usage or input is one line, 2."""
     try:
         return func(args)
     except (CaptureError, UsageError, GateUsageError) as e:
         print(f"wirediff: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(
-            f"wirediff: error: {e.filename or ''}: {e.strerror or e}".replace(": : ", ": "),
-            file=sys.stderr,
-        )
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"wirediff: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wirediff: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -937,20 +937,9 @@ def main_replay(argv: Sequence[str] | None = None) -> int:
     )
     add_arguments(p)
     args = p.parse_args(argv)
-    from analysis.cli import UsageError
+    from analysis.cli import run_command
 
-    try:
-        return main_replay_args(args)
-    except (CaptureError, UsageError) as e:
-        print(f"wirediff: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"wirediff: error: {where}{e.strerror or e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before any replay started (loading, planning)
-        print("wirediff: interrupted before anything was sent", file=sys.stderr)
-        return 130
+    return run_command(main_replay_args, args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis._types import Record
 from analysis.cli import UsageError
-from analysis.store import CaptureError, load_records
+from analysis.store import load_records
 from reports.model import AnalysisLike, build
 from reports.render import DEFAULT_MAX_EXAMPLES, render_html, summary_from, write_csv, write_json
 
@@ -118,14 +118,9 @@ def main_report(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wirediff")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return cmd_report(args)
-    except (CaptureError, UsageError) as e:
-        print(f"wirediff: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"wirediff: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    from analysis.cli import run_command
+
+    return run_command(cmd_report, args)
 
 
 if __name__ == "__main__":
