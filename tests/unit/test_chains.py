@@ -19,6 +19,7 @@ from tests.fixtures.chain_records import (
     chat_body,
     chat_events,
     record,
+    redirected_post,
     responses_body,
     responses_events,
     sdk_headers,
@@ -76,24 +77,7 @@ def test_retry_needs_the_same_body() -> None:
 
 
 def test_redirect_links_to_the_request_for_location_even_with_a_new_method() -> None:
-    recs = [
-        record(
-            id="p",
-            url="http://api.test/v1/chat/completions",
-            status=301,
-            content_type=None,
-            resp_body=None,
-            resp_headers=[("location", "https://api.test/v1/chat/completions")],
-        ),
-        record(
-            id="g",
-            method="GET",
-            url="https://api.test:443/v1/chat/completions",
-            started=T0 + 0.1,
-            status=405,
-            resp_body={"detail": "Method Not Allowed"},
-        ),
-    ]
+    recs = redirected_post(get_url="https://api.test:443/v1/chat/completions")
     df = chains(recs)
     assert groups(df) == [["p", "g"]]
     row = df.iloc[0]

@@ -25,6 +25,7 @@ from tests.fixtures.chain_records import (
     chat_body,
     chat_events,
     record,
+    redirected_post,
     responses_body,
     responses_events,
     sdk_headers,
@@ -273,24 +274,7 @@ def test_secrets_never_reach_the_output() -> None:
 
 
 def test_redirect_method_change_explains_the_405() -> None:
-    recs = [
-        record(
-            id="p",
-            url="http://api.test/v1/chat/completions",
-            status=301,
-            content_type=None,
-            resp_body=None,
-            resp_headers=[("location", "https://api.test/v1/chat/completions")],
-        ),
-        record(
-            id="g",
-            method="GET",
-            body=None,
-            url="https://api.test/v1/chat/completions",
-            started=T0 + 0.1,
-            **ANSWERS["vllm.method_not_allowed"],
-        ),
-    ]
+    recs = redirected_post()
     df = rows(recs)
     assert list(df["code"]) == ["redirect_method_change"]
     row = df.iloc[0]
