@@ -39,8 +39,12 @@ WEATHER_RESP = {"type": "function", "name": "get_weather", "description": "Curre
 
 def drive_sdk(base_url: str, api_key: str) -> int:
     """Typical calls of an app moving from Chat Completions to Responses; returns the count."""
-    # Typed as Any: the SDK's overloads are for apps; this script also sends odd shapes.
-    client: Any = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+    with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30) as client:
+        return _drive(client)
+
+
+def _drive(client: Any) -> int:
+    """`client` typed as Any: the SDK's overloads are for apps; this script also sends odd shapes."""
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     client.chat.completions.create(model=MODEL, messages=ask)
     for _ in client.chat.completions.create(
