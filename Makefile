@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test check lint typecheck peers browser bench clean
+.PHONY: demo test check lint typecheck imports peers browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,7 +33,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-check: lint typecheck
+# The layers and the addon's pandas-free import closure (pyproject.toml, [tool.importlinter]).
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+check: lint typecheck imports
 
 bench: $(STAMP)
 	$(PY) bench/capture_overhead.py

@@ -1,0 +1,1 @@
+"""mitmproxy addons: `mitmdump -s addons/capture.py` (and `wirediff addon-path`)."""

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
 
-# `mitmdump -s addons/capture.py` loads this file by path: make its project importable.
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+# Loaded by path from a checkout (`mitmdump -s addons/capture.py`): the checkout's `wirediff`
+# comes first. Installed (`wirediff addon-path`), `wirediff` is already importable.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
+    sys.path.insert(0, str(_CHECKOUT))
 
-from analysis._types import Record  # noqa: E402
-from analysis.record import (  # noqa: E402
+from wirediff._types import Record  # noqa: E402
+from wirediff.record.build import (  # noqa: E402
     DEFAULT_BODY_CAP,
     StreamTap,
     build_record,
@@ -33,7 +34,7 @@ from analysis.record import (  # noqa: E402
     is_sse,
     upstream_label,
 )
-from analysis.store import RecordWriter  # noqa: E402
+from wirediff.record.store import RecordWriter  # noqa: E402
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"

@@ -1,3 +1,2 @@
-"""wirediff analysis: the record format, tagging, loading and the comparison of exchanges."""
-
-FORMAT = "wirediff/1"
+"""Comparison and diagnosis of recorded exchanges (pandas): `wirediff.analysis.comparison`, then
+`wirediff.analysis.diagnosis` on top of it."""

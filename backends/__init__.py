@@ -1,0 +1,1 @@
+"""Stand-in OpenAI-compatible servers for the demo and the tests."""

@@ -14,8 +14,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from analysis.profiles import load_profiles
-from backends.standin import FAULT_MODELS, make_standin
+from wirediff.backends.standin import FAULT_MODELS, make_standin
+from wirediff.profiles import load_profiles
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from analysis.profiles import Profile, answer_for, fill, profile, render_answer
+from wirediff.profiles import Profile, answer_for, fill, profile, render_answer
 
 FAULT_MODELS: dict[str, str] = {
     "fault-truncate": "the stream ends cleanly after half its events, without [DONE] or "

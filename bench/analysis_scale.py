@@ -14,9 +14,9 @@ For each size, one fresh subprocess times the floor:
   parse     — `json.loads` per line into a list, nothing else, as is and with the cyclic
               garbage collector off (no-GC: most of the plain parse goes to collections);
 and another one the analysis, reporting its peak resident memory (`getrusage` max RSS):
-  load      — `analysis.store.load_records`;
-  analyze   — `analysis.analyze.analyze`: frames, pairing, divergences, conformance, latency;
-  diagnose  — `analysis.diagnose.diagnose`: chains and their diagnoses.
+  load      — `wirediff.record.store.load_records`;
+  analyze   — `wirediff.analysis.comparison.analyze.analyze`: frames, pairing, divergences, conformance, latency;
+  diagnose  — `wirediff.analysis.diagnosis.diagnose.diagnose`: chains and their diagnoses.
 Targets: 100k exchanges in under 60 s and 2 GB; load + analyze + diagnose within 5x of
 the bare parse; time per exchange flat across sizes (linear growth).
 """
@@ -42,10 +42,10 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.mitm import CaptureProxy  # noqa: E402
-from analysis.replay import main_replay  # noqa: E402
-from analysis.store import RecordWriter, load_records  # noqa: E402
-from backends.standin import standin  # noqa: E402
+from wirediff.backends.standin import standin  # noqa: E402
+from wirediff.cli.mitm import CaptureProxy  # noqa: E402
+from wirediff.cli.replay import main_replay  # noqa: E402
+from wirediff.record.store import RecordWriter, load_records  # noqa: E402
 
 MODEL = "gpt-4o-mini"
 TARGETS = {"ollama": "llama3.2", "lmstudio": "qwen2.5-7b-instruct"}
@@ -143,8 +143,8 @@ def measure_parse(path: Path) -> dict[str, Any]:
 
 def measure_analysis(path: Path) -> dict[str, Any]:
     """load + analyze + diagnose, timed per stage."""
-    from analysis.analyze import analyze
-    from analysis.diagnose import diagnose
+    from wirediff.analysis.comparison.analyze import analyze
+    from wirediff.analysis.diagnosis.diagnose import diagnose
 
     out: dict[str, Any] = {}
     t = time.perf_counter()

@@ -22,8 +22,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.netutil import free_port, wait_port  # noqa: E402
-from backends.standin import standin  # noqa: E402
+from wirediff.backends.standin import standin  # noqa: E402
+from wirediff.cli.netutil import free_port, wait_port  # noqa: E402
 
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}

@@ -31,11 +31,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.mitm import CaptureProxy  # noqa: E402
-from analysis.replay import TargetRun  # noqa: E402
-from analysis.replay_plan import Outgoing, Plan, Target, make_plan, prepare  # noqa: E402
-from analysis.store import RecordWriter, load_records  # noqa: E402
-from backends.standin import standin  # noqa: E402
+from wirediff.backends.standin import standin  # noqa: E402
+from wirediff.cli.mitm import CaptureProxy  # noqa: E402
+from wirediff.record.store import RecordWriter, load_records  # noqa: E402
+from wirediff.replay.engine import TargetRun  # noqa: E402
+from wirediff.replay.plan import Outgoing, Plan, Target, make_plan, prepare  # noqa: E402
 
 MSG = [{"role": "user", "content": "What is the weather in Paris today?"}]
 KINDS = [
@@ -70,7 +70,7 @@ def capture_session(n: int, tmp: Path) -> Path:
 # simultaneous connects some are reset before they are accepted. Raise it for the benchmark.
 SERVE = (
     "import sys; from backends import standin; standin._Server.request_queue_size = 128; "
-    "from backends.__main__ import main; sys.exit(main(['openai']))"
+    "from wirediff.backends.__main__ import main; sys.exit(main(['openai']))"
 )
 
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from analysis._types import Record
-from analysis.diagnose import CODES
-from reports.formatters import anchor, missing, path_only, redact, status_class
+from wirediff._types import Record
+from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
 
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300

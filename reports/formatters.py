@@ -19,9 +19,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from analysis._types import Record
-from analysis.divergences import event_label
-from analysis.redact import redact_patterns
+from wirediff._types import Record
+from wirediff.analysis.comparison.divergences import event_label
+from wirediff.record.redact import redact_patterns
 
 MAX_LINES = 44
 """Lines shown per side of a side-by-side view; longer documents are windowed."""
@@ -326,4 +326,4 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "counts": counts,
     "lane_path": lane_path,
 }
-"""Registered on the one Environment by `reports.render`."""
+"""Registered on the one Environment by `wirediff.reports.render`."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.formatters import nice_ticks
+from wirediff.reports.formatters import nice_ticks
 
 QUANTILES = (5, 25, 50, 75, 90, 95, 99)
 

@@ -17,17 +17,14 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analysis._types import Record
-from reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
-from reports.formatters import anchor, missing, redact, status_class
-from reports.latency import Latency, latency
-from reports.timeline import Timeline, timelines
+from wirediff._types import Record
+from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
+from wirediff.reports.formatters import anchor, missing, redact, status_class
+from wirediff.reports.latency import Latency, latency
+from wirediff.reports.timeline import Timeline, timelines
 
-KINDS = (
-    "status", "soft_error", "error_shape", "transport", "schema_missing", "schema_extra",
-    "schema_type", "enum", "event_missing", "event_extra", "event_order", "event_terminal",
-    "event_sequence", "header", "conformance",
-)  # fmt: skip
+KINDS = kind_names()
 """Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
 
 VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
@@ -70,7 +67,7 @@ MAX_TIMELINES = 60
 
 
 class AnalysisLike(Protocol):
-    """What the report reads from `analysis.analyze.Analysis`."""
+    """What the report reads from `wirediff.analysis.comparison.analyze.Analysis`."""
 
     @property
     def records_by_id(self) -> Mapping[str, Record]: ...

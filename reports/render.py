@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from analysis.diagnose import CODES
-from reports.chains import MAX_CHAIN_GROUPS
-from reports.formatters import FILTERS, missing, redact
-from reports.model import (
+from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.reports.chains import MAX_CHAIN_GROUPS
+from wirediff.reports.formatters import FILTERS, missing, redact
+from wirediff.reports.model import (
     DIAGNOSIS_COLUMNS,
     DIVERGENCE_COLUMNS,
     KINDS,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from analysis.netutil import free_port, wait_port
+from wirediff.cli.netutil import free_port, wait_port
 
 __all__ = ["free_port", "wait_for", "wait_port"]
 
@@ -65,7 +65,7 @@ class Mitmdump:
 
     def records(self, n: int | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The capture's records; with `n`, wait until at least n are written."""
-        from analysis.store import load_records
+        from wirediff.record.store import load_records
 
         def read() -> list[dict[str, Any]] | None:
             if not self.capture_file.exists():

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from backends.standin import standin
 from tests.conftest import free_port
+from wirediff.backends.standin import standin
 
 pytestmark = pytest.mark.e2e
 

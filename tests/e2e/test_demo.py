@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.demo import CANDIDATES, DEMO_KEY
-from analysis.store import load_records
+from wirediff.cli.demo import CANDIDATES, DEMO_KEY
+from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.e2e
 WIREDIFF = str(Path(sys.executable).with_name("wirediff"))

@@ -16,10 +16,10 @@ import openai
 import pandas as pd
 import pytest
 
-from analysis.cli import main
-from analysis.diagnose import diagnose
-from analysis.replay import main_replay
-from backends.standin import standin
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.backends.standin import standin
+from wirediff.cli import main
+from wirediff.cli.replay import main_replay
 
 pytestmark = pytest.mark.e2e
 

@@ -18,11 +18,11 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.replay import main_replay
-from analysis.replay_plan import RETRY_KINDS
-from analysis.store import latest_replays, load_records
-from backends.standin import Standin, make_standin, standin
 from tests.conftest import ROOT, free_port, wait_for
+from wirediff.backends.standin import Standin, make_standin, standin
+from wirediff.cli.replay import main_replay
+from wirediff.record.store import latest_replays, load_records
+from wirediff.replay.plan import RETRY_KINDS
 
 pytestmark = pytest.mark.e2e
 
@@ -209,7 +209,7 @@ def assert_seen(st: Standin, key: str, value: str) -> None:
 
 def cli(capture: Path, url: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "analysis.replay", str(capture), "--to", url + "/v1",
+        [sys.executable, "-m", "wirediff.cli.replay", str(capture), "--to", url + "/v1",
          "--label", "slow", "--concurrency", "1", "--model-map", "*=llama3.2", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from reports.render import render_report
 from tests.unit.test_report import sample
+from wirediff.reports.render import render_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [

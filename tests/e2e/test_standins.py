@@ -23,9 +23,9 @@ import openai
 import pytest
 from openai import Omit
 
-from analysis.profiles import answer_for, match_signature, profile
-from backends.standin import make_standin, standin
 from tests.conftest import ROOT
+from wirediff.backends.standin import make_standin, standin
+from wirediff.profiles import answer_for, match_signature, profile
 
 pytestmark = pytest.mark.e2e
 

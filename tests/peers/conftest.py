@@ -36,8 +36,8 @@ from typing import Any
 import openai
 import pytest
 
-from backends.standin import standin
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, wait_port
+from wirediff.backends.standin import standin
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

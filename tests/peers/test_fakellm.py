@@ -15,9 +15,9 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.redact import fingerprint
 from tests.conftest import Mitmdump
 from tests.peers.conftest import CLIENT_KEY, Fakellm, sdk
+from wirediff.record.redact import fingerprint
 
 pytestmark = pytest.mark.peers
 

@@ -13,10 +13,10 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.redact import fingerprint
-from analysis.tags import header_get
 from tests.conftest import Mitmdump
 from tests.peers.conftest import CLIENT_KEY, UPSTREAM_KEY, LiteLLM, sdk
+from wirediff.record.redact import fingerprint
+from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from analysis.analyze import analyze
-from analysis.redact import fingerprint
-from analysis.replay import main_replay
-from analysis.store import load_records
-from backends.standin import standin
 from tests.conftest import Mitmdump
 from tests.peers.conftest import CLIENT_KEY, LiteLLM, sdk
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.backends.standin import standin
+from wirediff.cli.replay import main_replay
+from wirediff.record.redact import fingerprint
+from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.peers
 ASK = [{"role": "user", "content": "Say hello."}]

@@ -17,8 +17,6 @@ from typing import Any
 import openai
 import pytest
 
-from analysis.redact import fingerprint
-from analysis.store import load_records
 from tests.conftest import Mitmdump
 from tests.peers.conftest import (
     CLIENT_KEY,
@@ -31,6 +29,8 @@ from tests.peers.conftest import (
     listener_url,
     sdk,
 )
+from wirediff.record.redact import fingerprint
+from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.peers
 

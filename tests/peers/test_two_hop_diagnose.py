@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from analysis.chains import chains_frame
-from analysis.cli import main
-from analysis.diagnose import diagnose
-from analysis.redact import fingerprint
-from analysis.store import exchanges_frame, load_records
 from tests.peers.conftest import (
     CLIENT_KEY,
     LITELLM_PLACEHOLDER_KEY,
     LiteLLM,
     by_listener,
 )
+from wirediff.analysis.comparison.frames import exchanges_frame
+from wirediff.analysis.diagnosis.chains import chains_frame
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.cli import main
+from wirediff.record.redact import fingerprint
+from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.peers
 

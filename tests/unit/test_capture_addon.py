@@ -10,8 +10,8 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addons.capture import Capture
-from analysis.store import load_records
+from wirediff.addons.capture import Capture
+from wirediff.record.store import load_records
 
 KEY = "sk-unit-CANARY-5f3e9a"
 
@@ -217,7 +217,7 @@ async def test_loads_as_a_script_by_path() -> None:
     ],
 )
 def test_classify_error(message: str, has_response: bool, kind: str) -> None:
-    from analysis.record import classify_error
+    from wirediff.record.build import classify_error
 
     assert classify_error(message, has_response) == kind
 
@@ -268,7 +268,7 @@ async def test_open_ended_body_is_streamed_and_kept(tmp_path: Path) -> None:
 async def test_a_record_that_cannot_be_built_still_leaves_a_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import addons.capture as capture_module
+    import wirediff.addons.capture as capture_module
 
     def broken(*args: object, **kw: object) -> None:
         raise ValueError("boom")

@@ -7,9 +7,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis._types import Record
-from analysis.chains import CHAIN_COLUMNS, chains_frame, exchange_ok, stream_end, stream_problem
-from analysis.store import exchanges_frame
 from tests.fixtures.chain_records import (
     INNER_LISTENER,
     MODEL,
@@ -23,6 +20,15 @@ from tests.fixtures.chain_records import (
     responses_body,
     responses_events,
     sdk_headers,
+)
+from wirediff._types import Record
+from wirediff.analysis.comparison.frames import exchanges_frame
+from wirediff.analysis.diagnosis.chains import (
+    CHAIN_COLUMNS,
+    chains_frame,
+    exchange_ok,
+    stream_end,
+    stream_problem,
 )
 
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from analysis._types import Record
-from analysis.conformance import CONFORMANCE_COLUMNS, conformance, prune_union_errors
 from tests.fixtures.records import (
     body,
     chat_record,
@@ -23,6 +21,12 @@ from tests.fixtures.records import (
     replay,
     responses_record,
     set_payloads,
+)
+from wirediff._types import Record
+from wirediff.analysis.comparison.conformance import (
+    CONFORMANCE_COLUMNS,
+    conformance,
+    prune_union_errors,
 )
 
 

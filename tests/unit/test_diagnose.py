@@ -13,8 +13,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis._types import Record
-from analysis.diagnose import CODES, DIAGNOSIS_COLUMNS, diagnose, format_diagnoses
 from tests.fixtures.chain_records import (
     ANSWERS,
     INNER_LISTENER,
@@ -29,6 +27,13 @@ from tests.fixtures.chain_records import (
     responses_body,
     responses_events,
     sdk_headers,
+)
+from wirediff._types import Record
+from wirediff.analysis.diagnosis.diagnose import (
+    CODES,
+    DIAGNOSIS_COLUMNS,
+    diagnose,
+    format_diagnoses,
 )
 
 RESPONSES: dict[str, Any] = {"path": "/v1/responses", "body": responses_body()}

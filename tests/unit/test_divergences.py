@@ -9,18 +9,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis._types import Record
-from analysis.conformance import conformance
-from analysis.divergences import (
-    CHUNK_ARGUMENTS,
-    DIVERGENCE_COLUMNS,
-    KINDS,
-    compare_records,
-    divergences,
-    glob_regex,
-)
-from analysis.pairing import pairs_frame
-from analysis.store import events_frame, exchanges_frame
 from tests.fixtures.records import (
     ARGUMENT_FRAGMENTS,
     TEXT_FRAGMENTS,
@@ -40,6 +28,18 @@ from tests.fixtures.records import (
     set_header,
     set_payloads,
 )
+from wirediff._types import Record
+from wirediff.analysis.comparison.conformance import conformance
+from wirediff.analysis.comparison.divergences import (
+    CHUNK_ARGUMENTS,
+    DIVERGENCE_COLUMNS,
+    KINDS,
+    compare_records,
+    divergences,
+    glob_regex,
+)
+from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.pairing import pairs_frame
 
 Change = Callable[[Record], object]
 

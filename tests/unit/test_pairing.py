@@ -9,13 +9,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis._types import Record
-from analysis.analyze import LATENCY_COLUMNS, analyze, latency_frame, load_ignore
-from analysis.conformance import CONFORMANCE_COLUMNS
-from analysis.divergences import DIVERGENCE_COLUMNS
-from analysis.pairing import PAIR_COLUMNS, pairs_frame
-from analysis.store import events_frame, exchanges_frame
 from tests.fixtures.records import chat_record, error_record, replay, set_header
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import (
+    LATENCY_COLUMNS,
+    analyze,
+    latency_frame,
+    load_ignore,
+)
+from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, pairs_frame
 
 
 def _frames(records: list[Record]) -> tuple[pd.DataFrame, pd.DataFrame]:

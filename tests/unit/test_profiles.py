@@ -12,7 +12,15 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from analysis.profiles import (
+from wirediff.backends.standin import (
+    Plan,
+    build_response,
+    chat_chunks,
+    chat_completion,
+    mask_key,
+    response_events,
+)
+from wirediff.profiles import (
     ANSWER_KINDS,
     answer_for,
     answer_variants,
@@ -21,14 +29,6 @@ from analysis.profiles import (
     match_signature,
     profile,
     render_answer,
-)
-from backends.standin import (
-    Plan,
-    build_response,
-    chat_chunks,
-    chat_completion,
-    mask_key,
-    response_events,
 )
 
 PROFILES = sorted(load_profiles())

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.redact import fingerprint, redact_headers, redact_url
-from analysis.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
+from wirediff.record.redact import fingerprint, redact_headers, redact_url
+from wirediff.record.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
 
 KEY = "sk-test-CANARY-0123456789"
 

@@ -14,18 +14,18 @@ import httpx
 import pytest
 from mitmproxy import http
 
-from analysis.replay import (
-    Options,
+from wirediff.cli.replay import main_replay
+from wirediff.errors import PlanError
+from wirediff.record.store import RecordWriter, latest_replays, load_records
+from wirediff.replay.config import Options
+from wirediff.replay.engine import (
     TargetRun,
     TokenBucket,
     already_replayed,
-    latest_replays,
-    main_replay,
     make_request,
     make_response,
 )
-from analysis.replay_plan import (
-    PlanError,
+from wirediff.replay.plan import (
     Target,
     default_label,
     failure,
@@ -39,7 +39,6 @@ from analysis.replay_plan import (
     resumed,
     unsafe_reason,
 )
-from analysis.store import RecordWriter, load_records
 
 T = Target("tgt", "http://target.test:9000/v1")
 _clock = iter(range(1, 10_000))
@@ -1091,7 +1090,8 @@ def test_bad_captures_are_one_line_exit_2(
 
 
 def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
-    from analysis.replay import add_arguments, options_from_args
+    from wirediff.cli.replay import add_arguments
+    from wirediff.replay.config import options_from_args
 
     cfg = tmp_path / "wirediff.yaml"
     cfg.write_text(

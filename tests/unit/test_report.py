@@ -20,15 +20,17 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis._types import Record
-from analysis.cli import UsageError
-from analysis.diagnose import CODES
-from analysis.pairing import pairs_frame
-from analysis.redact import fingerprint, redact_headers, redact_url
-from analysis.store import RecordWriter, events_frame, exchanges_frame
-from reports import cli as report_cli
-from reports.formatters import MAX_LINES, hits, pretty_json, redact
-from reports.model import (
+from tests.fixtures import records as fx
+from wirediff._types import Record
+from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.pairing import pairs_frame
+from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.cli import report as report_cli
+from wirediff.errors import UsageError
+from wirediff.record.redact import fingerprint, redact_headers, redact_url
+from wirediff.record.store import RecordWriter
+from wirediff.reports.formatters import MAX_LINES, hits, pretty_json, redact
+from wirediff.reports.model import (
     DIAGNOSIS_COLUMNS,
     DIVERGENCE_COLUMNS,
     KINDS,
@@ -37,7 +39,7 @@ from reports.model import (
     VERDICTS,
     build,
 )
-from reports.render import (
+from wirediff.reports.render import (
     SCHEMA_PATH,
     render_html,
     render_report,
@@ -45,7 +47,6 @@ from reports.render import (
     summary_from,
     write_csv,
 )
-from tests.fixtures import records as fx
 
 CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
 INJECT = "<script>alert(1)</script></textarea>\"'><img src=x onerror=alert(2)>"
@@ -55,7 +56,7 @@ UPSTREAM = "reverse:http://127.0.0.1:4200@4002"
 
 @dataclass
 class SampleAnalysis:
-    """The analysis contract (`analysis.analyze.Analysis`), built from the real frames."""
+    """The analysis contract (`wirediff.analysis.comparison.analyze.Analysis`), built from the real frames."""
 
     records_by_id: dict[str, Record]
     exchanges: pd.DataFrame
@@ -521,8 +522,8 @@ def test_summary_json_matches_its_schema() -> None:
 
 
 def test_the_real_analysis_renders_a_valid_summary(tmp_path: Path) -> None:
-    from analysis.analyze import analyze
-    from analysis.diagnose import diagnose
+    from wirediff.analysis.comparison.analyze import analyze
+    from wirediff.analysis.diagnosis.diagnose import diagnose
 
     records = sample_records()
     model = build(analyze(records), diagnose(records))
@@ -542,8 +543,8 @@ def test_the_real_analysis_renders_a_valid_summary(tmp_path: Path) -> None:
 
 
 def test_schema_enums_are_the_contract() -> None:
-    from analysis.diagnose import CODES as ANALYSIS_CODES
-    from analysis.divergences import KINDS as ANALYSIS_KINDS
+    from wirediff.analysis.comparison.divergences import KINDS as ANALYSIS_KINDS
+    from wirediff.analysis.diagnosis.diagnose import CODES as ANALYSIS_CODES
 
     defs = schema()["$defs"]
     assert defs["kind"]["enum"] == list(KINDS) == [*ANALYSIS_KINDS, "conformance"]
@@ -719,7 +720,7 @@ def test_cli_bad_input_is_one_line_exit_2(
 def test_wirediff_report_is_wired_into_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from analysis.cli import main
+    from wirediff.cli import main
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "har/1.2"}\n')

@@ -8,7 +8,7 @@ import zlib
 import brotli
 import pytest
 
-from analysis.sse import SSESplitter, decoder_for, split_events
+from wirediff.record.sse import SSESplitter, decoder_for, split_events
 
 STREAM = (
     b": keep-alive comment\n\n"

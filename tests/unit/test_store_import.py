@@ -8,10 +8,11 @@ from mitmproxy import io
 from mitmproxy.addons.savehar import SaveHar
 from mitmproxy.test import taddons, tflow
 
-from analysis.cli import main
-from analysis.importer import import_flows
-from analysis.store import CaptureError, RecordWriter, events_frame, exchanges_frame, load_records
 from tests.unit.test_capture_addon import KEY, chat_flow
+from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.cli import main
+from wirediff.record.importer import import_flows
+from wirediff.record.store import CaptureError, RecordWriter, load_records
 
 REC = {"format": "wirediff/1", "id": "a", "request": {"method": "GET"}, "response": None}
 
@@ -81,7 +82,7 @@ def _lines(*ids: str) -> list[str]:
 def test_records_parsed_in_batches_keep_line_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str], expect: object
 ) -> None:
-    monkeypatch.setattr("analysis.store.BATCH_LINES", 2)
+    monkeypatch.setattr("wirediff.record.store.BATCH_LINES", 2)
     p = tmp_path / "c.jsonl"
     p.write_text("\n".join(lines))
     if isinstance(expect, list):

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from analysis._types import Event
+from wirediff._types import Event
 
 
 def parse_data(data: str) -> Any:

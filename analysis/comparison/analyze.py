@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis._types import Record
-from analysis.conformance import conformance
-from analysis.divergences import divergences, drop_ignored
-from analysis.pairing import first_event_ms, pairs_frame
-from analysis.shapes import known_structures
-from analysis.store import events_frame, exchanges_frame
+from wirediff._types import Record
+from wirediff.analysis.comparison.conformance import conformance
+from wirediff.analysis.comparison.divergences import divergences, drop_ignored
+from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
+from wirediff.analysis.comparison.shapes import known_structures
 
 CONFIG_NAME = "wirediff.yaml"
 LATENCY_COLUMNS = [

@@ -1,9 +1,5 @@
 """`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
-[--ignore-config wirediff.yaml] [--max-examples N]`
-
-Usage: `analysis.cli` calls `register(subparsers)`; bad input raises `UsageError` or
-`CaptureError`, which the CLI prints as one line and exits 2.
-"""
+[--ignore-config wirediff.yaml] [--max-examples N]`: the single-file HTML report."""
 
 from __future__ import annotations
 
@@ -17,16 +13,23 @@ from typing import Any
 
 import pandas as pd
 
-from analysis._types import Record
-from analysis.cli import UsageError
-from analysis.store import load_records
-from reports.model import AnalysisLike, build
-from reports.render import DEFAULT_MAX_EXAMPLES, render_html, summary_from, write_csv, write_json
+from wirediff._types import Record
+from wirediff.cli.runner import standalone
+from wirediff.errors import UsageError
+from wirediff.record.store import load_records
+from wirediff.reports.model import AnalysisLike, build
+from wirediff.reports.render import (
+    DEFAULT_MAX_EXAMPLES,
+    render_html,
+    summary_from,
+    write_csv,
+    write_json,
+)
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
     """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist)."""
-    from analysis.analyze import load_ignore as read_patterns
+    from wirediff.analysis.comparison.analyze import load_ignore as read_patterns
 
     p = Path(path)
     if not p.exists():
@@ -53,8 +56,8 @@ def run_analysis(
     records: list[Record], ignore: tuple[str, ...]
 ) -> tuple[AnalysisLike, pd.DataFrame]:
     """The analysis and the diagnoses the report renders."""
-    from analysis.analyze import analyze
-    from analysis.diagnose import diagnose
+    from wirediff.analysis.comparison.analyze import analyze
+    from wirediff.analysis.diagnosis.diagnose import diagnose
 
     analysis = analyze(records, ignore=ignore)
     return analysis, diagnose(
@@ -114,13 +117,8 @@ def register(subparsers: Any) -> None:
 
 
 def main_report(argv: Sequence[str] | None = None) -> int:
-    """`wirediff report` on its own (`python -m reports.cli`), with the CLI's exit codes."""
-    parser = argparse.ArgumentParser(prog="wirediff")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    from analysis.cli import run_command
-
-    return run_command(cmd_report, args)
+    """`wirediff report …` on its own (tests, `python -m wirediff.cli.report`)."""
+    return standalone(register, "report", argv)
 
 
 if __name__ == "__main__":

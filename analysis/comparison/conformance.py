@@ -23,10 +23,16 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from analysis._types import JSON, Event, Record
-from analysis.divergences import DIVERGENCE_COLUMNS, DONE, EMBEDDED, RESPONSE_TERMINALS, short
-from analysis.shapes import structure
-from analysis.tags import is_error_body
+from wirediff._types import JSON, Event, Record
+from wirediff.analysis.comparison.divergences import (
+    DIVERGENCE_COLUMNS,
+    DONE,
+    EMBEDDED,
+    RESPONSE_TERMINALS,
+    short,
+)
+from wirediff.analysis.comparison.shapes import structure
+from wirediff.record.tags import is_error_body
 
 CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
 EMBEDDED_EVENTS = f"events[{EMBEDDED}]"
@@ -250,7 +256,7 @@ def check(model: Any, data: JSON) -> tuple[Check, ...]:
 
 
 def checked(model: Any, data: JSON) -> tuple[Check, ...]:
-    """`check`, remembered per structure (`analysis.shapes.structure`: keys, types, the
+    """`check`, remembered per structure (`wirediff.analysis.comparison.shapes.structure`: keys, types, the
     text of every string an SDK type might constrain): the same structure always gets the
     same verdict, and the bodies and events of one kind repeat a few structures."""
     key = (model, structure(data))

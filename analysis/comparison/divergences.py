@@ -24,8 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis._types import JSON, Event, Record
-from analysis.shapes import (
+from wirediff._types import JSON, Event, Record
+from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.analysis.comparison.shapes import (
     Frozen,
     Shape,
     Values,
@@ -38,7 +39,7 @@ from analysis.shapes import (
     structure,
     type_label,
 )
-from analysis.tags import is_error_body, soft_error
+from wirediff.record.tags import is_error_body, soft_error
 
 DIVERGENCE_COLUMNS = [
     "pair_id", "label", "baseline_label", "baseline_id", "candidate_id", "family", "endpoint",
@@ -46,11 +47,7 @@ DIVERGENCE_COLUMNS = [
 ]  # fmt: skip
 PAIR_META = DIVERGENCE_COLUMNS[:7]
 
-KINDS = (
-    "status", "soft_error", "error_shape", "transport", "schema_missing", "schema_extra",
-    "schema_type", "enum", "event_missing", "event_extra", "event_order", "event_terminal",
-    "event_sequence", "header",
-)  # fmt: skip
+KINDS = kind_names(compared_only=True)
 
 DONE = "[DONE]"
 CHUNK = "chunk"

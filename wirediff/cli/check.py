@@ -1,46 +1,28 @@
-"""`wirediff diagnose` and `wirediff check`: the terminal and CI faces of the analysis."""
+"""`wirediff check BASELINE CANDIDATE`: the CI gate. Exit 0 compatible, 1 divergent, 2 bad input."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import pandas as pd
 
-from analysis.store import load_records
+from wirediff.analysis.comparison.kinds import KINDS
+from wirediff.errors import UsageError
+from wirediff.record.store import load_records
 
-ALL_KINDS = (
-    "status", "soft_error", "error_shape", "transport", "schema_missing", "schema_extra",
-    "schema_type", "enum", "event_missing", "event_extra", "event_order", "event_terminal",
-    "event_sequence", "header", "conformance",
-)  # fmt: skip
-DEFAULT_FAIL_ON = tuple(k for k in ALL_KINDS if k not in ("header", "conformance"))
-
-
-class GateUsageError(ValueError):
-    """Bad `check`/`diagnose` usage: one line, exit 2."""
+ALL_KINDS = tuple(KINDS)
+DEFAULT_FAIL_ON = tuple(k.name for k in KINDS.values() if k.fails_check)
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in ALL_KINDS]
     if unknown or not kinds:
-        raise GateUsageError(
+        raise UsageError(
             f"--fail-on: unknown kind {', '.join(unknown) or '(none)'}; known: {', '.join(ALL_KINDS)}"
         )
     return kinds
-
-
-def cmd_diagnose(args: argparse.Namespace) -> int:
-    from analysis.diagnose import diagnose, format_diagnoses
-
-    df = diagnose(load_records(args.captures))
-    if args.json:
-        print(json.dumps(df.to_dict(orient="records"), indent=2, default=str))
-    else:
-        print(format_diagnoses(df), end="")
-    return 0
 
 
 def gate_table(divergences: pd.DataFrame, fail_on: tuple[str, ...]) -> pd.DataFrame:
@@ -57,7 +39,7 @@ def gate_table(divergences: pd.DataFrame, fail_on: tuple[str, ...]) -> pd.DataFr
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from analysis.analyze import analyze
+    from wirediff.analysis.comparison.analyze import analyze
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else DEFAULT_FAIL_ON
     baseline = load_records([args.baseline])
@@ -65,7 +47,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     base_ids = {r["id"] for r in baseline}
     linked = [r for r in candidate if r.get("replay_of") in base_ids]
     if not linked:
-        raise GateUsageError(
+        raise UsageError(
             f"{args.candidate}: no exchange replays {args.baseline} (run `wirediff replay` first)"
         )
     result = analyze(baseline + candidate)
@@ -98,11 +80,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    d = sub.add_parser("diagnose", help="explain failing chains (401/404/405, soft errors, …)")
-    d.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl files")
-    d.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
-    d.set_defaults(func=cmd_diagnose)
-
     c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when divergent")
     c.add_argument("baseline", metavar="BASELINE", help="the original capture")
     c.add_argument(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from mitmproxy import exceptions, http, io
 
-from analysis._types import Record
-from analysis.record import build_record, upstream_label
-from analysis.store import CaptureError
+from wirediff._types import Record
+from wirediff.errors import CaptureError
+from wirediff.record.build import build_record, upstream_label
 
 
 def _flows_from_flowfile(path: Path) -> Iterator[http.HTTPFlow]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from analysis.netutil import free_port, wait_port
+from wirediff.cli.netutil import free_port, wait_port
 
 CAPTURE_ADDON = Path(__file__).resolve().parent.parent / "addons" / "capture.py"
 

@@ -19,7 +19,7 @@ from typing import Any
 import openai
 import yaml
 
-from analysis.mitm import CaptureProxy
+from wirediff.cli.mitm import CaptureProxy
 
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
 BASELINE = "openai"
@@ -106,9 +106,9 @@ class Steps:
 
 def run_demo(out: Path) -> dict[str, Any]:
     """Start, capture, replay, report, stop: returns the paths written."""
-    from analysis.replay import main_replay
-    from backends.standin import standin
-    from reports.cli import main_report
+    from wirediff.backends.standin import standin
+    from wirediff.cli.replay import main_replay
+    from wirediff.cli.report import main_report
 
     out.mkdir(parents=True, exist_ok=True)
     capture_dir = out / "captures"

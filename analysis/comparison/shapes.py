@@ -8,7 +8,7 @@ object where a string belongs, or arguments that no longer parse, show up as sha
 
 Answers of one kind repeat one structure with other words, so a value's structure is
 named once (`structure`) and what depends only on it is worked out once per structure
-(`flat`, and the SDK verdicts in `analysis.conformance`).
+(`flat`, and the SDK verdicts in `wirediff.analysis.comparison.conformance`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from itertools import count
 from typing import Any
 
-from analysis._types import JSON
+from wirediff._types import JSON
 
 Shape = set[tuple[str, str]]
 """`(path, JSON type)` pairs, merged over array items (and over events, when shared).

@@ -10,8 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from analysis._types import JSON, Event
-from analysis.redact import AUTH_HEADERS, fingerprint, split_scheme
+from wirediff._types import JSON, Event
+from wirediff.record.redact import AUTH_HEADERS, fingerprint, split_scheme
 
 # (regex on the path after the API prefix, route template, family); first match wins.
 _ID = r"[^/]+"

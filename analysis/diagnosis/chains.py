@@ -14,7 +14,6 @@ bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import pandas as pd
 
-from analysis._types import Record
-from analysis.tags import header_get
+from wirediff._types import Record
+from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
+from wirediff.record.tags import header_get
 
 CHAIN_COLUMNS = [
     "chain_id", "exchange_ids", "kinds", "label", "ok",
@@ -37,9 +37,6 @@ of the first exchange; `ok` whether the exchange the client finally got succeede
 `(kind, from_id, to_id)` triples (a hop goes outer → inner); `title` one line for humans."""
 
 LINK_KINDS = ("retry", "redirect", "hop", "fallback")
-HOP_SLACK_S = 0.05  # clock slack when checking that the inner hop lies inside the outer one
-HOP_WINDOW_S = 30.0  # an outer hop without a duration contains what starts this soon after it
-HOP_LOOKBACK = 16  # equal requests on one listener an inner hop looks back through
 FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
 FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
 FALLBACK_FROM = frozenset({404, 405, 501})
@@ -144,14 +141,6 @@ def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
     return err is None or err.get("kind") == "client_disconnect"
 
 
-def body_key(request: Mapping[str, Any]) -> int:
-    """A hash that is equal for equal request bodies (key order ignored)."""
-    body = request.get("body")
-    if body is not None:
-        return hash(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str))
-    return hash((request.get("text"), request.get("b64")))
-
-
 def normalize_url(url: str) -> str:
     """Scheme and host lower-cased, default port dropped: comparable across clients."""
     p = urlsplit(url)
@@ -218,59 +207,6 @@ def _retry_links(f: pd.DataFrame, requests: Sequence[Mapping[str, Any]]) -> Link
     prev_retry = np.where(prev >= 0, retry[np.maximum(prev, 0)], 0)
     hit = (prev >= 0) & (cur_retry > 0) & (cur_retry > prev_retry)
     return [("retry", int(pos[a]), int(pos[b])) for a, b in zip(prev[hit], order[hit], strict=True)]
-
-
-def _texts(content: Any) -> list[str]:
-    """The text of a message's content: a string, or the `text` of its parts."""
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        return [
-            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        ]
-    return []
-
-
-def prompt_text(body: Any) -> str | None:
-    """What the user asked, normalised so that it survives a gateway: the texts of the
-    user messages (chat), of the user items or the `input` string (Responses, embeddings)
-    or the `prompt` (completions), whitespace collapsed; `None` when there is none.
-
-    A gateway renames the model, adds `stream`/`stream_options` or a system prompt, and may
-    translate a Responses call into a chat completion, but it passes the user's words on.
-    """
-    if not isinstance(body, dict):
-        return None
-    parts: list[str] = []
-    messages, inp, prompt = body.get("messages"), body.get("input"), body.get("prompt")
-    if isinstance(messages, list):
-        for m in messages:
-            if isinstance(m, dict) and m.get("role") == "user":
-                parts.extend(_texts(m.get("content")))
-    elif isinstance(inp, str):
-        parts.append(inp)
-    elif isinstance(inp, list):
-        for item in inp:
-            if isinstance(item, str):
-                parts.append(item)
-            elif isinstance(item, dict) and item.get("role") == "user":
-                parts.extend(_texts(item.get("content")))
-    elif isinstance(prompt, str):
-        parts.append(prompt)
-    elif isinstance(prompt, list):
-        parts.extend(p for p in prompt if isinstance(p, str))
-    text = " ".join(" ".join(parts).split())
-    return text or None
-
-
-def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What the two hops of one call have in common: the prompt, or for a request without
-    one the exact body with its method and route."""
-    prompt = prompt_text(request.get("body"))
-    if prompt is not None:
-        return ("prompt", prompt)
-    route = str(request.get("path") or "").split("?")[0]
-    return ("body", body_key(request), request.get("method"), route)
 
 
 def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:

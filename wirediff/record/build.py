@@ -15,10 +15,10 @@ from typing import Any
 
 from mitmproxy import http
 
-from analysis import FORMAT
-from analysis._types import Event, Record
-from analysis.profiles import match_signature
-from analysis.redact import (
+from wirediff import FORMAT
+from wirediff._types import Event, Record
+from wirediff.profiles import match_signature
+from wirediff.record.redact import (
     may_hold_secret_fields,
     redact_fields,
     redact_headers,
@@ -28,8 +28,8 @@ from analysis.redact import (
     scrub_text,
     secret_values,
 )
-from analysis.sse import SSESplitter, decoder_for, split_events
-from analysis.tags import tag_exchange
+from wirediff.record.sse import SSESplitter, decoder_for, split_events
+from wirediff.record.tags import tag_exchange
 
 DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
 MAX_EVENTS = 100_000  # per stream; more are counted in `events_dropped`

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from analysis._types import JSON, Record
-from analysis.chains import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
-from analysis.redact import AUTH_HEADERS, SECRET_QUERY
-from analysis.tags import header_get, route
+from wirediff._types import JSON, Record
+from wirediff.errors import PlanError
+from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
+from wirediff.record.redact import AUTH_HEADERS, SECRET_QUERY
+from wirediff.record.tags import header_get, route
 
 Slot = tuple[str | int, ...]
 """Where an id sits in an answer: `("id",)`, `("call", k)`, `("item", type, k)`,
@@ -104,10 +105,6 @@ FILTER_KEYS = (
     "family", "endpoint", "method", "path", "stream", "model", "id", "session", "listener",
     "label",
 )  # fmt: skip
-
-
-class PlanError(ValueError):
-    """A bad option value (filter, model map, header); one line for the user."""
 
 
 # --- targets -------------------------------------------------------------------------------
@@ -330,7 +327,7 @@ def _duration_s(rec: Record) -> float | None:
 def inner_hops(originals: Sequence[Record]) -> set[str]:
     """Ids of the inner hops of two-hop captures: a record on another listener than its
     session's first record that lies, in time, inside an earlier record asking the same
-    thing (`analysis.chains.hop_key`) on another listener — the same call seen again behind
+    thing (`wirediff.record.keys.hop_key`) on another listener — the same call seen again behind
     a gateway. `originals` in start order; the time slack and look-back are the chains'."""
     first: dict[Any, Any] = {}
     listeners: dict[Any, set[Any]] = {}

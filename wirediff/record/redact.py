@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from analysis._types import HeaderList
+from wirediff._types import HeaderList
 
 SECRET_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}

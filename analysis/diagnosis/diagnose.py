@@ -20,8 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis._types import Record
-from analysis.chains import (
+from wirediff._types import Record
+from wirediff.analysis.comparison.frames import exchanges_frame
+from wirediff.analysis.diagnosis.chains import (
     CHAIN_COLUMNS,
     StreamEnd,
     chain_rows,
@@ -29,10 +30,9 @@ from analysis.chains import (
     stream_end,
     stream_problem,
 )
-from analysis.profiles import load_profiles, match_signature
-from analysis.redact import redact_patterns, redact_url
-from analysis.store import exchanges_frame
-from analysis.tags import header_get
+from wirediff.profiles import load_profiles, match_signature
+from wirediff.record.redact import redact_patterns, redact_url
+from wirediff.record.tags import header_get
 
 CODES = (
     "endpoint_not_implemented", "soft_error_200", "method_not_allowed",
@@ -802,7 +802,7 @@ def diagnose(
 
     A caller that has analysed the records already passes what it built from them
     (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again. The
-    cyclic garbage collector is paused meanwhile, as in `analysis.analyze.analyze`."""
+    cyclic garbage collector is paused meanwhile, as in `wirediff.analysis.comparison.analyze.analyze`."""
     enabled = gc.isenabled()
     gc.disable()
     try:

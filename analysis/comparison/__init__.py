@@ -1,0 +1,1 @@
+"""Comparison: frames, shapes, pairs, divergences and conformance of recorded exchanges."""

@@ -1,0 +1,85 @@
+"""DataFrames of loaded records: one row per exchange, one row per SSE event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from wirediff._types import Record
+
+__all__ = ["EVENT_COLUMNS", "EXCHANGE_COLUMNS", "events_frame", "exchanges_frame"]
+
+
+def _content_type(headers: list[list[str]] | None) -> str | None:
+    for k, v in headers or ():
+        if k == "content-type":
+            return v
+    return None
+
+
+EXCHANGE_COLUMNS = [
+    "id", "session", "label", "seq", "replay_of", "listener", "started", "ttfb_ms",
+    "duration_ms", "method", "path", "url", "status", "content_type", "family", "endpoint",
+    "prefix", "stream", "model", "sdk_lang", "sdk_version", "sdk_async", "retry",
+    "auth_header", "auth_scheme", "auth_fingerprint", "auth_forwarded", "soft_error",
+    "signature", "error_kind", "n_events", "complete", "request_size", "response_size",
+]  # fmt: skip
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if type(value) is dict else _EMPTY
+
+
+def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per exchange with the columns analysis filters and groups on."""
+    rows = []
+    for r in records:
+        req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
+        sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
+        events = resp.get("events")
+        rows.append(
+            (
+                r["id"], r.get("session"), r.get("label"), r.get("seq"), r.get("replay_of"),
+                r.get("listener"), r.get("started"), r.get("ttfb_ms"), r.get("duration_ms"),
+                req.get("method"), req.get("path"), req.get("url"), resp.get("status"),
+                _content_type(resp.get("headers")), tags.get("family"), tags.get("endpoint"),
+                tags.get("prefix"), tags.get("stream"), tags.get("model"),
+                sdk.get("lang"), sdk.get("version"), sdk.get("async"),
+                tags.get("retry"), auth.get("header"), auth.get("scheme"),
+                auth.get("fingerprint"), auth.get("forwarded"),
+                tags.get("soft_error"), tags.get("signature"), _dict(r.get("error")).get("kind"),
+                len(events) if events is not None else None, resp.get("complete"),
+                req.get("size"), resp.get("size"),
+            )
+        )  # fmt: skip
+    df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)
+    df["status"] = df["status"].astype("Int64")
+    df["n_events"] = df["n_events"].astype("Int64")
+    return df
+
+
+EVENT_COLUMNS = ["id", "idx", "t_ms", "event", "type", "sequence_number", "partial"]
+
+
+def events_frame(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per SSE event: its name, the `type` inside its data, its timing."""
+    rows = []
+    for r in records:
+        events = _dict(r.get("response")).get("events")
+        if not events:
+            continue
+        rid = r["id"]
+        for i, ev in enumerate(events):
+            data = _dict(ev.get("data"))
+            rows.append(
+                (
+                    rid, i, ev.get("t_ms"), ev.get("event"), data.get("type"),
+                    data.get("sequence_number"), bool(ev.get("partial")),
+                )
+            )  # fmt: skip
+    return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)

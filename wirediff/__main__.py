@@ -1,0 +1,7 @@
+"""`python -m wirediff`: the command line."""
+
+import sys
+
+from wirediff.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""The `wirediff` command line: one module per command, each with `register(subparsers)`.
+
+Exit codes (see `wirediff.cli.runner`): 0 ok, 1 a finding (`check`, `diagnose --fail`),
+2 bad usage or unreadable input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from wirediff import __version__
+from wirediff.cli import addon_path, check, convert, demo, diagnose, replay, report
+from wirediff.cli.runner import run_command
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="wirediff", description="OpenAI-API compatibility, visible on the wire."
+    )
+    p.add_argument("--version", action="version", version=f"wirediff {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in (demo, replay, report, diagnose, check, convert, addon_path):
+        command.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""`wirediff replay`: re-send a recorded session to other backends, recorded like live traffic.
+
+Usage:
+    wirediff replay CAPTURE... --to URL [--label L] [--api-key-env VAR] [--model-map A=B]...
+        [--header K=V]... [--concurrency N] [--rate R/s] [--only FILTER]... [--dry-run]
+        [--allow-unsafe] [--timeout S] [-o OUT] [--config wirediff.yaml]
+
+Each exchange is sent in-process with httpx and recorded by the capture addon's own record
+builder (`wirediff.record.build.build_record`, with a `StreamTap` fed the raw, still-compressed
+chunks), so replay records have exactly the shape of captured ones, plus `replay_of` (the
+original's id) and `label` (the target). Planning — ordering, id remapping, filters, safety —
+is pure and lives in `wirediff.replay.plan`.
+
+Requests are re-based onto the target URL (the original path after its API prefix; a path
+no known route matches is cut after the prefix its session's known routes use, and one
+outside it goes onto the target's origin: `/v1/ask_url` → `<URL>/ask_url`, `/health` →
+`http://host:port/health`); a query in the target URL (Azure's `?api-version=…`) is sent on
+every request, after the original's. The model is mapped (`--model-map A=B`, `*=B` for all),
+the auth header is replaced by the key in `$VAR` (`--api-key-env`; never from the command
+line or the capture, which holds only fingerprints) and the other headers pass through,
+except the transport's own (host, content-length, connection, transfer-encoding, …, and
+content-encoding: the body is sent decoded), cookies and wirediff's control headers.
+Headers and key-like query parameters (`key`, `api_key`, `token`, …) that the capture holds
+only as fingerprints are not sent (`--dry-run` lists them; `--header K=V` sets a header).
+
+Ids are remapped: a step that continues an earlier answer (`previous_response_id`, a
+`function_call_output`'s `call_id`, a chat `tool` message's `tool_call_id`,
+`/v1/responses/{id}…`) is sent after it, carrying the id the *target* returned. When the
+target's answer leaves nothing to continue (an error, no function call), the step is
+recorded as skipped (`response: null`, `error.kind: "skipped"`, the reason) and not sent.
+Only reads and generation endpoints are replayed by default; DELETE, uploads, batches and
+other state-changing calls are recorded as skipped unless `--allow-unsafe`. So is an
+original whose request cannot be sent again (a malformed or truncated body), with the reason.
+
+Output: `<capture dir>/<session>.<label>.jsonl` per session (or `-o OUT` for everything),
+append-only and flushed per record. Running the same command again resumes: originals
+already recorded for that label in the output are not sent again (delete the output to
+replay afresh), except those whose newest record got no answer (`error.kind`
+upstream_unreachable, timeout, upstream_disconnect) or was skipped for a reason that no
+longer holds (e.g. now with `--allow-unsafe`): they are tried again and the new record is
+appended. The newest record per original and label is the one that counts. Ctrl-C stops
+cleanly (exit 130). Exit 2: bad usage or input, or a target that refused every connection
+(its records are kept).
+
+`--only` (repeatable; a record is replayed if it matches any of them) is a comma-separated
+list of `KEY=GLOB` or `KEY!=GLOB` terms that must all match; keys: family, endpoint, method,
+path, stream (true/false), model, id, session, listener, label. E.g. `--only
+family=responses,stream=true`, `--only endpoint=/v1/chat/completions`, `--only method!=GET`.
+What a selected exchange depends on (the response it continues, the call it answers) is
+replayed with it. A two-hop capture (client → gateway → backend, one listener per hop)
+holds every call twice: the inner hop (on another listener than the session's first
+record, inside a call asking the same thing) is not replayed, with a note, unless a filter
+names a listener or a label (`--only listener=reverse:*:8001`).
+
+`--config FILE` (YAML):
+    defaults: {concurrency: 8, rate: 5/s, timeout: 300, only: [family=responses],
+               allow_unsafe: false, api_key_env: VAR, model_map: {A: B}, headers: {K: V}}
+    targets:
+      - {label: lmstudio, url: "http://127.0.0.1:1234/v1", api_key_env: LMSTUDIO_KEY,
+         model_map: {gpt-4o-mini: qwen2.5-7b-instruct}, headers: {x-team: qa}}
+Run options (concurrency, rate, timeout, only, allow_unsafe): the command line wins over
+`defaults`. Target options: a target's own entry wins over the command line, which wins
+over `defaults` (model maps and headers are merged in that order). `--to URL` adds one more
+target. A header value of `""` (`--header K=`) removes that header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from wirediff._types import Record
+from wirediff.cli.runner import standalone
+from wirediff.errors import CaptureError, PlanError, UsageError
+from wirediff.record.store import iter_records
+from wirediff.replay.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT,
+    api_key_for,
+    options_from_args,
+)
+from wirediff.replay.engine import (
+    Counts,
+    TargetRun,
+    Writers,
+    already_replayed,
+    output_path,
+    replay_all,
+)
+from wirediff.replay.plan import Node, Outgoing, Plan, Target, make_plan, prepare, resumed
+
+__all__ = ["main_replay", "register"]
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def describe(node: Node, out: Outgoing, plan: Plan) -> str:
+    deps = ", ".join(
+        f"{r.where}←#{plan.by_id[r.producer].order}" for r in node.refs if r.producer in plan.by_id
+    )
+    bits = [f"#{node.order:<3}", out.method, out.url]
+    if out.model:
+        bits.append(f"model={out.model}")
+    if out.stream:
+        bits.append("stream")
+    if deps:
+        bits.append(f"after {deps}")
+    if not node.wanted:
+        bits.append("(dependency)")
+    return "  " + " ".join(bits) + f"  [{node.id}]"
+
+
+def dry_run(plan: Plan, targets: Sequence[Target], done_of: Mapping[str, Mapping[str, Record]],
+            env: Mapping[str, str], tried_of: Mapping[str, int]) -> None:  # fmt: skip
+    for t in targets:
+        done = done_of[t.label]
+        todo = [n for n in plan.nodes if n.id not in done]
+        skipped = sum(1 for n in todo if n.skip)
+        key = (
+            "no key"
+            if t.api_key_env is None
+            else f"key from ${t.api_key_env}" + ("" if env.get(t.api_key_env) else " (NOT SET)")
+        )
+        again = tried_of[t.label]
+        print(
+            f"replay → {t.label} ({t.base}, {key}): {len(todo) - skipped} to send, "
+            f"{skipped} to skip{f' ({again} tried before)' if again else ''}, "
+            f"{len(done)} already replayed"
+        )
+        for n in todo:
+            try:
+                out = prepare(n.rec, t, None, {}, api_prefixes=n.api_prefixes)
+            except Exception:  # malformed: `n.skip` says why
+                out = Outgoing(str(n.rec["request"].get("method")), t.base, [], None, None, False)
+            lines = [describe(n, out, plan)]
+            if n.skip is not None:
+                lines.append(f"      skip: {n.skip}")
+            elif out.dropped:
+                lines.append(
+                    f"      not sent (the capture holds only a fingerprint): {', '.join(out.dropped)}"
+                )
+            print("\n".join(lines))
+
+
+def hop_note(plan: Plan) -> str | None:
+    """One line about the inner hops of two-hop captures left out of the plan."""
+    left = plan.hops_left_out
+    if not left:
+        return None
+    n = sum(left.values())
+    where = ", ".join(k if len(left) == 1 else f"{k} ({v})" for k, v in sorted(left.items()))
+    return (
+        f"wirediff: note: {n} exchange{'s' if n != 1 else ''} on {where} "
+        f"{'are inner hops' if n != 1 else 'is an inner hop'} of a two-hop capture (the same "
+        "call seen again behind a gateway), not replayed; `--only listener=…` chooses listeners"
+    )
+
+
+def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Counts], None], Any]:
+    """A tqdm bar on stderr: done/total, rate, and ok / errors / skipped counts."""
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    tqdm.monitor_interval = 0  # no monitor thread: nothing left running at Ctrl-C or exit
+    size = shutil.get_terminal_size((100, 20))  # a pty may report 0x0: tqdm then draws nothing
+    bar = tqdm(total=total, initial=initial, desc=f"replay → {label}", unit="ex", file=sys.stderr,
+               ncols=size.columns, nrows=size.lines, leave=True)  # fmt: skip
+
+    def update(c: Counts) -> None:
+        bar.set_postfix(ok=c.ok, errors=c.http_errors + c.transport_errors, skipped=c.skipped,
+                        refresh=False)  # fmt: skip
+        bar.update(c.resumed + c.done - bar.n)
+
+    return update, bar
+
+
+def main_replay_args(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    env = os.environ
+    paths = [str(p) for p in args.captures]
+    capture_of: dict[str, Path] = {}
+    records: list[Record] = []
+    for p in paths:
+        if Path(p).is_dir():
+            raise CaptureError(f"{p}: is a directory, not a capture file")
+        for rec in iter_records(p):
+            records.append(rec)
+            capture_of.setdefault(str(rec.get("id")), Path(p))
+    try:
+        plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    note = hop_note(plan)
+    if note is not None:
+        print(note, file=sys.stderr)
+
+    def path_of(rec: Record, t: Target) -> Path:
+        return output_path(rec, capture_of, t, opts)
+
+    done_of: dict[str, dict[str, Record]] = {}
+    tried_of: dict[str, int] = {}
+    for t in opts.targets:
+        outs = {path_of(n.rec, t) for n in plan.nodes}
+        prior = already_replayed(sorted(outs), t.label)
+        done = resumed(plan, prior)
+        tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
+        done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
+    if opts.dry_run:
+        dry_run(plan, opts.targets, done_of, env, tried_of)
+        return 0
+    if not plan.nodes:
+        print(f"wirediff: nothing to replay in {', '.join(paths)}", file=sys.stderr)
+        return 0
+    keys = {t.label: api_key_for(t, env) for t in opts.targets}
+    for t in opts.targets:
+        if not httpx.URL(t.url).path.strip("/"):
+            print(f"wirediff: note: {t.url} has no path; an SDK base_url usually ends in /v1",
+                  file=sys.stderr)  # fmt: skip
+
+    runs: list[TargetRun] = []
+    progress = _progress_bar if sys.stderr.isatty() else None
+    writers = Writers(sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}))
+    try:
+        asyncio.run(replay_all(plan, opts, keys, done_of, path_of, runs, writers, progress))
+    except ExceptionGroup as eg:  # from the workers' TaskGroup: a disk error, say
+        raise eg.exceptions[0] from None
+    except KeyboardInterrupt:
+        parts = [f"{r.target.label}: {r.counts.resumed + r.counts.done} of {r.counts.total}"
+                 for r in runs]  # fmt: skip
+        print(
+            f"wirediff: interrupted ({'; '.join(parts) or 'nothing sent'} replayed); "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+
+    unreachable = []
+    for r in runs:
+        c = r.counts
+        files = sorted({str(path_of(n.rec, r.target)) for n in plan.nodes})
+        print(
+            f"replay → {r.target.label}: {c.done} recorded ({c.line()}), "
+            f"{c.resumed} already done → {', '.join(files)}",
+            file=sys.stderr,
+        )
+        if c.sent and c.unreachable == c.sent:
+            unreachable.append(r)
+    if unreachable:
+        r = unreachable[0]
+        raise UsageError(
+            f"could not connect to {r.target.label} at {r.target.url}: all {r.counts.sent} "
+            "requests failed (recorded as upstream_unreachable; run the same command again to "
+            "retry them)"
+        )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `replay` to the `wirediff` command line."""
+    p = subparsers.add_parser(
+        "replay",
+        help="re-send recorded sessions to other backends, recorded like live traffic",
+        description="\n\n".join((__doc__ or "").split("\n\n")[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(func=main_replay_args)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl capture(s)")
+    p.add_argument("--to", metavar="URL", help="target base URL, as an SDK's base_url (…/v1)")
+    p.add_argument("--label", help="name of the --to target (default: its host:port)")
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the key")
+    p.add_argument("--model-map", action="append", metavar="A=B",
+                   help="send model B where the capture says A (`*=B`: every model)")  # fmt: skip
+    p.add_argument("--header", action="append", metavar="K=V",
+                   help="set header K (`K=` removes it)")  # fmt: skip
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help=f"independent exchanges in flight (default {DEFAULT_CONCURRENCY})")  # fmt: skip
+    p.add_argument("--rate", metavar="R/s", help="at most R requests per second (also R/m, R/h)")
+    p.add_argument("--only", action="append", metavar="FILTER",
+                   help="replay only matching exchanges, e.g. family=responses,stream=true")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    p.add_argument("--allow-unsafe", action="store_true",
+                   help="also replay DELETE, uploads, batches and other state-changing calls")  # fmt: skip
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help=f"seconds per exchange (default {DEFAULT_TIMEOUT:.0f})")  # fmt: skip
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output .jsonl (default: <capture dir>/<session>.<label>.jsonl)")  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="YAML with `targets:` (and `defaults:`)")
+
+
+def main_replay(argv: Sequence[str] | None = None) -> int:
+    """`wirediff replay …` on its own (tests, `python -m wirediff.cli.replay`)."""
+    return standalone(register, "replay", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main_replay())

@@ -1,0 +1,75 @@
+"""What identifies a request across backends, listeners and replays: equal bodies, the user's
+prompt, and the key two hops of one call (client → gateway → backend) have in common."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HOP_LOOKBACK", "HOP_SLACK_S", "HOP_WINDOW_S", "body_key", "hop_key", "prompt_text"]
+
+HOP_SLACK_S = 0.05  # clock slack when checking that the inner hop lies inside the outer one
+HOP_WINDOW_S = 30.0  # an outer hop without a duration contains what starts this soon after it
+HOP_LOOKBACK = 16  # equal requests on one listener an inner hop looks back through
+
+
+def body_key(request: Mapping[str, Any]) -> int:
+    """A hash that is equal for equal request bodies (key order ignored)."""
+    body = request.get("body")
+    if body is not None:
+        return hash(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str))
+    return hash((request.get("text"), request.get("b64")))
+
+
+def _texts(content: Any) -> list[str]:
+    """The text of a message's content: a string, or the `text` of its parts."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    return []
+
+
+def prompt_text(body: Any) -> str | None:
+    """What the user asked, normalised so that it survives a gateway: the texts of the
+    user messages (chat), of the user items or the `input` string (Responses, embeddings)
+    or the `prompt` (completions), whitespace collapsed; `None` when there is none.
+
+    A gateway renames the model, adds `stream`/`stream_options` or a system prompt, and may
+    translate a Responses call into a chat completion, but it passes the user's words on.
+    """
+    if not isinstance(body, dict):
+        return None
+    parts: list[str] = []
+    messages, inp, prompt = body.get("messages"), body.get("input"), body.get("prompt")
+    if isinstance(messages, list):
+        for m in messages:
+            if isinstance(m, dict) and m.get("role") == "user":
+                parts.extend(_texts(m.get("content")))
+    elif isinstance(inp, str):
+        parts.append(inp)
+    elif isinstance(inp, list):
+        for item in inp:
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict) and item.get("role") == "user":
+                parts.extend(_texts(item.get("content")))
+    elif isinstance(prompt, str):
+        parts.append(prompt)
+    elif isinstance(prompt, list):
+        parts.extend(p for p in prompt if isinstance(p, str))
+    text = " ".join(" ".join(parts).split())
+    return text or None
+
+
+def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the two hops of one call have in common: the prompt, or for a request without
+    one the exact body with its method and route."""
+    prompt = prompt_text(request.get("body"))
+    if prompt is not None:
+        return ("prompt", prompt)
+    route = str(request.get("path") or "").split("?")[0]
+    return ("body", body_key(request), request.get("method"), route)

@@ -1,0 +1,1 @@
+"""Replay: a pure plan (targets, safety, id slots, dependencies), then the engine that sends it."""
