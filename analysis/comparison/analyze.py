@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.conformance import conformance
 from wirediff.analysis.comparison.divergences import divergences, drop_ignored
@@ -64,9 +64,7 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
     repeated full collections would take a tenth of its time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         records_by_id = {r["id"]: r for r in records}
         exchanges = exchanges_frame(records)
         events = events_frame(records)
@@ -83,9 +81,6 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
             conformance=checked,
             latency=latency_frame(exchanges, events),
         )
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_ignore(path: str | os.PathLike[str]) -> list[str]:

@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from wirediff._support import is_2xx
 from wirediff._types import JSON, Event, Record
 from wirediff.analysis.comparison.divergences import (
     DIVERGENCE_COLUMNS,
@@ -525,7 +526,7 @@ def record_problems(record: Record) -> list[Problem]:
     """Everything wrong with one 2xx answer; other answers are not the SDK's business."""
     resp = record.get("response") or {}
     status = resp.get("status")
-    if not isinstance(status, int) or not 200 <= status < 300 or resp.get("truncated"):
+    if not is_2xx(status) or resp.get("truncated"):
         return []
     tags = record.get("tags") or {}
     family, endpoint = tags.get("family"), tags.get("endpoint")

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import is_2xx
 from wirediff._types import JSON, Event, Record
 from wirediff.analysis.comparison.kinds import kind_names
 from wirediff.analysis.comparison.shapes import (
@@ -135,10 +136,6 @@ def media_type(content_type: str) -> str:
 
 def normalize_content_type(content_type: str) -> str:
     return ";".join(part.strip() for part in content_type.lower().split(";"))
-
-
-def is_2xx(status: int | None) -> bool:
-    return isinstance(status, int) and 200 <= status < 300
 
 
 def observe(record: Record) -> Observed:

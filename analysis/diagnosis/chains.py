@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import pandas as pd
 
+from wirediff._support import is_2xx
 from wirediff._types import Record
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
@@ -127,7 +128,7 @@ def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
     if not resp:
         return False
     status = resp.get("status")
-    if not isinstance(status, int) or not 200 <= status < 300:
+    if not is_2xx(status):
         return False
     tags = record.get("tags") or {}
     if tags.get("soft_error"):

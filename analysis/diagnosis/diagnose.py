@@ -10,7 +10,6 @@ Codes (contract): see `CODES`. One row per (chain, code); a chain may carry seve
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import is_2xx, paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import (
@@ -469,7 +469,7 @@ def _exchange_findings(x: _Ex, served: Mapping[str, set[str]]) -> list[Finding]:
         ):
             add("endpoint_not_implemented", _ev(x, x.snippet()), variant=x.endpoint)
 
-    if st is not None and 200 <= st < 300:
+    if is_2xx(st):
         error_event = x.end is not None and x.end.terminal == "error"
         if x.soft or error_event:
             where = "event in the stream" if x.end is not None else "body"
@@ -803,13 +803,8 @@ def diagnose(
     A caller that has analysed the records already passes what it built from them
     (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again. The
     cyclic garbage collector is paused meanwhile, as in `wirediff.analysis.comparison.analyze.analyze`."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _diagnose(records, exchanges, records_by_id)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _diagnose(

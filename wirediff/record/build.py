@@ -16,6 +16,7 @@ from typing import Any
 from mitmproxy import http
 
 from wirediff import FORMAT
+from wirediff._support import is_2xx
 from wirediff._types import Event, Record
 from wirediff.profiles import match_signature
 from wirediff.record.redact import (
@@ -323,7 +324,7 @@ def build_record(
         response_body=resp_body,
         events=events,
     )
-    if response is not None and (status is None or not 200 <= status < 300 or tags["soft_error"]):
+    if response is not None and (not is_2xx(status) or tags["soft_error"]):
         # Signatures name the provider behind an error; healthy answers skip the regexes.
         text = response["text"] if response["text"] is not None else json.dumps(resp_body)
         tags["signature"] = match_signature(status, resp_headers, text)

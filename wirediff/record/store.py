@@ -7,7 +7,6 @@ anything that is not `wirediff/1` with a one-line reason.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from wirediff import FORMAT
+from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
 
@@ -210,17 +210,11 @@ def load_records(
     """
     out: list[Record] = []
     shared: Shared = {}
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc(freeze=True):
         for path in paths:
             for rec in iter_records(path):
                 _share_repeats(rec, shared)
                 out.append(rec)
-        gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
     return out if superseded else drop_retried(out)
 
 

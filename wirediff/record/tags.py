@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from wirediff._support import is_2xx
 from wirediff._types import JSON, Event
 from wirediff.record.redact import AUTH_HEADERS, fingerprint, split_scheme
 
@@ -144,7 +145,7 @@ def is_error_body(body: JSON) -> bool:
 def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -> bool:
     """A 2xx that is really an error: LM Studio's 200 `{"error": …}`, or an error in a
     2xx event stream (`data: {"error": …}`)."""
-    if status is None or not 200 <= status < 300:
+    if not is_2xx(status):
         return False
     if is_error_body(body):
         return True

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from wirediff._support import is_2xx
 from wirediff._types import JSON, Record
 from wirediff.errors import PlanError
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
@@ -658,7 +659,7 @@ def failure(outcome: Record) -> str | None:
         kind = err.get("kind") if isinstance(err, dict) else "no answer"
         return f"the target did not answer it ({kind})"
     status = resp.get("status")
-    if not isinstance(status, int) or not 200 <= status < 300:
+    if not is_2xx(status):
         return f"the target answered it with HTTP {status}"
     tags = outcome.get("tags") or {}
     if tags.get("soft_error"):

@@ -1,0 +1,36 @@
+"""Small facts every layer shares, defined once."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["clip", "is_2xx", "paused_gc"]
+
+
+def is_2xx(status: Any) -> bool:
+    """A success status; anything that is not an integer (a missing answer) is not."""
+    return isinstance(status, int) and not isinstance(status, bool) and 200 <= status < 300
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+@contextlib.contextmanager
+def paused_gc(*, freeze: bool = False) -> Iterator[None]:
+    """Pause the cyclic garbage collector: records and frames make no reference cycles,
+    only millions of long-lived objects that full collections would walk again and again.
+    `freeze` moves what exists at the end out of later collections (loaded records)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        if freeze:
+            gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
