@@ -1,0 +1,429 @@
+"""What an app gets from an answer: the recorded bytes fed back into the real openai SDK.
+
+Severity follows client impact, and impact is measured, not guessed: each recorded answer is
+served to `openai.OpenAI` through an `httpx.MockTransport`, and the calls apps make are made —
+`create()` (streamed or not), the `chat.completions.stream()` and `responses.stream()` helpers
+and their final objects — reading what apps read: the message content, tool-call arguments
+parsed as JSON, `output_text`, usage. The result is an `Outcome`: what each probe observed
+(kinds of values, never generated text) and the failures, each with the line of the traceback
+where the SDK gave up. Outcomes are remembered per answer skeleton (`skeleton`), so the SDK
+runs once per distinct answer structure, not once per exchange.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+
+from wirediff._support import clip, is_2xx
+from wirediff._types import JSON, Record
+
+__all__ = ["SDK_SOURCE", "Failure", "Outcome", "impact", "skeleton"]
+
+SDK_SOURCE = f"openai-python {openai.__version__}"
+MESSAGE_LIMIT = 240
+"""Characters kept of an exception's message in the evidence."""
+MEMO_LIMIT = 1 << 14
+"""Outcomes remembered (then the table starts over: forgetting only costs time)."""
+_HOP_BY_HOP = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
+_CONSTANT_KEYS = frozenset(
+    {"type", "object", "role", "status", "finish_reason", "event", "code", "param"}
+)
+_PROMPT = [{"role": "user", "content": "x"}]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The SDK raised where an app would not expect it, or handed back nothing useful."""
+
+    probe: str
+    """The call that failed, as an app writes it: `client.responses.stream()`."""
+    error: str
+    """`AttributeError: 'Response' object has no attribute 'output'`."""
+    where: str = ""
+    """The failing line of the traceback: `openai/lib/…/_responses.py:332: snapshot.output…`."""
+
+    @property
+    def evidence(self) -> str:
+        return f"`{self.probe}` {self.error}" + (f" at {self.where}" if self.where else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the probes observed (`content: text`, `tool_arguments: object`, `raises:
+    NotFoundError`…) and how the SDK failed, if it did."""
+
+    observed: tuple[tuple[str, str], ...] = ()
+    failures: tuple[Failure, ...] = ()
+    judged: bool = True
+    """False when the answer cannot be replayed to the SDK (truncated, not recorded)."""
+
+    def get(self, probe: str) -> str | None:
+        return dict(self.observed).get(probe)
+
+
+@dataclass
+class _Probe:
+    observed: dict[str, str] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+
+    def run(self, probe: str, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except openai.APIStatusError as e:
+            self.observed.setdefault("raises", type(e).__name__)
+        except openai.APIError as e:  # an error event in a stream: the app sees an exception
+            self.observed.setdefault("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
+        except Exception as e:
+            self.failures.append(Failure(probe, _error_text(e), _failing_line(e)))
+
+
+def _error_text(e: BaseException) -> str:
+    first = str(e).splitlines()[0] if str(e) else ""
+    return f"raises {type(e).__name__}" + (f": {clip(first, MESSAGE_LIMIT)}" if first else "")
+
+
+def _failing_line(e: BaseException) -> str:
+    """The innermost frame in the SDK (else the innermost at all), as `file:line: code`."""
+    frames = traceback.extract_tb(e.__traceback__)
+    inside = [f for f in frames if "/openai/" in f.filename.replace("\\", "/")]
+    if not (inside or frames):
+        return ""
+    frame = (inside or frames)[-1]
+    path = frame.filename.replace("\\", "/")
+    short = path[path.rindex("/openai/") + 1 :] if "/openai/" in path else path.rsplit("/", 1)[-1]
+    return f"{short}:{frame.lineno}: {(frame.line or '').strip()}"
+
+
+# --- the answer, served again -------------------------------------------------------------
+
+
+def _answer(record: Record) -> httpx.Response | None:
+    resp = record.get("response")
+    if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
+        return None
+    if resp.get("truncated") and not isinstance(resp.get("events"), list):
+        return None
+    headers = [
+        (str(k), str(v)) for k, v in resp.get("headers") or [] if str(k).lower() not in _HOP_BY_HOP
+    ]
+    events = resp.get("events")
+    if isinstance(events, list):
+        content = _sse(events)
+    elif resp.get("body") is not None:
+        content = json.dumps(resp["body"]).encode()
+    elif isinstance(resp.get("text"), str):
+        content = resp["text"].encode()
+    elif resp.get("b64") is not None or resp.get("complete") is False:
+        return None
+    else:
+        content = b""
+    return httpx.Response(resp["status"], headers=headers, content=content)
+
+
+def _sse(events: list[Any]) -> bytes:
+    """The stream as the SDK parses it: each event's name and data, in order."""
+    frames = []
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        data = ev.get("data")
+        text = data if isinstance(data, str) else json.dumps(data)
+        name = f"event: {ev['event']}\n" if isinstance(ev.get("event"), str) else ""
+        frames.append(f"{name}data: {text}\n\n")
+    return "".join(frames).encode()
+
+
+def _client(answer: httpx.Response) -> openai.OpenAI:
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            answer.status_code, headers=answer.headers, content=answer.content, request=request
+        )
+
+    return openai.OpenAI(
+        api_key="sk-impact",
+        base_url="http://wirediff.invalid/v1",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(serve)),
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _kind_of_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if not isinstance(value, str):
+        return type(value).__name__
+    return "text" if value else "empty"
+
+
+def _kind_of_arguments(value: Any) -> str:
+    """Tool-call arguments as an app reads them: `json.loads` must give an object."""
+    if not isinstance(value, str):
+        return f"not a string ({type(value).__name__})"
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return "not JSON"
+    return "object" if isinstance(parsed, dict) else f"JSON {type(parsed).__name__}"
+
+
+def _usage(value: Any) -> str:
+    return "present" if value is not None else "absent"
+
+
+# --- the probes, per family ----------------------------------------------------------------
+
+
+def _tools(request: dict[str, Any]) -> list[Any]:
+    tools = request.get("tools")
+    return (
+        [t for t in tools if isinstance(t, dict) and t.get("type") == "function"]
+        if isinstance(tools, list)
+        else []
+    )
+
+
+def _chat(client: Any, request: dict[str, Any], p: _Probe) -> None:
+    model = str(request.get("model") or "m")
+    tools = _tools(request)
+    extra: dict[str, Any] = {"tools": tools} if tools else {}
+    if not request.get("stream"):
+
+        def create() -> None:
+            r = client.chat.completions.create(model=model, messages=_PROMPT, **extra)
+            choice = r.choices[0]
+            p.observed["content"] = _kind_of_text(choice.message.content)
+            for call in choice.message.tool_calls or []:
+                p.observed["tool_arguments"] = _kind_of_arguments(call.function.arguments)
+            p.observed["usage"] = _usage(r.usage)
+            if r.usage is not None:
+                p.observed["usage.total_tokens"] = type(r.usage.total_tokens).__name__
+
+        p.run("client.chat.completions.create()", create)
+        return
+    options = request.get("stream_options")
+    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    if include_usage:
+        extra["stream_options"] = {"include_usage": True}
+
+    def create_stream() -> None:
+        chunks = 0
+        content: list[str] = []
+        arguments: dict[int, str] = {}
+        usage = None
+        for chunk in client.chat.completions.create(
+            model=model, messages=_PROMPT, stream=True, **extra
+        ):
+            chunks += 1
+            usage = chunk.usage or usage
+            for choice in chunk.choices or []:
+                if choice.delta.content:
+                    content.append(choice.delta.content)
+                for call in choice.delta.tool_calls or []:
+                    fn = call.function
+                    piece = fn.arguments if fn is not None else None
+                    if piece is not None:
+                        arguments[call.index] = arguments.get(call.index, "") + str(piece)
+        p.observed["chunks"] = "some" if chunks else "none"
+        p.observed["content"] = "text" if content else "empty"
+        for args in arguments.values():
+            p.observed["tool_arguments"] = _kind_of_arguments(args)
+        if include_usage:
+            p.observed["usage"] = _usage(usage)
+
+    p.run("client.chat.completions.create(stream=True)", create_stream)
+
+    def helper() -> None:
+        with client.chat.completions.stream(model=model, messages=_PROMPT, **extra) as stream:
+            for _ in stream:
+                pass
+            final = stream.get_final_completion()
+        if final.choices:
+            p.observed["final.content"] = _kind_of_text(final.choices[0].message.content)
+
+    p.run("client.chat.completions.stream()", helper)
+
+
+def _responses(client: Any, request: dict[str, Any], p: _Probe) -> None:
+    model = str(request.get("model") or "m")
+    tools = _tools(request)
+    extra: dict[str, Any] = {"tools": tools} if tools else {}
+
+    def observe(r: Any, prefix: str = "") -> None:
+        p.observed[f"{prefix}output_text"] = _kind_of_text(r.output_text)
+        for item in r.output or []:
+            if getattr(item, "type", None) == "function_call":
+                p.observed[f"{prefix}tool_arguments"] = _kind_of_arguments(item.arguments)
+        p.observed[f"{prefix}usage"] = _usage(r.usage)
+
+    if not request.get("stream"):
+        p.run(
+            "client.responses.create()",
+            lambda: observe(client.responses.create(model=model, input="x", **extra)),
+        )
+        return
+
+    def create_stream() -> None:
+        events = [
+            e.type for e in client.responses.create(model=model, input="x", stream=True, **extra)
+        ]
+        p.observed["events"] = "some" if events else "none"
+
+    p.run("client.responses.create(stream=True)", create_stream)
+
+    def helper() -> None:
+        with client.responses.stream(model=model, input="x", **extra) as stream:
+            for _ in stream:
+                pass
+            observe(stream.get_final_response(), "final.")
+
+    p.run("client.responses.stream()", helper)
+
+
+def _embeddings(client: Any, request: dict[str, Any], p: _Probe) -> None:
+    def create() -> None:
+        r = client.embeddings.create(model=str(request.get("model") or "m"), input="x")
+        first = r.data[0].embedding if r.data else None
+        p.observed["embedding"] = "vector" if first else "empty"
+
+    p.run("client.embeddings.create()", create)
+
+
+def _models(client: Any, request: dict[str, Any], p: _Probe) -> None:
+    def listed() -> None:
+        p.observed["models"] = "some" if [m.id for m in client.models.list()] else "none"
+
+    p.run("client.models.list()", listed)
+
+
+_PROBES: dict[tuple[str, str], Callable[[Any, dict[str, Any], _Probe], None]] = {
+    ("POST", "/v1/chat/completions"): _chat,
+    ("POST", "/v1/responses"): _responses,
+    ("POST", "/v1/embeddings"): _embeddings,
+    ("GET", "/v1/models"): _models,
+}
+
+
+# --- remembered per answer skeleton -------------------------------------------------------
+
+
+def _shape(value: JSON, key: str = "") -> JSON:
+    """A value with what apps cannot depend on replaced: free text by its kind (empty or
+    not), numbers by their type; constants (`type`, `role`, …) kept; tool arguments by what
+    `json.loads` makes of them."""
+    if isinstance(value, dict):
+        return {k: _shape(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v, key) for v in value]
+    if isinstance(value, str):
+        if key in _CONSTANT_KEYS:
+            return value
+        if key == "arguments":
+            return f"<{_kind_of_arguments(value)}>"
+        return "<text>" if value else ""
+    if isinstance(value, bool) or value is None:
+        return value
+    return f"<{type(value).__name__}>"
+
+
+def _events_skeleton(events: list[Any]) -> Iterator[Any]:
+    """Event shapes with runs of equal shapes collapsed, plus each stream's joined tool
+    arguments (fragments are not JSON; their concatenation must be)."""
+    previous: Any = None
+    joined: dict[Any, str] = {}
+    for ev in events:
+        data = ev.get("data") if isinstance(ev, dict) else None
+        shaped = (ev.get("event") if isinstance(ev, dict) else None, _shape(data))
+        if isinstance(data, dict):
+            for choice in data.get("choices") or []:
+                for call in ((choice or {}).get("delta") or {}).get("tool_calls") or []:
+                    fragment = ((call or {}).get("function") or {}).get("arguments")
+                    if isinstance(fragment, str):
+                        index = call.get("index")
+                        joined[index] = joined.get(index, "") + fragment
+            if isinstance(data.get("delta"), str) and "arguments" in str(data.get("type")):
+                joined[data.get("item_id")] = joined.get(data.get("item_id"), "") + data["delta"]
+        if shaped != previous:
+            yield shaped
+        previous = shaped
+    yield ("arguments", sorted(_kind_of_arguments(v) for v in joined.values()))
+
+
+def skeleton(record: Record) -> str | None:
+    """What the SDK's behaviour on `record` depends on; equal skeletons, equal outcomes."""
+    req, resp = record.get("request") or {}, record.get("response")
+    if not isinstance(resp, dict):
+        return None
+    tags = record.get("tags") or {}
+    body = _object(req.get("body"))
+    asked = (
+        req.get("method"),
+        tags.get("endpoint"),
+        bool(body.get("stream")),
+        json.dumps(body.get("stream_options"), sort_keys=True),
+        sorted(str(t.get("type")) for t in _tools(body)),
+    )
+    content_type = next(
+        (str(v) for k, v in resp.get("headers") or [] if str(k).lower() == "content-type"), ""
+    )
+    events = resp.get("events")
+    answer = (
+        list(_events_skeleton(events))
+        if isinstance(events, list)
+        else _shape(resp.get("body"))
+        if resp.get("body") is not None
+        else _kind_of_text(resp.get("text"))
+    )
+    return json.dumps(
+        [asked, resp.get("status"), content_type, resp.get("truncated"), answer],
+        sort_keys=True,
+        default=str,
+    )
+
+
+_memo: dict[str, Outcome] = {}
+_memo_lock = threading.Lock()
+
+
+def impact(record: Record) -> Outcome:
+    """The outcome of `record`'s answer through the real SDK (remembered per skeleton)."""
+    key = skeleton(record)
+    if key is None:
+        return Outcome(judged=False)
+    found = _memo.get(key)
+    if found is None:
+        found = _measure(record)
+        with _memo_lock:
+            if len(_memo) >= MEMO_LIMIT:
+                _memo.clear()
+            _memo[key] = found
+    return found
+
+
+def _measure(record: Record) -> Outcome:
+    req = record.get("request") or {}
+    tags = record.get("tags") or {}
+    probe = _PROBES.get((str(req.get("method")), str(tags.get("endpoint"))))
+    answer = _answer(record)
+    if probe is None or answer is None:
+        return Outcome(judged=False)
+    p = _Probe()
+    body = _object(req.get("body"))
+    with _client(answer) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the SDK warns while tolerating odd values: not impact
+        probe(client, body, p)
+    if not is_2xx(answer.status_code) and "raises" not in p.observed:
+        p.observed["raises"] = "nothing"
+    return Outcome(tuple(sorted(p.observed.items())), tuple(p.failures))

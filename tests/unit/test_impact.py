@@ -1,0 +1,150 @@
+"""The SDK impact harness: recorded answers fed back into the real openai SDK. Base answers
+(what OpenAI sends) give no failure; each change is judged by what the SDK does with it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.fixtures.records import (
+    chat_record,
+    error_record,
+    make_record,
+    models_record,
+    responses_record,
+)
+from wirediff._types import Record
+from wirediff.analysis.comparison import impact as impact_module
+from wirediff.analysis.comparison.impact import impact, skeleton
+
+BASES: list[tuple[str, Callable[[], Record], dict[str, str]]] = [
+    ("chat", lambda: chat_record(), {"content": "text", "usage": "present"}),
+    ("chat tool call", lambda: chat_record(tool=True), {"tool_arguments": "object"}),
+    ("chat stream", lambda: chat_record(stream=True), {"content": "text", "final.content": "text"}),
+    ("chat stream tool", lambda: chat_record(stream=True, tool=True), {"tool_arguments": "object"}),
+    ("responses", lambda: responses_record(), {"output_text": "text", "usage": "present"}),
+    ("responses tool", lambda: responses_record(tool=True), {"tool_arguments": "object"}),
+    ("responses stream", lambda: responses_record(stream=True), {"final.output_text": "text"}),
+    ("models", lambda: models_record(), {"models": "some"}),
+    ("an error status", lambda: error_record(), {"raises": "NotFoundError"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "make", "expected"), BASES, ids=[b[0] for b in BASES])
+def test_openai_shaped_answers_give_what_apps_read(
+    name: str, make: Callable[[], Record], expected: dict[str, str]
+) -> None:
+    outcome = impact(make())
+    assert outcome.judged and outcome.failures == ()
+    assert {k: outcome.get(k) for k in expected} == expected
+
+
+def _events(rec: Record) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = rec["response"]["events"]
+    return events
+
+
+def test_response_created_without_output_breaks_the_stream_helper() -> None:
+    rec = responses_record(stream=True)
+    for ev in _events(rec):
+        if ev["data"]["type"] == "response.created":
+            del ev["data"]["response"]["output"]
+    (failure,) = impact(rec).failures
+    assert failure.probe == "client.responses.stream()"
+    assert failure.error.startswith("raises AttributeError")
+    assert failure.where.startswith("openai/lib/streaming/responses/")
+    assert "snapshot.output" in failure.where
+    assert failure.evidence.startswith("`client.responses.stream()` raises AttributeError")
+
+
+def test_tool_arguments_as_an_object_do_not_parse() -> None:
+    rec = chat_record(tool=True)
+    call = rec["response"]["body"]["choices"][0]["message"]["tool_calls"][0]
+    call["function"]["arguments"] = {"city": "Paris"}
+    assert impact(rec).get("tool_arguments") == "not a string (dict)"
+
+
+def test_streamed_tool_arguments_are_judged_joined() -> None:
+    rec = chat_record(stream=True, tool=True)
+    for ev in _events(rec):
+        for choice in ev["data"].get("choices", []) if isinstance(ev["data"], dict) else []:
+            for call in (choice.get("delta") or {}).get("tool_calls") or []:
+                if call.get("function", {}).get("arguments"):
+                    call["function"]["arguments"] = call["function"]["arguments"].replace('"', "'")
+    assert impact(rec).get("tool_arguments") == "not JSON"
+
+
+def test_include_usage_without_the_usage_chunk_loses_usage() -> None:
+    rec = chat_record(stream=True)
+    assert rec["request"]["body"]["stream_options"] == {"include_usage": True}
+    events = _events(rec)
+    rec["response"]["events"] = [
+        ev for ev in events if not (isinstance(ev["data"], dict) and ev["data"].get("usage"))
+    ]
+    assert impact(chat_record(stream=True)).get("usage") == "present"
+    assert impact(rec).get("usage") == "absent"
+
+
+def test_a_soft_error_for_a_stream_yields_nothing_and_breaks_the_helper() -> None:
+    """LM Studio's answer to an unknown endpoint: 200, JSON, `{"error": "Unexpected…"}`. The
+    plain stream yields no chunk and raises nothing; the stream helper fails an assertion."""
+    rec = make_record(
+        id="s1",
+        path="/v1/chat/completions",
+        request_body={"model": "m", "messages": [], "stream": True},
+        body={"error": "Unexpected endpoint or method. (POST /v1/chat/completions)"},
+    )
+    outcome = impact(rec)
+    assert outcome.get("chunks") == "none" and outcome.get("content") == "empty"
+    assert outcome.get("raises") is None
+    (failure,) = outcome.failures
+    assert failure.probe == "client.chat.completions.stream()"
+    assert failure.error.startswith("raises AssertionError")
+    assert "snapshot is not None" in failure.where
+
+
+def test_an_error_event_in_a_stream_raises_api_error() -> None:
+    rec = chat_record(stream=True)
+    rec["response"]["events"] = [
+        *_events(rec)[:2],
+        {"t_ms": 90.0, "event": None, "data": {"error": {"message": "Context size exceeded"}}},
+    ]
+    assert impact(rec).get("raises") == "APIError: Context size exceeded"
+
+
+def test_a_truncated_body_is_not_judged() -> None:
+    rec = chat_record()
+    rec["response"]["truncated"] = True
+    assert not impact(rec).judged
+
+
+def test_the_sdk_runs_once_per_answer_skeleton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated text and ids do not change the skeleton; emptiness and kinds do."""
+    a, b = chat_record(id="a"), chat_record(id="b")
+    b["response"]["body"]["choices"][0]["message"]["content"] = "Another answer entirely."
+    b["response"]["body"]["id"] = "chatcmpl-other"
+    assert skeleton(a) == skeleton(b)
+    empty = copy.deepcopy(a)
+    empty["response"]["body"]["choices"][0]["message"]["content"] = ""
+    assert skeleton(empty) != skeleton(a)
+    measured: list[str] = []
+    real = impact_module._measure
+
+    def counting(rec: Record) -> Any:
+        measured.append(rec["id"])
+        return real(rec)
+
+    monkeypatch.setattr(impact_module, "_memo", {})
+    monkeypatch.setattr(impact_module, "_measure", counting)
+    assert impact(a) == impact(b)
+    impact(empty)
+    assert measured == [a["id"], empty["id"]]
+
+
+def test_the_skeleton_is_json() -> None:
+    key = skeleton(responses_record(stream=True, tool=True))
+    assert key is not None and json.loads(key)
