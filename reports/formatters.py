@@ -20,7 +20,7 @@ from typing import Any
 from markupsafe import Markup
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.divergences import event_label
+from wirediff.analysis.comparison.observe import event_label
 from wirediff.record.redact import redact_patterns
 
 MAX_LINES = 44

@@ -13,8 +13,9 @@ import yaml
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.divergences import divergences, drop_ignored
+from wirediff.analysis.comparison.divergences import divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.noise import drop_ignored
 from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
 from wirediff.analysis.comparison.shapes import known_structures
 

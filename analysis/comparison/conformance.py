@@ -25,13 +25,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from wirediff._support import is_2xx
 from wirediff._types import JSON, Event, Record
-from wirediff.analysis.comparison.divergences import (
-    DIVERGENCE_COLUMNS,
-    DONE,
-    EMBEDDED,
-    RESPONSE_TERMINALS,
-    short,
-)
+from wirediff.analysis.comparison.compare import short
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.observe import DONE, EMBEDDED, RESPONSE_TERMINALS
 from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 

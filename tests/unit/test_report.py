@@ -543,11 +543,11 @@ def test_the_real_analysis_renders_a_valid_summary(tmp_path: Path) -> None:
 
 
 def test_schema_enums_are_the_contract() -> None:
-    from wirediff.analysis.comparison.divergences import KINDS as ANALYSIS_KINDS
+    from wirediff.analysis.comparison.kinds import kind_names
     from wirediff.analysis.diagnosis.diagnose import CODES as ANALYSIS_CODES
 
     defs = schema()["$defs"]
-    assert defs["kind"]["enum"] == list(KINDS) == [*ANALYSIS_KINDS, "conformance"]
+    assert defs["kind"]["enum"] == list(KINDS) == [*kind_names(compared_only=True), "conformance"]
     assert defs["code"]["enum"] == list(CODES) == list(ANALYSIS_CODES)
     assert defs["verdict"]["enum"] == list(VERDICTS)
 
