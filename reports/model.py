@@ -36,23 +36,58 @@ DIVERGING = frozenset({"error", "warning"})
 """Severities that make an exchange `diverges`; `info` findings are shown, not counted."""
 
 DIVERGENCE_COLUMNS = [
-    "pair_id", "label", "baseline_label", "baseline_id", "candidate_id", "family", "endpoint",
-    "kind", "path", "baseline", "candidate", "severity", "message",
-]  # fmt: skip
+    "pair_id",
+    "label",
+    "baseline_label",
+    "baseline_id",
+    "candidate_id",
+    "family",
+    "endpoint",
+    "kind",
+    "path",
+    "baseline",
+    "candidate",
+    "severity",
+    "message",
+]
 DIAGNOSIS_COLUMNS = [
-    "chain_id", "code", "exchange_ids", "label", "endpoint", "provider", "summary", "evidence",
+    "chain_id",
+    "code",
+    "exchange_ids",
+    "label",
+    "endpoint",
+    "provider",
+    "summary",
+    "evidence",
     "remedy",
-]  # fmt: skip
+]
 
 FAMILIES = (
-    "chat.completions", "responses", "completions", "models", "embeddings", "files", "audio",
-    "images", "moderations", "batches", "other",
-)  # fmt: skip
+    "chat.completions",
+    "responses",
+    "completions",
+    "models",
+    "embeddings",
+    "files",
+    "audio",
+    "images",
+    "moderations",
+    "batches",
+    "other",
+)
 UNSUPPORTED_CODES = frozenset({"endpoint_not_implemented", "method_not_allowed"})
 ERROR_CODES = frozenset(
-    {"auth_missing", "auth_rejected", "auth_dropped_by_hop", "path_prefix", "model_not_found",
-     "redirect_method_change", "upstream_unreachable", "previous_response_not_found"}
-)  # fmt: skip
+    {
+        "auth_missing",
+        "auth_rejected",
+        "auth_dropped_by_hop",
+        "path_prefix",
+        "model_not_found",
+        "redirect_method_change",
+        "upstream_unreachable",
+        "previous_response_not_found",
+    }
+)
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 """Event positions: findings that differ only there are the same finding."""
@@ -215,12 +250,20 @@ def fold_findings(
         out.append(
             Finding(
                 anchor=anchor("f", row.kind, row.path, row.label, row.endpoint, int(g)),
-                kind=row.kind, path=row.path, label=row.label, baseline_label=row.baseline_label,
-                endpoint=row.endpoint, family=row.family, severity=row.severity,
-                message=row.message, baseline=row.baseline, candidate=row.candidate,
-                count=int(sizes[g]), examples=examples[int(g)],
+                kind=row.kind,
+                path=row.path,
+                label=row.label,
+                baseline_label=row.baseline_label,
+                endpoint=row.endpoint,
+                family=row.family,
+                severity=row.severity,
+                message=row.message,
+                baseline=row.baseline,
+                candidate=row.candidate,
+                count=int(sizes[g]),
+                examples=examples[int(g)],
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -487,12 +530,19 @@ def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int 
         kinds = kind_counts.get(label, {})
         backends.append(
             Backend(
-                label, role_of[label], len(part), sorted(part["endpoint"].unique().tolist()),
+                label,
+                role_of[label],
+                len(part),
+                sorted(part["endpoint"].unique().tolist()),
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
-                {k: kinds[k] for k in sorted(kinds, key=lambda k: KINDS.index(k) if k in KINDS else 99)},
-                families, {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
+                {
+                    k: kinds[k]
+                    for k in sorted(kinds, key=lambda k: KINDS.index(k) if k in KINDS else 99)
+                },
+                families,
+                {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
             )
-        )  # fmt: skip
+        )
 
     totals = {
         "exchanges": len(ex),

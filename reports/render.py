@@ -158,13 +158,21 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
     ]
     findings = [
         {
-            "kind": f.kind, "path": f.path, "label": f.label, "baseline_label": f.baseline_label,
-            "endpoint": f.endpoint, "family": f.family, "severity": f.severity,
-            "message": f.message, "baseline": f.baseline, "candidate": f.candidate,
-            "count": f.count, "examples": [e.pair_id for e in f.examples],
+            "kind": f.kind,
+            "path": f.path,
+            "label": f.label,
+            "baseline_label": f.baseline_label,
+            "endpoint": f.endpoint,
+            "family": f.family,
+            "severity": f.severity,
+            "message": f.message,
+            "baseline": f.baseline,
+            "candidate": f.candidate,
+            "count": f.count,
+            "examples": [e.pair_id for e in f.examples],
         }
         for f in model.findings
-    ]  # fmt: skip
+    ]
     return {
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,

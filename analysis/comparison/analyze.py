@@ -21,9 +21,15 @@ from wirediff.analysis.comparison.shapes import known_structures
 
 CONFIG_NAME = "wirediff.yaml"
 LATENCY_COLUMNS = [
-    "label", "exchanges", "ttfb_ms_median", "ttfb_ms_p90", "first_event_ms_median",
-    "first_event_ms_p90", "duration_ms_median", "duration_ms_p90",
-]  # fmt: skip
+    "label",
+    "exchanges",
+    "ttfb_ms_median",
+    "ttfb_ms_p90",
+    "first_event_ms_median",
+    "first_event_ms_p90",
+    "duration_ms_median",
+    "duration_ms_p90",
+]
 _TIMINGS = ("ttfb_ms", "first_event_ms", "duration_ms")
 
 

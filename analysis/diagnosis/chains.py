@@ -29,9 +29,17 @@ from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_k
 from wirediff.record.tags import header_get
 
 CHAIN_COLUMNS = [
-    "chain_id", "exchange_ids", "kinds", "label", "ok",
-    "session", "final_id", "failed", "links", "title",
-]  # fmt: skip
+    "chain_id",
+    "exchange_ids",
+    "kinds",
+    "label",
+    "ok",
+    "session",
+    "final_id",
+    "failed",
+    "links",
+    "title",
+]
 """`exchange_ids` in start order; `kinds` the sorted link kinds; `label` the backend label
 of the first exchange; `ok` whether the exchange the client finally got succeeded;
 `final_id` that exchange; `failed` the ids of exchanges that did not succeed; `links`
@@ -420,8 +428,9 @@ def chain_rows(
             rid = ids[i]
             title = _step(methods[i], paths[i], statuses[i], errors[i])
             failed = [] if oks[i] else [rid]
-            rows.append((f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid,
-                         failed, [], title))  # fmt: skip
+            rows.append(
+                (f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid, failed, [], title)
+            )
             continue
         if failing_only and all(oks[i] for i in mem):
             continue
