@@ -104,10 +104,7 @@ def hits(path: str, target: str) -> bool:
     The line itself, anything under it, a parsed `arguments@json…` inside it, or a glob
     (`headers.x-ratelimit-*`). Collapsed delta runs (`events[x.delta+]`) match single events.
     """
-    return _hits(path.replace("+]", "]"), target.replace("+]", "]"))
-
-
-def _hits(path: str, target: str) -> bool:
+    path, target = path.replace("+]", "]"), target.replace("+]", "]")
     if not target or not path:
         return False
     if path == target:
@@ -142,7 +139,7 @@ class Layout:
     """
 
     def __init__(self, target: str) -> None:
-        self.target = target.replace("+]", "]")
+        self.target = target
         self.lines: list[Line] = []
         self.first_hit: int | None = None
         self.cut = False
@@ -152,7 +149,7 @@ class Layout:
         if len(self.lines) >= limit:
             self.cut = True
             raise _Enough
-        mark = bool(self.target) and any(_hits(p.replace("+]", "]"), self.target) for p in paths)
+        mark = bool(self.target) and any(hits(p, self.target) for p in paths)
         if mark and self.first_hit is None:
             self.first_hit = len(self.lines)
         self.lines.append(Line(text, depth, note, mark))

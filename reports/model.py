@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from wirediff._types import Record
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
 from wirediff.reports.formatters import anchor, missing, redact, status_class
 from wirediff.reports.latency import Latency, latency
@@ -26,6 +28,7 @@ from wirediff.reports.timeline import Timeline, timelines
 
 KINDS = kind_names()
 """Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
+
 
 VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
 """Compatibility verdicts, from best to worst; a cell shows the worst of its exchanges."""
@@ -35,32 +38,6 @@ SEVERITIES = ("error", "warning", "info")
 DIVERGING = frozenset({"error", "warning"})
 """Severities that make an exchange `diverges`; `info` findings are shown, not counted."""
 
-DIVERGENCE_COLUMNS = [
-    "pair_id",
-    "label",
-    "baseline_label",
-    "baseline_id",
-    "candidate_id",
-    "family",
-    "endpoint",
-    "kind",
-    "path",
-    "baseline",
-    "candidate",
-    "severity",
-    "message",
-]
-DIAGNOSIS_COLUMNS = [
-    "chain_id",
-    "code",
-    "exchange_ids",
-    "label",
-    "endpoint",
-    "provider",
-    "summary",
-    "evidence",
-    "remedy",
-]
 
 FAMILIES = (
     "chat.completions",
@@ -91,6 +68,8 @@ ERROR_CODES = frozenset(
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 """Event positions: findings that differ only there are the same finding."""
+DEFAULT_MAX_EXAMPLES = 3
+"""Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_FINDINGS = 2000
 """Distinct findings listed in the HTML (worst first); the rest are counted there and all
 are in summary.json and divergences.csv."""
@@ -267,15 +246,19 @@ def fold_findings(
     return out
 
 
+def kind_order(kind: str) -> tuple[int, str]:
+    """Sort key: the registry's order (an unregistered kind last)."""
+    return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
+
+
 def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
     """Findings by kind (contract order) and path; worst and most frequent first."""
     by_kind: dict[str, dict[str, list[Finding]]] = {}
     for f in findings:
         by_kind.setdefault(f.kind, {}).setdefault(f.path, []).append(f)
-    order = {k: i for i, k in enumerate(KINDS)}
     sev = {s: i for i, s in enumerate(SEVERITIES)}
     out = []
-    for kind in sorted(by_kind, key=lambda k: (order.get(k, len(order)), k)):
+    for kind in sorted(by_kind, key=kind_order):
         paths = [
             PathGroup(
                 anchor("p", kind, path),
@@ -455,7 +438,12 @@ def roles(ex: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: (rank[kv[1]], kv[0])))
 
 
-def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int = 3) -> ReportModel:
+def build(
+    analysis: AnalysisLike,
+    diagnoses: pd.DataFrame,
+    *,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+) -> ReportModel:
     """Everything the report shows, from an analysis and its diagnoses."""
     ex = analysis.exchanges.assign(
         label=analysis.exchanges["label"].fillna("").astype(str),
@@ -535,10 +523,7 @@ def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int 
                 len(part),
                 sorted(part["endpoint"].unique().tolist()),
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
-                {
-                    k: kinds[k]
-                    for k in sorted(kinds, key=lambda k: KINDS.index(k) if k in KINDS else 99)
-                },
+                {k: kinds[k] for k in sorted(kinds, key=kind_order)},
                 families,
                 {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
             )

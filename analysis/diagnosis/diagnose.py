@@ -95,7 +95,8 @@ def _merge(findings: list[Finding], order: list[str]) -> list[Finding]:
 def diagnose_chain(
     chain: Mapping[str, Any], records_by_id: Mapping[str, Record], served: Mapping[str, set[str]]
 ) -> list[dict[str, Any]]:
-    """Diagnosis rows for one `chains_frame` row (none for a healthy chain)."""
+    """Diagnosis rows for one chain (a `chain_rows` row by `CHAIN_COLUMNS`; none for a
+    healthy chain)."""
     order: list[str] = list(chain["exchange_ids"])
     xs = {i: view(records_by_id[i]) for i in order}
     links = [(str(k), str(a), str(b)) for k, a, b in chain["links"]]
