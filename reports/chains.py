@@ -19,6 +19,8 @@ from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
 
+__all__ = ["MAX_CHAIN_GROUPS", "NO_ENDPOINT", "ChainGroup", "chain_groups"]
+
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300
 """Kinds of failing chain drawn; the rest are counted."""

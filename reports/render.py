@@ -24,8 +24,17 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import CODES, DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import MAX_CHAIN_GROUPS
+from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS, missing, redact
-from wirediff.reports.model import KINDS, MAX_TIMELINES, VERDICTS, ReportModel
+from wirediff.reports.model import (
+    MAX_CELL_DIAGNOSES,
+    MAX_CELL_FINDINGS,
+    MAX_TIMELINES,
+    VERDICTS,
+    ReportModel,
+)
+
+__all__ = ["SCHEMA_PATH", "render_html", "summary_from", "write_csv", "write_json"]
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
 SUMMARY_FORMAT = "wirediff-summary/1"
@@ -42,6 +51,8 @@ ENV.globals.update(
     VERDICTS=VERDICTS,
     MAX_TIMELINES=MAX_TIMELINES,
     MAX_CHAIN_GROUPS=MAX_CHAIN_GROUPS,
+    MAX_CELL_DIAGNOSES=MAX_CELL_DIAGNOSES,
+    MAX_CELL_FINDINGS=MAX_CELL_FINDINGS,
 )
 
 

@@ -18,6 +18,8 @@ import pandas as pd
 from wirediff._types import Record
 from wirediff.analysis.comparison.observe import event_label
 
+__all__ = ["Timeline", "timelines"]
+
 CHAT_FAMILIES = frozenset({"chat.completions", "completions"})
 MAX_TICKS = 400
 """Event ticks drawn per lane; a longer stream is sampled evenly."""

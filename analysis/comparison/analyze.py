@@ -19,6 +19,8 @@ from wirediff.analysis.comparison.noise import drop_ignored
 from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
 from wirediff.analysis.comparison.shapes import known_structures
 
+__all__ = ["LATENCY_COLUMNS", "Analysis", "analyze", "latency_frame", "load_ignore"]
+
 CONFIG_NAME = "wirediff.yaml"
 LATENCY_COLUMNS = [
     "label",

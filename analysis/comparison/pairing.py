@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+__all__ = ["PAIR_COLUMNS", "first_event_ms", "pairs_frame"]
+
 PAIR_COLUMNS = [
     "pair_id",
     "label",

@@ -22,6 +22,21 @@ from typing import Any
 
 from wirediff._types import JSON
 
+__all__ = [
+    "Frozen",
+    "Shape",
+    "Values",
+    "add_parsed",
+    "ancestors",
+    "by_path",
+    "flat",
+    "flatten",
+    "json_type",
+    "known_structures",
+    "structure",
+    "type_label",
+]
+
 Shape = set[tuple[str, str]]
 """`(path, JSON type)` pairs, merged over array items (and over events, when shared).
 

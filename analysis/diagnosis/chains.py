@@ -29,6 +29,15 @@ from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
 
+__all__ = [
+    "CHAIN_COLUMNS",
+    "StreamEnd",
+    "chain_rows",
+    "exchange_ok",
+    "stream_end",
+    "stream_problem",
+]
+
 CHAIN_COLUMNS = [
     "chain_id",
     "exchange_ids",

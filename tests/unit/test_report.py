@@ -22,19 +22,15 @@ import pytest
 from tests.fixtures import records as fx
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import Analysis, analyze
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import CODES, diagnose
 from wirediff.cli import report as report_cli
 from wirediff.errors import UsageError
 from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.store import RecordWriter
+from wirediff.reports.findings import MAX_FINDINGS, MAX_LAID_OUT
 from wirediff.reports.formatters import MAX_LINES, hits, pretty_json, redact
-from wirediff.reports.model import (
-    DIVERGENCE_COLUMNS,
-    MAX_FINDINGS,
-    MAX_LAID_OUT,
-    VERDICTS,
-    build,
-)
+from wirediff.reports.model import VERDICTS, build
 from wirediff.reports.render import SCHEMA_PATH, render_html, summary_from, write_csv
 
 CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
