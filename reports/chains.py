@@ -19,6 +19,8 @@ from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
 
+__all__ = ["MAX_CHAIN_GROUPS", "NO_ENDPOINT", "ChainGroup", "chain_groups"]
+
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300
 """Kinds of failing chain drawn; the rest are counted."""
@@ -109,9 +111,14 @@ def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
             else:
                 status = str((rec.get("error") or {}).get("kind") or "no response")
             steps.append(
-                Step(str(req.get("method") or ""), path_only(req.get("path")), status,
-                     status_class(resp.get("status") if resp else None), _auth(rec))
-            )  # fmt: skip
+                Step(
+                    str(req.get("method") or ""),
+                    path_only(req.get("path")),
+                    status,
+                    status_class(resp.get("status") if resp else None),
+                    _auth(rec),
+                )
+            )
         role = "upstream" if n == len(by_listener) - 1 else "gateway"
         out.append(Hop(source, redact(target), role, redact(listener), steps))
         source = redact(target)
@@ -144,9 +151,17 @@ def chain_groups(
         if g is None:
             code, label, endpoint, provider, summary, remedy = key
             g = groups[key] = ChainGroup(
-                anchor("c", *key), code, label, endpoint or NO_ENDPOINT, provider or "unknown",
-                redact(summary), redact(remedy), 0, 0, [],
-            )  # fmt: skip
+                anchor("c", *key),
+                code,
+                label,
+                endpoint or NO_ENDPOINT,
+                provider or "unknown",
+                redact(summary),
+                redact(remedy),
+                0,
+                0,
+                [],
+            )
         g.count += 1
         recovered = row.get("recovered") is True or row.get("recovered") is np.True_
         g.recovered += recovered
@@ -154,11 +169,13 @@ def chain_groups(
             ids = [str(i) for i in _listish(row.get("exchange_ids"))]
             g.examples.append(
                 ChainExample(
-                    _text(row.get("chain_id")), redact(_text(row.get("title"))),
-                    [redact(e) for e in _listish(row.get("evidence"))], hops(ids, records_by_id),
+                    _text(row.get("chain_id")),
+                    redact(_text(row.get("title"))),
+                    [redact(e) for e in _listish(row.get("evidence"))],
+                    hops(ids, records_by_id),
                     recovered,
                 )
-            )  # fmt: skip
+            )
     order = {c: i for i, c in enumerate(CODES)}
     out = sorted(groups.values(), key=lambda g: (order.get(g.code, len(order)), -g.count))
     for g in out[MAX_CHAIN_GROUPS:]:

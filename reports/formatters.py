@@ -19,9 +19,24 @@ from typing import Any
 
 from markupsafe import Markup
 
+from wirediff._support import clip
 from wirediff._types import Record
-from wirediff.analysis.comparison.divergences import event_label
+from wirediff.analysis.comparison.observe import event_label
 from wirediff.record.redact import redact_patterns
+
+__all__ = [
+    "FILTERS",
+    "MAX_LINES",
+    "anchor",
+    "hits",
+    "missing",
+    "nice_ticks",
+    "path_only",
+    "pretty_json",
+    "redact",
+    "status_class",
+    "wire",
+]
 
 MAX_LINES = 44
 """Lines shown per side of a side-by-side view; longer documents are windowed."""
@@ -31,6 +46,17 @@ MAX_STRING = 200
 """Characters kept of one string value; generated text is evidence, not the finding."""
 MAX_WALK = 600
 """Lines generated at most per document (a 1 MiB body is never laid out whole)."""
+MAX_SCALAR = 4 * MAX_STRING
+"""Characters of one string kept while laying out, before credentials are scrubbed (so no
+key is cut before it can be recognised)."""
+MAX_LINE = MAX_STRING + 60
+"""Characters of one shown line, after credentials are scrubbed."""
+SHORT = 120
+"""Characters of a value shown inline (`shorten`)."""
+SLUG = 48
+"""Characters of the readable part of an anchor."""
+ANCHOR_HASH = 6
+"""Hex digits of the hash that makes an anchor unique."""
 
 
 def redact(text: object) -> str:
@@ -74,8 +100,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 def anchor(*parts: object) -> str:
     """A stable, unique fragment id for a tuple of names."""
     text = "\x1f".join(str(p) for p in parts)
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48]
-    return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:SLUG]
+    return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
 
 
 def status_class(status: object) -> str:
@@ -85,9 +111,9 @@ def status_class(status: object) -> str:
     return f"s{str(status)[0]}"
 
 
-def shorten(text: object, limit: int = 120) -> str:
-    s = redact(text)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+def shorten(text: object, limit: int = SHORT) -> str:
+    """Credentials scrubbed, then cut to `limit` characters."""
+    return clip(redact(text), limit)
 
 
 def path_only(path: object) -> str:
@@ -104,10 +130,7 @@ def hits(path: str, target: str) -> bool:
     The line itself, anything under it, a parsed `arguments@json…` inside it, or a glob
     (`headers.x-ratelimit-*`). Collapsed delta runs (`events[x.delta+]`) match single events.
     """
-    return _hits(path.replace("+]", "]"), target.replace("+]", "]"))
-
-
-def _hits(path: str, target: str) -> bool:
+    path, target = path.replace("+]", "]"), target.replace("+]", "]")
     if not target or not path:
         return False
     if path == target:
@@ -142,7 +165,7 @@ class Layout:
     """
 
     def __init__(self, target: str) -> None:
-        self.target = target.replace("+]", "]")
+        self.target = target
         self.lines: list[Line] = []
         self.first_hit: int | None = None
         self.cut = False
@@ -152,7 +175,7 @@ class Layout:
         if len(self.lines) >= limit:
             self.cut = True
             raise _Enough
-        mark = bool(self.target) and any(_hits(p.replace("+]", "]"), self.target) for p in paths)
+        mark = bool(self.target) and any(hits(p, self.target) for p in paths)
         if mark and self.first_hit is None:
             self.first_hit = len(self.lines)
         self.lines.append(Line(text, depth, note, mark))
@@ -221,7 +244,7 @@ class Layout:
             self.json(resp["body"])
         elif resp.get("text"):
             for raw in str(resp["text"]).splitlines():
-                self.add(raw[: 4 * MAX_STRING], ("body", "error"))
+                self.add(raw[:MAX_SCALAR], ("body", "error"))
         elif resp.get("b64"):
             self.add(f"(binary body, {num(resp.get('size') or 0)} bytes)", ("body",), note=True)
         else:
@@ -244,8 +267,8 @@ class Layout:
         for line in self.lines[start:end]:
             cls = " ".join(c for c, on in (("hl", line.mark), ("note", line.note)) if on) or "l"
             text = redact(line.text)
-            if len(text) > MAX_STRING + 60:
-                text = f"{text[: MAX_STRING + 60]}… (+{len(text) - MAX_STRING - 60} chars)"
+            if len(text) > MAX_LINE:
+                text = f"{text[:MAX_LINE]}… (+{len(text) - MAX_LINE} chars)"
             parts.append(Markup('<span class="{}">{}</span>').format(cls, "  " * line.depth + text))
         if end < n or self.cut:
             more = f"{n - end} lines" if not self.cut else "more"
@@ -256,8 +279,8 @@ class Layout:
 def _scalar(value: Any) -> str:
     """A JSON scalar; long strings cut (generously: the shown line is cut again after
     credentials are scrubbed, so no key is split before it can be recognised)."""
-    if isinstance(value, str) and len(value) > 4 * MAX_STRING:
-        value = f"{value[: 4 * MAX_STRING]}… (+{len(value) - 4 * MAX_STRING} chars)"
+    if isinstance(value, str) and len(value) > MAX_SCALAR:
+        value = f"{value[:MAX_SCALAR]}… (+{len(value) - MAX_SCALAR} chars)"
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -12,6 +12,8 @@ import pandas as pd
 
 from wirediff.reports.formatters import nice_ticks
 
+__all__ = ["Latency", "latency"]
+
 QUANTILES = (5, 25, 50, 75, 90, 95, 99)
 
 

@@ -1,15 +1,15 @@
 """The report's content, computed once from an analysis: what every section shows.
 
 Plain dataclasses built with pandas; the templates only lay them out and `summary.json`
-serialises them. Repeats are folded (identical findings, identical stream alignments,
-identical diagnoses) and only the first `max_examples` of each keep per-exchange detail,
-so the size of a report grows with the number of *distinct* findings, not of exchanges.
+serialises them. Repeats are folded (identical findings: `wirediff.reports.findings`,
+identical stream alignments, identical diagnoses) and only the first `max_examples` of each
+keep per-exchange detail, so the size of a report grows with the number of *distinct*
+findings, not of exchanges.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -18,52 +18,75 @@ import numpy as np
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
-from wirediff.reports.formatters import anchor, missing, redact, status_class
+from wirediff.reports.findings import (
+    Finding,
+    KindGroup,
+    findings_frame,
+    fold_findings,
+    group_findings,
+    kind_order,
+)
+from wirediff.reports.formatters import anchor, missing, status_class
 from wirediff.reports.latency import Latency, latency
 from wirediff.reports.timeline import Timeline, timelines
 
-KINDS = kind_names()
-"""Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
+__all__ = [
+    "DEFAULT_MAX_EXAMPLES",
+    "MAX_CELL_DIAGNOSES",
+    "MAX_CELL_FINDINGS",
+    "MAX_TIMELINES",
+    "VERDICTS",
+    "AnalysisLike",
+    "ReportModel",
+    "build",
+]
+
 
 VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
 """Compatibility verdicts, from best to worst; a cell shows the worst of its exchanges."""
 RANK = {v: i for i, v in enumerate(VERDICTS)}
 SKIPPED = "skipped"
-SEVERITIES = ("error", "warning", "info")
 DIVERGING = frozenset({"error", "warning"})
 """Severities that make an exchange `diverges`; `info` findings are shown, not counted."""
 
-DIVERGENCE_COLUMNS = [
-    "pair_id", "label", "baseline_label", "baseline_id", "candidate_id", "family", "endpoint",
-    "kind", "path", "baseline", "candidate", "severity", "message",
-]  # fmt: skip
-DIAGNOSIS_COLUMNS = [
-    "chain_id", "code", "exchange_ids", "label", "endpoint", "provider", "summary", "evidence",
-    "remedy",
-]  # fmt: skip
 
 FAMILIES = (
-    "chat.completions", "responses", "completions", "models", "embeddings", "files", "audio",
-    "images", "moderations", "batches", "other",
-)  # fmt: skip
+    "chat.completions",
+    "responses",
+    "completions",
+    "models",
+    "embeddings",
+    "files",
+    "audio",
+    "images",
+    "moderations",
+    "batches",
+    "other",
+)
 UNSUPPORTED_CODES = frozenset({"endpoint_not_implemented", "method_not_allowed"})
 ERROR_CODES = frozenset(
-    {"auth_missing", "auth_rejected", "auth_dropped_by_hop", "path_prefix", "model_not_found",
-     "redirect_method_change", "upstream_unreachable", "previous_response_not_found"}
-)  # fmt: skip
+    {
+        "auth_missing",
+        "auth_rejected",
+        "auth_dropped_by_hop",
+        "path_prefix",
+        "model_not_found",
+        "redirect_method_change",
+        "upstream_unreachable",
+        "previous_response_not_found",
+    }
+)
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
-_POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
-"""Event positions: findings that differ only there are the same finding."""
-MAX_FINDINGS = 2000
-"""Distinct findings listed in the HTML (worst first); the rest are counted there and all
-are in summary.json and divergences.csv."""
-MAX_LAID_OUT = 400
-"""Examples laid out side by side in the whole HTML; later ones are named by pair id.
-With MAX_FINDINGS this bounds the report's size whatever the traffic."""
+DEFAULT_MAX_EXAMPLES = 3
+"""Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
 """Stream alignments drawn; the rest are counted."""
+MAX_CELL_DIAGNOSES = 8
+"""Diagnoses listed under one matrix cell's evidence; the rest are counted."""
+MAX_CELL_FINDINGS = 10
+"""Findings listed under one matrix cell's evidence; the rest are counted."""
 
 
 class AnalysisLike(Protocol):
@@ -81,180 +104,6 @@ class AnalysisLike(Protocol):
     def divergences(self) -> pd.DataFrame: ...
     @property
     def conformance(self) -> pd.DataFrame: ...
-
-
-# --- findings ---------------------------------------------------------------------------
-
-
-def map_unique(s: pd.Series, fn: Callable[[str], str]) -> pd.Series:
-    """`fn` over a column of strings, once per distinct value (findings repeat a lot)."""
-    unique = s.unique().tolist()
-    return s.map(dict(zip(unique, map(fn, unique), strict=True)))
-
-
-def redact_series(s: pd.Series) -> pd.Series:
-    return map_unique(s, redact)
-
-
-def position_free(text: str) -> str:
-    return _POSITION.sub("#n", text)
-
-
-def findings_frame(analysis: AnalysisLike) -> pd.DataFrame:
-    """Divergences and conformance rows in one table of strings, credentials scrubbed."""
-    frames = [f for f in (analysis.divergences, analysis.conformance) if f is not None and len(f)]
-    if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIVERGENCE_COLUMNS})
-    df = pd.concat([f.reindex(columns=DIVERGENCE_COLUMNS) for f in frames], ignore_index=True)
-    for col in DIVERGENCE_COLUMNS:
-        df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
-    for col in ("baseline", "candidate", "message", "path"):
-        df[col] = redact_series(df[col])
-    df["endpoint"] = df["endpoint"].replace("", NO_ENDPOINT)
-    return df
-
-
-@dataclass(slots=True)
-class Example:
-    pair_id: str
-    baseline_id: str
-    candidate_id: str
-    timeline: str | None = None
-
-
-@dataclass(slots=True)
-class Finding:
-    """Identical findings folded: same kind, path, backends, endpoint, values and message."""
-
-    anchor: str
-    kind: str
-    path: str
-    label: str
-    baseline_label: str
-    endpoint: str
-    family: str
-    severity: str
-    message: str
-    baseline: str
-    candidate: str
-    count: int
-    examples: list[Example]
-    shown: bool = True
-    laid_out: int = 0
-    """How many of `examples` are laid out side by side (the report's size budget)."""
-
-
-@dataclass(slots=True)
-class PathGroup:
-    anchor: str
-    kind: str
-    path: str
-    findings: list[Finding]
-
-    @property
-    def count(self) -> int:
-        return sum(f.count for f in self.findings)
-
-    @property
-    def not_shown(self) -> int:
-        return sum(not f.shown for f in self.findings)
-
-    @property
-    def visible(self) -> bool:
-        return any(f.shown for f in self.findings)
-
-
-@dataclass(slots=True)
-class KindGroup:
-    anchor: str
-    kind: str
-    paths: list[PathGroup]
-
-    @property
-    def count(self) -> int:
-        return sum(p.count for p in self.paths)
-
-    @property
-    def n_findings(self) -> int:
-        return sum(len(p.findings) for p in self.paths)
-
-    @property
-    def hidden_paths(self) -> list[PathGroup]:
-        """Paths none of whose findings fit in the report's budget."""
-        return [p for p in self.paths if not p.visible]
-
-
-def fold_findings(
-    df: pd.DataFrame, max_examples: int, timeline_of: Mapping[str, str]
-) -> list[Finding]:
-    """One `Finding` per distinct finding, with its count and its first examples."""
-    if df.empty:
-        return []
-    keyed = df.assign(
-        _b=map_unique(df["baseline"], position_free),
-        _c=map_unique(df["candidate"], position_free),
-        _m=map_unique(df["message"], position_free),
-    )
-    keys = ["kind", "path", "label", "baseline_label", "endpoint", "severity", "_b", "_c", "_m"]
-    group = keyed.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
-    sizes = np.bincount(group)
-    rank = keyed.groupby(group).cumcount().to_numpy()
-    shown = keyed[rank < max_examples]
-    examples: dict[int, list[Example]] = {}
-    for g, pid, bid, cid in zip(
-        group[rank < max_examples].tolist(),
-        shown["pair_id"].tolist(),
-        shown["baseline_id"].tolist(),
-        shown["candidate_id"].tolist(),
-        strict=True,
-    ):
-        examples.setdefault(int(g), []).append(Example(pid, bid, cid, timeline_of.get(pid)))
-    firsts = keyed[rank == 0]
-    out = []
-    for g, row in zip(group[rank == 0], firsts.itertuples(index=False), strict=True):
-        out.append(
-            Finding(
-                anchor=anchor("f", row.kind, row.path, row.label, row.endpoint, int(g)),
-                kind=row.kind, path=row.path, label=row.label, baseline_label=row.baseline_label,
-                endpoint=row.endpoint, family=row.family, severity=row.severity,
-                message=row.message, baseline=row.baseline, candidate=row.candidate,
-                count=int(sizes[g]), examples=examples[int(g)],
-            )
-        )  # fmt: skip
-    return out
-
-
-def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
-    """Findings by kind (contract order) and path; worst and most frequent first."""
-    by_kind: dict[str, dict[str, list[Finding]]] = {}
-    for f in findings:
-        by_kind.setdefault(f.kind, {}).setdefault(f.path, []).append(f)
-    order = {k: i for i, k in enumerate(KINDS)}
-    sev = {s: i for i, s in enumerate(SEVERITIES)}
-    out = []
-    for kind in sorted(by_kind, key=lambda k: (order.get(k, len(order)), k)):
-        paths = [
-            PathGroup(
-                anchor("p", kind, path),
-                kind,
-                path,
-                sorted(fs, key=lambda f: (sev.get(f.severity, 3), -f.count)),
-            )
-            for path, fs in by_kind[kind].items()
-        ]
-        paths.sort(
-            key=lambda p: (min(sev.get(f.severity, 3) for f in p.findings), -p.count, p.path)
-        )
-        out.append(KindGroup(anchor("k", kind), kind, paths))
-    budget_findings, budget_examples = MAX_FINDINGS, MAX_LAID_OUT
-    for k in out:
-        for p in k.paths:
-            for f in p.findings:
-                f.shown = budget_findings > 0
-                budget_findings -= 1
-                f.laid_out = min(len(f.examples), budget_examples) if f.shown else 0
-                budget_examples -= f.laid_out
-    return out
 
 
 # --- outcomes, verdicts, the matrix -----------------------------------------------------
@@ -412,7 +261,12 @@ def roles(ex: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: (rank[kv[1]], kv[0])))
 
 
-def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int = 3) -> ReportModel:
+def build(
+    analysis: AnalysisLike,
+    diagnoses: pd.DataFrame,
+    *,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+) -> ReportModel:
     """Everything the report shows, from an analysis and its diagnoses."""
     ex = analysis.exchanges.assign(
         label=analysis.exchanges["label"].fillna("").astype(str),
@@ -425,7 +279,7 @@ def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int 
     labels = list(role_of)
     records = analysis.records_by_id
 
-    ffr = findings_frame(analysis)
+    ffr = findings_frame(analysis.divergences, analysis.conformance)
     tls, timeline_of = timelines(pairs, records, max_examples=max_examples, anchor=anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
     timeline_of = {pid: a for pid, a in timeline_of.items() if a in drawn}
@@ -487,12 +341,16 @@ def build(analysis: AnalysisLike, diagnoses: pd.DataFrame, *, max_examples: int 
         kinds = kind_counts.get(label, {})
         backends.append(
             Backend(
-                label, role_of[label], len(part), sorted(part["endpoint"].unique().tolist()),
+                label,
+                role_of[label],
+                len(part),
+                sorted(part["endpoint"].unique().tolist()),
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
-                {k: kinds[k] for k in sorted(kinds, key=lambda k: KINDS.index(k) if k in KINDS else 99)},
-                families, {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
+                {k: kinds[k] for k in sorted(kinds, key=kind_order)},
+                families,
+                {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
             )
-        )  # fmt: skip
+        )
 
     totals = {
         "exchanges": len(ex),

@@ -19,30 +19,28 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.diagnosis.diagnose import CODES, DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import MAX_CHAIN_GROUPS
+from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS, missing, redact
 from wirediff.reports.model import (
-    DIAGNOSIS_COLUMNS,
-    DIVERGENCE_COLUMNS,
-    KINDS,
+    MAX_CELL_DIAGNOSES,
+    MAX_CELL_FINDINGS,
     MAX_TIMELINES,
-    SEVERITIES,
     VERDICTS,
-    AnalysisLike,
     ReportModel,
-    build,
 )
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-SCHEMA_PATH = PACKAGE_DIR / "summary.schema.json"
+__all__ = ["SCHEMA_PATH", "render_html", "summary_from", "write_csv", "write_json"]
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
 SUMMARY_FORMAT = "wirediff-summary/1"
-DEFAULT_MAX_EXAMPLES = 3
 
 ENV = Environment(
-    loader=FileSystemLoader(str(PACKAGE_DIR)),
+    loader=PackageLoader("wirediff.reports", "templates"),
     autoescape=True,
     undefined=StrictUndefined,
     trim_blocks=True,
@@ -51,10 +49,10 @@ ENV = Environment(
 ENV.filters.update(FILTERS)
 ENV.globals.update(
     VERDICTS=VERDICTS,
-    KINDS=KINDS,
-    SEVERITIES=SEVERITIES,
     MAX_TIMELINES=MAX_TIMELINES,
     MAX_CHAIN_GROUPS=MAX_CHAIN_GROUPS,
+    MAX_CELL_DIAGNOSES=MAX_CELL_DIAGNOSES,
+    MAX_CELL_FINDINGS=MAX_CELL_FINDINGS,
 )
 
 
@@ -69,7 +67,7 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Write the report for an already built model; streamed, never held whole in memory."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    template = ENV.get_template("templates/report.html.j2")
+    template = ENV.get_template("report.html.j2")
     context = {
         "m": model,
         "records": model.records_by_id,
@@ -79,17 +77,6 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     with out.open("w", encoding="utf-8") as fh:
         fh.writelines(template.generate(**context))
     return out
-
-
-def render_report(
-    analysis: AnalysisLike,
-    diagnoses: pd.DataFrame,
-    out_path: str | os.PathLike[str],
-    *,
-    max_examples: int = DEFAULT_MAX_EXAMPLES,
-) -> Path:
-    """Render `report.html` for an analysis and its diagnoses; returns the path written."""
-    return render_html(build(analysis, diagnoses, max_examples=max_examples), out_path)
 
 
 # --- summary.json -----------------------------------------------------------------------
@@ -113,10 +100,9 @@ def jsonable(value: Any) -> Any:
 
 
 def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every diagnosis, contract columns first, strings scrubbed of credentials."""
-    extra = [c for c in ("recovered", "title") if c in diagnoses.columns]
+    """Every diagnosis in `DIAGNOSIS_COLUMNS`, strings scrubbed of credentials."""
     rows = []
-    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS + extra).to_dict("records"):
+    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"):
         item = {str(k): jsonable(v) for k, v in row.items()}
         item["exchange_ids"] = [str(i) for i in item["exchange_ids"] or []]
         item["evidence"] = [redact(e) for e in item["evidence"] or []]
@@ -158,13 +144,21 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
     ]
     findings = [
         {
-            "kind": f.kind, "path": f.path, "label": f.label, "baseline_label": f.baseline_label,
-            "endpoint": f.endpoint, "family": f.family, "severity": f.severity,
-            "message": f.message, "baseline": f.baseline, "candidate": f.candidate,
-            "count": f.count, "examples": [e.pair_id for e in f.examples],
+            "kind": f.kind,
+            "path": f.path,
+            "label": f.label,
+            "baseline_label": f.baseline_label,
+            "endpoint": f.endpoint,
+            "family": f.family,
+            "severity": f.severity,
+            "message": f.message,
+            "baseline": f.baseline,
+            "candidate": f.candidate,
+            "count": f.count,
+            "examples": [e.pair_id for e in f.examples],
         }
         for f in model.findings
-    ]  # fmt: skip
+    ]
     return {
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,
@@ -177,11 +171,6 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
         "diagnoses": diagnosis_rows(model.diagnoses),
         "contract": {"kinds": list(KINDS), "codes": list(CODES), "verdicts": list(VERDICTS)},
     }
-
-
-def summary_dict(analysis: AnalysisLike, diagnoses: pd.DataFrame) -> dict[str, Any]:
-    """The summary, every divergence and every diagnosis, as `summary.json` holds them."""
-    return summary_from(build(analysis, diagnoses, max_examples=DEFAULT_MAX_EXAMPLES))
 
 
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:

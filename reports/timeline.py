@@ -1,9 +1,9 @@
 """Stream timelines: a pair's two SSE event sequences aligned, with per-event timing.
 
-Events are labelled exactly as `wirediff.analysis.comparison.divergences` labels them (so a timeline row and an
-`events[label]` finding name the same thing); runs of deltas collapse into one row
-(`response.output_text.delta+` x14) because how many deltas arrive is generated, not
-protocol. Pairs whose two collapsed sequences are the same fold into one timeline.
+Events are labelled exactly as `wirediff.analysis.comparison.observe` labels them (so a
+timeline row and an `events[label]` finding name the same thing); runs of deltas collapse
+into one row (`response.output_text.delta+` x14) because how many deltas arrive is
+generated, not protocol. Pairs whose two collapsed sequences are the same fold into one timeline.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from typing import Any
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.divergences import event_label
+from wirediff.analysis.comparison.observe import event_label
+
+__all__ = ["Timeline", "timelines"]
 
 CHAT_FAMILIES = frozenset({"chat.completions", "completions"})
 MAX_TICKS = 400

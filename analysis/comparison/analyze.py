@@ -13,16 +13,25 @@ import yaml
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.divergences import divergences, drop_ignored
+from wirediff.analysis.comparison.divergences import divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.noise import drop_ignored
 from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
 from wirediff.analysis.comparison.shapes import known_structures
 
+__all__ = ["LATENCY_COLUMNS", "Analysis", "analyze", "latency_frame", "load_ignore"]
+
 CONFIG_NAME = "wirediff.yaml"
 LATENCY_COLUMNS = [
-    "label", "exchanges", "ttfb_ms_median", "ttfb_ms_p90", "first_event_ms_median",
-    "first_event_ms_p90", "duration_ms_median", "duration_ms_p90",
-]  # fmt: skip
+    "label",
+    "exchanges",
+    "ttfb_ms_median",
+    "ttfb_ms_p90",
+    "first_event_ms_median",
+    "first_event_ms_p90",
+    "duration_ms_median",
+    "duration_ms_p90",
+]
 _TIMINGS = ("ttfb_ms", "first_event_ms", "duration_ms")
 
 

@@ -25,13 +25,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from wirediff._support import is_2xx
 from wirediff._types import JSON, Event, Record
-from wirediff.analysis.comparison.divergences import (
-    DIVERGENCE_COLUMNS,
-    DONE,
-    EMBEDDED,
-    RESPONSE_TERMINALS,
-    short,
-)
+from wirediff.analysis.comparison.compare import short
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.observe import DONE, EMBEDDED, RESPONSE_TERMINALS
 from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 
@@ -39,13 +35,38 @@ CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
 EMBEDDED_EVENTS = f"events[{EMBEDDED}]"
 
 RESPONSE_KEYS = (
-    "id", "object", "created_at", "status", "model", "output", "usage", "error",
-    "incomplete_details", "instructions", "metadata", "parallel_tool_calls", "temperature",
-    "top_p", "tool_choice", "tools", "truncation", "text", "presence_penalty",
-    "frequency_penalty", "top_logprobs", "store", "background", "service_tier", "completed_at",
-    "previous_response_id", "reasoning", "max_output_tokens", "max_tool_calls",
-    "safety_identifier", "prompt_cache_key",
-)  # fmt: skip
+    "id",
+    "object",
+    "created_at",
+    "status",
+    "model",
+    "output",
+    "usage",
+    "error",
+    "incomplete_details",
+    "instructions",
+    "metadata",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "tool_choice",
+    "tools",
+    "truncation",
+    "text",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "store",
+    "background",
+    "service_tier",
+    "completed_at",
+    "previous_response_id",
+    "reasoning",
+    "max_output_tokens",
+    "max_tool_calls",
+    "safety_identifier",
+    "prompt_cache_key",
+)
 """A Response object's keys as OpenAI sends them (provider-facts.md, Open Responses)."""
 
 REQUIRED_KEYS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -360,10 +381,13 @@ def responses_stream_problems(events: list[Event]) -> list[Problem]:
 
 _PER_PART = frozenset(
     {
-        "response.output_text.delta", "response.output_text.done",
-        "response.output_text.annotation.added", "response.refusal.delta", "response.refusal.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.refusal.delta",
+        "response.refusal.done",
     }
-)  # fmt: skip
+)
 
 
 @dataclass

@@ -20,12 +20,41 @@ def _content_type(headers: list[list[str]] | None) -> str | None:
 
 
 EXCHANGE_COLUMNS = [
-    "id", "session", "label", "seq", "replay_of", "listener", "started", "ttfb_ms",
-    "duration_ms", "method", "path", "url", "status", "content_type", "family", "endpoint",
-    "prefix", "stream", "model", "sdk_lang", "sdk_version", "sdk_async", "retry",
-    "auth_header", "auth_scheme", "auth_fingerprint", "auth_forwarded", "soft_error",
-    "signature", "error_kind", "n_events", "complete", "request_size", "response_size",
-]  # fmt: skip
+    "id",
+    "session",
+    "label",
+    "seq",
+    "replay_of",
+    "listener",
+    "started",
+    "ttfb_ms",
+    "duration_ms",
+    "method",
+    "path",
+    "url",
+    "status",
+    "content_type",
+    "family",
+    "endpoint",
+    "prefix",
+    "stream",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "sdk_async",
+    "retry",
+    "auth_header",
+    "auth_scheme",
+    "auth_fingerprint",
+    "auth_forwarded",
+    "soft_error",
+    "signature",
+    "error_kind",
+    "n_events",
+    "complete",
+    "request_size",
+    "response_size",
+]
 
 
 _EMPTY: dict[str, Any] = {}
@@ -44,19 +73,42 @@ def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
         events = resp.get("events")
         rows.append(
             (
-                r["id"], r.get("session"), r.get("label"), r.get("seq"), r.get("replay_of"),
-                r.get("listener"), r.get("started"), r.get("ttfb_ms"), r.get("duration_ms"),
-                req.get("method"), req.get("path"), req.get("url"), resp.get("status"),
-                _content_type(resp.get("headers")), tags.get("family"), tags.get("endpoint"),
-                tags.get("prefix"), tags.get("stream"), tags.get("model"),
-                sdk.get("lang"), sdk.get("version"), sdk.get("async"),
-                tags.get("retry"), auth.get("header"), auth.get("scheme"),
-                auth.get("fingerprint"), auth.get("forwarded"),
-                tags.get("soft_error"), tags.get("signature"), _dict(r.get("error")).get("kind"),
-                len(events) if events is not None else None, resp.get("complete"),
-                req.get("size"), resp.get("size"),
+                r["id"],
+                r.get("session"),
+                r.get("label"),
+                r.get("seq"),
+                r.get("replay_of"),
+                r.get("listener"),
+                r.get("started"),
+                r.get("ttfb_ms"),
+                r.get("duration_ms"),
+                req.get("method"),
+                req.get("path"),
+                req.get("url"),
+                resp.get("status"),
+                _content_type(resp.get("headers")),
+                tags.get("family"),
+                tags.get("endpoint"),
+                tags.get("prefix"),
+                tags.get("stream"),
+                tags.get("model"),
+                sdk.get("lang"),
+                sdk.get("version"),
+                sdk.get("async"),
+                tags.get("retry"),
+                auth.get("header"),
+                auth.get("scheme"),
+                auth.get("fingerprint"),
+                auth.get("forwarded"),
+                tags.get("soft_error"),
+                tags.get("signature"),
+                _dict(r.get("error")).get("kind"),
+                len(events) if events is not None else None,
+                resp.get("complete"),
+                req.get("size"),
+                resp.get("size"),
             )
-        )  # fmt: skip
+        )
     df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)
     df["status"] = df["status"].astype("Int64")
     df["n_events"] = df["n_events"].astype("Int64")
@@ -78,8 +130,13 @@ def events_frame(records: Iterable[Record]) -> pd.DataFrame:
             data = _dict(ev.get("data"))
             rows.append(
                 (
-                    rid, i, ev.get("t_ms"), ev.get("event"), data.get("type"),
-                    data.get("sequence_number"), bool(ev.get("partial")),
+                    rid,
+                    i,
+                    ev.get("t_ms"),
+                    ev.get("event"),
+                    data.get("type"),
+                    data.get("sequence_number"),
+                    bool(ev.get("partial")),
                 )
-            )  # fmt: skip
+            )
     return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)

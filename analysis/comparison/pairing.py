@@ -8,12 +8,27 @@ from __future__ import annotations
 
 import pandas as pd
 
+__all__ = ["PAIR_COLUMNS", "first_event_ms", "pairs_frame"]
+
 PAIR_COLUMNS = [
-    "pair_id", "label", "baseline_label", "baseline_id", "candidate_id", "family", "endpoint",
-    "method", "stream", "baseline_status", "candidate_status", "baseline_ttfb_ms",
-    "candidate_ttfb_ms", "baseline_duration_ms", "candidate_duration_ms",
-    "baseline_first_event_ms", "candidate_first_event_ms",
-]  # fmt: skip
+    "pair_id",
+    "label",
+    "baseline_label",
+    "baseline_id",
+    "candidate_id",
+    "family",
+    "endpoint",
+    "method",
+    "stream",
+    "baseline_status",
+    "candidate_status",
+    "baseline_ttfb_ms",
+    "candidate_ttfb_ms",
+    "baseline_duration_ms",
+    "candidate_duration_ms",
+    "baseline_first_event_ms",
+    "candidate_first_event_ms",
+]
 
 _SIDE_COLUMNS = ["id", "label", "status", "ttfb_ms", "duration_ms", "first_event_ms"]
 _REQUEST_COLUMNS = ["family", "endpoint", "method", "stream"]

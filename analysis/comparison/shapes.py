@@ -22,6 +22,21 @@ from typing import Any
 
 from wirediff._types import JSON
 
+__all__ = [
+    "Frozen",
+    "Shape",
+    "Values",
+    "add_parsed",
+    "ancestors",
+    "by_path",
+    "flat",
+    "flatten",
+    "json_type",
+    "known_structures",
+    "structure",
+    "type_label",
+]
+
 Shape = set[tuple[str, str]]
 """`(path, JSON type)` pairs, merged over array items (and over events, when shared).
 
@@ -137,12 +152,29 @@ def type_label(types: set[str] | frozenset[str]) -> str:
 
 FREE_TEXT = frozenset(
     {
-        "id", "text", "delta", "content", "name", "call_id", "item_id", "model",
-        "instructions", "refusal", "message", "previous_response_id", "prompt_cache_key",
-        "safety_identifier", "user", "description", "system_fingerprint", "encrypted_content",
-        "obfuscation", "token", "param",
+        "id",
+        "text",
+        "delta",
+        "content",
+        "name",
+        "call_id",
+        "item_id",
+        "model",
+        "instructions",
+        "refusal",
+        "message",
+        "previous_response_id",
+        "prompt_cache_key",
+        "safety_identifier",
+        "user",
+        "description",
+        "system_fingerprint",
+        "encrypted_content",
+        "obfuscation",
+        "token",
+        "param",
     }
-)  # fmt: skip
+)
 """Keys whose string values are generated or chosen by the caller: no SDK type constrains
 their value, only that it is a string, and no shape keeps it. (`arguments` is not among
 them: its text is parsed for its shape.)"""

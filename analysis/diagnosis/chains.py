@@ -25,27 +25,41 @@ import pandas as pd
 
 from wirediff._support import is_2xx
 from wirediff._types import Record
+from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
 
+__all__ = [
+    "CHAIN_COLUMNS",
+    "StreamEnd",
+    "chain_rows",
+    "exchange_ok",
+    "stream_end",
+    "stream_problem",
+]
+
 CHAIN_COLUMNS = [
-    "chain_id", "exchange_ids", "kinds", "label", "ok",
-    "session", "final_id", "failed", "links", "title",
-]  # fmt: skip
-"""`exchange_ids` in start order; `kinds` the sorted link kinds; `label` the backend label
+    "chain_id",
+    "exchange_ids",
+    "kinds",
+    "label",
+    "ok",
+    "session",
+    "final_id",
+    "failed",
+    "links",
+    "title",
+]
+"""`exchange_ids` in start order; `kinds` the sorted link kinds (`fallback`, `hop`,
+`redirect`, `retry`); `label` the backend label
 of the first exchange; `ok` whether the exchange the client finally got succeeded;
 `final_id` that exchange; `failed` the ids of exchanges that did not succeed; `links`
 `(kind, from_id, to_id)` triples (a hop goes outer → inner); `title` one line for humans."""
 
-LINK_KINDS = ("retry", "redirect", "hop", "fallback")
 FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
 FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
 FALLBACK_FROM = frozenset({404, 405, 501})
 
-CHAT_TERMINALS = frozenset({"[DONE]"})
-RESPONSES_TERMINALS = frozenset(
-    {"response.completed", "response.failed", "response.incomplete", "error"}
-)
 FAILED_TERMINALS = frozenset({"response.failed", "error"})
 
 
@@ -69,13 +83,13 @@ def is_sse_response(response: Mapping[str, Any] | None) -> bool:
 
 def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
     data = ev.get("data")
-    if data == "[DONE]":
-        return "[DONE]" if family != "responses" else None
+    if data == DONE:
+        return DONE if family != "responses" else None
     if family in ("chat.completions", "completions"):
         return None
     name = data.get("type") if isinstance(data, dict) else None
     name = name if isinstance(name, str) else ev.get("event")
-    return name if name in RESPONSES_TERMINALS else None
+    return name if name in RESPONSE_TERMINALS else None
 
 
 def stream_end(record: Record) -> StreamEnd | None:
@@ -340,19 +354,11 @@ def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
     return f"{method} {path} → {outcome}"
 
 
-def chains_frame(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
-    """Group `exchanges_frame` rows into chains (see `CHAIN_COLUMNS`)."""
-    if len(exchanges) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in CHAIN_COLUMNS})
-    return pd.DataFrame.from_records(chain_rows(exchanges, records_by_id), columns=CHAIN_COLUMNS)
-
-
 def chain_rows(
     exchanges: pd.DataFrame, records_by_id: Mapping[str, Record], *, failing_only: bool = False
 ) -> list[tuple[Any, ...]]:
-    """The rows of `chains_frame`, as tuples in `CHAIN_COLUMNS` order (for a caller that
-    goes through some of them one by one); with `failing_only`, those of the chains with
-    an exchange that did not succeed."""
+    """`exchanges_frame` rows grouped into chains: one tuple per chain in `CHAIN_COLUMNS`
+    order; with `failing_only`, those of the chains with an exchange that did not succeed."""
     n = len(exchanges)
     if n == 0:
         return []
@@ -420,8 +426,9 @@ def chain_rows(
             rid = ids[i]
             title = _step(methods[i], paths[i], statuses[i], errors[i])
             failed = [] if oks[i] else [rid]
-            rows.append((f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid,
-                         failed, [], title))  # fmt: skip
+            rows.append(
+                (f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid, failed, [], title)
+            )
             continue
         if failing_only and all(oks[i] for i in mem):
             continue

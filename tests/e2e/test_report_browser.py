@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_report import sample
-from wirediff.reports.render import render_report
+from tests.unit.test_report import render, sample
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -224,7 +223,7 @@ def report_under_test(tmp_path: Path) -> Path:
     if given:
         return Path(given).resolve()
     analysis, diagnoses = sample()
-    return render_report(analysis, diagnoses, tmp_path / "report.html")
+    return render(analysis, diagnoses, tmp_path / "report.html")
 
 
 def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:

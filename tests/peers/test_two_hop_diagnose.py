@@ -22,7 +22,7 @@ from tests.peers.conftest import (
     by_listener,
 )
 from wirediff.analysis.comparison.frames import exchanges_frame
-from wirediff.analysis.diagnosis.chains import chains_frame
+from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.cli import main
 from wirediff.record.redact import fingerprint
@@ -38,9 +38,8 @@ def test_one_chain_spans_both_hops(auth_dropped_capture: Path, litellm: LiteLLM)
     assert outer["tags"]["model"] != inner["tags"]["model"]
     assert outer["request"]["body"] != inner["request"]["body"]
 
-    chains = chains_frame(exchanges_frame(records), {r["id"]: r for r in records})
-    assert len(chains) == 1
-    chain = chains.iloc[0]
+    (row,) = chain_rows(exchanges_frame(records), {r["id"]: r for r in records})
+    chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
     assert chain["exchange_ids"] == [outer["id"], inner["id"]]
     assert chain["links"] == [("hop", outer["id"], inner["id"])]
     assert chain["final_id"] == outer["id"] and not chain["ok"]

@@ -25,7 +25,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import (
     CHAIN_COLUMNS,
-    chains_frame,
+    chain_rows,
     exchange_ok,
     stream_end,
     stream_problem,
@@ -33,7 +33,8 @@ from wirediff.analysis.diagnosis.chains import (
 
 
 def chains(records: list[Record]) -> pd.DataFrame:
-    return chains_frame(exchanges_frame(records), {r["id"]: r for r in records})
+    rows = chain_rows(exchanges_frame(records), {r["id"]: r for r in records})
+    return pd.DataFrame.from_records(rows, columns=CHAIN_COLUMNS)
 
 
 def groups(df: pd.DataFrame) -> list[list[str]]:
@@ -49,8 +50,7 @@ def test_columns_and_singletons() -> None:
 
 
 def test_empty() -> None:
-    df = chains([])
-    assert list(df.columns) == CHAIN_COLUMNS and df.empty
+    assert chain_rows(exchanges_frame([]), {}) == []
 
 
 def test_sdk_retries_are_one_chain_and_a_new_call_starts_another() -> None:

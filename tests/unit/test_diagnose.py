@@ -35,6 +35,7 @@ from wirediff.analysis.diagnosis.diagnose import (
     diagnose,
     format_diagnoses,
 )
+from wirediff.profiles import load_profiles, load_remedies
 
 RESPONSES: dict[str, Any] = {"path": "/v1/responses", "body": responses_body()}
 NO_KEY: dict[str, Any] = {"headers": sdk_headers(key=None)}
@@ -208,6 +209,16 @@ def test_one_change_one_diagnosis(
 def test_every_code_is_covered_by_a_case_or_a_chain_test() -> None:
     chain_codes = {"redirect_method_change", "auth_dropped_by_hop"}
     assert set(CODES) == set().union(*(c[2] for c in CASES)) | chain_codes
+
+
+def test_the_prose_data_covers_every_code_and_names_known_providers() -> None:
+    prose = load_remedies()
+    assert list(prose) == list(CODES)
+    for code, entry in prose.items():
+        assert isinstance(entry["summary"], str) and entry["remedies"], code
+        for item in entry["remedies"]:
+            assert set(item) <= {"provider", "variant", "text"} and isinstance(item["text"], str)
+            assert item.get("provider", "openai") in load_profiles(), (code, item)
 
 
 def test_lmstudio_remedy_names_the_fix() -> None:

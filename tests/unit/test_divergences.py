@@ -29,19 +29,22 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
+from wirediff.analysis.comparison.compare import Finding, compare
 from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.divergences import (
-    CHUNK_ARGUMENTS,
-    DIVERGENCE_COLUMNS,
-    KINDS,
-    compare_records,
-    divergences,
-    glob_regex,
-)
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.analysis.comparison.noise import glob_regex
+from wirediff.analysis.comparison.observe import CHUNK_ARGUMENTS, observe
 from wirediff.analysis.comparison.pairing import pairs_frame
 
 Change = Callable[[Record], object]
+KINDS = kind_names(compared_only=True)
+
+
+def compare_records(baseline: Record, candidate: Record) -> list[Finding]:
+    """Every difference between two records, without noise control."""
+    return compare(observe(baseline), observe(candidate))
 
 
 def _chat(**kw: Any) -> Callable[[], Record]:

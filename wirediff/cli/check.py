@@ -7,12 +7,13 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff.analysis.comparison.kinds import KINDS
+from wirediff.analysis.comparison.kinds import KINDS, kind_names
 from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 
-ALL_KINDS = tuple(KINDS)
+ALL_KINDS = kind_names()
 DEFAULT_FAIL_ON = tuple(k.name for k in KINDS.values() if k.fails_check)
+"""What `--fail-on` defaults to: every kind the registry says fails the gate."""
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
@@ -88,6 +89,10 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--fail-on",
         metavar="KIND,…",
-        help=f"divergence kinds that fail the gate (default: all but header and conformance; known: {','.join(ALL_KINDS)})",
+        help=(
+            "divergence kinds that fail the gate (default: all but "
+            + " and ".join(k for k in ALL_KINDS if k not in DEFAULT_FAIL_ON)
+            + f"; known: {','.join(ALL_KINDS)})"
+        ),
     )
     c.set_defaults(func=cmd_check)

@@ -16,14 +16,8 @@ from wirediff._types import Record
 from wirediff.cli.runner import standalone
 from wirediff.errors import UsageError
 from wirediff.record.store import load_records
-from wirediff.reports.model import AnalysisLike, build
-from wirediff.reports.render import (
-    DEFAULT_MAX_EXAMPLES,
-    render_html,
-    summary_from,
-    write_csv,
-    write_json,
-)
+from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
+from wirediff.reports.render import render_html, summary_from, write_csv, write_json
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:

@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 Profile = dict[str, Any]
+REMEDIES = "remedies.yaml"
+"""The diagnosis prose (summary and remedies per code), beside the profiles it names."""
 
 
 @cache
@@ -23,10 +25,18 @@ def load_profiles() -> dict[str, Profile]:
     """All bundled profiles by name."""
     out: dict[str, Profile] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
+        if entry.name.endswith(".yaml") and entry.name != REMEDIES:
             data = yaml.safe_load(entry.read_text(encoding="utf-8"))
             out[data["name"]] = data
     return out
+
+
+@cache
+def load_remedies() -> dict[str, Any]:
+    """The diagnosis prose by code: `{"summary": str, "remedies": [{"text": str,
+    "provider"?: str, "variant"?: str}, …]}`."""
+    text = resources.files(__package__).joinpath(REMEDIES).read_text(encoding="utf-8")
+    return dict(yaml.safe_load(text))
 
 
 def profile(name: str) -> Profile:

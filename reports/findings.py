@@ -1,0 +1,224 @@
+"""The findings the report lists: divergence and conformance rows folded into distinct
+findings (identical ones counted, their first examples kept), grouped by kind and path,
+and cut to the report's size budget."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.reports.chains import NO_ENDPOINT
+from wirediff.reports.formatters import anchor, redact
+
+__all__ = [
+    "KINDS",
+    "MAX_FINDINGS",
+    "MAX_LAID_OUT",
+    "Finding",
+    "KindGroup",
+    "findings_frame",
+    "fold_findings",
+    "group_findings",
+    "kind_order",
+]
+
+KINDS = kind_names()
+"""Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
+SEVERITIES = ("error", "warning", "info")
+_POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
+"""Event positions: findings that differ only there are the same finding."""
+MAX_FINDINGS = 2000
+"""Distinct findings listed in the HTML (worst first); the rest are counted there and all
+are in summary.json and divergences.csv."""
+MAX_LAID_OUT = 400
+"""Examples laid out side by side in the whole HTML; later ones are named by pair id.
+With MAX_FINDINGS this bounds the report's size whatever the traffic."""
+
+
+def map_unique(s: pd.Series, fn: Callable[[str], str]) -> pd.Series:
+    """`fn` over a column of strings, once per distinct value (findings repeat a lot)."""
+    unique = s.unique().tolist()
+    return s.map(dict(zip(unique, map(fn, unique), strict=True)))
+
+
+def redact_series(s: pd.Series) -> pd.Series:
+    return map_unique(s, redact)
+
+
+def position_free(text: str) -> str:
+    return _POSITION.sub("#n", text)
+
+
+def findings_frame(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.DataFrame:
+    """Divergences and conformance rows in one table of strings, credentials scrubbed."""
+    frames = [f for f in (divergences, conformance) if f is not None and len(f)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIVERGENCE_COLUMNS})
+    df = pd.concat([f.reindex(columns=DIVERGENCE_COLUMNS) for f in frames], ignore_index=True)
+    for col in DIVERGENCE_COLUMNS:
+        df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+    for col in ("baseline", "candidate", "message", "path"):
+        df[col] = redact_series(df[col])
+    df["endpoint"] = df["endpoint"].replace("", NO_ENDPOINT)
+    return df
+
+
+@dataclass(slots=True)
+class Example:
+    pair_id: str
+    baseline_id: str
+    candidate_id: str
+    timeline: str | None = None
+
+
+@dataclass(slots=True)
+class Finding:
+    """Identical findings folded: same kind, path, backends, endpoint, values and message."""
+
+    anchor: str
+    kind: str
+    path: str
+    label: str
+    baseline_label: str
+    endpoint: str
+    family: str
+    severity: str
+    message: str
+    baseline: str
+    candidate: str
+    count: int
+    examples: list[Example]
+    shown: bool = True
+    laid_out: int = 0
+    """How many of `examples` are laid out side by side (the report's size budget)."""
+
+
+@dataclass(slots=True)
+class PathGroup:
+    anchor: str
+    kind: str
+    path: str
+    findings: list[Finding]
+
+    @property
+    def count(self) -> int:
+        return sum(f.count for f in self.findings)
+
+    @property
+    def not_shown(self) -> int:
+        return sum(not f.shown for f in self.findings)
+
+    @property
+    def visible(self) -> bool:
+        return any(f.shown for f in self.findings)
+
+
+@dataclass(slots=True)
+class KindGroup:
+    anchor: str
+    kind: str
+    paths: list[PathGroup]
+
+    @property
+    def count(self) -> int:
+        return sum(p.count for p in self.paths)
+
+    @property
+    def n_findings(self) -> int:
+        return sum(len(p.findings) for p in self.paths)
+
+    @property
+    def hidden_paths(self) -> list[PathGroup]:
+        """Paths none of whose findings fit in the report's budget."""
+        return [p for p in self.paths if not p.visible]
+
+
+def fold_findings(
+    df: pd.DataFrame, max_examples: int, timeline_of: Mapping[str, str]
+) -> list[Finding]:
+    """One `Finding` per distinct finding, with its count and its first examples."""
+    if df.empty:
+        return []
+    keyed = df.assign(
+        _b=map_unique(df["baseline"], position_free),
+        _c=map_unique(df["candidate"], position_free),
+        _m=map_unique(df["message"], position_free),
+    )
+    keys = ["kind", "path", "label", "baseline_label", "endpoint", "severity", "_b", "_c", "_m"]
+    group = keyed.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    sizes = np.bincount(group)
+    rank = keyed.groupby(group).cumcount().to_numpy()
+    shown = keyed[rank < max_examples]
+    examples: dict[int, list[Example]] = {}
+    for g, pid, bid, cid in zip(
+        group[rank < max_examples].tolist(),
+        shown["pair_id"].tolist(),
+        shown["baseline_id"].tolist(),
+        shown["candidate_id"].tolist(),
+        strict=True,
+    ):
+        examples.setdefault(int(g), []).append(Example(pid, bid, cid, timeline_of.get(pid)))
+    firsts = keyed[rank == 0]
+    out = []
+    for g, row in zip(group[rank == 0], firsts.itertuples(index=False), strict=True):
+        out.append(
+            Finding(
+                anchor=anchor("f", row.kind, row.path, row.label, row.endpoint, int(g)),
+                kind=row.kind,
+                path=row.path,
+                label=row.label,
+                baseline_label=row.baseline_label,
+                endpoint=row.endpoint,
+                family=row.family,
+                severity=row.severity,
+                message=row.message,
+                baseline=row.baseline,
+                candidate=row.candidate,
+                count=int(sizes[g]),
+                examples=examples[int(g)],
+            )
+        )
+    return out
+
+
+def kind_order(kind: str) -> tuple[int, str]:
+    """Sort key: the registry's order (an unregistered kind last)."""
+    return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
+
+
+def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
+    """Findings by kind (contract order) and path; worst and most frequent first."""
+    by_kind: dict[str, dict[str, list[Finding]]] = {}
+    for f in findings:
+        by_kind.setdefault(f.kind, {}).setdefault(f.path, []).append(f)
+    sev = {s: i for i, s in enumerate(SEVERITIES)}
+    out = []
+    for kind in sorted(by_kind, key=kind_order):
+        paths = [
+            PathGroup(
+                anchor("p", kind, path),
+                kind,
+                path,
+                sorted(fs, key=lambda f: (sev.get(f.severity, 3), -f.count)),
+            )
+            for path, fs in by_kind[kind].items()
+        ]
+        paths.sort(
+            key=lambda p: (min(sev.get(f.severity, 3) for f in p.findings), -p.count, p.path)
+        )
+        out.append(KindGroup(anchor("k", kind), kind, paths))
+    budget_findings, budget_examples = MAX_FINDINGS, MAX_LAID_OUT
+    for k in out:
+        for p in k.paths:
+            for f in p.findings:
+                f.shown = budget_findings > 0
+                budget_findings -= 1
+                f.laid_out = min(len(f.examples), budget_examples) if f.shown else 0
+                budget_examples -= f.laid_out
+    return out

@@ -1,0 +1,105 @@
+"""One list of divergence kinds: the registry (`wirediff.analysis.comparison.kinds`).
+
+The comparison produces exactly the registered kinds; `wirediff check`, the report,
+`summary.schema.json` and the README's table take theirs from it or agree with it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import wirediff.analysis.comparison as comparison
+from tests.fixtures import records as fx
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.comparison.conformance import conformance
+from wirediff.analysis.comparison.kinds import KINDS, kind_names
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.cli import build_parser
+from wirediff.cli.check import DEFAULT_FAIL_ON, parse_kinds
+from wirediff.errors import UsageError
+from wirediff.reports.model import build
+from wirediff.reports.render import SCHEMA_PATH, summary_from
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def finding_kinds() -> dict[str, list[str]]:
+    """Every kind a `Finding(...)` in the comparison package names, with where it does."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(Path(comparison.__path__[0]).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding"):
+                continue
+            where = f"{path.name}:{node.lineno}"
+            kind = node.args[0] if node.args else None
+            kind = next((k.value for k in node.keywords if k.arg == "kind"), kind)
+            assert isinstance(kind, ast.Constant) and isinstance(kind.value, str), (
+                f"{where}: a finding's kind is a literal, so that this test sees it"
+            )
+            found.setdefault(kind.value, []).append(where)
+    return found
+
+
+def test_the_comparison_code_produces_exactly_the_registered_kinds() -> None:
+    found = finding_kinds()
+    assert set(found) == set(kind_names(compared_only=True)), found
+
+
+def test_conformance_rows_are_of_the_conformance_kind() -> None:
+    rec = fx.chat_record(tool=True)
+    fx.body(rec)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {"a": 1}
+    rows = conformance([rec])
+    assert not rows.empty and set(rows["kind"]) == {"conformance"}
+
+
+def test_check_takes_its_choices_and_defaults_from_the_registry(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_kinds(",".join(KINDS)) == kind_names()
+    with pytest.raises(UsageError, match="unknown kind vibes"):
+        parse_kinds("status,vibes")
+    passing = set(kind_names()) - set(DEFAULT_FAIL_ON)
+    assert passing == {"header", "conformance"}
+    assert list(DEFAULT_FAIL_ON) == [k for k in kind_names() if k not in passing]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["check", "--help"])
+    squeezed = "".join(capsys.readouterr().out.split())
+    assert "default:allbutheaderandconformance;known:" + ",".join(kind_names()) in squeezed
+
+
+def test_summary_schema_enum_is_the_registry() -> None:
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    assert schema["$defs"]["kind"]["enum"] == list(kind_names())
+
+
+def test_readme_table_names_the_registered_kinds() -> None:
+    text = README.read_text(encoding="utf-8")
+    table = text.split("| divergence kind | found when |", 1)[1].split("\n\n", 1)[0]
+    named = [k for row in table.splitlines()[2:] for k in re.findall(r"`(\w+)`", row.split("|")[1])]
+    assert named == list(kind_names())
+
+
+def test_the_report_orders_and_lists_kinds_as_the_registry_does() -> None:
+    base = fx.chat_record(id="o1")
+
+    def server_error(rec: Record) -> None:
+        rec["response"]["status"] = 500
+
+    def no_request_id(rec: Record) -> None:
+        fx.set_header(rec, "x-request-id", None)
+
+    records = [
+        base,
+        fx.replay(base, id="r1", label="vllm", change=no_request_id),
+        fx.replay(base, id="r2", label="ollama", change=server_error),
+    ]
+    model = build(analyze(records), diagnose(records))
+    assert {"status", "header"} <= set(model.filter_kinds)
+    assert model.filter_kinds == [k for k in kind_names() if k in model.filter_kinds]
+    assert summary_from(model)["contract"]["kinds"] == list(kind_names())
