@@ -6,10 +6,10 @@ Usage:
         [--allow-unsafe] [--timeout S] [-o OUT] [--config wirediff.yaml]
 
 Each exchange is sent in-process with httpx and recorded by the capture addon's own record
-builder (`wirediff.record.build.build_record`, with a `StreamTap` fed the raw, still-compressed
-chunks), so replay records have exactly the shape of captured ones, plus `replay_of` (the
-original's id) and `label` (the target). Planning — ordering, id remapping, filters, safety —
-is pure and lives in `wirediff.replay.plan`.
+builder (`wirediff.record.build.build_record`, given the exchange as the capture's model, with
+a `StreamTap` fed the raw, still-compressed chunks), so replay records have exactly the shape
+of captured ones, plus `replay_of` (the original's id) and `label` (the target). Planning —
+ordering, id remapping, filters, safety — is pure and lives in `wirediff.replay.plan`.
 
 Requests are re-based onto the target URL (the original path after its API prefix; a path
 no known route matches is cut after the prefix its session's known routes use, and one
