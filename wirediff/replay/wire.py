@@ -51,7 +51,7 @@ def exchange_from_httpx(
             method=request.method,
             url=f"{request.url.scheme}://{host}{path}",
             path=path,
-            http_version="HTTP/1.1",
+            http_version="HTTP/1.1",  # the transport is made without http2
             headers=headers,
             content=content,
         ),
