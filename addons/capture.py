@@ -25,16 +25,16 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
     sys.path.insert(0, str(_CHECKOUT))
 
 from wirediff._types import Record  # noqa: E402
-from wirediff.record.build import (  # noqa: E402
-    DEFAULT_BODY_CAP,
-    StreamTap,
-    build_record,
+from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
+from wirediff.record.build import build_record  # noqa: E402
+from wirediff.record.flow import (  # noqa: E402
+    exchange_from_flow,
     fallback_record,
     is_open_ended,
-    is_sse,
     upstream_label,
 )
 from wirediff.record.store import RecordWriter  # noqa: E402
+from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
@@ -45,6 +45,7 @@ class Capture:
         self.writer: RecordWriter | None = None
         self.session = ""
         self.seq = 0
+        self.redact: frozenset[str] = frozenset()
         self.pending: dict[str, http.HTTPFlow] = {}
 
     def load(self, loader):  # type: ignore[no-untyped-def]
@@ -73,6 +74,10 @@ class Capture:
         )
 
     def configure(self, updated: set[str]) -> None:
+        if "capture_redact" in updated:
+            self.redact = frozenset(
+                h.strip().lower() for h in ctx.options.capture_redact.split(",") if h.strip()
+            )
         if updated & {"capture_dir", "capture_session"}:
             if ctx.options.capture_body_cap < 0:
                 raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
@@ -165,21 +170,16 @@ class Capture:
             self.writer.write(fallback_record(flow, self.session, e))
 
     def build(self, flow: http.HTTPFlow) -> Record:
-        tap = flow.response.stream if flow.response is not None else None
         meta = flow.metadata
         return build_record(
-            flow,
+            exchange_from_flow(flow, client_headers=meta.get("wirediff.client_headers")),
             session=self.session,
             label=meta.get("wirediff.label") or ctx.options.capture_label or upstream_label(flow),
             seq=meta.get("wirediff.seq", self.seq),
             listener=flow.client_conn.proxy_mode.full_spec,
             replay_of=meta.get("wirediff.replay_of"),
-            client_headers=meta.get("wirediff.client_headers"),
-            tap=tap if isinstance(tap, StreamTap) else None,
             body_cap=ctx.options.capture_body_cap,
-            redact=frozenset(
-                h.strip().lower() for h in ctx.options.capture_redact.split(",") if h.strip()
-            ),
+            redact=self.redact,
         )
 
     def close(self) -> None:

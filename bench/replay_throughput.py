@@ -35,7 +35,9 @@ from wirediff.backends.standin import standin  # noqa: E402
 from wirediff.cli.mitm import CaptureProxy  # noqa: E402
 from wirediff.record.store import RecordWriter, load_records  # noqa: E402
 from wirediff.replay.engine import TargetRun  # noqa: E402
-from wirediff.replay.plan import Outgoing, Plan, Target, make_plan, prepare  # noqa: E402
+from wirediff.replay.plan import Plan, make_plan  # noqa: E402
+from wirediff.replay.request import Outgoing, prepare  # noqa: E402
+from wirediff.replay.targets import Target  # noqa: E402
 
 MSG = [{"role": "user", "content": "What is the weather in Paris today?"}]
 KINDS = [

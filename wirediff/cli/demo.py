@@ -31,10 +31,21 @@ MODEL_MAP = {
     "vllm": "Qwen/Qwen2.5-0.5B-Instruct",
 }
 MODEL = "gpt-4o-mini"
-WEATHER_CHAT = {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
-WEATHER_RESP = {"type": "function", "name": "get_weather", "description": "Current weather",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER_FUNCTION = {
+    "name": "get_weather",
+    "description": "Current weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+WEATHER_CHAT = {"type": "function", "function": WEATHER_FUNCTION}
+WEATHER_RESP = {"type": "function", **WEATHER_FUNCTION}
+TOP_KINDS = 4
+"""Divergence kinds named per backend in the terminal summary, the most frequent first."""
+LOG_TAIL = 300
+"""Characters of a failed step's output quoted in its error: the end says why."""
 
 
 def drive_sdk(base_url: str, api_key: str) -> int:
@@ -60,10 +71,13 @@ def _drive(client: Any) -> int:
     if call is not None:
         client.chat.completions.create(
             model=MODEL,
-            messages=[*ask, first.choices[0].message.model_dump(exclude_none=True),
-                      {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 18})}],
+            messages=[
+                *ask,
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 18})},
+            ],
             tools=[WEATHER_CHAT],
-        )  # fmt: skip
+        )
     r1 = client.responses.create(model=MODEL, input="Say hello.")
     with client.responses.stream(model=MODEL, input="Tell me a short story.") as stream:
         stream.get_final_response()
@@ -142,7 +156,9 @@ def run_demo(out: Path) -> dict[str, Any]:
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
                 code = main_replay([str(capture), "--config", str(config), "--concurrency", "4"])
             if code != 0:
-                raise RuntimeError(f"replay failed ({code}): {quiet.getvalue().strip()[-300:]}")
+                raise RuntimeError(
+                    f"replay failed ({code}): {quiet.getvalue().strip()[-LOG_TAIL:]}"
+                )
     replays = [capture_dir / f"demo.{c}.jsonl" for c in CANDIDATES]
     paths = {
         "report": out / "report.html",
@@ -155,12 +171,11 @@ def run_demo(out: Path) -> dict[str, Any]:
         contextlib.redirect_stdout(quiet),
         contextlib.redirect_stderr(quiet),
     ):
-        code = main_report(
-            [str(capture), *map(str, replays), "-o", str(paths["report"]),
-             "--json", str(paths["summary"]), "--csv", str(paths["divergences"])]
-        )  # fmt: skip
+        args = [str(capture), *map(str, replays), "-o", str(paths["report"])]
+        args += ["--json", str(paths["summary"]), "--csv", str(paths["divergences"])]
+        code = main_report(args)
         if code != 0:
-            raise RuntimeError(f"report failed ({code}): {quiet.getvalue().strip()[-300:]}")
+            raise RuntimeError(f"report failed ({code}): {quiet.getvalue().strip()[-LOG_TAIL:]}")
     return {"capture": capture, "replays": replays, "exchanges": n, **paths}
 
 
@@ -170,7 +185,9 @@ def terminal_summary(summary: dict[str, Any]) -> str:
     for backend in summary.get("backends", []):
         verdicts = ", ".join(f"{fam} {v}" for fam, v in sorted(backend.get("verdicts", {}).items()))
         kinds = backend.get("divergences_by_kind") or {}
-        top = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:4])
+        top = ", ".join(
+            f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:TOP_KINDS]
+        )
         lines.append(f"  {backend.get('label', '?'):<9} {verdicts}" + (f" | {top}" if top else ""))
     codes: dict[str, int] = {}
     for d in summary.get("diagnoses", []):
@@ -188,8 +205,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\nwirediff: demo failed: {e}", file=sys.stderr)
         return 1
     summary = json.loads(Path(result["summary"]).read_text(encoding="utf-8"))
-    print(f"captured {result['exchanges']} exchanges against the openai stand-in, "
-          f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s")  # fmt: skip
+    print(
+        f"captured {result['exchanges']} exchanges against the openai stand-in, "
+        f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s"
+    )
     print(terminal_summary(summary))
     print(f"capture:     {result['capture']}")
     print(f"summary:     {result['summary']}")

@@ -12,6 +12,8 @@ from types import TracebackType
 from wirediff.cli.netutil import free_port, wait_port
 
 CAPTURE_ADDON = Path(__file__).resolve().parent.parent / "addons" / "capture.py"
+LOG_TAIL = 500
+"""Characters of mitmdump's log quoted when it does not start: the end says why."""
 
 
 def mitmdump_binary() -> str:
@@ -52,8 +54,13 @@ class CaptureProxy:
         return self.capture_dir / f"{self.session}.jsonl"
 
     def start(self) -> CaptureProxy:
-        cmd = [mitmdump_binary(), "-q", "--listen-host", "127.0.0.1", "-s", str(CAPTURE_ADDON),
-               "--set", f"capture_dir={self.capture_dir}", "--set", f"capture_session={self.session}"]  # fmt: skip
+        cmd = [mitmdump_binary(), "-q", "--listen-host", "127.0.0.1", "-s", str(CAPTURE_ADDON)]
+        cmd += [
+            "--set",
+            f"capture_dir={self.capture_dir}",
+            "--set",
+            f"capture_session={self.session}",
+        ]
         if self.label:
             cmd += ["--set", f"capture_label={self.label}"]
         if self.confdir:
@@ -69,7 +76,7 @@ class CaptureProxy:
                 wait_port(port, 30, self.proc)
         except (RuntimeError, TimeoutError) as e:
             err = self.stop()
-            raise RuntimeError(f"mitmdump did not start: {e}: {err.strip()[-500:]}") from None
+            raise RuntimeError(f"mitmdump did not start: {e}: {err.strip()[-LOG_TAIL:]}") from None
         return self
 
     def stop(self) -> str:

@@ -6,10 +6,10 @@ Usage:
         [--allow-unsafe] [--timeout S] [-o OUT] [--config wirediff.yaml]
 
 Each exchange is sent in-process with httpx and recorded by the capture addon's own record
-builder (`wirediff.record.build.build_record`, with a `StreamTap` fed the raw, still-compressed
-chunks), so replay records have exactly the shape of captured ones, plus `replay_of` (the
-original's id) and `label` (the target). Planning — ordering, id remapping, filters, safety —
-is pure and lives in `wirediff.replay.plan`.
+builder (`wirediff.record.build.build_record`, given the exchange as the capture's model, with
+a `StreamTap` fed the raw, still-compressed chunks), so replay records have exactly the shape
+of captured ones, plus `replay_of` (the original's id) and `label` (the target). Planning —
+ordering, id remapping, filters, safety — is pure and lives in `wirediff.replay.plan`.
 
 Requests are re-based onto the target URL (the original path after its API prefix; a path
 no known route matches is cut after the prefix its session's known routes use, and one
@@ -71,7 +71,7 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,68 +87,16 @@ from wirediff.replay.config import (
     api_key_for,
     options_from_args,
 )
-from wirediff.replay.engine import (
-    Counts,
-    TargetRun,
-    Writers,
-    already_replayed,
-    output_path,
-    replay_all,
-)
-from wirediff.replay.plan import Node, Outgoing, Plan, Target, make_plan, prepare, resumed
+from wirediff.replay.dry_run import dry_run
+from wirediff.replay.engine import Counts, TargetRun, replay_all
+from wirediff.replay.output import Writers, already_replayed, output_path
+from wirediff.replay.plan import Plan, make_plan, resumed
+from wirediff.replay.targets import Target
 
 __all__ = ["main_replay", "register"]
 
 
 # --- the command ---------------------------------------------------------------------------
-
-
-def describe(node: Node, out: Outgoing, plan: Plan) -> str:
-    deps = ", ".join(
-        f"{r.where}←#{plan.by_id[r.producer].order}" for r in node.refs if r.producer in plan.by_id
-    )
-    bits = [f"#{node.order:<3}", out.method, out.url]
-    if out.model:
-        bits.append(f"model={out.model}")
-    if out.stream:
-        bits.append("stream")
-    if deps:
-        bits.append(f"after {deps}")
-    if not node.wanted:
-        bits.append("(dependency)")
-    return "  " + " ".join(bits) + f"  [{node.id}]"
-
-
-def dry_run(plan: Plan, targets: Sequence[Target], done_of: Mapping[str, Mapping[str, Record]],
-            env: Mapping[str, str], tried_of: Mapping[str, int]) -> None:  # fmt: skip
-    for t in targets:
-        done = done_of[t.label]
-        todo = [n for n in plan.nodes if n.id not in done]
-        skipped = sum(1 for n in todo if n.skip)
-        key = (
-            "no key"
-            if t.api_key_env is None
-            else f"key from ${t.api_key_env}" + ("" if env.get(t.api_key_env) else " (NOT SET)")
-        )
-        again = tried_of[t.label]
-        print(
-            f"replay → {t.label} ({t.base}, {key}): {len(todo) - skipped} to send, "
-            f"{skipped} to skip{f' ({again} tried before)' if again else ''}, "
-            f"{len(done)} already replayed"
-        )
-        for n in todo:
-            try:
-                out = prepare(n.rec, t, None, {}, api_prefixes=n.api_prefixes)
-            except Exception:  # malformed: `n.skip` says why
-                out = Outgoing(str(n.rec["request"].get("method")), t.base, [], None, None, False)
-            lines = [describe(n, out, plan)]
-            if n.skip is not None:
-                lines.append(f"      skip: {n.skip}")
-            elif out.dropped:
-                lines.append(
-                    f"      not sent (the capture holds only a fingerprint): {', '.join(out.dropped)}"
-                )
-            print("\n".join(lines))
 
 
 def hop_note(plan: Plan) -> str | None:
@@ -171,12 +119,20 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
     tqdm.monitor_interval = 0  # no monitor thread: nothing left running at Ctrl-C or exit
     size = shutil.get_terminal_size((100, 20))  # a pty may report 0x0: tqdm then draws nothing
-    bar = tqdm(total=total, initial=initial, desc=f"replay → {label}", unit="ex", file=sys.stderr,
-               ncols=size.columns, nrows=size.lines, leave=True)  # fmt: skip
+    bar = tqdm(
+        total=total,
+        initial=initial,
+        desc=f"replay → {label}",
+        unit="ex",
+        file=sys.stderr,
+        ncols=size.columns,
+        nrows=size.lines,
+        leave=True,
+    )
 
     def update(c: Counts) -> None:
-        bar.set_postfix(ok=c.ok, errors=c.http_errors + c.transport_errors, skipped=c.skipped,
-                        refresh=False)  # fmt: skip
+        errors = c.http_errors + c.transport_errors
+        bar.set_postfix(ok=c.ok, errors=errors, skipped=c.skipped, refresh=False)
         bar.update(c.resumed + c.done - bar.n)
 
     return update, bar
@@ -214,7 +170,8 @@ def main_replay_args(args: argparse.Namespace) -> int:
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
         done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
     if opts.dry_run:
-        dry_run(plan, opts.targets, done_of, env, tried_of)
+        for line in dry_run(plan, opts.targets, done_of, env, tried_of):
+            print(line)
         return 0
     if not plan.nodes:
         print(f"wirediff: nothing to replay in {', '.join(paths)}", file=sys.stderr)
@@ -222,8 +179,8 @@ def main_replay_args(args: argparse.Namespace) -> int:
     keys = {t.label: api_key_for(t, env) for t in opts.targets}
     for t in opts.targets:
         if not httpx.URL(t.url).path.strip("/"):
-            print(f"wirediff: note: {t.url} has no path; an SDK base_url usually ends in /v1",
-                  file=sys.stderr)  # fmt: skip
+            note = f"wirediff: note: {t.url} has no path; an SDK base_url usually ends in /v1"
+            print(note, file=sys.stderr)
 
     runs: list[TargetRun] = []
     progress = _progress_bar if sys.stderr.isatty() else None
@@ -233,8 +190,10 @@ def main_replay_args(args: argparse.Namespace) -> int:
     except ExceptionGroup as eg:  # from the workers' TaskGroup: a disk error, say
         raise eg.exceptions[0] from None
     except KeyboardInterrupt:
-        parts = [f"{r.target.label}: {r.counts.resumed + r.counts.done} of {r.counts.total}"
-                 for r in runs]  # fmt: skip
+        parts = [
+            f"{r.target.label}: {r.counts.resumed + r.counts.done} of {r.counts.total}"
+            for r in runs
+        ]
         print(
             f"wirediff: interrupted ({'; '.join(parts) or 'nothing sent'} replayed); "
             "run the same command again to resume",
@@ -280,22 +239,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to", metavar="URL", help="target base URL, as an SDK's base_url (…/v1)")
     p.add_argument("--label", help="name of the --to target (default: its host:port)")
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the key")
-    p.add_argument("--model-map", action="append", metavar="A=B",
-                   help="send model B where the capture says A (`*=B`: every model)")  # fmt: skip
-    p.add_argument("--header", action="append", metavar="K=V",
-                   help="set header K (`K=` removes it)")  # fmt: skip
-    p.add_argument("--concurrency", type=int, metavar="N",
-                   help=f"independent exchanges in flight (default {DEFAULT_CONCURRENCY})")  # fmt: skip
+    p.add_argument(
+        "--model-map",
+        action="append",
+        metavar="A=B",
+        help="send model B where the capture says A (`*=B`: every model)",
+    )
+    p.add_argument(
+        "--header", action="append", metavar="K=V", help="set header K (`K=` removes it)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help=f"independent exchanges in flight (default {DEFAULT_CONCURRENCY})",
+    )
     p.add_argument("--rate", metavar="R/s", help="at most R requests per second (also R/m, R/h)")
-    p.add_argument("--only", action="append", metavar="FILTER",
-                   help="replay only matching exchanges, e.g. family=responses,stream=true")  # fmt: skip
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="FILTER",
+        help="replay only matching exchanges, e.g. family=responses,stream=true",
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
-    p.add_argument("--allow-unsafe", action="store_true",
-                   help="also replay DELETE, uploads, batches and other state-changing calls")  # fmt: skip
-    p.add_argument("--timeout", type=float, metavar="S",
-                   help=f"seconds per exchange (default {DEFAULT_TIMEOUT:.0f})")  # fmt: skip
-    p.add_argument("-o", "--output", metavar="OUT",
-                   help="output .jsonl (default: <capture dir>/<session>.<label>.jsonl)")  # fmt: skip
+    p.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="also replay DELETE, uploads, batches and other state-changing calls",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help=f"seconds per exchange (default {DEFAULT_TIMEOUT:.0f})",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="output .jsonl (default: <capture dir>/<session>.<label>.jsonl)",
+    )
     p.add_argument("--config", metavar="FILE", help="YAML with `targets:` (and `defaults:`)")
 
 

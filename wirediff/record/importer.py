@@ -1,35 +1,62 @@
 """`wirediff import`: mitmproxy flow files and HAR archives become `wirediff/1` records.
 
-Both are turned into mitmproxy `HTTPFlow`s and go through the same record builder as live
+Each exchange is seen as an `Exchange` and goes through the same record builder as live
 capture, so imported records are indistinguishable in shape from captured ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from mitmproxy import exceptions, http, io
+from mitmproxy.io.har import request_to_flow
 
 from wirediff._types import Record
 from wirediff.errors import CaptureError
-from wirediff.record.build import build_record, upstream_label
+from wirediff.record.build import build_record
+from wirediff.record.exchange import Exchange
+from wirediff.record.flow import exchange_from_flow, upstream_label
+
+__all__ = ["exchange_from_har", "import_flows"]
+
+HAR_WAITS = ("blocked", "connect", "send", "wait")
+"""HAR `timings` phases before the first byte of the answer (`dns` lies inside `connect`)."""
 
 
-def _flows_from_flowfile(path: Path) -> Iterator[http.HTTPFlow]:
+def exchange_from_har(entry: dict[str, Any]) -> Exchange:
+    """One HAR entry as an exchange.
+
+    mitmproxy's HAR reader understands the dialects (browsers, Charles, Slack's header
+    pairs, base64 bodies); the time to the first byte comes from the entry's `timings`.
+    """
+    return _har_exchange(request_to_flow(entry), entry)
+
+
+def _har_exchange(flow: http.HTTPFlow, entry: dict[str, Any]) -> Exchange:
+    ex = exchange_from_flow(flow)
+    timings = entry.get("timings") or {}
+    waited = sum(max(float(timings.get(k) or 0), 0.0) for k in HAR_WAITS)
+    if ex.response is None or not waited:
+        return ex
+    first_byte = ex.timings.started + waited / 1000.0
+    return dataclasses.replace(ex, timings=dataclasses.replace(ex.timings, first_byte=first_byte))
+
+
+def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
     with path.open("rb") as fh:
         try:
             for f in io.FlowReader(fh).stream():
                 if isinstance(f, http.HTTPFlow):
-                    yield f
+                    yield exchange_from_flow(f), upstream_label(f)
         except exceptions.FlowReadException as e:
             raise CaptureError(f"{path}: not a mitmproxy flow file ({e})") from None
 
 
-def _flows_from_har(path: Path) -> Iterator[http.HTTPFlow]:
-    from mitmproxy.io.har import request_to_flow
-
+def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
     try:
         har = json.loads(path.read_text(encoding="utf-8"))
         entries = har["log"]["entries"]
@@ -38,15 +65,10 @@ def _flows_from_har(path: Path) -> Iterator[http.HTTPFlow]:
     for i, entry in enumerate(entries):
         try:
             flow = request_to_flow(entry)
+            ex = _har_exchange(flow, entry)
         except (KeyError, ValueError, TypeError, exceptions.OptionsError) as e:
             raise CaptureError(f"{path}: HAR entry {i} is malformed ({e!r})") from None
-        timings = entry.get("timings") or {}
-        waited = sum(
-            max(float(timings.get(k) or 0), 0.0) for k in ("blocked", "connect", "send", "wait")
-        )
-        if flow.response is not None and waited:
-            flow.response.timestamp_start = flow.request.timestamp_start + waited / 1000.0
-        yield flow
+        yield ex, upstream_label(flow)
 
 
 def import_flows(path: str | Path) -> list[Record]:
@@ -58,8 +80,8 @@ def import_flows(path: str | Path) -> list[Record]:
         raise CaptureError(f"{p}: no such file")
     with p.open("rb") as fh:
         head = fh.read(64).lstrip()
-    flows = _flows_from_har(p) if head.startswith(b"{") else _flows_from_flowfile(p)
+    exchanges = _from_har(p) if head.startswith(b"{") else _from_flowfile(p)
     return [
-        build_record(f, session=p.stem, label=upstream_label(f), seq=i, listener=None)
-        for i, f in enumerate(flows)
+        build_record(ex, session=p.stem, label=label, seq=i, listener=None)
+        for i, (ex, label) in enumerate(exchanges)
     ]

@@ -31,9 +31,14 @@ MIN_SECRET = 6
 """Shorter values are not scrubbed from bodies: they would match ordinary text."""
 
 
+FINGERPRINT_HEX = 12
+"""Hex digits of the SHA-256 a fingerprint keeps: short, and still no collision in practice."""
+
+
 def fingerprint(secret: str) -> str:
     """A short, stable, one-way name for a secret."""
-    return "sha256:" + hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    digest = hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+    return "sha256:" + digest[:FINGERPRINT_HEX]
 
 
 def split_scheme(value: str) -> tuple[str | None, str]:

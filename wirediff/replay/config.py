@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 
 from wirediff.errors import PlanError, UsageError
-from wirediff.record.build import DEFAULT_BODY_CAP
-from wirediff.replay.plan import Target, Term, default_label, parse_filter, parse_pairs, parse_rate
+from wirediff.record.body import DEFAULT_BODY_CAP
+from wirediff.replay.filters import Term, parse_filter
+from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT = 600.0

@@ -1,0 +1,63 @@
+"""Where replay records go: one `.jsonl` per session and target, appended; what is there
+already (for resuming)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from wirediff._types import Record
+from wirediff.record.store import RecordWriter, iter_records, latest_replays
+from wirediff.replay.config import Options
+from wirediff.replay.targets import Target
+
+__all__ = ["Writers", "already_replayed", "output_path"]
+
+
+def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
+    """`-o OUT`, else `<capture dir>/<session>.<label>.jsonl` next to the original."""
+    if opts.output is not None:
+        return opts.output
+    src = capture_of[str(rec["id"])]
+    return src.parent / f"{rec.get('session') or src.stem}.{target.label}.jsonl"
+
+
+def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
+    """The newest replay record of `label` in the output files, by original id (resume;
+    `wirediff.replay.plan.resumed` says which of them are done)."""
+    found = [
+        rec
+        for p in paths
+        if p.exists()
+        for rec in iter_records(p)
+        if rec.get("label") == label and rec.get("replay_of")
+    ]
+    return {str(rec["replay_of"]): rec for rec in latest_replays(found)}
+
+
+class Writers:
+    """One append-only writer per output file, shared by all targets of a run."""
+
+    def __init__(self, paths: Iterable[Path] = ()) -> None:
+        self._w: dict[Path, RecordWriter] = {}
+        for p in paths:
+            self._writer(p)
+
+    def _writer(self, path: Path) -> RecordWriter:
+        """The file's writer; made (and the file checked appendable) before anything is sent,
+        so an unwritable output fails at once, not after the first answer."""
+        w = self._w.get(path)
+        if w is None:
+            w = RecordWriter(path)  # makes the directory
+            with path.open("a", encoding="utf-8"):
+                pass
+            self._w[path] = w
+        return w
+
+    def write(self, path: Path, rec: Record) -> None:
+        self._writer(path).write(rec)
+
+    def close(self) -> None:
+        for w in self._w.values():
+            w.close()
+        self._w.clear()

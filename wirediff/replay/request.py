@@ -1,0 +1,216 @@
+"""The request to send for an original: re-based onto the target, ids remapped, the model
+mapped, re-keyed; what the capture holds only as a fingerprint is left out."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+from wirediff._types import JSON, Record
+from wirediff.record.redact import AUTH_HEADERS, FINGERPRINT_HEX, SECRET_QUERY
+from wirediff.record.tags import header_get, route
+from wirediff.replay.safety import SAFE_METHODS, is_stream
+from wirediff.replay.slots import NOT_REFERENCES
+from wirediff.replay.targets import Target
+
+__all__ = [
+    "DEFAULT_PREFIXES",
+    "FINGERPRINT",
+    "HOP_BY_HOP",
+    "Outgoing",
+    "merge_query",
+    "prepare",
+    "rebase",
+    "secret_query",
+]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "cookie",
+        "x-wirediff-replay-of",
+        "x-wirediff-label",
+    }
+)
+"""Request headers never copied from the capture: the transport's own (`content-encoding`
+too: the capture holds the body decoded, and it is sent so), plus cookies (the capture holds
+only their fingerprints) and wirediff's control headers."""
+
+FINGERPRINT = re.compile(rf"(\w+ )?sha256:[0-9a-f]{{{FINGERPRINT_HEX}}}")
+"""A header value the capture replaced by its fingerprint (`redact_value`): not the value."""
+
+DEFAULT_PREFIXES = frozenset({"/v1"})
+"""The API prefix assumed for a session without any known route to learn it from."""
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    content: bytes | None
+    model: str | None
+    stream: bool
+    dropped: tuple[str, ...] = ()
+    """What the capture held only as a fingerprint and is therefore not sent
+    (`header x-portkey-api-key`, `query parameter key`)."""
+
+
+def _remap(obj: JSON, mapping: Mapping[str, str], key: str = "") -> JSON:
+    if isinstance(obj, str):
+        return mapping.get(obj, obj) if key not in NOT_REFERENCES else obj
+    if isinstance(obj, dict):
+        return {k: _remap(v, mapping, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_remap(v, mapping, key) for v in obj]
+    return obj
+
+
+def _prefix_of(path: str, prefixes: Collection[str]) -> str | None:
+    """The longest of `prefixes` that `path` lies under (segment-wise), or None."""
+    under = [p for p in prefixes if path == p or path.startswith(p + "/")]
+    return max(under, key=len) if under else None
+
+
+def _query_name(part: str) -> str:
+    return unquote_plus(part.partition("=")[0])
+
+
+def secret_query(path: str) -> list[str]:
+    """Names of the key-like query parameters in a captured path (`SECRET_QUERY`): their
+    values are fingerprints, and a key is never carried to another target anyway."""
+    query = path.partition("?")[2]
+    return [
+        n for n in map(_query_name, query.split("&") if query else ()) if n.lower() in SECRET_QUERY
+    ]
+
+
+def merge_query(query: str, target: Target, mapping: Mapping[str, str]) -> str:
+    """The original's query without key-like parameters or those the target URL sets, ids
+    remapped, then the target URL's own query."""
+    own = [p for p in target.query.split("&") if p]
+    own_names = {_query_name(p) for p in own}
+    kept = []
+    for part in query.split("&") if query else ():
+        name = _query_name(part)
+        if not part or name.lower() in SECRET_QUERY or name in own_names:
+            continue
+        key, eq, value = part.partition("=")
+        kept.append(key + eq + mapping.get(value, value))
+    return "&".join(kept + own)
+
+
+def rebase(
+    path: str,
+    target: Target,
+    mapping: Mapping[str, str],
+    api_prefixes: Collection[str] = DEFAULT_PREFIXES,
+) -> str:
+    """The original path after its API prefix, onto the target's base URL, ids remapped.
+
+    A known route's prefix is its own (`/openai/v1/responses`); a path no route knows is
+    cut after the API prefix its session's known routes use (`api_prefixes`), so that
+    `/v1/ask_url` goes to `<target base>/ask_url`, and a path outside that prefix
+    (`/health`) goes onto the target's origin as it is. The query: `merge_query`.
+    """
+    bare, _, query = path.partition("?")
+    family, template, prefix = route(bare)
+    base = target.base
+    if family != "other":
+        rest = bare[len(prefix) :]
+    else:
+        own = _prefix_of(bare, api_prefixes)
+        rest, base = (bare[len(own) :], base) if own is not None else (bare, target.origin)
+    segs = [mapping.get(s, s) for s in rest.split("/")]
+    if template == "/v1/models/{id}":
+        head, _, model = "/".join(segs).partition("/models/")
+        segs = [head, "models", target.map_model(model)] if model else segs
+    merged = merge_query(query, target, mapping)
+    return base + "/".join(segs) + ("?" + merged if merged else "")
+
+
+def _auth_header(rec: Record, key: str) -> tuple[str, str]:
+    auth = (rec.get("tags") or {}).get("auth") or {}
+    name = str(auth.get("header") or "authorization")
+    scheme = auth.get("scheme") or ("Bearer" if name == "authorization" else None)
+    return name, f"{scheme} {key}" if scheme else key
+
+
+def prepare(
+    rec: Record,
+    target: Target,
+    api_key: str | None,
+    mapping: Mapping[str, str],
+    *,
+    api_prefixes: Collection[str] = DEFAULT_PREFIXES,
+) -> Outgoing:
+    """The request to send for an original: re-based, remapped, model-mapped, re-keyed.
+
+    Headers and query parameters the capture holds only as fingerprints are left out
+    (`Outgoing.dropped`); a `--header` sets such a header again.
+    """
+    req = rec.get("request") or {}
+    body = req.get("body")
+    model: str | None = None
+    content: bytes | None
+    if body is not None:
+        body = _remap(body, mapping) if mapping else body
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            body = {**body, "model": target.map_model(body["model"])}
+            model = body["model"]
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    elif req.get("text") is not None:
+        content = str(req["text"]).encode("utf-8")
+    elif req.get("b64") is not None:
+        content = base64.b64decode(req["b64"])
+    else:
+        content = None
+    if content == b"" and str(req.get("method")).upper() in SAFE_METHODS:
+        content = None
+
+    auth = _auth_header(rec, api_key) if api_key else None
+    headers: list[tuple[str, str]] = []
+    path = str(req.get("path") or "/")
+    dropped = [f"query parameter {n}" for n in secret_query(path)]
+    for name, value in req.get("headers") or ():
+        low = name.lower()
+        if low in HOP_BY_HOP or low in target.headers:
+            continue
+        if low in AUTH_HEADERS:
+            if auth is not None and low == auth[0]:
+                headers.append(auth)
+                auth = None
+            continue
+        if FINGERPRINT.fullmatch(value):
+            dropped.append(f"header {low}")
+            continue
+        headers.append((low, value))
+    if auth is not None:
+        headers.append(auth)
+    for name, override in target.headers.items():
+        if override is not None:
+            headers.append((name, override))
+    if body is not None and header_get(headers, "content-type") is None:
+        headers.append(("content-type", "application/json"))
+    return Outgoing(
+        method=str(req.get("method", "GET")).upper(),
+        url=rebase(path, target, mapping, api_prefixes),
+        headers=headers,
+        content=content,
+        model=model if model is not None else (rec.get("tags") or {}).get("model"),
+        stream=is_stream(rec),
+        dropped=tuple(dropped),
+    )

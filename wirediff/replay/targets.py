@@ -1,0 +1,90 @@
+"""Where to replay: a target's base URL, label, key, model map and headers, and the
+command-line values that describe one."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from wirediff.errors import PlanError
+from wirediff.record.redact import AUTH_HEADERS
+
+__all__ = ["Target", "default_label", "parse_pairs", "parse_rate"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to replay: the base URL as an SDK's `base_url` (e.g. `http://host:port/v1`)."""
+
+    label: str
+    url: str
+    api_key_env: str | None = None
+    model_map: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str | None] = field(default_factory=dict)
+    """Header overrides by lower-case name; `None` removes the header."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PlanError(f"target {self.label!r}: not an http(s) URL: {self.url!r}")
+        bad = sorted(set(self.headers) & (set(AUTH_HEADERS) | {"cookie"}))
+        if bad:
+            raise PlanError(
+                f"target {self.label!r}: --header {bad[0]} would put a secret on the command "
+                "line or in a file; use --api-key-env VAR"
+            )
+
+    @property
+    def base(self) -> str:
+        """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
+        p = urlsplit(self.url)
+        return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/"), "", ""))
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host:port`: what a path outside the session's API prefix goes onto."""
+        p = urlsplit(self.url)
+        return f"{p.scheme}://{p.netloc}"
+
+    @property
+    def query(self) -> str:
+        """The target URL's own query (Azure's `api-version=…`), sent on every request."""
+        return urlsplit(self.url).query
+
+    def map_model(self, model: str) -> str:
+        return self.model_map.get(model, self.model_map.get("*", model))
+
+
+def default_label(url: str) -> str:
+    """The target's host (and port when not the scheme's default), like the capture's label."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    default = 443 if parts.scheme == "https" else 80
+    return host if parts.port in (None, default) else f"{host}:{parts.port}"
+
+
+def parse_pairs(items: Iterable[str], what: str, *, allow_empty: bool) -> dict[str, str]:
+    """`A=B` strings to a dict; `what` names the option in the error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or (not value and not allow_empty):
+            raise PlanError(f"{what}: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def parse_rate(text: str) -> float:
+    """`5`, `5/s`, `300/m`, `300/min`, `3600/h` → requests per second."""
+    num, _, unit = text.strip().partition("/")
+    per = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}.get(unit.strip())
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if per is None or not math.isfinite(value) or value <= 0:
+        raise PlanError(f"--rate: expected a positive number per s/m/h (e.g. 5/s), got {text!r}")
+    return value / per

@@ -1,0 +1,139 @@
+"""One request on the wire with httpx, seen as an `Exchange` for the record builder."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from wirediff.record.exchange import (
+    Error,
+    Exchange,
+    HeaderPairs,
+    Request,
+    Response,
+    Timings,
+    header_value,
+)
+from wirediff.record.tap import StreamTap, is_sse
+
+__all__ = ["Sent", "exchange_from_httpx", "send"]
+
+
+def _pairs(raw: list[tuple[bytes, bytes]]) -> HeaderPairs:
+    return [
+        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in raw
+    ]
+
+
+def exchange_from_httpx(
+    request: httpx.Request,
+    content: bytes | None,
+    response: httpx.Response | None = None,
+    *,
+    body: bytes = b"",
+    timings: Timings,
+    error: Error | None = None,
+    tap: StreamTap | None = None,
+) -> Exchange:
+    """`request` as sent and what came back: `response` with its raw (still encoded) `body`,
+    or with a `tap` that saw the body stream through.
+
+    `content` is the body the request was given (None: none): httpx sends no body and an
+    empty one alike. The URL is the one the server saw, with the host from the Host header.
+    """
+    headers = _pairs(request.headers.raw)
+    path = request.url.raw_path.decode("utf-8", "surrogateescape")
+    host = header_value(headers, "host") or request.url.netloc.decode("ascii")
+    return Exchange(
+        request=Request(
+            method=request.method,
+            url=f"{request.url.scheme}://{host}{path}",
+            path=path,
+            http_version="HTTP/1.1",  # the transport is made without http2
+            headers=headers,
+            content=content,
+        ),
+        response=None
+        if response is None
+        else Response(
+            status=response.status_code,
+            reason=response.reason_phrase,
+            http_version=response.http_version,
+            headers=_pairs(response.headers.raw),
+            content=body,
+        ),
+        timings=timings,
+        error=error,
+        tap=tap,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    exchange: Exchange
+    connect_failed: bool = False
+    """No connection to the target could be made (it is down, or not where it was said)."""
+
+
+def _msg(e: BaseException) -> str:
+    return str(e) or type(e).__name__
+
+
+async def send(
+    transport: httpx.AsyncBaseTransport, request: httpx.Request, content: bytes | None, cap: int
+) -> Sent:
+    """Send `request` (given `content`); stream the answer through a `StreamTap` when it is
+    SSE (events are split and timed as they arrive, `cap` bytes kept), else keep the raw
+    (still encoded) body.
+
+    Straight to the transport: a replay follows no redirect (each hop is its own exchange
+    in the capture), keeps no cookies and runs no auth flow.
+    """
+    started = time.time()
+
+    def failed(message: str, kind: str, *, connect_failed: bool = False) -> Sent:
+        error = Error(message, kind)
+        ex = exchange_from_httpx(request, content, timings=Timings(started), error=error)
+        return Sent(ex, connect_failed)
+
+    try:
+        resp = await transport.handle_async_request(request)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else "upstream_unreachable"
+        where = f"{request.url.host}:{request.url.port}"
+        return failed(f"cannot connect to {where}: {_msg(e)}", kind, connect_failed=True)
+    except httpx.TimeoutException as e:
+        return failed(f"timed out waiting for the answer: {_msg(e)}", "timeout")
+    except httpx.HTTPError as e:
+        low = str(e).lower()
+        disconnect = "disconnect" in low or "closed" in low or isinstance(e, httpx.ReadError)
+        kind = "upstream_disconnect" if disconnect else "upstream_protocol"
+        return failed(f"no valid HTTP answer: {_msg(e)}", kind)
+    first_byte = time.time()
+    tap = None
+    if is_sse(resp.headers.get("content-type", "")):
+        encoding = resp.headers.get("content-encoding", "")
+        tap = StreamTap(t0=started, content_encoding=encoding, cap=cap)
+    buf = bytearray()
+    finished: float | None = None
+    error: Error | None = None
+    try:
+        async for chunk in resp.aiter_raw():
+            if tap is not None:
+                tap(chunk)
+            else:
+                buf += chunk
+        finished = time.time()
+    except httpx.TimeoutException as e:
+        error = Error(f"timed out reading the answer: {_msg(e)}", "timeout")
+    except httpx.HTTPError as e:
+        error = Error(f"server disconnected mid-answer: {_msg(e)}", "upstream_disconnect")
+    finally:
+        await resp.aclose()
+    timings = Timings(started, first_byte, finished)
+    ex = exchange_from_httpx(
+        request, content, resp, body=bytes(buf), timings=timings, error=error, tap=tap
+    )
+    return Sent(ex)
