@@ -540,7 +540,7 @@ def test_stop_ends_open_streams() -> None:
 
 def _cli(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STANDIN_TEST_KEY": KEY}
-    return subprocess.Popen([sys.executable, "-m", "backends", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "wirediff.backends", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
