@@ -1,6 +1,9 @@
 """What a stand-in answers, decided from the request alone, so output is repeatable.
 
-A request with tools gets one function call; otherwise the answer echoes the input.
+A request with tools gets one function call; otherwise the answer echoes the input. The
+call's arguments are fixed placeholder values built from the tool's JSON schema, never
+text from the request: clients execute tool calls (the Codex CLI runs `exec_command` and
+`shell` arguments as commands), so echoing a prompt into them would run it.
 """
 
 from __future__ import annotations
@@ -13,13 +16,26 @@ from typing import Any
 from wirediff.profiles import Profile
 
 __all__ = [
+    "PLACEHOLDER_TEXT",
     "Plan",
     "chat_plan",
+    "placeholder_arguments",
     "plan_for",
     "responses_plan",
 ]
 
 JSONDict = dict[str, Any]
+
+PLACEHOLDER_TEXT = "example"
+"""Every string a tool call's arguments need: a plain word that runs nothing useful."""
+
+_BY_TYPE: dict[str, Any] = {
+    "string": PLACEHOLDER_TEXT,
+    "integer": 1,
+    "number": 1,
+    "boolean": True,
+    "null": None,
+}
 
 
 @dataclass
@@ -52,23 +68,37 @@ def _words(text: str, n: int = 12) -> str:
     return " ".join(text.split()[:n])
 
 
-def _tool_arguments(parameters: Any, text: str) -> dict[str, Any]:
-    """Deterministic arguments for a function's JSON schema: required properties filled by type."""
-    props = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
-    required = parameters.get("required") if isinstance(parameters, dict) else None
-    names = list(required) if isinstance(required, list) and required else list(props)[:1]
-    by_type: dict[str, Any] = {
-        "integer": 1,
-        "number": 1,
-        "boolean": True,
-        "array": [],
-        "object": {},
-    }
-    args: dict[str, Any] = {}
-    for name in names:
-        kind = props.get(name, {}).get("type", "string") if isinstance(props, dict) else "string"
-        args[name] = by_type.get(kind, _words(text, 5) or "wirediff")
-    return args
+def _placeholder(schema: Any) -> Any:
+    """A fixed value that satisfies one JSON schema: an enum's or a union's first choice,
+    an object's required properties, an empty array, else by type."""
+    if not isinstance(schema, dict):
+        return PLACEHOLDER_TEXT
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for union in ("anyOf", "oneOf"):
+        if isinstance(schema.get(union), list) and schema[union]:
+            return _placeholder(schema[union][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        return placeholder_arguments(schema)
+    if kind == "array":
+        return []
+    return _BY_TYPE.get(str(kind), PLACEHOLDER_TEXT)
+
+
+def placeholder_arguments(parameters: Any) -> JSONDict:
+    """A function call's arguments: the schema's required properties, each a placeholder."""
+    if not isinstance(parameters, dict):
+        return {}
+    props = parameters.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = parameters.get("required")
+    names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
+    return {name: _placeholder(props.get(name)) for name in names}
 
 
 def plan_for(
@@ -89,7 +119,7 @@ def plan_for(
         )
     if tools and tool_choice != "none":
         name, params = tools[0]
-        args: Any = _tool_arguments(params, last_text)
+        args: Any = placeholder_arguments(params)
         if model != "fault-args-object":
             args = json.dumps(args, separators=(",", ":"))
         return Plan("tool", tool_name=name, arguments=args, prompt_tokens=prompt_tokens)
