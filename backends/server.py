@@ -413,6 +413,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
 
+    def _may_send(self, i: int, delay: float) -> bool:
+        """Event i goes out once `pace` allows it and `delay` has passed, unless stopping."""
+        if self.st.pace is not None and not self.st.pace(i):
+            return False
+        return not (delay > 0 and self.st.stopping.wait(delay))
+
     def _stream(self, content_type: str, frames: list[bytes], model: str, terminal: int) -> None:
         """Chunked SSE, one write (and flush) per event; gzip with a sync flush per event.
 
@@ -438,7 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
             keep = min(max(1, len(frames) // 2), len(frames) - 1)
             frames = [*frames[:keep], frames[keep][: len(frames[keep]) // 2]]
         for i, frame in enumerate(frames):
-            if i and delay > 0 and self.st.stopping.wait(delay):
+            if i and not self._may_send(i, delay):
                 self._abort()
                 return
             data = comp.compress(frame) + comp.flush(zlib.Z_SYNC_FLUSH) if comp else frame

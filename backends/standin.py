@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from wirediff.backends.server import Seen, StandinServer, StoredResponse
@@ -38,6 +38,8 @@ class Standin:
     host: str = "127.0.0.1"
     port: int = 0
     verbose: bool = False
+    pace: Callable[[int], bool] | None = None
+    """Asked before SSE event i > 0 is written; False drops the connection instead."""
     seen: list[Seen] = field(default_factory=list)
     store: dict[str, StoredResponse] = field(default_factory=dict)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -97,8 +99,13 @@ def make_standin(
     host: str = "127.0.0.1",
     port: int = 0,
     verbose: bool = False,
+    pace: Callable[[int], bool] | None = None,
 ) -> Standin:
-    """A not-yet-started `Standin` (for callers that need `.seen` or a manual lifetime)."""
+    """A not-yet-started `Standin` (for callers that need `.seen` or a manual lifetime).
+
+    `pace(i)` is asked before each SSE event after the first: tests hand a stream over one
+    event at a time with it (see `standin()` for the other options).
+    """
     prof = profile(name) if isinstance(name, str) else name
     served = (
         list(models) if models is not None else list((prof.get("models") or {}).get("served", []))
@@ -113,6 +120,7 @@ def make_standin(
         host=host,
         port=port,
         verbose=verbose,
+        pace=pace,
     )
 
 
