@@ -22,9 +22,9 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 # Everything: unit, e2e (real mitmdump + openai SDK), peers and the browser test.
-# Installed means required: a missing peer fails instead of skipping.
+# Installed means required: a missing peer or Chromium fails instead of skipping.
 test: $(STAMP) peers browser
-	WIREDIFF_PEERS_REQUIRED=1 $(VENV)/bin/pytest -q
+	WIREDIFF_REQUIRED=1 $(VENV)/bin/pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,8 @@
 """Run one stand-in backend from the command line, until Ctrl-C.
 
 Usage:
-    python -m backends PROFILE [--port N] [--delay S] [--api-key-env VAR] [--gzip]
-                               [--redirect URL] [--models A,B] [--verbose]
+    python -m wirediff.backends PROFILE [--port N] [--delay S] [--api-key-env VAR] [--gzip]
+                                        [--redirect URL] [--models A,B] [--verbose]
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from wirediff.backends.standin import FAULT_MODELS, make_standin
+from wirediff.backends.server import FAULT_MODELS
+from wirediff.backends.standin import make_standin
 from wirediff.profiles import load_profiles
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     known = sorted(load_profiles())
     ap = argparse.ArgumentParser(
-        prog="python -m backends",
+        prog="python -m wirediff.backends",
         description="Serve a local stand-in for an OpenAI-compatible provider.",
         epilog="fault models (any profile): " + ", ".join(FAULT_MODELS),
     )

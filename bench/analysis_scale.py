@@ -16,7 +16,9 @@ For each size, one fresh subprocess times the floor:
 and another one the analysis, reporting its peak resident memory (`getrusage` max RSS):
   load      — `wirediff.record.store.load_records`;
   analyze   — `wirediff.analysis.comparison.analyze.analyze`: frames, pairing, divergences, conformance, latency;
-  diagnose  — `wirediff.analysis.diagnosis.diagnose.diagnose`: chains and their diagnoses.
+  diagnose  — `wirediff.analysis.diagnosis.diagnose.diagnose`: chains and their diagnoses;
+  render    — `wirediff.reports.render.render_report`: the HTML report, timed on its own
+              (after the peak memory is read) and reported with its size.
 Targets: 100k exchanges in under 60 s and 2 GB; load + analyze + diagnose within 5x of
 the bare parse; time per exchange flat across sizes (linear growth).
 """
@@ -142,9 +144,10 @@ def measure_parse(path: Path) -> dict[str, Any]:
 
 
 def measure_analysis(path: Path) -> dict[str, Any]:
-    """load + analyze + diagnose, timed per stage."""
+    """load + analyze + diagnose, timed per stage, then the report's render."""
     from wirediff.analysis.comparison.analyze import analyze
     from wirediff.analysis.diagnosis.diagnose import diagnose
+    from wirediff.reports.render import render_report
 
     out: dict[str, Any] = {}
     t = time.perf_counter()
@@ -161,6 +164,10 @@ def measure_analysis(path: Path) -> dict[str, Any]:
     out["conformance"] = len(result.conformance)
     out["diagnoses"] = len(diagnoses)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t = time.perf_counter()
+    report = render_report(result, diagnoses, path.with_suffix(".html"))
+    out["render"] = time.perf_counter() - t
+    out["report_mb"] = report.stat().st_size / 2**20
     return out
 
 
@@ -227,7 +234,8 @@ def main() -> None:
         print(
             f"  {r['n']} exchanges ({r['streamed'] / r['n']:.0%} streamed): {r['pairs']} pairs, "
             f"{r['divergences']} divergences, "
-            f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses"
+            f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
+            f"report {r['report_mb']:.1f} MB rendered in {r['render']:.2f} s"
         )
 
 

@@ -68,17 +68,9 @@ def capture_session(n: int, tmp: Path) -> Path:
     return cap
 
 
-# The stand-in's ThreadingHTTPServer keeps socketserver's listen backlog of 5: at 32
-# simultaneous connects some are reset before they are accepted. Raise it for the benchmark.
-SERVE = (
-    "import sys; from backends import standin; standin._Server.request_queue_size = 128; "
-    "from wirediff.backends.__main__ import main; sys.exit(main(['openai']))"
-)
-
-
 def start_target() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVE],
+        [sys.executable, "-m", "wirediff.backends", "openai"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

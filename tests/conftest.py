@@ -5,16 +5,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, NoReturn
 
 import pytest
 
 from wirediff.cli.netutil import free_port, wait_port
 
-__all__ = ["free_port", "wait_for", "wait_port"]
+__all__ = ["REQUIRED_ENV", "Lockstep", "free_port", "missing", "wait_for", "wait_port"]
+
+REQUIRED_ENV = "WIREDIFF_REQUIRED"
+"""Set to 1 (`make test` does): a tier whose dependency is missing fails instead of skipping."""
 
 ROOT = Path(__file__).resolve().parent.parent
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
@@ -30,6 +35,55 @@ def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condit
             return v
         time.sleep(0.02)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def missing(what: str) -> NoReturn:
+    """A tier's dependency is not installed: skip, or fail when `WIREDIFF_REQUIRED=1`."""
+    if os.environ.get(REQUIRED_ENV, "") not in ("", "0"):
+        pytest.fail(f"{what} ({REQUIRED_ENV} is set)", pytrace=False)
+    pytest.skip(what)
+
+
+class Lockstep:
+    """Hands a stream over one event at a time, to prove pass-through by cause, not by timing.
+
+    The backend calls `turn(n)` before sending event n and may go on only once the client
+    has called `read()` for events 0..n-1. Anything that holds events back (a buffering
+    proxy, an unflushed writer) leaves the backend waiting: at `deadline` seconds it gives
+    up, the stream ends early, and leaving the `with` block fails saying which event stuck.
+    """
+
+    def __init__(self, deadline: float = 15.0) -> None:
+        self.deadline = deadline
+        self.stalled: int | None = None
+        self._read = 0
+        self._cond = threading.Condition()
+
+    def read(self) -> None:
+        """Client side: one more event has arrived."""
+        with self._cond:
+            self._read += 1
+            self._cond.notify_all()
+
+    def turn(self, n: int) -> bool:
+        """Backend side: may event n go out? Waits until the client has read n events."""
+        with self._cond:
+            if self._cond.wait_for(lambda: self._read >= n, self.deadline):
+                return True
+            self.stalled = n
+            return False
+
+    def __enter__(self) -> Lockstep:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.stalled is not None:
+            raise AssertionError(
+                f"event {self.stalled - 1} did not reach the client within {self.deadline} s"
+                f" of being sent, so event {self.stalled} was never sent: it was held back"
+            ) from exc
 
 
 class Mitmdump:

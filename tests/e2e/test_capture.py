@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import threading
 import time
@@ -16,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import free_port
-from wirediff.backends.standin import standin
+from tests.conftest import Lockstep, free_port
+from wirediff.backends.standin import make_standin, standin
 
 pytestmark = pytest.mark.e2e
 
@@ -96,17 +95,20 @@ def test_reverse_mode_sync_and_async_sdk(mitmdump: Any, backend: str) -> None:
             events = r["response"]["events"]
             assert events and all(e["t_ms"] >= 0 for e in events)
             last = events[-1]["data"]
-            assert last == "[DONE]" or last["type"] == "response.completed"
+            if r["tags"]["family"] == "chat.completions":
+                assert last == "[DONE]"
+            else:
+                assert last["type"] == "response.completed"
     # tool call, chat: arguments are a JSON string
     tool = recs[4]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"]
-    assert json.loads(tool["arguments"])["city"]
+    assert json.loads(tool["arguments"]) == {"city": "example"}  # the stand-in's placeholder
     # tool call, responses stream: argument deltas reassemble into the done arguments
     events = recs[5]["response"]["events"]
     deltas = "".join(
         e["data"]["delta"] for e in events if e["event"] == "response.function_call_arguments.delta"
     )
     (done,) = [e for e in events if e["event"] == "response.function_call_arguments.done"]
-    assert deltas == done["data"]["arguments"] and json.loads(deltas)["city"]
+    assert deltas == done["data"]["arguments"] and json.loads(deltas) == {"city": "example"}
     assert len({r["tags"]["auth"]["fingerprint"] for r in recs}) == 1
     assert_no_canary(m.capture_dir)
 
@@ -136,20 +138,24 @@ def test_forward_https_mode_with_the_mitmproxy_ca(
 
 
 def test_sse_passes_through_unbuffered(mitmdump: Any) -> None:
-    with standin("openai", delay=0.2) as url:
-        m = mitmdump([f"reverse:{url}"])
-        seen = []
+    """The backend sends event n+1 only once the client has read event n through the proxy:
+    a proxy that held events back would stall the stream (see `Lockstep`)."""
+    read_at: list[float] = []
+    with Lockstep() as lock, make_standin("openai", pace=lock.turn) as st:
+        m = mitmdump([f"reverse:{st.url}"])
         with openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0) as client:
-            t0 = time.monotonic()
             for _ in client.chat.completions.create(model="gpt-4o-mini", messages=MSG, stream=True):
-                seen.append(time.monotonic() - t0)
+                read_at.append(time.time())
+                lock.read()
         (rec,) = m.records(1)
-    # events are 200 ms apart at the source: the client saw the first long before the second
-    # was even sent, and the recorded offsets grow by the same steps.
-    assert len(seen) >= 3 and seen[1] - seen[0] >= 0.15
-    t = [e["t_ms"] for e in rec["response"]["events"]]
-    steps = [b - a for a, b in itertools.pairwise(t)]
-    assert min(steps[:-1]) >= 150, t
+    events = rec["response"]["events"]
+    assert len(read_at) >= 3 and events[-1]["data"] == "[DONE]" and len(events) == len(read_at) + 1
+    # Each event was recorded as it passed: after the client read the one before it (which
+    # caused it to be sent) and before the client read it itself.
+    at = [rec["started"] + e["t_ms"] / 1000.0 for e in events]
+    slack = 0.001  # the record keeps microseconds
+    assert all(at[n] <= read_at[n] + slack for n in range(len(read_at))), (at, read_at)
+    assert all(read_at[n - 1] <= at[n] + slack for n in range(1, len(at))), (at, read_at)
 
 
 def test_gzip_compressed_stream_is_parsed(mitmdump: Any) -> None:
@@ -220,7 +226,8 @@ def test_bad_input_is_recorded_and_mitmdump_survives(mitmdump: Any, backend: str
     )
     assert "b64" in non_utf8["request"]
     cut = by_model["fault-cut"]
-    assert cut["response"]["complete"] is False or cut["error"] is not None
+    assert cut["response"]["complete"] is False and cut["error"]["kind"] == "upstream_disconnect"
+    assert cut["response"]["events"][-1]["partial"] is True  # cut in the middle of an event
     assert by_model["fault-empty"]["response"]["size"] == 0
     slow = by_model["fault-slow"]
     assert slow["error"]["kind"] == "client_disconnect" and slow["response"]["events"]
@@ -231,9 +238,11 @@ def test_bad_input_is_recorded_and_mitmdump_survives(mitmdump: Any, backend: str
 
 
 class _ChunkedNDJSON(BaseHTTPRequestHandler):
-    """Three NDJSON lines 200 ms apart, chunked, no Content-Length (Ollama's native style)."""
+    """Three NDJSON lines, chunked, no Content-Length (Ollama's native style); line n+1 is
+    sent once the client has read line n (`server.lockstep`)."""
 
     protocol_version = "HTTP/1.1"
+    server: Any
 
     def log_message(self, *args: object) -> None:
         pass
@@ -244,27 +253,32 @@ class _ChunkedNDJSON(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         for i in range(3):
+            if i and not self.server.lockstep.turn(i):
+                return  # held back: end without the last chunk
             line = json.dumps({"i": i}).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             self.wfile.flush()
-            if i < 2:
-                self.server.step.wait(0.2)  # type: ignore[attr-defined]
         self.wfile.write(b"0\r\n\r\n")
 
 
 def test_open_ended_non_sse_body_passes_through_unbuffered(mitmdump: Any) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedNDJSON)
-    server.step = threading.Event()  # type: ignore[attr-defined]  # never set: a timed wait
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    lines: list[str] = []
     try:
-        m = mitmdump([f"reverse:http://127.0.0.1:{server.server_address[1]}"])
-        with httpx.Client(timeout=10) as h:
-            t0 = time.monotonic()
-            with h.stream("GET", m.url + "/api/chat") as r:
-                arrivals = [time.monotonic() - t0 for _ in r.iter_lines()]
+        with Lockstep() as lock:
+            server.lockstep = lock  # type: ignore[attr-defined]
+            m = mitmdump([f"reverse:http://127.0.0.1:{server.server_address[1]}"])
+            with (
+                httpx.Client(timeout=lock.deadline + 10) as h,
+                h.stream("GET", m.url + "/api/chat") as r,
+            ):
+                for line in r.iter_lines():
+                    lines.append(line)
+                    lock.read()
         (rec,) = m.records(1)
     finally:
         server.shutdown()
         server.server_close()
-    assert len(arrivals) == 3 and arrivals[1] - arrivals[0] >= 0.15  # not held until the end
-    assert rec["response"]["text"].splitlines() == ['{"i": 0}', '{"i": 1}', '{"i": 2}']
+    assert lines == ['{"i": 0}', '{"i": 1}', '{"i": 2}']
+    assert rec["response"]["text"].splitlines() == lines

@@ -1,26 +1,91 @@
-"""`wirediff demo` end to end, as the README's first command runs it."""
+"""`wirediff demo` end to end, as the README's first command runs it.
+
+`tests/fixtures/demo_summary.json` is the demo's `summary.json` with everything that changes
+from run to run masked (see `masked`): what users see must not change unnoticed. It was
+first written from the demo of commit 0dc39c2, before the move to one `wirediff` namespace.
+When the demo's output changes on purpose, rewrite it from the current tree with
+
+    .venv/bin/python -m tests.e2e.test_demo
+
+then read `git diff tests/fixtures/demo_summary.json` and commit it with the change.
+"""
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import ROOT
 from wirediff.cli.demo import CANDIDATES, DEMO_KEY
 from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.e2e
 WIREDIFF = str(Path(sys.executable).with_name("wirediff"))
+GOLDEN = ROOT / "tests" / "fixtures" / "demo_summary.json"
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
+EVENT_NUMBER = re.compile(r"event #\d+")
+# Lists whose order follows the random record ids: compared as sorted multisets.
+UNORDERED = frozenset({"divergences", "findings", "diagnoses", "examples", "exchange_ids"})
 
 
-def test_demo_writes_the_report_and_leaks_no_key(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    proc = subprocess.run(
+def masked(value: Any, key: str = "", in_findings: bool = False) -> Any:
+    """`summary.json` without what differs between two runs of the same demo: the time it
+    was written, latency figures (their counts stay), record and response ids, the order
+    that follows those ids, and in a finding the event number of whichever occurrence
+    happened to come first."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k == "generated_at":
+                out[k] = "<time>"
+            elif k == "latency":
+                out[k] = {
+                    m: {s: x if s == "n" else "<ms>" for s, x in st.items()} for m, st in v.items()
+                }
+            else:
+                out[k] = masked(v, k, in_findings or k == "findings")
+        return out
+    if isinstance(value, list):
+        items = [masked(v, key, in_findings) for v in value]
+        if key in UNORDERED:
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return items
+    if isinstance(value, str):
+        value = RESPONSE_ID.sub("resp_<id>", UUID.sub("<id>", value))
+        return EVENT_NUMBER.sub("event #<n>", value) if in_findings else value
+    return value
+
+
+def run_demo(out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [WIREDIFF, "demo", "--out", str(out)], capture_output=True, text=True, timeout=120
     )
+
+
+def dumps(summary: Any) -> str:
+    return json.dumps(summary, indent=1, ensure_ascii=False) + "\n"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    return out, run_demo(out)
+
+
+def test_demo_writes_the_report_and_leaks_no_key(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = demo
     assert proc.returncode == 0, proc.stderr
     assert f"report:      {out / 'report.html'}" in proc.stdout
     assert "[4/4] analysing and rendering the report" in proc.stderr
@@ -43,3 +108,29 @@ def test_demo_writes_the_report_and_leaks_no_key(tmp_path: Path) -> None:
     for path in out.rglob("*"):
         if path.is_file():
             assert DEMO_KEY.encode() not in path.read_bytes(), f"demo key leaked into {path}"
+
+
+def test_demo_summary_matches_the_golden_file(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = demo
+    assert proc.returncode == 0, proc.stderr
+    got = dumps(masked(json.loads((out / "summary.json").read_text())))
+    want = GOLDEN.read_text()
+    diff = "".join(
+        difflib.unified_diff(want.splitlines(True), got.splitlines(True), str(GOLDEN), "demo")
+    )
+    assert got == want, (
+        f"the demo's summary changed (to accept it, see this module):\n{diff[:6000]}"
+    )
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        done = run_demo(Path(tmp) / "demo")
+        if done.returncode != 0:
+            sys.exit(done.stderr)
+        GOLDEN.write_text(
+            dumps(masked(json.loads((Path(tmp) / "demo" / "summary.json").read_text())))
+        )
+    print(f"wrote {GOLDEN}")

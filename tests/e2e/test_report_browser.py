@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import missing
 from tests.unit.test_report import render, sample
 
-CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -35,19 +36,13 @@ FLAGS = [
 ]  # fmt: skip
 WIDTH, HEIGHT = 1360, 1700
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium"
-    ),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 class DevTools:
     """The Chrome DevTools protocol over `--remote-debugging-pipe` (fd 3 in, fd 4 out)."""
 
-    def __init__(self, profile: Path, log: Path) -> None:
+    def __init__(self, chromium: str, profile: Path, log: Path) -> None:
         to_chrome_r, to_chrome_w = os.pipe()
         from_chrome_r, from_chrome_w = os.pipe()
         # Keep the child's ends clear of 3 and 4 so that dup2 cannot clobber one with the other.
@@ -63,7 +58,7 @@ class DevTools:
         with log.open("wb") as err:
             self.proc = subprocess.Popen(
                 [
-                    str(CHROMIUM),
+                    chromium,
                     *FLAGS,
                     f"--user-data-dir={profile}",
                     f"--window-size={WIDTH},{HEIGHT}",
@@ -202,8 +197,10 @@ class DevTools:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[DevTools]:
-    log = tmp_path / "chromium.log"
-    devtools = DevTools(tmp_path / "profile", log)
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        missing("needs Debian's chromium: make browser (apt-get install -y chromium)")
+    devtools = DevTools(chromium, tmp_path / "profile", tmp_path / "chromium.log")
     try:
         yield devtools
     finally:

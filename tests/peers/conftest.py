@@ -2,7 +2,7 @@
 
 They are installed by `scripts/install-peers.sh` into their own virtualenvs under `.peers/`
 (their pins conflict with mitmproxy's); without them the tier skips, telling you to run it
-(with `WIREDIFF_PEERS_REQUIRED=1`, as `make test` sets it, it fails instead).
+(with `WIREDIFF_REQUIRED=1`, as `make test` sets it, it fails instead).
 
 LiteLLM takes seconds to start, so one of each serves the whole session:
 
@@ -36,14 +36,13 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, wait_port
+from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, missing, wait_port
 from wirediff.backends.standin import standin
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PEERS_DIR = Path(os.environ.get("WIREDIFF_PEERS_DIR") or ROOT / ".peers")
 INSTALL_HINT = "run scripts/install-peers.sh"
-REQUIRED_ENV = "WIREDIFF_PEERS_REQUIRED"
 
 LITELLM_CONFIG = HERE / "litellm.yaml"
 FAKELLM_CONFIG = HERE / "fakellm.yaml"
@@ -62,10 +61,7 @@ def peer_command(name: str, command: str | None = None) -> Path:
     """The peer's executable in `.peers/<name>/bin/`, or skip (fail when required)."""
     path = PEERS_DIR / name / "bin" / (command or name)
     if not os.access(path, os.X_OK):
-        msg = f"{name} is not installed in {PEERS_DIR}: {INSTALL_HINT}"
-        if os.environ.get(REQUIRED_ENV):
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        missing(f"{name} is not installed in {PEERS_DIR}: {INSTALL_HINT}")
     return path
 
 

@@ -508,17 +508,31 @@ def test_generated_argument_values_are_never_compared() -> None:
 
 
 @pytest.mark.parametrize(
-    ("make", "odd"),
+    ("make", "odd", "finding", "flagged"),
     [
-        (lambda: chat_record(stream=True), {"choices": 5, "object": "chat.completion.chunk"}),
-        (lambda: responses_record(stream=True), {"type": {"nested": True}, "sequence_number": 1}),
+        (
+            lambda: chat_record(stream=True),
+            {"choices": 5, "object": "chat.completion.chunk"},
+            ("schema_type", "events[chunk].choices"),
+            "`events[chunk].choices`: Input should be a valid",
+        ),
+        (
+            lambda: responses_record(stream=True),
+            {"type": {"nested": True}, "sequence_number": 1},
+            ("event_extra", "events[message]"),
+            "`events[?]`: not a Responses stream event type",
+        ),
     ],
 )
-def test_odd_but_valid_json_events_do_not_crash(make: Callable[[], Record], odd: Any) -> None:
-    """Review F18: an upstream may send any JSON; the analysis reports, never crashes."""
+def test_odd_but_valid_json_events_are_reported(
+    make: Callable[[], Record], odd: Any, finding: tuple[str, str], flagged: str
+) -> None:
+    """Review F18: an upstream may send any JSON; the analysis reports it, never crashes."""
     base = make()
     cand = replay(
         base, change=lambda rec: set_payloads(rec, [*payloads(rec)[:1], odd], renumber=False)
     )
-    compare_records(base, cand)
-    conformance([base, cand])
+    assert finding in {(f.kind, f.path) for f in compare_records(base, cand)}
+    rows = conformance([base, cand])
+    assert set(rows["pair_id"]) == {cand["id"]}
+    assert rows["message"].str.startswith(flagged).any(), list(rows["message"])

@@ -12,14 +12,14 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from wirediff.backends.standin import (
-    Plan,
+from wirediff.backends.payloads import (
     build_response,
     chat_chunks,
     chat_completion,
-    mask_key,
     response_events,
 )
+from wirediff.backends.plan import Plan
+from wirediff.backends.server import mask_key
 from wirediff.profiles import (
     ANSWER_KINDS,
     answer_for,
@@ -195,7 +195,8 @@ def test_openai_response_object_has_every_reference_field_and_validates() -> Non
     for plan in (TEXT, TOOL):
         obj = build_response(prof, {"store": True}, "gpt-4o-mini", plan, None, 1).obj
         assert set(obj) >= OPENAI_RESPONSE_FIELDS
-        Response.model_validate(obj)  # strict parse with the SDK's own type
+        parsed = Response.model_validate(obj)  # strict parse with the SDK's own type
+        assert parsed.output_text == (plan.text if plan.kind == "text" else "")
     assert set(prof["headers"]) >= {"x-request-id", "openai-processing-ms", "openai-version",
                                     "openai-organization", "x-ratelimit-limit-requests",
                                     "x-ratelimit-remaining-tokens"}  # fmt: skip
@@ -203,12 +204,27 @@ def test_openai_response_object_has_every_reference_field_and_validates() -> Non
 
 
 @pytest.mark.parametrize("name", PROFILES)
-def test_chat_objects_parse_with_the_sdk_types(name: str) -> None:
+@pytest.mark.parametrize("plan", [TEXT, TOOL], ids=["text", "tool"])
+def test_chat_objects_parse_with_the_sdk_types(name: str, plan: Plan) -> None:
+    """The SDK's own types parse each object and read back what the plan says."""
     prof = profile(name)
-    for plan in (TEXT, TOOL):
-        ChatCompletion.model_validate(chat_completion(prof, served(name), plan))
-        for ch in chat_chunks(prof, served(name), plan, include_usage=True):
-            ChatCompletionChunk.model_validate(ch)
+    finish = "stop" if plan.kind == "text" else "tool_calls"
+    (choice,) = ChatCompletion.model_validate(chat_completion(prof, served(name), plan)).choices
+    chunks = [
+        ChatCompletionChunk.model_validate(ch)
+        for ch in chat_chunks(prof, served(name), plan, include_usage=True)
+    ]
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert choice.finish_reason == deltas[-1].finish_reason == finish
+    if plan.kind == "text":
+        assert choice.message.content == plan.text
+        assert "".join(d.delta.content or "" for d in deltas) == plan.text
+        return
+    (call,) = choice.message.tool_calls or []
+    assert call.model_dump()["function"] == {"name": plan.tool_name, "arguments": plan.arguments}
+    streamed = [tc for d in deltas for tc in d.delta.tool_calls or []]
+    assert streamed[0].function and streamed[0].function.name == plan.tool_name
+    assert "".join(tc.function.arguments or "" for tc in streamed if tc.function) == plan.arguments
 
 
 def test_vllm_and_ollama_differ_from_openai_where_the_facts_say() -> None:

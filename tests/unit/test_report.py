@@ -11,7 +11,6 @@ import copy
 import csv
 import json
 import re
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -596,16 +595,12 @@ def _synthetic(n: int) -> tuple[Analysis, pd.DataFrame]:
     return analysed(records)
 
 
-def test_scale_stays_small_and_fast(tmp_path: Path) -> None:
-    """Size does not grow with repeats; the render is linear (the 100k figure: see README)."""
+def test_scale_stays_small(tmp_path: Path) -> None:
+    """Size does not grow with repeats (render time is measured in bench/analysis_scale.py)."""
     analysis, diagnoses = _synthetic(8000)
     assert len(analysis.divergences) > 3000
-    t0 = time.perf_counter()
-    out = render(analysis, diagnoses, tmp_path / "r.html")
-    elapsed = time.perf_counter() - t0
-    size = out.stat().st_size
+    size = render(analysis, diagnoses, tmp_path / "r.html").stat().st_size
     assert size < 1_500_000, size
-    assert elapsed < 15, elapsed
 
 
 def test_size_is_bounded_however_many_distinct_findings(tmp_path: Path) -> None:
@@ -635,9 +630,7 @@ def test_size_is_bounded_however_many_distinct_findings(tmp_path: Path) -> None:
         original["response"] = {**original["response"], "body": big}
     analysis, diagnoses = analysed(records)
     assert set(analysis.divergences["kind"]) == {"schema_extra"}
-    t0 = time.perf_counter()
     html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
-    assert time.perf_counter() - t0 < 30
     assert len(html.encode()) < 8_000_000
     page = parse(html)
     findings = [a for t, a in page.tags if t == "details" and "finding" in (a.get("class") or "")]
