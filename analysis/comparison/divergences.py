@@ -20,18 +20,11 @@ from wirediff.analysis.comparison.noise import (
     repeated_original_noise,
 )
 from wirediff.analysis.comparison.observe import observe
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS
 
 __all__ = ["DIVERGENCE_COLUMNS", "divergences"]
 
-PAIR_META = [
-    "pair_id",
-    "label",
-    "baseline_label",
-    "baseline_id",
-    "candidate_id",
-    "family",
-    "endpoint",
-]
+PAIR_META = PAIR_COLUMNS[: PAIR_COLUMNS.index("endpoint") + 1]
 """The pair a finding belongs to."""
 FINDING_COLUMNS = ["kind", "path", "baseline", "candidate", "severity", "message"]
 """One `Finding`, field by field."""
