@@ -145,7 +145,8 @@ class Mitmdump:
 def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     """Factory: `mitmdump(["reverse:http://127.0.0.1:P"], label=..., extra=[...])`.
 
-    Each mode gets its own free port; the confdir (and so the CA) is per test.
+    Each mode gets its own free port; the confdir (and so the CA) is per test, unless
+    `confdir` gives one of its own (a second CA).
     """
     started: list[Mitmdump] = []
 
@@ -156,11 +157,12 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
         label: str = "",
         extra: list[str] | None = None,
         addon: bool = True,
+        confdir: Path | None = None,
     ) -> Mitmdump:
         modes = modes or ["regular"]
         ports = [free_port() for _ in modes]
         capture_dir = tmp_path / "captures"
-        confdir = tmp_path / "mitmconf"
+        confdir = confdir or tmp_path / "mitmconf"
         log = tmp_path / f"mitmdump-{len(started)}.log"
         cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
         for mode, port in zip(modes, ports, strict=True):
