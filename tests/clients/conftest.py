@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import missing, wait_for
+from tests.conftest import WirediffCapture, missing
 from tests.readme_blocks import readme_command
 from wirediff._types import Record
 from wirediff.backends.standin import standin
@@ -53,6 +50,26 @@ def client_dir(name: str, needs: str) -> Path:
     if not (path / ".installed").is_file() or not (path / needs).exists():
         missing(f"client {name} is not installed in {CLIENTS_DIR}: {INSTALL_HINT}")
     return path
+
+
+@pytest.fixture
+def node_client() -> Path:
+    return client_dir("node", "node_modules/openai/package.json")
+
+
+@pytest.fixture
+def codex_client() -> Path:
+    return client_dir("codex", "node_modules/.bin/codex")
+
+
+@pytest.fixture
+def langchain_client() -> Path:
+    return client_dir("langchain", "bin/python")
+
+
+@pytest.fixture
+def llamaindex_client() -> Path:
+    return client_dir("llamaindex", "bin/python")
 
 
 def client_env(**extra: str) -> dict[str, str]:
@@ -91,79 +108,27 @@ def pip_version(venv: Path, dist: str) -> str:
     return run_client([str(venv / "bin" / "python"), "-c", code], cwd=venv, env=client_env())
 
 
-@dataclass
-class Capture:
-    """A running `wirediff capture` (the README's command) and what it printed."""
-
-    proc: subprocess.Popen[bytes]
-    base_url: str
-    capture_file: Path
-    output: Path
-
-    @property
-    def proxy_url(self) -> str:
-        return self.base_url.rsplit("/v1", 1)[0]
-
-    def stop(self) -> list[Record]:
-        """Ctrl-C, as a person would; the records it wrote."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
-        assert self.proc.returncode == 130, self.output.read_text(errors="replace")[-3000:]
-        return load_records([self.capture_file])
-
-
-def start_capture(upstream: str, workdir: Path, session: str) -> Capture:
+def start_capture(upstream: str, workdir: Path, session: str) -> WirediffCapture:
     """The README's `wirediff capture` with the stand-in as `--to`, on a free port."""
     argv = readme_command("capture")
     assert argv[:2] == ["wirediff", "capture"], argv
     argv = [upstream if a == "https://api.openai.com/v1" else a for a in argv[2:]]
     argv += ["--port", "0", "--session", session, "--dir", str(workdir / "captures")]
-    output = workdir / f"capture-{session}.out"
-    with output.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "wirediff", "capture", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=client_env(PYTHONUNBUFFERED="1"),
-        )
-
-    def printed() -> tuple[str, str] | None:
-        text = output.read_text(errors="replace")
-        url = re.search(r"client base URL: (\S+)", text)
-        path = re.search(r"capture file: +(\S+)", text)
-        if url and path:
-            return url.group(1), path.group(1)
-        if proc.poll() is not None:
-            raise RuntimeError(f"wirediff capture exited with {proc.returncode}:\n{text}")
-        return None
-
-    try:
-        base_url, path = wait_for(printed, 60, "wirediff capture to print its base URL")
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return Capture(proc, base_url, Path(path), output)
+    return WirediffCapture.start(argv, workdir / f"capture-{session}.out", client_env())
 
 
 @pytest.fixture
-def capture(tmp_path: Path) -> Iterator[Capture]:
-    """`wirediff capture` in front of a fresh `openai` stand-in, stopped after the test."""
+def capture(tmp_path: Path) -> Iterator[WirediffCapture]:
+    """`wirediff capture` in front of a fresh `openai` stand-in, stopped after the test.
+
+    Tests ask for their client's fixture first, so a missing client skips before this starts.
+    """
     with standin("openai") as url:
         cap = start_capture(url + "/v1", tmp_path, "client")
         try:
             yield cap
         finally:
-            if cap.proc.poll() is None:
-                cap.proc.kill()
-                cap.proc.wait()
+            cap.kill()
 
 
 @dataclass

@@ -9,16 +9,15 @@ import pytest
 
 from tests.clients.conftest import (
     REPLAY_KEY,
-    Capture,
     assert_no_key_on_disk,
     assert_replayed_and_reported,
     assert_stream_complete,
-    client_dir,
     client_env,
     npm_version,
     replay_and_report,
     run_client,
 )
+from tests.conftest import WirediffCapture
 from tests.readme_blocks import readme_block, readme_command, with_proxy
 
 pytestmark = pytest.mark.clients
@@ -26,8 +25,10 @@ pytestmark = pytest.mark.clients
 KEY = "sk-clients-CODEX-CANARY-91c2d7e4"
 
 
-def test_codex_exec(capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    codex = client_dir("codex", "node_modules/.bin/codex")
+def test_codex_exec(
+    codex_client: Path, capture: WirediffCapture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    codex = codex_client
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
@@ -52,7 +53,9 @@ def test_codex_exec(capture: Capture, tmp_path: Path, monkeypatch: pytest.Monkey
         if e["event"] == "response.output_item.done" and e["data"]["item"]["type"] == "function_call"
     )  # fmt: skip
     assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "example"}
-    answered = [i for i in second["request"]["body"]["input"] if i.get("type") == "function_call_output"]
+    answered = [
+        i for i in second["request"]["body"]["input"] if i.get("type") == "function_call_output"
+    ]
     assert [i["call_id"] for i in answered] == [call["call_id"]]
 
     version = npm_version(codex, "@openai/codex")

@@ -13,16 +13,15 @@ import pytest
 
 from tests.clients.conftest import (
     REPLAY_KEY,
-    Capture,
     assert_no_key_on_disk,
     assert_replayed_and_reported,
     assert_stream_complete,
-    client_dir,
     client_env,
     npm_version,
     replay_and_report,
     run_client,
 )
+from tests.conftest import WirediffCapture
 from tests.readme_blocks import readme_block, readme_command, with_proxy
 from wirediff.backends.standin import standin
 
@@ -33,9 +32,8 @@ WORKLOAD = (Path(__file__).with_name("workload.mjs")).read_text(encoding="utf-8"
 FAMILIES = ["chat.completions", "chat.completions", "responses", "responses", "models"]
 
 
-def node_app(workdir: Path, code: str) -> Path:
+def node_app(node: Path, workdir: Path, code: str) -> Path:
     """`app.mjs` in `workdir`, importing from the installed client's node_modules."""
-    node = client_dir("node", "node_modules/openai/package.json")
     (workdir / "node_modules").symlink_to(node / "node_modules")
     app = workdir / "app.mjs"
     app.write_text(code + "\n" + WORKLOAD, encoding="utf-8")
@@ -62,19 +60,22 @@ def assert_workload(out: dict[str, Any], records: list[dict[str, Any]]) -> None:
 
 
 def test_reverse_mode(
-    capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    node_client: Path, capture: WirediffCapture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = with_proxy(readme_block("node"), capture.proxy_url)
-    out = run_node(node_app(tmp_path, code), OPENAI_API_KEY=KEY)
+    out = run_node(node_app(node_client, tmp_path, code), OPENAI_API_KEY=KEY)
     records = capture.stop()
     assert_workload(out, records)
-    version = npm_version(client_dir("node", "node_modules/openai"), "openai")
+    version = npm_version(node_client, "openai")
     for r in records:
         sdk = r["tags"]["sdk"]
         assert (sdk["lang"], sdk["version"], sdk["runtime"]) == ("js", version, "node")
         assert sdk["user_agent"] == f"OpenAI/JS {version}" and "client" not in sdk
         assert sdk["async"] is True  # the JS SDK sends no X-Stainless-Async; it is all async
-        assert sdk["runtime_version"] == subprocess.check_output(["node", "--version"]).decode().strip()
+        assert (
+            sdk["runtime_version"]
+            == subprocess.check_output(["node", "--version"]).decode().strip()
+        )
         assert "x-stainless-async" not in [k.lower() for k, _ in r["request"]["headers"]]
     replayed = replay_and_report(capture.capture_file, tmp_path, monkeypatch)
     assert_replayed_and_reported(records, replayed)
@@ -98,7 +99,9 @@ def forward_capture(mitmdump: Any, upstream_ca: Path) -> Any:
     sets = [a for a in argv if a.startswith("ssl_verify_upstream_trusted_ca=")]
     assert sets == ["ssl_verify_upstream_trusted_ca=/path/to/internal-ca.pem"], argv
     return mitmdump(
-        ["regular"], label="openai", extra=["--set", f"ssl_verify_upstream_trusted_ca={upstream_ca}"]
+        ["regular"],
+        label="openai",
+        extra=["--set", f"ssl_verify_upstream_trusted_ca={upstream_ca}"],
     )
 
 
@@ -116,7 +119,7 @@ def readme_run_env(proxy: Any) -> dict[str, str]:
 
 @pytest.mark.parametrize("recipe", ["node-env-proxy", "node-proxy-agent"])
 def test_forward_mode_with_undici_to_a_private_ca_upstream(
-    recipe: str, mitmdump: Any, tmp_path: Path
+    recipe: str, node_client: Path, mitmdump: Any, tmp_path: Path
 ) -> None:
     with standin("openai") as backend:
         upstream, upstream_ca = private_ca_upstream(mitmdump, backend, tmp_path)
@@ -127,7 +130,12 @@ def test_forward_mode_with_undici_to_a_private_ca_upstream(
         env = readme_run_env(proxy)
         if recipe == "node-proxy-agent":
             del env["HTTPS_PROXY"]  # the agent alone sends it through the proxy
-        out = run_node(node_app(tmp_path, code), OPENAI_API_KEY=KEY, OPENAI_BASE_URL=upstream, **env)
+        out = run_node(
+            node_app(node_client, tmp_path, code),
+            OPENAI_API_KEY=KEY,
+            OPENAI_BASE_URL=upstream,
+            **env,
+        )
         records = proxy.records(5)
     assert_workload(out, records)
     assert all(r["request"]["url"].startswith(upstream) for r in records)
@@ -135,7 +143,9 @@ def test_forward_mode_with_undici_to_a_private_ca_upstream(
     assert_no_key_on_disk([proxy.capture_file], KEY)
 
 
-def test_node_20_fetch_ignores_https_proxy(mitmdump: Any, tmp_path: Path) -> None:
+def test_node_20_fetch_ignores_https_proxy(
+    node_client: Path, mitmdump: Any, tmp_path: Path
+) -> None:
     """Why the README's Node recipes exist: unchanged code goes around the proxy."""
     major = int(subprocess.check_output(["node", "--version"]).decode().lstrip("v").split(".")[0])
     if major != 20:
@@ -145,7 +155,12 @@ def test_node_20_fetch_ignores_https_proxy(mitmdump: Any, tmp_path: Path) -> Non
         proxy = forward_capture(mitmdump, upstream_ca)
         code = 'import OpenAI from "openai";\nconst client = new OpenAI();\n'
         env = {**readme_run_env(proxy), "NODE_EXTRA_CA_CERTS": str(upstream_ca)}
-        out = run_node(node_app(tmp_path, code), OPENAI_API_KEY=KEY, OPENAI_BASE_URL=upstream, **env)
+        out = run_node(
+            node_app(node_client, tmp_path, code),
+            OPENAI_API_KEY=KEY,
+            OPENAI_BASE_URL=upstream,
+            **env,
+        )
     assert out["chat"].startswith("Echo:")  # it worked, directly:
     assert proxy.records() == []
     assert os.environ.get("NODE_USE_ENV_PROXY") is None

@@ -12,16 +12,15 @@ import pytest
 
 from tests.clients.conftest import (
     REPLAY_KEY,
-    Capture,
     assert_no_key_on_disk,
     assert_replayed_and_reported,
     assert_stream_complete,
-    client_dir,
     client_env,
     pip_version,
     replay_and_report,
     run_client,
 )
+from tests.conftest import WirediffCapture
 from tests.readme_blocks import readme_block, with_proxy
 from wirediff._types import Record
 from wirediff.record.tags import header_get
@@ -62,18 +61,19 @@ SHAPE = [
 
 
 def drive(
-    name: str, readme: str, workload: str, capture: Capture, workdir: Path
+    venv: Path, readme: str, workload: str, capture: WirediffCapture, workdir: Path
 ) -> tuple[dict[str, Any], list[Record], str]:
     """Run the README's block plus the workload in the client's venv; what it printed, the
     records, and the openai SDK version in that venv."""
-    venv = client_dir(name, "bin/python")
-    script = workdir / f"{name}_app.py"
+    script = workdir / f"{readme}_app.py"
     script.write_text(with_proxy(readme_block(readme), capture.proxy_url) + workload)
     out = run_client(
         [str(venv / "bin" / "python"), str(script)], cwd=workdir, env=client_env(OPENAI_API_KEY=KEY)
     )
     records = capture.stop()
-    assert [(r["tags"]["family"], r["tags"]["stream"], r["tags"]["sdk"]["async"]) for r in records] == SHAPE
+    assert [
+        (r["tags"]["family"], r["tags"]["stream"], r["tags"]["sdk"]["async"]) for r in records
+    ] == SHAPE
     for r in records:
         assert r["response"]["status"] == 200 and r["tags"]["model"] == "gpt-4o-mini"
         if r["tags"]["stream"]:
@@ -90,8 +90,15 @@ def assert_python_sdk(records: list[Record], version: str) -> None:
         assert "client" not in sdk  # nothing names LangChain or LlamaIndex
 
 
-def test_langchain(capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    out, records, version = drive("langchain", "langchain", LANGCHAIN_WORKLOAD, capture, tmp_path)
+def test_langchain(
+    langchain_client: Path,
+    capture: WirediffCapture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out, records, version = drive(
+        langchain_client, "langchain", LANGCHAIN_WORKLOAD, capture, tmp_path
+    )
     assert out["invoke"].startswith("Echo:") and out["stream"].startswith("Echo:")
     assert out["responses_invoke"].startswith("Echo:") and out["responses_stream"] > 1
     assert_python_sdk(records, version)
@@ -107,9 +114,14 @@ def test_langchain(capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert_no_key_on_disk(replayed.files, KEY, REPLAY_KEY)
 
 
-def test_llamaindex(capture: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_llamaindex(
+    llamaindex_client: Path,
+    capture: WirediffCapture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     out, records, version = drive(
-        "llamaindex", "llamaindex", LLAMAINDEX_WORKLOAD, capture, tmp_path
+        llamaindex_client, "llamaindex", LLAMAINDEX_WORKLOAD, capture, tmp_path
     )
     assert all(out[k].startswith("Echo:") for k in out)
     assert_python_sdk(records, version)

@@ -13,6 +13,7 @@ default after its UTC start time. The addon's options come from the addon's own 
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import sys
 import textwrap
@@ -27,7 +28,14 @@ from wirediff.cli.netutil import free_port
 from wirediff.cli.runner import standalone
 from wirediff.errors import UsageError
 
-__all__ = ["AddonOption", "addon_options", "main_capture", "register", "split_upstream"]
+__all__ = [
+    "AddonOption",
+    "addon_options",
+    "main_capture",
+    "new_session",
+    "register",
+    "split_upstream",
+]
 
 DEFAULT_PORT = 8080
 """mitmproxy's own default, and the port in the README's client examples."""
@@ -132,6 +140,16 @@ def check_extra(extra: list[str]) -> list[str]:
     return extra
 
 
+def new_session(capture_dir: Path, now: float | None = None) -> str:
+    """The UTC start time, with `-2`, `-3`… when a run in the same second took it."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    name, n = stamp, 1
+    while (capture_dir / f"{name}.jsonl").exists():
+        n += 1
+        name = f"{stamp}-{n}"
+    return name
+
+
 def count_lines(path: Path) -> int:
     try:
         with path.open("rb") as f:
@@ -140,16 +158,21 @@ def count_lines(path: Path) -> int:
         return 0
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     upstream, api_path = split_upstream(args.to)
     extra = check_extra(list(args.mitmdump_args))
-    session = args.session or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    capture_dir = Path(args.dir).resolve()
+    session = args.session or new_session(capture_dir)
     if "/" in session or session.startswith("."):
         raise UsageError(f"--session is a name, not a path: {session!r}")
     port = check_port(args.port)
     proxy = CaptureProxy(
         [upstream],
-        Path(args.dir).resolve(),
+        capture_dir,
         session,
         label=args.label or "",
         ports=[port],
@@ -167,6 +190,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     print(f"  capture file:    {proxy.capture_file}")
     print("  Ctrl-C stops.", flush=True)
     assert proxy.proc is not None
+    # SIGTERM (`kill`, `timeout`, a service manager) stops mitmdump as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         status = proxy.proc.wait()
     except KeyboardInterrupt:
