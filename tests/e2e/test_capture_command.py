@@ -58,7 +58,7 @@ def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: 
     assert [r["tags"]["family"] for r in records] == ["models", "chat.completions"]
     assert {r["label"] for r in records} == {"openai"}
     assert {r["session"] for r in records} == {cap.capture_file.stem}
-    assert f"stopped, 2 exchanges in {cap.capture_file}" in cap.printed
+    assert f"stopped; {cap.capture_file} holds 2 exchanges" in cap.printed
     data = cap.capture_file.read_bytes()
     assert KEY.encode() not in data and TEAM_KEY.encode() not in data  # `--` args reached it
 

@@ -191,18 +191,20 @@ def cmd_capture(args: argparse.Namespace) -> int:
     print("  Ctrl-C stops.", flush=True)
     assert proxy.proc is not None
     # SIGTERM (`kill`, `timeout`, a service manager) stops mitmdump as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         status = proxy.proc.wait()
     except KeyboardInterrupt:
         proxy.stop()
         n = count_lines(proxy.capture_file)
         print(
-            f"wirediff capture: stopped, {n} exchange{'' if n == 1 else 's'} in "
-            f"{proxy.capture_file}",
+            f"wirediff capture: stopped; {proxy.capture_file} holds {n} "
+            f"exchange{'' if n == 1 else 's'}",
             file=sys.stderr,
         )
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     raise UsageError(f"mitmdump exited with status {status} (its output above says why)")
 
 

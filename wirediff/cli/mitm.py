@@ -88,8 +88,8 @@ class CaptureProxy:
             for port in self.ports:
                 wait_port(port, 30, self.proc)
         except (RuntimeError, TimeoutError) as e:
-            err = self.stop()
-            raise RuntimeError(f"mitmdump did not start: {e}: {err.strip()[-LOG_TAIL:]}") from None
+            why = self.stop().strip()[-LOG_TAIL:]
+            raise RuntimeError(f"mitmdump did not start: {e}{': ' + why if why else ''}") from None
         return self
 
     def stop(self) -> str:
