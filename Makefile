@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test check lint typecheck imports peers browser bench clean
+.PHONY: demo test check lint typecheck imports peers clients browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,13 +17,18 @@ demo: $(STAMP)
 peers:
 	scripts/install-peers.sh
 
+# Real OpenAI-API clients (npm openai and @openai/codex with the machine's Node.js and npm;
+# LangChain and LlamaIndex each in its own venv).
+clients:
+	scripts/install-clients.sh
+
 # Debian's Chromium for the report's browser test (never a downloaded browser build).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Everything: unit, e2e (real mitmdump + openai SDK), peers and the browser test.
-# Installed means required: a missing peer or Chromium fails instead of skipping.
-test: $(STAMP) peers browser
+# Everything: unit, e2e (real mitmdump + openai SDK), peers, clients and the browser test.
+# Installed means required: a missing peer, client or Chromium fails instead of skipping.
+test: $(STAMP) peers clients browser
 	WIREDIFF_REQUIRED=1 $(VENV)/bin/pytest -q
 
 lint: $(STAMP)
@@ -45,4 +50,4 @@ bench: $(STAMP)
 	$(PY) bench/analysis_scale.py
 
 clean:
-	rm -rf $(VENV) .peers wirediff-demo captures
+	rm -rf $(VENV) .peers .clients wirediff-demo captures

@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
 import pytest
 
+from wirediff._types import Record
 from wirediff.cli.netutil import free_port, wait_port
 
-__all__ = ["REQUIRED_ENV", "Lockstep", "free_port", "missing", "wait_for", "wait_port"]
+__all__ = [
+    "REQUIRED_ENV",
+    "Lockstep",
+    "WirediffCapture",
+    "free_port",
+    "missing",
+    "wait_for",
+    "wait_port",
+]
 
 REQUIRED_ENV = "WIREDIFF_REQUIRED"
 """Set to 1 (`make test` does): a tier whose dependency is missing fails instead of skipping."""
@@ -145,7 +158,8 @@ class Mitmdump:
 def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     """Factory: `mitmdump(["reverse:http://127.0.0.1:P"], label=..., extra=[...])`.
 
-    Each mode gets its own free port; the confdir (and so the CA) is per test.
+    Each mode gets its own free port; the confdir (and so the CA) is per test, unless
+    `confdir` gives one of its own (a second CA).
     """
     started: list[Mitmdump] = []
 
@@ -156,11 +170,12 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
         label: str = "",
         extra: list[str] | None = None,
         addon: bool = True,
+        confdir: Path | None = None,
     ) -> Mitmdump:
         modes = modes or ["regular"]
         ports = [free_port() for _ in modes]
         capture_dir = tmp_path / "captures"
-        confdir = tmp_path / "mitmconf"
+        confdir = confdir or tmp_path / "mitmconf"
         log = tmp_path / f"mitmdump-{len(started)}.log"
         cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
         for mode, port in zip(modes, ports, strict=True):
@@ -193,3 +208,79 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     yield start
     for m in started:
         m.stop()
+
+
+@dataclass
+class WirediffCapture:
+    """A running `wirediff capture` and what it printed (its output goes to `output`)."""
+
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    capture_file: Path
+    output: Path
+
+    @classmethod
+    def start(
+        cls, argv: list[str], output: Path, env: dict[str, str], cwd: Path | None = None
+    ) -> WirediffCapture:
+        """`python -m wirediff capture ARGV`, once it has printed where the client goes."""
+        with output.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "wirediff", "capture", *argv],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # so `kill` reaches its mitmdump too
+            )
+
+        def printed() -> tuple[str, str] | None:
+            text = output.read_text(errors="replace")
+            url = re.search(r"client base URL: (\S+)", text)
+            path = re.search(r"capture file: +(\S+)", text)
+            if url and path:
+                return url.group(1), path.group(1)
+            if proc.poll() is not None:
+                raise RuntimeError(f"wirediff capture exited with {proc.returncode}:\n{text}")
+            return None
+
+        try:
+            base_url, path = wait_for(printed, 60, "wirediff capture to print its base URL")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return cls(proc, base_url, Path(path), output)
+
+    @property
+    def proxy_url(self) -> str:
+        return self.base_url.rsplit("/v1", 1)[0]
+
+    @property
+    def printed(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def stop(self) -> list[Record]:
+        """Ctrl-C, as a person would: exit 130 and the records it wrote."""
+        from wirediff.record.store import load_records
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+        assert self.proc.returncode == 130, self.printed[-3000:]
+        return load_records([self.capture_file]) if self.capture_file.exists() else []
+
+    def kill(self) -> None:
+        """After a test that did not `stop()`: Ctrl-C, then SIGKILL to the process group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()

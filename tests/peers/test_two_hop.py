@@ -157,7 +157,10 @@ def test_the_hops_carry_different_keys(hop_run: HopRun, litellm: LiteLLM) -> Non
         assert outer["tags"]["sdk"]["version"] == openai.__version__
         assert outer["tags"]["sdk"]["async"] is False
         if prompt == "two-hop responses via openai":
-            assert inner["tags"]["sdk"] == {"user_agent": f"litellm/{litellm.version}"}
+            assert inner["tags"]["sdk"] == {
+                "user_agent": f"litellm/{litellm.version}", "client": "litellm",
+                "client_version": litellm.version,
+            }  # fmt: skip
         else:
             assert inner["tags"]["sdk"]["async"] is True
             assert inner["tags"]["sdk"]["user_agent"].startswith("AsyncOpenAI/Python ")
@@ -189,7 +192,10 @@ def test_auth_dropped_by_the_gateway(auth_dropped_capture: Path, litellm: LiteLL
     auth = inner["tags"]["auth"]
     assert auth["fingerprint"] == fingerprint(LITELLM_PLACEHOLDER_KEY)
     assert auth["fingerprint"] not in (fingerprint(CLIENT_KEY), fingerprint(UPSTREAM_KEY))
-    assert inner["tags"]["sdk"] == {"user_agent": f"litellm/{litellm.version}"}
+    assert inner["tags"]["sdk"] == {
+        "user_agent": f"litellm/{litellm.version}", "client": "litellm",
+        "client_version": litellm.version,
+    }  # fmt: skip
     assert inner["request"]["body"] == {
         "model": UPSTREAM_MODEL,
         "messages": DROPPED_MESSAGES,

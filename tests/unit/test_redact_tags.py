@@ -95,6 +95,36 @@ def test_sdk_identity_from_user_agent_only_and_absent() -> None:
     assert sdk_identity([["accept", "*/*"]]) is None
 
 
+def test_js_sdk_is_async_though_it_sends_no_async_header() -> None:
+    js = [["user-agent", "OpenAI/JS 6.49.0"], ["x-stainless-lang", "js"],
+          ["x-stainless-package-version", "6.49.0"], ["x-stainless-runtime", "node"]]  # fmt: skip
+    sdk = sdk_identity(js)
+    assert sdk is not None and (sdk["lang"], sdk["version"], sdk["async"]) == ("js", "6.49.0", True)
+    assert "client" not in sdk
+    python_sync = sdk_identity([*SDK_HEADERS[1:3], ["x-stainless-async", "false"]])
+    assert python_sync is not None and python_sync["async"] is False
+    no_async_header = sdk_identity([["x-stainless-lang", "go"]])
+    assert no_async_header is not None and no_async_header["async"] is False
+
+
+@pytest.mark.parametrize(
+    ("user_agent", "client", "version"),
+    [
+        ("codex_exec/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_exec; 0.171.0)",
+         "codex_exec", "0.171.0"),
+        ("codex_cli_rs/0.50.0 (Mac OS 15.1.0; arm64) iTerm.app", "codex_cli_rs", "0.50.0"),
+        ("litellm/1.108.7", "litellm", "1.108.7"),
+        ("python-httpx/0.28.1", "python-httpx", "0.28.1"),
+    ],
+)  # fmt: skip
+def test_an_application_named_in_the_user_agent_is_the_client(
+    user_agent: str, client: str, version: str
+) -> None:
+    assert sdk_identity([["User-Agent", user_agent]]) == {
+        "user_agent": user_agent, "client": client, "client_version": version,
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("client", "upstream", "expected"),
     [

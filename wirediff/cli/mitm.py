@@ -1,11 +1,11 @@
-"""Starting `mitmdump -s addons/capture.py` as a real process (demo, benchmarks)."""
+"""Starting `mitmdump -s addons/capture.py` as a real process (capture, demo, benchmarks)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -29,16 +29,24 @@ def mitmdump_binary() -> str:
 
 @dataclass
 class CaptureProxy:
-    """A mitmdump process with the capture addon and one reverse listener per upstream."""
+    """A mitmdump process with the capture addon and one reverse listener per upstream.
+
+    `ports` default to free ones; `extra` goes last on mitmdump's command line. With
+    `console`, mitmdump logs each flow to this process's terminal (`wirediff capture`);
+    otherwise it runs quiet, its errors going to `log`.
+    """
 
     upstreams: list[str]
     capture_dir: Path
     session: str
     label: str = ""
     confdir: Path | None = None
+    ports: list[int] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    console: bool = False
 
     def __post_init__(self) -> None:
-        self.ports = [free_port() for _ in self.upstreams]
+        self.ports = self.ports or [free_port() for _ in self.upstreams]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,7 +62,8 @@ class CaptureProxy:
         return self.capture_dir / f"{self.session}.jsonl"
 
     def start(self) -> CaptureProxy:
-        cmd = [mitmdump_binary(), "-q", "--listen-host", "127.0.0.1", "-s", str(CAPTURE_ADDON)]
+        cmd = [mitmdump_binary(), *([] if self.console else ["-q"])]
+        cmd += ["--listen-host", "127.0.0.1", "-s", str(CAPTURE_ADDON)]
         cmd += [
             "--set",
             f"capture_dir={self.capture_dir}",
@@ -67,16 +76,20 @@ class CaptureProxy:
             cmd += ["--set", f"confdir={self.confdir}"]
         for upstream, port in zip(self.upstreams, self.ports, strict=True):
             cmd += ["--mode", f"reverse:{upstream}@{port}"]
-        # A file, not a pipe: a stream of addon errors must never fill a pipe and stall it.
+        cmd += self.extra
         self.capture_dir.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        if self.console:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        else:
+            # A file, not a pipe: a stream of addon errors must never fill a pipe and stall it.
+            with self.log.open("wb") as log:
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         try:
             for port in self.ports:
                 wait_port(port, 30, self.proc)
         except (RuntimeError, TimeoutError) as e:
-            err = self.stop()
-            raise RuntimeError(f"mitmdump did not start: {e}: {err.strip()[-LOG_TAIL:]}") from None
+            why = self.stop().strip()[-LOG_TAIL:]
+            raise RuntimeError(f"mitmdump did not start: {e}{': ' + why if why else ''}") from None
         return self
 
     def stop(self) -> str:
@@ -91,6 +104,8 @@ class CaptureProxy:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        if self.console:
+            return ""  # mitmdump wrote to the terminal
         return self.log.read_text(encoding="utf-8", errors="replace")
 
     def __enter__(self) -> CaptureProxy:

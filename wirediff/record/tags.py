@@ -77,8 +77,18 @@ def header_get(headers: Sequence[Sequence[str]], name: str) -> str | None:
     return None
 
 
+_PRODUCT = re.compile(r"([A-Za-z][\w.\-]*)/v?(\d[\w.\-+]*)")
+"""A user agent's first product token with a version: `codex_exec/0.171.0 (…)`, `litellm/1.2`."""
+
+
 def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
-    """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs."""
+    """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs.
+
+    `client`/`client_version` name an application that says who it is in its user agent
+    (`codex_exec/0.171.0 (Debian 12; x86_64) …`); the SDKs' own `OpenAI/Python 2.54.0` has
+    no version in its first token and names no client. `async` is what `X-Stainless-Async`
+    says; the JS SDK never sends it and every call of it returns a Promise, so JS is async.
+    """
     ua = header_get(headers, "user-agent")
     stainless = {
         k.lower()[len("x-stainless-") :].replace("-", "_"): v
@@ -95,11 +105,15 @@ def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
         sdk["arch"] = stainless.get("arch")
         sdk["runtime"] = stainless.get("runtime")
         sdk["runtime_version"] = stainless.get("runtime_version")
-        sdk["async"] = stainless.get("async", "false") not in ("false", "")
+        said = stainless.get("async")
+        sdk["async"] = said not in ("false", "") if said is not None else sdk["lang"] == "js"
     elif ua:
         m = re.match(r"(Async)?OpenAI/(\w+) ([\w.\-]+)", ua)
         if m:
             sdk.update(lang=m.group(2).lower(), version=m.group(3), **{"async": bool(m.group(1))})
+    app = _PRODUCT.match(ua or "")
+    if app:
+        sdk.update(client=app.group(1), client_version=app.group(2))
     return sdk
 
 

@@ -1,0 +1,148 @@
+"""`wirediff capture` as a person runs it, and the README's forward-mode recipe for an
+upstream whose certificate a private CA signed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import WirediffCapture
+from tests.readme_blocks import readme_command
+from wirediff.backends.standin import standin
+from wirediff.cli.capture import main_capture, new_session
+
+pytestmark = pytest.mark.e2e
+
+KEY = "sk-e2e-CAPTURE-CANARY-a40d7c"
+TEAM_KEY = "team-CANARY-19be5f"
+
+
+def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    with standin("openai") as url:
+        cap = WirediffCapture.start(
+            ["--to", url + "/v1", "--label", "openai", "--port", "0", "--dir", "caps",
+             "--", "--set", "capture_redact=x-team-key"],
+            tmp_path / "out.txt",
+            {**os.environ},
+            cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            assert cap.base_url.startswith("http://127.0.0.1:") and cap.base_url.endswith("/v1")
+            assert cap.capture_file.is_absolute() and cap.capture_file.suffix == ".jsonl"
+            with openai.OpenAI(
+                base_url=cap.base_url,
+                api_key=KEY,
+                max_retries=0,
+                default_headers={"x-team-key": TEAM_KEY},
+                http_client=openai.DefaultHttpxClient(trust_env=False),
+            ) as client:
+                client.models.list()
+                client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+                )
+            records = cap.stop()
+        finally:
+            cap.kill()
+    port = int(cap.proxy_url.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port)):
+        pass  # mitmdump is gone with it
+    assert cap.capture_file.parent == tmp_path / "caps"  # --dir caps, absolute
+    assert [r["tags"]["family"] for r in records] == ["models", "chat.completions"]
+    assert {r["label"] for r in records} == {"openai"}
+    assert {r["session"] for r in records} == {cap.capture_file.stem}
+    assert f"stopped; {cap.capture_file} holds 2 exchanges" in cap.printed
+    data = cap.capture_file.read_bytes()
+    assert KEY.encode() not in data and TEAM_KEY.encode() not in data  # `--` args reached it
+
+
+def test_each_run_is_a_new_session(tmp_path: Path) -> None:
+    runs = []
+    with standin("openai") as url:
+        for n in range(2):
+            cap = WirediffCapture.start(
+                ["--to", url, "--port", "0", "--dir", str(tmp_path)],
+                tmp_path / f"out{n}.txt",
+                {**os.environ},
+            )
+            try:
+                assert cap.base_url.endswith("/v1")  # --to without a path: /v1 for the client
+                with openai.OpenAI(base_url=cap.base_url, api_key=KEY, max_retries=0) as client:
+                    client.models.list()
+                runs.append((cap.capture_file, cap.stop()))
+            finally:
+                cap.kill()
+    (first, [a]), (second, [b]) = runs
+    assert first != second and first.parent == second.parent == tmp_path
+    assert (a["session"], b["session"]) == (first.stem, second.stem)
+
+
+def test_a_default_session_taken_in_the_same_second_gets_a_suffix(tmp_path: Path) -> None:
+    now = 1_796_000_000.0
+    assert new_session(tmp_path, now) == "20261130T005320Z"
+    (tmp_path / "20261130T005320Z.jsonl").touch()
+    (tmp_path / "20261130T005320Z-2.jsonl").touch()
+    assert new_session(tmp_path, now) == "20261130T005320Z-3"
+
+
+def test_a_port_in_use_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main_capture(["--to", "http://127.0.0.1:9/v1", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"port {port} is not free" in err and err.count("\n") == 1
+
+
+def test_mitmdump_refusing_its_arguments_is_bad_usage(tmp_path: Path) -> None:
+    argv = ["--to", "http://127.0.0.1:9/v1", "--port", "0", "--dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "wirediff", "capture", *argv, "--", "--mode", "bogus:x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("wirediff: error: mitmdump did not start") == 1
+    assert "bogus:x" in done.stderr  # mitmdump's own words, on the terminal
+
+
+def test_forward_mode_to_an_upstream_with_a_private_ca(mitmdump: Any, tmp_path: Path) -> None:
+    """Without the upstream's CA mitmproxy answers 502; with the README's option it passes."""
+    argv = readme_command("forward-private-ca")
+    (trusted,) = [a for a in argv if a.startswith("ssl_verify_upstream_trusted_ca=")]
+    option = trusted.split("=", 1)[0]
+    with standin("openai") as backend:
+        tls = mitmdump([f"reverse:{backend}"], addon=False, confdir=tmp_path / "private-ca")
+        upstream_ca = tmp_path / "private-ca" / "mitmproxy-ca-cert.pem"
+        plain = mitmdump(["regular"], session="plain")
+        with_ca = mitmdump(["regular"], session="ca", extra=["--set", f"{option}={upstream_ca}"])
+        outcomes = []
+        for proxy in (plain, with_ca):
+            http_client = openai.DefaultHttpxClient(
+                proxy=proxy.url,
+                verify=ssl.create_default_context(cafile=proxy.ca_cert),
+                trust_env=False,
+            )
+            with openai.OpenAI(
+                base_url=f"https://127.0.0.1:{tls.port}/v1",
+                api_key=KEY,
+                max_retries=0,
+                http_client=http_client,
+            ) as client:
+                try:
+                    outcomes.append(len(client.models.list().data))
+                except openai.APIStatusError as e:
+                    outcomes.append((e.status_code, "Certificate verify failed" in e.message))
+    assert outcomes == [(502, True), 2]
+    (rec,) = with_ca.records(1)
+    assert rec["response"]["status"] == 200 and rec["listener"].startswith("regular")

@@ -1,0 +1,99 @@
+"""`wirediff capture` without processes: its help, its checks, the README's options table,
+and the live session switch it documents, on the addon under mitmproxy's `taddons`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mitmproxy.test import taddons, tflow
+
+from wirediff.addons.capture import Capture
+from wirediff.cli.capture import addon_options, main_capture, split_upstream
+from wirediff.record.store import load_records
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_options_table() -> dict[str, str]:
+    """`option -> default` from the README's table under "### Options"."""
+    section = README.read_text(encoding="utf-8").split("\n### Options\n", 1)[1]
+    section = re.split(r"^#", section, maxsplit=1, flags=re.M)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", section, re.M)
+    return {name: default.strip() for name, default in rows}
+
+
+def test_help_lists_every_addon_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main_capture(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    options = addon_options()
+    assert len(options) >= 6
+    for o in options:
+        assert f"  {o.name} ({o.type}, default: {o.default!r})" in out
+        assert o.help.split()[0] in out
+    assert "capture_session" in out.split("The session can also change")[1]
+
+
+def test_the_readme_table_lists_exactly_the_addon_options() -> None:
+    table = readme_options_table()
+    assert list(table) == [o.name for o in addon_options()]
+    for o in addon_options():
+        if o.default not in ("", None):  # an empty default is described in words
+            assert table[o.name] == f"`{str(o.default).lower()}`", o.name
+
+
+@pytest.mark.parametrize(
+    ("url", "upstream", "path"),
+    [
+        ("https://api.openai.com/v1", "https://api.openai.com", "/v1"),
+        ("https://api.openai.com/v1/", "https://api.openai.com", "/v1"),
+        ("http://127.0.0.1:1234", "http://127.0.0.1:1234", "/v1"),
+        ("http://gw.internal:4000/openai/v1", "http://gw.internal:4000", "/openai/v1"),
+    ],
+)
+def test_the_upstream_and_the_clients_path(url: str, upstream: str, path: str) -> None:
+    assert split_upstream(url) == (upstream, path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--to", "api.openai.com"],
+        ["--to", "ftp://host/v1"],
+        ["--to", "https://host/v1?api-version=1"],
+        ["--to", "https://user:pw@host/v1"],
+        ["--to", "http://127.0.0.1:9/v1", "--session", "../elsewhere"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_session=x"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_dir=/tmp/x"],
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_capture(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wirediff: error: ") and err.count("\n") == 1
+
+
+async def test_changing_capture_session_live_starts_a_new_file(tmp_path: Path) -> None:
+    """What `:set capture_session=NAME` does in a running mitmproxy: the next exchanges go
+    to NAME.jsonl, the earlier file is closed with what it had."""
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="first")
+        for _ in range(2):
+            f = tflow.tflow(resp=True)
+            cap.requestheaders(f)
+            cap.response(f)
+        tctx.configure(cap, capture_session="second")
+        f = tflow.tflow(resp=True)
+        cap.requestheaders(f)
+        cap.response(f)
+        cap.done()
+    first = load_records([tmp_path / "first.jsonl"])
+    second = load_records([tmp_path / "second.jsonl"])
+    assert [(r["session"], r["seq"]) for r in first] == [("first", 0), ("first", 1)]
+    assert [(r["session"], r["seq"]) for r in second] == [("second", 0)]
