@@ -16,8 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from wirediff._support import is_2xx
-from wirediff.analysis.diagnosis.chains import FAILED_TERMINALS, stream_problem
+from wirediff.analysis.diagnosis.chains import stream_problem
 from wirediff.analysis.diagnosis.subject import (
     context_exceeded,
     echoes_route,
@@ -161,7 +160,7 @@ def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[F
         return out
     _answer_findings(x, served, add)
     _stream_findings(x, add)
-    if (x.soft or (x.end is not None and x.error is not None)) and _CONNECT_WORDS.search(x.msg):
+    if x.error_in_success and _CONNECT_WORDS.search(x.msg):
         add(
             "upstream_unreachable",
             _ev(x, x.words() or x.snippet()),
@@ -183,7 +182,8 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
             fingerprint=x.fingerprint or "",
         )
         return
-    prefix = _prefix_issue(x) if st in (404, 405) or x.soft else None
+    soft = x.error_in_success
+    prefix = _prefix_issue(x) if st in (404, 405) or soft else None
     if x.websocket and st != 101 and not prefix:
         add("websocket_not_supported", _ev(x, "request: Upgrade: websocket", x.snippet()))
         return
@@ -204,7 +204,7 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
             which="doubled" if prefix == "doubled" else "missing",
         )
         return
-    if expected and (st == 404 or x.soft):
+    if expected and (st == 404 or soft):
         add(
             "method_not_allowed",
             _ev(x, f"answered {st} for {x.method}; {x.endpoint} takes {expected}", x.snippet()),
@@ -212,7 +212,7 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
             variant="wrong_method",
         )
         return
-    if 400 <= st < 500 or st == 501 or x.soft:
+    if 400 <= st < 500 or st == 501 or soft:
         _error_answer(x, served, add)
     elif st >= 500:
         add(
@@ -248,8 +248,8 @@ def _error_answer(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) ->
         )
     elif kind == "endpoint" or st in (404, 501):
         add("endpoint_not_implemented", _ev(x, x.snippet(), x.words()), variant=x.endpoint)
-    elif x.soft:
-        return  # soft_error_200 says it (`_stream_findings`)
+    elif x.error_in_success:
+        return  # soft_error_200 or stream_error_event says it (`_stream_findings`)
     elif kind == "context":
         add(
             "request_rejected",
@@ -277,10 +277,9 @@ def _error_answer(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) ->
 
 def _stream_findings(x: ExchangeView, add: _Add) -> None:
     """Errors under a success status, and streams that did not end as they should."""
-    success = is_2xx(x.status) or (x.status == 101 and x.websocket)
-    if not success:
+    if not x.success:
         return
-    error_event = x.end is not None and (x.error is not None or x.end.terminal in FAILED_TERMINALS)
+    error_event = x.error_event
     if error_event:
         said = x.error.quote() if x.error else f"last event: {scrub(_last_event(x))}"
         add(

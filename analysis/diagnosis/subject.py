@@ -102,9 +102,10 @@ def echoes_route(x: ExchangeView) -> bool:
 
 
 def wrong_method(x: ExchangeView) -> str | None:
-    """The methods the request's route takes, when the request used none of them."""
+    """The methods the request's route takes, when the request used none of them (a
+    WebSocket upgrade is a GET on any route)."""
     methods = ROUTE_METHODS.get(x.endpoint) if x.family != "other" else None
-    if methods is None or x.method in methods or x.method in ("HEAD", "OPTIONS"):
+    if methods is None or x.method in methods or x.method in ("HEAD", "OPTIONS") or x.websocket:
         return None
     return ", ".join(sorted(methods))
 

@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wirediff._support import clip
+from wirediff._support import clip, is_2xx
 from wirediff._types import Event, Record
 from wirediff.analysis.diagnosis.chains import (
+    FAILED_TERMINALS,
     StreamEnd,
     exchange_ok,
     is_websocket,
@@ -169,6 +170,24 @@ class ExchangeView:
     websocket: bool = False
     """The request asked to upgrade to a WebSocket."""
     error: ErrorInfo | None = None
+
+    @property
+    def error_event(self) -> bool:
+        """The stream (or WebSocket session) carries an error event or ended failed."""
+        if self.end is None:
+            return False
+        return self.error is not None or self.end.terminal in FAILED_TERMINALS
+
+    @property
+    def error_in_success(self) -> bool:
+        """An error under a success status: a 2xx error body, or an error event in a 2xx
+        stream or an open WebSocket session."""
+        return self.soft or (self.error_event and self.success)
+
+    @property
+    def success(self) -> bool:
+        """A success status: 2xx, or 101 for a WebSocket session."""
+        return is_2xx(self.status) or (self.status == 101 and self.websocket)
 
     @property
     def msg(self) -> str:

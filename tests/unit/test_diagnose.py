@@ -643,3 +643,41 @@ def test_json_round_trip_formats_too() -> None:
     df = rows([record(**ANSWERS["openai.no_api_key"], **NO_KEY)])
     back = pd.DataFrame(json.loads(df.to_json(orient="records")))
     assert format_diagnoses(back) == format_diagnoses(df)
+
+
+# ---- WebSocket sessions -----------------------------------------------------------------
+
+
+def ws_session(*server: list[Any], close: dict[str, Any] | None = None) -> Record:
+    """A Responses WebSocket session as the capture records it: per turn a client
+    `response.create`, then what the server sent."""
+    events: list[Any] = []
+    for turn in server:
+        events.append({"t_ms": 1.0, "direction": "client", "event": "response.create",
+                       "data": {"type": "response.create", "model": "gpt-4o-mini"}})  # fmt: skip
+        events.extend({**e, "direction": "server"} for e in turn)
+    rec = record(**{**WS, "status": 101, "content_type": None, "resp_body": None,
+                    "events": events, **(close or {})})  # fmt: skip
+    rec["tags"]["transport"] = "websocket"
+    return rec
+
+
+WS_ERROR = {"t_ms": 5.0, "event": "error", "data": {"type": "error", "status": 404, "error": {
+    "type": "invalid_request_error", "code": "model_not_found", "param": "model",
+    "message": "The model `gpt-9` does not exist or you do not have access to it."}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("session", "codes"),
+    [
+        (ws_session(), set()),
+        (ws_session(responses_events(), responses_events()), set()),
+        (ws_session(responses_events(), [WS_ERROR]), {"stream_error_event", "model_not_found"}),
+        (ws_session(responses_events(terminal=None), close={
+            "complete": False, "error": {"kind": "upstream_disconnect",
+                                         "message": "WebSocket closed without a close handshake"}}),
+         {"stream_truncated"}),
+    ],
+)  # fmt: skip
+def test_websocket_sessions(session: Record, codes: set[str]) -> None:
+    assert set(rows([session])["code"]) == codes
