@@ -8,7 +8,9 @@ describes: the rules must still find the code, and name no provider.
 from __future__ import annotations
 
 import json
+import re
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -681,3 +683,10 @@ WS_ERROR = {"t_ms": 5.0, "event": "error", "data": {"type": "error", "status": 4
 )  # fmt: skip
 def test_websocket_sessions(session: Record, codes: set[str]) -> None:
     assert set(rows([session])["code"]) == codes
+
+
+def test_readme_table_names_the_codes_in_order() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| code | evidence it rests on |", 1)[1].split("\n\n", 1)[0]
+    named = [c for row in table.splitlines()[2:] for c in re.findall(r"`(\w+)`", row.split("|")[1])]
+    assert named == list(CODES)
