@@ -28,6 +28,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
+from wirediff.record.websocket import turns
 
 __all__ = [
     "CHAIN_COLUMNS",
@@ -88,14 +89,14 @@ def server_events(events: Sequence[Mapping[str, Any]]) -> list[Any]:
 def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]:
     """The server events that answer what was asked, and whether anything was asked.
 
-    An SSE stream answers its request. A WebSocket session answers its last client
-    message: the server's events after it (a session with no client message asked
-    nothing)."""
+    An SSE stream answers its request; a WebSocket session its last client message (a
+    session with no client message asked nothing)."""
     events: Sequence[Mapping[str, Any]] = ((record.get("response") or {}).get("events")) or ()
     if not is_websocket(record):
         return events, True
-    last = max((i for i, ev in enumerate(events) if ev.get("direction") == "client"), default=-1)
-    return server_events(events[last + 1 :]), last >= 0
+    asked = any(ev.get("direction") == "client" for ev in events)
+    last = turns(events)[-1] if asked else []
+    return last, asked
 
 
 def is_sse_response(response: Mapping[str, Any] | None) -> bool:

@@ -54,6 +54,7 @@ FRAMEWORKS = frozenset(
         "tornadoserver",
         "aiohttp",
         "cheroot",
+        "twistedweb",
         "express",
         "koa",
         "next.js",
@@ -63,6 +64,7 @@ FRAMEWORKS = frozenset(
         "jetty",
         "nginx",
         "openresty",
+        "tengine",
         "apache",
         "caddy",
         "envoy",
@@ -73,8 +75,20 @@ FRAMEWORKS = frozenset(
         "cowboy",
         "h2o",
         "traefik",
+        "haproxy",
+        "varnish",
+        "squid",
+        "kong",
+        "apisix",
+        "awselb",
+        "elb",
+        "gfe",
+        "gws",
+        "google",
+        "akamaighost",
     ]
 )
+_PRODUCT = re.compile(r"[A-Za-z][\w.\-]*")
 GO_PLAIN = re.compile(r"^\s*\d{3} (page not found|method not allowed)\s*$")
 """Go net/http's default error bodies."""
 
@@ -115,8 +129,15 @@ def _framework_signatures() -> frozenset[str]:
 
 
 def _token(value: str) -> str:
-    """`BaseHTTP/0.6 Python/3.11` → `basehttp`; `uvicorn` → `uvicorn`."""
-    return value.strip().split(None, 1)[0].split("/", 1)[0].lower() if value.strip() else ""
+    """The software a `Server`/`X-Powered-By` value names: `BaseHTTP/0.6 Python/3.11` →
+    `basehttp`, `Jetty(9.4.z)` → `jetty`."""
+    m = _PRODUCT.match(value.strip())
+    return m.group(0).lower() if m else ""
+
+
+def _framework(token: str) -> bool:
+    """A framework, server or proxy, also in a variant (`hypercorn-h11`, `envoy-1.2`)."""
+    return token in FRAMEWORKS or token.split("-", 1)[0] in FRAMEWORKS
 
 
 def _signature(x: ExchangeView) -> str | None:
@@ -139,7 +160,7 @@ def _marks(x: ExchangeView) -> tuple[tuple[str, str, str] | None, list[str]]:
         token = _token(got or "")
         if not token:
             continue
-        if token in FRAMEWORKS:
+        if _framework(token):
             frameworks.append(f"{name}: {got}")
         else:
             return (token, "high", f"{name}: {got}"), frameworks

@@ -11,6 +11,7 @@ text is never read as a message: it echoes the request (the model id, the prompt
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,10 @@ class ErrorInfo:
 
     def quote(self) -> str:
         """The evidence line: the server's own words and where they were."""
+        return self._quote
+
+    @functools.cached_property
+    def _quote(self) -> str:
         fields = [f"{k} {v}" for k, v in (("type", self.type), ("code", self.code)) if v]
         fields += [f"param {self.param}"] if self.param else []
         extra = f" ({', '.join(map(str, fields))})" if fields else ""
@@ -232,6 +237,10 @@ class ExchangeView:
     def snippet(self) -> str | None:
         """The body as evidence; for a stream, the error event (the server's words), not
         the stream's text."""
+        return self._snippet
+
+    @functools.cached_property
+    def _snippet(self) -> str | None:
         if self.events is not None and self.body is None:
             return self.error.quote() if self.error else None
         raw = self.body_text
@@ -242,6 +251,10 @@ class ExchangeView:
 
     def words(self) -> str | None:
         """The error message quoted on its own when the body snippet does not hold it whole."""
+        return self._words
+
+    @functools.cached_property
+    def _words(self) -> str | None:
         if self.error is None or not self.error.message:
             return None
         snip = self.snippet() or ""

@@ -14,6 +14,7 @@ from wsproto.frame_protocol import Opcode
 
 from wirediff.addons.capture import Capture
 from wirediff.record.store import load_records
+from wirediff.record.websocket import turns
 
 KEY = "sk-unit-CANARY-5f3e9a"
 
@@ -416,3 +417,11 @@ async def test_websocket_upgrade_refused_is_a_plain_exchange(tmp_path: Path) -> 
     (rec,) = run(tmp_path, f)
     assert rec["response"]["status"] == 405 and rec["tags"]["transport"] == "http"  # type: ignore[index]
     assert ["upgrade", "websocket"] in rec["request"]["headers"]  # type: ignore[operator]
+
+
+def test_a_sessions_turns_read_as_streams() -> None:
+    c, s = {"direction": "client"}, {"direction": "server"}
+    assert turns([]) == []
+    assert turns([{**s, "n": 0}, c, {**s, "n": 1}, {**s, "n": 2}, c, c, {**s, "n": 3}]) == [
+        [{**s, "n": 0}], [{**s, "n": 1}, {**s, "n": 2}], [], [{**s, "n": 3}]
+    ]  # fmt: skip

@@ -355,8 +355,11 @@ NESTJS_404: dict[str, Any] = {
         ([("server", "uvicorn")], {"detail": "Not Found"}, U, "server: uvicorn"),
         ([], {"detail": "Not Found"}, U, 'FastAPI-style {"detail": …} body'),
         ([("server", "nginx/1.25.3")], None, U, "server: nginx/1.25.3"),
+        ([("server", "awselb/2.0")], None, U, "server: awselb/2.0"),
+        ([("server", "hypercorn-h11")], None, U, "server: hypercorn-h11"),
         ([], None, U, "no header or answer names the server"),
-        # a server that names itself, or a product's own header
+        # a server that names itself (llama.cpp's server sets `Server: llama.cpp`), or a
+        # product's own header
         ([("server", "llama.cpp")], None, "llama.cpp", "server: llama.cpp"),
         ([("server", "ollama/0.13.3")], None, "ollama", "server: ollama/0.13.3"),
         ([("x-litellm-version", "1.108.7")], None, "litellm", "x-litellm-version: 1.108.7"),

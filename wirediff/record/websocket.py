@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
@@ -21,7 +21,9 @@ from wirediff.record.redact import may_hold_secret_fields, redact_fields
 from wirediff.record.sse import parse_data
 from wirediff.record.tap import MAX_EVENTS
 
-__all__ = ["ABNORMAL_CLOSE", "WebSocketMessage", "WebSocketTap", "is_upgrade"]
+__all__ = ["ABNORMAL_CLOSE", "WebSocketMessage", "WebSocketTap", "is_upgrade", "turns"]
+
+E = TypeVar("E", bound=Mapping[str, Any])
 
 ABNORMAL_CLOSE = 1006
 """The close code of a connection that ended without a close handshake (RFC 6455 7.4.1)."""
@@ -30,6 +32,24 @@ ABNORMAL_CLOSE = 1006
 def is_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
     """The request asks to upgrade to a WebSocket (`Upgrade: websocket`)."""
     return any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers)
+
+
+def turns(events: Iterable[E]) -> list[list[E]]:
+    """A session's server events, one list per client message they answer (a Responses
+    turn: `response.create`, then its stream); server events before any client message
+    make a turn of their own. Each list reads as one SSE stream does."""
+    out: list[list[E]] = []
+    current: list[E] | None = None
+    for ev in events:
+        if ev.get("direction") == "client":
+            current = []
+            out.append(current)
+        else:
+            if current is None:
+                current = []
+                out.append(current)
+            current.append(ev)
+    return out
 
 
 class WebSocketMessage(Protocol):
