@@ -28,7 +28,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
-from wirediff.record.websocket import turns
+from wirediff.record.websocket import is_websocket, turns
 
 __all__ = [
     "CHAIN_COLUMNS",
@@ -36,8 +36,6 @@ __all__ = [
     "StreamEnd",
     "chain_rows",
     "exchange_ok",
-    "is_websocket",
-    "server_events",
     "stream_end",
     "stream_problem",
 ]
@@ -74,16 +72,6 @@ class StreamEnd:
     terminal: str | None
     partial: bool
     n_events: int
-
-
-def is_websocket(record: Record) -> bool:
-    """A WebSocket session (one record per connection, its messages as events)."""
-    return (record.get("tags") or {}).get("transport") == "websocket"
-
-
-def server_events(events: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The events the server sent (SSE events have no `direction`: all are the server's)."""
-    return [ev for ev in events if ev.get("direction", "server") == "server"]
 
 
 def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]:

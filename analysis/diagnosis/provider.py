@@ -118,14 +118,14 @@ class Provider:
 
 
 @cache
-def _framework_signatures() -> frozenset[str]:
-    """Signature ids a profile marks as a framework's default answer."""
-    return frozenset(
-        str(sig["id"])
+def _framework_signatures() -> dict[str, str]:
+    """Signature ids a profile marks as a framework's default answer → the framework."""
+    return {
+        str(sig["id"]): str(sig["framework"])
         for prof in load_profiles().values()
         for sig in prof.get("signatures", [])
         if sig.get("framework")
-    )
+    }
 
 
 def _token(value: str) -> str:
@@ -165,15 +165,16 @@ def _marks(x: ExchangeView) -> tuple[tuple[str, str, str] | None, list[str]]:
         else:
             return (token, "high", f"{name}: {got}"), frameworks
     sig = _signature(x)
-    if sig and sig in _framework_signatures():
-        frameworks.append(f"signature {sig} (a framework default)")
-    elif sig:
+    framework = _framework_signatures().get(sig or "")
+    if sig and not framework:
         return (sig.split(".", 1)[0], "medium", f"signature {sig}"), frameworks
     if isinstance(x.body, dict) and x.body.get("system_fingerprint") == "fp_ollama":
         return ("ollama", "medium", "system_fingerprint: fp_ollama"), frameworks
-    if isinstance(x.body, dict) and set(x.body) == {"detail"}:
+    if framework:
+        frameworks.append(f"{framework}'s default answer (signature {sig})")
+    elif isinstance(x.body, dict) and set(x.body) == {"detail"}:
         frameworks.append('FastAPI-style {"detail": …} body')
-    if x.ctype == "text/plain" and x.text and GO_PLAIN.match(x.text):
+    elif x.ctype == "text/plain" and x.text and GO_PLAIN.match(x.text):
         frameworks.append(f"text/plain {x.text.strip()!r} (Go net/http's default)")
     return None, frameworks
 

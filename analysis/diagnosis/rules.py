@@ -123,11 +123,13 @@ def _ev(x: ExchangeView, *extra: str | None) -> list[str]:
     return out
 
 
-def _last_event(x: ExchangeView) -> str:
-    tail = x.events[-1].get("data") if x.events else None
-    if isinstance(tail, dict):
-        return json.dumps(tail, separators=(",", ":"))[:QUOTED]
-    return str(tail)[:QUOTED]
+def _last_event(x: ExchangeView) -> str | None:
+    """The stream's last event as evidence (`None` when there was none)."""
+    if not x.events:
+        return None
+    tail = x.events[-1].get("data")
+    text = json.dumps(tail, separators=(",", ":")) if isinstance(tail, dict) else str(tail)
+    return f"last event: {scrub(text[:QUOTED])}"
 
 
 def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[Finding]:
@@ -281,7 +283,7 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
         return
     error_event = x.error_event
     if error_event:
-        said = x.error.quote() if x.error else f"last event: {scrub(_last_event(x))}"
+        said = x.error.quote() if x.error else _last_event(x)
         add(
             "stream_error_event",
             _ev(x, said),
@@ -300,12 +302,7 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
         ended = not (x.end and x.end.partial) and x.error_kind is None
         add(
             "stream_truncated",
-            _ev(
-                x,
-                cut,
-                f"last event: {scrub(_last_event(x))}",
-                x.error_kind and f"error: {x.error_kind}",
-            ),
+            _ev(x, cut, _last_event(x), x.error_kind and f"error: {x.error_kind}"),
             why=cut,
             variant="ended" if ended else "",
         )

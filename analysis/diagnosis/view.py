@@ -24,12 +24,11 @@ from wirediff.analysis.diagnosis.chains import (
     FAILED_TERMINALS,
     StreamEnd,
     exchange_ok,
-    is_websocket,
-    server_events,
     stream_end,
 )
 from wirediff.record.redact import redact_patterns
 from wirediff.record.tags import header_get
+from wirediff.record.websocket import is_websocket, server_events
 
 __all__ = ["SNIPPET", "ErrorInfo", "ExchangeView", "extract_error", "scrub", "view"]
 

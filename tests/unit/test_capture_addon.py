@@ -402,6 +402,7 @@ async def test_websocket_that_did_not_close_cleanly(
     assert len(rec["response"]["events"]) == len(TURN)  # type: ignore[index]
     if kind is None:  # still open at shutdown: recorded as it stood
         assert rec["response"]["websocket"]["close_code"] is None  # type: ignore[index]
+        assert rec["error"]["message"] == "the WebSocket was still open when recorded"  # type: ignore[index]
     else:
         assert rec["error"]["kind"] == kind  # type: ignore[index]
 

@@ -353,7 +353,8 @@ NESTJS_404: dict[str, Any] = {
         # a framework's marks are shared by every server built on it: no product
         ([("x-powered-by", "Express")], None, U, "x-powered-by: Express"),
         ([("server", "uvicorn")], {"detail": "Not Found"}, U, "server: uvicorn"),
-        ([], {"detail": "Not Found"}, U, 'FastAPI-style {"detail": …} body'),
+        ([], {"detail": "Not Found"}, U, "FastAPI's default answer (signature vllm.not_found)"),
+        ([], {"detail": "No route"}, U, 'FastAPI-style {"detail": …} body'),
         ([("server", "nginx/1.25.3")], None, U, "server: nginx/1.25.3"),
         ([("server", "awselb/2.0")], None, U, "server: awselb/2.0"),
         ([("server", "hypercorn-h11")], None, U, "server: hypercorn-h11"),

@@ -56,7 +56,10 @@ def classify_error(msg: str, has_response: bool) -> str:
 
 
 def _abnormal_close(ws: WebSocketTap) -> dict[str, str]:
-    """The error of a WebSocket connection that ended without a close handshake."""
+    """The error of a WebSocket connection that ended without a close handshake, or had
+    not ended when it was recorded (the capture stopped first)."""
+    if ws.close_code is None:
+        return {"kind": "proxy_error", "message": "the WebSocket was still open when recorded"}
     kind = {"client": "client_disconnect", "server": "upstream_disconnect"}
     by = f" by the {ws.closed_by}" if ws.closed_by else ""
     return {

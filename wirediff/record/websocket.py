@@ -21,7 +21,15 @@ from wirediff.record.redact import may_hold_secret_fields, redact_fields
 from wirediff.record.sse import parse_data
 from wirediff.record.tap import MAX_EVENTS
 
-__all__ = ["ABNORMAL_CLOSE", "WebSocketMessage", "WebSocketTap", "is_upgrade", "turns"]
+__all__ = [
+    "ABNORMAL_CLOSE",
+    "WebSocketMessage",
+    "WebSocketTap",
+    "is_upgrade",
+    "is_websocket",
+    "server_events",
+    "turns",
+]
 
 E = TypeVar("E", bound=Mapping[str, Any])
 
@@ -32,6 +40,16 @@ ABNORMAL_CLOSE = 1006
 def is_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
     """The request asks to upgrade to a WebSocket (`Upgrade: websocket`)."""
     return any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers)
+
+
+def is_websocket(record: Mapping[str, Any]) -> bool:
+    """A record of a WebSocket session (one per connection, its messages as events)."""
+    return (record.get("tags") or {}).get("transport") == "websocket"
+
+
+def server_events(events: Iterable[E]) -> list[E]:
+    """The events the server sent (SSE events have no `direction`: all are the server's)."""
+    return [ev for ev in events if ev.get("direction", "server") == "server"]
 
 
 def turns(events: Iterable[E]) -> list[list[E]]:
