@@ -49,7 +49,7 @@ def drive(client: openai.OpenAI, name: str, model: str) -> int:
             client.responses.create(model=model, input="Again", previous_response_id=first.id)
             calls += 1
         if prof["streaming"]["responses"].get("websocket"):
-            with client.responses.connect() as conn:
+            with client.responses.connect(websocket_connection_options={"proxy": None}) as conn:
                 conn.response.create(model=model, input="Say hello")
                 for event in conn:
                     if event.type == "response.completed":
@@ -68,7 +68,12 @@ def test_successful_traffic_of_a_stand_in_yields_no_diagnosis(
     model = profile(name)["models"]["served"][0]
     with standin(name, gzip=gzip) as url:
         m = mitmdump([f"reverse:{url}"], label=name)
-        client = openai.OpenAI(base_url=m.url + "/v1", api_key="sk-e2e-precision", max_retries=0)
+        client = openai.OpenAI(
+            base_url=m.url + "/v1",
+            api_key="sk-e2e-precision",
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(trust_env=False),
+        )
         with client:
             calls = drive(client, name, model)
         records = m.records(calls)

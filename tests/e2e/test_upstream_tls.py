@@ -121,7 +121,13 @@ def https_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def chat(base_url: str) -> Any:
-    client = openai.OpenAI(base_url=base_url, api_key="sk-e2e-tls", max_retries=0, timeout=30.0)
+    client = openai.OpenAI(
+        base_url=base_url,
+        api_key="sk-e2e-tls",
+        max_retries=0,
+        timeout=30.0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
     with client:
         return client.chat.completions.create(model=MODEL, messages=ASK)
 

@@ -24,7 +24,19 @@ MODEL = "gpt-4o-mini"
 
 
 def sdk(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=30.0)
+    """The real SDK on loopback: no retries, no proxy from the environment."""
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=KEY,
+        max_retries=0,
+        timeout=30.0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
+
+
+def connect(client: openai.OpenAI) -> Any:
+    """`client.responses.connect()`, not through a proxy the environment may name."""
+    return client.responses.connect(websocket_connection_options={"proxy": None})
 
 
 def until(conn: Any, *terminals: str) -> list[Any]:
@@ -40,7 +52,7 @@ def until(conn: Any, *terminals: str) -> list[Any]:
 def test_a_session_is_recorded_message_by_message(mitmdump: Any) -> None:
     with standin("openai") as url:
         m = mitmdump([f"reverse:{url}"], label="openai")
-        with sdk(m.url + "/v1").responses.connect() as conn:
+        with sdk(m.url + "/v1") as client, connect(client) as conn:
             conn.response.create(model=MODEL, input="Say hello")
             first = until(conn, "response.completed")
             conn.response.create(
@@ -78,7 +90,7 @@ def test_a_session_is_recorded_message_by_message(mitmdump: Any) -> None:
 def test_a_session_cut_by_the_server_is_truncated(mitmdump: Any) -> None:
     with standin("openai") as url:
         m = mitmdump([f"reverse:{url}"])
-        with sdk(m.url + "/v1").responses.connect() as conn:
+        with sdk(m.url + "/v1") as client, connect(client) as conn:
             conn.response.create(model="fault-cut", input="Say hello")
             with pytest.raises(AssertionError, match="closed before the turn ended"):
                 until(conn, "response.completed")
@@ -103,8 +115,8 @@ def test_an_upgrade_refused_by_a_stand_in(
 ) -> None:
     with standin(profile) as url:
         m = mitmdump([f"reverse:{url}"])
-        with pytest.raises(InvalidStatus) as refused:
-            sdk(m.url + "/v1").responses.connect().enter()
+        with sdk(m.url + "/v1") as client, pytest.raises(InvalidStatus) as refused:
+            connect(client).enter()
         (rec,) = m.records(1)
     assert refused.value.response.status_code == status
     assert rec["request"]["method"] == "GET" and rec["response"]["status"] == status

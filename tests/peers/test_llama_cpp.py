@@ -88,7 +88,7 @@ def test_what_it_does_not_serve(front: Mitmdump) -> None:
         with pytest.raises(openai.APIStatusError) as wrong_method:
             client.get("/chat/completions", cast_to=object)
         with pytest.raises(InvalidStatus) as upgrade:
-            client.responses.connect().enter()
+            client.responses.connect(websocket_connection_options={"proxy": None}).enter()
     assert missing.value.body == {"detail": "Not Found"}
     assert wrong_method.value.status_code == 405
     assert upgrade.value.response.status_code == 404

@@ -87,7 +87,7 @@ def test_a_wrong_method_and_a_websocket_upgrade_are_answered_404(front: Mitmdump
         with pytest.raises(openai.NotFoundError):
             client.get("/chat/completions", cast_to=object)
         with pytest.raises(InvalidStatus) as upgrade:
-            client.responses.connect().enter()
+            client.responses.connect(websocket_connection_options={"proxy": None}).enter()
     assert upgrade.value.response.status_code == 404
     get_chat, ws = front.records(2)
     (row,) = diagnose([get_chat]).to_dict("records")
