@@ -5,7 +5,9 @@ Usage:
         [--set capture_session=NAME] [--set capture_label=LABEL]
 
 Server-Sent Events are streamed through unbuffered and recorded event by event with timing;
-secrets in headers are replaced by fingerprints; each record is appended and flushed.
+a WebSocket session (the Responses API's WebSocket mode, Realtime) is one record per
+connection, its messages kept as they pass and written when it closes; secrets in headers
+are replaced by fingerprints; each record is appended and flushed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from wirediff._types import Record  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.build import build_record  # noqa: E402
 from wirediff.record.flow import (  # noqa: E402
+    WEBSOCKET_TAP,
     exchange_from_flow,
     fallback_record,
     is_open_ended,
@@ -35,6 +38,7 @@ from wirediff.record.flow import (  # noqa: E402
 )
 from wirediff.record.store import RecordWriter  # noqa: E402
 from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
+from wirediff.record.websocket import WebSocketTap  # noqa: E402
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
@@ -47,6 +51,8 @@ class Capture:
         self.seq = 0
         self.redact: frozenset[str] = frozenset()
         self.pending: dict[str, http.HTTPFlow] = {}
+        self.websockets: dict[str, http.HTTPFlow] = {}
+        """Open WebSocket sessions, recorded when they close (or at shutdown)."""
 
     def load(self, loader):  # type: ignore[no-untyped-def]
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
@@ -133,9 +139,27 @@ class Capture:
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
-        self.record_soon(flow)
+        if flow.websocket is None:  # an upgrade is recorded with its messages, at its end
+            self.record_soon(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
+        if flow.id not in self.websockets:
+            self.record_soon(flow)
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        flow.metadata[WEBSOCKET_TAP] = WebSocketTap(
+            t0=flow.request.timestamp_start, cap=ctx.options.capture_body_cap
+        )
+        self.websockets[flow.id] = flow
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """Keep the message as an event as it passes (parsed and capped once, in order)."""
+        tap = flow.metadata.get(WEBSOCKET_TAP)
+        if isinstance(tap, WebSocketTap) and flow.websocket is not None:
+            tap.message(flow.websocket.messages[-1])
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.websockets.pop(flow.id, None)
         self.record_soon(flow)
 
     def record_soon(self, flow: http.HTTPFlow) -> None:
@@ -159,6 +183,12 @@ class Capture:
         for flow_id in list(self.pending):
             self._record_pending(flow_id)
 
+    def close_websockets(self) -> None:
+        """At shutdown: record the sessions still open, as they stand (not complete)."""
+        for flow in list(self.websockets.values()):
+            self.websockets.pop(flow.id, None)
+            self.record(flow)
+
     def record(self, flow: http.HTTPFlow) -> None:
         if self.writer is None or flow.metadata.get("wirediff.written"):
             return
@@ -172,7 +202,11 @@ class Capture:
     def build(self, flow: http.HTTPFlow) -> Record:
         meta = flow.metadata
         return build_record(
-            exchange_from_flow(flow, client_headers=meta.get("wirediff.client_headers")),
+            exchange_from_flow(
+                flow,
+                client_headers=meta.get("wirediff.client_headers"),
+                body_cap=ctx.options.capture_body_cap,
+            ),
             session=self.session,
             label=meta.get("wirediff.label") or ctx.options.capture_label or upstream_label(flow),
             seq=meta.get("wirediff.seq", self.seq),
@@ -184,6 +218,7 @@ class Capture:
 
     def close(self) -> None:
         self.flush()
+        self.close_websockets()
         if self.writer is not None:
             self.writer.close()
             self.writer = None

@@ -1,8 +1,9 @@
 """The stand-in's HTTP server: routing, auth and errors as the profile documents them.
 
 A stdlib `ThreadingHTTPServer` serves `GET /v1/models`, `POST /v1/chat/completions` and
-`POST /v1/responses` (streamed or not) and answers everything else the way the profile
-says the real provider does (LM Studio's 200 "Unexpected endpoint", vLLM's
+`POST /v1/responses` (streamed or not, and over a WebSocket where the profile has that mode:
+`wirediff.backends.websocket`) and answers everything else the way the profile says the
+real provider does (LM Studio's 200 "Unexpected endpoint", vLLM's
 401-before-404, …). SSE events are written and flushed one by one, `delay` seconds apart.
 Models named `fault-*` break the transport on purpose: see `FAULT_MODELS`.
 """
@@ -34,6 +35,7 @@ from wirediff.backends.payloads import (
     response_events,
 )
 from wirediff.backends.plan import chat_plan, responses_plan
+from wirediff.backends.websocket import ResponsesSocket, accept_key, supports_websocket
 from wirediff.profiles import Profile, answer_for, fill, render_answer
 
 if TYPE_CHECKING:
@@ -238,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
         scoped = path.startswith(auth.get("scope", "/"))
         if auth.get("checked") == "before_routing" and scoped and not self._auth_ok():
             return
+        if self._websocket(path, scoped):
+            return
         endpoints = [(e["method"], e["path"]) for e in prof.get("endpoints", [])]
         matching = [(m, t) for m, t in endpoints if _template_rx(t).match(path)]
         if not matching:
@@ -304,6 +308,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._chat(body, model)
         else:
             self._responses(body, model)
+
+    def _websocket(self, path: str, scoped: bool) -> bool:
+        """The Responses WebSocket mode, where the profile has it; a profile without it
+        answers the upgrade like any other GET (its wrong-method answer)."""
+        upgrade = self.headers.get("Upgrade", "").lower() == "websocket"
+        if not (upgrade and self.command == "GET" and path.rstrip("/") == "/v1/responses"):
+            return False
+        if not supports_websocket(self.prof):
+            return False
+        auth = self.prof.get("auth") or {}
+        if auth.get("checked") == "after_routing" and scoped and not self._auth_ok():
+            return True
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        self.send_response_only(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept_key(key))
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        ResponsesSocket(
+            self.prof,
+            self.st.models,
+            self.rfile,
+            self.wfile.write,
+            delay=self.st.delay,
+            stopping=self.st.stopping,
+        ).run()
+        return True
 
     def _auth_ok(self) -> bool:
         """With `api_key=…`, the profile's missing/wrong key answers; providers without an

@@ -65,7 +65,9 @@ FAMILIES = (
     "batches",
     "other",
 )
-UNSUPPORTED_CODES = frozenset({"endpoint_not_implemented", "method_not_allowed"})
+UNSUPPORTED_CODES = frozenset(
+    {"endpoint_not_implemented", "method_not_allowed", "websocket_not_supported"}
+)
 ERROR_CODES = frozenset(
     {
         "auth_missing",
@@ -75,6 +77,9 @@ ERROR_CODES = frozenset(
         "model_not_found",
         "redirect_method_change",
         "upstream_unreachable",
+        "upstream_tls",
+        "server_error",
+        "request_rejected",
         "previous_response_not_found",
     }
 )

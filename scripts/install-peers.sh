@@ -14,10 +14,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS_DIR="${WIREDIFF_PEERS_DIR:-$ROOT/.peers}"
 PYTHON="${PYTHON:-python3}"
 
-# name | pip spec | distribution to check | command the tests run
+# name | pip requirements (space-separated) | distribution to check | command the tests run
+# llama-cpp-python is built from source by pip (about 11 minutes on 2 cores; pip's wheel
+# cache makes a reinstall take seconds); `gguf` writes the tests' tiny random-weight model.
 PEERS=(
   "litellm|litellm[proxy]==1.108.7|litellm|bin/litellm"
   "fakellm|fakellm==0.3.5|fakellm|bin/fakellm"
+  "llama|llama-cpp-python[server]==0.3.36 gguf==0.19.0|llama_cpp_python|bin/python"
+  "ors|open-responses-server==0.4.1|open-responses-server|bin/uvicorn"
 )
 
 die() { echo "install-peers: $*" >&2; exit 1; }
@@ -34,15 +38,17 @@ install_peer() {
     echo "install-peers: $name already installed ($spec)"
     return 0
   fi
-  local t0=$SECONDS
+  local t0=$SECONDS requirements
+  read -r -a requirements <<<"$spec"
   rm -rf "$dir"
   if ! { "$PYTHON" -m venv "$dir" \
-        && "$dir/bin/python" -m pip install --disable-pip-version-check --no-input -q "$spec"; } \
+        && "$dir/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+             "${requirements[@]}"; } \
         >"$log" 2>&1; then
     # pip's warnings about this machine's extra (file://) indexes are noise, not the cause.
     grep -v "is ignored: it is neither a file nor a directory" "$log" | tail -n 25 >&2 || true
     rm -rf "$dir"
-    die "$name: pip install '$spec' failed (full log: $log)"
+    die "$name: pip install $spec failed (full log: $log)"
   fi
   local version
   version="$("$dir/bin/python" -c "import importlib.metadata as m; print(m.version('$dist'))")" \

@@ -28,9 +28,11 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
+from wirediff.record.websocket import is_websocket, turns
 
 __all__ = [
     "CHAIN_COLUMNS",
+    "FAILED_TERMINALS",
     "StreamEnd",
     "chain_rows",
     "exchange_ok",
@@ -72,6 +74,19 @@ class StreamEnd:
     n_events: int
 
 
+def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]:
+    """The server events that answer what was asked, and whether anything was asked.
+
+    An SSE stream answers its request; a WebSocket session its last client message (a
+    session with no client message asked nothing)."""
+    events: Sequence[Mapping[str, Any]] = ((record.get("response") or {}).get("events")) or ()
+    if not is_websocket(record):
+        return events, True
+    asked = any(ev.get("direction") == "client" for ev in events)
+    last = turns(events)[-1] if asked else []
+    return last, asked
+
+
 def is_sse_response(response: Mapping[str, Any] | None) -> bool:
     if not response:
         return False
@@ -93,15 +108,19 @@ def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
 
 
 def stream_end(record: Record) -> StreamEnd | None:
-    """The end of the record's event stream; `None` when the response is not SSE.
+    """The end of the record's event stream; `None` when the response is not SSE (or is a
+    WebSocket session in which the client asked nothing).
 
     Chat and completions streams end with `[DONE]`; Responses streams with
-    `response.completed|failed|incomplete` or an `error` event.
+    `response.completed|failed|incomplete` or an `error` event; a WebSocket session with
+    the terminal event of its last turn.
     """
     resp = record.get("response")
     if not is_sse_response(resp):
         return None
-    events: Sequence[Mapping[str, Any]] = (resp or {}).get("events") or ()
+    events, asked = _answered_events(record)
+    if not asked:
+        return None
     family = (record.get("tags") or {}).get("family")
     terminal = None
     for ev in reversed(events):
@@ -136,13 +155,13 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
 
 
 def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
-    """The exchange succeeded: 2xx, no error body, no transport error, and a stream
-    when one was asked for, complete."""
+    """The exchange succeeded: 2xx (101 for a WebSocket session), no error body, no
+    transport error, and a stream when one was asked for, complete."""
     resp = record.get("response")
     if not resp:
         return False
     status = resp.get("status")
-    if not is_2xx(status):
+    if not (is_2xx(status) or (status == 101 and is_websocket(record))):
         return False
     tags = record.get("tags") or {}
     if tags.get("soft_error"):
@@ -297,6 +316,17 @@ def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
     return links
 
 
+def _origin(url: Any) -> str:
+    """Scheme, host and port of a URL (`normalize_url` without the path)."""
+    if not isinstance(url, str):
+        return ""
+    try:
+        p = urlsplit(normalize_url(url))
+    except ValueError:  # a port that is not a number
+        return url
+    return f"{p.scheme}://{p.netloc}"
+
+
 def _fallback_links(f: pd.DataFrame) -> Links:
     status = f["status"].astype("float64").to_numpy()
     family = f["family"].to_numpy(dtype=object)
@@ -310,6 +340,9 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     )
     if not source.any():
         return []
+    # The same client on the same base URL: origin and API prefix (a later call to another
+    # server is no fallback, whatever the labels say).
+    f = f.assign(origin=[_origin(u) for u in f["url"].tolist()])
     keys = [
         "session",
         "label",
@@ -318,6 +351,8 @@ def _fallback_links(f: pd.DataFrame) -> Links:
         "sdk_lang",
         "sdk_version",
         "auth_fingerprint",
+        "origin",
+        "prefix",
     ]
     g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))

@@ -17,10 +17,10 @@ from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
-from wirediff.analysis.diagnosis.provider import PROVIDER_NAMES, guess_provider
+from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
-from wirediff.analysis.diagnosis.view import view
+from wirediff.analysis.diagnosis.view import ExchangeView, view
 
 __all__ = ["CODES", "DIAGNOSIS_COLUMNS", "diagnose", "format_diagnoses"]
 
@@ -36,10 +36,17 @@ CODES = (
     "model_not_found",
     "stream_not_honoured",
     "stream_truncated",
+    "stream_error_event",
     "upstream_unreachable",
+    "upstream_tls",
+    "server_error",
+    "request_rejected",
     "previous_response_not_found",
+    "websocket_not_supported",
 )
-"""The contract codes, plus `previous_response_not_found` (a stateless server)."""
+"""The contract codes (DESIGN.md "Diagnosis codes"), in its order."""
+BACKEND_SCAN = 50
+"""Exchanges of a backend read for a mark of its provider when a chain carries none."""
 
 DIAGNOSIS_COLUMNS = [
     "chain_id",
@@ -92,8 +99,46 @@ def _merge(findings: list[Finding], order: list[str]) -> list[Finding]:
     return [by_code[c] for c in CODES if c in by_code]
 
 
+class Backends:
+    """The exchanges of each backend (label and listener), for naming its provider when a
+    failing chain carries no mark of it; identified once per backend."""
+
+    def __init__(self, records_by_id: Mapping[str, Record], exchanges: pd.DataFrame) -> None:
+        self.records_by_id = records_by_id
+        self.ids: dict[tuple[Any, Any], list[str]] = {}
+        for rid, label, listener in zip(
+            exchanges["id"], exchanges["label"], exchanges["listener"], strict=True
+        ):
+            ids = self.ids.setdefault((label, listener), [])
+            if len(ids) < BACKEND_SCAN:
+                ids.append(rid)
+        self.known: dict[tuple[Any, Any], Provider] = {}
+
+    def provider(self, x: ExchangeView) -> Provider:
+        key = (x.label, x.rec.get("listener"))
+        if key not in self.known:
+            others = (view(self.records_by_id[i]) for i in self.ids.get(key, ()))
+            self.known[key] = identify([], others)
+        return self.known[key]
+
+
+def _provider(xs: list[ExchangeView], backends: Backends | None) -> Provider:
+    """The chain's own marks first, then its backends' (innermost first)."""
+    found = identify(xs)
+    if found.known or backends is None:
+        return found
+    for x in reversed(xs):
+        other = backends.provider(x)
+        if other.known:
+            return other
+    return found
+
+
 def diagnose_chain(
-    chain: Mapping[str, Any], records_by_id: Mapping[str, Record], served: Mapping[str, set[str]]
+    chain: Mapping[str, Any],
+    records_by_id: Mapping[str, Record],
+    served: Mapping[str, set[str]],
+    backends: Backends | None = None,
 ) -> list[dict[str, Any]]:
     """Diagnosis rows for one chain (a `chain_rows` row by `CHAIN_COLUMNS`; none for a
     healthy chain)."""
@@ -107,11 +152,10 @@ def diagnose_chain(
             found.extend(f for f in exchange_findings(xs[i], served) if f.code not in drop)
     if not found:
         return []
-    provider, prov_evidence = guess_provider([xs[i] for i in order])
-    server = PROVIDER_NAMES.get(provider or "", "the server")
+    provider = _provider([xs[i] for i in order], backends)
     rows = []
     for f in _merge(found, order):
-        facts = Facts({**f.facts, "server": server})
+        facts = Facts({**f.facts, "server": provider.display})
         rows.append(
             {
                 "chain_id": chain["chain_id"],
@@ -119,10 +163,10 @@ def diagnose_chain(
                 "exchange_ids": f.ids,
                 "label": chain["label"],
                 "endpoint": xs[f.ids[0]].endpoint,
-                "provider": provider,
+                "provider": provider.name,
                 "summary": summary(f.code, facts),
-                "evidence": f.evidence + [e for e in prov_evidence if e not in f.evidence],
-                "remedy": remedy(f.code, provider, facts),
+                "evidence": f.evidence + [e for e in provider.evidence if e not in f.evidence],
+                "remedy": remedy(f.code, provider.profile, facts),
                 "recovered": bool(chain["ok"]),
                 "title": chain["title"],
             }
@@ -156,9 +200,11 @@ def _diagnose(
     ex = exchanges if exchanges is not None else exchanges_frame(records)
     failing = chain_rows(ex, by_id, failing_only=True)
     served = served_models(by_id, ex) if failing else {}
+    backends = Backends(by_id, ex) if failing else None
     rows: list[dict[str, Any]] = []
     for row in failing:
-        rows.extend(diagnose_chain(dict(zip(CHAIN_COLUMNS, row, strict=True)), by_id, served))
+        chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
+        rows.extend(diagnose_chain(chain, by_id, served, backends))
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIAGNOSIS_COLUMNS})
     return pd.DataFrame(

@@ -1,16 +1,27 @@
-"""The provider behind a chain: a profile's error signature, else a header or body shape
-only one server family produces."""
+"""The provider behind a chain, with the evidence and how much it is worth.
+
+A product is named only by a mark that product alone leaves: a header it sets about
+itself (`x-litellm-version`, `openai-version`, a `Server` or `X-Powered-By` that names a
+product), an error answer in its own words (a profile's signature), a body mark
+(`system_fingerprint: fp_ollama`). A web framework's defaults (`server: uvicorn`,
+`X-Powered-By: Express`, FastAPI's `{"detail": "Not Found"}`, Go's `404 page not found`)
+are shared by every server built on it: they are reported as the framework and name no
+product. Without a mark the provider is `unknown`, and the remedies stay generic.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import cache
 
 from wirediff.analysis.diagnosis.view import ExchangeView
 from wirediff.profiles import load_profiles, match_signature
 
-__all__ = ["PROVIDER_NAMES", "guess_provider"]
+__all__ = ["PROVIDER_NAMES", "UNKNOWN", "Provider", "identify"]
 
+UNKNOWN = "unknown"
 PROVIDER_NAMES = {
     "lmstudio": "LM Studio",
     "ollama": "Ollama",
@@ -19,16 +30,114 @@ PROVIDER_NAMES = {
     "openai": "OpenAI",
 }
 
-# Response headers that name a server: (header, lower-case value substring, provider).
-HEADER_HINTS: list[tuple[str, str, str]] = [
-    ("x-powered-by", "express", "lmstudio"),
-    ("openai-version", "", "openai"),
-    ("openai-processing-ms", "", "openai"),
-    ("x-litellm-version", "", "litellm"),
-    ("x-litellm-call-id", "", "litellm"),
+# Headers only one product sets about itself: (header, provider).
+PRODUCT_HEADERS: list[tuple[str, str]] = [
+    ("openai-version", "openai"),
+    ("openai-organization", "openai"),
+    ("x-litellm-version", "litellm"),
+    ("x-litellm-call-id", "litellm"),
 ]
-# Go net/http's default error bodies (Ollama is the Go server among OpenAI-compatible ones).
+# `Server` / `X-Powered-By` tokens of web frameworks, servers and proxies: shared by every
+# application built on them (llama-cpp-python, open-responses-server, vLLM and LiteLLM all
+# answer `server: uvicorn`; LM Studio and any Node app `X-Powered-By: Express`).
+FRAMEWORKS = frozenset(
+    [
+        "uvicorn",
+        "hypercorn",
+        "gunicorn",
+        "daphne",
+        "granian",
+        "waitress",
+        "werkzeug",
+        "basehttp",
+        "python",
+        "tornadoserver",
+        "aiohttp",
+        "cheroot",
+        "twistedweb",
+        "express",
+        "koa",
+        "next.js",
+        "php",
+        "asp.net",
+        "kestrel",
+        "jetty",
+        "nginx",
+        "openresty",
+        "tengine",
+        "apache",
+        "caddy",
+        "envoy",
+        "istio-envoy",
+        "cloudflare",
+        "lighttpd",
+        "microsoft-iis",
+        "cowboy",
+        "h2o",
+        "traefik",
+        "haproxy",
+        "varnish",
+        "squid",
+        "kong",
+        "apisix",
+        "awselb",
+        "elb",
+        "gfe",
+        "gws",
+        "google",
+        "akamaighost",
+    ]
+)
+_PRODUCT = re.compile(r"[A-Za-z][\w.\-]*")
 GO_PLAIN = re.compile(r"^\s*\d{3} (page not found|method not allowed)\s*$")
+"""Go net/http's default error bodies."""
+
+
+@dataclass
+class Provider:
+    """Who answered: a profile name or a product's own name, or `unknown`."""
+
+    name: str = UNKNOWN
+    confidence: str = "none"
+    """`high`: the server names itself; `medium`: an answer or mark only it produces."""
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        return self.name != UNKNOWN
+
+    @property
+    def display(self) -> str:
+        """How the prose names it: its product name, or "the server"."""
+        return PROVIDER_NAMES.get(self.name, self.name) if self.known else "the server"
+
+    @property
+    def profile(self) -> str | None:
+        """The profile whose remedies apply, if it has one."""
+        return self.name if self.name in load_profiles() else None
+
+
+@cache
+def _framework_signatures() -> dict[str, str]:
+    """Signature ids a profile marks as a framework's default answer → the framework."""
+    return {
+        str(sig["id"]): str(sig["framework"])
+        for prof in load_profiles().values()
+        for sig in prof.get("signatures", [])
+        if sig.get("framework")
+    }
+
+
+def _token(value: str) -> str:
+    """The software a `Server`/`X-Powered-By` value names: `BaseHTTP/0.6 Python/3.11` →
+    `basehttp`, `Jetty(9.4.z)` → `jetty`."""
+    m = _PRODUCT.match(value.strip())
+    return m.group(0).lower() if m else ""
+
+
+def _framework(token: str) -> bool:
+    """A framework, server or proxy, also in a variant (`hypercorn-h11`, `envoy-1.2`)."""
+    return token in FRAMEWORKS or token.split("-", 1)[0] in FRAMEWORKS
 
 
 def _signature(x: ExchangeView) -> str | None:
@@ -39,45 +148,52 @@ def _signature(x: ExchangeView) -> str | None:
     return str(sig) if sig else None
 
 
-@cache
-def _profile_headers() -> list[tuple[str, str, str]]:
-    """`(header, exact lower-case value, provider)` for each fixed header a profile documents."""
-    out = []
-    for name, prof in load_profiles().items():
-        for header, value in (prof.get("headers") or {}).items():
-            if "{" not in str(value):
-                out.append((str(header).lower(), str(value).lower(), str(name)))
-    return out
-
-
-def _hint(x: ExchangeView) -> tuple[str, str] | None:
-    """`(provider, evidence)` from headers and body shape."""
-    for name, value, provider in HEADER_HINTS:
+def _marks(x: ExchangeView) -> tuple[tuple[str, str, str] | None, list[str]]:
+    """`((provider, confidence, evidence) | None, framework evidence)` of one exchange."""
+    frameworks: list[str] = []
+    for name, provider in PRODUCT_HEADERS:
         got = x.header(name)
-        if got is not None and value in got.lower():
-            return provider, f"{name}: {got}"
-    for name, value, provider in _profile_headers():
+        if got is not None:
+            return (provider, "high", f"{name}: {got}"), frameworks
+    for name in ("server", "x-powered-by"):
         got = x.header(name)
-        if got is not None and got.lower() == value:
-            return provider, f"{name}: {got}"
-    if x.ctype == "text/plain" and x.text and GO_PLAIN.match(x.text):
-        return "ollama", f"text/plain {x.text.strip()!r} (Go net/http default)"
-    if isinstance(x.body, dict):
-        if set(x.body) == {"detail"}:
-            return "vllm/litellm", 'FastAPI-style {"detail": …} body'
-        if x.body.get("system_fingerprint") == "fp_ollama":
-            return "ollama", "system_fingerprint: fp_ollama"
-    return None
+        token = _token(got or "")
+        if not token:
+            continue
+        if _framework(token):
+            frameworks.append(f"{name}: {got}")
+        else:
+            return (token, "high", f"{name}: {got}"), frameworks
+    sig = _signature(x)
+    framework = _framework_signatures().get(sig or "")
+    if sig and not framework:
+        return (sig.split(".", 1)[0], "medium", f"signature {sig}"), frameworks
+    if isinstance(x.body, dict) and x.body.get("system_fingerprint") == "fp_ollama":
+        return ("ollama", "medium", "system_fingerprint: fp_ollama"), frameworks
+    if framework:
+        frameworks.append(f"{framework}'s default answer (signature {sig})")
+    elif isinstance(x.body, dict) and set(x.body) == {"detail"}:
+        frameworks.append('FastAPI-style {"detail": …} body')
+    elif x.ctype == "text/plain" and x.text and GO_PLAIN.match(x.text):
+        frameworks.append(f"text/plain {x.text.strip()!r} (Go net/http's default)")
+    return None, frameworks
 
 
-def guess_provider(xs: list[ExchangeView]) -> tuple[str | None, list[str]]:
-    """Most likely provider behind a chain (innermost/latest answers first)."""
-    for x in reversed(xs):
-        sig = _signature(x)
-        if sig:
-            return sig.split(".", 1)[0], [f"signature: {sig}"]
-    for x in reversed(xs):
-        hint = _hint(x)
-        if hint:
-            return hint[0], [hint[1]]
-    return None, []
+def identify(xs: list[ExchangeView], others: Iterable[ExchangeView] = ()) -> Provider:
+    """The provider behind a chain (latest answers first), else behind the other exchanges
+    of the same backend (`others`); `unknown` with the frameworks seen otherwise."""
+    seen: list[str] = []
+    for x, where in [*((x, "") for x in reversed(xs)), *((x, " elsewhere") for x in others)]:
+        mark, frameworks = _marks(x)
+        seen.extend(f for f in frameworks if f not in seen)
+        if mark is not None:
+            name, confidence, why = mark
+            on = f" (on {x.method} {x.path})" if where else ""
+            return Provider(
+                name, confidence, [f"provider {name}, {confidence} confidence: {why}{on}"]
+            )
+    if seen:
+        why = f"{'; '.join(seen)}: a framework, which names no product"
+    else:
+        why = "no header or answer names the server"
+    return Provider(evidence=[f"provider unknown: {why}"])

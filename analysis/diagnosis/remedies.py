@@ -39,7 +39,8 @@ def summary(code: str, facts: Mapping[str, str]) -> str:
 
 def remedy(code: str, provider: str | None, facts: Mapping[str, str]) -> str:
     """The most specific fix: for this provider and variant, this provider, this variant,
-    then the code's own."""
+    then the code's own; followed by the server's own hint (`facts["hint"]`), if it gave
+    one."""
     remedies = _prose()[1]
     variant = facts.get("variant") or None
     for key in (
@@ -49,5 +50,7 @@ def remedy(code: str, provider: str | None, facts: Mapping[str, str]) -> str:
         (code, None, None),
     ):
         if key in remedies:
-            return remedies[key].format_map(Facts(facts))
+            text = remedies[key].format_map(Facts(facts))
+            hint = facts.get("hint")
+            return f"{text} (the server says: {hint})" if hint else text
     raise KeyError(code)

@@ -2,23 +2,30 @@
 linked exchanges show together (`chain_findings`: a redirect that changed the method, a hop
 that dropped the key).
 
-Rules classify by status, content type, body structure and context (what the request
-asked, what the chain shows, which models the server listed) first. Message strings are
-used only where the message *echoes the request* (its path, its model), so the rules also
-hold on servers no profile describes.
+Rules go by strength of evidence: first whether the server answered at all (TLS, an
+unreachable upstream), then what the answer itself says about the key, the WebSocket
+upgrade, the method, the route, a parameter or the model (`subject`), and only then what
+other calls suggest. Any failing answer gets a diagnosis: a 4xx no rule explains is
+`request_rejected`, a 5xx the server wrote itself `server_error`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from wirediff._support import is_2xx
-from wirediff._types import Record
 from wirediff.analysis.diagnosis.chains import stream_problem
-from wirediff.analysis.diagnosis.view import SNIPPET, ExchangeView, scrub
+from wirediff.analysis.diagnosis.subject import (
+    context_exceeded,
+    echoes_route,
+    server_hint,
+    stored_reference,
+    subject_of,
+    wrong_method,
+)
+from wirediff.analysis.diagnosis.view import ExchangeView, scrub
 from wirediff.record.redact import redact_url
 from wirediff.record.tags import header_get
 
@@ -31,32 +38,20 @@ QUOTED = 80
 """Characters of a cause or of a stream's last event quoted in a summary or as evidence."""
 LISTED_MODELS = 5
 """Models the server does serve, named in a model_not_found remedy."""
+NO_ANSWER_KINDS = frozenset(
+    {"upstream_unreachable", "upstream_disconnect", "timeout", "proxy_error", "client_disconnect"}
+)
+"""`error.kind`s that leave an exchange without an answer because the upstream gave none."""
 
-_MODEL_WORDS = re.compile(
-    r"(?i)\bmodels?\b.*\b(not found|does not exist|doesn't exist|unknown|invalid|not loaded|"
-    r"not available|missing|no such)\b|\b(no|unknown|invalid)\s+models?\b"
-)
-_ENDPOINT_WORDS = re.compile(
-    r"(?i)\b(endpoint|route|url|not implemented|unsupported path)\b|^\s*(404:?\s+)?(page\s+)?not found\.?\s*$"
-)
 _CONNECT_WORDS = re.compile(
     r"(?i)connection (refused|reset|error|failed)|connecterror|apiconnectionerror|could not connect|"
-    r"failed to connect|unreachable|name or service not known|no route to host|bad gateway|"
-    r"gateway time-?out|upstream|\bdns\b"
+    r"failed to connect|all connection attempts failed|unreachable|name or service not known|"
+    r"no route to host|bad gateway|gateway time-?out|upstream|\bdns\b"
 )
 _TAGS = re.compile(r"<[^>]*>")
-# The one method a route takes, where it takes only one (others: DELETE/GET/POST by id).
-_EXPECTED_METHOD = {
-    "/v1/chat/completions": "POST",
-    "/v1/completions": "POST",
-    "/v1/responses": "POST",
-    "/v1/embeddings": "POST",
-    "/v1/moderations": "POST",
-    "/v1/images/{op}": "POST",
-    "/v1/audio/{op}": "POST",
-    "/v1/models": "GET",
-    "/v1/files/{id}/content": "GET",
-}
+_Add = Callable[..., None]
+"""`add(code, evidence, **facts)`: record a finding about the exchange being read."""
+_AUTH_WORDS = re.compile(r"(?i)(api[ _-]?key|auth|token|credential|unauthori[sz]ed)")
 
 
 @dataclass
@@ -70,7 +65,7 @@ class Finding:
 def _prefix_issue(x: ExchangeView) -> str | None:
     """A doubled or missing `/v1`, when the answer is about the route (404/405 or an echo
     of the path) — a 429 or a 400 on a bad parameter is about something else."""
-    if x.family == "other" or not (x.status in (404, 405) or _echoes_route(x)):
+    if x.family == "other" or not (x.status in (404, 405) or echoes_route(x)):
         return None
     if re.search(r"/v1/v1$", x.prefix):
         return "doubled"
@@ -79,60 +74,9 @@ def _prefix_issue(x: ExchangeView) -> str | None:
     return None
 
 
-_AUTH_WORDS = re.compile(r"(?i)(api[ _-]?key|auth|token|credential|unauthori[sz]ed)")
-
-
 def _about_auth(x: ExchangeView) -> bool:
     """A 403 with a key sent is about the key only if it says so (not, e.g., a region)."""
     return any(_AUTH_WORDS.search(str(v or "")) for v in (x.code, x.etype, x.msg))
-
-
-def _echoes_route(x: ExchangeView) -> bool:
-    return len(x.path) > 1 and x.path in x.msg
-
-
-def stored_reference(rec: Record) -> str | None:
-    """The stored response a request builds on: `previous_response_id`, or the `{id}` of
-    `/v1/responses/{id}…`."""
-    body = rec["request"].get("body")
-    if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
-        return str(body["previous_response_id"])
-    tags = rec.get("tags") or {}
-    if str(tags.get("endpoint", "")).startswith("/v1/responses/{id}"):
-        tail = str(rec["request"].get("path", "")).split("?", 1)[0].split("/responses/", 1)[-1]
-        return tail.split("/", 1)[0] or None
-    return None
-
-
-def _about_stored_response(x: ExchangeView) -> bool:
-    ref = stored_reference(x.rec)
-    if not ref:
-        return False
-    return (
-        ref in x.msg
-        or x.param in ("previous_response_id", "response_id")
-        or x.code == "previous_response_not_found"
-    )
-
-
-def _subject(x: ExchangeView, served: Mapping[str, set[str]]) -> str | None:
-    """What an error answer is about: `"endpoint"`, `"state"`, `"model"` or `None`."""
-    if _echoes_route(x):
-        return "endpoint"
-    if _about_stored_response(x):
-        return "state"
-    if x.code == "model_not_found" or x.param == "model" or "model" in str(x.etype or "").lower():
-        return "model"
-    if x.model and x.model in x.msg:
-        return "model"
-    if _MODEL_WORDS.search(x.msg):
-        return "model"
-    listed = served.get(str(x.label))
-    if x.model and listed and x.model not in listed and x.status in (400, 404):
-        return "model"
-    if _ENDPOINT_WORDS.search(x.msg):
-        return "endpoint"
-    return None
 
 
 def _proxy_generated(x: ExchangeView) -> bool:
@@ -164,7 +108,13 @@ def _base_facts(x: ExchangeView) -> dict[str, str]:
         "ctype": x.ctype or "no content type",
         "model": str(x.model),
         "url": x.url,
+        "why": scrub(_said(x)[:QUOTED]) or x.answer,
+        "hint": scrub(server_hint(x.msg)),
     }
+
+
+def _said(x: ExchangeView) -> str:
+    return " ".join(_TAGS.sub(" ", x.msg).split())
 
 
 def _ev(x: ExchangeView, *extra: str | None) -> list[str]:
@@ -173,46 +123,81 @@ def _ev(x: ExchangeView, *extra: str | None) -> list[str]:
     return out
 
 
-def _event_error(x: ExchangeView) -> str:
-    return f"error event: {scrub(x.msg[:SNIPPET])}" if x.msg else "error event in the stream"
+def _last_event(x: ExchangeView) -> str | None:
+    """The stream's last event as evidence (`None` when there was none)."""
+    if not x.events:
+        return None
+    tail = x.events[-1].get("data")
+    text = json.dumps(tail, separators=(",", ":")) if isinstance(tail, dict) else str(tail)
+    return f"last event: {scrub(text[:QUOTED])}"
 
 
 def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[Finding]:
+    """What one failing exchange shows, strongest evidence first."""
     out: list[Finding] = []
     st, facts = x.status, _base_facts(x)
 
     def add(code: str, evidence: list[str], **more: str) -> None:
         out.append(Finding(code, [x.id], evidence, {**facts, **more}))
 
-    if x.error_kind == "upstream_unreachable" or _proxy_generated(x):
-        why = x.error_msg or " ".join(_TAGS.sub(" ", x.msg).split()) or x.answer
+    # 1. no answer from the server: the proxy's TLS handshake or connection failed
+    if x.error_kind == "tls":
+        add(
+            "upstream_tls",
+            _ev(x, f"error: {scrub(x.error_msg[: QUOTED * 2])}"),
+            why=scrub(x.error_msg[:QUOTED]) or "TLS handshake failed",
+            upstream=x.url,
+        )
+        return out
+    if (st is None and x.error_kind in NO_ANSWER_KINDS) or _proxy_generated(x):
+        why = x.error_msg or _said(x) or x.answer
         add(
             "upstream_unreachable",
-            _ev(x, x.error_msg and f"error: {scrub(x.error_msg[:SNIPPET])}", x.snippet()),
+            _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
             why=scrub(why[:QUOTED]),
             upstream=x.url,
         )
+        return out
+    if st is None:
+        return out
+    _answer_findings(x, served, add)
+    _stream_findings(x, add)
+    if x.error_in_success and _CONNECT_WORDS.search(x.msg):
+        add(
+            "upstream_unreachable",
+            _ev(x, x.words() or x.snippet()),
+            variant="gateway",
+            why=scrub(_said(x)[:QUOTED]),
+        )
+    return out
+
+
+def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) -> None:
+    """What the status and the error answer say: key, upgrade, method, route, subject."""
+    st = x.status
+    assert st is not None
     if st == 401 or (st == 403 and (not x.fingerprint or _about_auth(x))):
-        code = "auth_rejected" if x.fingerprint else "auth_missing"
         www = x.header("www-authenticate")
         add(
-            code,
-            _ev(x, _auth_line(x), www and f"www-authenticate: {www}", x.snippet()),
+            "auth_rejected" if x.fingerprint else "auth_missing",
+            _ev(x, _auth_line(x), www and f"www-authenticate: {www}", x.snippet(), x.words()),
             fingerprint=x.fingerprint or "",
         )
+        return
+    soft = x.error_in_success
+    prefix = _prefix_issue(x) if st in (404, 405) or soft else None
+    if x.websocket and st != 101 and not prefix:
+        add("websocket_not_supported", _ev(x, "request: Upgrade: websocket", x.snippet()))
+        return
+    expected = wrong_method(x)
     if st == 405:
-        expected = _EXPECTED_METHOD.get(x.endpoint, "")
-        wrong = bool(expected) and expected != x.method
         add(
             "method_not_allowed",
             _ev(x, x.header("allow") and f"allow: {x.header('allow')}", x.snippet()),
-            expected=expected,
-            variant="wrong_method" if wrong else "",
+            expected=expected or "",
+            variant="wrong_method" if expected else "",
         )
-
-    # a client-side error answer (5xx are the server's own trouble, but 501 Not Implemented)
-    error_answer = st is not None and (400 <= st < 500 or st == 501 or x.soft)
-    prefix = _prefix_issue(x) if error_answer else None
+        return
     if prefix:
         add(
             "path_prefix",
@@ -220,58 +205,107 @@ def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[F
             variant=prefix,
             which="doubled" if prefix == "doubled" else "missing",
         )
-    elif error_answer and st not in AUTH_STATUSES and st != 405:
-        subject = _subject(x, served)
-        if subject == "model":
-            listed = served.get(str(x.label))
-            avail = f" (available: {', '.join(sorted(listed)[:LISTED_MODELS])})" if listed else ""
-            add(
-                "model_not_found",
-                _ev(
-                    x,
-                    f"request model: {x.model}",
-                    x.snippet(),
-                    f"/v1/models lists {len(listed)} models without it" if listed else None,
-                ),
-                served=avail,
-            )
-        elif subject == "state":
-            add(
-                "previous_response_not_found",
-                _ev(x, f"request builds on {stored_reference(x.rec)}", x.snippet()),
-            )
-        elif subject == "endpoint" or (
-            st in (404, 501) and x.family != "other" and subject is None
-        ):
-            add("endpoint_not_implemented", _ev(x, x.snippet()), variant=x.endpoint)
-
-    if is_2xx(st):
-        error_event = x.end is not None and x.end.terminal == "error"
-        if x.soft or error_event:
-            where = "event in the stream" if x.end is not None else "body"
-            add(
-                "soft_error_200",
-                _ev(x, x.snippet() if x.end is None else _event_error(x)),
-                where=where,
-                variant="stream" if x.end is not None else "",
-            )
-        elif x.stream and x.end is None:
-            add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
-    cut = stream_problem(x.rec, x.end)
-    if cut:
-        last = (x.rec.get("response") or {}).get("events") or [{}]
-        tail = last[-1].get("data") if last else None
-        tail_s = (
-            json.dumps(tail, separators=(",", ":"))[:QUOTED]
-            if isinstance(tail, dict)
-            else str(tail)[:QUOTED]
+        return
+    if expected and (st == 404 or soft):
+        add(
+            "method_not_allowed",
+            _ev(x, f"answered {st} for {x.method}; {x.endpoint} takes {expected}", x.snippet()),
+            expected=expected,
+            variant="wrong_method",
         )
+        return
+    if 400 <= st < 500 or st == 501 or soft:
+        _error_answer(x, served, add)
+    elif st >= 500:
+        add(
+            "server_error",
+            _ev(x, x.snippet(), x.words()),
+            variant="context_length_exceeded" if context_exceeded(x) else "",
+        )
+
+
+def _error_answer(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) -> None:
+    """A 4xx, a 501 or an error under 2xx: what it is about."""
+    st = x.status
+    subject = subject_of(x, served)
+    kind = subject.kind if subject else None
+    if kind == "model":
+        listed = served.get(str(x.label))
+        avail = f" (available: {', '.join(sorted(listed)[:LISTED_MODELS])})" if listed else ""
+        add(
+            "model_not_found",
+            _ev(
+                x,
+                f"request model: {x.model}",
+                x.snippet(),
+                x.words(),
+                f"/v1/models lists {len(listed)} models without it" if listed else None,
+            ),
+            served=avail,
+        )
+    elif kind == "state":
+        add(
+            "previous_response_not_found",
+            _ev(x, f"request builds on {stored_reference(x.rec)}", x.snippet(), x.words()),
+        )
+    elif kind == "endpoint" or st in (404, 501):
+        add("endpoint_not_implemented", _ev(x, x.snippet(), x.words()), variant=x.endpoint)
+    elif x.error_in_success:
+        return  # soft_error_200 or stream_error_event says it (`_stream_findings`)
+    elif kind == "context":
+        add(
+            "request_rejected",
+            _ev(x, x.snippet(), x.words()),
+            variant="context_length_exceeded",
+            about=": the context length is exceeded",
+        )
+    elif subject is not None and subject.kind == "parameter":
+        variant = "unsupported_parameter" if subject.unsupported else "invalid_parameter"
+        add(
+            "request_rejected",
+            _ev(x, f"{variant}: {subject.param}", x.snippet(), x.words()),
+            variant=variant,
+            param=subject.param,
+            about=f" over {subject.param}",
+        )
+    else:
+        add(
+            "request_rejected",
+            _ev(x, x.snippet(), x.words()),
+            variant="rate_limited" if st == 429 else "",
+            about="",
+        )
+
+
+def _stream_findings(x: ExchangeView, add: _Add) -> None:
+    """Errors under a success status, and streams that did not end as they should."""
+    if not x.success:
+        return
+    error_event = x.error_event
+    if error_event:
+        said = x.error.quote() if x.error else _last_event(x)
+        add(
+            "stream_error_event",
+            _ev(x, said),
+            variant="context_length_exceeded" if context_exceeded(x) else "",
+        )
+    elif x.soft:
+        add(
+            "soft_error_200",
+            _ev(x, x.snippet(), x.words()),
+            where="event in the stream" if x.end is not None else "body",
+        )
+    elif x.stream and x.end is None:
+        add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
+    cut = None if error_event else stream_problem(x.rec, x.end)
+    if cut:
+        ended = not (x.end and x.end.partial) and x.error_kind is None
         add(
             "stream_truncated",
-            _ev(x, cut, f"last event: {scrub(tail_s)}", x.error_kind and f"error: {x.error_kind}"),
+            _ev(x, cut, _last_event(x), x.error_kind and f"error: {x.error_kind}"),
             why=cut,
+            variant="ended" if ended else "",
         )
-    return out
 
 
 def chain_findings(

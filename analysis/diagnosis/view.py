@@ -1,30 +1,147 @@
 """The per-exchange view the diagnosis rules read: one record's request, answer, tags
-and whatever error it carries, under short names."""
+and whatever error it carries, under short names.
+
+`extract_error` is the one place that reads an error out of an answer, whatever its shape:
+OpenAI's `{"error": {…}}`, a string `error` beside a `message` or `detail` (Express,
+LM Studio), FastAPI's `detail` (a string, or a list of validation errors), vLLM's flat
+`{"object": "error", …}`, a plain-text or HTML body, and, in a stream, the error event
+itself (`data: {"error": …}`, `{"type": "error", …}`, `response.failed`). A stream's raw
+text is never read as a message: it echoes the request (the model id, the prompt).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wirediff._support import clip
-from wirediff._types import Record
-from wirediff.analysis.diagnosis.chains import StreamEnd, exchange_ok, stream_end
+from wirediff._support import clip, is_2xx
+from wirediff._types import Event, Record
+from wirediff.analysis.diagnosis.chains import (
+    FAILED_TERMINALS,
+    StreamEnd,
+    exchange_ok,
+    stream_end,
+)
 from wirediff.record.redact import redact_patterns
 from wirediff.record.tags import header_get
+from wirediff.record.websocket import is_websocket, server_events
 
-__all__ = ["SNIPPET", "ExchangeView", "error_fields", "scrub", "view"]
+__all__ = ["SNIPPET", "ErrorInfo", "ExchangeView", "extract_error", "scrub", "view"]
 
 SNIPPET = 160
 """Characters of an answer's body or error message quoted as evidence."""
 ERROR_TEXT = 300
 """Characters of a plain-text error answer kept as its message."""
 
+_TAGS = re.compile(r"<[^>]*>")
+_BARE_ERROR_KEYS = frozenset({"message", "code", "status", "statusCode", "type", "param"})
+"""A body made of these keys only (`{"message": "Unauthorized"}`) is an error message."""
+
 
 def scrub(text: str) -> str:
     """Remove anything that looks like a credential from a quoted snippet."""
     return redact_patterns(text)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An error as the server put it: its message and the fields beside it."""
+
+    message: str
+    code: Any = None
+    type: Any = None
+    param: Any = None
+    where: str = "body"
+    """`body`, `text`, or `event N of M` (which event of the stream carried it)."""
+
+    def quote(self) -> str:
+        """The evidence line: the server's own words and where they were."""
+        return self._quote
+
+    @functools.cached_property
+    def _quote(self) -> str:
+        fields = [f"{k} {v}" for k, v in (("type", self.type), ("code", self.code)) if v]
+        fields += [f"param {self.param}"] if self.param else []
+        extra = f" ({', '.join(map(str, fields))})" if fields else ""
+        said = json.dumps(clip(" ".join(self.message.split()), SNIPPET), ensure_ascii=False)
+        where = f"error {self.where}" if self.where.startswith("event") else "error"
+        return scrub(f"{where}: {said}{extra}")
+
+
+def _validation(detail: Sequence[Any]) -> tuple[str, Any]:
+    """FastAPI's 422 `detail` list: the first error's message and the field it names."""
+    first = detail[0] if detail and isinstance(detail[0], dict) else {}
+    loc = first.get("loc")
+    names = [
+        p
+        for p in (loc if isinstance(loc, list) else [])
+        if isinstance(p, str) and p not in ("body", "query", "path")
+    ]
+    return str(first.get("msg") or json.dumps(detail)[:ERROR_TEXT]), names[-1] if names else None
+
+
+def _from_object(obj: Mapping[str, Any]) -> tuple[str, Any, Any, Any] | None:
+    """`(message, code, type, param)` of an error object, or None when it is not one."""
+    err = obj.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("detail") or err.get("msg") or ""
+        return str(msg), err.get("code"), err.get("type"), err.get("param")
+    if isinstance(err, str) and err:
+        sibling = obj.get("message") or obj.get("detail")
+        if (
+            isinstance(sibling, str) and sibling
+        ):  # {"error": "Not Found", "message": "Cannot POST …"}
+            return sibling, obj.get("code") or obj.get("statusCode"), err, obj.get("param")
+        return err, obj.get("code"), obj.get("type"), obj.get("param")
+    detail = obj.get("detail")
+    if isinstance(detail, str):
+        return detail, None, None, None
+    if isinstance(detail, list) and detail:
+        msg, param = _validation(detail)
+        return msg, None, None, param
+    kind = obj.get("type")
+    if isinstance(obj.get("message"), str) and set(obj) <= _BARE_ERROR_KEYS:
+        return str(obj["message"]), obj.get("code"), kind, obj.get("param")
+    if obj.get("object") == "error" or kind == "error":
+        return str(obj.get("message") or ""), obj.get("code"), obj.get("type"), obj.get("param")
+    if kind == "response.failed" and isinstance(obj.get("response"), dict):
+        return _from_object(obj["response"])
+    return None
+
+
+def _from_events(events: Sequence[Event]) -> ErrorInfo | None:
+    for i, ev in enumerate(events):
+        data = ev.get("data")
+        found = _from_object(data) if isinstance(data, dict) else None
+        if found is not None:
+            msg, code, etype, param = found
+            return ErrorInfo(msg, code, etype, param, where=f"event {i + 1} of {len(events)}")
+    return None
+
+
+def extract_error(body: Any, text: str | None, events: Sequence[Event] | None) -> ErrorInfo | None:
+    """Whatever error the answer carries, in the server's own words; None when it carries
+    none. `events` (server events only) are read instead of the text when there are any."""
+    if isinstance(body, dict):
+        found = _from_object(body)
+        if found is not None:
+            return ErrorInfo(*found)
+    if events is not None:
+        return _from_events(events)
+    if text and text.strip():
+        plain = " ".join(_TAGS.sub(" ", text).split())
+        return ErrorInfo(plain[:ERROR_TEXT], where="text")
+    return None
+
+
+def error_fields(body: Any, text: str | None, events: Any) -> tuple[str, Any, Any, Any]:
+    """`(message, code, type, param)` of whatever error the answer carries."""
+    err = extract_error(body, text, events)
+    return ("", None, None, None) if err is None else (err.message, err.code, err.type, err.param)
 
 
 @dataclass
@@ -52,10 +169,45 @@ class ExchangeView:
     error_msg: str
     end: StreamEnd | None
     ok: bool
-    msg: str = ""
-    code: Any = None
-    etype: Any = None
-    param: Any = None
+    events: list[Event] | None = None
+    """The server's events (SSE, or WebSocket messages from the server)."""
+    websocket: bool = False
+    """The request asked to upgrade to a WebSocket."""
+    error: ErrorInfo | None = None
+
+    @property
+    def error_event(self) -> bool:
+        """The stream (or WebSocket session) carries an error event or ended failed."""
+        if self.end is None:
+            return False
+        return self.error is not None or self.end.terminal in FAILED_TERMINALS
+
+    @property
+    def error_in_success(self) -> bool:
+        """An error under a success status: a 2xx error body, or an error event in a 2xx
+        stream or an open WebSocket session."""
+        return self.soft or (self.error_event and self.success)
+
+    @property
+    def success(self) -> bool:
+        """A success status: 2xx, or 101 for a WebSocket session."""
+        return is_2xx(self.status) or (self.status == 101 and self.websocket)
+
+    @property
+    def msg(self) -> str:
+        return self.error.message if self.error else ""
+
+    @property
+    def code(self) -> Any:
+        return self.error.code if self.error else None
+
+    @property
+    def etype(self) -> Any:
+        return self.error.type if self.error else None
+
+    @property
+    def param(self) -> Any:
+        return self.error.param if self.error else None
 
     @property
     def fingerprint(self) -> str | None:
@@ -82,42 +234,34 @@ class ExchangeView:
         return self.text
 
     def snippet(self) -> str | None:
+        """The body as evidence; for a stream, the error event (the server's words), not
+        the stream's text."""
+        return self._snippet
+
+    @functools.cached_property
+    def _snippet(self) -> str | None:
+        if self.events is not None and self.body is None:
+            return self.error.quote() if self.error else None
         raw = self.body_text
         if not raw:
             return None
         raw = " ".join(raw.split())
         return "body: " + scrub(clip(raw, SNIPPET))
 
+    def words(self) -> str | None:
+        """The error message quoted on its own when the body snippet does not hold it whole."""
+        return self._words
+
+    @functools.cached_property
+    def _words(self) -> str | None:
+        if self.error is None or not self.error.message:
+            return None
+        snip = self.snippet() or ""
+        said = " ".join(self.error.message.split())
+        return None if said in snip else self.error.quote()
+
     def header(self, name: str) -> str | None:
         return header_get((self.rec.get("response") or {}).get("headers") or (), name)
-
-
-def error_fields(body: Any, text: str | None, events: Any) -> tuple[str, Any, Any, Any]:
-    """`(message, code, type, param)` of whatever error the answer carries."""
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message") or ""), err.get("code"), err.get("type"), err.get("param")
-        if isinstance(err, str):
-            return err, None, None, None
-        if "detail" in body:
-            return str(body["detail"]), None, None, None
-        if body.get("object") == "error":
-            return (
-                str(body.get("message") or ""),
-                body.get("code"),
-                body.get("type"),
-                body.get("param"),
-            )
-    if text:
-        return text.strip()[:ERROR_TEXT], None, None, None
-    for ev in events or ():
-        data = ev.get("data")
-        if isinstance(data, dict) and (data.get("error") or data.get("type") == "error"):
-            return error_fields(
-                data if data.get("type") != "error" else {"error": data}, None, None
-            )
-    return "", None, None, None
 
 
 def view(rec: Record) -> ExchangeView:
@@ -126,6 +270,9 @@ def view(rec: Record) -> ExchangeView:
     err = rec.get("error") or {}
     end = stream_end(rec)
     path = str(req.get("path") or "").split("?", 1)[0]
+    raw_events = resp.get("events")
+    events = server_events(raw_events) if raw_events is not None else None
+    upgrade = (header_get(req.get("headers") or (), "upgrade") or "").lower() == "websocket"
     x = ExchangeView(
         id=rec["id"],
         rec=rec,
@@ -148,6 +295,8 @@ def view(rec: Record) -> ExchangeView:
         error_msg=str(err.get("message") or ""),
         end=end,
         ok=exchange_ok(rec, end),
+        events=events,
+        websocket=upgrade or is_websocket(rec),
     )
-    x.msg, x.code, x.etype, x.param = error_fields(x.body, x.text, resp.get("events"))
+    x.error = extract_error(x.body, x.text, events)
     return x

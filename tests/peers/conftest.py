@@ -4,7 +4,7 @@ They are installed by `scripts/install-peers.sh` into their own virtualenvs unde
 (their pins conflict with mitmproxy's); without them the tier skips, telling you to run it
 (with `WIREDIFF_REQUIRED=1`, as `make test` sets it, it fails instead).
 
-LiteLLM takes seconds to start, so one of each serves the whole session:
+Peers take seconds to start, so one of each serves the whole session:
 
     client ─► A ─► LiteLLM ─► B ─► stand-in (openai profile, answers only key K2)
               └── one mitmdump, two reverse listeners: both hops land in one capture
@@ -14,6 +14,12 @@ LiteLLM takes seconds to start, so one of each serves the whole session:
 an upstream key, which the stand-in rejects: the fixture for the `auth_dropped_by_hop`
 diagnosis. Single-hop tests put the per-test `mitmdump` factory of tests/conftest.py in
 front of `litellm.url` or `fakellm.url`.
+
+llama-cpp-python serves a tiny random-weight model written at the start of the session
+(`tiny_gguf.py`, no download), which answers every prompt with "Hello tiny world!";
+open-responses-server (ORS) serves the Responses API over the llama server's chat
+completions, and two more ORS instances have a broken upstream: none listening, and one
+that rejects their key.
 """
 
 from __future__ import annotations
@@ -54,7 +60,15 @@ UPSTREAM_KEY = "sk-wirediff-K2-upstream-b84d16c9e2a7"
 UPSTREAM_MODEL = "gpt-4o-mini"  # served by the openai stand-in
 LITELLM_PLACEHOLDER_KEY = "fake-api-key"  # hosted_vllm/ sends this when it has no key
 DROPPED_MESSAGES = [{"role": "user", "content": "auth-dropped: does my key reach the upstream?"}]
-START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0}
+START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0, "llama": 60.0, "ors": 60.0}
+TINY_ANSWER = "Hello tiny world!"  # what the tiny model says to any prompt
+LLAMA_CTX = 256
+"""`--n_ctx` of the llama peer: llama.cpp's smallest clean context (a smaller one is rounded
+up to 256 while prompts are checked against the number given)."""
+LLAMA_KEY = "sk-wirediff-llama-3e8a61c0"
+"""The key the keyed llama server accepts (`--api_key`)."""
+ORS_KEY = "sk-wirediff-ors-upstream-9b2d"
+"""The key ORS sends upstream (`OPENAI_API_KEY`): the keyed llama server rejects it."""
 
 
 def peer_command(name: str, command: str | None = None) -> Path:
@@ -342,3 +356,98 @@ def by_listener(records: list[dict[str, Any]], m: Mitmdump, i: int) -> list[dict
     """The records that came through listener `i` of `m` (its `--mode` spec + port)."""
     port = f"@{m.ports[i]}"
     return [r for r in records if str(r["listener"]).endswith(port)]
+
+
+@dataclass
+class Llama:
+    """The session's llama-cpp-python servers on the tiny model: `peer` as is (no key, no
+    embeddings), `keyed` with `--api_key LLAMA_KEY`."""
+
+    peer: PeerProcess
+    keyed: PeerProcess
+    model_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.peer.url
+
+
+def _models_answered(peer: PeerProcess) -> bool:
+    """Any answer to `GET /v1/models` (the keyed server's is a 401)."""
+    return http_get(f"{peer.url}/v1/models") is not None
+
+
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    python = peer_command("llama", "python")
+    work = tmp_path_factory.mktemp("llama")
+    model = work / "tiny.gguf"
+    subprocess.run(
+        [str(python), str(HERE / "tiny_gguf.py"), str(model)],
+        check=True, capture_output=True, env=loopback_env(),
+    )  # fmt: skip
+    port, keyed_port = free_ports(2)
+    argv = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+    argv += ["--n_ctx", str(LLAMA_CTX)]
+    with contextlib.ExitStack() as stack:
+        env = loopback_env()
+        peer = start_peer("llama", [*argv, "--port", str(port)], port=port, workdir=work,
+                          env=env, ready=_models_answered)  # fmt: skip
+        stack.callback(peer.stop)
+        keyed_argv = [*argv, "--port", str(keyed_port), "--api_key", LLAMA_KEY]
+        keyed_dir = work / "keyed"
+        keyed_dir.mkdir()
+        keyed = start_peer("llama", keyed_argv, port=keyed_port, workdir=keyed_dir, env=env,
+                           ready=_models_answered)  # fmt: skip
+        stack.callback(keyed.stop)
+        yield Llama(peer, keyed, model)
+
+
+@dataclass
+class Ors:
+    """The session's open-responses-server instances: `peer` over the llama server,
+    `no_upstream` over a port nothing listens on, `rejected` over the keyed llama server
+    (which refuses ORS's key)."""
+
+    peer: PeerProcess
+    no_upstream: PeerProcess
+    rejected: PeerProcess
+
+    @property
+    def url(self) -> str:
+        return self.peer.url
+
+
+def start_ors(name: str, upstream: str, work: Path) -> PeerProcess:
+    """ORS on `upstream` (its base URL, without /v1); it writes ./log/ in its directory."""
+    exe = peer_command("ors", "uvicorn")
+    (port,) = free_ports(1)
+    workdir = work / name
+    workdir.mkdir()
+    env = loopback_env(OPENAI_BASE_URL_INTERNAL=upstream, OPENAI_API_KEY=ORS_KEY)
+    argv = [str(exe), "open_responses_server.server_entrypoint:app", "--host", "127.0.0.1"]
+    argv += ["--port", str(port)]
+
+    def ready(peer: PeerProcess) -> bool:
+        got = http_get(f"{peer.url}/health")
+        return got is not None and got[0] == 200
+
+    return start_peer("ors", argv, port=port, workdir=workdir, env=env, ready=ready)
+
+
+@pytest.fixture(scope="session")
+def ors(llama: Llama, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ors]:
+    peer_command("ors", "uvicorn")
+    work = tmp_path_factory.mktemp("ors")
+    (nobody,) = free_ports(1)
+    with contextlib.ExitStack() as stack:
+        started = []
+        for name, upstream in (
+            ("ors", llama.url),
+            ("ors-no-upstream", f"http://127.0.0.1:{nobody}"),
+            ("ors-rejected", llama.keyed.url),
+        ):
+            peer = start_ors(name, upstream, work)
+            stack.callback(peer.stop)
+            started.append(peer)
+        yield Ors(*started)

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
 
 from wirediff.addons.capture import Capture
 from wirediff.record.store import load_records
+from wirediff.record.websocket import turns
 
 KEY = "sk-unit-CANARY-5f3e9a"
 
@@ -293,3 +296,133 @@ async def test_recording_waits_until_the_hook_has_returned(tmp_path: Path) -> No
         await asyncio.sleep(0)  # the loop's next turn
         assert len(out.read_text().splitlines()) == 1
         cap.done()
+
+
+def ws_flow() -> http.HTTPFlow:
+    """A Responses WebSocket handshake as the openai SDK makes it (`responses.connect()`)."""
+    f = tflow.twebsocketflow(messages=False)
+    assert f.websocket is not None
+    f.websocket.close_code = f.websocket.timestamp_end = None  # open
+    f.request.path = "/v1/responses"
+    f.request.host, f.request.port = "api.example.test", 443
+    f.request.headers["authorization"] = f"Bearer {KEY}"
+    f.request.headers["user-agent"] = "OpenAI/Python 2.54.0"
+    return f
+
+
+def ws_message(f: http.HTTPFlow, from_client: bool, obj: object, at: float) -> None:
+    assert f.websocket is not None
+    content = json.dumps(obj).encode()
+    f.websocket.messages.append(
+        WebSocketMessage(
+            Opcode.TEXT, from_client, content, timestamp=f.request.timestamp_start + at
+        )
+    )
+
+
+TURN: list[tuple[bool, object]] = [
+    (True, {"type": "response.create", "model": "gpt-4o-mini", "input": "hi"}),
+    (False, {"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1"}}),
+    (False, {"type": "response.output_text.delta", "sequence_number": 1, "delta": f"key {KEY}"}),
+    (False, {"type": "response.completed", "sequence_number": 2, "response": {"id": "resp_1"}}),
+]
+
+
+def run_websocket(
+    tmp_path: Path, close: tuple[int, bool] | None = (1000, True), **options: object
+) -> dict[str, object]:
+    """One WebSocket session through the hooks in mitmproxy's order; `close`: (code,
+    closed by the client), or None for a session still open at shutdown."""
+    f, cap = ws_flow(), Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t", **options)
+        cap.requestheaders(f)
+        cap.responseheaders(f)
+        cap.response(f)  # the 101: recorded with its messages, at the end
+        cap.flush()
+        assert not (tmp_path / "t.jsonl").exists() or not load_records([tmp_path / "t.jsonl"])
+        cap.websocket_start(f)
+        for i, (from_client, obj) in enumerate(TURN):
+            ws_message(f, from_client, obj, at=0.01 * (i + 1))
+            cap.websocket_message(f)
+        if close is not None:
+            assert f.websocket is not None
+            f.websocket.close_code, f.websocket.closed_by_client = close
+            f.websocket.timestamp_end = f.request.timestamp_start + 0.5
+            cap.websocket_end(f)
+        cap.done()
+    (rec,) = load_records([tmp_path / "t.jsonl"])
+    return rec
+
+
+async def test_websocket_session_is_one_record_with_its_messages_as_events(
+    tmp_path: Path,
+) -> None:
+    rec = run_websocket(tmp_path)
+    req, resp, tags = rec["request"], rec["response"], rec["tags"]
+    assert (req["method"], req["path"], resp["status"]) == ("GET", "/v1/responses", 101)  # type: ignore[index]
+    assert tags["family"] == "responses" and tags["transport"] == "websocket"  # type: ignore[index]
+    assert tags["model"] == "gpt-4o-mini" and tags["stream"] is False  # type: ignore[index]
+    events = resp["events"]  # type: ignore[index]
+    assert [(e["direction"], e["event"]) for e in events] == [
+        ("client", "response.create"),
+        ("server", "response.created"),
+        ("server", "response.output_text.delta"),
+        ("server", "response.completed"),
+    ]
+    assert [e["t_ms"] for e in events] == [10.0, 20.0, 30.0, 40.0]
+    assert events[1]["data"] == TURN[1][1]
+    assert resp["complete"] is True and rec["error"] is None  # type: ignore[index]
+    assert resp["websocket"] == {  # type: ignore[index]
+        "close_code": 1000, "close_reason": "", "closed_by": "client",
+        "messages": {"client": 1, "server": 3},
+        "bytes": {"client": len(json.dumps(TURN[0][1])),
+                  "server": sum(len(json.dumps(o)) for c, o in TURN if not c)},
+    }  # fmt: skip
+    assert rec["duration_ms"] == 500.0
+    assert KEY not in (tmp_path / "t.jsonl").read_text()  # the handshake's and the echo
+
+
+async def test_websocket_messages_are_capped(tmp_path: Path) -> None:
+    rec = run_websocket(tmp_path, capture_body_cap=40)
+    events = rec["response"]["events"]  # type: ignore[index]
+    assert all(e["truncated"] for e in events if len(json.dumps(TURN[0][1])) > 40)
+    assert all(isinstance(e["data"], str) and len(e["data"]) <= 40 for e in events)
+
+
+@pytest.mark.parametrize(
+    ("close", "kind"),
+    [((1006, False), "upstream_disconnect"), ((1006, True), "client_disconnect"), (None, None)],
+)
+async def test_websocket_that_did_not_close_cleanly(
+    tmp_path: Path, close: tuple[int, bool] | None, kind: str | None
+) -> None:
+    rec = run_websocket(tmp_path, close=close)
+    assert rec["response"]["complete"] is False  # type: ignore[index]
+    assert len(rec["response"]["events"]) == len(TURN)  # type: ignore[index]
+    if kind is None:  # still open at shutdown: recorded as it stood
+        assert rec["response"]["websocket"]["close_code"] is None  # type: ignore[index]
+        assert rec["error"]["message"] == "the WebSocket was still open when recorded"  # type: ignore[index]
+    else:
+        assert rec["error"]["kind"] == kind  # type: ignore[index]
+
+
+async def test_websocket_upgrade_refused_is_a_plain_exchange(tmp_path: Path) -> None:
+    f = ws_flow()
+    f.websocket = None
+    f.response = tutils.tresp(
+        status_code=405,
+        headers=http.Headers(((b"content-type", b"application/json"), (b"allow", b"POST"))),
+        content=b'{"detail":"Method Not Allowed"}',
+    )
+    (rec,) = run(tmp_path, f)
+    assert rec["response"]["status"] == 405 and rec["tags"]["transport"] == "http"  # type: ignore[index]
+    assert ["upgrade", "websocket"] in rec["request"]["headers"]  # type: ignore[operator]
+
+
+def test_a_sessions_turns_read_as_streams() -> None:
+    c, s = {"direction": "client"}, {"direction": "server"}
+    assert turns([]) == []
+    assert turns([{**s, "n": 0}, c, {**s, "n": 1}, {**s, "n": 2}, c, c, {**s, "n": 3}]) == [
+        [{**s, "n": 0}], [{**s, "n": 1}, {**s, "n": 2}], [], [{**s, "n": 3}]
+    ]  # fmt: skip

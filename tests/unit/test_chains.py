@@ -301,6 +301,8 @@ def test_fallback_after_a_soft_error() -> None:
         ({}, {"status": 200, "resp_body": {"id": "resp_1", "object": "response"}}),  # it worked
         ({}, {"status": 400, "resp_body": {"error": {"message": "bad"}}}),  # not an endpoint miss
         ({"replay_of": "o2"}, {"replay_of": "o1"}),  # a replayer's order, not a client's choice
+        ({"host": "http://127.0.0.1:9999"}, None),  # another server: another base URL
+        ({"path": "/chat/completions"}, None),  # another API prefix on the same server
     ],
 )
 def test_not_a_fallback(second: dict[str, Any] | None, first: dict[str, Any] | None) -> None:
@@ -357,3 +359,38 @@ def test_responses_stream_terminals(terminal: str | None, ok: bool) -> None:
 def test_not_sse_has_no_stream_end() -> None:
     rec = record()
     assert stream_end(rec) is None and stream_problem(rec, None) is None and exchange_ok(rec)
+
+
+def ws_session(*turns: list[dict[str, Any]]) -> Record:
+    """A Responses WebSocket session: per turn a client `response.create`, then the
+    server's events."""
+    events: list[dict[str, Any]] = []
+    for server in turns:
+        events.append({"t_ms": 1.0, "event": "response.create", "direction": "client",
+                       "data": {"type": "response.create", "model": MODEL}})  # fmt: skip
+        events.extend({**ev, "direction": "server"} for ev in server)
+    rec = record(
+        method="GET", path="/v1/responses", body=None, status=101, content_type=None,
+        resp_body=None, events=events,
+    )  # fmt: skip
+    rec["tags"]["transport"] = "websocket"
+    return rec
+
+
+@pytest.mark.parametrize(
+    ("turns", "ok", "terminal"),
+    [
+        ([], True, None),  # a session that asked nothing
+        ([responses_events()], True, "response.completed"),
+        ([responses_events(), responses_events()], True, "response.completed"),
+        ([responses_events(), responses_events(terminal=None)], False, None),  # the last turn cut
+        ([responses_events(terminal="error")], False, "error"),
+    ],
+)
+def test_websocket_sessions_end_with_their_last_turn(
+    turns: list[list[dict[str, Any]]], ok: bool, terminal: str | None
+) -> None:
+    rec = ws_session(*turns)
+    end = stream_end(rec)
+    assert (end.terminal if end else None) == terminal
+    assert exchange_ok(rec) is ok

@@ -8,6 +8,9 @@ describes: the rules must still find the code, and name no provider.
 from __future__ import annotations
 
 import json
+import re
+from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -16,11 +19,13 @@ import pytest
 from tests.fixtures.chain_records import (
     ANSWERS,
     INNER_LISTENER,
+    JSON_CT,
     KEY,
     OTHER_KEY,
     SSE_CT,
     T0,
     chat_body,
+    chat_completion,
     chat_events,
     record,
     redirected_post,
@@ -42,16 +47,22 @@ NO_KEY: dict[str, Any] = {"headers": sdk_headers(key=None)}
 STREAM: dict[str, Any] = {"body": chat_body(stream=True)}
 SSE: dict[str, Any] = {**STREAM, "content_type": SSE_CT, "resp_body": None}
 DISCONNECT = {"kind": "client_disconnect", "message": "Client disconnected."}
+U = "unknown"
+WS: dict[str, Any] = {
+    "method": "GET", "path": "/v1/responses", "body": None,
+    "headers": [*sdk_headers(), ("Connection", "Upgrade"), ("Upgrade", "websocket"),
+                ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")],
+}  # fmt: skip
 
 # (case id, change to the healthy base, expected codes, expected provider)
 CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
-    ("healthy", {}, set(), None),
-    ("healthy-stream", {**SSE, "events": chat_events()}, set(), None),
+    ("healthy", {}, set(), U),
+    ("healthy-stream", {**SSE, "events": chat_events()}, set(), U),
     ("healthy-disconnect-after-done",
-     {**SSE, "events": chat_events(), "complete": False, "error": DISCONNECT}, set(), None),
+     {**SSE, "events": chat_events(), "complete": False, "error": DISCONNECT}, set(), U),
     ("healthy-responses-stream",
      {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
-      "events": responses_events()}, set(), None),
+      "events": responses_events()}, set(), U),
     # endpoint_not_implemented / soft_error_200
     ("lmstudio-responses", {**RESPONSES, **ANSWERS["lmstudio.unexpected_endpoint"]},
      {"soft_error_200", "endpoint_not_implemented"}, "lmstudio"),
@@ -60,50 +71,90 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {"soft_error_200", "endpoint_not_implemented"}, "lmstudio"),
     ("unprofiled-soft-endpoint",
      {**RESPONSES, "status": 200, "resp_body": {"error": "no handler for POST /v1/responses"}},
-     {"soft_error_200", "endpoint_not_implemented"}, None),
+     {"soft_error_200", "endpoint_not_implemented"}, U),
     ("unprofiled-soft-other", {"status": 200, "resp_body": {"error": "quota exhausted"}},
-     {"soft_error_200"}, None),
+     {"soft_error_200"}, U),
+    # Go's and FastAPI's default answers name a framework, not a product
     ("ollama-responses-404", {**RESPONSES, **ANSWERS["ollama.page_not_found"]},
-     {"endpoint_not_implemented"}, "ollama"),
+     {"endpoint_not_implemented"}, U),
     ("vllm-responses-404", {**RESPONSES, **ANSWERS["vllm.not_found"]},
-     {"endpoint_not_implemented"}, "vllm"),
+     {"endpoint_not_implemented"}, U),
     ("unprofiled-404-text", {**RESPONSES, "status": 404, "content_type": "text/plain",
-                             "resp_text": "nothing here"}, {"endpoint_not_implemented"}, None),
+                             "resp_text": "nothing here"}, {"endpoint_not_implemented"}, U),
     ("unprofiled-501", {**RESPONSES, "status": 501, "resp_body": {"error": {"message": "nope"}}},
-     {"endpoint_not_implemented"}, None),
+     {"endpoint_not_implemented"}, U),
+    ("404-outside-the-known-families", {"path": "/v1/ask", "status": 404,
+                                        "resp_body": {"detail": "Not Found"}},
+     {"endpoint_not_implemented"}, U),
+    ("nestjs-cannot-post", {**RESPONSES, "status": 404,
+                            "resp_headers": [("x-powered-by", "Express")],
+                            "resp_body": {"message": "Cannot POST /v1/responses",
+                                          "error": "Not Found", "statusCode": 404}},
+     {"endpoint_not_implemented"}, U),
+    ("llamacpp-embeddings-off", {"path": "/v1/embeddings", "body": {"model": "m", "input": "x"},
+                                 "status": 501, "resp_body": {"error": {
+                                     "code": 501, "type": "not_supported_error",
+                                     "message": "This server does not support embeddings. "
+                                                "Start it with `--embeddings`"}}},
+     {"endpoint_not_implemented"}, U),
+    # stream_error_event: the server ended the stream on purpose (not stream_truncated)
     ("vllm-stream-error-event",
      {**SSE, "events": [{"t_ms": 1.0, "event": None, "data": {"error": {"message": "boom"}}},
                         {"t_ms": 2.0, "event": None, "data": "[DONE]"}]},
-     {"soft_error_200"}, None),
+     {"stream_error_event"}, U),
     ("responses-error-event",
      {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
-      "events": responses_events(terminal="error")}, {"soft_error_200"}, None),
-    # method_not_allowed
+      "events": responses_events(terminal="error")}, {"stream_error_event"}, U),
+    ("responses-failed-event",
+     {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
+      "events": responses_events(terminal="response.failed")}, {"stream_error_event"}, U),
+    ("ors-error-frame-only",
+     {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
+      "events": [{"t_ms": 3.0, "event": None, "data": {
+          "type": "error", "error": {"message": "Error from LLM API: 401"}}}]},
+     {"stream_error_event"}, U),
+    ("ors-upstream-gone-frame",
+     {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
+      "events": [{"t_ms": 3.0, "event": None, "data": {
+          "type": "error", "error": {"message": "All connection attempts failed"}}}]},
+     {"stream_error_event", "upstream_unreachable"}, U),
+    # method_not_allowed, also when a route answers 404 (or LM Studio's 200) for a method it
+    # never takes
     ("ollama-405", {"method": "GET", "body": None, **ANSWERS["ollama.method_not_allowed"]},
-     {"method_not_allowed"}, "ollama"),
+     {"method_not_allowed"}, U),
     ("vllm-405", {"method": "GET", "body": None, **ANSWERS["vllm.method_not_allowed"]},
-     {"method_not_allowed"}, "vllm"),
+     {"method_not_allowed"}, U),
     ("unprofiled-405", {"method": "PUT", "status": 405, "content_type": None, "resp_body": None},
-     {"method_not_allowed"}, None),
+     {"method_not_allowed"}, U),
+    ("wrong-method-answered-404", {"method": "GET", "body": None, "status": 404,
+                                   "resp_body": {"detail": "Not Found"}},
+     {"method_not_allowed"}, U),
+    ("lmstudio-wrong-method", {"method": "GET", "body": None,
+                               **ANSWERS["lmstudio.unexpected_endpoint"],
+                               "resp_body": {"error": "Unexpected endpoint or method. "
+                                                      "(GET /v1/chat/completions)"}},
+     {"method_not_allowed", "soft_error_200"}, "lmstudio"),
     # auth
     ("openai-no-key", {**NO_KEY, **ANSWERS["openai.no_api_key"]}, {"auth_missing"}, "openai"),
     ("openai-wrong-key", ANSWERS["openai.invalid_api_key"], {"auth_rejected"}, "openai"),
     ("lmstudio-wrong-key", ANSWERS["lmstudio.invalid_api_key"], {"auth_rejected"}, "lmstudio"),
     ("vllm-no-key", {**NO_KEY, **ANSWERS["vllm.unauthorized"]}, {"auth_missing"}, "vllm"),
     ("unprofiled-403-no-key", {**NO_KEY, "status": 403, "content_type": "text/html",
-                               "resp_text": "<h1>Forbidden</h1>"}, {"auth_missing"}, None),
+                               "resp_text": "<h1>Forbidden</h1>"}, {"auth_missing"}, U),
     ("unprofiled-401-key", {"status": 401, "resp_body": {"message": "denied"}},
-     {"auth_rejected"}, None),
+     {"auth_rejected"}, U),
+    ("llama-cpp-python-401", {**NO_KEY, "status": 401, "resp_headers": [("server", "uvicorn")],
+                              "resp_body": {"detail": "Invalid API key"}}, {"auth_missing"}, U),
     # path_prefix
     ("openai-doubled-v1", {"path": "/v1/v1/chat/completions", **ANSWERS["openai.invalid_url"]},
      {"path_prefix"}, "openai"),
     ("openai-missing-v1", {"path": "/chat/completions", **ANSWERS["openai.unknown_url"]},
      {"path_prefix"}, "openai"),
     ("vllm-missing-v1", {"path": "/chat/completions", **ANSWERS["vllm.not_found"]},
-     {"path_prefix"}, "vllm"),
+     {"path_prefix"}, U),
     ("unprofiled-doubled-v1", {"path": "/v1/v1/models", "method": "GET", "body": None,
                                "status": 404, "content_type": None, "resp_body": None},
-     {"path_prefix"}, None),
+     {"path_prefix"}, U),
     # previous_response_not_found (stateless servers): by param, by echoed id, by code
     ("vllm-no-store", {"path": "/v1/responses",
                        "body": {**responses_body(), "previous_response_id": "resp_abc"},
@@ -115,7 +166,7 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {"previous_response_not_found"}, "vllm"),
     ("unprofiled-lookup-404", {"path": "/v1/responses/resp_xyz", "method": "GET", "body": None,
                                "status": 404, "resp_body": {"error": {"message": "no resp_xyz here"}}},
-     {"previous_response_not_found"}, None),
+     {"previous_response_not_found"}, U),
     ("openai-previous-not-found", {"path": "/v1/responses",
                                    "body": {**responses_body(), "previous_response_id": "resp_q"},
                                    "status": 400, "resp_body": {"error": {
@@ -123,18 +174,40 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
                                        "type": "invalid_request_error", "param": None,
                                        "code": "previous_response_not_found"}}},
      {"previous_response_not_found"}, "openai"),
-    # not what the words or the path suggest (review F17)
+    # request_rejected: not what the words or the path suggest (review F17); the parameter
+    # named when the answer names one
     ("missing-v1-but-rate-limited", {"path": "/chat/completions", "status": 429,
                                      "resp_body": {"error": {"message": "Rate limit reached",
                                                              "type": "requests", "code": None}}},
-     set(), None),
+     {"request_rejected"}, U),
     ("bad-parameter-mentions-model", {"status": 400, "resp_body": {"error": {
         "message": "Invalid value for 'temperature': model supports only 1.",
-        "type": "invalid_request_error", "param": "temperature", "code": None}}}, set(), None),
+        "type": "invalid_request_error", "param": "temperature", "code": None}}},
+     {"request_rejected"}, U),
     ("403-region-with-a-key", {"status": 403, "resp_body": {"error": {
         "message": "Country, region, or territory not supported",
         "type": "request_forbidden", "code": "unsupported_country_region_territory"}}},
-     set(), None),
+     {"request_rejected"}, U),
+    ("openai-unsupported-max-tokens", {"body": {**chat_body(), "max_tokens": 5}, "status": 400,
+                                       "resp_body": {"error": {
+        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                   "Use 'max_completion_tokens' instead.",
+        "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}},
+     {"request_rejected"}, U),
+    ("previous-response-id-unsupported",
+     {"path": "/v1/responses", "body": {**responses_body(), "previous_response_id": "resp_q"},
+      "status": 400, "resp_body": {"detail": "Unsupported parameter: previous_response_id"}},
+     {"request_rejected"}, U),
+    ("fastapi-422", {"body": {**chat_body(), "max_tokens": "ten"}, "status": 422,
+                     "resp_body": {"detail": [{"type": "int_parsing", "loc": ["body", "max_tokens"],
+                                               "msg": "Input should be a valid integer"}]}},
+     {"request_rejected"}, U),
+    ("llama-cpp-python-context-400", {"status": 400, "resp_body": {"error": {
+        "message": "This model's maximum context length is 256 tokens. However, you requested "
+                   "1029 tokens (1029 in the messages, None in the completion). Please reduce "
+                   "the length of the messages or completion.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}},
+     {"request_rejected"}, U),
     # model_not_found
     ("openai-model", {"body": chat_body("gpt-9"), **ANSWERS["openai.model_not_found"]},
      {"model_not_found"}, "openai"),
@@ -147,39 +220,77 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
     ("lmstudio-no-models", ANSWERS["lmstudio.no_models_loaded"], {"model_not_found"}, "lmstudio"),
     ("unprofiled-model-named", {"body": chat_body("qwen-x"), "status": 404,
                                 "resp_body": {"error": {"message": "qwen-x: no such thing"}}},
-     {"model_not_found"}, None),
+     {"model_not_found"}, U),
+    ("model-echoed-in-a-stream-is-no-error",
+     {**SSE, "events": [*chat_events(done=False),
+                        {"t_ms": 30.0, "event": None, "data": {"error": {"message": "boom"}}}]},
+     {"stream_error_event"}, U),
     # stream_not_honoured
-    ("stream-answered-json", STREAM, {"stream_not_honoured"}, None),
-    # stream_truncated
-    ("chat-no-done", {**SSE, "events": chat_events(done=False)}, {"stream_truncated"}, None),
+    ("stream-answered-json", STREAM, {"stream_not_honoured"}, U),
+    # stream_truncated: cut, or ended with no terminal and no error
+    ("chat-no-done", {**SSE, "events": chat_events(done=False)}, {"stream_truncated"}, U),
     ("chat-disconnect-before-done",
      {**SSE, "events": chat_events(done=False), "complete": False, "error": DISCONNECT},
-     {"stream_truncated"}, None),
+     {"stream_truncated"}, U),
     ("chat-partial-tail", {**SSE, "events": chat_events(partial_tail=True)},
-     {"stream_truncated"}, None),
+     {"stream_truncated"}, U),
     ("chat-upstream-cut", {**SSE, "events": chat_events(), "complete": False,
                            "error": {"kind": "upstream_disconnect", "message": "peer closed"}},
-     {"stream_truncated"}, None),
+     {"stream_truncated"}, U),
     ("responses-no-completed",
      {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
-      "events": responses_events(terminal=None)}, {"stream_truncated"}, None),
-    # upstream_unreachable
+      "events": responses_events(terminal=None)}, {"stream_truncated"}, U),
+    ("llama-cpp-python-empty-stream", {**SSE, "events": []}, {"stream_truncated"}, U),
+    # upstream_unreachable, upstream_tls
     ("no-response", {"status": None, "error": {"kind": "upstream_unreachable",
                                                "message": "Connection refused"}},
-     {"upstream_unreachable"}, None),
+     {"upstream_unreachable"}, U),
+    ("no-response-timeout", {"status": None, "error": {"kind": "timeout",
+                                                       "message": "Upstream timed out"}},
+     {"upstream_unreachable"}, U),
     ("proxy-502-html", {"status": 502, "content_type": "text/html",
                         "resp_text": "<html><body>502 Bad Gateway</body></html>"},
-     {"upstream_unreachable"}, None),
+     {"upstream_unreachable"}, U),
     ("gateway-500-connect", {"status": 500, "resp_body": {"error": {
         "message": "litellm.APIConnectionError: Connection refused"}}},
-     {"upstream_unreachable"}, None),
+     {"upstream_unreachable"}, U),
+    ("ors-proxy-500", {"status": 500, "resp_body": {
+        "detail": "Error proxying request: All connection attempts failed"}},
+     {"upstream_unreachable"}, U),
+    ("ors-soft-upstream-gone", {"status": 200, "resp_body": {
+        "error": "All connection attempts failed"}}, {"soft_error_200", "upstream_unreachable"}, U),
+    ("mitmproxy-tls", {"status": None, "error": {
+        "kind": "tls", "message": "TLS handshake failed: certificate verify failed"}},
+     {"upstream_tls"}, U),
+    # server_error: a 5xx the server wrote itself, with its message
     ("server-500-is-not-an-endpoint-miss",
-     {"status": 500, "resp_body": {"error": {"message": "endpoint crashed"}}}, set(), None),
+     {"status": 500, "resp_body": {"error": {"message": "endpoint crashed"}}}, {"server_error"}, U),
     ("405-on-a-multi-method-route", {"method": "DELETE", "path": "/v1/responses/resp_1",
                                      "body": None, "status": 405, "resp_body": None,
-                                     "content_type": None}, {"method_not_allowed"}, None),
+                                     "content_type": None}, {"method_not_allowed"}, U),
     ("server-503-json-is-not-a-proxy", {"status": 503, "resp_body": {"error": {
-        "message": "overloaded", "type": "server_error"}}}, set(), None),
+        "message": "overloaded", "type": "server_error"}}}, {"server_error"}, U),
+    ("llamacpp-context-500", {"status": 500, "resp_body": {"error": {
+        "code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}},
+     {"server_error"}, U),
+    ("llama-cpp-python-embeddings-500", {"path": "/v1/embeddings", "body": {"model": "m", "input": "x"},
+                                         "status": 500, "resp_body": {"error": {
+        "message": "Llama model must be created with embedding=True to call this method",
+        "type": "internal_server_error", "param": None, "code": None}}}, {"server_error"}, U),
+    ("ors-500-detail", {"path": "/responses", "body": responses_body(), "status": 500,
+                        "resp_body": {"detail": "Error processing request: Expecting value: "
+                                                "line 1 column 10 (char 9)"}}, {"server_error"}, U),
+    ("plain-500", {"status": 500, "content_type": "text/plain; charset=utf-8",
+                   "resp_text": "Internal Server Error"}, {"server_error"}, U),
+    # websocket_not_supported: an upgrade answered like any GET
+    ("ws-refused-404", {**WS, "status": 404, "resp_body": {"detail": "Not Found"}},
+     {"websocket_not_supported"}, U),
+    ("ws-refused-405", {**WS, **ANSWERS["vllm.method_not_allowed"]},
+     {"websocket_not_supported"}, U),
+    ("ws-refused-lmstudio", {**WS, **ANSWERS["lmstudio.unexpected_endpoint"]},
+     {"websocket_not_supported", "soft_error_200"}, "lmstudio"),
+    ("ws-refused-needs-a-key", {**WS, **ANSWERS["openai.no_api_key"]}, {"auth_rejected"},
+     "openai"),
 ]  # fmt: skip
 
 
@@ -229,17 +340,158 @@ def test_lmstudio_remedy_names_the_fix() -> None:
     assert any("Unexpected endpoint" in e for e in by_code["soft_error_200"]["evidence"])
 
 
-def test_provider_from_headers_when_no_signature_matches() -> None:
-    change = {
-        **RESPONSES,
-        "status": 200,
-        "resp_headers": [("x-powered-by", "Express")],
-        "resp_body": {"error": "route POST /v1/responses unknown"},
-    }
+NESTJS_404: dict[str, Any] = {
+    **RESPONSES,
+    "status": 404,
+    "resp_body": {"message": "Cannot POST /v1/responses", "error": "Not Found", "statusCode": 404},
+}
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "provider", "evidence"),
+    [
+        # a framework's marks are shared by every server built on it: no product
+        ([("x-powered-by", "Express")], None, U, "x-powered-by: Express"),
+        ([("server", "uvicorn")], {"detail": "Not Found"}, U, "server: uvicorn"),
+        ([], {"detail": "Not Found"}, U, "FastAPI's default answer (signature vllm.not_found)"),
+        ([], {"detail": "No route"}, U, 'FastAPI-style {"detail": …} body'),
+        ([("server", "nginx/1.25.3")], None, U, "server: nginx/1.25.3"),
+        ([("server", "awselb/2.0")], None, U, "server: awselb/2.0"),
+        ([("server", "hypercorn-h11")], None, U, "server: hypercorn-h11"),
+        ([], None, U, "no header or answer names the server"),
+        # a server that names itself (llama.cpp's server sets `Server: llama.cpp`), or a
+        # product's own header
+        ([("server", "llama.cpp")], None, "llama.cpp", "server: llama.cpp"),
+        ([("server", "ollama/0.13.3")], None, "ollama", "server: ollama/0.13.3"),
+        ([("x-litellm-version", "1.108.7")], None, "litellm", "x-litellm-version: 1.108.7"),
+        ([("openai-version", "2020-10-01")], None, "openai", "openai-version: 2020-10-01"),
+    ],
+)
+def test_provider_from_marks_with_evidence_and_confidence(
+    headers: list[tuple[str, str]], body: Any, provider: str, evidence: str
+) -> None:
+    change = {**NESTJS_404, "resp_headers": headers}
+    if body is not None:
+        change["resp_body"] = body
+    (row,) = rows([record(**change)]).to_dict("records")
+    said = [e for e in row["evidence"] if e.startswith("provider ")]
+    assert row["provider"] == provider and len(said) == 1 and evidence in said[0]
+    if provider == U:
+        assert row["summary"].startswith("the server does not implement")
+    else:
+        assert "high confidence" in said[0]
+
+
+def test_remedies_stay_generic_unless_the_provider_is_identified() -> None:
+    lm = rows([record(**RESPONSES, **ANSWERS["lmstudio.unexpected_endpoint"])])
+    assert "LM Studio" in lm.iloc[0]["remedy"]
+    express = {**RESPONSES, "status": 200, "resp_headers": [("x-powered-by", "Express")],
+               "resp_body": {"error": "route POST /v1/responses unknown"}}  # fmt: skip
+    for row in rows([record(**express)]).to_dict("records"):
+        assert row["provider"] == U and "LM Studio" not in row["remedy"] + row["summary"]
+    ollama_model = rows([record(**{**ANSWERS["ollama.model_not_found"], "body": chat_body("x")})])
+    assert "ollama pull" in ollama_model.iloc[0]["remedy"]
+
+
+def test_provider_from_another_exchange_of_the_same_backend() -> None:
+    """A chain without marks takes its backend's: here a healthy Ollama chat elsewhere."""
+    healthy = record(id="ok", resp_body={**chat_completion(), "system_fingerprint": "fp_ollama"})
+    failing = record(id="bad", started=T0 + 1, **RESPONSES, **ANSWERS["ollama.page_not_found"])
+    (row,) = rows([healthy, failing]).to_dict("records")
+    assert row["provider"] == "ollama" and "Ollama" in row["remedy"]
+    assert any("fp_ollama (on POST /v1/chat/completions)" in e for e in row["evidence"])
+    other = record(id="other", label="elsewhere", **RESPONSES, **ANSWERS["ollama.page_not_found"])
+    assert rows([healthy, other]).iloc[0]["provider"] == U
+
+
+def test_a_string_error_is_read_with_its_sibling_message() -> None:
+    """`{"error": "Not Found", "message": "Cannot POST …"}`: the answer names the route, which
+    beats what the model list suggests (the request's model is not listed)."""
+    listing = record(
+        id="m", method="GET", path="/v1/models", body=None,
+        resp_body={"object": "list", "data": [{"id": "llama3", "object": "model"}]},
+    )  # fmt: skip
+    df = rows([listing, record(id="r", started=T0 + 1, **NESTJS_404)])
+    assert list(df["code"]) == ["endpoint_not_implemented"]
+    assert any("Cannot POST /v1/responses" in e for e in df.iloc[0]["evidence"])
+
+
+def sse_text(events: list[Any]) -> str:
+    """The decoded stream as the record keeps it (`response.text`)."""
+    return "".join(f"data: {e['data'] if isinstance(e['data'], str) else json.dumps(e['data'])}\n\n"
+                   for e in events)  # fmt: skip
+
+
+def test_a_stream_error_is_read_from_the_error_event_not_the_stream_text() -> None:
+    """The stream echoes the model id in every chunk: reading the text as the message made
+    this `model_not_found`, quoting the first event."""
+    error = {"error": {"message": "Context size has been exceeded.", "type": "server_error"}}
+    events = [*chat_events(done=False), {"t_ms": 30.0, "event": None, "data": error}]
+    rec = record(**SSE, events=events, resp_text=sse_text(events))
+    (row,) = rows([rec]).to_dict("records")
+    assert row["code"] == "stream_error_event"
+    assert (
+        'error event 4 of 4: "Context size has been exceeded." (type server_error)'
+        in row["evidence"]
+    )
+    assert not any("chatcmpl" in e for e in row["evidence"])
+    assert "max_tokens" in row["remedy"]
+
+
+def test_a_stream_ended_with_an_error_event_is_not_truncated() -> None:
+    events = responses_events(terminal=None)[:2]
+    events.append({"t_ms": 20.0, "event": "error", "data": {
+        "type": "error", "code": "server_error", "message": "The server had an error",
+        "param": None, "sequence_number": 2}})  # fmt: skip
+    change = {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT,
+              "resp_body": None, "events": events}  # fmt: skip
     df = rows([record(**change)])
-    assert set(df["provider"]) == {"lmstudio"}
-    fastapi = rows([record(**RESPONSES, status=404, resp_body={"detail": "Nope"})])
-    assert set(fastapi["provider"]) == {"vllm/litellm"}
+    assert list(df["code"]) == ["stream_error_event"]
+    assert "proxy" not in df.iloc[0]["remedy"]
+
+
+def test_the_servers_own_hint_is_part_of_the_remedy() -> None:
+    change = {"path": "/v1/embeddings", "body": {"model": "m", "input": "x"}, "status": 501,
+              "resp_body": {"error": {"code": 501, "type": "not_supported_error",
+                                      "message": "This server does not support embeddings. "
+                                                 "Start it with `--embeddings`"}}}  # fmt: skip
+    (row,) = rows([record(**change)]).to_dict("records")
+    assert row["code"] == "endpoint_not_implemented"
+    assert row["remedy"].endswith("(the server says: Start it with `--embeddings`)")
+
+
+@pytest.mark.parametrize(
+    ("case", "summary", "remedy"),
+    [
+        ("openai-unsupported-max-tokens", "over max_tokens", "does not support max_tokens"),
+        ("previous-response-id-unsupported", "over previous_response_id",
+         "send the whole conversation as input"),
+        ("fastapi-422", "over max_tokens", "fix max_tokens"),
+        ("llama-cpp-python-context-400", "the context length is exceeded", "set max_tokens"),
+        ("missing-v1-but-rate-limited", "(answered 429", "slow down"),
+        ("llamacpp-context-500", "Context size has been exceeded", "set max_tokens"),
+        ("mitmproxy-tls", "TLS handshake", "ssl_verify_upstream_trusted_ca"),
+        ("ws-refused-404", "refused the WebSocket upgrade", "client.responses.connect()"),
+        ("wrong-method-answered-404", "answered 404: GET is not accepted", "send POST"),
+        ("llama-cpp-python-empty-stream", "no [DONE] after 0 events", "server's log"),
+    ],
+)  # fmt: skip
+def test_new_codes_name_what_the_answer_says(case: str, summary: str, remedy: str) -> None:
+    change = next(c[1] for c in CASES if c[0] == case)
+    (row,) = rows([record(**change)]).to_dict("records")
+    assert summary in row["summary"] and remedy in row["remedy"], row
+    if case == "mitmproxy-tls":
+        assert "ssl_insecure" in row["remedy"]
+
+
+@pytest.mark.parametrize("status", [s.value for s in HTTPStatus if s.value >= 400])
+@pytest.mark.parametrize(
+    "body",
+    [None, {"error": {"message": "x"}}, {"error": "x"}, {"detail": "x"}, {"message": "x"}, {}],
+)
+def test_any_failing_answer_gets_a_diagnosis(status: int, body: Any) -> None:
+    rec = record(status=status, resp_body=body, content_type=None if body is None else JSON_CT)
+    assert not rows([rec]).empty
 
 
 @pytest.mark.parametrize(
@@ -265,8 +517,8 @@ def test_model_not_found_from_the_servers_model_list() -> None:
     df = rows([listing, call])
     assert list(df["code"]) == ["model_not_found"] and df.iloc[0]["exchange_ids"] == ["c"]
     assert "llama3" in df.iloc[0]["remedy"]
-    # without the list the same answer stays undiagnosed rather than guessed
-    assert rows([call]).empty
+    # without the list the same answer is a rejected request, not a guessed model
+    assert list(rows([call])["code"]) == ["request_rejected"]
 
 
 def test_secrets_never_reach_the_output() -> None:
@@ -397,3 +649,48 @@ def test_json_round_trip_formats_too() -> None:
     df = rows([record(**ANSWERS["openai.no_api_key"], **NO_KEY)])
     back = pd.DataFrame(json.loads(df.to_json(orient="records")))
     assert format_diagnoses(back) == format_diagnoses(df)
+
+
+# ---- WebSocket sessions -----------------------------------------------------------------
+
+
+def ws_session(*server: list[Any], close: dict[str, Any] | None = None) -> Record:
+    """A Responses WebSocket session as the capture records it: per turn a client
+    `response.create`, then what the server sent."""
+    events: list[Any] = []
+    for turn in server:
+        events.append({"t_ms": 1.0, "direction": "client", "event": "response.create",
+                       "data": {"type": "response.create", "model": "gpt-4o-mini"}})  # fmt: skip
+        events.extend({**e, "direction": "server"} for e in turn)
+    rec = record(**{**WS, "status": 101, "content_type": None, "resp_body": None,
+                    "events": events, **(close or {})})  # fmt: skip
+    rec["tags"]["transport"] = "websocket"
+    return rec
+
+
+WS_ERROR = {"t_ms": 5.0, "event": "error", "data": {"type": "error", "status": 404, "error": {
+    "type": "invalid_request_error", "code": "model_not_found", "param": "model",
+    "message": "The model `gpt-9` does not exist or you do not have access to it."}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("session", "codes"),
+    [
+        (ws_session(), set()),
+        (ws_session(responses_events(), responses_events()), set()),
+        (ws_session(responses_events(), [WS_ERROR]), {"stream_error_event", "model_not_found"}),
+        (ws_session(responses_events(terminal=None), close={
+            "complete": False, "error": {"kind": "upstream_disconnect",
+                                         "message": "WebSocket closed without a close handshake"}}),
+         {"stream_truncated"}),
+    ],
+)  # fmt: skip
+def test_websocket_sessions(session: Record, codes: set[str]) -> None:
+    assert set(rows([session])["code"]) == codes
+
+
+def test_readme_table_names_the_codes_in_order() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| code | evidence it rests on |", 1)[1].split("\n\n", 1)[0]
+    named = [c for row in table.splitlines()[2:] for c in re.findall(r"`(\w+)`", row.split("|")[1])]
+    assert named == list(CODES)

@@ -547,6 +547,7 @@ def broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
         (lambda q: q.update(path=7), "has no path"),
         (lambda q: q.update(headers=[["x-only-a-name"]]), "not [name, value] pairs"),
         (lambda q: q.update(headers="x-a: 1"), "not [name, value] pairs"),
+        (lambda q: q.update(headers=[["Upgrade", "websocket"]]), "WebSocket session"),
     ],
 )
 def test_malformed_originals_are_skipped_with_the_reason(

@@ -147,15 +147,22 @@ def write_flows(path: Path) -> None:
         sse.response.content = b'data: {"a":1}\n\ndata: [DONE]\n\n'
         w.add(sse)
         w.add(tflow.ttcpflow())  # non-HTTP flows are skipped
+        ws = tflow.twebsocketflow()  # mitmproxy's test session: 3 messages, closed normally
+        ws.request.path = "/v1/realtime?model=gpt-realtime"
+        w.add(ws)
 
 
 def test_import_flow_file(tmp_path: Path) -> None:
     p = tmp_path / "s.flow"
     write_flows(p)
     recs = import_flows(p)
-    assert [r["tags"]["family"] for r in recs] == ["chat.completions"] * 2
+    assert [r["tags"]["family"] for r in recs] == ["chat.completions"] * 2 + ["realtime"]
     assert [e["data"] for e in recs[1]["response"]["events"]] == [{"a": 1}, "[DONE]"]
     assert all(r["session"] == "s" for r in recs)
+    ws = recs[2]
+    assert ws["tags"]["transport"] == "websocket" and ws["tags"]["model"] == "gpt-realtime"
+    assert [e["direction"] for e in ws["response"]["events"]] == ["client", "client", "server"]
+    assert ws["response"]["websocket"]["close_code"] == 1000 and ws["response"]["complete"]
 
 
 async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,6 +29,7 @@ from wirediff.record.redact import (
 from wirediff.record.sse import split_events
 from wirediff.record.tags import tag_exchange
 from wirediff.record.tap import StreamTap, is_sse
+from wirediff.record.websocket import WebSocketTap
 
 __all__ = ["build_record", "classify_error"]
 
@@ -54,6 +55,19 @@ def classify_error(msg: str, has_response: bool) -> str:
     return "proxy_error"
 
 
+def _abnormal_close(ws: WebSocketTap) -> dict[str, str]:
+    """The error of a WebSocket connection that ended without a close handshake, or had
+    not ended when it was recorded (the capture stopped first)."""
+    if ws.close_code is None:
+        return {"kind": "proxy_error", "message": "the WebSocket was still open when recorded"}
+    kind = {"client": "client_disconnect", "server": "upstream_disconnect"}
+    by = f" by the {ws.closed_by}" if ws.closed_by else ""
+    return {
+        "kind": kind.get(ws.closed_by or "", "proxy_error"),
+        "message": f"WebSocket closed without a close handshake (code {ws.close_code}){by}",
+    }
+
+
 def _content_type(h: Sequence[tuple[str, str]]) -> str:
     for k, v in h:
         if k.lower() == "content-type":
@@ -71,10 +85,35 @@ def _decoded(message: Request | Response) -> bytes | None:
     return decode_body(message.content, message.content_encoding)
 
 
+def _websocket_response(
+    ex: Exchange, resp: Response, ws: WebSocketTap, secrets: dict[str, str], redact: frozenset[str]
+) -> tuple[dict[str, Any], list[Event]]:
+    """A WebSocket session's `response`: the handshake's status and headers, its messages
+    as events (scrubbed), complete when it closed with a close handshake."""
+    events = scrub(ws.events, secrets) if secrets else ws.events
+    response = {
+        "status": resp.status,
+        "reason": resp.reason,
+        "http_version": resp.http_version,
+        "headers": scrub_headers(redact_headers(resp.headers, redact), secrets),
+        "body": None,
+        "text": None,
+        "size": ws.sizes["server"],
+        "events": events,
+        "complete": ex.error is None and not ws.abnormal,
+        "websocket": ws.summary(),
+    }
+    if ws.events_dropped:
+        response["events_dropped"] = ws.events_dropped
+    return response, events
+
+
 def _response(
     ex: Exchange, resp: Response, secrets: dict[str, str], body_cap: int, redact: frozenset[str]
 ) -> tuple[dict[str, Any], list[Event] | None]:
     """The record's `response` and the events it holds (scrubbed)."""
+    if ex.websocket is not None:
+        return _websocket_response(ex, resp, ex.websocket, secrets, redact)
     ctype = _content_type(resp.headers)
     tap: StreamTap | None = ex.tap
     events: list[Event] | None = None
@@ -162,6 +201,8 @@ def build_record(
             "kind": ex.error.kind or classify_error(ex.error.message, resp is not None),
             "message": scrub_text(ex.error.message, secrets),
         }
+    elif ex.websocket is not None and ex.websocket.abnormal:
+        error = _abnormal_close(ex.websocket)
 
     status = resp.status if resp is not None else None
     resp_body = response["body"] if response else None
@@ -174,8 +215,9 @@ def build_record(
         status=status,
         response_body=resp_body,
         events=events,
+        transport="websocket" if ex.websocket is not None else "http",
     )
-    if response is not None and (not is_2xx(status) or tags["soft_error"]):
+    if response is not None and (not is_2xx(status) or tags["soft_error"]) and status != 101:
         # Signatures name the provider behind an error; healthy answers skip the regexes.
         text = response["text"] if response["text"] is not None else json.dumps(resp_body)
         tags["signature"] = match_signature(status, resp_headers, text)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from wirediff.record.tap import StreamTap
+from wirediff.record.websocket import WebSocketTap
 
 __all__ = ["Error", "Exchange", "HeaderPairs", "Request", "Response", "Timings", "header_value"]
 
@@ -95,4 +96,7 @@ class Exchange:
     tap: StreamTap | None = None
     """The response body as a `StreamTap` saw it pass (SSE, bodies of unknown length);
     then `response.content` is not what the record keeps."""
+    websocket: WebSocketTap | None = None
+    """The messages of the WebSocket session the response (101) opened: one exchange per
+    connection, its messages the record's events."""
     id: str = field(default_factory=_new_id)

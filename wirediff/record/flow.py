@@ -6,27 +6,58 @@ from mitmproxy import http
 
 from wirediff import FORMAT
 from wirediff._types import Record
+from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.redact import redact_url
 from wirediff.record.tap import StreamTap
+from wirediff.record.websocket import WebSocketTap
 
-__all__ = ["exchange_from_flow", "fallback_record", "is_open_ended", "upstream_label"]
+__all__ = [
+    "WEBSOCKET_TAP",
+    "exchange_from_flow",
+    "fallback_record",
+    "is_open_ended",
+    "upstream_label",
+    "websocket_tap",
+]
+
+WEBSOCKET_TAP = "wirediff.websocket"
+"""`flow.metadata` key of the `WebSocketTap` a live capture keeps its messages in."""
 
 
 def _headers(h: http.Headers) -> HeaderPairs:
     return list(h.items(multi=True))  # type: ignore[no-untyped-call]
 
 
+def websocket_tap(flow: http.HTTPFlow, cap: int = DEFAULT_BODY_CAP) -> WebSocketTap | None:
+    """The flow's WebSocket session as a tap: the one a live capture filled message by
+    message, or one over the messages a loaded flow holds; with how it closed."""
+    ws = flow.websocket
+    if ws is None:
+        return None
+    tap = flow.metadata.get(WEBSOCKET_TAP)
+    if not isinstance(tap, WebSocketTap):
+        tap = WebSocketTap.of(ws.messages, flow.request.timestamp_start, cap)
+    if ws.timestamp_end is not None and tap.ended is None:
+        tap.close(ws.close_code, ws.close_reason, ws.closed_by_client, ws.timestamp_end)
+    return tap
+
+
 def exchange_from_flow(
-    flow: http.HTTPFlow, *, client_headers: HeaderPairs | None = None
+    flow: http.HTTPFlow,
+    *,
+    client_headers: HeaderPairs | None = None,
+    body_cap: int = DEFAULT_BODY_CAP,
 ) -> Exchange:
     """The flow as it stands; bodies stay raw (`raw_content`), the builder decodes them.
 
     `client_headers`: the request headers as the client sent them, snapshotted before any
-    addon could change them. A `StreamTap` set as `response.stream` holds the streamed body.
+    addon could change them. A `StreamTap` set as `response.stream` holds the streamed body;
+    a `WebSocketTap` the messages of the WebSocket session the response opened.
     """
     req, resp = flow.request, flow.response
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
+    ws = websocket_tap(flow, body_cap)
     return Exchange(
         id=flow.id,
         request=Request(
@@ -50,10 +81,13 @@ def exchange_from_flow(
         timings=Timings(
             started=req.timestamp_start,
             first_byte=resp.timestamp_start if resp is not None else None,
-            finished=resp.timestamp_end if resp is not None else None,
+            finished=(ws.ended if ws is not None else resp.timestamp_end)
+            if resp is not None
+            else None,
         ),
         error=Error(flow.error.msg) if flow.error is not None else None,
         tap=tap,
+        websocket=ws,
     )
 
 

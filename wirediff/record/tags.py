@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from wirediff._support import is_2xx
 from wirediff._types import JSON, Event
@@ -42,13 +43,15 @@ ROUTES: list[tuple[re.Pattern[str], str, str]] = [
         (r"/audio/(transcriptions|translations|speech)", "/v1/audio/{op}", "audio"),
         (r"/images/(generations|edits|variations)", "/v1/images/{op}", "images"),
         (r"/moderations", "/v1/moderations", "moderations"),
+        (r"/realtime", "/v1/realtime", "realtime"),
         (r"/batches", "/v1/batches", "batches"),
         (rf"/batches/{_ID}/cancel", "/v1/batches/{id}/cancel", "batches"),
         (rf"/batches/{_ID}", "/v1/batches/{id}", "batches"),
     ]
 ]
 _RESOURCES = re.compile(
-    r"/(chat/completions|completions|responses|models|embeddings|files|audio|images|moderations|batches)(/|$)"
+    r"/(chat/completions|completions|responses|models|embeddings|files|audio|images|moderations|"
+    r"batches|realtime)(/|$)"
 )
 
 
@@ -146,13 +149,16 @@ def auth_tag(
 
 
 def is_error_body(body: JSON) -> bool:
-    """An error object where a result was expected (`{"error": …}` without a result shape).
+    """An error object where a result was expected (`{"error": …}` without a result shape,
+    or FastAPI's bare `{"detail": …}`).
 
     A Responses object carries `"error": null` — and a failed one a populated `error`
     beside `object: "response"` — so only bodies without `object`/`id` count.
     """
     if isinstance(body, dict) and body.get("error"):
         return "object" not in body and "id" not in body
+    if isinstance(body, dict) and set(body) == {"detail"}:
+        return bool(body["detail"])
     return isinstance(body, dict) and body.get("object") == "error"
 
 
@@ -174,6 +180,20 @@ def request_model(body: JSON, template: str, path: str) -> str | None:
     return None
 
 
+def session_model(path: str, events: Sequence[Event] | None) -> str | None:
+    """The model of a WebSocket session: the first client message that names one, else
+    the URL's `?model=` (the Realtime API's)."""
+    for ev in events or ():
+        data = ev.get("data")
+        if ev.get("direction") == "client" and isinstance(data, dict):
+            nested = data.get("response") or data.get("session")
+            model = data.get("model") or (nested.get("model") if isinstance(nested, dict) else None)
+            if isinstance(model, str):
+                return model
+    query = parse_qs(urlsplit(path).query).get("model")
+    return query[0] if query else None
+
+
 def tag_exchange(
     *,
     method: str,
@@ -185,10 +205,15 @@ def tag_exchange(
     response_body: JSON,
     events: Sequence[Event] | None,
     signature: str | None = None,
+    transport: str = "http",
 ) -> dict[str, Any]:
+    """`transport`: `http`, or `websocket` for an upgraded session (one record per
+    connection, its messages the events: the model comes from them)."""
     family, template, prefix = route(path)
     stream = isinstance(request_body, dict) and request_body.get("stream") is True
     model = request_model(request_body, template, path)
+    if model is None and transport == "websocket":
+        model = session_model(path, events)
     if (
         model is None
         and isinstance(response_body, dict)
@@ -207,4 +232,5 @@ def tag_exchange(
         "auth": auth_tag(client_headers, upstream_headers),
         "soft_error": soft_error(status, response_body, events),
         "signature": signature,
+        "transport": transport,
     }

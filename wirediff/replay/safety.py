@@ -88,6 +88,10 @@ def request_problem(rec: Record) -> str | None:
         for h in headers
     ):
         return "the captured request headers are not [name, value] pairs"
+    if (rec.get("tags") or {}).get("transport") == "websocket" or any(
+        k.lower() == "upgrade" and v.lower() == "websocket" for k, v in headers
+    ):
+        return "a WebSocket session is not replayed (its messages are not re-sent over HTTP)"
     b64 = req.get("b64")
     if req.get("body") is None and req.get("text") is None and b64 is not None:
         try:

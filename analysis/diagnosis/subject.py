@@ -1,0 +1,200 @@
+"""What an error answer is about: the route, the method, a stored response, the model, the
+context length or a request parameter — read from the answer itself first, and only then
+inferred from other calls (the models a server listed).
+
+Words are read only where they echo the request (its method and path, its model, its
+parameter names, the id it builds on) or say a thing in the few ways servers say it
+(a context length exceeded, a parameter not supported).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from wirediff._types import Record
+from wirediff.analysis.diagnosis.view import ExchangeView
+
+__all__ = [
+    "ROUTE_METHODS",
+    "Subject",
+    "context_exceeded",
+    "echoes_route",
+    "server_hint",
+    "stored_reference",
+    "subject_of",
+    "wrong_method",
+]
+
+ROUTE_METHODS: dict[str, frozenset[str]] = {
+    template: frozenset(methods.split())
+    for template, methods in {
+        "/v1/chat/completions": "POST",
+        "/v1/chat/completions/{id}": "GET POST DELETE",
+        "/v1/chat/completions/{id}/messages": "GET",
+        "/v1/completions": "POST",
+        "/v1/responses": "POST",
+        "/v1/responses/input_tokens": "POST",
+        "/v1/responses/compact": "POST",
+        "/v1/responses/{id}": "GET DELETE",
+        "/v1/responses/{id}/input_items": "GET",
+        "/v1/responses/{id}/cancel": "POST",
+        "/v1/models": "GET",
+        "/v1/models/{id}": "GET DELETE",
+        "/v1/embeddings": "POST",
+        "/v1/files": "GET POST",
+        "/v1/files/{id}": "GET DELETE",
+        "/v1/files/{id}/content": "GET",
+        "/v1/audio/{op}": "POST",
+        "/v1/images/{op}": "POST",
+        "/v1/moderations": "POST",
+        "/v1/batches": "GET POST",
+        "/v1/batches/{id}": "GET",
+        "/v1/batches/{id}/cancel": "POST",
+    }.items()
+}
+"""The methods each route of the OpenAI API takes (its API reference)."""
+
+_MODEL_WORDS = re.compile(
+    r"(?i)\bmodels?\b.*\b(not found|does not exist|doesn't exist|unknown|invalid|not loaded|"
+    r"not available|missing|no such)\b|\b(no|unknown|invalid)\s+models?\b"
+)
+_ENDPOINT_WORDS = re.compile(
+    r"(?i)\b(unknown|invalid|unexpected|unsupported|no such) (endpoint|route|url|path)\b|"
+    r"\b(endpoint|route|url|path) not found\b|\bnot implemented\b|"
+    r"^\s*(404:?\s+)?(page\s+)?not found\.?\s*$"
+)
+_CONTEXT_WORDS = re.compile(
+    r"(?i)\bcontext (length|size|window)\b|\bmaximum context\b|\btoo many tokens\b|"
+    r"\bprompt is too long\b|\bexceeds? (the )?(model'?s? )?(context|max(imum)? (tokens|length))"
+)
+_UNSUPPORTED_WORDS = re.compile(
+    r"(?i)\bnot (supported|implemented|allowed|permitted|recogni[sz]ed)\b|\bunsupported\b|"
+    r"\bunrecogni[sz]ed\b|\bunknown (parameter|field|argument|key)s?\b|"
+    r"\bextra (inputs|fields)\b|\bunexpected (keyword|field|parameter|argument)\b|"
+    r"\b(does not|doesn't|do not|cannot) (support|accept)\b"
+)
+_HINT = re.compile(
+    r"(?i)(--[a-z][\w-]+|\b(start|restart|run|use|set|pass|enable|load|pull|try|please|"
+    r"reduce|increase|must be|should be|make sure|specify)\b)"
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+HINT_CHARS = 160
+"""Characters of the server's own hint quoted in a remedy."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an error answer is about: `endpoint`, `state`, `model`, `context`, `parameter`;
+    for a parameter, its name and whether the server said it does not support it."""
+
+    kind: str
+    param: str = ""
+    unsupported: bool = False
+
+
+def echoes_route(x: ExchangeView) -> bool:
+    """The answer names the request's method and path (`Cannot POST /v1/responses`,
+    `Invalid URL (POST /v1/v1/…)`): it is about the route. A path quoted inside some URL
+    (an upstream's, in a gateway's message) is not."""
+    return len(x.path) > 1 and f"{x.method} {x.path}" in x.msg
+
+
+def wrong_method(x: ExchangeView) -> str | None:
+    """The methods the request's route takes, when the request used none of them (a
+    WebSocket upgrade is a GET on any route)."""
+    methods = ROUTE_METHODS.get(x.endpoint) if x.family != "other" else None
+    if methods is None or x.method in methods or x.method in ("HEAD", "OPTIONS") or x.websocket:
+        return None
+    return ", ".join(sorted(methods))
+
+
+def stored_reference(rec: Record) -> str | None:
+    """The stored response a request builds on: `previous_response_id`, or the `{id}` of
+    `/v1/responses/{id}…`."""
+    body = rec["request"].get("body")
+    if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
+        return str(body["previous_response_id"])
+    tags = rec.get("tags") or {}
+    if str(tags.get("endpoint", "")).startswith("/v1/responses/{id}"):
+        tail = str(rec["request"].get("path", "")).split("?", 1)[0].split("/responses/", 1)[-1]
+        return tail.split("/", 1)[0] or None
+    return None
+
+
+def context_exceeded(x: ExchangeView) -> bool:
+    """The answer says the prompt (and the tokens asked for) exceed the model's context."""
+    return x.code == "context_length_exceeded" or bool(_CONTEXT_WORDS.search(x.msg))
+
+
+def _names(text: str, word: str | None) -> bool:
+    """`word` stands in `text` as a whole token (a model `m` is not in "embeddings")."""
+    return (
+        bool(word) and re.search(rf"(?<![\w.-]){re.escape(str(word))}(?![\w-])", text) is not None
+    )
+
+
+def _request_keys(x: ExchangeView) -> list[str]:
+    body = x.rec["request"].get("body")
+    return [k for k in body if isinstance(k, str)] if isinstance(body, dict) else []
+
+
+def _named_parameter(x: ExchangeView) -> str:
+    """The request parameter the answer names: its `param`, else a request key the message
+    quotes (`'seed'`, `"store"`, `` `n` ``) or spells out (`previous_response_id`)."""
+    if isinstance(x.param, str) and x.param:
+        return x.param
+    for key in _request_keys(x):
+        quoted = any(f"{q}{key}{q}" in x.msg for q in ("'", '"', "`"))
+        if quoted or ("_" in key and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", x.msg)):
+            return key
+    return ""
+
+
+def _about_stored_response(x: ExchangeView) -> bool:
+    ref = stored_reference(x.rec)
+    if not ref:
+        return False
+    return (
+        ref in x.msg
+        or x.param in ("previous_response_id", "response_id")
+        or x.code == "previous_response_not_found"
+    )
+
+
+def subject_of(x: ExchangeView, served: Mapping[str, set[str]]) -> Subject | None:
+    """What an error answer is about, strongest evidence first: the answer naming the
+    route, the context length, the stored response, a parameter or the model; then what
+    other calls show (the models the server listed); then the words of a bare 404."""
+    if echoes_route(x):
+        return Subject("endpoint")
+    if context_exceeded(x):
+        return Subject("context")
+    unsupported = bool(_UNSUPPORTED_WORDS.search(x.msg))
+    if _about_stored_response(x) and not unsupported:
+        return Subject("state")
+    param = _named_parameter(x)
+    unsupported = unsupported or x.code == "unsupported_parameter"
+    if param == "model" or x.code == "model_not_found":
+        return Subject("model")
+    if param:
+        return Subject("parameter", param, unsupported)
+    if "model" in str(x.etype or "").lower() or _names(x.msg, x.model):
+        return Subject("model")
+    if _MODEL_WORDS.search(x.msg):
+        return Subject("model")
+    listed = served.get(str(x.label))
+    if x.model and listed and x.model not in listed and x.status in (400, 404):
+        return Subject("model")
+    if _ENDPOINT_WORDS.search(x.msg):
+        return Subject("endpoint")
+    return None
+
+
+def server_hint(message: str) -> str:
+    """The sentences of an error message that tell what to do (`Start it with
+    --embeddings`), to quote in the remedy; empty when there is none."""
+    said = [s.strip() for s in _SENTENCE_END.split(message) if _HINT.search(s)]
+    text = " ".join(s for s in said if s)
+    return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 1] + "…"

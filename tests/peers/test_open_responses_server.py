@@ -1,0 +1,165 @@
+"""open-responses-server (ORS, the real one, from PyPI) over the llama-cpp-python peer, behind
+`mitmdump -s addons/capture.py`, driven by the real openai SDK: what it puts on the wire, and
+what wirediff diagnoses.
+
+Observed with open-responses-server 0.4.1 (pinned in scripts/install-peers.sh): it serves
+`POST /responses` (not under /v1) by calling the upstream's chat completions, re-serves
+`POST /v1/chat/completions`, and forwards anything else to `UPSTREAM/v1/{path}` — so
+`/v1/responses` goes to the upstream's `/v1/v1/responses`. Upstream failures come back as
+200s: an error frame in a stream, `{"error": "…"}` in a body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from tests.conftest import Mitmdump
+from tests.peers.conftest import LLAMA_CTX, TINY_ANSWER, Ors, sdk
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.record.tags import header_get
+
+pytestmark = pytest.mark.peers
+
+INPUT: Any = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
+]
+HI = [{"role": "user", "content": "Hi"}]
+TOO_LONG: Any = [{"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": "a" * LLAMA_CTX}]}]  # fmt: skip
+Record = dict[str, Any]
+
+
+@pytest.fixture
+def front(mitmdump: Callable[..., Mitmdump], ors: Ors) -> Mitmdump:
+    return mitmdump([f"reverse:{ors.url}"], label="ors")
+
+
+def codes(records: list[Record]) -> set[str]:
+    return set(diagnose(records)["code"])
+
+
+def test_responses_stream_at_the_root(front: Mitmdump) -> None:
+    """created, in_progress, a delta per upstream chunk, completed: no `event:` lines, no
+    `sequence_number`, no output_item/content_part events, no `[DONE]`."""
+    with sdk(front.url) as client:
+        events = list(client.responses.create(model="tiny", input=INPUT, stream=True))
+        assert client.responses.create(model="tiny", input=INPUT) is None  # the body is null
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress", *["response.output_text.delta"] * 3,
+        "response.completed",
+    ]  # fmt: skip
+    done = events[-1].response
+    assert done.output_text == TINY_ANSWER and done.status == "completed" and done.usage is None
+
+    stream, plain = front.records(2)
+    res = stream["response"]
+    assert header_get(res["headers"], "content-type") == "text/event-stream; charset=utf-8"
+    assert all(e["event"] is None and "sequence_number" not in e["data"] for e in res["events"])
+    assert res["events"][-1]["data"]["type"] == "response.completed"
+    assert (plain["response"]["status"], plain["response"]["text"]) == (200, "null")
+
+
+def test_responses_under_v1_reaches_the_upstreams_v1_v1(front: Mitmdump) -> None:
+    """`/v1/responses` is proxied to the upstream's `/v1/v1/responses`: a stream gets its
+    404 body under a 200 (the content type copied from the request's Accept), a plain
+    call the 404 itself."""
+    with sdk(front.url + "/v1") as client:
+        assert list(client.responses.create(model="tiny", input="Hi", stream=True)) == []
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(model="tiny", input="Hi")
+    stream, plain = front.records(2)
+    assert stream["response"]["status"] == 200
+    assert stream["response"]["body"] == {"detail": "Not Found"}
+    assert header_get(stream["response"]["headers"], "content-type") == "application/json"
+    assert plain["response"]["status"] == 404
+    assert header_get(plain["response"]["headers"], "vary") == "Origin, Origin"  # both servers'
+    assert codes([stream]) == {"soft_error_200", "endpoint_not_implemented"}
+    assert codes([plain]) == {"endpoint_not_implemented"}
+
+
+def test_a_wrong_method_and_a_websocket_upgrade_are_answered_404(front: Mitmdump) -> None:
+    with sdk(front.url + "/v1") as client:
+        with pytest.raises(openai.NotFoundError):
+            client.get("/chat/completions", cast_to=object)
+        with pytest.raises(InvalidStatus) as upgrade:
+            client.responses.connect(websocket_connection_options={"proxy": None}).enter()
+    assert upgrade.value.response.status_code == 404
+    get_chat, ws = front.records(2)
+    (row,) = diagnose([get_chat]).to_dict("records")
+    assert row["code"] == "method_not_allowed"
+    assert "answered 404 for GET; /v1/chat/completions takes POST" in row["evidence"]
+    assert codes([ws]) == {"websocket_not_supported"}
+
+
+def test_previous_response_id_is_ignored(front: Mitmdump) -> None:
+    """An id it never made is ignored silently: a normal answer, nothing to diagnose."""
+    with sdk(front.url) as client:
+        events = list(
+            client.responses.create(
+                model="tiny", input=INPUT, stream=True, previous_response_id="resp_doesnotexist"
+            )
+        )
+    assert events[-1].type == "response.completed"
+    (rec,) = front.records(1)
+    assert rec["request"]["body"]["previous_response_id"] == "resp_doesnotexist"
+    assert diagnose([rec]).empty
+
+
+def test_a_context_overflow_upstream(front: Mitmdump) -> None:
+    """The upstream streams nothing (llama-cpp-python's empty 200): ORS sends created and
+    in_progress, then ends the stream. Its chat completions turn the upstream's 400 into a
+    200 `{"error": "Client error '400 Bad Request' for url '…/v1/chat/completions'…"}`."""
+    with sdk(front.url) as client:
+        events = list(client.responses.create(model="tiny", input=TOO_LONG, stream=True))
+    with sdk(front.url + "/v1") as client:
+        too_long = [{"role": "user", "content": "a" * LLAMA_CTX}]
+        soft = client.chat.completions.create(model="tiny", messages=too_long)
+    assert [e.type for e in events] == ["response.created", "response.in_progress"]
+    assert soft.choices is None  # the SDK builds a ChatCompletion out of {"error": …}
+    stream, chat = front.records(2)
+    assert codes([stream]) == {"stream_truncated"}
+    error = chat["response"]["body"]["error"]
+    assert error.startswith("Client error '400 Bad Request' for url 'http://127.0.0.1:")
+    # the path inside the upstream's URL is no echo of this request's route
+    assert codes([chat]) == {"soft_error_200"}
+
+
+def test_an_upstream_that_is_not_there(mitmdump: Callable[..., Mitmdump], ors: Ors) -> None:
+    front = mitmdump([f"reverse:{ors.no_upstream.url}"], label="ors")
+    with (
+        sdk(front.url) as client,
+        pytest.raises(openai.APIError, match="All connection attempts failed"),
+    ):
+        list(client.responses.create(model="tiny", input=INPUT, stream=True))
+    with sdk(front.url + "/v1") as client:
+        soft = client.chat.completions.create(model="tiny", messages=HI)
+    assert soft.choices is None
+    stream, chat = front.records(2)
+    assert [e["data"] for e in stream["response"]["events"]] == [
+        {"type": "error", "error": {"message": "All connection attempts failed"}}
+    ]
+    assert chat["response"] == {**chat["response"], "status": 200,
+                                "body": {"error": "All connection attempts failed"}}  # fmt: skip
+    by_code = {r["code"]: r for r in diagnose([stream]).to_dict("records")}
+    assert set(by_code) == {"stream_error_event", "upstream_unreachable"}
+    assert "could not reach its own upstream" in by_code["upstream_unreachable"]["remedy"]
+    assert (
+        'error event 1 of 1: "All connection attempts failed"'
+        in (by_code["stream_error_event"]["evidence"])
+    )
+    assert codes([chat]) == {"soft_error_200", "upstream_unreachable"}
+
+
+def test_an_upstream_that_rejects_its_key(mitmdump: Callable[..., Mitmdump], ors: Ors) -> None:
+    front = mitmdump([f"reverse:{ors.rejected.url}"], label="ors")
+    with sdk(front.url) as client, pytest.raises(openai.APIError, match="Error from LLM API: 401"):
+        list(client.responses.create(model="tiny", input=INPUT, stream=True))
+    (rec,) = front.records(1)
+    assert rec["response"]["status"] == 200 and len(rec["response"]["events"]) == 1
+    (row,) = diagnose([rec]).to_dict("records")
+    assert row["code"] == "stream_error_event" and "Error from LLM API: 401" in row["summary"]
