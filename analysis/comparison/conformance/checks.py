@@ -1,0 +1,206 @@
+"""One record against every reference: the OpenAPI document, the SDK types, Open Responses
+and the stream grammars, plus what the real SDK made of it (`wirediff.analysis.comparison.breaks`).
+A problem is a `deviation`, unless a break of the same answer implicates it: then `breaking`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from wirediff._support import is_2xx
+from wirediff._types import Event, Record
+from wirediff.analysis.comparison import impact as sdk
+from wirediff.analysis.comparison.breaks import Break, implicates, record_breaks
+from wirediff.analysis.comparison.conformance import (
+    grammar,
+    open_responses,
+    openapi_check,
+    sdk_types,
+)
+from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.frames import transport_of
+from wirediff.record.tags import is_error_body
+
+__all__ = ["CONFORMANCE_COLUMNS", "RecordCheck", "check_records", "conformance", "record_problems"]
+
+CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
+WEBSOCKET_CLIENT_EVENT = "response.create"
+"""The client's frame on a Responses WebSocket: it starts a turn, it is not an answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCheck:
+    """What one record showed: the SDK's outcome, its breaks, and where it broke a rule."""
+
+    outcome: sdk.Outcome
+    breaks: tuple[Break, ...] = ()
+    paths: frozenset[str] = frozenset()
+    """Paths of its conformance problems (any source)."""
+    grammar: tuple[str, ...] = ()
+    """`path message` of its grammar problems (event differences are judged by them)."""
+
+
+def _stream_problems(record: Record, events: list[Event]) -> list[Problem]:
+    tags = record.get("tags") or {}
+    family = tags.get("family")
+    method = (record.get("request") or {}).get("method")
+    schemas = openapi_check.schemas_for(method, tags.get("endpoint"))
+    if family in ("chat.completions", "completions"):
+        body = (record.get("request") or {}).get("body")
+        options = body.get("stream_options") if isinstance(body, dict) else None
+        asked = isinstance(options, dict) and bool(options.get("include_usage"))
+        model = (
+            sdk_types.ROUTES.get(("POST", "/v1/completions")) if family == "completions" else None
+        )
+        out = openapi_check.chunk_problems(events, schemas[1]) if schemas and schemas[1] else []
+        out += (
+            sdk_types.chunk_problems(events, model) if model else sdk_types.chunk_problems(events)
+        )
+        return out + grammar.chat_grammar(events, asked and family == "chat.completions")
+    if family == "responses":
+        out = []
+        for turn in _turns(events):
+            out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
+            out += open_responses.event_problems(turn) + grammar.responses_grammar(turn)
+        return out
+    return []
+
+
+def _turns(events: list[Event]) -> list[list[Event]]:
+    """The server's events of each turn: one stream over SSE, one per `response.create` on a
+    WebSocket."""
+    turns: list[list[Event]] = [[]]
+    for ev in events:
+        data = ev.get("data")
+        if isinstance(data, dict) and data.get("type") == WEBSOCKET_CLIENT_EVENT:
+            if turns[-1]:
+                turns.append([])
+            continue
+        turns[-1].append(ev)
+    return [t for t in turns if t] or [[]]
+
+
+def record_problems(record: Record) -> list[Problem]:
+    """Everything wrong with one answer, by every reference that speaks to it."""
+    resp = record.get("response")
+    if not isinstance(resp, dict) or resp.get("truncated"):
+        return []
+    status = resp.get("status")
+    events = resp.get("events")
+    if transport_of(record) == "websocket" and events:
+        return _stream_problems(record, events)
+    if isinstance(status, int) and status >= 400:
+        return openapi_check.error_problems(resp)
+    if not is_2xx(status):
+        return []
+    if events is not None:
+        return _stream_problems(record, events)
+    tags = record.get("tags") or {}
+    method, endpoint = (record.get("request") or {}).get("method"), tags.get("endpoint")
+    schemas = openapi_check.schemas_for(method, endpoint)
+    body = resp.get("body")
+    if body is None:
+        return openapi_check.missing_body(schemas[0], resp) if schemas else []
+    out = openapi_check.body_problems(schemas[0] if schemas else None, body)
+    if schemas is None or is_error_body(body):
+        return out
+    model = sdk_types.body_model(endpoint, method)
+    out += sdk_types.body_problems(model, body) if model is not None else []
+    return out + open_responses.response_problems(body)
+
+
+def merge(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
+    """One problem per path, message and source, with how often it occurred (first kept)."""
+    seen: dict[tuple[str, str, str], list[Any]] = {}
+    for p in problems:
+        key = (p.path, p.message, p.source)
+        if key in seen:
+            seen[key][1] += 1
+        else:
+            seen[key] = [p, 1]
+    return [(p, n) for p, n in seen.values()]
+
+
+def _text(problem: Problem, count: int) -> str:
+    if problem.position is None:
+        return problem.message
+    where = (
+        f"event #{problem.position}" if count == 1 else f"{count} events, first #{problem.position}"
+    )
+    return f"{problem.message} ({where})"
+
+
+_interned: dict[Any, Any] = {}
+
+
+def _intern(value: Any) -> Any:
+    """One object per distinct value: records share a few sets of paths, hashed once."""
+    if len(_interned) >= 1 << 14:
+        _interned.clear()
+    return _interned.setdefault(value, value)
+
+
+def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, RecordCheck]]:
+    """The conformance frame (one row per distinct problem and per break of each record) and
+    what each record showed, for judging its divergences."""
+    rows: list[tuple[Any, ...]] = []
+    checks: dict[str, RecordCheck] = {}
+    for rec in records:
+        outcome = sdk.impact(rec)
+        breaks = record_breaks(rec, outcome)
+        problems = merge(record_problems(rec))
+        rid = rec["id"]
+        if not problems and not breaks:
+            checks[rid] = RecordCheck(outcome)
+            continue
+        tags = rec.get("tags") or {}
+        meta = (rid, rec.get("label"), "", "", rid, tags.get("family"), tags.get("endpoint"))
+        for problem, count in problems:
+            text = _text(problem, count)
+            cause = next((b for b in breaks if implicates(b, "conformance", problem.path)), None)
+            rows.append(
+                (
+                    *meta,
+                    "conformance",
+                    problem.path,
+                    "",
+                    text,
+                    "breaking" if cause else "deviation",
+                    problem.source,
+                    problem.pointer,
+                    cause.message if cause else "",
+                    f"`{problem.path}`: {text}",
+                )
+            )
+        for b in breaks:
+            rows.append(
+                (
+                    *meta,
+                    "client",
+                    b.probe,
+                    "",
+                    b.candidate,
+                    "breaking",
+                    sdk.SDK_SOURCE,
+                    "",
+                    b.message,
+                    b.message,
+                )
+            )
+        checks[rid] = RecordCheck(
+            outcome,
+            breaks,
+            _intern(frozenset(p.path for p, _ in problems)),
+            _intern(tuple(f"{p.path} {p.message}" for p, _ in problems if p.source == GRAMMAR)),
+        )
+    return pd.DataFrame.from_records(rows, columns=CONFORMANCE_COLUMNS), checks
+
+
+def conformance(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per distinct problem per record, and one `client` row per break; no
+    baseline needed."""
+    return check_records(records)[0]
