@@ -124,18 +124,18 @@ class Verdict:
 def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
     return [
         Verdict(
-            str(r.label),
-            str(r.role),
-            str(r.family),
-            str(r.transport),
-            str(r.verdict),
-            [str(x) for x in r.reasons],
-            int(r.breaking),
-            int(r.deviations),
-            int(r.cosmetic),
-            int(r.exchanges),
+            str(r["label"]),
+            str(r["role"]),
+            str(r["family"]),
+            str(r["transport"]),
+            str(r["verdict"]),
+            [str(x) for x in r["reasons"]],
+            int(r["breaking"]),
+            int(r["deviations"]),
+            int(r["cosmetic"]),
+            int(r["exchanges"]),
         )
-        for r in frame.itertuples(index=False)
+        for r in frame.to_dict("records")
     ]
 
 

@@ -110,7 +110,8 @@ def judge(
     if divergences.empty:
         judged = divergences.reindex(columns=DIVERGENCE_COLUMNS)
     else:
-        severities, evidence = [], []
+        severities: list[str] = []
+        evidence: list[str] = []
         rows = zip(
             *(
                 divergences[c].tolist()
@@ -121,13 +122,16 @@ def judge(
         for pair_id, *finding in rows:
             breaks, check, better = context.get(pair_id, ((), _NO_CHECK, False))
             key = (*finding, breaks, check.paths, check.grammar, better)
-            found = _judged.get(key)
-            if found is None:
+            verdict = _judged.get(key)
+            if verdict is None:
                 if len(_judged) >= MEMO_LIMIT:
                     _judged.clear()
-                found = _judged[key] = severity_of(tuple(finding), breaks, check, better)  # type: ignore[arg-type]
-            severities.append(found[0])
-            evidence.append(found[1])
+                kind, path, base_value, cand_value = finding
+                verdict = _judged[key] = severity_of(
+                    (kind, path, base_value, cand_value), breaks, check, better
+                )
+            severities.append(verdict[0])
+            evidence.append(verdict[1])
         judged = divergences.assign(severity=severities, evidence=evidence)
     if not client_rows:
         return judged

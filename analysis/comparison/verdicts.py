@@ -221,7 +221,7 @@ def verdicts(
     rows = []
     for key, cell_ex in ex.groupby(keys, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        label = key[0]
+        label = str(key[0])
         cell = grouped.get(key, located.iloc[0:0])
         counts = [int((cell["severity"] == s).sum()) for s in SEVERITIES]
         role = role_of.get(label, "capture")

@@ -90,19 +90,21 @@ def write_junit(gated: pd.DataFrame, out: str | os.PathLike[str]) -> Path:
         failures=str(int(rows["fails"].sum())),
         errors="0",
     )
-    for row in rows.itertuples(index=False):
+    for row in verdict_items(rows):
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"wirediff.{row.label}",
-            name=cell_name(row.family, row.transport),
+            classname=f"wirediff.{row['label']}",
+            name=cell_name(row["family"], row["transport"]),
         )
-        if row.fails:
-            reasons = list(row.reasons) or [row.verdict]
-            failure = ET.SubElement(case, "failure", message="; ".join(reasons), type=row.verdict)
+        if row["fails"]:
+            reasons = row["reasons"] or [row["verdict"]]
+            failure = ET.SubElement(
+                case, "failure", message="; ".join(reasons), type=row["verdict"]
+            )
             failure.text = "\n".join(reasons)
         else:
-            ET.SubElement(case, "system-out").text = row.verdict
+            ET.SubElement(case, "system-out").text = row["verdict"]
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
@@ -113,19 +115,19 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     """The verdict rows as JSON objects (`summary.schema.json`'s `verdict_row`)."""
     return [
         {
-            "label": r.label,
-            "role": r.role,
-            "family": r.family,
-            "transport": r.transport,
-            "verdict": r.verdict,
-            "reasons": list(r.reasons),
-            "breaking": int(r.breaking),
-            "deviations": int(r.deviations),
-            "cosmetic": int(r.cosmetic),
-            "exchanges": int(r.exchanges),
-            **({"fails": bool(r.fails)} if "fails" in gated.columns else {}),
+            "label": str(r["label"]),
+            "role": str(r["role"]),
+            "family": str(r["family"]),
+            "transport": str(r["transport"]),
+            "verdict": str(r["verdict"]),
+            "reasons": [str(x) for x in r["reasons"]],
+            "breaking": int(r["breaking"]),
+            "deviations": int(r["deviations"]),
+            "cosmetic": int(r["cosmetic"]),
+            "exchanges": int(r["exchanges"]),
+            **({"fails": bool(r["fails"])} if "fails" in r else {}),
         }
-        for r in gated.itertuples(index=False)
+        for r in gated.to_dict("records")
     ]
 
 
@@ -161,19 +163,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(
         f"{linked} replayed exchanges compared against {len(baseline)} baseline exchanges; the gate fails on {what}"
     )
-    for row in gated.itertuples(index=False):
-        mark = "FAIL" if row.fails else ("base" if row.role != "candidate" else "ok")
-        reason = row.reasons[0] if len(row.reasons) else ""
-        print(
-            f"  {mark:<4}  {row.label:<12} {cell_name(row.family, row.transport):<24} {row.verdict:<27} {reason}"
-        )
+    items = verdict_items(gated)
+    for row in items:
+        mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
+        reason = row["reasons"][0] if row["reasons"] else ""
+        name = cell_name(row["family"], row["transport"])
+        print(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}")
     if args.json:
         doc = {
             "format": CHECK_FORMAT,
             "passed": bool(passed),
             "fail_on_severity": args.fail_on_severity,
             "fail_on": list(fail_on),
-            "verdicts": verdict_items(gated),
+            "verdicts": items,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
@@ -184,14 +186,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if passed:
         print("compatible: no candidate fails the gate")
         return 0
-    failing = gated[gated["fails"]]
-    print(
-        "not compatible: "
-        + ", ".join(
-            f"{r.label} {cell_name(r.family, r.transport)} ({r.verdict})"
-            for r in failing.itertuples()
-        )
-    )
+    failing = [
+        f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
+        for r in items
+        if r["fails"]
+    ]
+    print("not compatible: " + ", ".join(failing))
     return 1
 
 

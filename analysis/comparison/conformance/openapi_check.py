@@ -79,13 +79,15 @@ def _problems(
 
 
 def _misplaced_error(
-    doc: JSON, schema: str, prefix: str, position: int | None = None
+    doc: JSON, schema: str | None, prefix: str, position: int | None = None
 ) -> list[Problem]:
-    """An error where an answer belongs: one problem, then the error object's own."""
+    """An error in a 2xx answer (where `schema` belongs, if the route has one): one
+    problem, then the error object's own."""
     where = join(prefix, "error")
-    message = f"an error where {schema} belongs: {error_message(doc)}"
+    belongs = f"where {schema} belongs" if schema else "in a 2xx answer"
+    message = f"an error {belongs}: {error_message(doc)}"
     return [
-        Problem(where, message, _source(), f"{SCHEMAS}/{schema}", position),
+        Problem(where, message, _source(), f"{SCHEMAS}/{schema or ERROR_SCHEMA}", position),
         *_problems(issues(ERROR_SCHEMA, doc), prefix, position),
     ]
 
@@ -98,11 +100,9 @@ def body_problems(schema: str | None, body: JSON) -> list[Problem]:
 
 
 def missing_body(schema: str, resp: dict[str, Any]) -> list[Problem]:
-    what = (
-        "no body"
-        if resp.get("text") is None and resp.get("b64") is None
-        else "a body that is not JSON"
-    )
+    """A 2xx without the JSON body its route's schema describes."""
+    empty = resp.get("text") is None and resp.get("b64") is None
+    what = "no body" if empty else "a body that is not JSON"
     return [Problem("body", f"{what} where {schema} belongs", _source(), f"{SCHEMAS}/{schema}")]
 
 
