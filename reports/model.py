@@ -206,7 +206,7 @@ class ReportModel:
 
     @property
     def filter_kinds(self) -> list[str]:
-        return [k.kind for k in self.kinds]
+        return sorted((k.kind for k in self.kinds), key=kind_order)
 
 
 def build(

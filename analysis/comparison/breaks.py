@@ -184,8 +184,8 @@ def implicates(brk: Break, kind: str, path: str, baseline: str = "", candidate: 
         return "usage" in parts or (kind == "event_missing" and path == "events[chunk.usage]")
     if brk.rule == ARGUMENTS:
         return "arguments" in parts or "tool_calls" in parts
-    if kind.startswith("event_"):
-        label = _LABEL.match(path)
+    label = _LABEL.match(path)
+    if kind.startswith("event_") or (label and label.end() == len(path)):
         labels = {label.group(1) if label else "", baseline, candidate}
         return any(x.rstrip("+") in brk.names for x in labels if x)
     return bool(parts) and parts[-1] in brk.names

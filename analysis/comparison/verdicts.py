@@ -210,7 +210,9 @@ def verdicts(
     baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())
     place = ex.set_index("id")[list(by)]
     located = (
-        findings.join(place, on="candidate_id", how="inner", rsuffix="_x")
+        findings.drop(columns=[c for c in by if c in findings.columns]).merge(
+            place, left_on="candidate_id", right_index=True, how="inner"
+        )
         if len(findings)
         else findings
     )

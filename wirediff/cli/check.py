@@ -58,7 +58,9 @@ def gate(
         transport=exchanges["transport"].fillna("http").astype(str),
     ).set_index("id")[["family", "transport"]]
     located = (
-        findings.drop(columns=["family"]).join(place, on="candidate_id", how="inner")
+        findings.drop(columns=["family"]).merge(
+            place, left_on="candidate_id", right_index=True, how="inner"
+        )
         if len(findings)
         else None
     )

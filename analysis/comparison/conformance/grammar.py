@@ -67,7 +67,8 @@ def _cut(events: list[Event]) -> list[Problem]:
 
 
 def chat_grammar(events: list[Event], include_usage: bool) -> list[Problem]:
-    """`[DONE]` last and nothing after it; the usage chunk iff asked; arguments parse."""
+    """`[DONE]` last and nothing after it; the usage chunk iff asked (unless an error event
+    ended the stream); arguments parse."""
     out = _cut(events)
     done = next((i for i, ev in enumerate(events) if ev.get("data") == DONE), None)
     if done is None and not out:
@@ -82,8 +83,9 @@ def chat_grammar(events: list[Event], include_usage: bool) -> list[Problem]:
         for i, ev in enumerate(events)
         if isinstance(ev.get("data"), dict) and "error" not in ev["data"]
     ]
+    ended = len(chunks) < sum(isinstance(ev.get("data"), dict) for ev in events)
     usage = [i for i, data in chunks if data.get("choices") == [] and data.get("usage")]
-    if include_usage and not usage and chunks and not out:
+    if include_usage and not usage and chunks and not out and not ended:
         out.append(
             _problem(
                 "usage-chunk",
