@@ -341,25 +341,27 @@ def _events_key(events: list[Any]) -> Iterator[Any]:
     """Event names and structures with runs of equal ones collapsed, then each stream's
     joined tool arguments (fragments are not JSON; their concatenation must be)."""
     previous: Any = None
-    joined: dict[Any, str] = {}
+    joined: dict[str, str] = {}
     for ev in events:
         if not isinstance(ev, dict):
             continue
         data = ev.get("data")
-        shaped = (ev.get("event"), _data_key(data))
+        name = ev.get("event")
+        shaped = (name if isinstance(name, str) else None, _data_key(data))
         if isinstance(data, dict):
-            for choice in data.get("choices") or ():
+            choices = data.get("choices")
+            for choice in choices if isinstance(choices, list) else ():
                 delta = choice.get("delta") if isinstance(choice, dict) else None
                 calls = delta.get("tool_calls") if isinstance(delta, dict) else None
                 for call in calls if isinstance(calls, list) else ():
                     fn = call.get("function") if isinstance(call, dict) else None
                     fragment = fn.get("arguments") if isinstance(fn, dict) else None
                     if isinstance(fragment, str):
-                        index = call.get("index")
+                        index = str(call.get("index"))
                         joined[index] = joined.get(index, "") + fragment
             delta_text = data.get("delta")
             if isinstance(delta_text, str) and "arguments" in str(data.get("type")):
-                item = data.get("item_id")
+                item = str(data.get("item_id"))
                 joined[item] = joined.get(item, "") + delta_text
         if shaped != previous:
             yield shaped

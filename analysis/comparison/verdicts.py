@@ -2,7 +2,8 @@
 family (and transport, where a family has several), and why not.
 
 `compatible` (nothing above cosmetic), `compatible with deviations`, `breaking` (any breaking
-finding, or one endpoint of the family not implemented while others work), `unsupported`
+finding, one endpoint of the family not implemented while others work, or nothing in the cell
+succeeded), `unsupported`
 (nothing in the cell succeeded and every failure is route-level: 404/405/501 not about a
 model, an error in a 2xx, a refused WebSocket upgrade). Each verdict carries its top reasons,
 worst and most frequent first, headers last, in the server's or the SDK's words. The
@@ -147,7 +148,9 @@ def _finding_reasons(cell: pd.DataFrame) -> list[str]:
 
 def _first_answer(part: pd.DataFrame, records_by_id: Mapping[str, Record]) -> str:
     first = records_by_id.get(part["id"].iloc[0]) or {}
-    status = (first.get("response") or {}).get("status")
+    status = (first.get("response") or {}).get("status") or (first.get("error") or {}).get(
+        "kind", "no answer"
+    )
     words = server_words(first)
     return f"{status}" + (f": {words}" if words else "")
 
@@ -157,6 +160,14 @@ def _unsupported(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[
         f"{method} {endpoint}: not here ({_first_answer(part, records_by_id)})"
         for (method, endpoint), part in ex.groupby(["method", "endpoint"], sort=True)
     ][:MAX_REASONS]
+
+
+def _failed(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[str]:
+    """Nothing in the cell succeeded: what each endpoint answered."""
+    return [
+        f"{method} {endpoint}: failed ({_first_answer(part, records_by_id)})"
+        for (method, endpoint), part in ex.groupby(["method", "endpoint"], sort=True)
+    ]
 
 
 def _not_implemented(
@@ -206,7 +217,12 @@ def verdicts(
     )
     ex = ex.assign(outcome=exchange_outcomes(ex, findings, records_by_id))
     ex = ex[ex["outcome"] != SKIPPED]
-    ex = ex.assign(route_failure=ex["outcome"] == UNSUPPORTED)
+    status = pd.to_numeric(ex["status"], errors="coerce")
+    ex = ex.assign(
+        route_failure=ex["outcome"] == UNSUPPORTED,
+        succeeded=(((status >= 200) & (status < 300)) | (status == 101)).fillna(False).astype(bool)
+        & ~ex["soft_error"].eq(True),
+    )
     baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())
     place = ex.set_index("id")[list(by)]
     located = (
@@ -231,13 +247,10 @@ def verdicts(
             verdict = UNSUPPORTED
             reasons = _unsupported(cell_ex, records_by_id)
         else:
-            missing = (
-                _not_implemented(
-                    cell_ex, records_by_id, baseline_ok if role == "candidate" else None
-                )
-                if role == "candidate"
-                else []
-            )
+            missing = _not_implemented(cell_ex, records_by_id, baseline_ok)
+            missing = missing if role == "candidate" else []
+            if not cell_ex["succeeded"].any():
+                missing = _failed(cell_ex, records_by_id) + missing
             verdict = (
                 "breaking"
                 if missing or counts[0]

@@ -103,14 +103,15 @@ def _arguments(chunks: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
     first: dict[tuple[Any, Any], int] = {}
     broken: dict[tuple[Any, Any], str] = {}
     for i, data in chunks:
-        for choice in data.get("choices") or ():
+        choices = data.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
             calls = delta.get("tool_calls") if isinstance(delta, dict) else None
             for call in calls if isinstance(calls, list) else ():
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or "arguments" not in fn:
                     continue
-                key = (choice.get("index"), call.get("index"))
+                key = (str(choice.get("index")), str(call.get("index")))
                 first.setdefault(key, i)
                 if isinstance(fn["arguments"], str):
                     joined.setdefault(key, []).append(fn["arguments"])
