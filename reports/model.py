@@ -18,8 +18,8 @@ import pandas as pd
 
 from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES
+from wirediff.analysis.comparison.verdicts import FAMILIES, exchange_outcomes, roles, verdicts
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
-from wirediff.analysis.comparison.verdicts import exchange_outcomes, roles, verdicts
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
 from wirediff.reports.findings import (
@@ -55,19 +55,6 @@ OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", "skipped")
 """What one exchange came to: no finding (`ok`), its worst finding's severity, a route-level
 failure, or a replay step not sent."""
 SKIPPED = "skipped"
-FAMILIES = (
-    "chat.completions",
-    "responses",
-    "completions",
-    "models",
-    "embeddings",
-    "files",
-    "audio",
-    "images",
-    "moderations",
-    "batches",
-    "other",
-)
 DEFAULT_MAX_EXAMPLES = 3
 """Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60

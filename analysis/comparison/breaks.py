@@ -64,13 +64,17 @@ class Break:
 
 
 def server_words(record: Record) -> str:
-    """The server's own error message in an answer (body, error event or text), shortened."""
+    """The server's own error message in an answer (an error object's `message`, a bare
+    `message` or FastAPI's `detail`, an error event, or the text), shortened."""
     resp = record.get("response") or {}
     doc = resp.get("body")
     for ev in resp.get("events") or ():
         if isinstance(ev, dict) and is_error_body(ev.get("data")):
             doc = ev["data"]
             break
+    if isinstance(doc, dict) and "error" not in doc:
+        said = doc.get("message") or doc.get("detail")
+        doc = said if isinstance(said, str) else None
     if doc is None:
         doc = resp.get("text")
     return clip(error_message(doc), WORDS) if doc not in (None, "") else ""
@@ -181,7 +185,7 @@ def implicates(brk: Break, kind: str, path: str, baseline: str = "", candidate: 
         return brk.rule in (RAISES, LOST, FAILURE)
     parts = segments(path)
     if brk.rule == USAGE:
-        return "usage" in parts or (kind == "event_missing" and path == "events[chunk.usage]")
+        return "usage" in parts or path == "events[chunk.usage]"
     if brk.rule == ARGUMENTS:
         return "arguments" in parts or "tool_calls" in parts
     label = _LABEL.match(path)

@@ -22,6 +22,7 @@ from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 
 __all__ = [
+    "FAMILIES",
     "ROLES",
     "VERDICTS",
     "VERDICT_COLUMNS",
@@ -46,6 +47,20 @@ VERDICT_COLUMNS = [
     "exchanges",
 ]
 ROLES = ("baseline", "candidate", "capture")
+FAMILIES = (
+    "chat.completions",
+    "responses",
+    "completions",
+    "models",
+    "embeddings",
+    "files",
+    "audio",
+    "images",
+    "moderations",
+    "batches",
+    "other",
+)
+"""The order families are listed in."""
 MAX_REASONS = 3
 SKIPPED = "skipped"
 UNSUPPORTED = "unsupported"
@@ -275,5 +290,9 @@ def verdicts(
         ],
     )
     out["_role"] = out["role"].map(ROLES.index)
-    out = out.sort_values(["_role", "label", *by], kind="stable").drop(columns="_role")
+    order = ["_role", "label", *by]
+    if "family" in by:
+        out["_family"] = out["family"].map(lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
+        order = ["_role", "label", "_family", *by]
+    out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
     return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
