@@ -349,7 +349,7 @@ def test_summary_json_matches_its_schema() -> None:
     assert ollama_chat["reasons"][0].startswith(
         "`client.chat.completions.create()`: tool-call arguments are not a string (dict)"
     )
-    assert (ollama_chat["breaking"], ollama_chat["exchanges"]) == (7, 3)
+    assert (ollama_chat["breaking"], ollama_chat["cosmetic"], ollama_chat["exchanges"]) == (8, 1, 3)
     assert by_label["ollama"]["divergences_by_kind"]["event_missing"] == 2
     cell = next(
         c
