@@ -98,8 +98,18 @@ def test_demo_writes_the_report_and_leaks_no_key(
         assert {r["replay_of"] for r in replays} == ids
     summary = json.loads((out / "summary.json").read_text())
     verdicts = {b["label"]: b["verdicts"] for b in summary["backends"]}
-    assert verdicts["openai"] == {"chat.completions": "pass", "responses": "pass"}
+    assert verdicts["openai"] == {"chat.completions": "compatible", "responses": "compatible"}
     assert verdicts["lmstudio"]["responses"] == "unsupported"
+    # the drop-in verdicts, printed one line per backend and family, as the report opens
+    printed = proc.stdout.split("drop-in verdicts (the report opens with them):\n", 1)[1]
+    lines = printed.splitlines()[: len(summary["verdicts"])]
+    assert [line.split()[:2] for line in lines] == [
+        [v["label"], v["family"]] for v in summary["verdicts"]
+    ]
+    assert lines[0].split()[2] == "compatible"
+    assert "lmstudio  responses          unsupported — POST /v1/responses: not here" in printed
+    report = (out / "report.html").read_text()
+    assert report.index('id="verdicts"') < report.index('id="summary"')
     assert {d["code"] for d in summary["diagnoses"]} >= {
         "soft_error_200",
         "endpoint_not_implemented",
