@@ -22,7 +22,9 @@ def transport_of(record: Record) -> str:
     if isinstance(tagged, str) and tagged:
         return tagged
     req = record.get("request")
-    for name, value in (req.get("headers") or ()) if isinstance(req, dict) else ():
+    if not isinstance(req, dict) or req.get("method") != "GET":  # an upgrade is a GET
+        return HTTP
+    for name, value in req.get("headers") or ():
         if str(name).lower() == "upgrade" and str(value).lower() == "websocket":
             return WEBSOCKET
     return HTTP

@@ -68,10 +68,16 @@ class Outcome:
     """Which call observed each key: `("usage", "client.chat.completions.create(stream=True)")`."""
 
     def get(self, key: str) -> str | None:
-        return dict(self.observed).get(key)
+        for k, v in self.observed:
+            if k == key:
+                return v
+        return None
 
     def probe_of(self, key: str) -> str:
-        return dict(self.probes).get(key, "")
+        for k, v in self.probes:
+            if k == key:
+                return v
+        return ""
 
 
 @dataclass
@@ -343,30 +349,36 @@ def _events_key(events: list[Any]) -> Iterator[Any]:
     previous: Any = None
     joined: dict[str, str] = {}
     for ev in events:
-        if not isinstance(ev, dict):
+        if type(ev) is not dict:
             continue
         data = ev.get("data")
         name = ev.get("event")
-        shaped = (name if isinstance(name, str) else None, _data_key(data))
-        if isinstance(data, dict):
-            choices = data.get("choices")
-            for choice in choices if isinstance(choices, list) else ():
-                delta = choice.get("delta") if isinstance(choice, dict) else None
-                calls = delta.get("tool_calls") if isinstance(delta, dict) else None
-                for call in calls if isinstance(calls, list) else ():
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    fragment = fn.get("arguments") if isinstance(fn, dict) else None
-                    if isinstance(fragment, str):
-                        index = str(call.get("index"))
-                        joined[index] = joined.get(index, "") + fragment
-            delta_text = data.get("delta")
-            if isinstance(delta_text, str) and "arguments" in str(data.get("type")):
+        if type(data) is dict:
+            shaped = (name if type(name) is str else None, structure(data))
+            if "choices" in data:
+                _chat_arguments(data["choices"], joined)
+            elif type(data.get("delta")) is str and "arguments" in str(data.get("type")):
                 item = str(data.get("item_id"))
-                joined[item] = joined.get(item, "") + delta_text
+                joined[item] = joined.get(item, "") + data["delta"]
+        else:
+            shaped = (name if type(name) is str else None, _data_key(data))
         if shaped != previous:
             yield shaped
         previous = shaped
     yield ("arguments", tuple(sorted(_kind_of_arguments(v) for v in joined.values())))
+
+
+def _chat_arguments(choices: Any, joined: dict[str, str]) -> None:
+    """Add a chunk's tool-call argument fragments to each call's text so far."""
+    for choice in choices if type(choices) is list else ():
+        delta = choice.get("delta") if type(choice) is dict else None
+        calls = delta.get("tool_calls") if type(delta) is dict else None
+        for call in calls if type(calls) is list else ():
+            fn = call.get("function") if type(call) is dict else None
+            fragment = fn.get("arguments") if type(fn) is dict else None
+            if type(fragment) is str:
+                index = str(call.get("index"))
+                joined[index] = joined.get(index, "") + fragment
 
 
 def _key(record: Record) -> tuple[Any, ...] | None:

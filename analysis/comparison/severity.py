@@ -17,7 +17,7 @@ import pandas as pd
 
 from wirediff._support import is_2xx
 from wirediff._types import Record
-from wirediff.analysis.comparison.breaks import Break, implicates, pair_breaks
+from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.impact import SDK_SOURCE, Outcome
@@ -77,6 +77,25 @@ def _failed(record: Record | None) -> bool:
     return not is_2xx(resp.get("status")) or bool((record or {}).get("tags", {}).get("soft_error"))
 
 
+_pairs: dict[tuple[Outcome, Outcome], tuple[Break, ...]] = {}
+
+
+def _pair_breaks(base: Record, cand: Record, b: RecordCheck, c: RecordCheck) -> tuple[Break, ...]:
+    """`pair_breaks`, remembered per pair of outcomes unless a raise quotes the server."""
+    if not cand.get("response"):
+        return pair_breaks(base, cand, b.outcome, c.outcome)
+    key = (b.outcome, c.outcome)
+    found = _pairs.get(key)
+    if found is None:
+        found = pair_breaks(base, cand, b.outcome, c.outcome)
+        if any(brk.rule == RAISES for brk in found):
+            return found
+        if len(_pairs) >= MEMO_LIMIT:
+            _pairs.clear()
+        _pairs[key] = found
+    return found
+
+
 def _client_row(meta: tuple[Any, ...], brk: Break) -> tuple[Any, ...]:
     finding = (brk.probe, brk.baseline, brk.candidate, "breaking", SDK_SOURCE, "", brk.message)
     return (*meta, "client", *finding, brk.message)
@@ -101,9 +120,7 @@ def judge(
         b_check, c_check = checks.get(bid, _NO_CHECK), checks.get(cid, _NO_CHECK)
         alone = {(b.rule, b.probe) for b in c_check.breaks}
         found = tuple(
-            b
-            for b in pair_breaks(base, cand, b_check.outcome, c_check.outcome)
-            if (b.rule, b.probe) not in alone
+            b for b in _pair_breaks(base, cand, b_check, c_check) if (b.rule, b.probe) not in alone
         )
         client_rows += [_client_row(meta, brk) for brk in found]
         context[pair_id] = (c_check.breaks + found, c_check, _failed(base) and not _failed(cand))

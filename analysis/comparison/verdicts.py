@@ -63,6 +63,7 @@ FAMILIES = (
 """The order families are listed in."""
 MAX_REASONS = 3
 SKIPPED = "skipped"
+RANKS = {s: severity_rank(s) for s in SEVERITIES}
 UNSUPPORTED = "unsupported"
 ROUTE_STATUSES = frozenset({404, 405, 501})
 _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
@@ -110,7 +111,7 @@ def exchange_outcomes(
     severity of its findings, or `ok`."""
     worst: dict[str, int] = {}
     if len(findings):
-        ranks = findings["severity"].map(severity_rank)
+        ranks = findings["severity"].map(RANKS).fillna(len(SEVERITIES))
         for cid, rank in zip(findings["candidate_id"].tolist(), ranks.tolist(), strict=True):
             if rank < worst.get(cid, len(SEVERITIES)):
                 worst[cid] = rank
@@ -142,7 +143,7 @@ def _finding_reasons(cell: pd.DataFrame) -> list[str]:
         return []
     top = (
         cell.assign(
-            _rank=cell["severity"].map(severity_rank),
+            _rank=cell["severity"].map(RANKS).fillna(len(SEVERITIES)),
             _header=cell["kind"] == "header",
             _text=cell["evidence"].where(cell["evidence"] != "", cell["message"]),
         )

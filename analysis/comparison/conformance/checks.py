@@ -20,9 +20,10 @@ from wirediff.analysis.comparison.conformance import (
     openapi_check,
     sdk_types,
 )
-from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem
+from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem, remembered
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.frames import transport_of
+from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 
 __all__ = ["CONFORMANCE_COLUMNS", "RecordCheck", "check_records", "conformance", "record_problems"]
@@ -44,28 +45,36 @@ class RecordCheck:
     """`path message` of its grammar problems (event differences are judged by them)."""
 
 
-def _stream_problems(record: Record, events: list[Event]) -> list[Problem]:
+def _include_usage(record: Record) -> bool:
+    body = (record.get("request") or {}).get("body")
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[Problem]:
+    """A stream against the references (`rules` false) or against its grammar (true)."""
     tags = record.get("tags") or {}
     family = tags.get("family")
-    method = (record.get("request") or {}).get("method")
-    schemas = openapi_check.schemas_for(method, tags.get("endpoint"))
     if family in ("chat.completions", "completions"):
-        body = (record.get("request") or {}).get("body")
-        options = body.get("stream_options") if isinstance(body, dict) else None
-        asked = isinstance(options, dict) and bool(options.get("include_usage"))
-        model = (
-            sdk_types.ROUTES.get(("POST", "/v1/completions")) if family == "completions" else None
-        )
-        out = openapi_check.chunk_problems(events, schemas[1]) if schemas and schemas[1] else []
-        out += (
+        if rules:
+            return grammar.chat_grammar(
+                events, _include_usage(record) and family == "chat.completions"
+            )
+        method = (record.get("request") or {}).get("method")
+        schemas = openapi_check.schemas_for(method, tags.get("endpoint"))
+        model = sdk_types.ROUTES[("POST", "/v1/completions")] if family == "completions" else None
+        found = openapi_check.chunk_problems(events, schemas[1]) if schemas and schemas[1] else []
+        return found + (
             sdk_types.chunk_problems(events, model) if model else sdk_types.chunk_problems(events)
         )
-        return out + grammar.chat_grammar(events, asked and family == "chat.completions")
     if family == "responses":
-        out = []
+        out: list[Problem] = []
         for turn in _turns(events):
-            out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
-            out += open_responses.event_problems(turn) + grammar.responses_grammar(turn)
+            if rules:
+                out += grammar.responses_grammar(turn)
+            else:
+                out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
+                out += open_responses.event_problems(turn)
         return out
     return []
 
@@ -84,21 +93,54 @@ def _turns(events: list[Event]) -> list[list[Event]]:
     return [t for t in turns if t] or [[]]
 
 
-def record_problems(record: Record) -> list[Problem]:
-    """Everything wrong with one answer, by every reference that speaks to it."""
-    resp = record.get("response")
-    if not isinstance(resp, dict) or resp.get("truncated"):
-        return []
-    status = resp.get("status")
+def _stream_of(record: Record) -> list[Event] | None:
+    """The events checked as a stream: a 2xx SSE answer's, or a WebSocket's."""
+    resp = record.get("response") or {}
     events = resp.get("events")
-    if transport_of(record) == "websocket" and events:
-        return _stream_problems(record, events)
+    if events and transport_of(record) == "websocket":
+        return list(events)
+    status = resp.get("status")
+    if events is None or not is_2xx(status):
+        return None
+    return list(events)
+
+
+def _answer_key(record: Record) -> tuple[Any, ...]:
+    """What the references' verdict on a record depends on: its route, status and the
+    structure of its answer, event by event (positions count; texts do not)."""
+    resp = record["response"]
+    tags = record.get("tags") or {}
+    events = resp.get("events")
+    if events is not None:
+        answer: Any = tuple(
+            (structure(d) if type(d) in (dict, list) else d, bool(ev.get("partial")))
+            for ev in events
+            for d in (ev.get("data"),)
+        )
+    elif resp.get("body") is not None:
+        answer = ("body", structure(resp["body"]))
+    else:
+        answer = ("text", resp.get("text"), resp.get("b64") is not None)
+    return (
+        (record.get("request") or {}).get("method"),
+        tags.get("endpoint"),
+        tags.get("family"),
+        resp.get("status"),
+        transport_of(record),
+        answer,
+    )
+
+
+def _reference_problems(record: Record) -> list[Problem]:
+    resp = record["response"]
+    status = resp.get("status")
+    stream = _stream_of(record)
+    if stream is not None:
+        return _stream_problems(record, stream, rules=False)
     if isinstance(status, int) and status >= 400:
         return openapi_check.error_problems(resp)
     if not is_2xx(status):
         return []
-    if events is not None:
-        return _stream_problems(record, events)
     tags = record.get("tags") or {}
     method, endpoint = (record.get("request") or {}).get("method"), tags.get("endpoint")
     schemas = openapi_check.schemas_for(method, endpoint)
@@ -111,6 +153,20 @@ def record_problems(record: Record) -> list[Problem]:
     model = sdk_types.body_model(endpoint, method)
     out += sdk_types.body_problems(model, body) if model is not None else []
     return out + open_responses.response_problems(body)
+
+
+_by_answer: dict[tuple[Any, ...], list[Problem]] = {}
+
+
+def record_problems(record: Record) -> list[Problem]:
+    """Everything wrong with one answer, by every reference that speaks to it (remembered
+    per answer structure) and by its stream grammar."""
+    resp = record.get("response")
+    if not isinstance(resp, dict) or resp.get("truncated"):
+        return []
+    found = remembered(_by_answer, _answer_key(record), lambda: _reference_problems(record))
+    stream = _stream_of(record)
+    return found + _stream_problems(record, stream, rules=True) if stream is not None else found
 
 
 def merge(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
