@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -109,12 +110,10 @@ def exchange_outcomes(
 ) -> list[str]:
     """Per exchange: `skipped`, `unsupported` (a route-level failure), else the worst
     severity of its findings, or `ok`."""
-    worst: dict[str, int] = {}
+    worst: dict[Any, int] = {}
     if len(findings):
         ranks = findings["severity"].map(RANKS).fillna(len(SEVERITIES))
-        for cid, rank in zip(findings["candidate_id"].tolist(), ranks.tolist(), strict=True):
-            if rank < worst.get(cid, len(SEVERITIES)):
-                worst[cid] = rank
+        worst = ranks.groupby(findings["candidate_id"].to_numpy()).min().astype(int).to_dict()
     out = []
     for rid, kind, status, soft in zip(
         exchanges["id"].tolist(),

@@ -200,6 +200,23 @@ def _intern(value: Any) -> Any:
     return _interned.setdefault(value, value)
 
 
+_breaks: dict[tuple[int, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]]] = {}
+
+
+def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
+    """`record_breaks`, remembered per outcome and what the request asked."""
+    body = (record.get("request") or {}).get("body")
+    stream = isinstance(body, dict) and body.get("stream") is True
+    status = (record.get("response") or {}).get("status")
+    key = (id(outcome), stream, _include_usage(record), is_2xx(status))
+    found = _breaks.get(key)
+    if found is None or found[0] is not outcome:
+        if len(_breaks) >= 1 << 14:
+            _breaks.clear()
+        found = _breaks[key] = (outcome, record_breaks(record, outcome))
+    return found[1]
+
+
 def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, RecordCheck]]:
     """The conformance frame (one row per distinct problem and per break of each record) and
     what each record showed, for judging its divergences."""
@@ -207,7 +224,7 @@ def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, Re
     checks: dict[str, RecordCheck] = {}
     for rec in records:
         outcome = sdk.impact(rec)
-        breaks = record_breaks(rec, outcome)
+        breaks = _record_breaks(rec, outcome)
         problems = merge(record_problems(rec))
         rid = rec["id"]
         if not problems and not breaks:
