@@ -180,6 +180,8 @@ def fold_findings(
     ):
         examples.setdefault(int(g), []).append(Example(pid, bid, cid, timeline_of.get(pid)))
     firsts = keyed[rank == 0]
+    # the same finding may be explained in other words per exchange: one, whatever the order
+    evidence = keyed["evidence"].groupby(group).min().tolist()
     out = []
     for g, row in zip(group[rank == 0], firsts.itertuples(index=False), strict=True):
         out.append(
@@ -199,7 +201,7 @@ def fold_findings(
                 examples=examples[int(g)],
                 source=row.source,
                 schema_pointer=row.schema_pointer,
-                evidence=row.evidence,
+                evidence=evidence[int(g)],
             )
         )
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -196,6 +196,11 @@ class ReportModel:
         return sorted((k.kind for k in self.kinds), key=kind_order)
 
 
+def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
+    """Exchange outcomes counted, in `OUTCOMES` order."""
+    return {o: int(counts[o]) for o in OUTCOMES if o in counts}
+
+
 def build(
     analysis: AnalysisLike,
     diagnoses: pd.DataFrame,
@@ -242,6 +247,9 @@ def build(
         for _, endpoint in endpoints
     }
     sizes = ex.groupby(["label", "endpoint", "outcome"]).size().reset_index(name="n")
+    sizes = sizes.assign(_o=sizes["outcome"].map(OUTCOMES.index)).sort_values(
+        ["label", "endpoint", "_o"]
+    )
     for lab, endpoint, what, n in zip(
         *(sizes[c].astype(str).tolist() for c in ("label", "endpoint", "outcome")),
         sizes["n"].tolist(),
@@ -295,7 +303,7 @@ def build(
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
                 {k: kinds[k] for k in sorted(kinds, key=kind_order)},
                 families,
-                {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
+                _in_order(part["outcome"].value_counts().to_dict()),
             )
         )
 

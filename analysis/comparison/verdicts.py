@@ -147,7 +147,7 @@ def _finding_reasons(cell: pd.DataFrame) -> list[str]:
             _text=cell["evidence"].where(cell["evidence"] != "", cell["message"]),
         )
         .groupby(["_rank", "_header", "kind", "path"], sort=False)
-        .agg(n=("kind", "size"), text=("_text", "first"))
+        .agg(n=("kind", "size"), text=("_text", "min"))
         .reset_index()
         .sort_values(["_rank", "_header", "n"], ascending=[True, True, False], kind="stable")
     )

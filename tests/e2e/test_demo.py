@@ -21,11 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.conftest import ROOT
 from wirediff.cli.demo import CANDIDATES, DEMO_KEY
 from wirediff.record.store import load_records
+from wirediff.reports.render import SCHEMA_PATH
 
 pytestmark = pytest.mark.e2e
 WIREDIFF = str(Path(sys.executable).with_name("wirediff"))
@@ -110,6 +112,8 @@ def test_demo_writes_the_report_and_leaks_no_key(
     assert "lmstudio  responses          unsupported — POST /v1/responses: not here" in printed
     report = (out / "report.html").read_text()
     assert report.index('id="verdicts"') < report.index('id="summary"')
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert not list(jsonschema.Draft202012Validator(schema).iter_errors(summary))
     assert {d["code"] for d in summary["diagnoses"]} >= {
         "soft_error_200",
         "endpoint_not_implemented",
