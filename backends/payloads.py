@@ -177,6 +177,21 @@ def chat_chunks(prof: Profile, model: str, plan: Plan, include_usage: bool) -> l
 # --- responses ----------------------------------------------------------------------------
 
 
+def _echoed_tools(r: Profile, tools: Any) -> list[Any]:
+    """The request's tools as the Response echoes them: where the profile says so, function
+    tools carry `strict` (the request's, else the profile's default)."""
+    out = list(tools) if isinstance(tools, list) else []
+    default = r.get("tool_strict_default")
+    if default is None:
+        return out
+    return [
+        {**t, "strict": t.get("strict", default)}
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("strict") is None
+        else t
+        for t in out
+    ]
+
+
 @dataclass
 class ResponseBuild:
     """Everything one Responses answer needs: the final object, its items and ids."""
@@ -251,7 +266,7 @@ def build_response(
         "temperature": body.get("temperature", 1.0),
         "text": body.get("text"),
         "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") or [],
+        "tools": _echoed_tools(r, body.get("tools")),
         "top_logprobs": body.get("top_logprobs", 0),
         "top_p": body.get("top_p", 1.0),
         "truncation": body.get("truncation", "disabled"),

@@ -1,5 +1,6 @@
-"""How does the analysis scale? load + pair + divergences + conformance + diagnoses on 1k,
-10k and 100k exchanges, against the time it takes just to parse the JSONL.
+"""How does the analysis scale? load + pair + divergences + conformance (OpenAPI validation,
+SDK types, grammars, the SDK impact harness) + severities and verdicts + diagnoses on 1k, 10k
+and 100k exchanges, against the time it takes just to parse the JSONL.
 
 Usage: python bench/analysis_scale.py [--sizes 1000,10000,100000] [--keep DIR]
 
@@ -15,9 +16,11 @@ For each size, one fresh subprocess times the floor:
               garbage collector off (no-GC: most of the plain parse goes to collections);
 and another one the analysis, reporting its peak resident memory (`getrusage` max RSS):
   load      — `wirediff.record.store.load_records`;
-  analyze   — `wirediff.analysis.comparison.analyze.analyze`: frames, pairing, divergences, conformance, latency;
+  analyze   — `wirediff.analysis.comparison.analyze.analyze`: frames, pairing, divergences,
+              conformance against the OpenAPI document, the SDK types and the grammars, the
+              SDK impact harness (once per distinct answer structure), severities, verdicts;
   diagnose  — `wirediff.analysis.diagnosis.diagnose.diagnose`: chains and their diagnoses;
-  render    — `wirediff.reports.render.render_report`: the HTML report, timed on its own
+  render    — `wirediff.reports.render.render_html`: the HTML report, timed on its own
               (after the peak memory is read) and reported with its size.
 Targets: 100k exchanges in under 60 s and 2 GB; load + analyze + diagnose within 5x of
 the bare parse; time per exchange flat across sizes (linear growth).
@@ -147,7 +150,8 @@ def measure_analysis(path: Path) -> dict[str, Any]:
     """load + analyze + diagnose, timed per stage, then the report's render."""
     from wirediff.analysis.comparison.analyze import analyze
     from wirediff.analysis.diagnosis.diagnose import diagnose
-    from wirediff.reports.render import render_report
+    from wirediff.reports.model import build
+    from wirediff.reports.render import render_html
 
     out: dict[str, Any] = {}
     t = time.perf_counter()
@@ -162,10 +166,13 @@ def measure_analysis(path: Path) -> dict[str, Any]:
     out["pairs"] = len(result.pairs)
     out["divergences"] = len(result.divergences)
     out["conformance"] = len(result.conformance)
+    out["verdicts"] = ", ".join(
+        f"{v.label} {v.family} {v.verdict}" for v in result.verdicts.itertuples()
+    )
     out["diagnoses"] = len(diagnoses)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter()
-    report = render_report(result, diagnoses, path.with_suffix(".html"))
+    report = render_html(build(result, diagnoses), path.with_suffix(".html"))
     out["render"] = time.perf_counter() - t
     out["report_mb"] = report.stat().st_size / 2**20
     return out
@@ -237,6 +244,7 @@ def main() -> None:
             f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
             f"report {r['report_mb']:.1f} MB rendered in {r['render']:.2f} s"
         )
+        print(f"    verdicts: {r['verdicts']}")
 
 
 if __name__ == "__main__":

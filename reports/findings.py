@@ -1,6 +1,7 @@
 """The findings the report lists: divergence and conformance rows folded into distinct
-findings (identical ones counted, their first examples kept), grouped by kind and path,
-and cut to the report's size budget."""
+findings (identical ones counted, their first examples kept), grouped by kind and path —
+worst severity first, then the most frequent, headers last — and cut to the report's size
+budget."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.kinds import kind_names
+from wirediff.analysis.comparison.kinds import kind_names, severity_rank
 from wirediff.reports.chains import NO_ENDPOINT
 from wirediff.reports.formatters import anchor, redact
 
@@ -30,7 +31,6 @@ __all__ = [
 
 KINDS = kind_names()
 """Divergence kinds (contract, DESIGN.md), in the order the report lists them."""
-SEVERITIES = ("error", "warning", "info")
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 """Event positions: findings that differ only there are the same finding."""
 MAX_FINDINGS = 2000
@@ -94,6 +94,10 @@ class Finding:
     candidate: str
     count: int
     examples: list[Example]
+    source: str = ""
+    schema_pointer: str = ""
+    evidence: str = ""
+    """For a breaking finding: the SDK's or the server's words (the failing traceback line)."""
     shown: bool = True
     laid_out: int = 0
     """How many of `examples` are laid out side by side (the report's size budget)."""
@@ -150,7 +154,18 @@ def fold_findings(
         _c=map_unique(df["candidate"], position_free),
         _m=map_unique(df["message"], position_free),
     )
-    keys = ["kind", "path", "label", "baseline_label", "endpoint", "severity", "_b", "_c", "_m"]
+    keys = [
+        "kind",
+        "path",
+        "label",
+        "baseline_label",
+        "endpoint",
+        "severity",
+        "source",
+        "_b",
+        "_c",
+        "_m",
+    ]
     group = keyed.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
     sizes = np.bincount(group)
     rank = keyed.groupby(group).cumcount().to_numpy()
@@ -165,6 +180,8 @@ def fold_findings(
     ):
         examples.setdefault(int(g), []).append(Example(pid, bid, cid, timeline_of.get(pid)))
     firsts = keyed[rank == 0]
+    # the same finding may be explained in other words per exchange: one, whatever the order
+    evidence = keyed["evidence"].groupby(group).min().tolist()
     out = []
     for g, row in zip(group[rank == 0], firsts.itertuples(index=False), strict=True):
         out.append(
@@ -182,6 +199,9 @@ def fold_findings(
                 candidate=row.candidate,
                 count=int(sizes[g]),
                 examples=examples[int(g)],
+                source=row.source,
+                schema_pointer=row.schema_pointer,
+                evidence=evidence[int(g)],
             )
         )
     return out
@@ -192,27 +212,38 @@ def kind_order(kind: str) -> tuple[int, str]:
     return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
 
 
+def _order(findings: Iterable[Finding]) -> tuple[int, int]:
+    """Worst severity first, then the most occurrences."""
+    fs = list(findings)
+    return (min(severity_rank(f.severity) for f in fs), -sum(f.count for f in fs))
+
+
 def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
-    """Findings by kind (contract order) and path; worst and most frequent first."""
+    """Findings by kind and path: worst severity first, then the most frequent, headers
+    last (the registry's order breaks ties)."""
     by_kind: dict[str, dict[str, list[Finding]]] = {}
     for f in findings:
         by_kind.setdefault(f.kind, {}).setdefault(f.path, []).append(f)
-    sev = {s: i for i, s in enumerate(SEVERITIES)}
     out = []
-    for kind in sorted(by_kind, key=kind_order):
+    for kind, paths_of in by_kind.items():
         paths = [
             PathGroup(
                 anchor("p", kind, path),
                 kind,
                 path,
-                sorted(fs, key=lambda f: (sev.get(f.severity, 3), -f.count)),
+                sorted(fs, key=lambda f: (severity_rank(f.severity), -f.count)),
             )
-            for path, fs in by_kind[kind].items()
+            for path, fs in paths_of.items()
         ]
-        paths.sort(
-            key=lambda p: (min(sev.get(f.severity, 3) for f in p.findings), -p.count, p.path)
-        )
+        paths.sort(key=lambda p: (*_order(p.findings), p.path))
         out.append(KindGroup(anchor("k", kind), kind, paths))
+    out.sort(
+        key=lambda k: (
+            k.kind == "header",
+            *_order(f for p in k.paths for f in p.findings),
+            kind_order(k.kind),
+        )
+    )
     budget_findings, budget_examples = MAX_FINDINGS, MAX_LAID_OUT
     for k in out:
         for p in k.paths:

@@ -335,7 +335,13 @@ def counts(mapping: Mapping[str, int], order: Iterable[str] = ()) -> str:
     return " · ".join(f"{num(mapping[k])} {k}" for k in keys if mapping.get(k))
 
 
+def slug(value: object) -> str:
+    """A CSS class part: `compatible with deviations` → `compatible-with-deviations`."""
+    return re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
+
+
 FILTERS: dict[str, Callable[..., Any]] = {
+    "slug": slug,
     "redact": redact,
     "ms": ms,
     "num": num,

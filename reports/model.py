@@ -9,15 +9,17 @@ findings, not of exchanges.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 from wirediff._types import Record
+from wirediff.analysis.comparison.kinds import SEVERITIES
+from wirediff.analysis.comparison.verdicts import FAMILIES, exchange_outcomes, roles, verdicts
+from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
 from wirediff.reports.findings import (
@@ -28,7 +30,7 @@ from wirediff.reports.findings import (
     group_findings,
     kind_order,
 )
-from wirediff.reports.formatters import anchor, missing, status_class
+from wirediff.reports.formatters import anchor, status_class
 from wirediff.reports.latency import Latency, latency
 from wirediff.reports.timeline import Timeline, timelines
 
@@ -37,53 +39,22 @@ __all__ = [
     "MAX_CELL_DIAGNOSES",
     "MAX_CELL_FINDINGS",
     "MAX_TIMELINES",
+    "OUTCOMES",
     "VERDICTS",
     "AnalysisLike",
     "ReportModel",
+    "Verdict",
     "build",
 ]
 
 
-VERDICTS = ("pass", "diverges", "soft-error", "error", "unsupported")
-"""Compatibility verdicts, from best to worst; a cell shows the worst of its exchanges."""
-RANK = {v: i for i, v in enumerate(VERDICTS)}
+VERDICTS = (*COMPAT_VERDICTS, "untested")
+"""Drop-in verdicts (`wirediff.analysis.comparison.verdicts`), best to worst, and `untested`
+for a cell nothing exercised."""
+OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", "skipped")
+"""What one exchange came to: no finding (`ok`), its worst finding's severity, a route-level
+failure, or a replay step not sent."""
 SKIPPED = "skipped"
-DIVERGING = frozenset({"error", "warning"})
-"""Severities that make an exchange `diverges`; `info` findings are shown, not counted."""
-
-
-FAMILIES = (
-    "chat.completions",
-    "responses",
-    "completions",
-    "models",
-    "embeddings",
-    "files",
-    "audio",
-    "images",
-    "moderations",
-    "batches",
-    "other",
-)
-UNSUPPORTED_CODES = frozenset(
-    {"endpoint_not_implemented", "method_not_allowed", "websocket_not_supported"}
-)
-ERROR_CODES = frozenset(
-    {
-        "auth_missing",
-        "auth_rejected",
-        "auth_dropped_by_hop",
-        "path_prefix",
-        "model_not_found",
-        "redirect_method_change",
-        "upstream_unreachable",
-        "upstream_tls",
-        "server_error",
-        "request_rejected",
-        "previous_response_not_found",
-    }
-)
-UNSUPPORTED_STATUS = frozenset({404, 405, 501})
 DEFAULT_MAX_EXAMPLES = 3
 """Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
@@ -109,81 +80,50 @@ class AnalysisLike(Protocol):
     def divergences(self) -> pd.DataFrame: ...
     @property
     def conformance(self) -> pd.DataFrame: ...
+    @property
+    def verdicts(self) -> pd.DataFrame: ...
 
 
-# --- outcomes, verdicts, the matrix -----------------------------------------------------
+# --- verdicts, the matrix -------------------------------------------------------------
 
 
-def codes_by_exchange(diagnoses: pd.DataFrame) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    if diagnoses.empty:
-        return out
-    for ids, code in zip(diagnoses["exchange_ids"], diagnoses["code"], strict=True):
-        for rid in ids if isinstance(ids, list | tuple | np.ndarray) else ():
-            out.setdefault(str(rid), set()).add(str(code))
-    return out
+@dataclass(slots=True)
+class Verdict:
+    """One backend's drop-in verdict for one endpoint family (and transport)."""
+
+    label: str
+    role: str
+    family: str
+    transport: str
+    verdict: str
+    reasons: list[str]
+    breaking: int
+    deviations: int
+    cosmetic: int
+    exchanges: int
+    anchor: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.family if self.transport == "http" else f"{self.family} ({self.transport})"
 
 
-def _int(value: Any) -> int | None:
-    return None if missing(value) else int(value)
-
-
-def outcome(
-    status: int | None,
-    baseline_status: int | None,
-    soft: bool,
-    codes: set[str] | frozenset[str],
-    diverging: bool,
-    error_kind: str | None = None,
-) -> str:
-    """One exchange's verdict; a replay is judged against what the baseline got.
-
-    `skipped` (a replay step that was planned but not sent) is counted, never judged.
-    """
-    if error_kind == SKIPPED:
-        return SKIPPED
-    if status is None:
-        return "error"
-    if codes & UNSUPPORTED_CODES:
-        return "unsupported"
-    if soft or "soft_error_200" in codes:
-        return "soft-error"
-    if status != baseline_status and (status >= 400 or codes & ERROR_CODES):
-        if codes & ERROR_CODES or status not in UNSUPPORTED_STATUS:
-            return "error"
-        return "unsupported"
-    return "diverges" if diverging else "pass"
-
-
-def outcomes(ex: pd.DataFrame, findings: pd.DataFrame, diagnoses: pd.DataFrame) -> list[str]:
-    """`outcome` for every row of the exchanges frame."""
-    ids = ex["id"].tolist()
-    status = {rid: _int(s) for rid, s in zip(ids, ex["status"].tolist(), strict=True)}
-    codes = codes_by_exchange(diagnoses)
-    diverging = set(findings.loc[findings["severity"].isin(DIVERGING), "candidate_id"].tolist())
-    none: frozenset[str] = frozenset()
+def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
     return [
-        outcome(
-            status[rid],
-            status.get(base) if isinstance(base, str) else None,
-            soft is True,
-            codes.get(rid, none),
-            rid in diverging,
-            kind if isinstance(kind, str) else None,
+        Verdict(
+            str(r["label"]),
+            str(r["role"]),
+            str(r["family"]),
+            str(r["transport"]),
+            str(r["verdict"]),
+            [str(x) for x in r["reasons"]],
+            int(r["breaking"]),
+            int(r["deviations"]),
+            int(r["cosmetic"]),
+            int(r["exchanges"]),
         )
-        for rid, base, soft, kind in zip(
-            ids,
-            ex["replay_of"].tolist(),
-            ex["soft_error"].tolist(),
-            ex["error_kind"].tolist(),
-            strict=True,
-        )
+        for r in frame.to_dict("records")
     ]
-
-
-def worst(verdicts: Iterable[str]) -> str:
-    """The worst verdict; `skipped` does not count."""
-    return max((v for v in verdicts if v in RANK), key=RANK.__getitem__, default="pass")
 
 
 @dataclass(slots=True)
@@ -197,15 +137,14 @@ class Cell:
     outcomes: dict[str, int]
     findings: list[Finding] = field(default_factory=list)
     chains: list[ChainGroup] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         """Exchanges judged (skipped replay steps are not)."""
         return sum(n for v, n in self.outcomes.items() if v != SKIPPED)
 
-    @property
-    def verdict(self) -> str:
-        return worst(self.outcomes) if self.total else "untested"
+    verdict: str = "untested"
 
 
 @dataclass(slots=True)
@@ -216,8 +155,7 @@ class Backend:
     endpoints: list[str]
     status_mix: list[tuple[str, int, str]]
     by_kind: dict[str, int]
-    families: list[tuple[str, str, str]]
-    """(family, verdict, anchor of its worst cell)"""
+    families: list[Verdict]
     outcomes: dict[str, int]
 
 
@@ -233,6 +171,9 @@ class ReportModel:
     backends: list[Backend]
     endpoints: list[tuple[str, str]]
     cells: dict[tuple[str, str], Cell]
+    verdicts: list[Verdict]
+    baseline_flawed: bool
+    """The baseline itself breaks a reference: every comparison inherits its flaws."""
     findings: list[Finding]
     kinds: list[KindGroup]
     timelines: list[Timeline]
@@ -252,18 +193,12 @@ class ReportModel:
 
     @property
     def filter_kinds(self) -> list[str]:
-        return [k.kind for k in self.kinds]
+        return sorted((k.kind for k in self.kinds), key=kind_order)
 
 
-def roles(ex: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
-    """`baseline` for labels replayed from, `candidate` for labels replayed to, else `capture`."""
-    base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
-    cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
-    out = {}
-    for label in ex["label"].fillna("").astype(str).unique():
-        out[label] = "baseline" if label in base else "candidate" if label in cand else "capture"
-    rank = {"baseline": 0, "candidate": 1, "capture": 2}
-    return dict(sorted(out.items(), key=lambda kv: (rank[kv[1]], kv[0])))
+def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
+    """Exchange outcomes counted, in `OUTCOMES` order."""
+    return {o: int(counts[o]) for o in OUTCOMES if o in counts}
 
 
 def build(
@@ -283,6 +218,11 @@ def build(
     role_of = roles(ex, pairs)
     labels = list(role_of)
     records = analysis.records_by_id
+    drop_in = verdict_rows(analysis.verdicts)
+    fam_order = {f: i for i, f in enumerate(FAMILIES)}
+    drop_in.sort(
+        key=lambda v: (labels.index(v.label), fam_order.get(v.family, len(fam_order)), v.transport)
+    )
 
     ffr = findings_frame(analysis.divergences, analysis.conformance)
     tls, timeline_of = timelines(pairs, records, max_examples=max_examples, anchor=anchor)
@@ -291,7 +231,7 @@ def build(
     folded = fold_findings(ffr, max_examples, timeline_of)
     chains = chain_groups(diagnoses, records, max_examples)
 
-    ex = ex.assign(outcome=outcomes(ex, ffr, diagnoses))
+    ex = ex.assign(outcome=exchange_outcomes(ex, ffr, records))
     fam_rank = {f: i for i, f in enumerate(FAMILIES)}
     distinct = ex[["family", "endpoint"]].drop_duplicates()
     endpoints = sorted(
@@ -307,12 +247,29 @@ def build(
         for _, endpoint in endpoints
     }
     sizes = ex.groupby(["label", "endpoint", "outcome"]).size().reset_index(name="n")
-    for lab, endpoint, verdict, n in zip(
+    sizes = sizes.assign(_o=sizes["outcome"].map(OUTCOMES.index)).sort_values(
+        ["label", "endpoint", "_o"]
+    )
+    for lab, endpoint, what, n in zip(
         *(sizes[c].astype(str).tolist() for c in ("label", "endpoint", "outcome")),
         sizes["n"].tolist(),
         strict=True,
     ):
-        cells[(lab, endpoint)].outcomes[verdict] = int(n)
+        cells[(lab, endpoint)].outcomes[what] = int(n)
+    by_endpoint = verdicts(ex, ffr, records, pairs, by=("endpoint",))
+    for lab, endpoint, verdict, reasons in zip(
+        *(by_endpoint[c].tolist() for c in ("label", "endpoint", "verdict", "reasons")),
+        strict=True,
+    ):
+        cell = cells.get((str(lab), str(endpoint)))
+        if cell is not None:
+            cell.verdict, cell.reasons = str(verdict), list(reasons)
+    for v in drop_in:
+        mine = [
+            c for c in cells.values() if c.label == v.label and c.family == v.family and c.total
+        ]
+        same = [c for c in mine if c.verdict == v.verdict] or mine
+        v.anchor = same[0].anchor if same else ""
     for f in folded:
         cell = cells.get((f.label, f.endpoint))
         if cell is not None:
@@ -335,14 +292,7 @@ def build(
         no_answer = part["error_kind"].where(part["error_kind"] == SKIPPED, "none")
         status = part["status"].astype(object).where(part["status"].notna(), no_answer)
         mix = status.astype(str).value_counts()
-        fams: dict[str, list[Cell]] = {}
-        for (lab, _), cell in cells.items():
-            if lab == label and cell.total:
-                fams.setdefault(cell.family, []).append(cell)
-        families = []
-        for fam in sorted(fams, key=lambda f: fam_rank.get(f, len(fam_rank))):
-            worst_cell = max(fams[fam], key=lambda c: RANK[c.verdict])
-            families.append((fam, worst_cell.verdict, worst_cell.anchor))
+        families = [v for v in drop_in if v.label == label]
         kinds = kind_counts.get(label, {})
         backends.append(
             Backend(
@@ -353,15 +303,15 @@ def build(
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
                 {k: kinds[k] for k in sorted(kinds, key=kind_order)},
                 families,
-                {str(k): int(v) for k, v in part["outcome"].value_counts().items()},
+                _in_order(part["outcome"].value_counts().to_dict()),
             )
         )
 
     totals = {
         "exchanges": len(ex),
         "pairs": len(pairs),
-        "divergences": int((ffr["kind"] != "conformance").sum()),
-        "conformance": int((ffr["kind"] == "conformance").sum()),
+        "divergences": len(analysis.divergences),
+        "conformance": len(analysis.conformance),
         "findings": len(folded),
         "diagnoses": len(diagnoses),
         "streams": len(tls),
@@ -374,6 +324,8 @@ def build(
         backends=backends,
         endpoints=endpoints,
         cells=cells,
+        verdicts=drop_in,
+        baseline_flawed=any(v.role == "baseline" and (v.breaking or v.deviations) for v in drop_in),
         findings=folded,
         kinds=group_findings(folded),
         timelines=tls,

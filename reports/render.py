@@ -22,6 +22,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.diagnose import CODES, DIAGNOSIS_COLUMNS
 from wirediff.reports.chains import MAX_CHAIN_GROUPS
 from wirediff.reports.findings import KINDS
@@ -30,8 +31,10 @@ from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
     MAX_TIMELINES,
+    OUTCOMES,
     VERDICTS,
     ReportModel,
+    Verdict,
 )
 
 __all__ = ["SCHEMA_PATH", "render_html", "summary_from", "write_csv", "write_json"]
@@ -49,6 +52,7 @@ ENV = Environment(
 ENV.filters.update(FILTERS)
 ENV.globals.update(
     VERDICTS=VERDICTS,
+    OUTCOMES=OUTCOMES,
     MAX_TIMELINES=MAX_TIMELINES,
     MAX_CHAIN_GROUPS=MAX_CHAIN_GROUPS,
     MAX_CELL_DIAGNOSES=MAX_CELL_DIAGNOSES,
@@ -113,6 +117,22 @@ def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
+def verdict_item(v: Verdict) -> dict[str, Any]:
+    """One drop-in verdict as `summary.schema.json`'s `verdict_row`."""
+    return {
+        "label": v.label,
+        "role": v.role,
+        "family": v.family,
+        "transport": v.transport,
+        "verdict": v.verdict,
+        "reasons": v.reasons,
+        "breaking": v.breaking,
+        "deviations": v.deviations,
+        "cosmetic": v.cosmetic,
+        "exchanges": v.exchanges,
+    }
+
+
 def summary_from(model: ReportModel) -> dict[str, Any]:
     """`summary.json` for a built model (see `summary.schema.json`)."""
     backends = [
@@ -123,7 +143,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "endpoints": b.endpoints,
             "status_mix": {s: n for s, n, _ in b.status_mix},
             "divergences_by_kind": b.by_kind,
-            "verdicts": {family: verdict for family, verdict, _ in b.families},
+            "verdicts": {v.name: v.verdict for v in b.families},
             "outcomes": b.outcomes,
             "latency": {
                 m: s.as_dict() for m, s in model.latency.per_label.get(b.label, {}).items()
@@ -137,6 +157,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "family": c.family,
             "label": c.label,
             "verdict": c.verdict,
+            "reasons": c.reasons,
             "exchanges": c.total,
             "outcomes": c.outcomes,
         }
@@ -156,6 +177,9 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "candidate": f.candidate,
             "count": f.count,
             "examples": [e.pair_id for e in f.examples],
+            "source": f.source,
+            "schema_pointer": f.schema_pointer,
+            "evidence": f.evidence,
         }
         for f in model.findings
     ]
@@ -163,13 +187,20 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,
         "baseline": [label for label, role in model.roles.items() if role == "baseline"],
+        "baseline_flawed": model.baseline_flawed,
         "totals": model.totals,
+        "verdicts": [verdict_item(v) for v in model.verdicts],
         "backends": backends,
         "matrix": matrix,
         "findings": findings,
         "divergences": model.findings_frame[DIVERGENCE_COLUMNS].to_dict("records"),
         "diagnoses": diagnosis_rows(model.diagnoses),
-        "contract": {"kinds": list(KINDS), "codes": list(CODES), "verdicts": list(VERDICTS)},
+        "contract": {
+            "kinds": list(KINDS),
+            "codes": list(CODES),
+            "verdicts": list(VERDICTS[:-1]),
+            "severities": list(SEVERITIES),
+        },
     }
 
 

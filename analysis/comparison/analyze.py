@@ -12,14 +12,23 @@ import yaml
 
 from wirediff._support import paused_gc
 from wirediff._types import Record
-from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.divergences import divergences
+from wirediff.analysis.comparison.conformance import check_records
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.noise import drop_ignored
 from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
+from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
+from wirediff.analysis.comparison.verdicts import verdicts
 
-__all__ = ["LATENCY_COLUMNS", "Analysis", "analyze", "latency_frame", "load_ignore"]
+__all__ = [
+    "LATENCY_COLUMNS",
+    "Analysis",
+    "analyze",
+    "findings_of",
+    "latency_frame",
+    "load_ignore",
+]
 
 CONFIG_NAME = "wirediff.yaml"
 LATENCY_COLUMNS = [
@@ -46,6 +55,16 @@ class Analysis:
     divergences: pd.DataFrame
     conformance: pd.DataFrame
     latency: pd.DataFrame
+    verdicts: pd.DataFrame
+    """Per label, family and transport (`wirediff.analysis.comparison.verdicts`)."""
+
+
+def findings_of(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.DataFrame:
+    """Divergences and conformance rows in one frame."""
+    frames = [f for f in (divergences, conformance) if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=DIVERGENCE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[DIVERGENCE_COLUMNS]
 
 
 def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
@@ -67,8 +86,8 @@ def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
 
 
 def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
-    """Pair, diff and validate a set of captures; `ignore` patterns drop paths from the
-    divergences and the conformance rows alike.
+    """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
+    the divergences and the conformance rows alike.
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -80,7 +99,9 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
         pairs = pairs_frame(exchanges, events)
         with known_structures():  # both look at the same bodies and events
             found = divergences(records_by_id, pairs, ignore=ignore)
-            checked = drop_ignored(conformance(records), ignore)
+            checked, checks = check_records(records)
+        checked = drop_ignored(checked, ignore)
+        found = drop_ignored(judge(found, pairs, records_by_id, checks), ignore)
         return Analysis(
             records_by_id=records_by_id,
             exchanges=exchanges,
@@ -89,6 +110,7 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
             divergences=found,
             conformance=checked,
             latency=latency_frame(exchanges, events),
+            verdicts=verdicts(exchanges, findings_of(found, checked), records_by_id, pairs),
         )
 
 

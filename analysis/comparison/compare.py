@@ -1,7 +1,9 @@
 """Comparing: two observations, kind by kind (see `wirediff.analysis.comparison.kinds`).
 
 Each comparison yields `Finding`s; answers of one kind share a handful of shapes and
-header sets, so each distinct comparison is made once and remembered.
+header sets, so each distinct comparison is made once and remembered. How much a finding
+matters depends on what the client makes of both answers: `wirediff.analysis.comparison.severity`
+says, afterwards.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ class Finding:
     path: str
     baseline: str
     candidate: str
-    severity: str
     message: str
 
 
@@ -71,7 +72,6 @@ def compare(b: Observed, c: Observed) -> list[Finding]:
                 "status",
                 str(b.status),
                 str(c.status),
-                "error",
                 f"status {b.status} became {c.status}",
             )
         )
@@ -117,7 +117,6 @@ def _compare_responded(b: Observed, c: Observed) -> list[Finding]:
                 "response",
                 str(b.status),
                 c.failure,
-                "error",
                 f"no response from the candidate ({c.failure})",
             )
         ]
@@ -127,7 +126,6 @@ def _compare_responded(b: Observed, c: Observed) -> list[Finding]:
             "response",
             b.failure,
             str(c.status),
-            "info",
             f"the baseline got no response ({b.failure}); the candidate answered {c.status}",
         )
     ]
@@ -143,7 +141,6 @@ def _compare_soft_error(b: Observed, c: Observed) -> list[Finding]:
                 "error",
                 "",
                 short(c.error_doc),
-                "error",
                 f"a {c.status} answer that carries an error: {error_message(c.error_doc)}",
             )
         ]
@@ -153,7 +150,6 @@ def _compare_soft_error(b: Observed, c: Observed) -> list[Finding]:
             "error",
             short(b.error_doc),
             "",
-            "info",
             f"the baseline's {b.status} carried an error; the candidate's does not",
         )
     ]
@@ -198,7 +194,6 @@ def _header_differences(b: Observed, c: Observed) -> list[Finding]:
                     f"headers.{name}",
                     _presence(b.headers, name),
                     _presence(c.headers, name),
-                    "warning",
                     f"`{name}` is missing in the {side}",
                 )
             )
@@ -212,7 +207,6 @@ def _header_differences(b: Observed, c: Observed) -> list[Finding]:
                 "headers.x-ratelimit-*",
                 ",".join(only_b),
                 ",".join(only_c),
-                "info",
                 f"rate-limit headers differ: {what}",
             )
         )
@@ -227,7 +221,6 @@ def _header_differences(b: Observed, c: Observed) -> list[Finding]:
                 "headers.content-type",
                 b.content_type,
                 c.content_type,
-                "info",
                 f"content-type parameters differ: {c.content_type!r}",
             )
         )
@@ -271,7 +264,6 @@ def _compare_error_shape(b: Observed, c: Observed) -> list[Finding]:
             path,
             expected,
             got,
-            "warning",
             f"the error is not OpenAI-shaped: `{path}` should be {expected}, "
             + (f"got {got[:MESSAGE_VALUE]}" if got else "is absent"),
         )
@@ -288,7 +280,6 @@ def _compare_error_shape(b: Observed, c: Observed) -> list[Finding]:
                     path,
                     short(b_type),
                     short(c_type),
-                    "warning",
                     f"`{path}` is {c_type!r}, the baseline says {b_type!r}",
                 )
             )
@@ -308,7 +299,7 @@ def _compare_transport(b: Observed, c: Observed) -> list[Finding]:
         message = f"content type {b.media_type or 'none'} became {c.media_type or 'none'}"
     else:
         return []
-    return [Finding("transport", "content-type", b.media_type, c.media_type, "error", message)]
+    return [Finding("transport", "content-type", b.media_type, c.media_type, message)]
 
 
 def _compare_events(b: Observed, c: Observed) -> list[Finding]:
@@ -316,14 +307,12 @@ def _compare_events(b: Observed, c: Observed) -> list[Finding]:
     if b.labels != c.labels:
         out += align_events(b.labels, c.labels)
     if b.terminal != c.terminal:
-        severity = "error" if c.terminal is None else ("info" if b.terminal is None else "warning")
         out.append(
             Finding(
                 "event_terminal",
                 "events[terminal]",
                 b.terminal or "",
                 c.terminal or "",
-                severity,
                 f"the stream ends with {c.terminal or 'no terminal event'}, "
                 f"the baseline's with {b.terminal or 'none'}",
             )
@@ -331,9 +320,7 @@ def _compare_events(b: Observed, c: Observed) -> list[Finding]:
     if b.sequence_fault is None and c.sequence_fault is not None:
         path, got = c.sequence_fault
         out.append(
-            Finding(
-                "event_sequence", path, "0, 1, 2, …", got, "warning", f"`sequence_number` is {got}"
-            )
+            Finding("event_sequence", path, "0, 1, 2, …", got, "w`sequence_number` is {got}")
         )
     return out
 
@@ -361,7 +348,6 @@ def align_events(base: list[str], cand: list[str]) -> list[Finding]:
                     path,
                     f"#{i}",
                     f"#{j}",
-                    "warning",
                     f"`{label}` comes at position {j}, the baseline has it at {i}",
                 )
             )
@@ -372,7 +358,6 @@ def align_events(base: list[str], cand: list[str]) -> list[Finding]:
                     path,
                     f"#{i}",
                     "",
-                    "warning",
                     f"`{label}` is missing (baseline position {i})",
                 )
             )
@@ -384,7 +369,6 @@ def align_events(base: list[str], cand: list[str]) -> list[Finding]:
                     f"events[{label}]",
                     "",
                     f"#{j}",
-                    "info",
                     f"`{label}` is extra (position {j})",
                 )
             )
@@ -434,13 +418,11 @@ def _compare_shapes(
 
 
 def _enum_finding(path: str, bv: set[str], cv: set[str]) -> Finding:
-    key = path.rsplit(".", 1)[-1]
     return Finding(
         "enum",
         path,
         short(sorted(bv)),
         short(sorted(cv)),
-        "error" if key in ("object", "type") else "warning",
         f"`{path}` is {', '.join(sorted(cv))}; the baseline says {', '.join(sorted(bv))}",
     )
 
@@ -448,13 +430,11 @@ def _enum_finding(path: str, bv: set[str], cv: set[str]) -> Finding:
 def _shape_finding(path: str, bt: set[str] | None, ct: set[str] | None) -> Finding:
     if ct is None:
         assert bt is not None
-        severity = "info" if bt == {"null"} else "warning"
         return Finding(
             "schema_missing",
             path,
             type_label(bt),
             "",
-            severity,
             f"`{path}` is missing (baseline: {type_label(bt)})",
         )
     if bt is None:
@@ -463,15 +443,12 @@ def _shape_finding(path: str, bt: set[str] | None, ct: set[str] | None) -> Findi
             path,
             "",
             type_label(ct),
-            "info",
             f"`{path}` is extra ({type_label(ct)})",
         )
-    severity = "warning" if (bt ^ ct) <= {"null"} else "error"
     return Finding(
         "schema_type",
         path,
         type_label(bt),
         type_label(ct),
-        severity,
         f"`{path}` is {type_label(ct)}, the baseline has {type_label(bt)}",
     )

@@ -2,7 +2,9 @@
 
 Each record is reduced to what it shows (`observe`), pairs are compared kind by kind
 (`compare`), noise and ignored paths are dropped (`noise`), and what remains becomes the
-divergence frame: one row per finding per pair, in `DIVERGENCE_COLUMNS`.
+divergence frame: one row per finding per pair, in `DIVERGENCE_COLUMNS`. Severities are
+given afterwards (`wirediff.analysis.comparison.severity`): they depend on what the SDK makes
+of both answers.
 """
 
 from __future__ import annotations
@@ -22,13 +24,27 @@ from wirediff.analysis.comparison.noise import (
 from wirediff.analysis.comparison.observe import observe
 from wirediff.analysis.comparison.pairing import PAIR_COLUMNS
 
-__all__ = ["DIVERGENCE_COLUMNS", "divergences"]
+__all__ = ["BASELINE_SOURCE", "DIVERGENCE_COLUMNS", "FINDING_COLUMNS", "PAIR_META", "divergences"]
 
 PAIR_META = PAIR_COLUMNS[: PAIR_COLUMNS.index("endpoint") + 1]
 """The pair a finding belongs to."""
-FINDING_COLUMNS = ["kind", "path", "baseline", "candidate", "severity", "message"]
-"""One `Finding`, field by field."""
+FINDING_COLUMNS = [
+    "kind",
+    "path",
+    "baseline",
+    "candidate",
+    "severity",
+    "source",
+    "schema_pointer",
+    "evidence",
+    "message",
+]
+"""A finding: what differs (or breaks a rule) where, how much it matters (`severity`), by what
+reference (`source`: the baseline's answer, the OpenAPI document, the SDK…, with a JSON
+pointer into it), and for a breaking one the SDK's or the server's own words (`evidence`)."""
 DIVERGENCE_COLUMNS = PAIR_META + FINDING_COLUMNS
+BASELINE_SOURCE = "baseline"
+"""The `source` of a divergence: the baseline's answer to the same request."""
 
 
 def divergences(
@@ -94,7 +110,10 @@ def _frame(
             distinct.append(f)
         which.append(row)
     found = pd.DataFrame.from_records(
-        [(f.kind, f.path, f.baseline, f.candidate, f.severity, f.message) for f in distinct],
+        [
+            (f.kind, f.path, f.baseline, f.candidate, "", BASELINE_SOURCE, "", "", f.message)
+            for f in distinct
+        ],
         columns=FINDING_COLUMNS,
     )
     found = found.take(which).reset_index(drop=True)

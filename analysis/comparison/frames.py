@@ -9,7 +9,25 @@ import pandas as pd
 
 from wirediff._types import Record
 
-__all__ = ["EVENT_COLUMNS", "EXCHANGE_COLUMNS", "events_frame", "exchanges_frame"]
+__all__ = ["EVENT_COLUMNS", "EXCHANGE_COLUMNS", "events_frame", "exchanges_frame", "transport_of"]
+
+HTTP, WEBSOCKET = "http", "websocket"
+
+
+def transport_of(record: Record) -> str:
+    """`websocket` for a WebSocket exchange (tagged so, or an upgrade was asked: a refused
+    one too), else `http`."""
+    tags = record.get("tags")
+    tagged = tags.get("transport") if isinstance(tags, dict) else None
+    if isinstance(tagged, str) and tagged:
+        return tagged
+    req = record.get("request")
+    if not isinstance(req, dict) or req.get("method") != "GET":  # an upgrade is a GET
+        return HTTP
+    for name, value in req.get("headers") or ():
+        if str(name).lower() == "upgrade" and str(value).lower() == "websocket":
+            return WEBSOCKET
+    return HTTP
 
 
 def _content_type(headers: list[list[str]] | None) -> str | None:
@@ -54,6 +72,7 @@ EXCHANGE_COLUMNS = [
     "complete",
     "request_size",
     "response_size",
+    "transport",
 ]
 
 
@@ -107,6 +126,7 @@ def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
                 resp.get("complete"),
                 req.get("size"),
                 resp.get("size"),
+                transport_of(r),
             )
         )
     df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)

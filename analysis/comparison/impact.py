@@ -6,8 +6,9 @@ served to `openai.OpenAI` through an `httpx.MockTransport`, and the calls apps m
 and their final objects — reading what apps read: the message content, tool-call arguments
 parsed as JSON, `output_text`, usage. The result is an `Outcome`: what each probe observed
 (kinds of values, never generated text) and the failures, each with the line of the traceback
-where the SDK gave up. Outcomes are remembered per answer skeleton (`skeleton`), so the SDK
-runs once per distinct answer structure, not once per exchange.
+where the SDK gave up. Outcomes are remembered per answer skeleton (`skeleton`: the request's
+options and the answer's structure, `wirediff.analysis.comparison.shapes.structure`), so the
+SDK runs once per distinct answer structure, not once per exchange.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import httpx
 import openai
 
 from wirediff._support import clip, is_2xx
-from wirediff._types import JSON, Record
+from wirediff._types import Record
+from wirediff.analysis.comparison.shapes import structure
 
 __all__ = ["SDK_SOURCE", "Failure", "Outcome", "impact", "skeleton"]
 
@@ -34,9 +36,6 @@ MESSAGE_LIMIT = 240
 MEMO_LIMIT = 1 << 14
 """Outcomes remembered (then the table starts over: forgetting only costs time)."""
 _HOP_BY_HOP = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
-_CONSTANT_KEYS = frozenset(
-    {"type", "object", "role", "status", "finish_reason", "event", "code", "param"}
-)
 _PROMPT = [{"role": "user", "content": "x"}]
 
 
@@ -65,23 +64,43 @@ class Outcome:
     failures: tuple[Failure, ...] = ()
     judged: bool = True
     """False when the answer cannot be replayed to the SDK (truncated, not recorded)."""
+    probes: tuple[tuple[str, str], ...] = ()
+    """Which call observed each key: `("usage", "client.chat.completions.create(stream=True)")`."""
 
-    def get(self, probe: str) -> str | None:
-        return dict(self.observed).get(probe)
+    def get(self, key: str) -> str | None:
+        for k, v in self.observed:
+            if k == key:
+                return v
+        return None
+
+    def probe_of(self, key: str) -> str:
+        for k, v in self.probes:
+            if k == key:
+                return v
+        return ""
 
 
 @dataclass
 class _Probe:
     observed: dict[str, str] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    probes: dict[str, str] = field(default_factory=dict)
+    current: str = ""
+
+    def see(self, key: str, value: str) -> None:
+        self.observed[key] = value
+        self.probes[key] = self.current
 
     def run(self, probe: str, call: Callable[[], None]) -> None:
+        self.current = probe
         try:
             call()
         except openai.APIStatusError as e:
-            self.observed.setdefault("raises", type(e).__name__)
+            if "raises" not in self.observed:
+                self.see("raises", type(e).__name__)
         except openai.APIError as e:  # an error event in a stream: the app sees an exception
-            self.observed.setdefault("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
+            if "raises" not in self.observed:
+                self.see("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
         except Exception as e:
             self.failures.append(Failure(probe, _error_text(e), _failing_line(e)))
 
@@ -204,12 +223,12 @@ def _chat(client: Any, request: dict[str, Any], p: _Probe) -> None:
         def create() -> None:
             r = client.chat.completions.create(model=model, messages=_PROMPT, **extra)
             choice = r.choices[0]
-            p.observed["content"] = _kind_of_text(choice.message.content)
+            p.see("content", _kind_of_text(choice.message.content))
             for call in choice.message.tool_calls or []:
-                p.observed["tool_arguments"] = _kind_of_arguments(call.function.arguments)
-            p.observed["usage"] = _usage(r.usage)
+                p.see("tool_arguments", _kind_of_arguments(call.function.arguments))
+            p.see("usage", _usage(r.usage))
             if r.usage is not None:
-                p.observed["usage.total_tokens"] = type(r.usage.total_tokens).__name__
+                p.see("usage.total_tokens", type(r.usage.total_tokens).__name__)
 
         p.run("client.chat.completions.create()", create)
         return
@@ -236,12 +255,12 @@ def _chat(client: Any, request: dict[str, Any], p: _Probe) -> None:
                     piece = fn.arguments if fn is not None else None
                     if piece is not None:
                         arguments[call.index] = arguments.get(call.index, "") + str(piece)
-        p.observed["chunks"] = "some" if chunks else "none"
-        p.observed["content"] = "text" if content else "empty"
+        p.see("chunks", "some" if chunks else "none")
+        p.see("content", "text" if content else "empty")
         for args in arguments.values():
-            p.observed["tool_arguments"] = _kind_of_arguments(args)
+            p.see("tool_arguments", _kind_of_arguments(args))
         if include_usage:
-            p.observed["usage"] = _usage(usage)
+            p.see("usage", _usage(usage))
 
     p.run("client.chat.completions.create(stream=True)", create_stream)
 
@@ -251,7 +270,7 @@ def _chat(client: Any, request: dict[str, Any], p: _Probe) -> None:
                 pass
             final = stream.get_final_completion()
         if final.choices:
-            p.observed["final.content"] = _kind_of_text(final.choices[0].message.content)
+            p.see("final.content", _kind_of_text(final.choices[0].message.content))
 
     p.run("client.chat.completions.stream()", helper)
 
@@ -262,11 +281,11 @@ def _responses(client: Any, request: dict[str, Any], p: _Probe) -> None:
     extra: dict[str, Any] = {"tools": tools} if tools else {}
 
     def observe(r: Any, prefix: str = "") -> None:
-        p.observed[f"{prefix}output_text"] = _kind_of_text(r.output_text)
+        p.see(f"{prefix}output_text", _kind_of_text(r.output_text))
         for item in r.output or []:
             if getattr(item, "type", None) == "function_call":
-                p.observed[f"{prefix}tool_arguments"] = _kind_of_arguments(item.arguments)
-        p.observed[f"{prefix}usage"] = _usage(r.usage)
+                p.see(f"{prefix}tool_arguments", _kind_of_arguments(item.arguments))
+        p.see(f"{prefix}usage", _usage(r.usage))
 
     if not request.get("stream"):
         p.run(
@@ -279,7 +298,7 @@ def _responses(client: Any, request: dict[str, Any], p: _Probe) -> None:
         events = [
             e.type for e in client.responses.create(model=model, input="x", stream=True, **extra)
         ]
-        p.observed["events"] = "some" if events else "none"
+        p.see("events", "some" if events else "none")
 
     p.run("client.responses.create(stream=True)", create_stream)
 
@@ -296,14 +315,14 @@ def _embeddings(client: Any, request: dict[str, Any], p: _Probe) -> None:
     def create() -> None:
         r = client.embeddings.create(model=str(request.get("model") or "m"), input="x")
         first = r.data[0].embedding if r.data else None
-        p.observed["embedding"] = "vector" if first else "empty"
+        p.see("embedding", "vector" if first else "empty")
 
     p.run("client.embeddings.create()", create)
 
 
 def _models(client: Any, request: dict[str, Any], p: _Probe) -> None:
     def listed() -> None:
-        p.observed["models"] = "some" if [m.id for m in client.models.list()] else "none"
+        p.see("models", "some" if [m.id for m in client.models.list()] else "none")
 
     p.run("client.models.list()", listed)
 
@@ -319,87 +338,91 @@ _PROBES: dict[tuple[str, str], Callable[[Any, dict[str, Any], _Probe], None]] = 
 # --- remembered per answer skeleton -------------------------------------------------------
 
 
-def _shape(value: JSON, key: str = "") -> JSON:
-    """A value with what apps cannot depend on replaced: free text by its kind (empty or
-    not), numbers by their type; constants (`type`, `role`, …) kept; tool arguments by what
-    `json.loads` makes of them."""
-    if isinstance(value, dict):
-        return {k: _shape(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shape(v, key) for v in value]
-    if isinstance(value, str):
-        if key in _CONSTANT_KEYS:
-            return value
-        if key == "arguments":
-            return f"<{_kind_of_arguments(value)}>"
-        return "<text>" if value else ""
-    if isinstance(value, bool) or value is None:
-        return value
-    return f"<{type(value).__name__}>"
+def _data_key(data: Any) -> Any:
+    """An event's data as the SDK sees it: `[DONE]` and other text as is, JSON by structure."""
+    return structure(data) if isinstance(data, dict | list) else data
 
 
-def _events_skeleton(events: list[Any]) -> Iterator[Any]:
-    """Event shapes with runs of equal shapes collapsed, plus each stream's joined tool
-    arguments (fragments are not JSON; their concatenation must be)."""
+def _events_key(events: list[Any]) -> Iterator[Any]:
+    """Event names and structures with runs of equal ones collapsed, then each stream's
+    joined tool arguments (fragments are not JSON; their concatenation must be)."""
     previous: Any = None
-    joined: dict[Any, str] = {}
+    joined: dict[str, str] = {}
     for ev in events:
-        data = ev.get("data") if isinstance(ev, dict) else None
-        shaped = (ev.get("event") if isinstance(ev, dict) else None, _shape(data))
-        if isinstance(data, dict):
-            for choice in data.get("choices") or []:
-                for call in ((choice or {}).get("delta") or {}).get("tool_calls") or []:
-                    fragment = ((call or {}).get("function") or {}).get("arguments")
-                    if isinstance(fragment, str):
-                        index = call.get("index")
-                        joined[index] = joined.get(index, "") + fragment
-            if isinstance(data.get("delta"), str) and "arguments" in str(data.get("type")):
-                joined[data.get("item_id")] = joined.get(data.get("item_id"), "") + data["delta"]
+        if type(ev) is not dict:
+            continue
+        data = ev.get("data")
+        name = ev.get("event")
+        if type(data) is dict:
+            shaped = (name if type(name) is str else None, structure(data))
+            if "choices" in data:
+                _chat_arguments(data["choices"], joined)
+            elif type(data.get("delta")) is str and "arguments" in str(data.get("type")):
+                item = str(data.get("item_id"))
+                joined[item] = joined.get(item, "") + data["delta"]
+        else:
+            shaped = (name if type(name) is str else None, _data_key(data))
         if shaped != previous:
             yield shaped
         previous = shaped
-    yield ("arguments", sorted(_kind_of_arguments(v) for v in joined.values()))
+    yield ("arguments", tuple(sorted(_kind_of_arguments(v) for v in joined.values())))
 
 
-def skeleton(record: Record) -> str | None:
-    """What the SDK's behaviour on `record` depends on; equal skeletons, equal outcomes."""
+def _chat_arguments(choices: Any, joined: dict[str, str]) -> None:
+    """Add a chunk's tool-call argument fragments to each call's text so far."""
+    for choice in choices if type(choices) is list else ():
+        delta = choice.get("delta") if type(choice) is dict else None
+        calls = delta.get("tool_calls") if type(delta) is dict else None
+        for call in calls if type(calls) is list else ():
+            fn = call.get("function") if type(call) is dict else None
+            fragment = fn.get("arguments") if type(fn) is dict else None
+            if type(fragment) is str:
+                index = str(call.get("index"))
+                joined[index] = joined.get(index, "") + fragment
+
+
+def _key(record: Record) -> tuple[Any, ...] | None:
     req, resp = record.get("request") or {}, record.get("response")
     if not isinstance(resp, dict):
         return None
     tags = record.get("tags") or {}
     body = _object(req.get("body"))
+    options = body.get("stream_options")
     asked = (
         req.get("method"),
         tags.get("endpoint"),
         bool(body.get("stream")),
-        json.dumps(body.get("stream_options"), sort_keys=True),
-        sorted(str(t.get("type")) for t in _tools(body)),
+        json.dumps(options, sort_keys=True) if options is not None else None,
+        tuple(sorted(str(t.get("name")) for t in _tools(body))),
     )
     content_type = next(
-        (str(v) for k, v in resp.get("headers") or [] if str(k).lower() == "content-type"), ""
+        (str(v) for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), ""
     )
     events = resp.get("events")
-    answer = (
-        list(_events_skeleton(events))
-        if isinstance(events, list)
-        else _shape(resp.get("body"))
-        if resp.get("body") is not None
-        else _kind_of_text(resp.get("text"))
-    )
-    return json.dumps(
-        [asked, resp.get("status"), content_type, resp.get("truncated"), answer],
-        sort_keys=True,
-        default=str,
-    )
+    if isinstance(events, list):
+        answer: Any = tuple(_events_key(events))
+    elif resp.get("body") is not None:
+        answer = ("body", _data_key(resp["body"]))
+    else:
+        answer = ("text", _kind_of_text(resp.get("text")), resp.get("b64") is not None)
+    return (asked, resp.get("status"), content_type, resp.get("truncated"), answer)
 
 
-_memo: dict[str, Outcome] = {}
+def skeleton(record: Record) -> str | None:
+    """What the SDK's behaviour on `record` depends on, as JSON: equal skeletons, equal
+    outcomes. Generated text and numbers do not count, whether a text is empty does; the
+    structure numbers are this process's (`shapes.structure`)."""
+    key = _key(record)
+    return None if key is None else json.dumps(key, default=str)
+
+
+_memo: dict[tuple[Any, ...], Outcome] = {}
 _memo_lock = threading.Lock()
 
 
 def impact(record: Record) -> Outcome:
     """The outcome of `record`'s answer through the real SDK (remembered per skeleton)."""
-    key = skeleton(record)
+    key = _key(record)
     if key is None:
         return Outcome(judged=False)
     found = _memo.get(key)
@@ -425,5 +448,7 @@ def _measure(record: Record) -> Outcome:
         warnings.simplefilter("ignore")  # the SDK warns while tolerating odd values: not impact
         probe(client, body, p)
     if not is_2xx(answer.status_code) and "raises" not in p.observed:
-        p.observed["raises"] = "nothing"
-    return Outcome(tuple(sorted(p.observed.items())), tuple(p.failures))
+        p.see("raises", "nothing")
+    return Outcome(
+        tuple(sorted(p.observed.items())), tuple(p.failures), probes=tuple(sorted(p.probes.items()))
+    )

@@ -1,22 +1,22 @@
-"""The registry of divergence kinds (a contract), in contract order.
+"""The registries of divergence kinds and severities (contracts), in contract order.
 
-`wirediff check`'s choices and defaults and the report's kind order come from it;
-`summary.schema.json`'s enum, the README's table and the kinds the comparison code can
-produce are tested against it (tests/unit/test_kinds.py).
+`wirediff check`'s choices and the report's kind order come from them; `summary.schema.json`'s
+enums, the README's table and the kinds the comparison code can produce are tested against
+them (tests/unit/test_kinds.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "Kind", "kind_names"]
+__all__ = ["KINDS", "SEVERITIES", "Kind", "kind_names", "severity_rank"]
 
 
 @dataclass(frozen=True, slots=True)
 class Kind:
     name: str
-    fails_check: bool = True
-    """Whether `wirediff check` fails on this kind unless `--fail-on` says otherwise."""
+    compared: bool = True
+    """Found by comparing a candidate with its baseline (else on one answer alone)."""
 
 
 KINDS: dict[str, Kind] = {
@@ -35,12 +35,26 @@ KINDS: dict[str, Kind] = {
         Kind("event_order"),
         Kind("event_terminal"),
         Kind("event_sequence"),
-        Kind("header", fails_check=False),
-        Kind("conformance", fails_check=False),
+        Kind("header"),
+        Kind("client"),
+        Kind("conformance", compared=False),
     )
 }
+"""`client` (an extension of the contract): the real openai SDK raises or loses data on the
+answer; found on one answer alone and between a candidate and its baseline."""
+
+SEVERITIES = ("breaking", "deviation", "cosmetic")
+"""Worst first. `breaking`: the client raises, gets wrong data or loses what it asked for
+(measured by the SDK impact harness); `deviation`: the spec, the Open Responses requirements
+or a stream grammar is violated and the SDK tolerates it; `cosmetic`: headers, extra keys,
+metadata, any value the spec allows."""
+
+
+def severity_rank(severity: str) -> int:
+    """0 for `breaking`, 1 for `deviation`, 2 for `cosmetic`, 3 for anything else."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
 
 
 def kind_names(*, compared_only: bool = False) -> tuple[str, ...]:
     """The kinds in contract order; `compared_only` leaves out `conformance` (no baseline)."""
-    return tuple(k for k in KINDS if not (compared_only and k == "conformance"))
+    return tuple(k.name for k in KINDS.values() if k.compared or not compared_only)

@@ -198,7 +198,7 @@ class _Mark:
         return self.name
 
 
-_OPEN, _CLOSE, _ARRAY, _END, _TEXT = (_Mark(m) for m in ("{", "}", "[", "]", "…"))
+_OPEN, _CLOSE, _ARRAY, _END, _TEXT, _EMPTY = (_Mark(m) for m in ("{", "}", "[", "]", "…", "∅"))
 _structures: dict[tuple[Any, ...], int] = {}
 _stored_tokens = 0
 _numbers = count()
@@ -232,9 +232,9 @@ def known_structures() -> Iterator[None]:
 
 def structure(value: JSON) -> int:
     """A number for the structure of `value`: the same for values that differ only in the
-    text of free-text strings (`FREE_TEXT`) and in numbers (not in whether a float is
-    integral). Values with one number flatten alike under any prefix, and an SDK type
-    validates them alike."""
+    text of free-text strings (`FREE_TEXT`; not in whether one is empty) and in numbers (not
+    in whether a float is integral). Values with one number flatten alike under any prefix,
+    a schema validates them alike, and the SDK reads them alike."""
     memo = _known.memo
     if memo is None:
         return _structure(value)
@@ -265,7 +265,8 @@ def _structure(value: JSON) -> int:
 
 
 def _tokens(value: JSON, out: list[Any]) -> None:
-    """Keys, the text of strings that are not free text, the type of every other scalar
+    """Keys, the text of strings that are not free text (of free text, whether it is empty),
+    the type of every other scalar
     (for floats, whether they are integral), and marks for where objects and arrays open
     and close: an unambiguous spelling of the structure."""
     kind = type(value)
@@ -275,7 +276,7 @@ def _tokens(value: JSON, out: list[Any]) -> None:
             out.append(key)
             item_kind = type(item)
             if item_kind is str:
-                out.append(_TEXT if key in FREE_TEXT else item)
+                out.append((_TEXT if item else _EMPTY) if key in FREE_TEXT else item)
             elif item_kind is dict or item_kind is list:
                 _tokens(item, out)
             elif item_kind is float:

@@ -21,11 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.conftest import ROOT
 from wirediff.cli.demo import CANDIDATES, DEMO_KEY
 from wirediff.record.store import load_records
+from wirediff.reports.render import SCHEMA_PATH
 
 pytestmark = pytest.mark.e2e
 WIREDIFF = str(Path(sys.executable).with_name("wirediff"))
@@ -98,8 +100,20 @@ def test_demo_writes_the_report_and_leaks_no_key(
         assert {r["replay_of"] for r in replays} == ids
     summary = json.loads((out / "summary.json").read_text())
     verdicts = {b["label"]: b["verdicts"] for b in summary["backends"]}
-    assert verdicts["openai"] == {"chat.completions": "pass", "responses": "pass"}
+    assert verdicts["openai"] == {"chat.completions": "compatible", "responses": "compatible"}
     assert verdicts["lmstudio"]["responses"] == "unsupported"
+    # the drop-in verdicts, printed one line per backend and family, as the report opens
+    printed = proc.stdout.split("drop-in verdicts (the report opens with them):\n", 1)[1]
+    lines = printed.splitlines()[: len(summary["verdicts"])]
+    assert [line.split()[:2] for line in lines] == [
+        [v["label"], v["family"]] for v in summary["verdicts"]
+    ]
+    assert lines[0].split()[2] == "compatible"
+    assert "lmstudio  responses          unsupported — POST /v1/responses: not here" in printed
+    report = (out / "report.html").read_text()
+    assert report.index('id="verdicts"') < report.index('id="summary"')
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert not list(jsonschema.Draft202012Validator(schema).iter_errors(summary))
     assert {d["code"] for d in summary["diagnoses"]} >= {
         "soft_error_200",
         "endpoint_not_implemented",

@@ -1,5 +1,6 @@
-"""Conformance against the openai SDK types, the spec's required keys and the stream
-grammar: nothing on OpenAI-shaped traffic, one row per deliberate quirk."""
+"""Conformance without a baseline, by three references — OpenAI's OpenAPI document, the
+openai SDK's types, Open Responses — and the stream grammars: nothing on OpenAI-shaped
+traffic, each deliberate quirk named by the references that speak to it, with their pointers."""
 
 from __future__ import annotations
 
@@ -10,24 +11,30 @@ from typing import Any
 import pytest
 
 from tests.fixtures.records import (
+    as_events,
     body,
     chat_record,
     drop_events,
     error_record,
     event_type,
+    make_record,
     models_record,
     openai_session,
     payloads,
     replay,
+    response_events,
     responses_record,
     set_payloads,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.conformance import (
-    CONFORMANCE_COLUMNS,
-    conformance,
-    prune_union_errors,
-)
+from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS, conformance
+from wirediff.analysis.comparison.conformance.sdk_types import prune_union_errors
+from wirediff.analysis.comparison.impact import SDK_SOURCE
+
+SPEC = "openai-openapi 2.3.0"
+SDK = SDK_SOURCE
+GRAMMAR = "stream-grammar"
+OPEN = "open-responses"
 
 
 def test_openai_shaped_traffic_conforms() -> None:
@@ -36,8 +43,67 @@ def test_openai_shaped_traffic_conforms() -> None:
     assert list(frame.columns) == CONFORMANCE_COLUMNS
 
 
-def test_error_answers_are_not_held_against_the_sdk_types() -> None:
-    assert conformance([error_record(status=404), error_record(status=500, text="oops")]).empty
+def test_error_answers_are_held_against_the_error_object() -> None:
+    """Without a baseline too: OpenAI's own errors pass, others are named where they differ."""
+    assert conformance([error_record(status=404), error_record(status=401)]).empty
+    vllm_flat = {"object": "error", "message": "The model `x` does not exist.", "code": 404}
+    frame = conformance(
+        [
+            error_record(id="t", status=500, text="oops", content_type="text/plain"),
+            error_record(id="v", status=404, body=vllm_flat),
+        ]
+    )
+    rows = set(zip(frame["candidate_id"], frame["path"], frame["schema_pointer"], strict=True))
+    assert rows == {
+        ("t", "error", "#/components/schemas/ErrorResponse"),
+        ("v", "error", "#/components/schemas/ErrorResponse/required"),
+    }
+    assert set(frame["source"]) == {SPEC} and set(frame["severity"]) == {"deviation"}
+
+
+def test_a_2xx_error_on_a_route_without_a_schema_is_a_row() -> None:
+    rec = make_record(
+        id="f1",
+        path="/v1/files",
+        method="GET",
+        request_body=None,
+        body={"error": "Unexpected endpoint or method. (GET /v1/files)"},
+    )
+    frame = conformance([rec])
+    assert list(zip(frame["path"], frame["schema_pointer"], strict=True)) == [
+        ("error", "#/components/schemas/ErrorResponse"),
+        ("error", "#/components/schemas/Error/type"),
+    ]
+    assert frame["message"].iloc[0].startswith("`error`: an error in a 2xx answer: Unexpected")
+
+
+def compact_record(output: Any) -> Record:
+    answer = {
+        "id": "resp_cmp_1",
+        "object": "response.compaction",
+        "created_at": 1764478800,
+        "output": output,
+        "usage": {
+            "input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 3,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 12,
+        },
+    }
+    return make_record(
+        id="k1",
+        path="/v1/responses/compact",
+        request_body={"model": "m", "input": "hi"},
+        body=answer,
+    )
+
+
+def test_compact_answers_are_validated() -> None:
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"}
+    assert conformance([compact_record([item])]).empty
+    frame = conformance([compact_record("not a list")])
+    assert list(zip(frame["path"], frame["source"], strict=True)) == [("output", SPEC)]
 
 
 # --- quirks -----------------------------------------------------------------------------
@@ -154,64 +220,148 @@ def usage_tokens_null(rec: Record) -> None:
     body(rec)["usage"]["input_tokens"] = None
 
 
-QUIRKS: list[tuple[str, Callable[[], Record], Callable[[Record], object], str, str]] = [
+def repeated_created(rec: Record) -> None:
+    data = payloads(rec)
+    set_payloads(rec, [*data[:3], copy.deepcopy(data[0]), *data[3:]])
+
+
+def created_without_output(rec: Record) -> None:
+    del payloads(rec)[0]["response"]["output"]
+
+
+Row = tuple[str, str, str, str]
+"""(kind, path, source, severity)"""
+ARGS = "choices[].message.tool_calls[].function.arguments"
+QUIRKS: list[tuple[str, Callable[[], Record], Callable[[Record], object], list[Row]]] = [
     ("ollama done without name", lambda: responses_record(stream=True, tool=True), done_without_name,
-     "events[response.function_call_arguments.done].name", "error"),
+     [("conformance", "events[response.function_call_arguments.done].name", s, "deviation") for s in (SPEC, SDK)]),
     ("vllm finish_reason omitted", lambda: chat_record(stream=True), finish_reason_omitted,
-     "events[chunk].choices[].finish_reason", "warning"),
-    ("vllm error mid-stream", lambda: chat_record(stream=True), error_mid_stream, "events[error]", "error"),
-    ("lmstudio 200 error", lambda: responses_record(), lmstudio_unexpected_endpoint, "error", "error"),
+     [("conformance", "events[chunk].choices[].finish_reason", SPEC, "deviation")]),
+    ("vllm error mid-stream", lambda: chat_record(stream=True), error_mid_stream,
+     [("conformance", "events[error].error", SPEC, "deviation"),
+      ("conformance", "events[error].error.code", SPEC, "deviation")]),
+    ("lmstudio 200 error", lambda: responses_record(), lmstudio_unexpected_endpoint,
+     [("conformance", "error", SPEC, "deviation"), ("conformance", "error", SPEC, "deviation"),
+      ("client", "client.responses.create()", SDK, "breaking")]),
     ("arguments object", lambda: chat_record(tool=True), arguments_as_object,
-     "choices[].message.tool_calls[].function.arguments", "error"),
-    ("no [DONE]", lambda: chat_record(stream=True), no_done, "events[terminal]", "error"),
-    ("chunk after [DONE]", lambda: chat_record(stream=True), events_after_done, "events[terminal]", "error"),
-    ("response without truncation", lambda: responses_record(), no_truncation, "truncation", "warning"),
-    ("message without refusal", lambda: chat_record(), no_refusal, "choices[].message.refusal", "warning"),
+     [("conformance", ARGS, SPEC, "breaking"), ("conformance", ARGS, SDK, "breaking"),
+      ("client", "client.chat.completions.create()", SDK, "breaking")]),
+    ("no [DONE]", lambda: chat_record(stream=True), no_done,
+     [("conformance", "events[terminal]", GRAMMAR, "deviation")]),
+    ("chunk after [DONE]", lambda: chat_record(stream=True), events_after_done,
+     [("conformance", "events[terminal]", GRAMMAR, "deviation")]),
+    ("response without truncation", lambda: responses_record(), no_truncation,
+     [("conformance", "truncation", OPEN, "deviation")]),
+    ("message without refusal", lambda: chat_record(), no_refusal,
+     [("conformance", "choices[].message.refusal", SPEC, "deviation")]),
     ("created not first", lambda: responses_record(stream=True), no_created,
-     "events[response.in_progress]", "error"),
+     [("conformance", "events[response.in_progress]", GRAMMAR, "breaking"),
+      ("client", "client.responses.stream()", SDK, "breaking")]),
+    ("repeated created", lambda: responses_record(stream=True), repeated_created,
+     [("conformance", "events[response.created]", GRAMMAR, "deviation")]),
+    ("created without output", lambda: responses_record(stream=True), created_without_output,
+     [("conformance", "events[response.*].response.output", SPEC, "breaking"),
+      ("conformance", "events[response.*].response.output", SDK, "breaking"),
+      ("client", "client.responses.stream()", SDK, "breaking")]),
     ("sequence gap", lambda: responses_record(stream=True), sequence_gap,
-     "events[response.output_text.delta].sequence_number", "error"),
+     [("conformance", "events[response.output_text.delta].sequence_number", GRAMMAR, "deviation")]),
     ("delta before its part", lambda: responses_record(stream=True), delta_before_part,
-     "events[response.output_text.delta]", "error"),
+     [("conformance", "events[response.output_text.delta]", GRAMMAR, "deviation"),
+      ("client", "client.responses.stream()", SDK, "breaking")]),
     ("delta after item done", lambda: responses_record(stream=True), delta_after_item_done,
-     "events[response.output_text.delta]", "error"),
+     [("conformance", "events[response.output_text.delta]", GRAMMAR, "deviation")]),
     ("delta for another item", lambda: responses_record(stream=True, tool=True), wrong_item_id,
-     "events[response.function_call_arguments.delta]", "error"),
+     [("conformance", "events[response.function_call_arguments.delta]", GRAMMAR, "deviation")]),
     ("[DONE] in a responses stream", lambda: responses_record(stream=True), done_after_completed,
-     "events[[DONE]]", "error"),
+     [("conformance", "events[[DONE]]", GRAMMAR, "deviation")]),
     ("event name differs from type", lambda: responses_record(stream=True), event_name_differs,
-     "events[response.in_progress]", "error"),
+     [("conformance", "events[response.in_progress]", GRAMMAR, "deviation")]),
     ("unknown event type", lambda: responses_record(stream=True), not_an_event_type,
-     "events[response.thinking]", "error"),
-    ("cut inside an event", lambda: responses_record(stream=True), truncated_stream,
-     "events[terminal]", "error"),
-    ("model without owner", models_record, models_without_owner, "data[].owned_by", "error"),
+     [("conformance", "events[response.thinking].type", SPEC, "deviation")]),
+    ("model without owner", models_record, models_without_owner,
+     [("conformance", "data[].owned_by", s, "deviation") for s in (SPEC, SDK)]),
     ("usage tokens null", lambda: responses_record(), usage_tokens_null,
-     "usage.input_tokens", "error"),
+     [("conformance", "usage.input_tokens", s, "deviation") for s in (SPEC, SDK)]),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("base", "change", "path", "severity"), [q[1:] for q in QUIRKS], ids=[q[0] for q in QUIRKS]
+    ("base", "change", "expected"), [q[1:] for q in QUIRKS], ids=[q[0] for q in QUIRKS]
 )
-def test_each_quirk_is_one_row(
-    base: Callable[[], Record], change: Callable[[Record], object], path: str, severity: str
+def test_each_quirk_is_named_by_the_references_that_speak_to_it(
+    base: Callable[[], Record], change: Callable[[Record], object], expected: list[Row]
 ) -> None:
+    assert conformance([base()]).empty
     rec = replay(base(), id="q1", label="quirky", change=change)
     frame = conformance([rec])
-    assert list(zip(frame["path"], frame["severity"], strict=True)) == [(path, severity)], frame[
-        "candidate"
-    ].tolist()
+    got = zip(frame["kind"], frame["path"], frame["source"], frame["severity"], strict=True)
+    assert sorted(got) == sorted(expected), frame["candidate"].tolist()
     row = frame.iloc[0]
-    assert (row["kind"], row["pair_id"], row["candidate_id"], row["label"], row["baseline"]) == (
-        "conformance", "q1", "q1", "quirky", "",
+    assert (row["pair_id"], row["candidate_id"], row["label"], row["baseline"]) == (
+        "q1", "q1", "quirky", "",
     )  # fmt: skip
+    assert all(frame.loc[frame["kind"] == "conformance", "schema_pointer"] != "")
+
+
+def test_a_breaking_problem_carries_the_harness_traceback_line() -> None:
+    rec = replay(responses_record(stream=True), id="q1", change=created_without_output)
+    frame = conformance([rec])
+    spec = frame[frame["source"] == SPEC].iloc[0]
+    assert spec["schema_pointer"] == "#/components/schemas/Response/allOf/2/required"
+    assert spec["evidence"].startswith("`client.responses.stream()` raises AttributeError")
+    assert "snapshot.output" in spec["evidence"]
+    assert set(frame["evidence"]) == {spec["evidence"]}
+
+
+def test_the_grammar_flags_a_repeated_response_created() -> None:
+    rec = replay(responses_record(stream=True), id="q1", change=repeated_created)
+    [row] = conformance([rec]).itertuples()
+    assert row.schema_pointer == "grammar:responses/one-created"
+    assert row.candidate == "response.created came 2 times (event #3)"
+
+
+def test_open_responses_keys_are_cited_as_open_responses() -> None:
+    def no_penalties(rec: Record) -> None:
+        for key in ("presence_penalty", "frequency_penalty", "store", "completed_at"):
+            del body(rec)[key]
+
+    frame = conformance([replay(responses_record(), id="q1", change=no_penalties)])
+    assert set(frame["source"]) == {OPEN}
+    assert set(frame["schema_pointer"]) == {"#/components/schemas/ResponseResource/required"}
+    assert "OpenAI spec" not in " ".join(frame["message"])
+
+
+def websocket_record(turns: list[list[Any]]) -> Record:
+    """Responses over a WebSocket: each turn the client's `response.create`, then the
+    server's events."""
+    data: list[Any] = []
+    for events in turns:
+        data += [{"type": "response.create", "model": "gpt-4o-mini", "input": "hi"}, *events]
+    rec = make_record(
+        id="w1",
+        path="/v1/responses",
+        method="GET",
+        request_body=None,
+        status=101,
+        events=as_events(data, named=False),
+    )
+    rec["request"]["headers"].append(["upgrade", "websocket"])
+    return rec
+
+
+def test_websocket_turns_get_the_same_checks() -> None:
+    assert conformance([websocket_record([response_events(), response_events()])]).empty
+    cut = response_events()[:-1]
+    frame = conformance([websocket_record([response_events(), cut])])
+    assert list(zip(frame["path"], frame["schema_pointer"], strict=True)) == [
+        ("events[terminal]", "grammar:responses/one-terminal")
+    ]
 
 
 def test_a_quirk_in_every_chunk_is_one_row_that_counts_them() -> None:
     rec = replay(chat_record(stream=True), id="q1", label="vllm", change=finish_reason_omitted)
     [row] = conformance([rec]).itertuples()
-    assert row.candidate == "required key missing (OpenAI spec) (4 events, first #0)"
+    assert row.candidate == "'finish_reason' is a required property (4 events, first #0)"
     assert row.family == "chat.completions"
     assert row.endpoint == "/v1/chat/completions"
 
@@ -224,8 +374,8 @@ def test_the_response_carried_by_several_events_is_one_object() -> None:
 
     rec = replay(responses_record(stream=True), id="q1", label="vllm", change=no_store)
     [row] = conformance([rec]).itertuples()
-    assert row.path == "events[response.*].response.store"
-    assert row.candidate == "required key missing (OpenAI spec) (3 events, first #0)"
+    assert (row.path, row.source) == ("events[response.*].response.store", OPEN)
+    assert row.candidate == "required key missing (Open Responses) (3 events, first #0)"
 
 
 def test_union_errors_keep_only_the_member_the_type_names() -> None:

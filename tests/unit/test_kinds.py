@@ -1,4 +1,5 @@
-"""One list of divergence kinds: the registry (`wirediff.analysis.comparison.kinds`).
+"""One list of divergence kinds and one of severities: the registry
+(`wirediff.analysis.comparison.kinds`).
 
 The comparison produces exactly the registered kinds; `wirediff check`, the report,
 `summary.schema.json` and the README's table take theirs from it or agree with it.
@@ -18,10 +19,11 @@ from tests.fixtures import records as fx
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.kinds import KINDS, kind_names
+from wirediff.analysis.comparison.kinds import KINDS, SEVERITIES, kind_names
+from wirediff.analysis.comparison.verdicts import VERDICTS
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.cli import build_parser
-from wirediff.cli.check import DEFAULT_FAIL_ON, parse_kinds
+from wirediff.cli.check import parse_kinds
 from wirediff.errors import UsageError
 from wirediff.reports.model import build
 from wirediff.reports.render import SCHEMA_PATH, summary_from
@@ -47,35 +49,38 @@ def finding_kinds() -> dict[str, list[str]]:
 
 
 def test_the_comparison_code_produces_exactly_the_registered_kinds() -> None:
+    """Every kind but `client` comes from a `Finding`; `client` rows come from the SDK
+    impact harness, on one answer (conformance) and between a pair (divergences)."""
     found = finding_kinds()
-    assert set(found) == set(kind_names(compared_only=True)), found
-
-
-def test_conformance_rows_are_of_the_conformance_kind() -> None:
+    assert set(found) == set(kind_names(compared_only=True)) - {"client"}, found
     rec = fx.chat_record(tool=True)
     fx.body(rec)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {"a": 1}
     rows = conformance([rec])
-    assert not rows.empty and set(rows["kind"]) == {"conformance"}
+    assert set(rows["kind"]) == {"conformance", "client"}
+    base = fx.chat_record(id="o1")
+    usage_gone = fx.replay(base, id="r1", change=lambda r: fx.body(r).pop("usage"))
+    divergences = analyze([base, usage_gone]).divergences
+    assert {"client", "schema_missing"} <= set(divergences["kind"])
 
 
-def test_check_takes_its_choices_and_defaults_from_the_registry(
+def test_check_takes_its_choices_from_the_registries(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert parse_kinds(",".join(KINDS)) == kind_names()
     with pytest.raises(UsageError, match="unknown kind vibes"):
         parse_kinds("status,vibes")
-    passing = set(kind_names()) - set(DEFAULT_FAIL_ON)
-    assert passing == {"header", "conformance"}
-    assert list(DEFAULT_FAIL_ON) == [k for k in kind_names() if k not in passing]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["check", "--help"])
     squeezed = "".join(capsys.readouterr().out.split())
-    assert "default:allbutheaderandconformance;known:" + ",".join(kind_names()) in squeezed
+    assert "known:" + ",".join(kind_names()) in squeezed
+    assert "{" + ",".join(SEVERITIES) + "}" in squeezed
 
 
-def test_summary_schema_enum_is_the_registry() -> None:
+def test_summary_schema_enums_are_the_registries() -> None:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     assert schema["$defs"]["kind"]["enum"] == list(kind_names())
+    assert schema["$defs"]["severity"]["enum"] == list(SEVERITIES)
+    assert schema["$defs"]["verdict"]["enum"] == list(VERDICTS)
 
 
 def test_readme_table_names_the_registered_kinds() -> None:
@@ -102,4 +107,7 @@ def test_the_report_orders_and_lists_kinds_as_the_registry_does() -> None:
     model = build(analyze(records), diagnose(records))
     assert {"status", "header"} <= set(model.filter_kinds)
     assert model.filter_kinds == [k for k in kind_names() if k in model.filter_kinds]
-    assert summary_from(model)["contract"]["kinds"] == list(kind_names())
+    contract = summary_from(model)["contract"]
+    assert contract["kinds"] == list(kind_names())
+    assert contract["severities"] == list(SEVERITIES)
+    assert contract["verdicts"] == list(VERDICTS)

@@ -1,19 +1,32 @@
-"""`wirediff check BASELINE CANDIDATE`: the CI gate. Exit 0 compatible, 1 divergent, 2 bad input."""
+"""`wirediff check BASELINE CANDIDATE…`: the CI gate. A verdict per candidate and endpoint
+family (and transport); exit 0 compatible, 1 not, 2 bad usage or input.
+
+By default the gate fails on `breaking` findings (and on families a candidate does not
+support); `--fail-on-severity deviation` is stricter, `--fail-on KIND,…` also fails on
+findings of those kinds at any severity. `--json FILE` writes the verdicts, `--junit FILE`
+one testcase per candidate and family whose failure message holds the reasons.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import pandas as pd
 
-from wirediff.analysis.comparison.kinds import KINDS, kind_names
+from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 
+__all__ = ["CHECK_FORMAT", "gate", "parse_kinds", "register", "write_junit"]
+
 ALL_KINDS = kind_names()
-DEFAULT_FAIL_ON = tuple(k.name for k in KINDS.values() if k.fails_check)
-"""What `--fail-on` defaults to: every kind the registry says fails the gate."""
+CHECK_FORMAT = "wirediff-check/1"
+FAILING_VERDICTS = frozenset({"breaking", "unsupported"})
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
@@ -26,73 +39,185 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def gate_table(divergences: pd.DataFrame, fail_on: tuple[str, ...]) -> pd.DataFrame:
-    """Counts of findings per target label and kind, flagged where they fail the gate."""
-    if divergences.empty:
-        return pd.DataFrame(columns=["label", "kind", "findings", "pairs", "fails"])
-    table = (
-        divergences.groupby(["label", "kind"])
-        .agg(findings=("pair_id", "size"), pairs=("pair_id", "nunique"))
-        .reset_index()
+def cell_name(family: str, transport: str) -> str:
+    return family if transport == "http" else f"{family} ({transport})"
+
+
+def gate(
+    verdicts: pd.DataFrame,
+    findings: pd.DataFrame,
+    exchanges: pd.DataFrame,
+    severity: str,
+    fail_on: tuple[str, ...],
+) -> pd.DataFrame:
+    """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
+    above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
+    fails the gate, it is shown)."""
+    place = exchanges.assign(
+        family=exchanges["family"].fillna("other").astype(str),
+        transport=exchanges["transport"].fillna("http").astype(str),
+    ).set_index("id")[["family", "transport"]]
+    located = (
+        findings.drop(columns=["family"]).merge(
+            place, left_on="candidate_id", right_index=True, how="inner"
+        )
+        if len(findings)
+        else None
     )
-    table["fails"] = table["kind"].isin(fail_on)
-    return table
+    failing: set[tuple[str, str, str]] = set()
+    if located is not None and len(located):
+        hit = (located["severity"].map(severity_rank) <= severity_rank(severity)) | located[
+            "kind"
+        ].isin(fail_on)
+        for row in located.loc[hit, ["label", "family", "transport"]].itertuples(index=False):
+            failing.add((str(row.label), str(row.family), str(row.transport)))
+    fails = [
+        role == "candidate"
+        and (verdict in FAILING_VERDICTS or (label, family, transport) in failing)
+        for label, role, family, transport, verdict in zip(
+            *(verdicts[c].tolist() for c in ("label", "role", "family", "transport", "verdict")),
+            strict=True,
+        )
+    ]
+    return verdicts.assign(fails=fails)
+
+
+def write_junit(gated: pd.DataFrame, out: str | os.PathLike[str]) -> Path:
+    """One testsuite, one testcase per candidate and family (and transport)."""
+    rows = gated[gated["role"] == "candidate"]
+    suite = ET.Element(
+        "testsuite",
+        name="wirediff check",
+        tests=str(len(rows)),
+        failures=str(int(rows["fails"].sum())),
+        errors="0",
+    )
+    for row in verdict_items(rows):
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"wirediff.{row['label']}",
+            name=cell_name(row["family"], row["transport"]),
+        )
+        if row["fails"]:
+            reasons = row["reasons"] or [row["verdict"]]
+            failure = ET.SubElement(
+                case, "failure", message="; ".join(reasons), type=row["verdict"]
+            )
+            failure.text = "\n".join(reasons)
+        else:
+            ET.SubElement(case, "system-out").text = row["verdict"]
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
+    """The verdict rows as JSON objects (`summary.schema.json`'s `verdict_row`)."""
+    return [
+        {
+            "label": str(r["label"]),
+            "role": str(r["role"]),
+            "family": str(r["family"]),
+            "transport": str(r["transport"]),
+            "verdict": str(r["verdict"]),
+            "reasons": [str(x) for x in r["reasons"]],
+            "breaking": int(r["breaking"]),
+            "deviations": int(r["deviations"]),
+            "cosmetic": int(r["cosmetic"]),
+            "exchanges": int(r["exchanges"]),
+            **({"fails": bool(r["fails"])} if "fails" in r else {}),
+        }
+        for r in gated.to_dict("records")
+    ]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from wirediff.analysis.comparison.analyze import analyze
+    from wirediff.analysis.comparison.analyze import analyze, findings_of
 
-    fail_on = parse_kinds(args.fail_on) if args.fail_on else DEFAULT_FAIL_ON
+    fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     baseline = load_records([args.baseline])
-    candidate = load_records([args.candidate])
     base_ids = {r["id"] for r in baseline}
-    linked = [r for r in candidate if r.get("replay_of") in base_ids]
-    if not linked:
-        raise UsageError(
-            f"{args.candidate}: no exchange replays {args.baseline} (run `wirediff replay` first)"
-        )
-    result = analyze(baseline + candidate)
-    found: list[Any] = [result.divergences]
-    if "conformance" in fail_on:
-        conf = result.conformance
-        found.append(
-            conf[conf["candidate_id"].isin({r["id"] for r in linked})] if not conf.empty else conf
-        )
-    findings = (
-        pd.concat([f for f in found if not f.empty])
-        if any(not f.empty for f in found)
-        else result.divergences
+    records = list(baseline)
+    linked = 0
+    for path in args.candidates:
+        candidate = load_records([path])
+        replays = [r for r in candidate if r.get("replay_of") in base_ids]
+        if not replays:
+            raise UsageError(
+                f"{path}: no exchange replays {args.baseline} (run `wirediff replay` first)"
+            )
+        linked += len(replays)
+        records += candidate
+    result = analyze(records)
+    gated = gate(
+        result.verdicts,
+        findings_of(result.divergences, result.conformance),
+        result.exchanges,
+        args.fail_on_severity,
+        fail_on,
     )
-    table = gate_table(findings, fail_on)
-    failing = table[table["fails"]]
-    print(f"{len(linked)} replayed exchanges compared against {len(baseline)} baseline exchanges")
-    for row in table.itertuples():
-        mark = "FAIL" if row.fails else "info"
-        print(
-            f"  {mark}  {row.label:<16} {row.kind:<16} {row.findings:>5} findings in {row.pairs} pairs"
-        )
-    if failing.empty:
-        print("compatible: no divergence of the kinds " + ",".join(fail_on))
-        return 0
+    passed = not gated["fails"].any()
+    what = f"{args.fail_on_severity} findings" + (
+        f" and kinds {','.join(fail_on)}" if fail_on else ""
+    )
     print(
-        f"divergent: {int(failing['findings'].sum())} findings of kinds {','.join(sorted(set(failing['kind'])))}"
+        f"{linked} replayed exchanges compared against {len(baseline)} baseline exchanges; the gate fails on {what}"
     )
+    items = verdict_items(gated)
+    for row in items:
+        mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
+        reason = row["reasons"][0] if row["reasons"] else ""
+        name = cell_name(row["family"], row["transport"])
+        print(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}")
+    if args.json:
+        doc = {
+            "format": CHECK_FORMAT,
+            "passed": bool(passed),
+            "fail_on_severity": args.fail_on_severity,
+            "fail_on": list(fail_on),
+            "verdicts": items,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+    if args.junit:
+        write_junit(gated, args.junit)
+    if passed:
+        print("compatible: no candidate fails the gate")
+        return 0
+    failing = [
+        f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
+        for r in items
+        if r["fails"]
+    ]
+    print("not compatible: " + ", ".join(failing))
     return 1
 
 
 def register(sub: Any) -> None:
-    c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when divergent")
+    c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when not")
     c.add_argument("baseline", metavar="BASELINE", help="the original capture")
     c.add_argument(
-        "candidate", metavar="CANDIDATE", help="its replay against the candidate backend"
+        "candidates", metavar="CANDIDATE", nargs="+", help="its replays against candidate backends"
+    )
+    c.add_argument(
+        "--fail-on-severity",
+        choices=SEVERITIES,
+        default="breaking",
+        help="fail on findings of this severity or worse (default: breaking)",
     )
     c.add_argument(
         "--fail-on",
         metavar="KIND,…",
-        help=(
-            "divergence kinds that fail the gate (default: all but "
-            + " and ".join(k for k in ALL_KINDS if k not in DEFAULT_FAIL_ON)
-            + f"; known: {','.join(ALL_KINDS)})"
-        ),
+        help=f"also fail on findings of these kinds, at any severity (known: {','.join(ALL_KINDS)})",
+    )
+    c.add_argument("--json", metavar="FILE", help="write the verdicts as JSON")
+    c.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="write a JUnit XML report (one testcase per candidate and family)",
     )
     c.set_defaults(func=cmd_check)

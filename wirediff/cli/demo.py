@@ -19,6 +19,7 @@ from typing import Any
 import openai
 import yaml
 
+from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
 
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
@@ -42,8 +43,8 @@ WEATHER_FUNCTION = {
 }
 WEATHER_CHAT = {"type": "function", "function": WEATHER_FUNCTION}
 WEATHER_RESP = {"type": "function", **WEATHER_FUNCTION}
-TOP_KINDS = 4
-"""Divergence kinds named per backend in the terminal summary, the most frequent first."""
+REASON = 110
+"""Characters of a verdict's top reason printed in the terminal summary."""
 LOG_TAIL = 300
 """Characters of a failed step's output quoted in its error: the end says why."""
 
@@ -180,15 +181,14 @@ def run_demo(out: Path) -> dict[str, Any]:
 
 
 def terminal_summary(summary: dict[str, Any]) -> str:
-    """A few lines per backend: what the report will show first."""
+    """The drop-in verdicts, one line per backend and endpoint family (the baseline's too:
+    it is validated like the others), with the top reason; then the diagnoses' codes."""
     lines = []
-    for backend in summary.get("backends", []):
-        verdicts = ", ".join(f"{fam} {v}" for fam, v in sorted(backend.get("verdicts", {}).items()))
-        kinds = backend.get("divergences_by_kind") or {}
-        top = ", ".join(
-            f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:TOP_KINDS]
-        )
-        lines.append(f"  {backend.get('label', '?'):<9} {verdicts}" + (f" | {top}" if top else ""))
+    for v in summary.get("verdicts", []):
+        name = v["family"] if v["transport"] == "http" else f"{v['family']} ({v['transport']})"
+        reason = clip(v["reasons"][0], REASON) if v.get("reasons") else ""
+        head = f"  {v['label']:<9} {name:<18} {v['verdict']}"
+        lines.append(f"{head} — {reason}" if reason else head)
     codes: dict[str, int] = {}
     for d in summary.get("diagnoses", []):
         codes[d["code"]] = codes.get(d["code"], 0) + 1
@@ -209,6 +209,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"captured {result['exchanges']} exchanges against the openai stand-in, "
         f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s"
     )
+    print("drop-in verdicts (the report opens with them):")
     print(terminal_summary(summary))
     print(f"capture:     {result['capture']}")
     print(f"summary:     {result['summary']}")

@@ -1,0 +1,279 @@
+"""One record against every reference: the OpenAPI document, the SDK types, Open Responses
+and the stream grammars, plus what the real SDK made of it (`wirediff.analysis.comparison.breaks`).
+A problem is a `deviation`, unless a break of the same answer implicates it: then `breaking`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from wirediff._support import is_2xx
+from wirediff._types import Event, Record
+from wirediff.analysis.comparison import impact as sdk
+from wirediff.analysis.comparison.breaks import Break, implicates, record_breaks
+from wirediff.analysis.comparison.conformance import (
+    grammar,
+    open_responses,
+    openapi_check,
+    sdk_types,
+)
+from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem, remembered
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.frames import transport_of
+from wirediff.analysis.comparison.shapes import structure
+from wirediff.record.tags import is_error_body
+
+__all__ = ["CONFORMANCE_COLUMNS", "RecordCheck", "check_records", "conformance", "record_problems"]
+
+CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
+WEBSOCKET_CLIENT_EVENT = "response.create"
+"""The client's frame on a Responses WebSocket: it starts a turn, it is not an answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCheck:
+    """What one record showed: the SDK's outcome, its breaks, and where it broke a rule."""
+
+    outcome: sdk.Outcome
+    breaks: tuple[Break, ...] = ()
+    paths: frozenset[str] = frozenset()
+    """Paths of its conformance problems (any source)."""
+    grammar: tuple[str, ...] = ()
+    """`path message` of its grammar problems (event differences are judged by them)."""
+
+
+def _include_usage(record: Record) -> bool:
+    body = (record.get("request") or {}).get("body")
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[Problem]:
+    """A stream against the references (`rules` false) or against its grammar (true)."""
+    tags = record.get("tags") or {}
+    family = tags.get("family")
+    if family in ("chat.completions", "completions"):
+        if rules:
+            return grammar.chat_grammar(
+                events, _include_usage(record) and family == "chat.completions"
+            )
+        method = (record.get("request") or {}).get("method")
+        schemas = openapi_check.schemas_for(method, tags.get("endpoint"))
+        model = sdk_types.ROUTES[("POST", "/v1/completions")] if family == "completions" else None
+        found = openapi_check.chunk_problems(events, schemas[1]) if schemas and schemas[1] else []
+        return found + (
+            sdk_types.chunk_problems(events, model) if model else sdk_types.chunk_problems(events)
+        )
+    if family == "responses":
+        out: list[Problem] = []
+        for turn in _turns(events):
+            if rules:
+                out += grammar.responses_grammar(turn)
+            else:
+                out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
+                out += open_responses.event_problems(turn)
+        return out
+    return []
+
+
+def _turns(events: list[Event]) -> list[list[Event]]:
+    """The server's events of each turn: one stream over SSE, one per `response.create` on a
+    WebSocket."""
+    turns: list[list[Event]] = [[]]
+    for ev in events:
+        data = ev.get("data")
+        if isinstance(data, dict) and data.get("type") == WEBSOCKET_CLIENT_EVENT:
+            if turns[-1]:
+                turns.append([])
+            continue
+        turns[-1].append(ev)
+    return [t for t in turns if t] or [[]]
+
+
+def _stream_of(record: Record) -> list[Event] | None:
+    """The events checked as a stream: a 2xx SSE answer's, or a WebSocket's."""
+    resp = record.get("response") or {}
+    events = resp.get("events")
+    if events and transport_of(record) == "websocket":
+        return list(events)
+    status = resp.get("status")
+    if events is None or not is_2xx(status):
+        return None
+    return list(events)
+
+
+def _answer_key(record: Record) -> tuple[Any, ...]:
+    """What the references' verdict on a record depends on: its route, status and the
+    structure of its answer, event by event (positions count; texts do not)."""
+    resp = record["response"]
+    tags = record.get("tags") or {}
+    events = resp.get("events")
+    if events is not None:
+        answer: Any = tuple(
+            (structure(d) if type(d) in (dict, list) else d, bool(ev.get("partial")))
+            for ev in events
+            for d in (ev.get("data"),)
+        )
+    elif resp.get("body") is not None:
+        answer = ("body", structure(resp["body"]))
+    else:
+        answer = ("text", resp.get("text"), resp.get("b64") is not None)
+    return (
+        (record.get("request") or {}).get("method"),
+        tags.get("endpoint"),
+        tags.get("family"),
+        resp.get("status"),
+        transport_of(record),
+        answer,
+    )
+
+
+def _reference_problems(record: Record) -> list[Problem]:
+    resp = record["response"]
+    status = resp.get("status")
+    stream = _stream_of(record)
+    if stream is not None:
+        return _stream_problems(record, stream, rules=False)
+    if isinstance(status, int) and status >= 400:
+        return openapi_check.error_problems(resp)
+    if not is_2xx(status):
+        return []
+    tags = record.get("tags") or {}
+    method, endpoint = (record.get("request") or {}).get("method"), tags.get("endpoint")
+    schemas = openapi_check.schemas_for(method, endpoint)
+    body = resp.get("body")
+    if body is None:
+        return openapi_check.missing_body(schemas[0], resp) if schemas else []
+    out = openapi_check.body_problems(schemas[0] if schemas else None, body)
+    if schemas is None or is_error_body(body):
+        return out
+    model = sdk_types.body_model(endpoint, method)
+    out += sdk_types.body_problems(model, body) if model is not None else []
+    return out + open_responses.response_problems(body)
+
+
+_by_answer: dict[tuple[Any, ...], list[Problem]] = {}
+
+
+def record_problems(record: Record) -> list[Problem]:
+    """Everything wrong with one answer, by every reference that speaks to it (remembered
+    per answer structure) and by its stream grammar."""
+    resp = record.get("response")
+    if not isinstance(resp, dict) or resp.get("truncated"):
+        return []
+    found = remembered(_by_answer, _answer_key(record), lambda: _reference_problems(record))
+    stream = _stream_of(record)
+    return found + _stream_problems(record, stream, rules=True) if stream is not None else found
+
+
+def merge(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
+    """One problem per path, message and source, with how often it occurred (first kept)."""
+    seen: dict[tuple[str, str, str], list[Any]] = {}
+    for p in problems:
+        key = (p.path, p.message, p.source)
+        if key in seen:
+            seen[key][1] += 1
+        else:
+            seen[key] = [p, 1]
+    return [(p, n) for p, n in seen.values()]
+
+
+def _text(problem: Problem, count: int) -> str:
+    if problem.position is None:
+        return problem.message
+    where = (
+        f"event #{problem.position}" if count == 1 else f"{count} events, first #{problem.position}"
+    )
+    return f"{problem.message} ({where})"
+
+
+_interned: dict[Any, Any] = {}
+
+
+def _intern(value: Any) -> Any:
+    """One object per distinct value: records share a few sets of paths, hashed once."""
+    if len(_interned) >= 1 << 14:
+        _interned.clear()
+    return _interned.setdefault(value, value)
+
+
+_breaks: dict[tuple[int, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]]] = {}
+
+
+def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
+    """`record_breaks`, remembered per outcome and what the request asked."""
+    body = (record.get("request") or {}).get("body")
+    stream = isinstance(body, dict) and body.get("stream") is True
+    status = (record.get("response") or {}).get("status")
+    key = (id(outcome), stream, _include_usage(record), is_2xx(status))
+    found = _breaks.get(key)
+    if found is None or found[0] is not outcome:
+        if len(_breaks) >= 1 << 14:
+            _breaks.clear()
+        found = _breaks[key] = (outcome, record_breaks(record, outcome))
+    return found[1]
+
+
+def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, RecordCheck]]:
+    """The conformance frame (one row per distinct problem and per break of each record) and
+    what each record showed, for judging its divergences."""
+    rows: list[tuple[Any, ...]] = []
+    checks: dict[str, RecordCheck] = {}
+    for rec in records:
+        outcome = sdk.impact(rec)
+        breaks = _record_breaks(rec, outcome)
+        problems = merge(record_problems(rec))
+        rid = rec["id"]
+        if not problems and not breaks:
+            checks[rid] = RecordCheck(outcome)
+            continue
+        tags = rec.get("tags") or {}
+        meta = (rid, rec.get("label"), "", "", rid, tags.get("family"), tags.get("endpoint"))
+        for problem, count in problems:
+            text = _text(problem, count)
+            cause = next((b for b in breaks if implicates(b, "conformance", problem.path)), None)
+            rows.append(
+                (
+                    *meta,
+                    "conformance",
+                    problem.path,
+                    "",
+                    text,
+                    "breaking" if cause else "deviation",
+                    problem.source,
+                    problem.pointer,
+                    cause.message if cause else "",
+                    f"`{problem.path}`: {text}",
+                )
+            )
+        for b in breaks:
+            rows.append(
+                (
+                    *meta,
+                    "client",
+                    b.probe,
+                    "",
+                    b.candidate,
+                    "breaking",
+                    sdk.SDK_SOURCE,
+                    "",
+                    b.message,
+                    b.message,
+                )
+            )
+        checks[rid] = RecordCheck(
+            outcome,
+            breaks,
+            _intern(frozenset(p.path for p, _ in problems)),
+            _intern(tuple(f"{p.path} {p.message}" for p, _ in problems if p.source == GRAMMAR)),
+        )
+    return pd.DataFrame.from_records(rows, columns=CONFORMANCE_COLUMNS), checks
+
+
+def conformance(records: Iterable[Record]) -> pd.DataFrame:
+    """One row per distinct problem per record, and one `client` row per break; no
+    baseline needed."""
+    return check_records(records)[0]

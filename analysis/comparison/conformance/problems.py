@@ -1,0 +1,86 @@
+"""One way an answer departs from a reference, and the helpers the checks share: paths in the
+divergence style, the references' names, and per-structure memory."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from wirediff.analysis.comparison.observe import EMBEDDED
+
+__all__ = [
+    "EMBEDDED_EVENTS",
+    "GRAMMAR",
+    "OPEN_RESPONSES",
+    "Problem",
+    "event_prefix",
+    "join",
+    "pointer_path",
+    "remembered",
+]
+
+GRAMMAR = "stream-grammar"
+"""The source of the stream grammar's rules (each with a rule id as its pointer)."""
+OPEN_RESPONSES = "open-responses"
+"""The source of the keys only the Open Responses specification requires."""
+EMBEDDED_EVENTS = f"events[{EMBEDDED}]"
+"""Where the Response object several stream events carry is reported: one object."""
+MEMO_LIMIT = 4096
+"""Verdicts remembered per table (then it starts over: forgetting only costs time)."""
+_REQUIRED = re.compile(r"^'([^']+)' is a required property")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Where an answer breaks which rule of which reference, and how."""
+
+    path: str
+    """The instance path in the divergence style: `choices[].message.refusal`."""
+    message: str
+    source: str
+    """`openai-openapi 2.3.0`, `openai-python 2.54.0`, `open-responses`, `stream-grammar`."""
+    pointer: str
+    """A JSON pointer into the reference (`#/components/schemas/Error/required`), or for the
+    grammar a rule id (`grammar:responses/one-created`)."""
+    position: int | None = None
+    """The event it was found in, for streams."""
+
+
+def join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    return f"{prefix}.{path}" if path else prefix
+
+
+def pointer_path(pointer: str, message: str = "") -> str:
+    """`/choices/0/message/annotations` → `choices[].message.annotations`; a missing required
+    key (`'refusal' is a required property`) is reported at the key itself."""
+    path = ""
+    for raw in pointer.split("/")[1:] if pointer else ():
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if part.isdigit():
+            path += "[]"
+        else:
+            path = f"{path}.{part}" if path else part
+    missing = _REQUIRED.match(message)
+    return join(path, missing.group(1)) if missing else path
+
+
+def event_prefix(label: str, path: str) -> str:
+    """A path inside a Responses stream event; the Response it carries is one object."""
+    if path.split(".", 1)[0] == "response":
+        return join(EMBEDDED_EVENTS, path)
+    return join(f"events[{label}]", path)
+
+
+def remembered(table: dict[Any, T], key: Any, compute: Callable[[], T]) -> T:
+    found = table.get(key)
+    if found is None:
+        if len(table) >= MEMO_LIMIT:
+            table.clear()
+        found = table[key] = compute()
+    return found

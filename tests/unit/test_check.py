@@ -1,0 +1,239 @@
+"""`wirediff check` and the drop-in verdicts it gates on: several candidates, one line per
+candidate and family, exit 0 compatible, 1 not, 2 bad input; the JUnit file parses and the
+JSON's verdicts follow summary.schema.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from junitparser import Failure, JUnitXml
+
+from tests.fixtures.records import (
+    body,
+    chat_record,
+    drop_events,
+    error_record,
+    make_record,
+    openai_session,
+    replay,
+    responses_record,
+    set_header,
+)
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.cli import main
+from wirediff.record.store import RecordWriter
+from wirediff.reports.render import SCHEMA_PATH
+
+
+def write(path: Path, records: list[Record]) -> str:
+    with RecordWriter(path) as w:
+        for rec in records:
+            w.write(rec)
+    return str(path)
+
+
+def deviating(rec: Record) -> None:
+    """Ollama-like: no request id (cosmetic), no `refusal` on chat messages (deviation)."""
+    set_header(rec, "x-request-id", None)
+    message = (body(rec) or {}).get("choices", [{}])[0].get("message")
+    if isinstance(message, dict):
+        message.pop("refusal", None)
+
+
+def no_usage_chunk(rec: Record) -> None:
+    if rec["response"]["events"] is not None and rec["tags"]["family"] == "chat.completions":
+        drop_events(rec, lambda d: not (isinstance(d, dict) and d.get("usage")))
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> tuple[str, str, str]:
+    base = openai_session()
+    good = [replay(b, id=f"g{i}", label="ollama", change=deviating) for i, b in enumerate(base)]
+    bad = [
+        replay(b, id=f"x{i}", label="lmstudio", change=no_usage_chunk) for i, b in enumerate(base)
+    ]
+    return (
+        write(tmp_path / "s.jsonl", base),
+        write(tmp_path / "s.ollama.jsonl", good),
+        write(tmp_path / "s.lmstudio.jsonl", bad),
+    )
+
+
+def test_a_candidate_with_only_cosmetic_and_deviations_passes(
+    captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, good, _ = captures
+    assert main(["check", base, good]) == 0
+    out = capsys.readouterr().out
+    assert "ok    ollama       chat.completions         compatible with deviations" in out
+    assert out.rstrip().endswith("compatible: no candidate fails the gate")
+    assert main(["check", base, good, "--fail-on-severity", "deviation"]) == 1
+    assert main(["check", base, good, "--fail-on", "header"]) == 1
+
+
+def test_several_candidates_one_line_each_and_the_breaking_one_fails(
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, good, bad = captures
+    junit, doc = tmp_path / "out" / "check.xml", tmp_path / "out" / "check.json"
+    code = main(["check", base, good, bad, "--junit", str(junit), "--json", str(doc)])
+    assert code == 1
+    lines = capsys.readouterr().out.splitlines()
+    cells = [line.split()[:3] for line in lines if line.startswith("  ")]
+    assert cells == [
+        ["base", "openai", "chat.completions"],
+        ["base", "openai", "responses"],
+        ["base", "openai", "models"],
+        ["FAIL", "lmstudio", "chat.completions"],
+        ["ok", "lmstudio", "responses"],
+        ["ok", "lmstudio", "models"],
+        ["ok", "ollama", "chat.completions"],
+        ["ok", "ollama", "responses"],
+        ["ok", "ollama", "models"],
+    ]
+    assert "include_usage" in next(line for line in lines if line.startswith("  FAIL"))
+
+    [suite] = list(JUnitXml.fromfile(str(junit)))
+    assert (suite.name, suite.tests, suite.failures) == ("wirediff check", 6, 1)
+    cases = {(c.classname, c.name): c for c in suite}
+    assert len(cases) == 6
+    failed = cases[("wirediff.lmstudio", "chat.completions")]
+    [failure] = [r for r in failed.result if isinstance(r, Failure)]
+    assert failure.type == "breaking"
+    assert "`stream_options.include_usage` asked for it" in failure.message
+    assert not cases[("wirediff.ollama", "responses")].result or not any(
+        isinstance(r, Failure) for r in cases[("wirediff.ollama", "responses")].result
+    )
+
+    written = json.loads(doc.read_text())
+    assert (written["format"], written["passed"]) == ("wirediff-check/1", False)
+    schema = json.loads(SCHEMA_PATH.read_text())
+    row_schema = {**schema["$defs"]["verdict_row"], "$defs": schema["$defs"]}
+    for row in written["verdicts"]:
+        jsonschema.validate(row, row_schema)
+    assert [r["fails"] for r in written["verdicts"] if r["label"] == "lmstudio"] == [
+        True,
+        False,
+        False,
+    ]
+
+
+def test_a_candidate_that_replays_nothing_is_bad_input(
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, good, _ = captures
+    stray = write(tmp_path / "other.jsonl", [chat_record(id="z1", label="vllm")])
+    assert main(["check", base, good, stray]) == 2
+    assert "no exchange replays" in capsys.readouterr().err
+
+
+# --- verdicts ----------------------------------------------------------------------------
+
+
+def verdict_of(
+    records: list[Record], label: str, family: str, transport: str = "http"
+) -> tuple[str, list[str]]:
+    v = analyze(records).verdicts
+    row = v[(v["label"] == label) & (v["family"] == family) & (v["transport"] == transport)]
+    assert len(row) == 1, v.to_string()
+    return str(row["verdict"].iloc[0]), list(row["reasons"].iloc[0])
+
+
+def test_a_family_nothing_of_which_is_here_is_unsupported() -> None:
+    base = responses_record(id="o1")
+    cand = replay(
+        base,
+        id="c1",
+        label="lmstudio",
+        change=lambda r: r["response"].update(
+            body={"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+        ),
+    )
+    verdict, reasons = verdict_of([base, cand], "lmstudio", "responses")
+    assert verdict == "unsupported"
+    assert reasons == [
+        "POST /v1/responses: not here (200: Unexpected endpoint or method. (POST /v1/responses))"
+    ]
+
+
+def compact(id: str, label: str = "openai", replay_of: str | None = None) -> Record:
+    answer = {
+        "id": "resp_cmp_1",
+        "object": "response.compaction",
+        "created_at": 1764478800,
+        "output": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"}],
+        "usage": {
+            "input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 3,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 12,
+        },
+    }
+    return make_record(
+        id=id,
+        label=label,
+        replay_of=replay_of,
+        seq=9,
+        path="/v1/responses/compact",
+        request_body={"model": "gpt-4o-mini", "input": "hi"},
+        body=answer,
+    )
+
+
+def test_one_endpoint_missing_while_the_family_works_is_breaking() -> None:
+    base = [responses_record(id="o1"), compact("o2")]
+    works = replay(base[0], id="c1", label="vllm")
+    missing = error_record(
+        id="c2",
+        label="vllm",
+        replay_of="o2",
+        path="/v1/responses/compact",
+        status=404,
+        body={"detail": "Not Found"},
+    )
+    verdict, reasons = verdict_of([*base, works, missing], "vllm", "responses")
+    assert verdict == "breaking"
+    assert reasons[0] == "POST /v1/responses/compact: not implemented (404: Not Found)"
+    assert verdict_of([*base, works, missing], "openai", "responses")[0] == "compatible"
+
+
+def websocket_refused(id: str, replay_of: str) -> Record:
+    rec = error_record(
+        id=id,
+        label="vllm",
+        replay_of=replay_of,
+        path="/v1/responses",
+        status=405,
+        body={"detail": "Method Not Allowed"},
+        method="GET",
+    )
+    rec["request"]["headers"].append(["upgrade", "websocket"])
+    return rec
+
+
+def test_a_refused_websocket_upgrade_is_its_own_transport() -> None:
+    """POST /v1/responses works; the WebSocket mode of the same family does not."""
+    base = responses_record(id="o1")
+    upgrade = websocket_refused("o2", "")
+    upgrade.update(label="openai", replay_of=None)
+    upgrade["response"]["status"] = 101
+    records = [base, upgrade, replay(base, id="c1", label="vllm"), websocket_refused("c2", "o2")]
+    assert verdict_of(records, "vllm", "responses")[0] == "compatible"
+    verdict, reasons = verdict_of(records, "vllm", "responses", "websocket")
+    assert verdict == "unsupported"
+    assert reasons == ["GET /v1/responses: not here (405: Method Not Allowed)"]
+
+
+def test_the_baseline_is_judged_by_its_conformance() -> None:
+    base = chat_record(id="o1")
+    del body(base)["choices"][0]["message"]["refusal"]
+    verdict, reasons = verdict_of(
+        [base, replay(base, id="c1", label="x")], "openai", "chat.completions"
+    )
+    assert verdict == "compatible with deviations"
+    assert reasons == ["`choices[].message.refusal`: 'refusal' is a required property"]

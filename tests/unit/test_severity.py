@@ -1,0 +1,181 @@
+"""Severity by client impact, one rule per row: an OpenAI baseline, its replay with one
+change, and the severity each resulting finding gets (and, for a breaking one, whose words
+say why). The SDK impact harness runs the real openai SDK on both answers."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pandas as pd
+import pytest
+
+from tests.fixtures.records import (
+    body,
+    chat_record,
+    drop_events,
+    event_type,
+    openai_error,
+    payloads,
+    replay,
+    responses_record,
+    set_header,
+    set_payloads,
+)
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze, findings_of
+
+Change = Callable[[Record], object]
+Row = tuple[str, str, str]
+"""(kind, path, severity)"""
+
+
+def reasoning_null(rec: Record) -> None:
+    body(rec)["reasoning"] = None
+
+
+def fingerprint_null(rec: Record) -> None:
+    body(rec)["system_fingerprint"] = None
+
+
+def no_cache_write_tokens(rec: Record) -> None:
+    del body(rec)["usage"]["input_tokens_details"]["cache_write_tokens"]
+
+
+def no_usage_chunk(rec: Record) -> None:
+    drop_events(rec, lambda d: not (isinstance(d, dict) and d.get("usage")))
+
+
+def arguments_object(rec: Record) -> None:
+    body(rec)["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {"city": "x"}
+
+
+def created_without_output(rec: Record) -> None:
+    for data in payloads(rec):
+        if event_type(data) == "response.created":
+            del data["response"]["output"]
+
+
+def repeated_created(rec: Record) -> None:
+    data = payloads(rec)
+    set_payloads(rec, [*data[:3], copy.deepcopy(data[0]), *data[3:]])
+
+
+def no_in_progress(rec: Record) -> None:
+    drop_events(rec, lambda d: event_type(d) != "response.in_progress")
+
+
+def no_request_id(rec: Record) -> None:
+    set_header(rec, "x-request-id", None)
+
+
+def extra_key(rec: Record) -> None:
+    body(rec)["choices"][0]["message"]["reasoning_content"] = "thinking"
+
+
+def server_error(rec: Record) -> None:
+    rec["response"].update(status=500, body=openai_error("The server had an error", "server_error"))
+
+
+def numbered_from_one(rec: Record) -> None:
+    for data in payloads(rec):
+        data["sequence_number"] += 1
+
+
+def no_usage(rec: Record) -> None:
+    del body(rec)["usage"]
+
+
+SDK_ROW = ("client", "client.chat.completions.create(stream=True)", "breaking")
+RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
+    ("a spec-allowed null is cosmetic", responses_record, reasoning_null,
+     {("schema_type", "reasoning", "cosmetic")}),
+    ("a null the spec rejects is a deviation", chat_record, fingerprint_null,
+     {("schema_type", "system_fingerprint", "deviation"),
+      ("conformance", "system_fingerprint", "deviation")}),
+    ("a missing cache_write_tokens, which the SDK accepts, is a deviation", responses_record,
+     no_cache_write_tokens,
+     {("schema_missing", "usage.input_tokens_details.cache_write_tokens", "deviation"),
+      ("conformance", "usage.input_tokens_details.cache_write_tokens", "deviation")}),
+    ("include_usage with no usage chunk is breaking", lambda: chat_record(stream=True),
+     no_usage_chunk,
+     {("event_missing", "events[chunk.usage]", "breaking"),
+      ("schema_type", "events[chunk].usage", "breaking"),
+      ("conformance", "events[chunk.usage]", "breaking"), SDK_ROW}),
+    ("tool arguments as an object are breaking", lambda: chat_record(tool=True), arguments_object,
+     {("schema_type", "choices[].message.tool_calls[].function.arguments", "breaking"),
+      ("conformance", "choices[].message.tool_calls[].function.arguments", "breaking"),
+      ("client", "client.chat.completions.create()", "breaking")}),
+    ("response.created without output is breaking", lambda: responses_record(stream=True),
+     created_without_output,
+     {("conformance", "events[response.*].response.output", "breaking"),
+      ("client", "client.responses.stream()", "breaking")}),
+    ("a repeated response.created breaks the grammar, not the SDK",
+     lambda: responses_record(stream=True), repeated_created,
+     {("event_extra", "events[response.created]", "deviation"),
+      ("conformance", "events[response.created]", "deviation")}),
+    ("an event no rule requires is cosmetic", lambda: responses_record(stream=True),
+     no_in_progress, {("event_missing", "events[response.in_progress]", "cosmetic")}),
+    ("a sequence the grammar rejects is a deviation", lambda: responses_record(stream=True),
+     numbered_from_one,
+     {("event_sequence", "events[response.created].sequence_number", "deviation"),
+      ("conformance", "events[response.created].sequence_number", "deviation")}),
+    ("headers are cosmetic", chat_record, no_request_id,
+     {("header", "headers.x-request-id", "cosmetic")}),
+    ("an extra key is cosmetic", chat_record, extra_key,
+     {("schema_extra", "choices[].message.reasoning_content", "cosmetic")}),
+    ("a status the SDK raises on is breaking", chat_record, server_error,
+     {("status", "status", "breaking"),
+      ("client", "client.chat.completions.create()", "breaking")}),
+    ("usage the baseline gave, gone, is breaking", chat_record, no_usage,
+     {("schema_missing", "usage", "breaking"),
+      ("client", "client.chat.completions.create()", "breaking")}),
+]  # fmt: skip
+
+
+def judged(base: Record, change: Change) -> pd.DataFrame:
+    analysis = analyze([base, replay(base, id="c1", change=change)])
+    found = findings_of(analysis.divergences, analysis.conformance)
+    return found[found["candidate_id"] == "c1"]
+
+
+@pytest.mark.parametrize(
+    ("make", "change", "expected"), [r[1:] for r in RULES], ids=[r[0] for r in RULES]
+)
+def test_each_rule_gives_its_severity(
+    make: Callable[[], Record], change: Change, expected: set[Row]
+) -> None:
+    base = make()
+    assert findings_of(analyze([base]).divergences, analyze([base]).conformance).empty
+    found = judged(base, change)
+    got = set(zip(found["kind"], found["path"], found["severity"], strict=True))
+    assert got == expected, found[["kind", "path", "severity", "message"]].to_string()
+
+
+def test_a_breaking_finding_carries_the_harness_traceback_line() -> None:
+    found = judged(responses_record(stream=True), created_without_output)
+    breaking = found[found["severity"] == "breaking"]
+    [evidence] = set(breaking["evidence"])
+    assert evidence.startswith("`client.responses.stream()` raises AttributeError")
+    assert " at openai/lib/streaming/responses/" in evidence and "snapshot.output" in evidence
+    client = found[found["kind"] == "client"].iloc[0]
+    assert (client["source"], client["message"]) == (
+        f"openai-python {__import__('openai').__version__}",
+        evidence,
+    )
+
+
+def test_a_raise_is_told_in_the_servers_words() -> None:
+    found = judged(chat_record(), server_error)
+    status = found[found["kind"] == "status"].iloc[0]
+    assert status["evidence"] == (
+        "`client.chat.completions.create()` raises InternalServerError: The server had an error"
+    )
+
+
+def test_the_candidate_answering_where_the_baseline_failed_is_cosmetic() -> None:
+    base = chat_record()
+    server_error(base)
+    fixed = replay(base, id="c1", change=lambda r: r["response"].update(chat_record()["response"]))
+    found = analyze([base, fixed]).divergences
+    assert set(zip(found["kind"], found["severity"], strict=True)) == {("status", "cosmetic")}
