@@ -120,7 +120,7 @@ def test_an_upgrade_refused_by_a_stand_in(
         (rec,) = m.records(1)
     assert refused.value.response.status_code == status
     assert rec["request"]["method"] == "GET" and rec["response"]["status"] == status
-    assert rec["tags"]["transport"] == "http" and rec["response"]["events"] is None
+    assert rec["tags"]["transport"] == "websocket" and rec["response"]["events"] is None
     df = diagnose([rec])
     assert set(df["code"]) == codes
     row = df[df["code"] == "websocket_not_supported"].iloc[0]

@@ -407,7 +407,11 @@ async def test_websocket_that_did_not_close_cleanly(
         assert rec["error"]["kind"] == kind  # type: ignore[index]
 
 
-async def test_websocket_upgrade_refused_is_a_plain_exchange(tmp_path: Path) -> None:
+async def test_websocket_upgrade_refused_is_a_plain_exchange_of_the_websocket_mode(
+    tmp_path: Path,
+) -> None:
+    """Recorded like any answer, but tagged `websocket`: the verdict on a family's WebSocket
+    mode must not spill onto its HTTP mode."""
     f = ws_flow()
     f.websocket = None
     f.response = tutils.tresp(
@@ -416,7 +420,8 @@ async def test_websocket_upgrade_refused_is_a_plain_exchange(tmp_path: Path) -> 
         content=b'{"detail":"Method Not Allowed"}',
     )
     (rec,) = run(tmp_path, f)
-    assert rec["response"]["status"] == 405 and rec["tags"]["transport"] == "http"  # type: ignore[index]
+    assert rec["response"]["status"] == 405 and rec["tags"]["transport"] == "websocket"  # type: ignore[index]
+    assert rec["response"]["events"] is None  # type: ignore[index]
     assert ["upgrade", "websocket"] in rec["request"]["headers"]  # type: ignore[operator]
 
 

@@ -20,6 +20,7 @@ from tests.fixtures.records import (
     openai_session,
     replay,
     responses_record,
+    retag,
     set_header,
 )
 from wirediff._types import Record
@@ -213,6 +214,7 @@ def websocket_refused(id: str, replay_of: str) -> Record:
         method="GET",
     )
     rec["request"]["headers"].append(["upgrade", "websocket"])
+    retag(rec)
     return rec
 
 

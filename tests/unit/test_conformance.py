@@ -24,6 +24,7 @@ from tests.fixtures.records import (
     replay,
     response_events,
     responses_record,
+    retag,
     set_payloads,
 )
 from wirediff._types import Record
@@ -346,6 +347,7 @@ def websocket_record(turns: list[list[Any]]) -> Record:
         events=as_events(data, named=False),
     )
     rec["request"]["headers"].append(["upgrade", "websocket"])
+    retag(rec)
     return rec
 
 

@@ -215,7 +215,7 @@ def build_record(
         status=status,
         response_body=resp_body,
         events=events,
-        transport="websocket" if ex.websocket is not None else "http",
+        websocket=ex.websocket is not None,
     )
     if response is not None and (not is_2xx(status) or tags["soft_error"]) and status != 101:
         # Signatures name the provider behind an error; healthy answers skip the regexes.

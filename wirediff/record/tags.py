@@ -205,11 +205,17 @@ def tag_exchange(
     response_body: JSON,
     events: Sequence[Event] | None,
     signature: str | None = None,
-    transport: str = "http",
+    websocket: bool = False,
 ) -> dict[str, Any]:
-    """`transport`: `http`, or `websocket` for an upgraded session (one record per
-    connection, its messages the events: the model comes from them)."""
+    """`websocket`: an upgraded session (one record per connection, its messages the events:
+    the model comes from them). Its `transport` tag is `websocket`, as is an upgrade that was
+    asked for and refused (a GET with `Upgrade: websocket`): the WebSocket mode of a family is
+    judged apart from its HTTP mode."""
     family, template, prefix = route(path)
+    asked_upgrade = method == "GET" and any(
+        str(k).lower() == "upgrade" and str(v).lower() == "websocket" for k, v in client_headers
+    )
+    transport = "websocket" if websocket or asked_upgrade else "http"
     stream = isinstance(request_body, dict) and request_body.get("stream") is True
     model = request_model(request_body, template, path)
     if model is None and transport == "websocket":
