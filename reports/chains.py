@@ -1,14 +1,18 @@
-"""Failing chains: diagnoses folded by what they say, their first examples drawn as hops.
+"""Failing chains: each distinct chain drawn once as hops, with every diagnosis it got.
 
+A chain's diagnoses (one chain can be both `endpoint_not_implemented` and `soft_error_200`)
+are listed together, and chains that read the same — same backend, endpoint, diagnoses, hops
+and evidence, ids aside — fold into one drawing with a count and the list of all of them.
 A chain's exchanges are grouped by the listener that captured them, so a chain seen on two
-listeners (client → gateway, gateway → upstream) draws as two hops.
+listeners (client → gateway, gateway → upstream) draws as two hops, each named by the label
+of its records and the upstream host (never by the proxy's own, often ephemeral, port).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,13 +21,15 @@ import pandas as pd
 
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
-from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
+from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
 
-__all__ = ["MAX_CHAIN_GROUPS", "NO_ENDPOINT", "ChainGroup", "chain_groups"]
+__all__ = ["MAX_CHAIN_GROUPS", "MAX_LISTED", "NO_ENDPOINT", "ChainGroup", "chain_groups"]
 
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300
-"""Kinds of failing chain drawn; the rest are counted."""
+"""Distinct failing chains drawn; the rest are counted."""
+MAX_LISTED = 100
+"""Chains named under one drawing's "show all"; summary.json lists every diagnosis."""
 
 
 @dataclass(slots=True)
@@ -43,44 +49,77 @@ class Hop:
 
     source: str
     target: str
+    host: str
+    """The upstream host, when it says more than `target`."""
     role: str
+    via: str
     listener: str
     steps: list[Step]
 
 
 @dataclass(slots=True)
-class ChainExample:
+class Diagnosis:
+    code: str
+    provider: str
+    summary: str
+    remedy: str
+
+
+@dataclass(slots=True)
+class ChainRef:
     chain_id: str
     title: str
-    evidence: list[str]
-    hops: list[Hop]
-    recovered: bool
 
 
 @dataclass(slots=True)
 class ChainGroup:
-    """Diagnoses with the same code, backend, endpoint, provider, summary and remedy."""
+    """Chains that read the same; the first is drawn, all are named."""
 
     anchor: str
-    code: str
     label: str
     endpoint: str
-    provider: str
-    summary: str
-    remedy: str
-    count: int
-    recovered: int
-    examples: list[ChainExample]
+    diagnoses: list[Diagnosis]
+    title: str
+    evidence: list[str]
+    hops: list[Hop]
+    count: int = 0
+    recovered: int = 0
+    chains: list[ChainRef] = field(default_factory=list)
     shown: bool = True
+
+    @property
+    def code(self) -> str:
+        """The first diagnosis's code (`CODES` order): what the chain is filed under."""
+        return self.diagnoses[0].code
+
+    @property
+    def codes(self) -> list[str]:
+        return [d.code for d in self.diagnoses]
+
+    @property
+    def provider(self) -> str:
+        return self.diagnoses[0].provider
 
 
 def listener_target(listener: object, url: object) -> str:
     """Who a listener forwards to: the reverse-mode upstream, else the request's host."""
     spec = "" if missing(listener) else str(listener)
-    if spec.startswith("reverse:"):
-        spec = re.sub(r"@\d+$", "", spec[len("reverse:") :])
-        return urlsplit(spec).netloc or spec
+    for prefix in ("reverse:", "replay:"):
+        if spec.startswith(prefix):
+            spec = re.sub(r"@\d+$", "", spec[len(prefix) :])
+            return urlsplit(spec).netloc or spec
     return urlsplit("" if missing(url) else str(url)).netloc or "upstream"
+
+
+def listener_kind(listener: str) -> str:
+    """How a hop was recorded, in words (the spec itself, ports and all, is its tooltip)."""
+    if listener.startswith("reverse:"):
+        return "captured, reverse proxy"
+    if listener.startswith("replay:"):
+        return "replayed by wirediff"
+    if listener.startswith(("regular", "upstream:")):
+        return "captured, forward proxy"
+    return "captured" if listener not in ("", "capture") else "imported"
 
 
 def _auth(rec: Record) -> str:
@@ -89,6 +128,22 @@ def _auth(rec: Record) -> str:
         return "no credentials"
     scheme = f"{auth['scheme']} " if auth.get("scheme") else ""
     return redact(f"{auth['header']}: {scheme}{auth.get('fingerprint') or ''}".strip())
+
+
+def _step(rec: Record) -> Step:
+    req, resp = rec.get("request") or {}, rec.get("response")
+    status = (
+        str(resp.get("status"))
+        if resp
+        else str((rec.get("error") or {}).get("kind") or "no response")
+    )
+    return Step(
+        str(req.get("method") or ""),
+        path_only(req.get("path")),
+        status,
+        status_class(resp.get("status") if resp else None),
+        _auth(rec),
+    )
 
 
 def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
@@ -102,26 +157,21 @@ def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
     out: list[Hop] = []
     source = "client"
     for n, (listener, members) in enumerate(by_listener.items()):
-        target = listener_target(listener, (members[0].get("request") or {}).get("url"))
-        steps = []
-        for rec in members:
-            req, resp = rec.get("request") or {}, rec.get("response")
-            if resp:
-                status = str(resp.get("status"))
-            else:
-                status = str((rec.get("error") or {}).get("kind") or "no response")
-            steps.append(
-                Step(
-                    str(req.get("method") or ""),
-                    path_only(req.get("path")),
-                    status,
-                    status_class(resp.get("status") if resp else None),
-                    _auth(rec),
-                )
-            )
+        host = redact(listener_target(listener, (members[0].get("request") or {}).get("url")))
+        target = redact(str(members[0].get("label") or "")) or host
         role = "upstream" if n == len(by_listener) - 1 else "gateway"
-        out.append(Hop(source, redact(target), role, redact(listener), steps))
-        source = redact(target)
+        out.append(
+            Hop(
+                source,
+                target,
+                "" if host == target else host,
+                role,
+                listener_kind(listener),
+                redact(listener),
+                [_step(rec) for rec in members],
+            )
+        )
+        source = target
     return out
 
 
@@ -135,49 +185,108 @@ def _text(value: Any) -> str:
     return "" if missing(value) else str(value)
 
 
-def chain_groups(
-    diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record], max_examples: int
-) -> list[ChainGroup]:
-    """Diagnoses folded by what they say; the first examples drawn as hops."""
+@dataclass(slots=True)
+class _Chain:
+    """One chain's diagnoses, gathered from its rows, as the analysis wrote them."""
+
+    label: str
+    endpoint: str
+    title: str
+    exchange_ids: list[str]
+    recovered: bool
+    diagnoses: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """code → provider, summary, remedy"""
+    evidence: dict[str, None] = field(default_factory=dict)
+
+
+def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
+    chains: dict[str, _Chain] = {}
+    for row in diagnoses.to_dict("records"):
+        chain_id = _text(row.get("chain_id"))
+        c = chains.get(chain_id)
+        if c is None:
+            c = chains[chain_id] = _Chain(
+                _text(row.get("label")),
+                _text(row.get("endpoint")) or NO_ENDPOINT,
+                _text(row.get("title")),
+                [str(i) for i in _listish(row.get("exchange_ids"))],
+                row.get("recovered") is True or row.get("recovered") is np.True_,
+            )
+        c.diagnoses.setdefault(
+            _text(row.get("code")),
+            (
+                _text(row.get("provider")) or "unknown",
+                _text(row.get("summary")),
+                _text(row.get("remedy")),
+            ),
+        )
+        for line in _listish(row.get("evidence")):
+            c.evidence.setdefault(str(line), None)
+    return chains
+
+
+def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any, ...]:
+    """What a chain's drawing is made of, read from its records (cheap: no drawing)."""
+    out = []
+    for i in ids:
+        rec = records_by_id.get(i) or {}
+        req, resp = rec.get("request") or {}, rec.get("response") or {}
+        auth = (rec.get("tags") or {}).get("auth") or {}
+        out.append(
+            (
+                rec.get("listener"),
+                rec.get("label"),
+                req.get("method"),
+                path_only(req.get("path")),
+                resp.get("status") or (rec.get("error") or {}).get("kind"),
+                tuple(sorted(auth.items())) if isinstance(auth, dict) else auth,
+            )
+        )
+    return tuple(sorted(out, key=repr))
+
+
+def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
+    """Each distinct failing chain once, with its count and every chain it stands for."""
     if diagnoses.empty:
         return []
-    groups: dict[tuple[str, ...], ChainGroup] = {}
-    for row in diagnoses.to_dict("records"):
-        key = tuple(
-            _text(row.get(c))
-            for c in ("code", "label", "endpoint", "provider", "summary", "remedy")
+    order = {c: i for i, c in enumerate(CODES)}
+    groups: dict[tuple[Any, ...], ChainGroup] = {}
+    for chain_id, c in _chains(diagnoses).items():
+        codes = sorted(c.diagnoses, key=lambda code: (order.get(code, len(order)), code))
+        said = tuple((code, *c.diagnoses[code]) for code in codes)
+        key = (
+            c.label,
+            c.endpoint,
+            tuple(
+                (code, provider, id_free(summary), remedy)
+                for code, provider, summary, remedy in said
+            ),
+            _shape(c.exchange_ids, records_by_id),
+            tuple(id_free(e) for e in c.evidence),
+            c.recovered,
         )
         g = groups.get(key)
         if g is None:
-            code, label, endpoint, provider, summary, remedy = key
             g = groups[key] = ChainGroup(
-                anchor("c", *key),
-                code,
-                label,
-                endpoint or NO_ENDPOINT,
-                provider or "unknown",
-                redact(summary),
-                redact(remedy),
-                0,
-                0,
-                [],
+                anchor("c", *codes, c.label, c.endpoint, repr(key)),
+                c.label,
+                c.endpoint,
+                [
+                    Diagnosis(code, p, redact(summary), redact(remedy))
+                    for code, p, summary, remedy in said
+                ],
+                redact(c.title),
+                [redact(e) for e in c.evidence],
+                hops(c.exchange_ids, records_by_id),
             )
         g.count += 1
-        recovered = row.get("recovered") is True or row.get("recovered") is np.True_
-        g.recovered += recovered
-        if len(g.examples) < max_examples:
-            ids = [str(i) for i in _listish(row.get("exchange_ids"))]
-            g.examples.append(
-                ChainExample(
-                    _text(row.get("chain_id")),
-                    redact(_text(row.get("title"))),
-                    [redact(e) for e in _listish(row.get("evidence"))],
-                    hops(ids, records_by_id),
-                    recovered,
-                )
-            )
-    order = {c: i for i, c in enumerate(CODES)}
-    out = sorted(groups.values(), key=lambda g: (order.get(g.code, len(order)), -g.count))
+        g.recovered += c.recovered
+        if len(g.chains) < MAX_LISTED:
+            g.chains.append(ChainRef(chain_id, redact(c.title)))
+    out = sorted(
+        groups.values(),
+        key=lambda g: (order.get(g.code, len(order)), -g.count, g.label, g.endpoint),
+    )
     for g in out[MAX_CHAIN_GROUPS:]:
         g.shown = False
     return out

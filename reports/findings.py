@@ -1,13 +1,14 @@
 """The findings the report lists: divergence and conformance rows folded into distinct
 findings (identical ones counted, their first examples kept), grouped by kind and path —
 worst severity first, then the most frequent, headers last — and cut to the report's size
-budget."""
+budget (their examples are laid out by `wirediff.reports.examples`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,12 @@ from wirediff.analysis.comparison.kinds import kind_names, severity_rank
 from wirediff.reports.chains import NO_ENDPOINT
 from wirediff.reports.formatters import anchor, redact
 
+if TYPE_CHECKING:
+    from wirediff.reports.examples import View
+
 __all__ = [
     "KINDS",
     "MAX_FINDINGS",
-    "MAX_LAID_OUT",
     "Finding",
     "KindGroup",
     "findings_frame",
@@ -36,9 +39,6 @@ _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 MAX_FINDINGS = 2000
 """Distinct findings listed in the HTML (worst first); the rest are counted there and all
 are in summary.json and divergences.csv."""
-MAX_LAID_OUT = 400
-"""Examples laid out side by side in the whole HTML; later ones are named by pair id.
-With MAX_FINDINGS this bounds the report's size whatever the traffic."""
 
 
 def map_unique(s: pd.Series, fn: Callable[[str], str]) -> pd.Series:
@@ -99,8 +99,8 @@ class Finding:
     evidence: str = ""
     """For a breaking finding: the SDK's or the server's words (the failing traceback line)."""
     shown: bool = True
-    laid_out: int = 0
-    """How many of `examples` are laid out side by side (the report's size budget)."""
+    views: list[View] = field(default_factory=list)
+    """The first example laid out side by side, when it fits the report's size budget."""
 
 
 @dataclass(slots=True)
@@ -244,12 +244,10 @@ def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
             kind_order(k.kind),
         )
     )
-    budget_findings, budget_examples = MAX_FINDINGS, MAX_LAID_OUT
+    budget = MAX_FINDINGS
     for k in out:
         for p in k.paths:
             for f in p.findings:
-                f.shown = budget_findings > 0
-                budget_findings -= 1
-                f.laid_out = min(len(f.examples), budget_examples) if f.shown else 0
-                budget_examples -= f.laid_out
+                f.shown = budget > 0
+                budget -= 1
     return out

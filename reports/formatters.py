@@ -25,10 +25,12 @@ from wirediff.analysis.comparison.observe import event_label
 from wirediff.record.redact import redact_patterns
 
 __all__ = [
+    "CONTEXT",
     "FILTERS",
     "MAX_LINES",
     "anchor",
     "hits",
+    "id_free",
     "missing",
     "nice_ticks",
     "path_only",
@@ -38,9 +40,9 @@ __all__ = [
     "wire",
 ]
 
-MAX_LINES = 44
+MAX_LINES = 24
 """Lines shown per side of a side-by-side view; longer documents are windowed."""
-CONTEXT = 10
+CONTEXT = 6
 """Lines kept above the first highlighted line when a document is windowed."""
 MAX_STRING = 200
 """Characters kept of one string value; generated text is evidence, not the finding."""
@@ -62,6 +64,19 @@ ANCHOR_HASH = 6
 def redact(text: object) -> str:
     """Replace anything shaped like a credential (a key echoed by a server, a bearer token)."""
     return redact_patterns("" if text is None else str(text))
+
+
+_ID = re.compile(
+    r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"  # uuid
+    r"|\b[A-Za-z]{2,12}[_-](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{12,}\b"  # resp_…, call_…, chatcmpl-…
+    r"|\b[0-9a-f]{16,}\b"
+)
+"""What servers and the replayer generate per exchange: response, call and record ids."""
+
+
+def id_free(text: str) -> str:
+    """`text` with generated ids replaced, to fold what differs only by them."""
+    return _ID.sub("<id>", text)
 
 
 def missing(value: object) -> bool:
@@ -253,9 +268,11 @@ class Layout:
             self.add("… body truncated at capture", note=True)
 
     def markup(self) -> Markup:
-        """Escaped `<span>` lines around the first highlighted one; gaps are marked.
+        """Escaped lines around the first highlighted one; gaps are marked.
 
-        Only the lines shown are scrubbed of credentials (then cut to a readable width).
+        Plain lines are text ending in a newline; highlighted lines, notes and gaps are block
+        `<span>`s (a block starts its own line, so they need none). Only the lines shown are
+        scrubbed of credentials (then cut to a readable width).
         """
         n = len(self.lines)
         first = self.first_hit or 0
@@ -265,11 +282,15 @@ class Layout:
         if start:
             parts.append(Markup('<span class="gap">⋯ {} lines above</span>').format(start))
         for line in self.lines[start:end]:
-            cls = " ".join(c for c, on in (("hl", line.mark), ("note", line.note)) if on) or "l"
+            cls = " ".join(c for c, on in (("hl", line.mark), ("note", line.note)) if on)
             text = redact(line.text)
             if len(text) > MAX_LINE:
                 text = f"{text[:MAX_LINE]}… (+{len(text) - MAX_LINE} chars)"
-            parts.append(Markup('<span class="{}">{}</span>').format(cls, "  " * line.depth + text))
+            text = "  " * line.depth + text
+            if cls:
+                parts.append(Markup('<span class="{}">{}</span>').format(cls, text))
+            else:
+                parts.append(Markup("{}\n").format(text))
         if end < n or self.cut:
             more = f"{n - end} lines" if not self.cut else "more"
             parts.append(Markup('<span class="gap">⋯ {} below</span>').format(more))

@@ -2,9 +2,10 @@
 
 Plain dataclasses built with pandas; the templates only lay them out and `summary.json`
 serialises them. Repeats are folded (identical findings: `wirediff.reports.findings`,
-identical stream alignments, identical diagnoses) and only the first `max_examples` of each
-keep per-exchange detail, so the size of a report grows with the number of *distinct*
-findings, not of exchanges.
+identical stream alignments, identical failing chains, skipped steps with the same reason),
+only the first `max_examples` of each are named and only the first is laid out, within a size
+budget (`wirediff.reports.examples`), so the size of a report grows with the number of
+*distinct* findings, not of exchanges.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import Any, Protocol
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.kinds import SEVERITIES
+from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.verdicts import FAMILIES, exchange_outcomes, roles, verdicts
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
+from wirediff.reports.captures import SKIPPED, Capture, SkippedGroup, captures, skipped_groups
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
+from wirediff.reports.examples import lay_out
 from wirediff.reports.findings import (
     Finding,
     KindGroup,
@@ -51,10 +54,9 @@ __all__ = [
 VERDICTS = (*COMPAT_VERDICTS, "untested")
 """Drop-in verdicts (`wirediff.analysis.comparison.verdicts`), best to worst, and `untested`
 for a cell nothing exercised."""
-OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", "skipped")
+OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED)
 """What one exchange came to: no finding (`ok`), its worst finding's severity, a route-level
 failure, or a replay step not sent."""
-SKIPPED = "skipped"
 DEFAULT_MAX_EXAMPLES = 3
 """Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
@@ -137,6 +139,7 @@ class Cell:
     outcomes: dict[str, int]
     findings: list[Finding] = field(default_factory=list)
     chains: list[ChainGroup] = field(default_factory=list)
+    skipped: list[SkippedGroup] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -157,6 +160,8 @@ class Backend:
     by_kind: dict[str, int]
     families: list[Verdict]
     outcomes: dict[str, int]
+    captures: list[Capture]
+    skipped: list[SkippedGroup]
 
 
 # --- the whole report -------------------------------------------------------------------
@@ -178,6 +183,7 @@ class ReportModel:
     kinds: list[KindGroup]
     timelines: list[Timeline]
     chains: list[ChainGroup]
+    skipped: list[SkippedGroup]
     latency: Latency
     findings_frame: pd.DataFrame
     diagnoses: pd.DataFrame
@@ -229,7 +235,8 @@ def build(
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
     timeline_of = {pid: a for pid, a in timeline_of.items() if a in drawn}
     folded = fold_findings(ffr, max_examples, timeline_of)
-    chains = chain_groups(diagnoses, records, max_examples)
+    chains = chain_groups(diagnoses, records)
+    skipped = skipped_groups(ex, records, max_examples)
 
     ex = ex.assign(outcome=exchange_outcomes(ex, ffr, records))
     fam_rank = {f: i for i, f in enumerate(FAMILIES)}
@@ -270,7 +277,7 @@ def build(
         ]
         same = [c for c in mine if c.verdict == v.verdict] or mine
         v.anchor = same[0].anchor if same else ""
-    for f in folded:
+    for f in sorted(folded, key=lambda f: (severity_rank(f.severity), -f.count)):
         cell = cells.get((f.label, f.endpoint))
         if cell is not None:
             cell.findings.append(f)
@@ -278,6 +285,9 @@ def build(
         cell = cells.get((g.label, g.endpoint))
         if cell is not None:
             cell.chains.append(g)
+    for s in skipped:
+        cells[(s.label, s.endpoint)].skipped.append(s)
+    captures_of = captures(ex, records)
 
     kind_counts: dict[str, dict[str, int]] = {}
     if len(ffr):
@@ -304,9 +314,13 @@ def build(
                 {k: kinds[k] for k in sorted(kinds, key=kind_order)},
                 families,
                 _in_order(part["outcome"].value_counts().to_dict()),
+                captures_of.get(label, []),
+                [s for s in skipped if s.label == label],
             )
         )
 
+    kind_groups = group_findings(folded)
+    lay_out(kind_groups, records)
     totals = {
         "exchanges": len(ex),
         "pairs": len(pairs),
@@ -315,6 +329,7 @@ def build(
         "findings": len(folded),
         "diagnoses": len(diagnoses),
         "streams": len(tls),
+        "skipped": sum(s.count for s in skipped),
     }
     return ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -327,9 +342,10 @@ def build(
         verdicts=drop_in,
         baseline_flawed=any(v.role == "baseline" and (v.breaking or v.deviations) for v in drop_in),
         findings=folded,
-        kinds=group_findings(folded),
+        kinds=kind_groups,
         timelines=tls,
         chains=chains,
+        skipped=skipped,
         latency=latency(ex, analysis.events, labels),
         findings_frame=ffr,
         diagnoses=diagnoses,

@@ -24,7 +24,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.diagnose import CODES, DIAGNOSIS_COLUMNS
+from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.chains import MAX_CHAIN_GROUPS
+from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS, missing, redact
 from wirediff.reports.model import (
@@ -57,6 +59,9 @@ ENV.globals.update(
     MAX_CHAIN_GROUPS=MAX_CHAIN_GROUPS,
     MAX_CELL_DIAGNOSES=MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS=MAX_CELL_FINDINGS,
+    MAX_CARD_CAPTURES=MAX_CARD_CAPTURES,
+    MAX_CARD_CLIENTS=MAX_CARD_CLIENTS,
+    LAID_OUT=LAID_OUT,
 )
 
 
@@ -145,6 +150,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "divergences_by_kind": b.by_kind,
             "verdicts": {v.name: v.verdict for v in b.families},
             "outcomes": b.outcomes,
+            "captures": [c.as_dict() for c in b.captures],
             "latency": {
                 m: s.as_dict() for m, s in model.latency.per_label.get(b.label, {}).items()
             },

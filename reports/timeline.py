@@ -4,6 +4,8 @@ Events are labelled exactly as `wirediff.analysis.comparison.observe` labels the
 timeline row and an `events[label]` finding name the same thing); runs of deltas collapse
 into one row (`response.output_text.delta+` x14) because how many deltas arrive is
 generated, not protocol. Pairs whose two collapsed sequences are the same fold into one timeline.
+A replay step that was skipped (never sent) has no stream to align: it is listed with its
+reason (`wirediff.reports.captures`), not drawn as every event missing.
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ def _events(record: Record | None) -> list[Mapping[str, Any]] | None:
     resp = (record or {}).get("response") or {}
     events = resp.get("events")
     return events if isinstance(events, list) else None
+
+
+def sent(record: Record | None) -> bool:
+    """Not a replay step recorded as skipped."""
+    return ((record or {}).get("error") or {}).get("kind") != "skipped"
 
 
 def is_chat(record: Record | None) -> bool:
@@ -200,6 +207,8 @@ def timelines(
         for c in ("pair_id", "label", "baseline_label", "endpoint", "baseline_id", "candidate_id")
     ]
     for pid, label, baseline_label, endpoint, bid, cid in zip(*columns, strict=True):
+        if not (sent(records_by_id.get(bid)) and sent(records_by_id.get(cid))):
+            continue
         b_key, c_key = key_of(bid), key_of(cid)
         if not b_key and not c_key:
             continue

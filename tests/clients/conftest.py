@@ -32,6 +32,7 @@ from wirediff.backends.standin import standin
 from wirediff.cli.replay import main_replay
 from wirediff.cli.report import main_report
 from wirediff.record.store import load_records
+from wirediff.reports.captures import Client
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CLIENTS_DIR = Path(os.environ.get("WIREDIFF_CLIENTS_DIR") or ROOT / ".clients")
@@ -171,6 +172,12 @@ def assert_replayed_and_reported(originals: list[Record], replayed: Replayed) ->
     assert set(backends["openai"]["verdicts"]) == families
     assert set(backends["openai"]["verdicts"].values()) == {"compatible"}
     assert set(backends["lmstudio"]["verdicts"]) == families
+    # the report names the client that produced the traffic, on the capture's clients line
+    [captured] = backends["openai"]["captures"]
+    agents = {r["tags"]["sdk"]["user_agent"] for r in originals}
+    assert {c["user_agent"] for c in captured["clients"]} == agents
+    html = replayed.files[2].read_text(encoding="utf-8")
+    assert all(f"<b>{Client(c).name}</b>" in html for c in captured["clients"])
 
 
 def assert_no_key_on_disk(files: list[Path], *keys: str) -> None:

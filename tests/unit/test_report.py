@@ -23,13 +23,16 @@ from tests.fixtures import records as fx
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import Analysis, analyze
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.diagnose import CODES, diagnose
 from wirediff.cli import report as report_cli
 from wirediff.errors import UsageError
 from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.store import RecordWriter
-from wirediff.reports.findings import MAX_FINDINGS, MAX_LAID_OUT
-from wirediff.reports.formatters import MAX_LINES, hits, pretty_json, redact
+from wirediff.reports import examples
+from wirediff.reports.examples import MAX_LAID_OUT
+from wirediff.reports.findings import MAX_FINDINGS
+from wirediff.reports.formatters import CONTEXT, MAX_LINES, hits, pretty_json, redact
 from wirediff.reports.model import VERDICTS, build
 from wirediff.reports.render import SCHEMA_PATH, render_html, summary_from, write_csv
 
@@ -119,10 +122,11 @@ def sample_records() -> list[Record]:
 
     out.append(fx.replay(tool, id="ol-tool", label="ollama", change=args_object))
 
-    # lmstudio: a soft error on /v1/responses that echoes the key, the chat answer fine
+    # lmstudio: a soft error on /v1/responses that echoes markup and the key (a breaking
+    # finding: laid out), the chat answer fine
     def soft(r: Record) -> None:
         r["response"]["body"] = {
-            "error": f"Unexpected endpoint or method. (POST /v1/responses) Incorrect API key provided: {CANARY}"
+            "error": f"Unexpected endpoint or method. (POST /v1/responses) {INJECT} Incorrect API key provided: {CANARY}"
         }
 
     out.append(fx.replay(resp, id="lm-resp", label="lmstudio", change=soft))
@@ -416,7 +420,10 @@ def test_identical_findings_fold_with_counts(tmp_path: Path) -> None:
     ]
     html = render_html(model, tmp_path / "r.html").read_text()
     assert "22 more occurrences folded" in html
-    assert html.count('class="example"') == 6
+    # both cosmetic: their values say it all, so the examples are named, not laid out
+    assert {f.severity for f in model.findings} == {"cosmetic"}
+    assert html.count('class="example"') == 0
+    assert all(f"<code>{e.pair_id}</code>" in html for f in model.findings for e in f.examples)
     summary = summary_from(model)
     assert len(summary["divergences"]) == 29
     assert [f["count"] for f in summary["findings"]] == [25, 4]
@@ -451,10 +458,11 @@ def test_highlight_and_window() -> None:
     doc = {"a": list(range(200)), "b": {"c": "<b>"}, "z": list(range(10_000))}
     html = str(pretty_json(doc, "b.c"))
     assert '<span class="hl">    &#34;c&#34;: &#34;&lt;b&gt;&#34;</span>' in html
-    assert "194 lines above" in html and "⋯ more below" in html
-    assert html.count("<span") == MAX_LINES + 2
+    assert f"{204 - CONTEXT} lines above" in html and "⋯ more below" in html
+    # plain lines end in a newline, the others are block spans: a line each, gaps included
+    assert html.count("\n") + html.count("<span") == MAX_LINES + 2
     html = str(pretty_json(doc, "nowhere"))
-    assert html.count("<span") == MAX_LINES + 1 and 'class="hl"' not in html
+    assert html.count("\n") + html.count("<span") == MAX_LINES + 1 and 'class="hl"' not in html
 
 
 def test_redact_scrubs_echoed_credentials() -> None:
@@ -589,11 +597,15 @@ def test_scale_stays_small(tmp_path: Path) -> None:
     assert size < 1_500_000, size
 
 
-def test_size_is_bounded_however_many_distinct_findings(tmp_path: Path) -> None:
+def test_size_is_bounded_however_many_distinct_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Thousands of distinct findings beside a 1 MiB body: the budget keeps the file small.
 
-    Each original asks its own question and gets the same 1 MiB answer (2000 choices); its
-    one replay answers with one choice and a key of its own, one distinct finding each."""
+    Each original asks its own question and gets the same 1 MiB answer (2000 choices), laid
+    out once; its one replay answers with one choice and a key of its own, one distinct
+    finding each. Extra keys are cosmetic: laid out here all the same, as the worst case."""
+    monkeypatch.setattr(examples, "LAID_OUT", frozenset(SEVERITIES))
     chat = fx.chat_record(id="o")
     choice = fx.body(chat)["choices"][0]
     big = {
@@ -617,11 +629,13 @@ def test_size_is_bounded_however_many_distinct_findings(tmp_path: Path) -> None:
     analysis, diagnoses = analysed(records)
     assert set(analysis.divergences["kind"]) == {"schema_extra"}
     html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
-    assert len(html.encode()) < 8_000_000
+    assert len(html.encode()) < 5_000_000
     page = parse(html)
     findings = [a for t, a in page.tags if t == "details" and "finding" in (a.get("class") or "")]
     assert len(findings) == MAX_FINDINGS
     assert html.count('class="example"') == MAX_LAID_OUT
+    assert html.count("<pre>") == MAX_LAID_OUT + 1  # the originals' one answer, once
+    assert html.count('<p class="same">') == MAX_LAID_OUT - 1
     assert "500 more occurrences at 500 more paths not listed here" in html
     ids = {a.get("id") for _, a in page.tags}
     assert all((a.get("href") or "#")[1:] in ids for t, a in page.tags if t == "a")

@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
         type=int,
         default=DEFAULT_MAX_EXAMPLES,
         metavar="N",
-        help=f"examples shown per folded finding (default: {DEFAULT_MAX_EXAMPLES})",
+        help=f"examples named per folded finding, the first laid out (default: {DEFAULT_MAX_EXAMPLES})",
     )
     p.set_defaults(func=cmd_report)
 
