@@ -174,7 +174,7 @@ def measure_analysis(path: Path) -> dict[str, Any]:
     t = time.perf_counter()
     report = render_html(build(result, diagnoses), path.with_suffix(".html"))
     out["render"] = time.perf_counter() - t
-    out["report_mb"] = report.stat().st_size / 2**20
+    out["report_kb"] = report.stat().st_size / 1000
     return out
 
 
@@ -242,7 +242,7 @@ def main() -> None:
             f"  {r['n']} exchanges ({r['streamed'] / r['n']:.0%} streamed): {r['pairs']} pairs, "
             f"{r['divergences']} divergences, "
             f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
-            f"report {r['report_mb']:.1f} MB rendered in {r['render']:.2f} s"
+            f"report.html {r['report_kb']:,.0f} KB, rendered in {r['render']:.2f} s"
         )
         print(f"    verdicts: {r['verdicts']}")
 

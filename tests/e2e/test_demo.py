@@ -42,14 +42,16 @@ UNORDERED = frozenset({"divergences", "findings", "diagnoses", "examples", "exch
 
 def masked(value: Any, key: str = "", in_findings: bool = False) -> Any:
     """`summary.json` without what differs between two runs of the same demo: the time it
-    was written, latency figures (their counts stay), record and response ids, the order
-    that follows those ids, and in a finding the event number of whichever occurrence
-    happened to come first."""
+    was written, the Python version the client ran on, latency figures (their counts
+    stay), record and response ids, the order that follows those ids, and in a finding the
+    event number of whichever occurrence happened to come first."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if k == "generated_at":
                 out[k] = "<time>"
+            elif k == "runtime_version":  # the Python running the demo
+                out[k] = "<runtime version>"
             elif k == "latency":
                 out[k] = {
                     m: {s: x if s == "n" else "<ms>" for s, x in st.items()} for m, st in v.items()
@@ -89,7 +91,11 @@ def test_demo_writes_the_report_and_leaks_no_key(
 ) -> None:
     out, proc = demo
     assert proc.returncode == 0, proc.stderr
-    assert f"report:      {out / 'report.html'}" in proc.stdout
+    size = (out / "report.html").stat().st_size
+    assert f"report:      {out / 'report.html'} ({size / 1000:,.0f} KB)" in proc.stdout
+    assert size < 300_000, f"the demo's report grew to {size:,} bytes"
+    said = re.search(r"The demo's report \([^)]*\) is (\d+) KB", (ROOT / "README.md").read_text())
+    assert said and abs(int(said[1]) - size / 1000) < 15, f"the README says {said and said[0]}"
     assert "[4/4] analysing and rendering the report" in proc.stderr
 
     original = load_records([out / "captures" / "demo.jsonl"])
@@ -112,6 +118,7 @@ def test_demo_writes_the_report_and_leaks_no_key(
     assert "lmstudio  responses          unsupported — POST /v1/responses: not here" in printed
     report = (out / "report.html").read_text()
     assert report.index('id="verdicts"') < report.index('id="summary"')
+    assert "OpenAI SDK python" in report  # the client that produced the traffic
     schema = json.loads(SCHEMA_PATH.read_text())
     assert not list(jsonschema.Draft202012Validator(schema).iter_errors(summary))
     assert {d["code"] for d in summary["diagnoses"]} >= {

@@ -1,12 +1,15 @@
 """The report in Debian's headless Chromium, driven over the DevTools protocol (a pipe).
 
 No console error, nothing fetched but the file itself, the matrix and a divergence
-visible, a filter click hides the other backends. A screenshot goes to tmp (and to
-`$WIREDIFF_SCREENSHOT` when set); `$WIREDIFF_REPORT` checks an existing report instead of
-the fixture one:
+visible, a filter click hides the other backends; at 900, 1400 and 1920 px nothing is wider
+than the window (closed and with every detail open) and the drop-in verdicts are on the
+first screen. Screenshots of the window go to tmp, and of the page's top to
+`$WIREDIFF_SCREENSHOTS` (a directory, as `report-<width>.png`) when set; `$WIREDIFF_REPORT`
+checks an existing report instead of the fixture one. The README's screenshots are the
+demo's, taken so:
 
-    WIREDIFF_REPORT=wirediff-demo/report.html WIREDIFF_SCREENSHOT=docs/report.png \
-        .venv/bin/pytest tests/e2e/test_report_browser.py
+    make demo && WIREDIFF_REPORT=wirediff-demo/report.html WIREDIFF_SCREENSHOTS=docs \
+        .venv/bin/pytest tests/e2e/test_report_browser.py -k "1400px or 900px"
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ FLAGS = [
     "--disable-extensions", "--remote-debugging-pipe", "--hide-scrollbars",
 ]  # fmt: skip
 WIDTH, HEIGHT = 1360, 1700
+VIEWPORTS = [(900, 1200), (1400, 1000), (1920, 1080)]
+"""Window sizes the layout is checked at (width, height of the first screen)."""
+SHOWN_HEIGHT = 1600
+"""Pixels of the page's top in the screenshots written to `$WIREDIFF_SCREENSHOTS`."""
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -119,20 +126,16 @@ class DevTools:
             if ev.get("method") == method:
                 return ev
 
-    def open(self, url: str, *, javascript: bool = True) -> None:
+    def open(
+        self, url: str, *, javascript: bool = True, width: int = WIDTH, height: int = HEIGHT
+    ) -> None:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
             "sessionId"
         ]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=WIDTH,
-            height=HEIGHT,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
+        self.resize(width, height)
         self.call("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")
         if not javascript:  # emulation is per document: switch scripts off, then load again
@@ -140,6 +143,16 @@ class DevTools:
             self.events.clear()
             self.call("Page.reload")
             self.wait_event("Page.loadEventFired")
+
+    def resize(self, width: int, height: int) -> None:
+        """The window's size in CSS pixels (the layout viewport)."""
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def js(self, expression: str) -> Any:
         result = self.call(
@@ -159,8 +172,15 @@ class DevTools:
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
-    def screenshot(self, path: Path) -> None:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, height: int | None = None) -> None:
+        """The window, or its top `height` pixels of the page, however far they reach."""
+        clip: dict[str, Any] = {}
+        if height:
+            width = self.js("window.innerWidth")
+            clip = {"clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}}
+        data = self.call(
+            "Page.captureScreenshot", format="png", captureBeyondViewport=bool(height), **clip
+        )["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
 
@@ -234,12 +254,6 @@ def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
     assert matrix[0] > 0 and matrix[1] == matrix[0]
     assert browser.js(visible("details.finding > summary"))[1] > 0, "no divergence visible"
 
-    shot = tmp_path / "report.png"
-    browser.screenshot(shot)
-    assert shot.stat().st_size > 20_000
-    if os.environ.get("WIREDIFF_SCREENSHOT"):
-        browser.screenshot(Path(os.environ["WIREDIFF_SCREENSHOT"]))
-
     backend = browser.js("document.querySelector('details.finding').dataset.backend")
     browser.click(f'#filters [data-dim="backend"] button[data-value="{backend}"]')
     mine = browser.js(visible(f'table.matrix td[data-backend="{backend}"]'))
@@ -266,3 +280,68 @@ def test_report_reads_with_javascript_off(browser: DevTools, tmp_path: Path) -> 
     shown = browser.js(visible("details.finding > summary"))[1]
     browser.click("details.kindgroup:not([open]) > summary")  # <details> opens natively
     assert browser.js(visible("details.finding > summary"))[1] > shown
+
+
+OVERFLOW = """(() => {
+  const width = window.innerWidth;
+  const clipped = (el) => {
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      if (getComputedStyle(p).overflowX !== "visible") return true;
+    }
+    return false;
+  };
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (el.classList.length ? "." + [...el.classList].join(".") : "");
+  const wide = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (!el.checkVisibility()) continue;
+    const r = el.getBoundingClientRect();
+    if ((r.right > width + 0.5 || r.left < -0.5) && !clipped(el)) {
+      wide.push(`${name(el)} ${Math.round(r.left)}..${Math.round(r.right)}`);
+    }
+  }
+  return [document.documentElement.scrollWidth, width, wide.slice(0, 8)];
+})()"""
+"""JS: the page's scroll width, the window's, and the rendered elements that reach past
+either edge of the window (an element inside a box that scrolls or clips on its own, as a
+`<pre>` does, is judged by that box)."""
+
+FIRST_SCREEN = """(() => {
+  const first = document.querySelector("main > section");
+  const row = document.querySelector("#verdicts table.dropin tbody tr");
+  const r = row.getBoundingClientRect();
+  return [first.id, r.top >= 0 && r.bottom <= window.innerHeight, row.checkVisibility()];
+})()"""
+"""JS: which section comes first, and whether its first verdict is whole on the first screen."""
+
+
+@pytest.mark.parametrize(("width", "height"), VIEWPORTS, ids=[f"{w}px" for w, _ in VIEWPORTS])
+def test_report_fits_the_window_at_widths(
+    browser: DevTools, tmp_path: Path, width: int, height: int
+) -> None:
+    report = report_under_test(tmp_path)
+    browser.open(report.as_uri(), width=width, height=height)
+    assert browser.errors() == []
+    assert browser.js("[window.innerWidth, window.innerHeight]") == [width, height]
+    assert browser.js(FIRST_SCREEN) == ["verdicts", True, True], "the verdicts are not first"
+
+    shot = tmp_path / f"report-{width}.png"
+    browser.screenshot(shot)
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("WIREDIFF_SCREENSHOTS"):
+        docs = Path(os.environ["WIREDIFF_SCREENSHOTS"]) / f"report-{width}.png"
+        browser.screenshot(docs, height=SHOWN_HEIGHT)
+
+    scroll, inner, wide = browser.js(OVERFLOW)
+    assert scroll <= inner and not wide, (scroll, inner, wide)
+    cards = browser.js(
+        "[...document.querySelectorAll('#summary .card')].map(c => c.getBoundingClientRect().right)"
+    )
+    main = browser.js("document.querySelector('#summary .cards').getBoundingClientRect().right")
+    assert max(cards) >= main - 1, "the summary's cards leave the width unused"
+
+    browser.click("#expand-all")
+    assert browser.js(visible("main details:not([open])"))[0] == 0
+    scroll, inner, wide = browser.js(OVERFLOW)
+    assert scroll <= inner and not wide, ("with every detail open", scroll, inner, wide)
+    assert browser.errors() == []

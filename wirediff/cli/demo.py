@@ -214,7 +214,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"capture:     {result['capture']}")
     print(f"summary:     {result['summary']}")
     print(f"divergences: {result['divergences']}")
-    print(f"report:      {result['report']}")
+    size = Path(result["report"]).stat().st_size
+    print(f"report:      {result['report']} ({size / 1000:,.0f} KB)")
     return 0
 
 
