@@ -1044,9 +1044,9 @@ def test_usage_errors_are_one_line_exit_2(
     [
         (None, "cannot read capture"),
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
-        ("garbage\nmore garbage\n", "not a JSON record"),
+        ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
         ('{"format": "wirediff/1", "id": "a", "started": "soon", "request": {}}\n',
-         "record a: `started` is not a number ('soon')"),
+         "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
     ],
 )  # fmt: skip
 def test_bad_captures_are_one_line_exit_2(

@@ -19,16 +19,18 @@ from wirediff.profiles import match_signature
 from wirediff.record.body import DEFAULT_BODY_CAP, decode_body, encode_body
 from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.redact import (
+    field_secrets,
+    form_secrets,
+    may_hold_secret_fields,
     redact_headers,
     redact_url,
-    scrub,
     scrub_headers,
     scrub_text,
     secret_values,
 )
-from wirediff.record.sse import split_events
+from wirediff.record.sse import parse_events, split_events
 from wirediff.record.tags import tag_exchange
-from wirediff.record.tap import StreamTap, is_sse
+from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
 
 __all__ = ["build_record", "classify_error"]
 
@@ -61,14 +63,25 @@ def _content_type(h: Sequence[tuple[str, str]]) -> str:
     return ""
 
 
-def _encoded(secrets: dict[str, str]) -> list[bytes]:
-    return [s.encode("utf-8", "surrogateescape") for s in secrets]
-
-
-def _decoded(message: Request | Response) -> bytes | None:
+def _decoded(message: Request | Response, limit: int) -> bytes | None:
     if message.content is None:
         return None
-    return decode_body(message.content, message.content_encoding)
+    return decode_body(message.content, message.content_encoding, limit)
+
+
+def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
+    """Values of the request body's credential-named fields (JSON or a form)."""
+    if not content:
+        return []
+    text = content.decode("utf-8", "replace")
+    if "x-www-form-urlencoded" in content_type.lower():
+        return form_secrets(text)
+    if text[:1] in "{[" and may_hold_secret_fields(text):
+        try:
+            return field_secrets(json.loads(text))
+        except (ValueError, RecursionError):
+            return []
+    return []
 
 
 def _response(
@@ -78,27 +91,31 @@ def _response(
     ctype = _content_type(resp.headers)
     tap: StreamTap | None = ex.tap
     events: list[Event] | None = None
+    extra: dict[str, Any] = {}
     if tap is not None:
-        tap.finish()
-        events = tap.events if tap.sse else None
-        body = encode_body(bytes(tap.raw), ctype, body_cap, secrets)
-        if (
-            events
-            and secrets
-            and (len(tap.raw) >= body_cap or any(s in tap.raw for s in _encoded(secrets)))
-        ):
-            events = scrub(events, secrets)
-        if tap.wire_size and len(tap.raw) >= body_cap:
-            body["truncated"] = True
+        tap.close()
+        if tap.sse:
+            events = parse_events(tap.events, secrets)
+        body = encode_body(tap.kept(), ctype, body_cap, secrets, truncated=tap.body_truncated)
         size = tap.wire_size
         complete = ex.error is None and ex.timings.finished is not None
+        if tap.decode_error:
+            extra["decode_error"] = tap.decode_error
+        if tap.events_dropped:
+            extra["events_dropped"] = tap.events_dropped
+        if tap.truncated or tap.events_dropped:
+            body["truncated"] = True
     else:
-        content = _decoded(resp)
+        sse = is_sse(ctype)
+        limit = max(MAX_STREAM_BYTES, body_cap) + 1 if sse else body_cap + 1
+        content = _decoded(resp, limit)
         body = encode_body(content, ctype, body_cap, secrets)
         size = len(resp.content or b"")
         complete = resp.content is not None and ex.error is None
-        if is_sse(ctype) and content is not None:
-            events = scrub(split_events(content, None), secrets)
+        if sse and content is not None:
+            events = split_events(content[: limit - 1], None, body_cap, secrets)
+            if len(content) >= limit:
+                body["truncated"] = True
     response = {
         "status": resp.status,
         "reason": resp.reason,
@@ -108,11 +125,8 @@ def _response(
         "size": size,
         "events": events,
         "complete": complete,
+        **extra,
     }
-    if tap is not None and tap.decode_error:
-        response["decode_error"] = tap.decode_error
-    if tap is not None and tap.events_dropped:
-        response["events_dropped"] = tap.events_dropped
     return response, events
 
 
@@ -136,14 +150,17 @@ def build_record(
     upstream = req.headers
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
-    secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact)
+    req_type = _content_type(sent)
+    req_content = _decoded(req, body_cap + 1)
+    fields = _request_secrets(req_content, req_type)
+    secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact, fields)
     request: dict[str, Any] = {
         "method": req.method,
-        "url": redact_url(req.url),
-        "path": redact_url(req.path),
+        "url": scrub_text(redact_url(req.url), secrets),
+        "path": scrub_text(redact_url(req.path), secrets),
         "http_version": req.http_version,
         "headers": scrub_headers(redact_headers(sent, redact), secrets),
-        **encode_body(_decoded(req), _content_type(sent), body_cap, secrets),
+        **encode_body(req_content, req_type, body_cap, secrets),
         "size": len(req.content or b""),
     }
     if req.client_headers is not None and req.client_headers != upstream:
