@@ -5,16 +5,21 @@ Usage:
         [--set capture_session=NAME] [--set capture_label=LABEL]
 
 Server-Sent Events are streamed through unbuffered and recorded event by event with timing;
-secrets in headers are replaced by fingerprints; each record is appended and flushed.
+secrets in headers are replaced by fingerprints. Records are built and appended by a
+recorder process (`wirediff.record.recorder`), off the proxy's event loop. A bad option
+value or an unwritable `capture_dir` stops mitmdump at startup with one line. What mitmdump
+itself prints about flows has credentials fingerprinted too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from mitmproxy import ctx, exceptions, http
 
@@ -30,23 +35,59 @@ from wirediff.record.build import build_record  # noqa: E402
 from wirediff.record.flow import (  # noqa: E402
     exchange_from_flow,
     fallback_record,
+    header_pairs,
     is_open_ended,
+    snapshot,
     upstream_label,
 )
+from wirediff.record.recorder import Job, Recorder, build_job  # noqa: E402
+from wirediff.record.redact import redact_log_text  # noqa: E402
 from wirediff.record.store import RecordWriter  # noqa: E402
 from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
+_CONTROL = (REPLAY_OF_HEADER.encode(), LABEL_HEADER.encode())
+_INT_OPTIONS = ("capture_body_cap",)
+_BOOL_OPTIONS = ("capture_lazy_connect",)
+_WIREDIFF_ROOT = str(Path(sys.modules["wirediff"].__file__ or "").resolve().parent.parent)
+
+
+class _RedactedOutput:
+    """mitmdump's flow log with credentials fingerprinted (`redact_log_text`)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(redact_log_text(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._out, name)
+
+
+class _RedactLog(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_log_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
 
 
 class Capture:
     def __init__(self) -> None:
         self.writer: RecordWriter | None = None
+        self.recorder: Recorder | None = None
+        self.path: Path | None = None
         self.session = ""
         self.seq = 0
         self.redact: frozenset[str] = frozenset()
+        self.body_cap = DEFAULT_BODY_CAP
+        self.label = ""
         self.pending: dict[str, http.HTTPFlow] = {}
+        self.problems: list[str] = []
+        self.is_running = False
 
     def load(self, loader):  # type: ignore[no-untyped-def]
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
@@ -72,49 +113,127 @@ class Capture:
             "Set connection_strategy=lazy so a refused upstream is recorded against its "
             "request (eager closes the client before any request exists).",
         )
+        self._take_unparsable(loader.master.options)
+
+    def _take_unparsable(self, options: Any) -> None:
+        """`--set` values of a script's options wait until it registers them, and one that
+        does not parse (`capture_body_cap=abc`) would abort loading this script without a
+        word: take those out and report them instead."""
+        for name in (*_INT_OPTIONS, *_BOOL_OPTIONS):
+            values = getattr(options.deferred.get(name), "val", None)
+            if not values:
+                continue
+            value = values[-1]
+            if name in _INT_OPTIONS:
+                ok = len(values) == 1 and value.strip().lstrip("-").isdigit()
+                want = "a whole number of bytes"
+            else:
+                ok = len(values) == 1 and value in ("true", "false", "toggle")
+                want = "true or false"
+            if not ok:
+                del options.deferred[name]
+                self.problems.append(f"{name} must be {want}, not {value!r}")
 
     def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        problems = []
+        if "capture_body_cap" in updated and opts.capture_body_cap < 0:
+            problems.append(
+                f"capture_body_cap must be 0 or more bytes, not {opts.capture_body_cap}"
+            )
+        session = opts.capture_session or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        reopen = bool(updated & {"capture_dir", "capture_session"})
+        if reopen and ("/" in session or "\0" in session or session.startswith(".")):
+            problems.append(f"capture_session is a file name, not a path: {session!r}")
+        writer = None
+        if reopen and not problems and not self.problems:
+            writer, problem = self._writable(Path(opts.capture_dir), session)
+            problems += [problem] if problem else []
+        if problems and self.is_running:  # a change at run time is refused; the capture goes on
+            raise exceptions.OptionsError(problems[0])  # type: ignore[no-untyped-call]
+        self.problems += problems
+        if self.problems:
+            return self._fail_startup()
         if "capture_redact" in updated:
             self.redact = frozenset(
-                h.strip().lower() for h in ctx.options.capture_redact.split(",") if h.strip()
+                h.strip().lower() for h in opts.capture_redact.split(",") if h.strip()
             )
-        if updated & {"capture_dir", "capture_session"}:
-            if ctx.options.capture_body_cap < 0:
-                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
-                    "capture_body_cap must be >= 0"
-                )
+        self.label = opts.capture_label
+        self.body_cap = opts.capture_body_cap
+        if writer is not None:
             self.close()
-            self.session = ctx.options.capture_session or time.strftime(
-                "%Y%m%dT%H%M%SZ", time.gmtime()
-            )
-            if "/" in self.session or self.session.startswith("."):
-                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
-                    f"capture_session is a name, not a path: {self.session!r}"
-                )
-            try:
-                Path(ctx.options.capture_dir).mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise exceptions.OptionsError(  # type: ignore[no-untyped-call]
-                    f"capture_dir: {e}"
-                ) from e
-            self.writer = RecordWriter(Path(ctx.options.capture_dir) / f"{self.session}.jsonl")
-            self.seq = 0
+            self.session, self.path, self.writer, self.seq = session, writer.path, writer, 0
+            logging.info(f"capture: recording to {self.path}")
+            if self.is_running:
+                self._start_recorder()
+
+    def _fail_startup(self) -> None:
+        """Stop mitmdump at startup with one line per problem, no traceback: an error
+        logged while starting makes mitmdump exit (its ErrorCheck addon)."""
+        for problem in self.problems:
+            logging.error(f"capture: {problem}")
+        self.problems.clear()
+        self.close()
+        self.path = None
+
+    @staticmethod
+    def _writable(directory: Path, session: str) -> tuple[RecordWriter | None, str | None]:
+        """A writer for the capture once a probe file proves the directory writable (and
+        an existing capture appendable), or why not."""
+        where = directory.resolve()
+        if where.exists() and not where.is_dir():
+            return None, f"capture_dir {where} is a file, not a directory"
+        path = where / f"{session}.jsonl"
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            probe = where / f".{session}.{os.getpid()}.probe"
+            probe.write_bytes(b"")
+            probe.unlink()
+            if path.exists():
+                with path.open("ab"):
+                    pass
+        except OSError as e:
+            return None, f"capture_dir {where} is not writable: {e.strerror or e}"
+        return RecordWriter(path), None
 
     def running(self) -> None:
         """Connect upstream lazily: with mitmproxy's default (eager) a refused upstream
         closes the client connection before any request exists, so nothing could be
         recorded. The bytes are the same; with TLS, ALPN is then chosen without the
         server — `capture_lazy_connect=false` keeps eager."""
+        self.is_running = True
+        self._redact_mitmproxy_log()
         if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
+        self._start_recorder()
+
+    def _redact_mitmproxy_log(self) -> None:
+        dumper = ctx.master.addons.get("dumper")  # type: ignore[no-untyped-call]
+        if dumper is not None and not isinstance(dumper.outfp, _RedactedOutput):
+            dumper.outfp = _RedactedOutput(dumper.outfp)
+        for handler in logging.getLogger().handlers:
+            if not any(isinstance(f, _RedactLog) for f in handler.filters):
+                handler.addFilter(_RedactLog())
+
+    def _start_recorder(self) -> None:
+        if self.path is None or self.recorder is not None:
+            return
+        if self.writer is not None:  # the recorder process appends from now on
+            self.writer.close()
+            self.writer = None
+        self.recorder = Recorder(
+            self.path, self.session, self.body_cap, self.redact, pythonpath=_WIREDIFF_ROOT
+        )
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Snapshot the request as the client sent it, before any addon can change it."""
         meta = flow.metadata
-        meta["wirediff.replay_of"] = flow.request.headers.pop(REPLAY_OF_HEADER, None)
-        meta["wirediff.label"] = flow.request.headers.pop(LABEL_HEADER, None)
-        meta["wirediff.client_headers"] = list(flow.request.headers.items(multi=True))  # type: ignore[no-untyped-call]
+        headers = flow.request.headers
+        if any(k.lower() in _CONTROL for k, _ in headers.fields):
+            meta["wirediff.replay_of"] = headers.pop(REPLAY_OF_HEADER, None)
+            meta["wirediff.label"] = headers.pop(LABEL_HEADER, None)
+        meta["wirediff.client_fields"] = headers.fields
         meta["wirediff.seq"] = self.seq
         self.seq += 1
 
@@ -128,7 +247,7 @@ class Capture:
             resp.stream = StreamTap(
                 t0=flow.request.timestamp_start,
                 content_encoding=resp.headers.get("content-encoding", ""),
-                cap=ctx.options.capture_body_cap,
+                cap=self.body_cap,
                 sse=sse,
             )
 
@@ -139,8 +258,17 @@ class Capture:
         self.record_soon(flow)
 
     def record_soon(self, flow: http.HTTPFlow) -> None:
-        """Record on the event loop's next turn: mitmproxy forwards a response only after
-        this hook returns, so building the record here would delay what the client sees."""
+        """Hand the exchange to the recorder process; without one (not yet running, as
+        under mitmproxy's test helpers, or gone), record on the event loop's next turn:
+        mitmproxy forwards a response only after this hook returns."""
+        if flow.metadata.get("wirediff.written") or self.path is None:
+            return
+        if self.recorder is not None and flow.websocket is None:
+            flow.metadata["wirediff.written"] = True
+            if self.recorder.send(self.job(flow)):
+                return
+            self._recorder_lost()
+            flow.metadata["wirediff.written"] = False
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -148,6 +276,17 @@ class Capture:
             return
         self.pending[flow.id] = flow
         loop.call_soon(self._record_pending, flow.id)
+
+    def _recorder_lost(self) -> None:
+        """The recorder stopped or fell far behind: record in-process from now on."""
+        assert self.recorder is not None
+        why = self.recorder.broken or "the recorder process fell too far behind"
+        logging.warning(f"capture: {why}; recording in mitmdump's own process from now on")
+        unsent = self.recorder.close()
+        self.recorder = None
+        self.writer = RecordWriter(self.path) if self.path is not None else None
+        for job in unsent:
+            self._write(build_job(job, self.session, self.body_cap, self.redact))
 
     def _record_pending(self, flow_id: str) -> None:
         flow = self.pending.pop(flow_id, None)
@@ -160,32 +299,81 @@ class Capture:
             self._record_pending(flow_id)
 
     def record(self, flow: http.HTTPFlow) -> None:
+        """Build and append the record of `flow` here, in mitmdump's process."""
         if self.writer is None or flow.metadata.get("wirediff.written"):
             return
         flow.metadata["wirediff.written"] = True
         try:
-            self.writer.write(self.build(flow))
+            rec = self.build(flow)
         except Exception as e:  # never lose the exchange: keep what is certain
-            logging.exception("capture: could not record %s %s", flow.request.method, flow.id)
-            self.writer.write(fallback_record(flow, self.session, e))
+            logging.warning(f"capture: could not build the record of {flow.id}: {e!r}")
+            rec = fallback_record(
+                exchange_from_flow(flow),
+                self.session,
+                e,
+                label=self._label(flow),
+                seq=flow.metadata.get("wirediff.seq"),
+                replay_of=flow.metadata.get("wirediff.replay_of"),
+            )
+        self._write(rec)
+
+    def _write(self, rec: Record) -> None:
+        assert self.writer is not None
+        failing = self.writer.failure is not None
+        if not self.writer.write(rec) and not failing:
+            why = self.writer.failure
+            logging.error(
+                f"capture: cannot write {self.writer.path}: {why.strerror if why else why}; "
+                "records wait in memory until it can"
+            )
+        elif failing and self.writer.failure is None:
+            logging.warning(f"capture: writing {self.writer.path} again")
+
+    def _label(self, flow: http.HTTPFlow) -> str:
+        return str(flow.metadata.get("wirediff.label") or self.label or upstream_label(flow))
+
+    def job(self, flow: http.HTTPFlow) -> Job:
+        meta = flow.metadata
+        return (
+            snapshot(flow, meta.get("wirediff.client_fields")),
+            self._label(flow),
+            meta.get("wirediff.seq", self.seq),
+            flow.client_conn.proxy_mode.full_spec,
+            meta.get("wirediff.replay_of"),
+        )
 
     def build(self, flow: http.HTTPFlow) -> Record:
         meta = flow.metadata
+        fields = meta.get("wirediff.client_fields")
         return build_record(
-            exchange_from_flow(flow, client_headers=meta.get("wirediff.client_headers")),
+            exchange_from_flow(
+                flow, client_headers=header_pairs(fields) if fields is not None else None
+            ),
             session=self.session,
-            label=meta.get("wirediff.label") or ctx.options.capture_label or upstream_label(flow),
+            label=self._label(flow),
             seq=meta.get("wirediff.seq", self.seq),
             listener=flow.client_conn.proxy_mode.full_spec,
             replay_of=meta.get("wirediff.replay_of"),
-            body_cap=ctx.options.capture_body_cap,
+            body_cap=self.body_cap,
             redact=self.redact,
         )
 
     def close(self) -> None:
         self.flush()
+        if self.recorder is not None:
+            unsent = self.recorder.close()
+            self.recorder = None
+            if unsent and self.path is not None:
+                self.writer = RecordWriter(self.path)
+                for job in unsent:
+                    self._write(build_job(job, self.session, self.body_cap, self.redact))
         if self.writer is not None:
             self.writer.close()
+            if self.writer.waiting or self.writer.lost:
+                logging.error(
+                    f"capture: {self.writer.waiting + self.writer.lost} records could not be "
+                    f"written to {self.writer.path}"
+                )
             self.writer = None
 
     def done(self) -> None:

@@ -172,11 +172,53 @@ async def test_seq_follows_request_order_and_records_append(tmp_path: Path) -> N
     assert len(again) == 4  # appended, never overwritten
 
 
-@pytest.mark.parametrize("options", [{"capture_session": "../escape"}, {"capture_body_cap": -1}])
-async def test_bad_options_raise_options_error(tmp_path: Path, options: dict[str, object]) -> None:
+BAD_OPTIONS = [
+    ({"capture_session": "../escape"}, "capture_session is a file name, not a path"),
+    ({"capture_body_cap": -1}, "capture_body_cap must be 0 or more bytes, not -1"),
+    ({"capture_dir": "FILE"}, "is a file, not a directory"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
+async def test_bad_options_at_startup_are_one_logged_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, options: dict[str, object], message: str
+) -> None:
+    """An error logged while mitmdump starts makes it exit (its ErrorCheck addon)."""
+    (tmp_path / "FILE").write_text("")
+    options = {k: str(tmp_path / "FILE") if v == "FILE" else v for k, v in options.items()}
     cap = Capture()
-    with taddons.context(cap) as tctx, pytest.raises(exceptions.OptionsError):
-        tctx.configure(cap, capture_dir=str(tmp_path), **{"capture_session": "ok", **options})
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, **{"capture_dir": str(tmp_path), "capture_session": "ok", **options})
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0].getMessage()
+    assert errors[0].exc_info is None and "\n" not in errors[0].getMessage()
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
+async def test_bad_options_while_running_are_refused(
+    tmp_path: Path, options: dict[str, object], message: str
+) -> None:
+    (tmp_path / "FILE").write_text("")
+    options = {k: str(tmp_path / "FILE") if v == "FILE" else v for k, v in options.items()}
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="ok")
+        cap.is_running = True
+        with pytest.raises(exceptions.OptionsError, match=message):
+            tctx.configure(cap, **options)
+        cap.done()
+
+
+async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> None:
+    cap = Capture()
+    with taddons.context() as tctx:
+        tctx.options.set("capture_body_cap=abc", "capture_lazy_connect=maybe", defer=True)
+        tctx.master.addons.register(cap)
+        assert cap.problems == [
+            "capture_body_cap must be a whole number of bytes, not 'abc'",
+            "capture_lazy_connect must be true or false, not 'maybe'",
+        ]
+        assert "capture_body_cap" not in tctx.options.deferred
 
 
 async def test_lines_are_json_and_flushed_per_record(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from wirediff._types import HeaderList
 
@@ -305,3 +305,29 @@ def redact_patterns(text: str) -> str:
     for rx, repl in SECRET_PATTERNS:
         text = rx.sub(repl, text)
     return text
+
+
+_ANSI = r"(?:\x1b\[[0-9;]*m)*"
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(SECRET_QUERY)) + r")=)([^&\s#\"'\x1b]+)"
+)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s\"'\x1b]+)@")
+_HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI})([^\r\n\x1b]*)")
+
+
+def redact_log_text(text: str) -> str:
+    """A line mitmproxy is about to print (a flow's request line, its headers, a message),
+    with credentials fingerprinted: key-like query values, URL userinfo, credential
+    headers; then anything shaped like a credential (`redact_patterns`)."""
+    if not text:
+        return text
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{fingerprint(unquote(m.group(2)))}@", text)
+    text = _HEADER_LINE.sub(_redact_header_line, text)
+    return redact_patterns(text)
+
+
+def _redact_header_line(m: re.Match[str]) -> str:
+    if not is_secret_header(m.group(2)):
+        return m.group(0)
+    return m.group(1) + m.group(2) + m.group(3) + redact_value(m.group(4))

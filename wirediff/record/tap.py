@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
@@ -136,6 +137,40 @@ class StreamTap:
                 break
         if self.sse:
             self._keep(self._splitter.close(), end_ms)
+
+    def state(self) -> tuple[Any, ...]:
+        """What a closed tap holds, as plain values (for `from_state` in another process)."""
+        return (
+            self.t0,
+            self.content_encoding,
+            self.cap,
+            self.sse,
+            self.events,
+            bytes(self.raw),
+            self.wire_size,
+            self.decoded,
+            self.ended,
+            self.decode_error,
+            self.events_dropped,
+            self.truncated,
+        )
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> StreamTap:
+        """A closed tap holding what `state()` saw."""
+        t0, encoding, cap, sse, events, raw, *counts = state
+        tap = cls(t0=t0, content_encoding=encoding, cap=cap, sse=sse, events=events)
+        tap.raw = bytearray(raw)
+        (
+            tap.wire_size,
+            tap.decoded,
+            tap.ended,
+            tap.decode_error,
+            tap.events_dropped,
+            tap.truncated,
+        ) = counts
+        tap._decoder, tap._closed = None, True
+        return tap
 
     @property
     def body_truncated(self) -> bool:
