@@ -168,9 +168,9 @@ records in a call, which saves a fifth of their memory."""
 _RECORD_START = b'{"format":'
 
 
-def _parse_line(p: Path, lineno: int, line: bytes) -> Any:
-    """One line's value; a torn line (not JSON) is skipped with a warning (None), or, when
-    a whole record was appended after the fragment, that record."""
+def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
+    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
+    when a whole record was appended after the fragment, that record."""
     try:
         return json.loads(line)
     except RecursionError:
@@ -184,16 +184,16 @@ def _parse_line(p: Path, lineno: int, line: bytes) -> Any:
     if at > 0:
         with contextlib.suppress(ValueError, RecursionError):
             value = json.loads(line[at:])
-            log.warning("%s:%d: a torn line before a whole record: the fragment skipped", p, lineno)
+            torn.append(f"{p}:{lineno}: a torn line before a whole record: the fragment skipped")
             return value
-    log.warning("%s:%d: not a JSON record (a torn write): skipped", p, lineno)
+    torn.append(f"{p}:{lineno}: not a JSON record (a torn write): skipped")
     return None
 
 
 Parsed = list[tuple[int, bytes, Any]]
 
 
-def _parse_batch(p: Path, batch: list[tuple[int, bytes]]) -> Parsed:
+def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Parsed:
     """`(lineno, line, value)` for each line of `batch`; torn lines left out."""
     if not batch:
         return []
@@ -205,7 +205,7 @@ def _parse_batch(p: Path, batch: list[tuple[int, bytes]]) -> Parsed:
         pass
     out = []  # one line at a time, to find the bad ones
     for lineno, line in batch:
-        value = _parse_line(p, lineno, line)
+        value = _parse_line(p, lineno, line, torn)
         if value is not None:
             out.append((lineno, line, value))
     return out
@@ -233,22 +233,32 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         fh = p.open("rb")
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+    torn: list[str] = []
+    records = 0
+
+    def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
+        nonlocal records
+        parsed = _parse_batch(p, batch, torn)
+        if parsed or records:  # warnings only for a file that is a capture
+            for warning in torn:
+                log.warning(warning)
+            torn.clear()
+        for rec in _checked(p, parsed):
+            records += 1
+            yield rec
+
     with fh:
         batch: list[tuple[int, bytes]] = []
-        lines = records = 0
+        lines = 0
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             lines += 1
             batch.append((lineno, line))
             if len(batch) == BATCH_LINES:
-                for rec in _checked(p, _parse_batch(p, batch)):
-                    records += 1
-                    yield rec
+                yield from batch_records(batch)
                 batch = []
-        for rec in _checked(p, _parse_batch(p, batch)):
-            records += 1
-            yield rec
+        yield from batch_records(batch)
     if lines and not records:
         raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")
 
@@ -332,7 +342,9 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
     ]
 
 
-RETRIED_KINDS = frozenset({"skipped", "upstream_unreachable", "timeout", "upstream_disconnect"})
+RETRIED_KINDS = frozenset(
+    {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
+)
 """Replay outcomes that a resumed run sends again: they say nothing about the target."""
 
 
