@@ -31,7 +31,7 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
 
 from wirediff._types import Record  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
-from wirediff.record.build import build_record  # noqa: E402
+from wirediff.record.build import build_record, exchange_secrets  # noqa: E402
 from wirediff.record.flow import (  # noqa: E402
     exchange_from_flow,
     fallback_record,
@@ -41,7 +41,7 @@ from wirediff.record.flow import (  # noqa: E402
     upstream_label,
 )
 from wirediff.record.recorder import Job, Recorder, build_job  # noqa: E402
-from wirediff.record.redact import redact_log_text  # noqa: E402
+from wirediff.record.redact import redact_log_text, scrub_text  # noqa: E402
 from wirediff.record.store import RecordWriter  # noqa: E402
 from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
 
@@ -53,23 +53,51 @@ _BOOL_OPTIONS = ("capture_lazy_connect",)
 _WIREDIFF_ROOT = str(Path(sys.modules["wirediff"].__file__ or "").resolve().parent.parent)
 
 
-class _RedactedOutput:
-    """mitmdump's flow log with credentials fingerprinted (`redact_log_text`)."""
+MAX_LOG_SECRETS = 4096
+"""Forms of the secrets of recent exchanges kept to scrub from what mitmdump prints."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self._out = out
+
+class _LogSecrets:
+    """The secrets of the exchanges mitmdump is printing about, newest last, bounded."""
+
+    def __init__(self) -> None:
+        self._forms: dict[str, str] = {}
+        self._longest_first: dict[str, str] = {}
+
+    def add(self, secrets: dict[str, str]) -> None:
+        if all(form in self._forms for form in secrets):
+            return
+        self._forms.update(secrets)
+        while len(self._forms) > MAX_LOG_SECRETS:
+            del self._forms[next(iter(self._forms))]
+        self._longest_first = dict(sorted(self._forms.items(), key=lambda kv: -len(kv[0])))
+
+    def scrub(self, text: str) -> str:
+        return redact_log_text(scrub_text(text, self._longest_first))
+
+
+class _RedactedOutput:
+    """mitmdump's flow log with credentials fingerprinted: those of the exchanges it prints
+    about, in any form, and anything shaped like one (`redact_log_text`)."""
+
+    def __init__(self, out: IO[str], secrets: _LogSecrets) -> None:
+        self._out, self._secrets = out, secrets
 
     def write(self, text: str) -> int:
-        return self._out.write(redact_log_text(text))
+        return self._out.write(self._secrets.scrub(text))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._out, name)
 
 
 class _RedactLog(logging.Filter):
+    def __init__(self, secrets: _LogSecrets) -> None:
+        super().__init__()
+        self._secrets = secrets
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = redact_log_text(message)
+        redacted = self._secrets.scrub(message)
         if redacted != message:
             record.msg, record.args = redacted, ()
         return True
@@ -88,6 +116,9 @@ class Capture:
         self.pending: dict[str, http.HTTPFlow] = {}
         self.problems: list[str] = []
         self.is_running = False
+        self.log_secrets = _LogSecrets()
+        self.log_flows = False
+        """mitmdump prints flows (its dumper, `flow_detail` above 0): learn their secrets."""
 
     def load(self, loader):  # type: ignore[no-untyped-def]
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
@@ -211,10 +242,11 @@ class Capture:
     def _redact_mitmproxy_log(self) -> None:
         dumper = ctx.master.addons.get("dumper")  # type: ignore[no-untyped-call]
         if dumper is not None and not isinstance(dumper.outfp, _RedactedOutput):
-            dumper.outfp = _RedactedOutput(dumper.outfp)
+            dumper.outfp = _RedactedOutput(dumper.outfp, self.log_secrets)
+        self.log_flows = dumper is not None and getattr(ctx.options, "flow_detail", 0) > 0
         for handler in logging.getLogger().handlers:
             if not any(isinstance(f, _RedactLog) for f in handler.filters):
-                handler.addFilter(_RedactLog())
+                handler.addFilter(_RedactLog(self.log_secrets))
 
     def _start_recorder(self) -> None:
         if self.path is None or self.recorder is not None:
@@ -252,10 +284,17 @@ class Capture:
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
+        self._learn_secrets(flow)
         self.record_soon(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
+        self._learn_secrets(flow)
         self.record_soon(flow)
+
+    def _learn_secrets(self, flow: http.HTTPFlow) -> None:
+        """Before mitmdump prints the flow (its dumper comes after this addon)."""
+        if self.log_flows:
+            self.log_secrets.add(exchange_secrets(exchange_from_flow(flow), self.redact))
 
     def record_soon(self, flow: http.HTTPFlow) -> None:
         """Hand the exchange to the recorder process; without one (not yet running, as
@@ -266,6 +305,8 @@ class Capture:
         if self.recorder is not None and flow.websocket is None:
             flow.metadata["wirediff.written"] = True
             if self.recorder.send(self.job(flow)):
+                if flow.response is not None and isinstance(flow.response.stream, StreamTap):
+                    flow.response.stream.release()  # in the pipe now: a long stream's events
                 return
             self._recorder_lost()
             flow.metadata["wirediff.written"] = False

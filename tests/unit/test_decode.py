@@ -12,7 +12,7 @@ import zstandard
 
 from wirediff.record.body import decode_body
 from wirediff.record.decode import decoder_for
-from wirediff.record.tap import CHUNK_BUDGET, StreamTap
+from wirediff.record.tap import CHUNK_BUDGET, CHUNK_RATIO, CLOSE_BUDGET, StreamTap
 
 STREAM = b"".join(b'data: {"n":%d,"pad":"%s"}\n\n' % (i, b"ab" * (i % 50)) for i in range(2000))
 ZEROS = 1 << 28
@@ -84,16 +84,26 @@ def test_a_stream_bomb_passes_untouched_and_is_truncated(bombs: tuple[str, bytes
 
 @pytest.mark.parametrize(("coding", "compress"), CODINGS)
 def test_each_chunk_decodes_at_most_its_budget(coding: str, compress: Compress) -> None:
-    """A small chunk that inflates a lot waits in the decoder; the rest comes when the
-    record is built, and nothing is lost."""
-    big = STREAM * 40
+    """A chunk that inflates a lot decodes its budget; the rest waits in the decoder for
+    the next chunks or the end of the stream, and nothing is lost."""
+    big = STREAM * 12
+    packed = compress(big)
     tap = StreamTap(t0=0.0, content_encoding=coding)
-    tap(compress(big))
-    assert tap.decoded <= CHUNK_BUDGET
+    tap(packed)
+    assert tap.decoded <= max(CHUNK_BUDGET, CHUNK_RATIO * len(packed)) < len(big)
     tap(b"")
     tap.close()
     assert tap.decoded == len(big) and not tap.truncated
-    assert len(tap.events) == 40 * 2000 and tap.events[-1]["data"].startswith('{"n":1999')
+    assert len(tap.events) == 12 * 2000 and tap.events[-1]["data"].startswith('{"n":1999')
+
+
+def test_what_waits_at_the_end_is_decoded_within_its_budget() -> None:
+    tap = StreamTap(t0=0.0, content_encoding="gzip")
+    packed = gzip.compress(b"\n" * (64 << 20))
+    tap(packed)
+    tap.close()
+    first = max(CHUNK_BUDGET, CHUNK_RATIO * len(packed))
+    assert tap.truncated and tap.decoded <= first + CLOSE_BUDGET
 
 
 def test_a_broken_stream_encoding_is_noted_and_passes() -> None:

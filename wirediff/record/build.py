@@ -32,7 +32,7 @@ from wirediff.record.sse import parse_events, split_events
 from wirediff.record.tags import tag_exchange
 from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
 
-__all__ = ["build_record", "classify_error"]
+__all__ = ["build_record", "classify_error", "exchange_secrets"]
 
 
 def classify_error(msg: str, has_response: bool) -> str:
@@ -67,6 +67,15 @@ def _decoded(message: Request | Response, limit: int) -> bytes | None:
     if message.content is None:
         return None
     return decode_body(message.content, message.content_encoding, limit)
+
+
+def exchange_secrets(ex: Exchange, redact: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Every secret of `ex` in every form an echo may take (`secret_values`)."""
+    req, resp = ex.request, ex.response
+    sent = req.client_headers if req.client_headers is not None else req.headers
+    fields = _request_secrets(_decoded(req, DEFAULT_BODY_CAP + 1), _content_type(sent))
+    resp_headers = resp.headers if resp is not None else []
+    return secret_values([*sent, *req.headers, *resp_headers], req.url, redact, fields)
 
 
 def _request_secrets(content: bytes | None, content_type: str) -> list[str]:

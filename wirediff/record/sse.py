@@ -33,23 +33,22 @@ def parse_data(data: str) -> Any:
 
 
 def parse_events(events: list[Event], secrets: dict[str, str] | None = None) -> list[Event]:
-    """Events with echoes of `secrets` scrubbed and their data parsed: JSON where it is
-    JSON (nested deeper than `MAX_DEPTH` it stays text, marked `depth_limited`); a
-    truncated event's data stays text."""
-    out: list[Event] = []
+    """`events` with echoes of `secrets` scrubbed and their data parsed, in place (a long
+    stream is not held twice): JSON where it is JSON (nested deeper than `MAX_DEPTH` it
+    stays text, marked `depth_limited`); a truncated event's data stays text."""
     for ev in events:
         data = ev["data"]
+        if not isinstance(data, str):  # parsed already (a second record of one tap)
+            continue
         if secrets:
-            data = scrub_text(data, secrets)
+            data = ev["data"] = scrub_text(data, secrets)
         if ev.get("truncated") or not data or data[0] not in "{[" or data == "[DONE]":
-            out.append({**ev, "data": data})
             continue
         value, text, deep = parse_json(data)
-        ev = {**ev, "data": value if text is None else text}
+        ev["data"] = value if text is None else text
         if deep:
             ev["depth_limited"] = True
-        out.append(ev)
-    return out
+    return events
 
 
 class SSESplitter:

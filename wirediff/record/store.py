@@ -96,7 +96,11 @@ class RecordWriter:
     def retry(self) -> bool:
         """Append what waits; True when nothing is left waiting."""
         if self._fd is None:
-            self._fd = self._open()
+            try:
+                self._fd = self._open()
+            except OSError as e:
+                self.failure = e
+                return False
         while self._waiting:
             batch, n = self._waiting[0], 1
             if len(self._waiting) > 1:

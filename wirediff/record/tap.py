@@ -2,9 +2,10 @@
 
 What passes is never changed or held back. On the side, the tap decodes and splits with
 fixed bounds, so no upstream can make a chunk cost unbounded time or memory: each chunk
-decodes at most `CHUNK_BUDGET` bytes (input past that waits in the decoder, and is decoded
-with the next chunk or when the record is built), a stream at most `max_stream` bytes, and
-one event keeps at most `cap` bytes of data. What a bound cut off is marked `truncated`.
+decodes at most `CHUNK_BUDGET` bytes or `CHUNK_RATIO` times its size (input past that
+waits in the decoder for the next chunk, and `CLOSE_BUDGET` more at the end), a stream
+at most `max_stream` bytes, and one event keeps at most `cap` bytes of data. What a bound
+cut off is marked `truncated`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ MAX_STREAM_BYTES = 32 << 20
 """Decoded bytes of one stream split into events; past them the stream is `truncated`
 (a hundred thousand events of a few hundred bytes: the longest answers seen)."""
 CHUNK_BUDGET = 256 << 10
-"""Decoded bytes examined per chunk on the proxy's event loop."""
+"""Decoded bytes examined per chunk on the proxy's event loop, at least; a chunk may
+inflate to `CHUNK_RATIO` times its size (what no honest stream exceeds) in one call."""
+CHUNK_RATIO = 16
+CLOSE_BUDGET = 4 << 20
+"""Decoded bytes examined when the stream has ended, of what still waits in the decoder."""
 MAX_BACKLOG = 8 << 20
 """Encoded bytes that may wait undecoded (a stream inflating faster than chunks arrive);
 past them decoding stops and the stream is `truncated`."""
@@ -94,12 +99,13 @@ class StreamTap:
         if dec.pending > MAX_BACKLOG:
             self._stop()
         else:
-            self._take(dec, (time.time() - self.t0) * 1000.0)
+            budget = max(CHUNK_BUDGET, CHUNK_RATIO * len(chunk))
+            self._take(dec, (time.time() - self.t0) * 1000.0, budget)
         return chunk
 
-    def _take(self, dec: Decoder, now_ms: float) -> None:
-        """Decode and split at most one `CHUNK_BUDGET` of what waits in the decoder."""
-        want = min(CHUNK_BUDGET, self._budget - self.decoded)
+    def _take(self, dec: Decoder, now_ms: float, budget: int) -> None:
+        """Decode and split at most `budget` bytes of what waits in the decoder."""
+        want = min(budget, self._budget - self.decoded)
         try:
             data = dec.read(want) if want > 0 else b""
         except Exception as e:  # a broken upstream encoding must not break the stream
@@ -122,19 +128,18 @@ class StreamTap:
         self.ended = True
 
     def close(self) -> None:
-        """Decode what still waits (within the bounds) and keep a half-received event as
-        `partial`; when the record is built, off the event loop."""
+        """Decode what still waits, up to `CLOSE_BUDGET` (more is `truncated`), and keep a
+        half-received event as `partial`."""
         if self._closed:
             return
         self._closed = True
         self.ended = True
         end_ms = (time.time() - self.t0) * 1000.0
         dec = self._decoder
-        while dec is not None and dec.pending and not self.truncated and not self.decode_error:
-            before = self.decoded
-            self._take(dec, end_ms)
-            if self.decoded == before:
-                break
+        if dec is not None and dec.pending and self.decode_error is None:
+            self._take(dec, end_ms, CLOSE_BUDGET)
+            if self._decoder is not None and dec.pending:
+                self._stop()
         if self.sse:
             self._keep(self._splitter.close(), end_ms)
 
@@ -171,6 +176,10 @@ class StreamTap:
         ) = counts
         tap._decoder, tap._closed = None, True
         return tap
+
+    def release(self) -> None:
+        """Forget what was kept, once it is recorded elsewhere (`state()` sent on)."""
+        self.events, self.raw = [], bytearray()
 
     @property
     def body_truncated(self) -> bool:

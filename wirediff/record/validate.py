@@ -85,7 +85,7 @@ def _pairs(v: Any) -> bool:
 _TOP: list[tuple[str, Callable[[Any], bool], str]] = [
     ("id", _str, "a string"),
     ("session", _opt(_str), "a string"),
-    ("label", _opt(_str), "a string"),
+    ("label", _str, "a string"),
     ("seq", _opt(_int), "an integer"),
     ("replay_of", _opt(_str), "a string or null"),
     ("listener", _opt(_str), "a string or null"),
@@ -119,8 +119,8 @@ _EVENT = [
 ]
 _ERROR = [("kind", _opt(_str), "a string"), ("message", _opt(_str), "a string")]
 _TAGS = [
-    ("family", _opt(_str), "a string"),
-    ("endpoint", _opt(_str), "a string"),
+    ("family", _str, "a string"),
+    ("endpoint", _str, "a string"),
     ("prefix", _opt(_str), "a string"),
     ("method", _opt(_str), "a string"),
     ("model", _opt(_str), "a string or null"),
@@ -165,8 +165,8 @@ def problem(rec: Any) -> str | None:
         if found:
             return found
         for i, ev in enumerate(resp.get("events") or ()):
-            if not isinstance(ev, dict):
-                return f"response.events[{i}] must be an object"
+            if not isinstance(ev, dict) or "data" not in ev:
+                return f"response.events[{i}] must be an object with data"
             found = _fields(f"response.events[{i}].", ev, _EVENT)
             if found:
                 return found
