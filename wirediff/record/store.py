@@ -229,9 +229,18 @@ def _checked(p: Path, parsed: Parsed) -> Iterator[Record]:
         yield rec
 
 
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """Records of one capture file; torn lines are skipped with a warning (file:line), but
-    a file without a single JSON record is not a capture."""
+    """Records of one capture file; torn lines are skipped with a warning (file:line), an
+    unfinished last line silently, but a file without a single JSON record is not a
+    capture."""
     p = Path(path)
     try:
         fh = p.open("rb")
@@ -257,6 +266,8 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
+            if not line.endswith(b"\n") and not _is_json(line):
+                break  # the last line, unfinished: a write in progress or cut by a crash
             lines += 1
             batch.append((lineno, line))
             if len(batch) == BATCH_LINES:
