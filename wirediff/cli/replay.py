@@ -42,8 +42,8 @@ appended. The newest record per original and label is the one that counts. Ctrl-
 cleanly (exit 130); a request then in flight is recorded as `interrupted` (the target may
 have received it) and is sent again by the next run: at least once, never silently twice,
 since a repeated attempt's record says which attempt it is (`"attempt": 2`). Exit 2: bad
-usage or input, or a target where every request failed at the transport (unreachable,
-timed out, cut off; the records are kept).
+usage or input, or a target where every request failed at the transport (no answer:
+unreachable, timed out, cut before a status; the records are kept).
 
 `--only` (repeatable; a record is replayed if it matches any of them) is a comma-separated
 list of `KEY=GLOB` or `KEY!=GLOB` terms that must all match; keys: family, endpoint, method,
@@ -216,7 +216,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
             f"{c.resumed} already done → {', '.join(files)}",
             file=sys.stderr,
         )
-        if c.sent and c.transport_errors == c.sent:
+        if c.sent and c.no_answer == c.sent:
             failed.append(r)
     if failed:
         r = failed[0]
@@ -224,7 +224,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
         if c.unreachable == c.sent:
             what = f"could not connect to {r.target.label} at {r.target.url}: all {c.sent} requests failed (recorded as upstream_unreachable"
         else:
-            what = f"every request to {r.target.label} at {r.target.url} failed at the transport ({c.sent} of {c.sent}: no answer, or one cut off; recorded"
+            what = f"every request to {r.target.label} at {r.target.url} failed at the transport (none of {c.sent} got an answer; recorded"
         raise UsageError(f"{what}; run the same command again to retry them)")
     return 0
 

@@ -41,6 +41,8 @@ class Counts:
     skipped: int = 0
     sent: int = 0
     unreachable: int = 0
+    no_answer: int = 0
+    """Sent, and no answer at all came back (unreachable, timed out, cut before a status)."""
 
     def add(self, rec: Record, *, connect_failed: bool) -> None:
         self.done += 1
@@ -52,6 +54,8 @@ class Counts:
         if connect_failed:
             self.unreachable += 1
         resp = rec.get("response")
+        if resp is None:
+            self.no_answer += 1
         if resp is None or err:
             self.transport_errors += 1
         elif resp.get("status", 0) >= 400 or (rec.get("tags") or {}).get("soft_error"):
