@@ -17,10 +17,8 @@ import pytest
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, ROOT, free_port, wait_port
 from wirediff.record.store import load_records
 
-pytestmark = pytest.mark.hostile
 
-
-def _family(pid: int) -> list[int]:
+def family(pid: int) -> list[int]:
     pids = [pid]
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -30,7 +28,7 @@ def _family(pid: int) -> list[int]:
 
 def reset_peak_rss(pid: int) -> None:
     """Start measuring peak memory afresh for a process and its children (Linux)."""
-    for p in _family(pid):
+    for p in family(pid):
         with contextlib.suppress(OSError):
             Path(f"/proc/{p}/clear_refs").write_text("5")
 
@@ -38,7 +36,7 @@ def reset_peak_rss(pid: int) -> None:
 def peak_rss(pid: int) -> int:
     """Peak resident memory of a process and of the children it has now (bytes)."""
     total = 0
-    for p in _family(pid):
+    for p in family(pid):
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):

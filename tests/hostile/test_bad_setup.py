@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, wait_for
 from tests.hostile.test_full_disk import can_mount
 
+pytestmark = pytest.mark.hostile
+
 
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:

@@ -16,6 +16,8 @@ from tests.hostile.conftest import Proxy, start_proxy
 from tests.hostile.upstream import ENCODINGS
 from wirediff.record.store import load_records
 
+pytestmark = pytest.mark.hostile
+
 MB = 1 << 20
 EXTRA_RSS = 300 * MB
 CASES = [("json", e) for e in ENCODINGS] + [("sse", e) for e in ENCODINGS] + [("sse-flat", "gzip")]

@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import ROOT, wait_for
 from tests.hostile.conftest import ProxyFactory
 from tests.unit.test_secrets import encodings
+
+pytestmark = pytest.mark.hostile
 
 KEY = "sk-HOSTILE-CANARY/a1b2+c3d4"
 QUERY_KEY = "AIza-QUERY-CANARY-e5f6"

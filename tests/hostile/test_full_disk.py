@@ -25,6 +25,8 @@ from wirediff.record.flow import snapshot
 from wirediff.record.recorder import FRAME, serve
 from wirediff.record.store import load_records
 
+pytestmark = pytest.mark.hostile
+
 BEFORE, AFTER = 30, 5
 
 

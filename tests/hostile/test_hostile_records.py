@@ -14,6 +14,8 @@ import pytest
 from tests.fixtures.records import openai_session, replay
 from wirediff.cli import main
 
+pytestmark = pytest.mark.hostile
+
 Change = Callable[[dict[str, Any]], Any]
 
 

@@ -8,9 +8,12 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import wait_for
 from tests.hostile.conftest import ProxyFactory
+
+pytestmark = pytest.mark.hostile
 
 EVENT_MB = 20
 TRIES = 3

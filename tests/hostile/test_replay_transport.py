@@ -12,6 +12,8 @@ from tests.fixtures.records import openai_session
 from wirediff.cli import main
 from wirediff.record.store import load_records
 
+pytestmark = pytest.mark.hostile
+
 
 def test_every_request_failing_at_the_transport_is_exit_2(
     upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -94,3 +94,21 @@ def test_echoes_become_the_secret_fingerprint() -> None:
     rec = build_record(exchange(encodings(KEY)["json \\u"]), session="s", label="l", seq=0)
     assert rec["response"]["body"]["error"]["echo"] == fingerprint(KEY)
     assert rec["request"]["body"]["api_key"] == fingerprint(FIELD)
+
+
+@pytest.mark.parametrize(
+    ("line", "gone"),
+    [
+        ("127.0.0.1:5: GET http://h:1/v1/models?x=1&key=AIza-SECRET-123", "AIza-SECRET-123"),
+        ("POST https://alice:pa55-word-9@h/v1/x", "alice:pa55-word-9"),
+        ("    authorization: Bearer live-token-123456", "live-token-123456"),
+        ("\x1b[34mx-api-key\x1b[0m: \x1b[1mmy-key-123456", "my-key-123456"),
+        ('{"api_key": "field-secret-77"}', "field-secret-77"),
+    ],
+)
+def test_what_mitmdump_prints_has_credentials_fingerprinted(line: str, gone: str) -> None:
+    from wirediff.record.redact import redact_log_text
+
+    out = redact_log_text(line)
+    assert gone not in out and ("sha256:" in out or "<redacted>" in out)
+    assert redact_log_text("content-type: application/json") == "content-type: application/json"

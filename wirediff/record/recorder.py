@@ -131,8 +131,9 @@ def serve(path: Path, session: str, body_cap: int, redact: frozenset[str], fd: i
 class Recorder:
     """The addon's end: a recorder process and a pipe to it that never blocks the loop.
 
-    `send` queues a frame; the queue is flushed every `FLUSH_SECONDS`; a pipe that is full is
-    written when it drains (`loop.add_writer`). When the recorder is gone or too far
+    `send` queues a frame; the queue is flushed at once after a pause, then at most every
+    `FLUSH_SECONDS` while records keep coming (what a kill -9 of mitmdump may lose); a pipe
+    that is full is written when it drains (`loop.add_writer`). When the recorder is gone or too far
     behind, `send` returns False and the caller records in-process; `take_unsent` hands
     back the jobs that never reached the pipe.
     """
@@ -170,6 +171,7 @@ class Recorder:
         self._frames: deque[int] = deque()  # sizes of the frames in _buf, to hand back unsent ones
         self._first_sent = 0  # bytes of the first of them already in the pipe
         self._timer: asyncio.TimerHandle | None = None
+        self._flushed = float("-inf")
         self._waiting_writable = False
         self.broken: str | None = None
 
@@ -185,11 +187,14 @@ class Recorder:
             except RuntimeError:  # no event loop (a test): now
                 self._flush()
             else:
-                self._timer = loop.call_later(FLUSH_SECONDS, self._flush)
+                wait = self._flushed + FLUSH_SECONDS - loop.time()  # at once after a pause
+                self._timer = loop.call_later(max(wait, 0.0), self._flush)
         return True
 
     def _flush(self) -> None:
         self._timer = None
+        with contextlib.suppress(RuntimeError):
+            self._flushed = asyncio.get_running_loop().time()
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (a test): write it all now
