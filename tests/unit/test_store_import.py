@@ -312,3 +312,16 @@ def test_records_past_the_waiting_bound_are_counted_lost(
         w.write({**REC, "id": str(i)})
     assert w.waiting + w.lost == 10 and w.lost > 0
     w.close()
+
+
+def test_records_a_full_disk_kept_are_one_line_errors_for_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = FullDisk()
+    disk.full = disk._cut_once = True
+    monkeypatch.setattr("wirediff.record.store.os.write", disk)
+    with RecordWriter(tmp_path / "c.jsonl") as w:
+        w.write(REC)
+    with pytest.raises(OSError, match="1 records not written") as e:
+        w.check()
+    assert e.value.filename == str(tmp_path / "c.jsonl") and e.value.errno == errno.ENOSPC

@@ -159,6 +159,14 @@ class RecordWriter:
             os.close(self._fd)
             self._fd = None
 
+    def check(self) -> None:
+        """Raise `OSError` (one line: the file, how many records, why) when records could
+        not be written; for commands, whose exit code must say so."""
+        if self.waiting or self.lost:
+            err = self.failure or OSError(28, os.strerror(28))
+            why = f"{self.waiting + self.lost} records not written ({err.strerror or err})"
+            raise OSError(err.errno, why, str(self.path))
+
     def __enter__(self) -> RecordWriter:
         return self
 

@@ -66,6 +66,10 @@ class Writers:
         self._writer(path).write(rec)
 
     def close(self) -> None:
-        for w in self._w.values():
-            w.close()
+        """Close every writer; records a full disk kept from being written are an error."""
+        writers = list(self._w.values())
         self._w.clear()
+        for w in writers:
+            w.close()
+        for w in writers:
+            w.check()
