@@ -3,6 +3,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,24 @@ def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
             json.dumps({**REC, "response": {"status": "200"}}) + "\n",
             "(response.status must be an integer, not str)",
         ),
+        (
+            json.dumps({**REC, "response": {"websocket": [], "events": []}}) + "\n",
+            "(response.websocket must be an object or null, not list)",
+        ),
+        (
+            json.dumps({**REC, "response": {"events": [{"data": 1, "direction": 0}]}}) + "\n",
+            "(response.events[0].direction must be a string or null, not int)",
+        ),
+        (
+            json.dumps({**REC, "tags": {"family": "x", "endpoint": "/", "transport": 1}}) + "\n",
+            "(tags.transport must be a string or null, not int)",
+        ),
     ],
 )
 def test_other_formats_are_rejected(tmp_path: Path, content: str, message: str) -> None:
     p = tmp_path / "c.jsonl"
     p.write_text(content)
-    with pytest.raises(CaptureError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(CaptureError, match=re.escape(message)):
         load_records([p])
 
 

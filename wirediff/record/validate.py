@@ -111,11 +111,13 @@ _RESPONSE = [
     ("reason", _opt(_str), "a string"),
     ("events", _opt(lambda v: isinstance(v, list)), "a list or null"),
     ("complete", _opt(lambda v: isinstance(v, bool)), "true or false"),
+    ("websocket", _opt(lambda v: isinstance(v, dict)), "an object or null"),
     *_MESSAGE,
 ]
 _EVENT = [
     ("t_ms", _opt(_number), "a number or null"),
     ("event", _opt(_str), "a string or null"),
+    ("direction", _opt(_str), "a string or null"),
 ]
 _ERROR = [("kind", _opt(_str), "a string"), ("message", _opt(_str), "a string")]
 _TAGS = [
@@ -130,6 +132,7 @@ _TAGS = [
     ("retry", _opt(_int), "an integer"),
     ("stream", _opt(lambda v: isinstance(v, bool)), "true or false"),
     ("soft_error", _opt(lambda v: isinstance(v, bool)), "true or false"),
+    ("transport", _opt(_str), "a string or null"),
 ]
 
 
