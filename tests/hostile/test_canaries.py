@@ -1,10 +1,11 @@
-"""Canary secrets, sent the ways clients send credentials and echoed back by the upstream in
-every encoding: none of their forms appears in the capture, the replay's output, the report,
+"""Canary secrets, sent the ways clients send credentials (a WebSocket session's handshake
+and messages too) and echoed back by the upstream in every encoding: none of their forms appears in the capture, the replay's output, the report,
 the summary, the CSV, any command's output, or what mitmdump itself printed."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from tests.conftest import ROOT, wait_for
 from tests.hostile.conftest import ProxyFactory
@@ -59,7 +61,12 @@ def test_no_canary_in_any_encoding_anywhere(
         ) as r:
             r.read()
         c.get("/echo", headers={"x-api-key": HEADER_KEY})
-    wait_for(lambda: cap.capture_file.exists() and len(cap.records()) == 3, 30, "3 records")
+    ws_url = cap.url.replace("http", "ws", 1) + f"/echo/ws?key={QUERY_KEY}"
+    with connect(ws_url, additional_headers={"authorization": f"Bearer {KEY}"}, proxy=None) as ws:
+        ws.send(json.dumps({"type": "session.update", "api_key": FIELD}))
+        echoed_back = list(ws)  # until the server closes
+    assert len(echoed_back) > 10 and ws.close_reason == KEY  # the session did echo them
+    wait_for(lambda: cap.capture_file.exists() and len(cap.records()) == 4, 30, "4 records")
     outputs = [cap.stop()]
     capture = cap.capture_file
     runs = [

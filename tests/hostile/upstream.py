@@ -10,6 +10,10 @@ send never shows in the proxy under test. Routes (any method):
   /fast                a small JSON answer
   /echo[/sse]          every credential of the request, echoed in every encoding: in the
                        body (or SSE events) and in response headers
+  /echo/ws             a WebSocket (`Upgrade: websocket`): each client message is answered
+                       with every credential of the handshake and of that message, echoed
+                       in every encoding as JSON, text and binary messages; then a close
+                       whose reason is the first credential
   /reset               the connection closed without an answer
 """
 
@@ -26,6 +30,10 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 import brotli
 import zstandard
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, TextMessage
+
+from wirediff.backends.websocket import accept_key
 
 BOMB = 4 << 30
 """Bytes a bomb inflates to: 4 GiB."""
@@ -106,8 +114,13 @@ class Hostile(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.t: asyncio.Transport = transport  # type: ignore[assignment]
         self.buf = b""
+        self.ws: Connection | None = None
+        self.ws_credentials: list[str] = []
 
     def data_received(self, data: bytes) -> None:
+        if self.ws is not None:
+            self.websocket_data(data)
+            return
         self.buf += data
         end = self.buf.find(b"\r\n\r\n")
         if end < 0:
@@ -119,7 +132,40 @@ class Hostile(asyncio.Protocol):
             return
         body, self.buf = self.buf[end + 4 : end + 4 + length], self.buf[end + 4 + length :]
         target = lines[0].split(" ")[1]
+        if head.get("upgrade", "").lower() == "websocket":
+            self.upgrade(head, target)
+            return
         asyncio.get_running_loop().create_task(self.answer(target, head, body))
+
+    def upgrade(self, head: dict[str, str], target: str) -> None:
+        accept = accept_key(head.get("sec-websocket-key", ""))
+        self.t.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: %s\r\n\r\n" % accept.encode()
+        )
+        self.ws, self.ws_credentials = (
+            Connection(ConnectionType.SERVER),
+            credentials(head, target, b""),
+        )
+        rest, self.buf = self.buf, b""
+        if rest:
+            self.websocket_data(rest)
+
+    def websocket_data(self, data: bytes) -> None:
+        ws = self.ws
+        assert ws is not None
+        ws.receive_data(data)
+        for event in ws.events():
+            if isinstance(event, TextMessage):
+                found = self.ws_credentials + credentials({}, "", event.data.encode())
+                echoes = [f for s in found for f in forms(s)]
+                for e in echoes:
+                    self.t.write(ws.send(TextMessage(json.dumps({"type": "error", "echo": e}))))
+                    self.t.write(ws.send(TextMessage(e)))
+                self.t.write(ws.send(BytesMessage(" ".join(echoes).encode())))
+                self.t.write(ws.send(CloseConnection(1000, found[0] if found else "")))
+            elif isinstance(event, CloseConnection):
+                self.t.close()
 
     def send_head(self, ctype: str, extra: dict[str, str], length: int | None = None) -> None:
         fields = {"content-type": ctype, **extra}
