@@ -257,12 +257,20 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
         assert skipped == {orig["delete"]["id"]: 1}  # unsafe: recorded once, not again
         sent_now = [r for r in recs[after_kill:] if r["error"] is None or r["response"]]
         assert len(fast.seen) == len(sent_now)
-        assert f"{len(orig) - after_kill} recorded" in err and f"{after_kill} already done" in err
+        # a request in flight at Ctrl-C is recorded as interrupted, sent again, and marked
+        interrupted = [r for r in recs[:after_kill] if kind(r) == "interrupted"]
+        assert len(interrupted) <= 1
+        again = [
+            r for r in recs[after_kill:] if r["replay_of"] in {i["replay_of"] for i in interrupted}
+        ]
+        assert [r.get("attempt") for r in again] == [2] * len(interrupted)
+        done_before = after_kill - len(interrupted)
+        assert f"{len(orig) - done_before} recorded" in err and f"{done_before} already done" in err
         # nothing left: a third run sends nothing
         p = cli(capture, fast.url)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0 and len(fast.seen) == len(sent_now)
-        assert "0 recorded" in err and count(out) == len(orig)
+        assert "0 recorded" in err and count(out) == len(orig) + len(interrupted)
 
 
 # --- bad targets ---------------------------------------------------------------------------

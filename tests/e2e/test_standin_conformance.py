@@ -43,7 +43,12 @@ def test_the_openai_standin_is_spec_clean(tmp_path: Path) -> None:
         with openai.OpenAI(base_url=proxy.urls[0] + "/v1", api_key="sk-clean", max_retries=0) as c:
             n += more_traffic(c)
         records = wait_for(
-            lambda: (r := load_records([proxy.capture_file])) and len(r) >= n and r,
+            lambda: (
+                proxy.capture_file.exists()
+                and (r := load_records([proxy.capture_file]))
+                and len(r) >= n
+                and r
+            ),
             what=f"{n} records",
         )
     assert {r["response"]["status"] for r in records} == {200}

@@ -13,8 +13,10 @@ from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from wirediff.addons.capture import Capture
+from wirediff.record.flow import WEBSOCKET_TAP
+from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
-from wirediff.record.websocket import turns
+from wirediff.record.websocket import WebSocketTap, turns
 
 KEY = "sk-unit-CANARY-5f3e9a"
 
@@ -175,11 +177,53 @@ async def test_seq_follows_request_order_and_records_append(tmp_path: Path) -> N
     assert len(again) == 4  # appended, never overwritten
 
 
-@pytest.mark.parametrize("options", [{"capture_session": "../escape"}, {"capture_body_cap": -1}])
-async def test_bad_options_raise_options_error(tmp_path: Path, options: dict[str, object]) -> None:
+BAD_OPTIONS = [
+    ({"capture_session": "../escape"}, "capture_session is a file name, not a path"),
+    ({"capture_body_cap": -1}, "capture_body_cap must be 0 or more bytes, not -1"),
+    ({"capture_dir": "FILE"}, "is a file, not a directory"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
+async def test_bad_options_at_startup_are_one_logged_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, options: dict[str, object], message: str
+) -> None:
+    """An error logged while mitmdump starts makes it exit (its ErrorCheck addon)."""
+    (tmp_path / "FILE").write_text("")
+    options = {k: str(tmp_path / "FILE") if v == "FILE" else v for k, v in options.items()}
     cap = Capture()
-    with taddons.context(cap) as tctx, pytest.raises(exceptions.OptionsError):
-        tctx.configure(cap, capture_dir=str(tmp_path), **{"capture_session": "ok", **options})
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, **{"capture_dir": str(tmp_path), "capture_session": "ok", **options})
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0].getMessage()
+    assert errors[0].exc_info is None and "\n" not in errors[0].getMessage()
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
+async def test_bad_options_while_running_are_refused(
+    tmp_path: Path, options: dict[str, object], message: str
+) -> None:
+    (tmp_path / "FILE").write_text("")
+    options = {k: str(tmp_path / "FILE") if v == "FILE" else v for k, v in options.items()}
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="ok")
+        cap.is_running = True
+        with pytest.raises(exceptions.OptionsError, match=message):
+            tctx.configure(cap, **options)
+        cap.done()
+
+
+async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> None:
+    cap = Capture()
+    with taddons.context() as tctx:
+        tctx.options.set("capture_body_cap=abc", "capture_lazy_connect=maybe", defer=True)
+        tctx.master.addons.register(cap)
+        assert cap.problems == [
+            "capture_body_cap must be a whole number of bytes, not 'abc'",
+            "capture_lazy_connect must be true or false, not 'maybe'",
+        ]
+        assert "capture_body_cap" not in tctx.options.deferred
 
 
 async def test_lines_are_json_and_flushed_per_record(tmp_path: Path) -> None:
@@ -329,13 +373,23 @@ TURN: list[tuple[bool, object]] = [
 
 
 def run_websocket(
-    tmp_path: Path, close: tuple[int, bool] | None = (1000, True), **options: object
+    tmp_path: Path,
+    close: tuple[int, bool] | None = (1000, True),
+    recorder: str | None = None,
+    **options: object,
 ) -> dict[str, object]:
     """One WebSocket session through the hooks in mitmproxy's order; `close`: (code,
-    closed by the client), or None for a session still open at shutdown."""
+    closed by the client), or None for a session still open at shutdown. `recorder`:
+    "running" records through the recorder process, "killed" through one that died."""
     f, cap = ws_flow(), Capture()
     with taddons.context(cap) as tctx:
         tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t", **options)
+        if recorder is not None:
+            cap.running()
+            assert cap.recorder is not None
+            if recorder == "killed":
+                cap.recorder.proc.kill()
+                cap.recorder.proc.wait()
         cap.requestheaders(f)
         cap.responseheaders(f)
         cap.response(f)  # the 101: recorded with its messages, at the end
@@ -350,6 +404,8 @@ def run_websocket(
             f.websocket.close_code, f.websocket.closed_by_client = close
             f.websocket.timestamp_end = f.request.timestamp_start + 0.5
             cap.websocket_end(f)
+            if recorder is not None:  # handed over: the session's messages are forgotten here
+                assert f.metadata[WEBSOCKET_TAP].events == []
         cap.done()
     (rec,) = load_records([tmp_path / "t.jsonl"])
     return rec
@@ -381,6 +437,35 @@ async def test_websocket_session_is_one_record_with_its_messages_as_events(
     }  # fmt: skip
     assert rec["duration_ms"] == 500.0
     assert KEY not in (tmp_path / "t.jsonl").read_text()  # the handshake's and the echo
+
+
+@pytest.mark.parametrize("recorder", ["running", "killed"])
+@pytest.mark.parametrize("close", [(1000, False), None])
+async def test_websocket_session_is_recorded_through_the_recorder_process(
+    tmp_path: Path, recorder: str, close: tuple[int, bool] | None
+) -> None:
+    """Closed, or still open at shutdown (handed over before the recorder stops); a
+    recorder that died leaves the session to mitmdump's own process."""
+    rec = run_websocket(tmp_path, close=close, recorder=recorder, capture_lazy_connect=False)
+    resp = rec["response"]
+    assert [e["data"] for e in resp["events"]] == [o for _, o in TURN[:2]] + [  # type: ignore[index]
+        {**TURN[2][1], "delta": f"key {fingerprint(KEY)}"}, TURN[3][1]  # type: ignore[dict-item]
+    ]  # fmt: skip
+    assert rec["tags"]["transport"] == "websocket"  # type: ignore[index]
+    assert resp["websocket"]["messages"] == {"client": 1, "server": 3}  # type: ignore[index]
+    if close is None:
+        assert rec["error"]["message"] == "the WebSocket was still open when recorded"  # type: ignore[index]
+    else:
+        assert resp["complete"] and resp["websocket"]["closed_by"] == "server"  # type: ignore[index]
+
+
+async def test_a_sessions_messages_are_bounded(tmp_path: Path) -> None:
+    tap = WebSocketTap(t0=0.0, cap=10, max_events=3, max_bytes=25)
+    for i, size in enumerate([5, 30, 8, 9, 1, 1]):  # 30: kept as its first 10 bytes
+        tap.message(WebSocketMessage(Opcode.TEXT, True, b"x" * size, timestamp=i))
+    assert [len(e["data"]) for e in tap.events] == [5, 10, 8]  # 23 bytes; no room for 9
+    assert tap.events[1]["truncated"] and tap.events_dropped == 3
+    assert tap.counts["client"] == 6 and tap.sizes["client"] == 54
 
 
 async def test_websocket_messages_are_capped(tmp_path: Path) -> None:

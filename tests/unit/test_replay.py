@@ -1045,9 +1045,9 @@ def test_usage_errors_are_one_line_exit_2(
     [
         (None, "cannot read capture"),
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
-        ("garbage\nmore garbage\n", "not a JSON record"),
+        ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
         ('{"format": "wirediff/1", "id": "a", "started": "soon", "request": {}}\n',
-         "record a: `started` is not a number ('soon')"),
+         "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
     ],
 )  # fmt: skip
 def test_bad_captures_are_one_line_exit_2(
@@ -1130,3 +1130,53 @@ def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.Monkey
     monkeypatch.setattr(TargetRun, "finalize", broken)
     with pytest.raises(RuntimeError, match="builder bug"):
         engine([rec("a", body={"model": "m"})], Fake())
+
+
+# --- keys and fingerprints: only where and how the user configured them ---------------------
+
+
+def test_a_fingerprint_is_never_sent_as_a_value() -> None:
+    body = {"model": "m", "input": "hi", "api_key": "sha256:0123456789ab",
+            "auth": {"password": "sha256:aaaaaaaaaaaa", "user": "u"}}  # fmt: skip
+    out = prepare(rec("a", body=body), T, None, {})
+    sent = json.loads(out.content or b"")
+    assert sent == {"model": "m", "input": "hi", "auth": {"user": "u"}}
+    assert {"body field api_key", "body field auth.password"} <= set(out.dropped)
+
+
+def test_basic_auth_carries_user_and_password_as_basic_wants_them() -> None:
+    original = rec("a", body={"model": "m"})
+    original["tags"]["auth"] = {"header": "authorization", "scheme": "Basic"}
+    out = prepare(original, T, "alice:pw-123", {})
+    assert ("authorization", "Basic YWxpY2U6cHctMTIz") in out.headers
+    out = prepare(original, T, "sk-raw-key", {})
+    assert all(k != "authorization" for k, _ in out.headers)
+    assert any("user:password" in d for d in out.dropped)
+
+
+def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt() -> None:
+    plan = make_plan([rec("a", body={"model": "m", "input": "hi"})])
+    out: list[dict[str, Any]] = []
+    on_the_wire = asyncio.Event()
+
+    async def never_answers(request: httpx.Request) -> httpx.Response:
+        on_the_wire.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def interrupt() -> None:
+        run = TargetRun(plan, T, None, out.append, {}, concurrency=1)
+        task = asyncio.create_task(run.run(httpx.MockTransport(never_answers)))
+        await on_the_wire.wait()
+        task.cancel()  # what Ctrl-C does to asyncio.run's task
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(interrupt())
+    (first,) = out
+    assert first["error"]["kind"] == "interrupted" and "attempt" not in first
+    assert resumed(plan, {"a": first}) == {}  # sent again by the next run…
+    again: list[dict[str, Any]] = []
+    run = TargetRun(plan, T, None, again.append, {}, concurrency=1, attempts={"a": 1})
+    asyncio.run(run.run(httpx.MockTransport(lambda r: as_json({"id": "x"}))))
+    assert again[0]["attempt"] == 2 and again[0]["error"] is None  # …and says so

@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-import gzip
 import json
 import random
-import zlib
 
-import brotli
 import pytest
 
-from wirediff.record.sse import SSESplitter, decoder_for, split_events
+from wirediff.record.sse import SSESplitter, parse_events, split_events
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -30,7 +27,7 @@ def feed_all(chunks: list[bytes]) -> list[dict[str, object]]:
     out = []
     for c in chunks:
         out += sp.feed(c)
-    return out + sp.close()
+    return parse_events(out + sp.close())
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
@@ -71,24 +68,42 @@ def test_invalid_json_stays_text() -> None:
     assert feed_all([b"data: {not json\n\n"]) == [{"event": None, "data": "{not json"}]
 
 
-@pytest.mark.parametrize(
-    ("encoding", "compress"),
-    [
-        ("gzip", gzip.compress),
-        ("deflate", zlib.compress),
-        ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as servers really send
-        ("br", brotli.compress),
-        ("", lambda b: b),
-    ],
-)
-def test_incremental_decoders(encoding: str, compress: object) -> None:
-    packed = compress(STREAM)  # type: ignore[operator]
-    decode = decoder_for(encoding)
-    out = b"".join(decode(packed[i : i + 7]) for i in range(0, len(packed), 7))
-    assert out == STREAM
-
-
 def test_split_events_whole_body() -> None:
     events = split_events(STREAM, 5.0)
     assert [e["t_ms"] for e in events] == [5.0] * 4
     assert json.dumps(events[0]["data"]) == '{"type": "response.created", "sequence_number": 0}'
+
+
+def test_a_long_event_keeps_its_first_bytes_and_is_marked() -> None:
+    sp = SSESplitter(max_event=1000)
+    big = b"data: " + b"x" * 50_000
+    out = []
+    for i in range(0, len(big), 333):  # one line across many chunks: never buffered whole
+        out += sp.feed(big[i : i + 333])
+        assert len(sp._line) <= 1016
+    out += sp.feed(b'\n\ndata: {"after":1}\n\n')
+    (long, after) = parse_events(out)
+    assert long == {"event": None, "data": "x" * 1000, "truncated": True}
+    assert after == {"event": None, "data": {"after": 1}}
+
+
+def test_many_data_lines_are_capped_per_event() -> None:
+    sp = SSESplitter(max_event=1000)
+    (ev,) = sp.feed(b"data: 0123456789\n" * 500 + b"\n")
+    assert ev["truncated"] and len(ev["data"]) <= 1000
+    assert ev["data"] == "\n".join(["0123456789"] * 91)
+
+
+def test_runs_of_blank_lines_and_lone_crs() -> None:
+    raw = b"\n\r\n\r\r\n" * 1000 + b"data: a\r\r\r\ndata: b\r" + b"\r" * 999 + b"data: c\n\n"
+    assert feed_all([raw[i : i + 97] for i in range(0, len(raw), 97)]) == [
+        {"event": None, "data": "a"},
+        {"event": None, "data": "b"},
+        {"event": None, "data": "c"},
+    ]
+
+
+def test_deep_json_data_stays_text_marked() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    (ev,) = feed_all([f"data: {deep}\n\n".encode()])
+    assert ev == {"event": None, "data": deep, "depth_limited": True}

@@ -23,6 +23,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     with RecordWriter(out) as w:
         for rec in records:
             w.write(rec)
+    w.check()
     print(f"{len(records)} exchanges → {out}")
     return 0
 

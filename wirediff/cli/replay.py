@@ -39,8 +39,11 @@ replay afresh), except those whose newest record got no answer (`error.kind`
 upstream_unreachable, timeout, upstream_disconnect) or was skipped for a reason that no
 longer holds (e.g. now with `--allow-unsafe`): they are tried again and the new record is
 appended. The newest record per original and label is the one that counts. Ctrl-C stops
-cleanly (exit 130). Exit 2: bad usage or input, or a target that refused every connection
-(its records are kept).
+cleanly (exit 130); a request then in flight is recorded as `interrupted` (the target may
+have received it) and is sent again by the next run: at least once, never silently twice,
+since a repeated attempt's record says which attempt it is (`"attempt": 2`). Exit 2: bad
+usage or input, or a target where every request failed at the transport (no answer:
+unreachable, timed out, cut before a status; the records are kept).
 
 `--only` (repeatable; a record is replayed if it matches any of them) is a comma-separated
 list of `KEY=GLOB` or `KEY!=GLOB` terms that must all match; keys: family, endpoint, method,
@@ -71,7 +74,7 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +92,7 @@ from wirediff.replay.config import (
 )
 from wirediff.replay.dry_run import dry_run
 from wirediff.replay.engine import Counts, TargetRun, replay_all
-from wirediff.replay.output import Writers, already_replayed, output_path
+from wirediff.replay.output import Writers, output_path, replay_history
 from wirediff.replay.plan import Plan, make_plan, resumed
 from wirediff.replay.targets import Target
 
@@ -163,9 +166,10 @@ def main_replay_args(args: argparse.Namespace) -> int:
 
     done_of: dict[str, dict[str, Record]] = {}
     tried_of: dict[str, int] = {}
+    attempts_of: dict[str, Mapping[str, int]] = {}
     for t in opts.targets:
         outs = {path_of(n.rec, t) for n in plan.nodes}
-        prior = already_replayed(sorted(outs), t.label)
+        prior, attempts_of[t.label] = replay_history(sorted(outs), t.label)
         done = resumed(plan, prior)
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
         done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
@@ -186,7 +190,9 @@ def main_replay_args(args: argparse.Namespace) -> int:
     progress = _progress_bar if sys.stderr.isatty() else None
     writers = Writers(sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}))
     try:
-        asyncio.run(replay_all(plan, opts, keys, done_of, path_of, runs, writers, progress))
+        asyncio.run(
+            replay_all(plan, opts, keys, done_of, path_of, runs, writers, progress, attempts_of)
+        )
     except ExceptionGroup as eg:  # from the workers' TaskGroup: a disk error, say
         raise eg.exceptions[0] from None
     except KeyboardInterrupt:
@@ -201,7 +207,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
         )
         return 130
 
-    unreachable = []
+    failed = []
     for r in runs:
         c = r.counts
         files = sorted({str(path_of(n.rec, r.target)) for n in plan.nodes})
@@ -210,15 +216,16 @@ def main_replay_args(args: argparse.Namespace) -> int:
             f"{c.resumed} already done → {', '.join(files)}",
             file=sys.stderr,
         )
-        if c.sent and c.unreachable == c.sent:
-            unreachable.append(r)
-    if unreachable:
-        r = unreachable[0]
-        raise UsageError(
-            f"could not connect to {r.target.label} at {r.target.url}: all {r.counts.sent} "
-            "requests failed (recorded as upstream_unreachable; run the same command again to "
-            "retry them)"
-        )
+        if c.sent and c.no_answer == c.sent:
+            failed.append(r)
+    if failed:
+        r = failed[0]
+        c = r.counts
+        if c.unreachable == c.sent:
+            what = f"could not connect to {r.target.label} at {r.target.url}: all {c.sent} requests failed (recorded as upstream_unreachable"
+        else:
+            what = f"every request to {r.target.label} at {r.target.url} failed at the transport (none of {c.sent} got an answer; recorded"
+        raise UsageError(f"{what}; run the same command again to retry them)")
     return 0
 
 

@@ -19,19 +19,20 @@ from wirediff.profiles import match_signature
 from wirediff.record.body import DEFAULT_BODY_CAP, decode_body, encode_body
 from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.redact import (
+    form_secrets,
+    json_secrets,
     redact_headers,
     redact_url,
-    scrub,
     scrub_headers,
     scrub_text,
     secret_values,
 )
-from wirediff.record.sse import split_events
+from wirediff.record.sse import parse_events, split_events
 from wirediff.record.tags import tag_exchange
-from wirediff.record.tap import StreamTap, is_sse
-from wirediff.record.websocket import WebSocketTap
+from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
+from wirediff.record.websocket import WebSocketTap, client_secrets, parse_messages
 
-__all__ = ["build_record", "classify_error"]
+__all__ = ["build_record", "classify_error", "exchange_secrets"]
 
 
 def classify_error(msg: str, has_response: bool) -> str:
@@ -75,22 +76,40 @@ def _content_type(h: Sequence[tuple[str, str]]) -> str:
     return ""
 
 
-def _encoded(secrets: dict[str, str]) -> list[bytes]:
-    return [s.encode("utf-8", "surrogateescape") for s in secrets]
-
-
-def _decoded(message: Request | Response) -> bytes | None:
+def _decoded(message: Request | Response, limit: int) -> bytes | None:
     if message.content is None:
         return None
-    return decode_body(message.content, message.content_encoding)
+    return decode_body(message.content, message.content_encoding, limit)
+
+
+def exchange_secrets(ex: Exchange, redact: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Every secret of `ex` in every form an echo may take (`secret_values`)."""
+    req, resp = ex.request, ex.response
+    sent = req.client_headers if req.client_headers is not None else req.headers
+    fields = _request_secrets(_decoded(req, DEFAULT_BODY_CAP + 1), _content_type(sent))
+    if ex.websocket is not None:
+        fields += client_secrets(ex.websocket.events)
+    resp_headers = resp.headers if resp is not None else []
+    return secret_values([*sent, *req.headers, *resp_headers], req.url, redact, fields)
+
+
+def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
+    """Values of the request body's credential-named fields (JSON or a form)."""
+    if not content:
+        return []
+    text = content.decode("utf-8", "replace")
+    if "x-www-form-urlencoded" in content_type.lower():
+        return form_secrets(text)
+    return json_secrets(text)
 
 
 def _websocket_response(
     ex: Exchange, resp: Response, ws: WebSocketTap, secrets: dict[str, str], redact: frozenset[str]
 ) -> tuple[dict[str, Any], list[Event]]:
     """A WebSocket session's `response`: the handshake's status and headers, its messages
-    as events (scrubbed), complete when it closed with a close handshake."""
-    events = scrub(ws.events, secrets) if secrets else ws.events
+    as events (scrubbed, parsed), complete when it closed with a close handshake."""
+    events = parse_messages(ws.events, secrets)
+    summary = ws.summary()
     response = {
         "status": resp.status,
         "reason": resp.reason,
@@ -101,7 +120,7 @@ def _websocket_response(
         "size": ws.sizes["server"],
         "events": events,
         "complete": ex.error is None and not ws.abnormal,
-        "websocket": ws.summary(),
+        "websocket": {**summary, "close_reason": scrub_text(summary["close_reason"], secrets)},
     }
     if ws.events_dropped:
         response["events_dropped"] = ws.events_dropped
@@ -117,27 +136,31 @@ def _response(
     ctype = _content_type(resp.headers)
     tap: StreamTap | None = ex.tap
     events: list[Event] | None = None
+    extra: dict[str, Any] = {}
     if tap is not None:
-        tap.finish()
-        events = tap.events if tap.sse else None
-        body = encode_body(bytes(tap.raw), ctype, body_cap, secrets)
-        if (
-            events
-            and secrets
-            and (len(tap.raw) >= body_cap or any(s in tap.raw for s in _encoded(secrets)))
-        ):
-            events = scrub(events, secrets)
-        if tap.wire_size and len(tap.raw) >= body_cap:
-            body["truncated"] = True
+        tap.close()
+        if tap.sse:
+            events = parse_events(tap.events, secrets)
+        body = encode_body(tap.kept(), ctype, body_cap, secrets, truncated=tap.body_truncated)
         size = tap.wire_size
         complete = ex.error is None and ex.timings.finished is not None
+        if tap.decode_error:
+            extra["decode_error"] = tap.decode_error
+        if tap.events_dropped:
+            extra["events_dropped"] = tap.events_dropped
+        if tap.truncated or tap.events_dropped:
+            body["truncated"] = True
     else:
-        content = _decoded(resp)
+        sse = is_sse(ctype)
+        limit = max(MAX_STREAM_BYTES, body_cap) + 1 if sse else body_cap + 1
+        content = _decoded(resp, limit)
         body = encode_body(content, ctype, body_cap, secrets)
         size = len(resp.content or b"")
         complete = resp.content is not None and ex.error is None
-        if is_sse(ctype) and content is not None:
-            events = scrub(split_events(content, None), secrets)
+        if sse and content is not None:
+            events = split_events(content[: limit - 1], None, body_cap, secrets)
+            if len(content) >= limit:
+                body["truncated"] = True
     response = {
         "status": resp.status,
         "reason": resp.reason,
@@ -147,11 +170,8 @@ def _response(
         "size": size,
         "events": events,
         "complete": complete,
+        **extra,
     }
-    if tap is not None and tap.decode_error:
-        response["decode_error"] = tap.decode_error
-    if tap is not None and tap.events_dropped:
-        response["events_dropped"] = tap.events_dropped
     return response, events
 
 
@@ -175,14 +195,19 @@ def build_record(
     upstream = req.headers
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
-    secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact)
+    req_type = _content_type(sent)
+    req_content = _decoded(req, body_cap + 1)
+    fields = _request_secrets(req_content, req_type)
+    if ex.websocket is not None:
+        fields += client_secrets(ex.websocket.events)
+    secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact, fields)
     request: dict[str, Any] = {
         "method": req.method,
-        "url": redact_url(req.url),
-        "path": redact_url(req.path),
+        "url": scrub_text(redact_url(req.url), secrets),
+        "path": scrub_text(redact_url(req.path), secrets),
         "http_version": req.http_version,
         "headers": scrub_headers(redact_headers(sent, redact), secrets),
-        **encode_body(_decoded(req), _content_type(sent), body_cap, secrets),
+        **encode_body(req_content, req_type, body_cap, secrets),
         "size": len(req.content or b""),
     }
     if req.client_headers is not None and req.client_headers != upstream:

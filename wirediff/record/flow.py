@@ -1,6 +1,13 @@
-"""The mitmproxy adapter: an `HTTPFlow` seen as an `Exchange` (live capture, `.flow` files)."""
+"""The mitmproxy adapter: an `HTTPFlow` seen as an `Exchange` (live capture, `.flow` files).
+
+A flow can also be taken apart into a `Snapshot` of plain values (its bytes by reference, a
+streamed body as its tap's state) that `marshal` carries to the recorder process, where
+`exchange_from_snapshot` puts the same `Exchange` together again.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from mitmproxy import http
 
@@ -14,19 +21,30 @@ from wirediff.record.websocket import WebSocketTap
 
 __all__ = [
     "WEBSOCKET_TAP",
+    "Snapshot",
     "exchange_from_flow",
+    "exchange_from_snapshot",
     "fallback_record",
+    "header_pairs",
     "is_open_ended",
+    "snapshot",
     "upstream_label",
     "websocket_tap",
 ]
 
 WEBSOCKET_TAP = "wirediff.websocket"
 """`flow.metadata` key of the `WebSocketTap` a live capture keeps its messages in."""
+RawFields = tuple[tuple[bytes, bytes], ...]
+"""Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
+Snapshot = tuple[Any, ...]
 
 
-def _headers(h: http.Headers) -> HeaderPairs:
-    return list(h.items(multi=True))  # type: ignore[no-untyped-call]
+def header_pairs(fields: RawFields) -> HeaderPairs:
+    """`(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` gives them."""
+    return [
+        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+        for k, v in fields
+    ]
 
 
 def websocket_tap(flow: http.HTTPFlow, cap: int = DEFAULT_BODY_CAP) -> WebSocketTap | None:
@@ -55,17 +73,30 @@ def exchange_from_flow(
     addon could change them. A `StreamTap` set as `response.stream` holds the streamed body;
     a `WebSocketTap` the messages of the WebSocket session the response opened.
     """
-    req, resp = flow.request, flow.response
+    resp = flow.response
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
+    error = flow.error.msg if flow.error is not None else None
     ws = websocket_tap(flow, body_cap)
+    return _exchange(flow.id, flow.request, resp, error, tap, client_headers, ws)
+
+
+def _exchange(
+    flow_id: str,
+    req: http.Request,
+    resp: http.Response | None,
+    error: str | None,
+    tap: StreamTap | None,
+    client_headers: HeaderPairs | None,
+    ws: WebSocketTap | None,
+) -> Exchange:
     return Exchange(
-        id=flow.id,
+        id=flow_id,
         request=Request(
             method=req.method,
             url=req.pretty_url,
             path=req.path,
             http_version=req.http_version,
-            headers=_headers(req.headers),
+            headers=header_pairs(req.headers.fields),
             content=req.raw_content,
             client_headers=client_headers,
         ),
@@ -75,7 +106,7 @@ def exchange_from_flow(
             status=resp.status_code,
             reason=resp.reason,
             http_version=resp.http_version,
-            headers=_headers(resp.headers),
+            headers=header_pairs(resp.headers.fields),
             content=resp.raw_content,
         ),
         timings=Timings(
@@ -85,10 +116,72 @@ def exchange_from_flow(
             if resp is not None
             else None,
         ),
-        error=Error(flow.error.msg) if flow.error is not None else None,
+        error=Error(error) if error is not None else None,
         tap=tap,
         websocket=ws,
     )
+
+
+def snapshot(
+    flow: http.HTTPFlow, client_fields: RawFields | None, body_cap: int = DEFAULT_BODY_CAP
+) -> Snapshot:
+    """The flow's parts as plain values: cheap to take (nothing is decoded or copied) and
+    to `marshal`. A tap is closed first (what waits in its decoder is decoded); a WebSocket
+    session goes as its tap's state, as it stands (open still, at shutdown)."""
+    req = flow.request.data
+    resp = flow.response
+    tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
+    if tap is not None:
+        tap.close()
+    ws = websocket_tap(flow, body_cap)
+    return (
+        flow.id,
+        (
+            req.host,
+            req.port,
+            req.method,
+            req.scheme,
+            req.authority,
+            req.path,
+            req.http_version,
+            req.headers.fields,
+            req.content,
+            req.timestamp_start,
+            req.timestamp_end,
+        ),
+        None
+        if resp is None
+        else (
+            resp.data.http_version,
+            resp.data.status_code,
+            resp.data.reason,
+            resp.data.headers.fields,
+            resp.data.content,
+            resp.data.timestamp_start,
+            resp.data.timestamp_end,
+        ),
+        flow.error.msg if flow.error is not None else None,
+        tap.state() if tap is not None else None,
+        client_fields,
+        ws.state() if ws is not None else None,
+    )
+
+
+def exchange_from_snapshot(snap: Snapshot) -> Exchange:
+    """The `Exchange` of a flow, from its `snapshot`."""
+    flow_id, rq, rs, error, tap_state, client_fields, ws_state = snap
+    host, port, method, scheme, authority, path, version, fields, content, start, end = rq
+    req = http.Request(
+        host, port, method, scheme, authority, path, version, fields, content, None, start, end
+    )
+    resp = None
+    if rs is not None:
+        version, status, reason, fields, content, start, end = rs
+        resp = http.Response(version, status, reason, fields, content, None, start, end)
+    tap = StreamTap.from_state(tap_state) if tap_state is not None else None
+    client = header_pairs(client_fields) if client_fields is not None else None
+    ws = WebSocketTap.from_state(ws_state) if ws_state is not None else None
+    return _exchange(flow_id, req, resp, error, tap, client, ws)
 
 
 def is_open_ended(flow: http.HTTPFlow) -> bool:
@@ -106,38 +199,46 @@ def upstream_label(flow: http.HTTPFlow) -> str:
     return host if port == default else f"{host}:{port}"
 
 
-def fallback_record(flow: http.HTTPFlow, session: str, error: BaseException) -> Record:
+def fallback_record(
+    ex: Exchange,
+    session: str,
+    error: BaseException,
+    *,
+    label: str,
+    seq: int | None = None,
+    replay_of: str | None = None,
+) -> Record:
     """What is certain about an exchange whose full record could not be built."""
-    resp = flow.response
+    resp = ex.response
     return {
         "format": FORMAT,
-        "id": flow.id,
+        "id": ex.id,
         "session": session,
-        "label": upstream_label(flow),
-        "seq": flow.metadata.get("wirediff.seq"),
-        "replay_of": flow.metadata.get("wirediff.replay_of"),
+        "label": label,
+        "seq": seq,
+        "replay_of": replay_of,
         "listener": None,
-        "started": flow.request.timestamp_start,
+        "started": ex.timings.started,
         "ttfb_ms": None,
         "duration_ms": None,
         "request": {
-            "method": flow.request.method,
-            "url": redact_url(flow.request.pretty_url),
-            "path": redact_url(flow.request.path),
+            "method": ex.request.method,
+            "url": redact_url(ex.request.url),
+            "path": redact_url(ex.request.path),
             "headers": [],
             "body": None,
             "text": None,
-            "size": len(flow.request.raw_content or b""),
+            "size": len(ex.request.content or b""),
         },
         "response": None
         if resp is None
         else {
-            "status": resp.status_code,
+            "status": resp.status,
             "reason": resp.reason,
             "headers": [],
             "body": None,
             "text": None,
-            "size": len(resp.raw_content or b""),
+            "size": len(resp.content or b""),
             "events": None,
             "complete": False,
         },

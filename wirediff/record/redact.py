@@ -1,18 +1,27 @@
 """Secrets never reach disk: header values, URL credentials, and any echo of them in a body,
 an event or an error message become fingerprints.
 
+The secrets of an exchange are its credential headers (a Basic header also as the decoded
+`user:password` and the password), URL credentials, and the values of credential-named
+request fields (`api_key`, `password`, …). An echo is found in every form a server may
+write it: as sent, JSON-escaped (also with `\\/`, and any `\\uXXXX` escape, by decoding
+JSON string literals), URL-encoded, and base64 (at any alignment inside a longer base64).
+
 A fingerprint is enough to tell "same key" from "different key" across hops and runs,
 which is all a compatibility diagnosis needs.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from wirediff._types import HeaderList
 
@@ -96,12 +105,31 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def basic_credentials(value: str) -> list[str]:
+    """A Basic header's decoded `user:password`, and the password (or the user, when the
+    password is empty: a key sent as the user name)."""
+    scheme, token = split_scheme(value)
+    if scheme is None or scheme.lower() != "basic":
+        return []
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return []
+    user, _, password = decoded.partition(":")
+    return [decoded, password or user]
+
+
 def secret_values(
-    headers: Iterable[tuple[str, str]], url: str, extra: frozenset[str] = frozenset()
+    headers: Iterable[tuple[str, str]],
+    url: str,
+    extra: frozenset[str] = frozenset(),
+    fields: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Every secret this exchange carries (credential → fingerprint), to scrub echoes of
-    them from bodies, events and messages: a 401 that quotes the key back, say."""
-    found: set[str] = set()
+    """Every secret this exchange carries, in every form an echo may take (form →
+    fingerprint of the secret), to scrub echoes from bodies, events, headers and
+    messages: a 401 that quotes the key back, say. `fields`: the values of the request's
+    credential-named fields (`field_secrets`, `form_secrets`)."""
+    found: set[str] = set(fields)
     for name, value in headers:
         if not is_secret_header(name, extra):
             continue
@@ -110,6 +138,7 @@ def secret_values(
             crumbs = value.split(";") if low == "cookie" else value.split(";", 1)[:1]
             found.update(c.partition("=")[2].strip() for c in crumbs)
         found.add(split_scheme(value)[1])
+        found.update(basic_credentials(value))
     parts = urlsplit(url)
     if "@" in parts.netloc:
         found.add(parts.netloc.rpartition("@")[0])
@@ -117,15 +146,95 @@ def secret_values(
     found.update(
         v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in SECRET_QUERY
     )
+    forms: dict[str, str] = {}
+    for secret in found:
+        if len(secret) >= MIN_SECRET:
+            fp = fingerprint(secret)
+            for form in secret_forms(secret):
+                forms.setdefault(form, fp)
     # Longest first, so a key is replaced before any secret that is a part of it.
-    return {s: fingerprint(s) for s in sorted(found, key=len, reverse=True) if len(s) >= MIN_SECRET}
+    return dict(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
+
+
+@functools.lru_cache(maxsize=256)
+def secret_forms(secret: str) -> tuple[str, ...]:
+    """`secret` as sent and as a server may echo it: JSON-escaped (with and without `\\/`),
+    URL-encoded, and base64 (standard and URL-safe: the characters that only the secret
+    decides, at each of the three alignments it may have inside a longer base64 text)."""
+    forms = {secret}
+    for ascii_only in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+        forms.update((escaped, escaped.replace("/", "\\/")))
+    for enc in (quote(secret, safe=""), quote_plus(secret)):
+        forms.update((enc, _LOWER_HEX.sub(lambda m: m.group(0).lower(), enc)))
+    raw = secret.encode("utf-8", "surrogateescape")
+    for lead in range(3):
+        b64 = base64.b64encode(bytes(lead) + raw).decode("ascii")
+        core = b64[(8 * lead + 5) // 6 : (8 * (lead + len(raw))) // 6]
+        forms.update((core, core.replace("+", "-").replace("/", "_")))
+    return tuple(f for f in forms if len(f) >= MIN_SECRET)
+
+
+_LOWER_HEX = re.compile(r"%[0-9A-F]{2}")
+
+
+def field_secrets(body: Any) -> list[str]:
+    """String values of credential-named fields anywhere in a parsed request body."""
+    out: list[str] = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(v, str) and isinstance(k, str) and SECRET_FIELD.match(k):
+                    out.append(v)
+                elif isinstance(v, dict | list):
+                    stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return out
+
+
+def json_secrets(text: str) -> list[str]:
+    """Values of credential-named fields of JSON text (`{"api_key": …}`); none when it is
+    not JSON, or too deep to parse."""
+    if text[:1] not in "{[" or not may_hold_secret_fields(text):
+        return []
+    try:
+        return field_secrets(json.loads(text))
+    except (ValueError, RecursionError):
+        return []
+
+
+def form_secrets(text: str) -> list[str]:
+    """Values of credential-named fields of a form-encoded body (`api_key=…&…`)."""
+    return [v for k, v in parse_qsl(text, keep_blank_values=True) if SECRET_FIELD.match(k)]
 
 
 def scrub_text(text: str, secrets: dict[str, str]) -> str:
+    """`text` with every form of every secret replaced by its fingerprint, also where a
+    JSON encoder escaped any of its characters as `\\u00XX` (keys are ASCII)."""
     for secret, fp in secrets.items():
         if secret in text:
             text = text.replace(secret, fp)
+    if secrets and "\\u00" in text:
+        for secret, fp in secrets.items():
+            text = _escaped(secret).sub(fp, text)
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _escaped(secret: str) -> re.Pattern[str]:
+    """`secret` with each character as it is or JSON-escaped (`\\u00XX`, `\\/`)."""
+    parts = []
+    for ch in secret:
+        alts = [re.escape(ch)]
+        if ord(ch) < 0x100:
+            alts.append(f"\\\\u00(?i:{ord(ch):02x})")
+        if ch == "/":
+            alts.append(r"\\/")
+        parts.append(f"(?:{'|'.join(alts)})")
+    return re.compile("".join(parts))
 
 
 def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
@@ -148,17 +257,24 @@ def scrub(value: Any, secrets: dict[str, str]) -> Any:
     return value
 
 
-SECRET_FIELD = re.compile(
-    r"(?i)^(api[-_]?key|secret|client[-_]?secret|password|access[-_]?token|token)$"
+_FIELD_NAMES = (
+    r"(x[-_]?)?api[-_]?key|secret|client[-_]?secret|password|passwd|private[-_]?key"
+    r"|(access|refresh|auth|session|bearer|id)?[-_]?token|credentials?"
 )
-_SECRET_FIELD_IN_TEXT = re.compile(
-    r'(?i)"(api[-_]?key|secret|client[-_]?secret|password|access[-_]?token|token)"\s*:'
-)
+SECRET_FIELD = re.compile(rf"(?i)^({_FIELD_NAMES})$")
+_SECRET_FIELD_IN_TEXT = re.compile(rf'(?i)"({_FIELD_NAMES})"\s*:')
 
 
 def may_hold_secret_fields(text: str) -> bool:
     """Cheap pre-check on raw JSON text before walking it for `redact_fields`."""
     return _SECRET_FIELD_IN_TEXT.search(text) is not None
+
+
+def is_fingerprint(value: str) -> bool:
+    return _FINGERPRINT.fullmatch(value) is not None
+
+
+_FINGERPRINT = re.compile(rf"sha256:[0-9a-f]{{{FINGERPRINT_HEX}}}")
 
 
 def redact_fields(value: Any) -> Any:
@@ -168,7 +284,7 @@ def redact_fields(value: Any) -> Any:
     if isinstance(value, dict):
         return {
             k: fingerprint(v)
-            if isinstance(v, str) and v and SECRET_FIELD.match(k)
+            if isinstance(v, str) and v and SECRET_FIELD.match(k) and not is_fingerprint(v)
             else redact_fields(v)
             for k, v in value.items()
         }
@@ -200,3 +316,29 @@ def redact_patterns(text: str) -> str:
     for rx, repl in SECRET_PATTERNS:
         text = rx.sub(repl, text)
     return text
+
+
+_ANSI = r"(?:\x1b\[[0-9;]*m)*"
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(SECRET_QUERY)) + r")=)([^&\s#\"'\x1b]+)"
+)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s\"'\x1b]+)@")
+_HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI})([^\r\n\x1b]*)")
+
+
+def redact_log_text(text: str) -> str:
+    """A line mitmproxy is about to print (a flow's request line, its headers, a message),
+    with credentials fingerprinted: key-like query values, URL userinfo, credential
+    headers; then anything shaped like a credential (`redact_patterns`)."""
+    if not text:
+        return text
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{fingerprint(unquote(m.group(2)))}@", text)
+    text = _HEADER_LINE.sub(_redact_header_line, text)
+    return redact_patterns(text)
+
+
+def _redact_header_line(m: re.Match[str]) -> str:
+    if not is_secret_header(m.group(2)):
+        return m.group(0)
+    return m.group(1) + m.group(2) + m.group(3) + redact_value(m.group(4))

@@ -1,154 +1,169 @@
-"""Incremental Server-Sent Events splitting.
+"""Incremental Server-Sent Events splitting, linear in the bytes fed and bounded per event.
 
 Chunk boundaries on the wire are arbitrary, so events are split here by the rules of the
-WHATWG EventSource parser (LF, CRLF and CR line ends, comments, multi-line `data:`), and
-compressed streams are decoded incrementally while the raw bytes pass through untouched.
+WHATWG EventSource parser (LF, CRLF and CR line ends, comments, multi-line `data:`). Each
+byte is scanned once whatever the chunking; a line or an event longer than `max_event`
+keeps its first `max_event` bytes and is marked `truncated`, so one endless event costs
+neither time nor memory beyond that. Event data stays text here: `parse_events` turns it
+into JSON when the record is built, off the proxy's event loop.
 """
 
 from __future__ import annotations
 
-import json
-import zlib
-from collections.abc import Callable
-from typing import Any
+import re
 
 from wirediff._types import Event
+from wirediff.record.body import parse_json
+from wirediff.record.redact import scrub_text
+
+__all__ = ["DEFAULT_MAX_EVENT", "SSESplitter", "parse_events", "split_events"]
+
+DEFAULT_MAX_EVENT = 1 << 20
+"""Bytes of data kept per event (the capture's body cap)."""
+_LINE_ENDS = re.compile(rb"[\r\n]*")
 
 
-def parse_data(data: str) -> Any:
-    """JSON where it is JSON; `[DONE]` and other text stay as they are."""
-    if data and data[0] in "{[" and data != "[DONE]":
-        try:
-            return json.loads(data)
-        except ValueError:
-            return data
-    return data
+def parse_events(events: list[Event], secrets: dict[str, str] | None = None) -> list[Event]:
+    """`events` with echoes of `secrets` scrubbed and their data parsed, in place (a long
+    stream is not held twice): JSON where it is JSON (nested deeper than `MAX_DEPTH` it
+    stays text, marked `depth_limited`); a truncated event's data stays text."""
+    for ev in events:
+        data = ev["data"]
+        if not isinstance(data, str):  # parsed already (a second record of one tap)
+            continue
+        if secrets:
+            data = ev["data"] = scrub_text(data, secrets)
+        if ev.get("truncated") or not data or data[0] not in "{[" or data == "[DONE]":
+            continue
+        value, text, deep = parse_json(data)
+        ev["data"] = value if text is None else text
+        if deep:
+            ev["depth_limited"] = True
+    return events
 
 
 class SSESplitter:
-    """Feed decoded bytes in any chunking; get complete events out."""
+    """Feed decoded bytes in any chunking; get complete events out (data as text)."""
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event: int = DEFAULT_MAX_EVENT) -> None:
+        self.max_event = max_event
+        self._line = bytearray()  # the line begun in an earlier chunk (at most max_event + 16)
+        self._line_cut = False
+        self._pending_cr = False
         self._event: str | None = None
-        self._data: list[str] = []
+        self._data: list[bytes] = []
+        self._size = 0
+        self._truncated = False
         self._id: str | None = None
-        self._pending_cr = False
 
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+    def feed(self, chunk: bytes) -> list[Event]:
         """Return the events completed by this chunk (without timing)."""
-        if not chunk:  # a decoder may yield nothing between a CR and its LF
-            return []
-        if self._pending_cr and chunk.startswith(b"\n"):
-            chunk = chunk[1:]
-        self._pending_cr = False
-        buf = self._buf + chunk
-        out: list[dict[str, Any]] = []
+        out: list[Event] = []
+        n = len(chunk)
         start = 0
-        n = len(buf)
+        if n and self._pending_cr:
+            self._pending_cr = False
+            if chunk[0] == 0x0A:
+                start = 1
+        lf = -2  # the next LF at or after `start` (-1: none left in this chunk)
         while start < n:
-            lf = buf.find(b"\n", start)
-            cr = buf.find(b"\r", start, lf if lf != -1 else n)
+            if lf != -1 and lf < start:
+                lf = chunk.find(b"\n", start)
+            cr = chunk.find(b"\r", start, lf if lf != -1 else n)
             if cr != -1:
                 end, nxt = cr, cr + 1
-                if nxt < n and buf[nxt : nxt + 1] == b"\n":
+                if nxt < n and chunk[nxt] == 0x0A:
                     nxt += 1
                 elif nxt == n:
                     self._pending_cr = True
             elif lf != -1:
                 end, nxt = lf, lf + 1
             else:
+                self._keep_partial(chunk, start, n)
                 break
-            self._line(buf[start:end].decode("utf-8", "replace"), out)
+            blank = end == start and not self._line
+            self._end_line(chunk, start, end, out)
             start = nxt
-        self._buf = buf[start:]
+            if blank and start < n:  # a run of blank lines: the first one ended the event
+                run_end = _LINE_ENDS.match(chunk, start).end()  # type: ignore[union-attr]
+                if run_end > start:
+                    self._pending_cr = run_end == n and chunk[n - 1] == 0x0D
+                    start = run_end
         return out
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[Event]:
         """Flush at end of stream: a half-received event comes out marked `partial`."""
-        out: list[dict[str, Any]] = []
-        if self._buf:
-            self._line(self._buf.decode("utf-8", "replace"), [])
-            self._buf = b""
+        if self._line:
+            self._end_line(b"", 0, 0, [])
         if self._data or self._event is not None:
             ev = self._build()
             ev["partial"] = True
-            out.append(ev)
-        return out
+            return [ev]
+        return []
 
-    def _line(self, line: str, out: list[dict[str, Any]]) -> None:
+    def _keep_partial(self, chunk: bytes, start: int, end: int) -> None:
+        room = self.max_event + 16 - len(self._line)
+        if end - start > room:
+            end = start + max(room, 0)
+            self._line_cut = True
+        self._line += chunk[start:end]
+
+    def _end_line(self, chunk: bytes, start: int, end: int, out: list[Event]) -> None:
+        cut = self._line_cut
+        if self._line:
+            self._keep_partial(chunk, start, end)
+            line, cut = bytes(self._line), self._line_cut
+            self._line.clear()
+            self._line_cut = False
+        elif end - start > self.max_event + 16:
+            line, cut = chunk[start : start + self.max_event + 16], True
+        else:
+            line = chunk[start:end]
         if not line:
             if self._data or self._event is not None:
                 out.append(self._build())
             return
-        if line.startswith(":"):
+        if line[0] == 0x3A:  # ":" a comment
             return
-        field, sep, value = line.partition(":")
-        if sep and value.startswith(" "):
+        field, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
             value = value[1:]
-        if field == "data":
+        if field == b"data":
+            if self._truncated:
+                return
+            room = self.max_event - self._size
+            if cut or len(value) > room:
+                value = value[: max(room, 0)]
+                self._truncated = True
+                if not value and self._data:
+                    return
             self._data.append(value)
-        elif field == "event":
-            self._event = value
-        elif field == "id":
-            self._id = value
+            self._size += len(value) + 1
+        elif field == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif field == b"id":
+            self._id = value.decode("utf-8", "replace")
 
-    def _build(self) -> dict[str, Any]:
-        ev: dict[str, Any] = {
+    def _build(self) -> Event:
+        ev: Event = {
             "event": self._event,
-            "data": parse_data("\n".join(self._data)),
+            "data": b"\n".join(self._data).decode("utf-8", "replace"),
         }
         if self._id is not None:
             ev["id"] = self._id
+        if self._truncated:
+            ev["truncated"] = True
         self._event, self._data, self._id = None, [], None
+        self._size, self._truncated = 0, False
         return ev
 
 
-def decoder_for(content_encoding: str) -> Callable[[bytes], bytes]:
-    """An incremental decoder for a `Content-Encoding`; identity when unknown or absent."""
-    enc = content_encoding.strip().lower()
-    if enc in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress
-    if enc == "deflate":
-        return _Deflate().decompress
-    if enc == "br":
-        import brotli
-
-        return brotli.Decompressor().process  # type: ignore[no-any-return]
-    if enc == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj().decompress  # type: ignore[no-any-return]
-    return _identity
-
-
-def _identity(b: bytes) -> bytes:
-    return b
-
-
-class _Deflate:
-    """`deflate` is zlib-wrapped by the spec but raw in practice; accept both."""
-
-    def __init__(self) -> None:
-        self._d: Any = None
-
-    def decompress(self, chunk: bytes) -> bytes:
-        if self._d is None:
-            if not chunk:
-                return b""
-            wbits = zlib.MAX_WBITS if (chunk[0] & 0x0F) == 8 else -zlib.MAX_WBITS
-            self._d = zlib.decompressobj(wbits)
-        return self._d.decompress(chunk)  # type: ignore[no-any-return]
-
-
-def split_events(raw: bytes, t_ms: float | None = None) -> list[Event]:
+def split_events(
+    raw: bytes,
+    t_ms: float | None = None,
+    max_event: int = DEFAULT_MAX_EVENT,
+    secrets: dict[str, str] | None = None,
+) -> list[Event]:
     """Split a whole (decoded) SSE body, e.g. from a flow file or HAR; one timestamp for all."""
-    sp = SSESplitter()
-    events = sp.feed(raw) + sp.close()
-    for ev in events:
-        ev["t_ms"] = t_ms
-    return [_ordered(ev) for ev in events]
-
-
-def _ordered(ev: dict[str, Any]) -> Event:
-    return {"t_ms": ev.pop("t_ms"), **ev}
+    sp = SSESplitter(max_event)
+    return parse_events([{"t_ms": t_ms, **ev} for ev in sp.feed(raw) + sp.close()], secrets)

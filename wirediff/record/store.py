@@ -1,15 +1,21 @@
-"""Persistence of `wirediff/1` captures: append-only JSON Lines, flushed per record.
+"""Persistence of `wirediff/1` captures: append-only JSON Lines.
 
-Reading tolerates a truncated last line (a capture cut by a crash or Ctrl-C) and rejects
-anything that is not `wirediff/1` with a one-line reason.
+Writing: each record is one line, appended with a single `write()` of the whole line; a
+write that fails (a full disk) is cut back to the last whole line and the record waits in
+a bounded queue until the disk takes it, so a capture never holds half a line followed by
+more records. Reading: a line that is not JSON (a write torn by a crash, anywhere in the
+file) is skipped with a warning naming file:line; a line that is JSON but not a readable
+`wirediff/1` record is an error naming file:line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -18,10 +24,18 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
+
+log = logging.getLogger(__name__)
+
+MAX_WAITING_BYTES = 64 << 20
+"""Encoded records that may wait for a full disk; more are lost (and counted)."""
+BATCH_BYTES = 1 << 20
+"""Bytes appended by one `write()` when several records wait."""
 
 
 def _after_last_newline(fh: IO[bytes], size: int, block: int = 1 << 16) -> int:
-    """Offset just after the last b"\\n" before `size` (0 if there is none)."""
+    """Offset just after the last b"\n" before `size` (0 if there is none)."""
     end = size
     while end > 0:
         start = max(end - block, 0)
@@ -33,26 +47,94 @@ def _after_last_newline(fh: IO[bytes], size: int, block: int = 1 << 16) -> int:
     return 0
 
 
+def encode_record(record: Record) -> bytes:
+    """One capture line: compact JSON and a newline."""
+    try:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        return (line + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (undecodable header bytes): escape them
+        return (json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+
+
 class RecordWriter:
-    """Append records to a `.jsonl` file, one line each, flushed as written."""
+    """Append records to a `.jsonl` file, each as one whole line or not at all.
+
+    `write` returns False while records wait for the disk (`failure` says why); each
+    later `write` (or `retry`, or `close`) tries them again first, in order. Past
+    `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = None
+        self._fd: int | None = None
+        self._end = 0
+        self._waiting: deque[bytes] = deque()
+        self._waiting_bytes = 0
+        self.failure: OSError | None = None
+        self.lost = 0
+        self.written = 0
 
-    def write(self, record: Record) -> None:
-        if self._fh is None:
-            self._fh = self._open()
-        try:
-            line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-            line.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (undecodable header bytes): escape them
-            line = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
-        self._fh.write(line + "\n")
-        self._fh.flush()
+    @property
+    def waiting(self) -> int:
+        """Records not yet on disk."""
+        return len(self._waiting)
 
-    def _open(self) -> IO[str]:
+    def write(self, record: Record) -> bool:
+        return self.write_lines([encode_record(record)])
+
+    def write_lines(self, lines: Iterable[bytes]) -> bool:
+        """Queue encoded lines (`encode_record`) and append all that wait."""
+        for line in lines:
+            if self._waiting_bytes + len(line) > MAX_WAITING_BYTES and self._waiting:
+                self.lost += 1
+                continue
+            self._waiting.append(line)
+            self._waiting_bytes += len(line)
+        return self.retry()
+
+    def retry(self) -> bool:
+        """Append what waits; True when nothing is left waiting."""
+        if self._fd is None:
+            try:
+                self._fd = self._open()
+            except OSError as e:
+                self.failure = e
+                return False
+        while self._waiting:
+            batch, n = self._waiting[0], 1
+            if len(self._waiting) > 1:
+                parts: list[bytes] = []
+                size = 0
+                for line in self._waiting:
+                    if parts and size + len(line) > BATCH_BYTES:
+                        break
+                    parts.append(line)
+                    size += len(line)
+                batch, n = b"".join(parts), len(parts)
+            try:
+                done = os.write(self._fd, batch)
+            except OSError as e:
+                done, self.failure = -1, e
+            if done != len(batch):
+                self._cut_back()
+                return False
+            self._end += done
+            for _ in range(n):
+                self._waiting_bytes -= len(self._waiting.popleft())
+            self.written += n
+        self.failure = None
+        return True
+
+    def _cut_back(self) -> None:
+        """After a failed or partial write: the file ends with its last whole line again."""
+        if self.failure is None:
+            self.failure = OSError(28, os.strerror(28))  # a short write: the disk is full
+        assert self._fd is not None
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._end)
+
+    def _open(self) -> int:
         """Open for append; a fragment left by a writer killed mid-line is moved aside to
         `<file>.fragments` so the capture stays readable and appendable."""
         with contextlib.suppress(FileNotFoundError), self.path.open("r+b") as rb:
@@ -64,12 +146,26 @@ class RecordWriter:
                 with self.path.with_name(self.path.name + ".fragments").open("ab") as frag:
                     frag.write(rb.read() + b"\n")
                 rb.truncate(cut)
-        return self.path.open("a", encoding="utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._end = os.fstat(fd).st_size
+        return fd
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Write what waits (one last try) and close; `waiting` then counts what is lost."""
+        if self._waiting:
+            with contextlib.suppress(OSError):
+                self.retry()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def check(self) -> None:
+        """Raise `OSError` (one line: the file, how many records, why) when records could
+        not be written; for commands, whose exit code must say so."""
+        if self.waiting or self.lost:
+            err = self.failure or OSError(28, os.strerror(28))
+            why = f"{self.waiting + self.lost} records not written ({err.strerror or err})"
+            raise OSError(err.errno, why, str(self.path))
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -81,87 +177,113 @@ class RecordWriter:
 BATCH_LINES = 1000
 """Lines parsed by one `json.loads` call: the decoder shares the key strings of all the
 records in a call, which saves a fifth of their memory."""
+_RECORD_START = b'{"format":'
 
 
-def _parse_batch(
-    p: Path, batch: list[tuple[int, bytes]]
-) -> tuple[list[Any], tuple[int, bytes] | None]:
-    """The values of `(lineno, line)` lines and, when the last one is not JSON, that line
-    (a cut write, if nothing follows it); any other bad line is an error."""
-    if not batch:
-        return [], None
+def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
+    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
+    when a whole record was appended after the fragment, that record."""
     try:
-        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
-        if isinstance(values, list) and len(values) == len(batch):
-            return values, None
+        return json.loads(line)
+    except RecursionError:
+        raise CaptureError(
+            f"{p}:{lineno}: record nested too deeply to read (over {MAX_DEPTH} levels "
+            "is kept as text by the capture)"
+        ) from None
     except ValueError:
         pass
-    values, pending = [], None  # one line at a time, to find the bad one
-    for lineno, line in batch:
-        if pending is not None:
-            raise CaptureError(f"{p}:{pending[0]}: not a JSON record")
-        try:
-            values.append(json.loads(line))
-        except ValueError:
-            pending = (lineno, line)
-    return values, pending
-
-
-def _checked(p: Path, batch: list[tuple[int, bytes]], values: list[Any]) -> list[Record]:
-    """`values` (those of the first lines of `batch`) once each is a `wirediff/1` record."""
-    for (lineno, _), rec in zip(batch, values, strict=False):
-        if not isinstance(rec, dict) or rec.get("format") != FORMAT:
-            found = rec.get("format") if isinstance(rec, dict) else type(rec).__name__
-            raise CaptureError(f"{p}:{lineno}: not a {FORMAT} record (format={found!r})")
-        problem = _malformed(rec)
-        if problem:
-            raise CaptureError(f"{p}:{lineno}: malformed {FORMAT} record ({problem})")
-    return values
-
-
-def _malformed(rec: Record) -> str | None:
-    """The first structural fault the analysis could trip over, if any (cheap checks)."""
-    if not isinstance(rec.get("id"), str):
-        return "id must be a string"
-    if not isinstance(rec.get("request"), dict):
-        return "request must be an object"
-    resp = rec.get("response")
-    if resp is not None:
-        if not isinstance(resp, dict):
-            return "response must be an object or null"
-        status = resp.get("status")
-        if status is not None and type(status) is not int:
-            return "response.status must be an integer"
-        if not isinstance(resp.get("events"), list | None):
-            return "response.events must be a list or null"
-    for key in ("tags", "error"):
-        if not isinstance(rec.get(key), dict | None):
-            return f"{key} must be an object or null"
+    at = line.rfind(_RECORD_START)
+    if at > 0:
+        with contextlib.suppress(ValueError, RecursionError):
+            value = json.loads(line[at:])
+            torn.append(f"{p}:{lineno}: a torn line before a whole record: the fragment skipped")
+            return value
+    torn.append(f"{p}:{lineno}: not a JSON record (a torn write): skipped")
     return None
 
 
+Parsed = list[tuple[int, bytes, Any]]
+
+
+def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Parsed:
+    """`(lineno, line, value)` for each line of `batch`; torn lines left out."""
+    if not batch:
+        return []
+    try:
+        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
+        if isinstance(values, list) and len(values) == len(batch):
+            return [(n, line, v) for (n, line), v in zip(batch, values, strict=True)]
+    except (ValueError, RecursionError):
+        pass
+    out = []  # one line at a time, to find the bad ones
+    for lineno, line in batch:
+        value = _parse_line(p, lineno, line, torn)
+        if value is not None:
+            out.append((lineno, line, value))
+    return out
+
+
+def _checked(p: Path, parsed: Parsed) -> Iterator[Record]:
+    """Each value once it is a readable `wirediff/1` record; bodies nested too deeply
+    become text (`limit_depth`, for lines with brackets enough to nest that deep)."""
+    for lineno, line, rec in parsed:
+        found = problem(rec)
+        if found:
+            if found.startswith("not a"):
+                raise CaptureError(f"{p}:{lineno}: {found}")
+            raise CaptureError(f"{p}:{lineno}: malformed {FORMAT} record ({found})")
+        if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+            limit_depth(rec)
+        yield rec
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """Records of one capture file; a bad line that is the last one is a cut write and skipped."""
+    """Records of one capture file; torn lines are skipped with a warning (file:line), an
+    unfinished last line silently, but a file without a single JSON record is not a
+    capture."""
     p = Path(path)
     try:
         fh = p.open("rb")
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+    torn: list[str] = []
+    records = 0
+
+    def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
+        nonlocal records
+        parsed = _parse_batch(p, batch, torn)
+        if parsed or records:  # warnings only for a file that is a capture
+            for warning in torn:
+                log.warning(warning)
+            torn.clear()
+        for rec in _checked(p, parsed):
+            records += 1
+            yield rec
+
     with fh:
-        pending: tuple[int, bytes] | None = None
         batch: list[tuple[int, bytes]] = []
+        lines = 0
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            if pending is not None:
-                raise CaptureError(f"{p}:{pending[0]}: not a JSON record")
+            if not line.endswith(b"\n") and not _is_json(line):
+                break  # the last line, unfinished: a write in progress or cut by a crash
+            lines += 1
             batch.append((lineno, line))
             if len(batch) == BATCH_LINES:
-                values, pending = _parse_batch(p, batch)
-                yield from _checked(p, batch, values)
+                yield from batch_records(batch)
                 batch = []
-        values, pending = _parse_batch(p, batch)
-        yield from _checked(p, batch, values)
+        yield from batch_records(batch)
+    if lines and not records:
+        raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")
 
 
 Shared = dict[tuple[Any, ...], Any]
@@ -243,7 +365,9 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
     ]
 
 
-RETRIED_KINDS = frozenset({"skipped", "upstream_unreachable", "timeout", "upstream_disconnect"})
+RETRIED_KINDS = frozenset(
+    {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
+)
 """Replay outcomes that a resumed run sends again: they say nothing about the target."""
 
 

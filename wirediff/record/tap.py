@@ -1,4 +1,12 @@
-"""The stream tap: a pass-through for bodies that arrive over time, recording on the side."""
+"""The stream tap: a pass-through for bodies that arrive over time, recording on the side.
+
+What passes is never changed or held back. On the side, the tap decodes and splits with
+fixed bounds, so no upstream can make a chunk cost unbounded time or memory: each chunk
+decodes at most `CHUNK_BUDGET` bytes or `CHUNK_RATIO` times its size (input past that
+waits in the decoder for the next chunk, and `CLOSE_BUDGET` more at the end), a stream
+at most `max_stream` bytes, and one event keeps at most `cap` bytes of data. What a bound
+cut off is marked `truncated`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +16,33 @@ from typing import Any
 
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.sse import SSESplitter, decoder_for
+from wirediff.record.decode import Decoder, decoder_for
+from wirediff.record.sse import SSESplitter
 
-__all__ = ["MAX_EVENTS", "SSE_TYPES", "StreamTap", "is_sse"]
+__all__ = [
+    "CHUNK_BUDGET",
+    "MAX_BACKLOG",
+    "MAX_EVENTS",
+    "MAX_STREAM_BYTES",
+    "SSE_TYPES",
+    "StreamTap",
+    "is_sse",
+]
 
-MAX_EVENTS = 100_000  # per stream; more are counted in `events_dropped`
+MAX_EVENTS = 100_000
+"""Events kept per stream; more are counted in `events_dropped`."""
+MAX_STREAM_BYTES = 32 << 20
+"""Decoded bytes of one stream split into events; past them the stream is `truncated`
+(a hundred thousand events of a few hundred bytes: the longest answers seen)."""
+CHUNK_BUDGET = 256 << 10
+"""Decoded bytes examined per chunk on the proxy's event loop, at least; a chunk may
+inflate to `CHUNK_RATIO` times its size (what no honest stream exceeds) in one call."""
+CHUNK_RATIO = 16
+CLOSE_BUDGET = 4 << 20
+"""Decoded bytes examined when the stream has ended, of what still waits in the decoder."""
+MAX_BACKLOG = 8 << 20
+"""Encoded bytes that may wait undecoded (a stream inflating faster than chunks arrive);
+past them decoding stops and the stream is `truncated`."""
 SSE_TYPES = ("text/event-stream",)
 
 
@@ -30,47 +60,136 @@ class StreamTap:
     t0: float
     content_encoding: str = ""
     cap: int = DEFAULT_BODY_CAP
-    events: list[Event] = field(default_factory=list)
-    raw: bytearray = field(default_factory=bytearray)
-    wire_size: int = 0
-    ended: bool = False
-    decode_error: str | None = None
+    """Decoded bytes kept as the body's text, and per event."""
     sse: bool = True
     """Split SSE events; other streamed bodies (NDJSON, long chunked) are only kept."""
     max_events: int = MAX_EVENTS
+    max_stream: int = MAX_STREAM_BYTES
+    events: list[Event] = field(default_factory=list)
+    raw: bytearray = field(default_factory=bytearray)
+    """The first `cap` decoded bytes."""
+    wire_size: int = 0
+    decoded: int = 0
+    """Decoded bytes examined so far."""
+    ended: bool = False
+    decode_error: str | None = None
     events_dropped: int = 0
+    truncated: bool = False
+    """Decoded bytes past `max_stream` (or past the backlog) were never examined."""
 
     def __post_init__(self) -> None:
-        self._decode = decoder_for(self.content_encoding)
-        self._splitter = SSESplitter()
+        self._decoder: Decoder | None = decoder_for(self.content_encoding)
+        self._splitter = SSESplitter(self.cap)
+        self._budget = max(self.max_stream, self.cap) + 1 if self.sse else self.cap + 1
+        self._closed = False
 
     def __call__(self, chunk: bytes) -> bytes:
         if not chunk:
             self.finish()
             return chunk
         self.wire_size += len(chunk)
-        now_ms = (time.time() - self.t0) * 1000.0
-        if self.decode_error is None:
-            try:
-                data = self._decode(chunk)
-            except Exception as e:  # a broken upstream encoding must not break the stream
-                self.decode_error = f"{type(e).__name__}: {e}"
-                data = b""
-            if len(self.raw) < self.cap:
-                self.raw += data[: self.cap - len(self.raw)]
-            if self.sse:
-                self._keep(self._splitter.feed(data), now_ms)
+        dec = self._decoder
+        if dec is None:  # an unknown coding: keep the bytes as they came, split nothing
+            if len(self.raw) <= self.cap:
+                self.raw += chunk[: self.cap + 1 - len(self.raw)]
+            return chunk
+        if self.truncated or self.decode_error is not None:
+            return chunk
+        dec.feed(chunk)
+        if dec.pending > MAX_BACKLOG:
+            self._stop()
+        else:
+            budget = max(CHUNK_BUDGET, CHUNK_RATIO * len(chunk))
+            self._take(dec, (time.time() - self.t0) * 1000.0, budget)
         return chunk
 
-    def finish(self) -> None:
-        """End of stream (or of the connection): keep a half-received event as `partial`."""
-        if self.ended:
+    def _take(self, dec: Decoder, now_ms: float, budget: int) -> None:
+        """Decode and split at most `budget` bytes of what waits in the decoder."""
+        want = min(budget, self._budget - self.decoded)
+        try:
+            data = dec.read(want) if want > 0 else b""
+        except Exception as e:  # a broken upstream encoding must not break the stream
+            self.decode_error = f"{type(e).__name__}: {e}"
             return
-        self.ended = True
-        if self.sse:
-            self._keep(self._splitter.close(), (time.time() - self.t0) * 1000.0)
+        self.decoded += len(data)
+        if len(self.raw) <= self.cap:
+            self.raw += data[: self.cap + 1 - len(self.raw)]
+        if self.sse and data:
+            self._keep(self._splitter.feed(data), now_ms)
+        if self.decoded >= self._budget:
+            self._stop()
 
-    def _keep(self, events: list[dict[str, Any]], now_ms: float) -> None:
+    def _stop(self) -> None:
+        self.truncated = True
+        self._decoder = None
+
+    def finish(self) -> None:
+        """End of stream (or of the connection), seen on the event loop."""
+        self.ended = True
+
+    def close(self) -> None:
+        """Decode what still waits, up to `CLOSE_BUDGET` (more is `truncated`), and keep a
+        half-received event as `partial`."""
+        if self._closed:
+            return
+        self._closed = True
+        self.ended = True
+        end_ms = (time.time() - self.t0) * 1000.0
+        dec = self._decoder
+        if dec is not None and dec.pending and self.decode_error is None:
+            self._take(dec, end_ms, CLOSE_BUDGET)
+            if self._decoder is not None and dec.pending:
+                self._stop()
+        if self.sse:
+            self._keep(self._splitter.close(), end_ms)
+
+    def state(self) -> tuple[Any, ...]:
+        """What a closed tap holds, as plain values (for `from_state` in another process)."""
+        return (
+            self.t0,
+            self.content_encoding,
+            self.cap,
+            self.sse,
+            self.events,
+            bytes(self.raw),
+            self.wire_size,
+            self.decoded,
+            self.ended,
+            self.decode_error,
+            self.events_dropped,
+            self.truncated,
+        )
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> StreamTap:
+        """A closed tap holding what `state()` saw."""
+        t0, encoding, cap, sse, events, raw, *counts = state
+        tap = cls(t0=t0, content_encoding=encoding, cap=cap, sse=sse, events=events)
+        tap.raw = bytearray(raw)
+        (
+            tap.wire_size,
+            tap.decoded,
+            tap.ended,
+            tap.decode_error,
+            tap.events_dropped,
+            tap.truncated,
+        ) = counts
+        tap._decoder, tap._closed = None, True
+        return tap
+
+    def release(self) -> None:
+        """Forget what was kept, once it is recorded elsewhere (`state()` sent on)."""
+        self.events, self.raw = [], bytearray()
+
+    @property
+    def body_truncated(self) -> bool:
+        """The body's text holds only the first `cap` bytes of what was decoded."""
+        return self.truncated or len(self.raw) > self.cap
+
+    def kept(self) -> bytes:
+        return bytes(self.raw[: self.cap])
+
+    def _keep(self, events: list[Event], now_ms: float) -> None:
         room = self.max_events - len(self.events)
         if len(events) > room:
             self.events_dropped += len(events) - max(room, 0)

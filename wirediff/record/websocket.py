@@ -17,16 +17,18 @@ from typing import Any, Protocol, TypeVar
 
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.redact import may_hold_secret_fields, redact_fields
-from wirediff.record.sse import parse_data
-from wirediff.record.tap import MAX_EVENTS
+from wirediff.record.redact import json_secrets, scrub_text
+from wirediff.record.sse import parse_events
+from wirediff.record.tap import MAX_EVENTS, MAX_STREAM_BYTES
 
 __all__ = [
     "ABNORMAL_CLOSE",
     "WebSocketMessage",
     "WebSocketTap",
+    "client_secrets",
     "is_upgrade",
     "is_websocket",
+    "parse_messages",
     "server_events",
     "turns",
 ]
@@ -83,14 +85,19 @@ class WebSocketMessage(Protocol):
 
 @dataclass
 class WebSocketTap:
-    """The messages of one WebSocket connection, kept as events as they pass (each
-    capped at `cap` bytes, at most `max_events`), and how the connection closed."""
+    """The messages of one WebSocket connection, kept as events as they pass, and how the
+    connection closed. Bounded like a stream tap: a message keeps at most `cap` bytes
+    (marked `truncated`), a session at most `max_events` events and `max_bytes` bytes of
+    them; messages past those are counted in `events_dropped`. Text stays text here:
+    `parse_messages` turns it into JSON when the record is built, off the proxy's loop."""
 
     t0: float
     cap: int = DEFAULT_BODY_CAP
     max_events: int = MAX_EVENTS
+    max_bytes: int = MAX_STREAM_BYTES
     events: list[Event] = field(default_factory=list)
     events_dropped: int = 0
+    kept_bytes: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {"client": 0, "server": 0})
     sizes: dict[str, int] = field(default_factory=lambda: {"client": 0, "server": 0})
     close_code: int | None = None
@@ -103,21 +110,19 @@ class WebSocketTap:
         direction = "client" if msg.from_client else "server"
         self.counts[direction] += 1
         self.sizes[direction] += len(msg.content)
-        if len(self.events) >= self.max_events:
+        kept = min(len(msg.content), self.cap)
+        room = max(self.max_bytes, self.cap) - self.kept_bytes
+        if len(self.events) >= self.max_events or kept > room:
             self.events_dropped += 1
             return
+        self.kept_bytes += kept
         self.events.append(self._event(msg, direction))
 
     def _event(self, msg: WebSocketMessage, direction: str) -> Event:
         kept, truncated = msg.content[: self.cap], len(msg.content) > self.cap
         ev: Event = {"t_ms": round((msg.timestamp - self.t0) * 1000.0, 3), "direction": direction}
         if msg.is_text:
-            text = kept.decode("utf-8", "replace")
-            data: Any = text if truncated else parse_data(text)
-            if isinstance(data, dict) and may_hold_secret_fields(text):
-                data = redact_fields(data)
-            kind = data.get("type") if isinstance(data, dict) else None
-            ev.update(event=kind if isinstance(kind, str) else None, data=data)
+            ev.update(event=None, data=kept.decode("utf-8", "replace"))
         else:
             ev.update(event=None, data=None, b64=base64.b64encode(kept).decode("ascii"))
         if truncated:
@@ -127,8 +132,10 @@ class WebSocketTap:
     def close(
         self, code: int | None, reason: str | None, by_client: bool | None, at: float | None = None
     ) -> None:
-        """The connection ended: its close code and reason, and which side closed it."""
-        self.close_code, self.close_reason = code, reason or ""
+        """The connection ended: its close code and reason, and which side closed it
+        (plain values: wsproto's codes are an `IntEnum`, which `marshal` cannot carry)."""
+        self.close_code = int(code) if code is not None else None
+        self.close_reason = str(reason or "")
         self.closed_by = None if by_client is None else ("client" if by_client else "server")
         self.ended = at if at is not None else time.time()
 
@@ -147,6 +154,44 @@ class WebSocketTap:
             "bytes": dict(self.sizes),
         }
 
+    def state(self) -> tuple[Any, ...]:
+        """What the tap holds, as plain values (for `from_state` in another process)."""
+        return (
+            self.t0,
+            self.cap,
+            self.events,
+            self.events_dropped,
+            self.kept_bytes,
+            self.counts,
+            self.sizes,
+            self.close_code,
+            self.close_reason,
+            self.closed_by,
+            self.ended,
+        )
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> WebSocketTap:
+        """A tap holding what `state()` saw."""
+        t0, cap, events, dropped, kept, counts, sizes, code, reason, by, ended = state
+        return cls(
+            t0=t0,
+            cap=cap,
+            events=events,
+            events_dropped=dropped,
+            kept_bytes=kept,
+            counts=counts,
+            sizes=sizes,
+            close_code=code,
+            close_reason=reason,
+            closed_by=by,
+            ended=ended,
+        )
+
+    def release(self) -> None:
+        """Forget the messages kept, once they are recorded elsewhere (`state()` sent on)."""
+        self.events = []
+
     @classmethod
     def of(cls, messages: Iterable[WebSocketMessage], t0: float, cap: int) -> WebSocketTap:
         """A tap over messages already received (a flow loaded from a file)."""
@@ -154,3 +199,29 @@ class WebSocketTap:
         for msg in messages:
             tap.message(msg)
         return tap
+
+
+def client_secrets(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Values of credential-named fields in the client's text messages (an `api_key` sent
+    in a session's message): secrets of the exchange, as a request body's are."""
+    return [
+        secret
+        for ev in events
+        if ev.get("direction") == "client" and isinstance(ev.get("data"), str)
+        for secret in json_secrets(ev["data"])
+    ]
+
+
+def parse_messages(events: list[Event], secrets: dict[str, str] | None = None) -> list[Event]:
+    """A session's events as a record keeps them, in place: echoes of `secrets` scrubbed
+    (in text and in base64 alike), text parsed as an SSE event's data is (`parse_events`,
+    credential-named fields fingerprinted), and `event` the payload's `type`."""
+    parse_events(events, secrets)
+    for ev in events:
+        data = ev.get("data")
+        if isinstance(data, dict) and ev.get("event") is None:
+            kind = data.get("type")
+            ev["event"] = kind if isinstance(kind, str) else None
+        elif secrets and "b64" in ev:
+            ev["b64"] = scrub_text(ev["b64"], secrets)
+    return events

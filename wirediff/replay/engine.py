@@ -41,6 +41,8 @@ class Counts:
     skipped: int = 0
     sent: int = 0
     unreachable: int = 0
+    no_answer: int = 0
+    """Sent, and no answer at all came back (unreachable, timed out, cut before a status)."""
 
     def add(self, rec: Record, *, connect_failed: bool) -> None:
         self.done += 1
@@ -52,6 +54,8 @@ class Counts:
         if connect_failed:
             self.unreachable += 1
         resp = rec.get("response")
+        if resp is None:
+            self.no_answer += 1
         if resp is None or err:
             self.transport_errors += 1
         elif resp.get("status", 0) >= 400 or (rec.get("tags") or {}).get("soft_error"):
@@ -112,8 +116,12 @@ class TargetRun:
         body_cap: int = DEFAULT_BODY_CAP,
         timeout: httpx.Timeout | None = None,
         progress: Callable[[Counts], None] | None = None,
+        attempts: Mapping[str, int] | None = None,
     ) -> None:
         self.plan, self.target, self.api_key = plan, target, api_key
+        self.attempts = attempts or {}
+        """Records earlier runs left for each original: a new one is attempt n + 1."""
+        self.interrupted: list[Node] = []
         self.sink, self.done = sink, done
         self.concurrency = concurrency
         self.bucket = TokenBucket(rate) if rate else None
@@ -197,6 +205,10 @@ class TargetRun:
         finally:  # stopped (Ctrl-C) with answers received but not yet recorded: record them
             for nid in list(pending):
                 record_pending(self.plan.by_id[nid])
+            for node in self.interrupted:  # sent, no answer yet: the target may have it
+                why = "stopped (Ctrl-C) while waiting for the answer: the target may have it"
+                self.sink(self.unsent(node, why, "interrupted", {}))
+            self.interrupted.clear()
         if errors:
             raise errors[0]
         return self.counts
@@ -216,7 +228,11 @@ class TargetRun:
             return self.skipped(node, why, mapping)
         if self.bucket is not None:
             await self.bucket.take()
-        return await send(transport, request, out.content, self.body_cap)
+        try:
+            return await send(transport, request, out.content, self.body_cap)
+        except asyncio.CancelledError:
+            self.interrupted.append(node)
+            raise
 
     def prepare(self, node: Node, mapping: Mapping[str, str]) -> Outgoing:
         return prepare(node.rec, self.target, self.api_key, mapping, api_prefixes=node.api_prefixes)
@@ -236,8 +252,9 @@ class TargetRun:
         )
 
     def record(self, node: Node, ex: Exchange) -> Record:
-        """The capture's record of `ex`, as the replay of `node` on this target."""
-        return build_record(
+        """The capture's record of `ex`, as the replay of `node` on this target; a repeated
+        attempt (earlier runs left records for `node`) says which it is (`attempt`)."""
+        rec = build_record(
             ex,
             session=str(node.rec.get("session") or ""),
             label=self.target.label,
@@ -246,10 +263,17 @@ class TargetRun:
             replay_of=node.id,
             body_cap=self.body_cap,
         )
+        if self.attempts.get(node.id):
+            rec["attempt"] = self.attempts[node.id] + 1
+        return rec
 
     def skipped(self, node: Node, reason: str, mapping: Mapping[str, str]) -> Record:
-        """A record for a step not sent: the request it would have been, `error.kind` skipped
-        (for an original too malformed to prepare, its method to the target's base URL)."""
+        return self.unsent(node, reason, "skipped", mapping)
+
+    def unsent(self, node: Node, reason: str, kind: str, mapping: Mapping[str, str]) -> Record:
+        """A record for a step without an answer: the request it would have been (for an
+        original too malformed to prepare, its method to the target's base URL), `error`
+        the reason and `kind` (skipped: not sent; interrupted: sent, no answer awaited)."""
         try:
             out = self.prepare(node, mapping)
             request = self.request(out)
@@ -258,7 +282,7 @@ class TargetRun:
             method = method if isinstance(method, str) and method.isascii() else "GET"
             out = Outgoing(method.upper(), self.target.base, [], None, None, False)
             request = self.request(out)
-        error = Error(reason, "skipped")
+        error = Error(reason, kind)
         ex = exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
         return self.record(node, ex)
 
@@ -276,6 +300,7 @@ async def replay_all(
     runs: list[TargetRun],
     writers: Writers,
     progress: ProgressFactory | None = None,
+    attempts_of: Mapping[str, Mapping[str, int]] | None = None,
 ) -> None:
     """Replay the plan to every target in turn; `runs` fills as they start (for Ctrl-C).
     `progress(label, total, already_done)` makes a progress display per target."""
@@ -301,6 +326,7 @@ async def replay_all(
                 rate=opts.rate,
                 body_cap=opts.body_cap,
                 timeout=timeout,
+                attempts=(attempts_of or {}).get(t.label),
             )
             if progress is not None:
                 run.progress, bar = progress(t.label, run.counts.total, run.counts.resumed)

@@ -3,6 +3,7 @@ already (for resuming)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from wirediff.record.store import RecordWriter, iter_records, latest_replays
 from wirediff.replay.config import Options
 from wirediff.replay.targets import Target
 
-__all__ = ["Writers", "already_replayed", "output_path"]
+__all__ = ["Writers", "already_replayed", "output_path", "replay_history"]
 
 
 def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
@@ -22,9 +23,10 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
     return src.parent / f"{rec.get('session') or src.stem}.{target.label}.jsonl"
 
 
-def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
-    """The newest replay record of `label` in the output files, by original id (resume;
-    `wirediff.replay.plan.resumed` says which of them are done)."""
+def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record], Counter[str]]:
+    """The newest replay record of `label` in the output files by original id (resume;
+    `wirediff.replay.plan.resumed` says which of them are done), and how many records each
+    original has (a new attempt is number n + 1)."""
     found = [
         rec
         for p in paths
@@ -32,7 +34,13 @@ def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
         for rec in iter_records(p)
         if rec.get("label") == label and rec.get("replay_of")
     ]
-    return {str(rec["replay_of"]): rec for rec in latest_replays(found)}
+    newest = {str(rec["replay_of"]): rec for rec in latest_replays(found)}
+    return newest, Counter(str(rec["replay_of"]) for rec in found)
+
+
+def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
+    """The newest replay record of `label` in the output files, by original id."""
+    return replay_history(paths, label)[0]
 
 
 class Writers:
@@ -58,6 +66,10 @@ class Writers:
         self._writer(path).write(rec)
 
     def close(self) -> None:
-        for w in self._w.values():
-            w.close()
+        """Close every writer; records a full disk kept from being written are an error."""
+        writers = list(self._w.values())
         self._w.clear()
+        for w in writers:
+            w.close()
+        for w in writers:
+            w.check()

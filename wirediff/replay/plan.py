@@ -43,7 +43,9 @@ __all__ = [
     "resumed",
 ]
 
-RETRY_KINDS = frozenset({"skipped", "upstream_unreachable", "timeout", "upstream_disconnect"})
+RETRY_KINDS = frozenset(
+    {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
+)
 """`error.kind`s of a replay record that leave its original to try again on resume."""
 
 

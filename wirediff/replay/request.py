@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
 from wirediff._types import JSON, Record
-from wirediff.record.redact import AUTH_HEADERS, FINGERPRINT_HEX, SECRET_QUERY
+from wirediff.record.redact import (
+    AUTH_HEADERS,
+    FINGERPRINT_HEX,
+    SECRET_FIELD,
+    SECRET_QUERY,
+    is_fingerprint,
+)
 from wirediff.record.tags import header_get, route
 from wirediff.replay.safety import SAFE_METHODS, is_stream
 from wirediff.replay.slots import NOT_REFERENCES
@@ -142,11 +148,34 @@ def rebase(
     return base + "/".join(segs) + ("?" + merged if merged else "")
 
 
-def _auth_header(rec: Record, key: str) -> tuple[str, str]:
+def _auth_header(rec: Record, key: str) -> tuple[str, str] | str:
+    """The auth header the original used, carrying `key` the way its scheme wants it; or,
+    when `key` cannot be given that way, why not (Basic needs `user:password`)."""
     auth = (rec.get("tags") or {}).get("auth") or {}
     name = str(auth.get("header") or "authorization")
     scheme = auth.get("scheme") or ("Bearer" if name == "authorization" else None)
+    if scheme is not None and str(scheme).lower() == "basic":
+        if ":" not in key:
+            return f"header {name} (Basic auth: the key variable must hold user:password)"
+        key = base64.b64encode(key.encode("utf-8")).decode("ascii")
     return name, f"{scheme} {key}" if scheme else key
+
+
+def _without_fingerprints(body: JSON, where: str, dropped: list[str]) -> JSON:
+    """`body` without the credential-named fields whose value the capture holds only as a
+    fingerprint (`{"api_key": "sha256:…"}`): a fingerprint is never sent as a value."""
+    if isinstance(body, dict):
+        out = {}
+        for k, v in body.items():
+            at = f"{where}.{k}" if where else str(k)
+            if isinstance(v, str) and SECRET_FIELD.match(str(k)) and is_fingerprint(v):
+                dropped.append(f"body field {at}")
+            else:
+                out[k] = _without_fingerprints(v, at, dropped)
+        return out
+    if isinstance(body, list):
+        return [_without_fingerprints(v, f"{where}[{i}]", dropped) for i, v in enumerate(body)]
+    return body
 
 
 def prepare(
@@ -159,14 +188,19 @@ def prepare(
 ) -> Outgoing:
     """The request to send for an original: re-based, remapped, model-mapped, re-keyed.
 
-    Headers and query parameters the capture holds only as fingerprints are left out
-    (`Outgoing.dropped`); a `--header` sets such a header again.
+    Headers, query parameters and credential-named body fields that the capture holds only
+    as fingerprints are left out (`Outgoing.dropped`), never sent as values; a `--header`
+    sets such a header again. The key goes where the original had its auth header, in its
+    scheme (Basic: `user:password` in the key variable, base64-encoded here).
     """
     req = rec.get("request") or {}
     body = req.get("body")
     model: str | None = None
     content: bytes | None
+    path = str(req.get("path") or "/")
+    dropped = [f"query parameter {n}" for n in secret_query(path)]
     if body is not None:
+        body = _without_fingerprints(body, "", dropped)
         body = _remap(body, mapping) if mapping else body
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             body = {**body, "model": target.map_model(body["model"])}
@@ -182,9 +216,10 @@ def prepare(
         content = None
 
     auth = _auth_header(rec, api_key) if api_key else None
+    if isinstance(auth, str):
+        dropped.append(auth)
+        auth = None
     headers: list[tuple[str, str]] = []
-    path = str(req.get("path") or "/")
-    dropped = [f"query parameter {n}" for n in secret_query(path)]
     for name, value in req.get("headers") or ():
         low = name.lower()
         if low in HOP_BY_HOP or low in target.headers:

@@ -84,9 +84,8 @@ def _msg(e: BaseException) -> str:
 async def send(
     transport: httpx.AsyncBaseTransport, request: httpx.Request, content: bytes | None, cap: int
 ) -> Sent:
-    """Send `request` (given `content`); stream the answer through a `StreamTap` when it is
-    SSE (events are split and timed as they arrive, `cap` bytes kept), else keep the raw
-    (still encoded) body.
+    """Send `request` (given `content`); stream the answer through a `StreamTap` (SSE events
+    split and timed as they arrive; `cap` decoded bytes kept, whatever the target sends).
 
     Straight to the transport: a replay follows no redirect (each hop is its own exchange
     in the capture), keeps no cookies and runs no auth flow.
@@ -112,19 +111,14 @@ async def send(
         kind = "upstream_disconnect" if disconnect else "upstream_protocol"
         return failed(f"no valid HTTP answer: {_msg(e)}", kind)
     first_byte = time.time()
-    tap = None
-    if is_sse(resp.headers.get("content-type", "")):
-        encoding = resp.headers.get("content-encoding", "")
-        tap = StreamTap(t0=started, content_encoding=encoding, cap=cap)
-    buf = bytearray()
+    sse = is_sse(resp.headers.get("content-type", ""))
+    encoding = resp.headers.get("content-encoding", "")
+    tap = StreamTap(t0=started, content_encoding=encoding, cap=cap, sse=sse)
     finished: float | None = None
     error: Error | None = None
     try:
         async for chunk in resp.aiter_raw():
-            if tap is not None:
-                tap(chunk)
-            else:
-                buf += chunk
+            tap(chunk)
         finished = time.time()
     except httpx.TimeoutException as e:
         error = Error(f"timed out reading the answer: {_msg(e)}", "timeout")
@@ -133,7 +127,5 @@ async def send(
     finally:
         await resp.aclose()
     timings = Timings(started, first_byte, finished)
-    ex = exchange_from_httpx(
-        request, content, resp, body=bytes(buf), timings=timings, error=error, tap=tap
-    )
+    ex = exchange_from_httpx(request, content, resp, timings=timings, error=error, tap=tap)
     return Sent(ex)

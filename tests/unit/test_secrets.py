@@ -1,0 +1,145 @@
+"""Secrets in every encoding: whatever form an upstream echoes a credential in, the record
+holds only its fingerprint."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from urllib.parse import quote, quote_plus
+
+import pytest
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
+
+from wirediff.record.build import build_record
+from wirediff.record.exchange import Exchange, Request, Response, Timings
+from wirediff.record.redact import fingerprint
+from wirediff.record.store import encode_record
+from wirediff.record.websocket import WebSocketTap
+
+KEY = "sk-CANARY/9f8e+7d6c"
+USER, PASSWORD = "alice", "pw-CANARY-5b4a"
+FIELD = "fk-CANARY-3e2d1c"
+
+
+def encodings(secret: str) -> dict[str, str]:
+    """How an upstream may echo `secret` (what must never reach disk)."""
+    raw = secret.encode()
+    out = {
+        "plain": secret,
+        "json \\u": json.dumps(secret, ensure_ascii=True)[1:-1].replace("s", "\\u0073", 1),
+        "json \\/": secret.replace("/", "\\/"),
+        "url": quote(secret, safe=""),
+        "url lower": re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(secret, safe="")),
+        "form": quote_plus(secret),
+    }
+    for lead in range(3):  # inside a longer base64 text, at each alignment
+        b64 = base64.b64encode(b"x" * lead + raw).decode()
+        out[f"base64+{lead}"] = b64[(8 * lead + 5) // 6 : (8 * (lead + len(raw))) // 6]
+        out[f"base64url+{lead}"] = out[f"base64+{lead}"].replace("+", "-").replace("/", "_")
+    return out
+
+
+SECRETS = {"key": KEY, "basic": f"{USER}:{PASSWORD}", "password": PASSWORD, "field": FIELD}
+ECHOES = [(name, how, form) for name, s in SECRETS.items() for how, form in encodings(s).items()]
+
+
+def session(echo: str) -> WebSocketTap:
+    """A WebSocket session whose client sends a key in a message, and whose server echoes
+    `echo` in a JSON message, a text message and a binary one."""
+    tap = WebSocketTap(t0=1.0)
+    messages = [
+        (True, Opcode.TEXT, json.dumps({"type": "session.update", "api_key": FIELD})),
+        (False, Opcode.TEXT, f'{{"type":"error","message":"bad {echo}","echo":"{echo}"}}'),
+        (False, Opcode.TEXT, echo),
+        (False, Opcode.BINARY, f"bad {echo}"),
+    ]
+    for from_client, opcode, text in messages:
+        tap.message(WebSocketMessage(opcode, from_client, text.encode(), 1.1))
+    tap.close(1000, f"bad {echo}", False, 1.2)
+    return tap
+
+
+def exchange(echo: str, *, content_type: str = "application/json") -> Exchange:
+    basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    body = json.dumps({"model": "m", "api_key": FIELD, "input": "hi"}).encode()
+    answer = (
+        f'{{"error":{{"message":"bad credential {echo}","echo":"{echo}"}}}}'
+        if content_type == "application/json"
+        else f'data: {{"type":"error","message":"bad {echo}"}}\n\ndata: {echo}\n\n'
+    )
+    ws = session(echo) if content_type == "websocket" else None
+    return Exchange(
+        request=Request(
+            method="POST" if ws is None else "GET",
+            url=f"https://api.test/v1/responses?key={quote(KEY, safe='')}",
+            path=f"/v1/responses?key={quote(KEY, safe='')}",
+            http_version="HTTP/1.1",
+            headers=[
+                ("authorization", f"Bearer {KEY}"),
+                ("proxy-authorization", f"Basic {basic}"),
+                ("content-type", "application/json"),
+            ],
+            content=body if ws is None else None,
+        ),
+        response=Response(
+            status=401 if ws is None else 101,
+            reason="Unauthorized",
+            http_version="HTTP/1.1",
+            headers=[
+                ("content-type", content_type),
+                ("www-authenticate", f'Bearer realm="{echo}"'),
+                ("location", f"https://x.test/?next={echo}"),
+            ],
+            content=answer.encode() if ws is None else b"",
+        ),
+        timings=Timings(1.0, 1.1, 1.2),
+        websocket=ws,
+    )
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream", "websocket"])
+@pytest.mark.parametrize(("secret", "how", "form"), ECHOES)
+def test_an_echo_in_any_encoding_never_reaches_the_record(
+    secret: str, how: str, form: str, content_type: str
+) -> None:
+    line = encode_record(
+        build_record(exchange(form, content_type=content_type), session="s", label="l", seq=0)
+    ).decode()
+    for other_how, other in encodings(SECRETS[secret]).items():
+        assert other not in line, f"{secret} echoed as {how}: its {other_how} form is on disk"
+
+
+def test_echoes_become_the_secret_fingerprint() -> None:
+    rec = build_record(exchange(encodings(KEY)["json \\u"]), session="s", label="l", seq=0)
+    assert rec["response"]["body"]["error"]["echo"] == fingerprint(KEY)
+    assert rec["request"]["body"]["api_key"] == fingerprint(FIELD)
+
+
+@pytest.mark.parametrize(
+    ("line", "gone"),
+    [
+        ("127.0.0.1:5: GET http://h:1/v1/models?x=1&key=AIza-SECRET-123", "AIza-SECRET-123"),
+        ("POST https://alice:pa55-word-9@h/v1/x", "alice:pa55-word-9"),
+        ("    authorization: Bearer live-token-123456", "live-token-123456"),
+        ("\x1b[34mx-api-key\x1b[0m: \x1b[1mmy-key-123456", "my-key-123456"),
+        ('{"api_key": "field-secret-77"}', "field-secret-77"),
+    ],
+)
+def test_what_mitmdump_prints_has_credentials_fingerprinted(line: str, gone: str) -> None:
+    from wirediff.record.redact import redact_log_text
+
+    out = redact_log_text(line)
+    assert gone not in out and ("sha256:" in out or "<redacted>" in out)
+    assert redact_log_text("content-type: application/json") == "content-type: application/json"
+
+
+def test_a_key_a_client_sends_in_a_session_and_its_echoes_become_its_fingerprint() -> None:
+    rec = build_record(exchange(FIELD, content_type="websocket"), session="s", label="l", seq=0)
+    client, error, text, binary = rec["response"]["events"]
+    assert client["data"] == {"type": "session.update", "api_key": fingerprint(FIELD)}
+    assert error["event"] == "error" and error["data"]["echo"] == fingerprint(FIELD)
+    assert text["data"] == fingerprint(FIELD)
+    assert binary["b64"].startswith("YmFkI") and fingerprint(FIELD) in binary["b64"]
+    assert rec["response"]["websocket"]["close_reason"] == f"bad {fingerprint(FIELD)}"
