@@ -1,11 +1,13 @@
-"""What was captured and by whom: the clients behind each capture, and the replay steps that
-were never sent.
+"""What was captured and by whom: the clients behind each capture, the replay steps that
+were never sent, and the calls of independent captures that only one side made.
 
 A capture is one session of one backend: its originals (`replay_of` empty) were sent by the
 clients their `tags.sdk` names (the SDK's language, version, runtime and sync/async, or an
 application's own user agent, `codex_exec/0.171.0`); a replay resends those clients' headers.
 A replay step whose predecessor failed is recorded as `skipped` with the reason and never sent:
-it is listed with that reason, folded by reason, never compared.
+it is listed with that reason, folded by reason, never compared. An exchange of an
+independent capture that pairs with nothing on the other side is listed as unmatched, folded
+by candidate, side and endpoint.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ __all__ = [
     "Capture",
     "Client",
     "SkippedGroup",
+    "UnmatchedGroup",
     "captures",
     "skipped_groups",
+    "unmatched_groups",
 ]
 
 SKIPPED = "skipped"
@@ -178,3 +182,37 @@ def skipped_groups(
         if len(g.ids) < max_examples:
             g.ids.append(rid)
     return sorted(groups.values(), key=lambda g: (g.label, g.endpoint, -g.count))
+
+
+@dataclass(slots=True)
+class UnmatchedGroup:
+    """Calls of one endpoint that one side of an independent comparison made and the other
+    did not (`only in the baseline` / `only in the candidate`, from the candidate's view)."""
+
+    anchor: str
+    label: str
+    side: str
+    method: str
+    endpoint: str
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+
+
+def unmatched_groups(unmatched: pd.DataFrame, max_examples: int) -> list[UnmatchedGroup]:
+    """`pairing.UNMATCHED_COLUMNS` rows folded by candidate, side, method and endpoint."""
+    groups: dict[tuple[str, str, str, str], UnmatchedGroup] = {}
+    for label, side, rid, method, endpoint in zip(
+        *(
+            unmatched[c].fillna("").astype(str).tolist()
+            for c in ("label", "side", "id", "method", "endpoint")
+        ),
+        strict=True,
+    ):
+        key = (label, side, method, endpoint)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = UnmatchedGroup(anchor("unmatched", *key), *key)
+        g.count += 1
+        if len(g.ids) < max_examples:
+            g.ids.append(rid)
+    return sorted(groups.values(), key=lambda g: (g.label, g.side, g.endpoint, g.method))

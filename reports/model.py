@@ -19,10 +19,19 @@ import pandas as pd
 
 from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
+from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, exchange_outcomes, roles, verdicts
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
-from wirediff.reports.captures import SKIPPED, Capture, SkippedGroup, captures, skipped_groups
+from wirediff.reports.captures import (
+    SKIPPED,
+    Capture,
+    SkippedGroup,
+    UnmatchedGroup,
+    captures,
+    skipped_groups,
+    unmatched_groups,
+)
 from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
 from wirediff.reports.examples import lay_out
 from wirediff.reports.findings import (
@@ -84,6 +93,10 @@ class AnalysisLike(Protocol):
     def conformance(self) -> pd.DataFrame: ...
     @property
     def verdicts(self) -> pd.DataFrame: ...
+    @property
+    def unmatched(self) -> pd.DataFrame: ...
+    @property
+    def baseline(self) -> Baseline: ...
 
 
 # --- verdicts, the matrix -------------------------------------------------------------
@@ -162,6 +175,10 @@ class Backend:
     outcomes: dict[str, int]
     captures: list[Capture]
     skipped: list[SkippedGroup]
+    pairing: dict[str, int] = field(default_factory=dict)
+    """As a candidate: its exchanges paired with the baseline's, by `replay` and `content`."""
+    unmatched: dict[str, int] = field(default_factory=dict)
+    """As a candidate of independent captures: calls only one side made, by side."""
 
 
 # --- the whole report -------------------------------------------------------------------
@@ -184,6 +201,11 @@ class ReportModel:
     timelines: list[Timeline]
     chains: list[ChainGroup]
     skipped: list[SkippedGroup]
+    unmatched: list[UnmatchedGroup]
+    unmatched_rows: list[dict[str, Any]]
+    """Every unmatched exchange (`pairing.UNMATCHED_COLUMNS`), for summary.json."""
+    baseline_chosen_by: str
+    """How the baseline label was chosen (`wirediff.analysis.comparison.pairing.Baseline`)."""
     latency: Latency
     findings_frame: pd.DataFrame
     diagnoses: pd.DataFrame
@@ -296,6 +318,13 @@ def build(
             per["label"].tolist(), per["kind"].tolist(), per["n"].tolist(), strict=True
         ):
             kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
+    unmatched = unmatched_groups(analysis.unmatched, max_examples)
+    by_side: dict[tuple[str, str], int] = {}
+    for lab, side in zip(analysis.unmatched["label"], analysis.unmatched["side"], strict=True):
+        by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
+    paired: dict[tuple[str, str], int] = {}
+    for lab, how in zip(pairs["label"], pairs["pairing"], strict=True):
+        paired[(str(lab), str(how))] = paired.get((str(lab), str(how)), 0) + 1
     backends = []
     for label in labels:
         part = ex[ex["label"] == label]
@@ -316,6 +345,10 @@ def build(
                 _in_order(part["outcome"].value_counts().to_dict()),
                 captures_of.get(label, []),
                 [s for s in skipped if s.label == label],
+                {how: paired.get((label, how), 0) for how in (REPLAY, CONTENT)}
+                if role_of[label] == "candidate"
+                else {},
+                {side: n for (lab, side), n in by_side.items() if lab == label},
             )
         )
 
@@ -330,6 +363,7 @@ def build(
         "diagnoses": len(diagnoses),
         "streams": len(tls),
         "skipped": sum(s.count for s in skipped),
+        "unmatched": len(analysis.unmatched),
     }
     return ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -346,6 +380,12 @@ def build(
         timelines=tls,
         chains=chains,
         skipped=skipped,
+        unmatched=unmatched,
+        unmatched_rows=[
+            {str(k): (None if pd.isna(v) else str(v)) for k, v in row.items()}
+            for row in analysis.unmatched.to_dict("records")
+        ],
+        baseline_chosen_by=analysis.baseline.chosen_by,
         latency=latency(ex, analysis.events, labels),
         findings_frame=ffr,
         diagnoses=diagnoses,

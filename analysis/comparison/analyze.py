@@ -16,7 +16,7 @@ from wirediff.analysis.comparison.conformance import check_records
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.noise import drop_ignored
-from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
+from wirediff.analysis.comparison.pairing import Baseline, first_event_ms, pair_exchanges
 from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.comparison.verdicts import verdicts
@@ -57,6 +57,9 @@ class Analysis:
     latency: pd.DataFrame
     verdicts: pd.DataFrame
     """Per label, family and transport (`wirediff.analysis.comparison.verdicts`)."""
+    unmatched: pd.DataFrame
+    """Exchanges of independent captures without a counterpart (`pairing.UNMATCHED_COLUMNS`)."""
+    baseline: Baseline
 
 
 def findings_of(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.DataFrame:
@@ -85,9 +88,12 @@ def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     return out.reset_index()[LATENCY_COLUMNS]
 
 
-def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
+def analyze(
+    records: list[Record], *, ignore: Sequence[str] = (), baseline: str | None = None
+) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
-    the divergences and the conformance rows alike.
+    the divergences and the conformance rows alike; `baseline` is the label independent
+    captures are compared with (`wirediff.analysis.comparison.pairing`).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -96,7 +102,8 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
         records_by_id = {r["id"]: r for r in records}
         exchanges = exchanges_frame(records)
         events = events_frame(records)
-        pairs = pairs_frame(exchanges, events)
+        pairing = pair_exchanges(exchanges, events, records_by_id, baseline=baseline)
+        pairs = pairing.pairs
         with known_structures():  # both look at the same bodies and events
             found = divergences(records_by_id, pairs, ignore=ignore)
             checked, checks = check_records(records)
@@ -111,6 +118,8 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
             conformance=checked,
             latency=latency_frame(exchanges, events),
             verdicts=verdicts(exchanges, findings_of(found, checked), records_by_id, pairs),
+            unmatched=pairing.unmatched,
+            baseline=pairing.baseline,
         )
 
 

@@ -72,7 +72,8 @@ _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
 def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
-    """`baseline` for labels replayed from, `candidate` for labels replayed to, else
+    """`baseline` for labels compared with (replayed from, or the baseline of independent
+    captures), `candidate` for labels compared (replayed to, or paired by content), else
     `capture`; in that order, then by label."""
     base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
     cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
@@ -187,7 +188,10 @@ def _failed(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[str]:
 
 
 def _not_implemented(
-    ex: pd.DataFrame, records_by_id: Mapping[str, Record], baseline_ok: set[str] | None
+    ex: pd.DataFrame,
+    records_by_id: Mapping[str, Record],
+    baseline_ok: set[str] | None,
+    baseline_of: Mapping[str, str],
 ) -> list[str]:
     """`POST /v1/responses/compact: not implemented (404: …)` for each endpoint of the cell
     that failed route-level every time while another endpoint of the cell worked (and, for a
@@ -199,7 +203,7 @@ def _not_implemented(
         if not part["route_failure"].all():
             continue
         if baseline_ok is not None and not any(
-            r in baseline_ok for r in part["replay_of"].tolist()
+            baseline_of.get(r) in baseline_ok for r in part["id"].tolist()
         ):
             continue
         first = records_by_id.get(part["id"].iloc[0]) or {}
@@ -240,6 +244,11 @@ def verdicts(
         & ~ex["soft_error"].eq(True),
     )
     baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())
+    baseline_of = (
+        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
+        if len(pairs)
+        else {}
+    )
     place = ex.set_index("id")[list(by)]
     located = (
         findings.drop(columns=[c for c in by if c in findings.columns]).merge(
@@ -263,7 +272,7 @@ def verdicts(
             verdict = UNSUPPORTED
             reasons = _unsupported(cell_ex, records_by_id)
         else:
-            missing = _not_implemented(cell_ex, records_by_id, baseline_ok)
+            missing = _not_implemented(cell_ex, records_by_id, baseline_ok, baseline_of)
             missing = missing if role == "candidate" else []
             if not cell_ex["succeeded"].any():
                 missing = _failed(cell_ex, records_by_id) + missing

@@ -492,7 +492,7 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(
         report_cli,
         "run_analysis",
-        lambda records, ignore: (fake_analyze(records, ignore=ignore), diagnoses),
+        lambda records, ignore, baseline: (fake_analyze(records, ignore=ignore), diagnoses),
     )
     config = tmp_path / "wirediff.yaml"
     config.write_text("ignore:\n  - usage.*\n  - system_fingerprint\n")

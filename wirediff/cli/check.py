@@ -1,5 +1,7 @@
 """`wirediff check BASELINE CANDIDATE…`: the CI gate. A verdict per candidate and endpoint
-family (and transport); exit 0 compatible, 1 not, 2 bad usage or input.
+family (and transport); exit 0 compatible, 1 not, 2 bad usage or input. A candidate is a
+replay of the baseline, or a capture of the same app against another backend (paired by
+request content and order; what pairs with nothing is counted per candidate).
 
 By default the gate fails on `breaking` findings (and on families a candidate does not
 support); `--fail-on-severity deviation` is stricter, `--fail-on KIND,…` also fails on
@@ -12,13 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pandas as pd
 
+from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
+from wirediff.analysis.comparison.pairing import CONTENT, ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 
@@ -133,24 +138,40 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def _label_of(records: list[Record], path: str) -> str:
+    """The label of a baseline capture: that of most of its originals."""
+    labels = Counter(str(r.get("label") or "") for r in records if not r.get("replay_of"))
+    if not labels:
+        raise UsageError(f"{path}: no original exchange to compare with (only replays)")
+    return labels.most_common(1)[0][0]
+
+
+def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
+    """`{"only in the baseline": n, "only in the candidate": m}` for one candidate label."""
+    mine = unmatched[unmatched["label"] == label]
+    return {side: int((mine["side"] == side).sum()) for side in (ONLY_BASELINE, ONLY_CANDIDATE)}
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from wirediff.analysis.comparison.analyze import analyze, findings_of
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     baseline = load_records([args.baseline])
-    base_ids = {r["id"] for r in baseline}
+    base_label = _label_of(baseline, args.baseline)
     records = list(baseline)
-    linked = 0
+    ids_of: dict[str, set[str]] = {}
     for path in args.candidates:
         candidate = load_records([path])
-        replays = [r for r in candidate if r.get("replay_of") in base_ids]
-        if not replays:
-            raise UsageError(
-                f"{path}: no exchange replays {args.baseline} (run `wirediff replay` first)"
-            )
-        linked += len(replays)
+        ids_of[path] = {str(r["id"]) for r in candidate}
         records += candidate
-    result = analyze(records)
+    result = analyze(records, baseline=base_label)
+    pairs = result.pairs
+    for path, ids in ids_of.items():
+        if not pairs["candidate_id"].isin(ids).any():
+            raise UsageError(
+                f"{path}: no exchange pairs with {args.baseline} ({base_label}): none replays "
+                "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
+            )
     gated = gate(
         result.verdicts,
         findings_of(result.divergences, result.conformance),
@@ -162,9 +183,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
+    by_content = int((pairs["pairing"] == CONTENT).sum())
     print(
-        f"{linked} replayed exchanges compared against {len(baseline)} baseline exchanges; the gate fails on {what}"
+        f"{len(pairs) - by_content} replayed and {by_content} paired-by-content exchanges "
+        f"compared with {len(baseline)} baseline exchanges ({base_label}); the gate fails on {what}"
     )
+    content = pairs[pairs["pairing"] == CONTENT]
+    unmatched = {}
+    for label in sorted(set(content["label"].astype(str)) | set(result.unmatched["label"])):
+        unmatched[label] = counts = unmatched_counts(result.unmatched, label)
+        paired = int((content["label"] == label).sum())
+        sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
+        print(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
     for row in items:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
@@ -178,6 +208,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "fail_on_severity": args.fail_on_severity,
             "fail_on": list(fail_on),
             "verdicts": items,
+            "unmatched": unmatched,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
@@ -199,9 +230,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when not")
-    c.add_argument("baseline", metavar="BASELINE", help="the original capture")
+    c.add_argument("baseline", metavar="BASELINE", help="the baseline capture")
     c.add_argument(
-        "candidates", metavar="CANDIDATE", nargs="+", help="its replays against candidate backends"
+        "candidates",
+        metavar="CANDIDATE",
+        nargs="+",
+        help="its replays (or shadow mirrors) to candidate backends, or captures of the same "
+        "app against them (paired by request content and order)",
     )
     c.add_argument(
         "--fail-on-severity",

@@ -1,4 +1,5 @@
-"""`wirediff diagnose CAPTURE… [--json]`: failing chains and their diagnoses."""
+"""`wirediff diagnose CAPTURE… [--json] [--baseline LABEL]`: failing chains and their
+diagnoses, for any mix of captures and replays."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 
 __all__ = ["register"]
@@ -14,7 +16,14 @@ __all__ = ["register"]
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
 
-    df = diagnose(load_records(args.captures))
+    records = load_records(args.captures)
+    if args.baseline is not None:
+        labels = list(dict.fromkeys(str(r.get("label") or "") for r in records))
+        if args.baseline not in labels:
+            raise UsageError(
+                f"--baseline {args.baseline}: no capture has that label (labels: {', '.join(labels)})"
+            )
+    df = diagnose(records)
     if args.json:
         print(json.dumps(df.to_dict(orient="records"), indent=2, default=str))
     else:
@@ -26,4 +35,10 @@ def register(sub: Any) -> None:
     d = sub.add_parser("diagnose", help="explain failing chains (401/404/405, soft errors, …)")
     d.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl files")
     d.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    d.add_argument(
+        "--baseline",
+        metavar="LABEL",
+        help="accepted as `report` and `check` take it (checked to name a label): a diagnosis "
+        "explains one backend's own chain, whichever the baseline",
+    )
     d.set_defaults(func=cmd_diagnose)

@@ -1,5 +1,6 @@
 """`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
-[--ignore-config wirediff.yaml] [--max-examples N]`: the single-file HTML report."""
+[--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]`: the single-file HTML
+report."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from wirediff.record.store import load_records
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
 from wirediff.reports.render import render_html, summary_from, write_csv, write_json
 
+BASELINE_HELP = (
+    "the label the others are compared with, when the files do not imply one (replays imply "
+    "the label they were replayed from); default: the first capture's label"
+)
+
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
     """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist)."""
@@ -34,13 +40,21 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
 
 
 def run_analysis(
-    records: list[Record], ignore: tuple[str, ...]
+    records: list[Record], ignore: tuple[str, ...], baseline: str | None = None
 ) -> tuple[AnalysisLike, pd.DataFrame]:
-    """The analysis and the diagnoses the report renders."""
+    """The analysis and the diagnoses the report renders; says on stderr which label is the
+    baseline when the captures did not imply one and none was asked for."""
     from wirediff.analysis.comparison.analyze import analyze
     from wirediff.analysis.diagnosis.diagnose import diagnose
 
-    analysis = analyze(records, ignore=ignore)
+    analysis = analyze(records, ignore=ignore, baseline=baseline)
+    chosen = analysis.baseline
+    if chosen.chosen_by == "first capture" and analysis.exchanges["label"].nunique() > 1:
+        print(
+            f"wirediff: baseline: {chosen.label} (the first capture's label; "
+            "--baseline LABEL chooses another)",
+            file=sys.stderr,
+        )
     return analysis, diagnose(
         records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
     )
@@ -54,7 +68,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     records = load_records(args.captures)
     if not records:
         raise UsageError(f"no exchanges in {', '.join(args.captures)}")
-    analysis, diagnoses = run_analysis(records, ignore)
+    analysis, diagnoses = run_analysis(records, ignore, args.baseline)
     model = build(analysis, diagnoses, max_examples=args.max_examples)
     written = [render_html(model, args.output)]
     if args.json:
@@ -87,6 +101,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
     )
+    p.add_argument("--baseline", metavar="LABEL", help=BASELINE_HELP)
     p.add_argument(
         "--max-examples",
         type=int,
