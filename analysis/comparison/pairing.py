@@ -212,9 +212,8 @@ def _content_links(
     for label, cand in by_label.items():
         pairs, only_base, only_cand = align([prints[p] for p in base], [prints[p] for p in cand])
         links += [(ids[cand[j]], ids[base[i]]) for i, j in pairs]
-        for side, positions in ((ONLY_BASELINE, [base[i] for i in only_base]),
-                                (ONLY_CANDIDATE, [cand[j] for j in only_cand])):  # fmt: skip
-            rows += [(label, baseline, side, ids[p], *meta[p]) for p in positions]
+        rows += [(label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base]
+        rows += [(label, baseline, ONLY_CANDIDATE, ids[cand[j]], *meta[cand[j]]) for j in only_cand]
     return links, pd.DataFrame.from_records(rows, columns=UNMATCHED_COLUMNS)
 
 
