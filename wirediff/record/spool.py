@@ -74,13 +74,21 @@ class Spool(FramePipe):
     """The sender's end. `exchange` and `record` return False when the spool process is gone
     or too far behind: the caller then builds and writes the record itself; `close_unsent`
     builds what never reached the process. `nice`: the process yields the CPU to others by
-    that much (the shadow's, to the proxy; the replayer's records are its own work: 0)."""
+    that much (the shadow's, to the proxy; the replayer's records are its own work: 0).
+    `fork`: forked from this process where that is safe (not from a proxy holding its
+    listening sockets and threads: a new interpreter there)."""
 
-    def __init__(self, body_cap: int, redact: frozenset[str] = frozenset(), nice: int = 0) -> None:
+    def __init__(
+        self,
+        body_cap: int,
+        redact: frozenset[str] = frozenset(),
+        *,
+        nice: int = 0,
+        fork: bool = True,
+    ) -> None:
         args = [str(body_cap), str(nice), ",".join(sorted(redact))]
-        super().__init__(
-            "wirediff.record.spool", args, PACKAGE_ROOT, fork=lambda fd: main(args, fd)
-        )
+        child = (lambda fd: main(args, fd)) if fork else None
+        super().__init__("wirediff.record.spool", args, PACKAGE_ROOT, fork=child)
         self.body_cap, self.redact = body_cap, redact
 
     @property

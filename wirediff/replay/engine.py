@@ -24,7 +24,7 @@ from wirediff._support import is_2xx
 from wirediff._types import Record
 from wirediff.record.body import DEFAULT_BODY_CAP, decode_body
 from wirediff.record.build import classify_error
-from wirediff.record.exchange import Error, Exchange, Timings
+from wirediff.record.exchange import Error, Exchange
 from wirediff.record.spool import RecordMeta, build_item
 from wirediff.record.tags import is_error_body
 from wirediff.replay.config import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Options
@@ -32,7 +32,7 @@ from wirediff.replay.output import Writers
 from wirediff.replay.plan import Node, Plan, resolve
 from wirediff.replay.request import Outgoing, prepare
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import Sent, exchange_from_httpx, send
+from wirediff.replay.wire import Sent, send, to_httpx, unsent_exchange
 
 __all__ = [
     "SPOOL_AT",
@@ -308,18 +308,7 @@ class TargetRun:
         return prepare(node.rec, self.target, self.api_key, mapping, api_prefixes=node.api_prefixes)
 
     def request(self, out: Outgoing) -> httpx.Request:
-        """The httpx request for `out`; header values as the capture decoded them (UTF-8,
-        undecodable bytes as surrogates), so a non-ASCII value goes out as it came in."""
-        headers = [
-            (k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in out.headers
-        ]
-        return httpx.Request(
-            out.method,
-            out.url,
-            headers=headers,
-            content=out.content,
-            extensions={"timeout": self.timeout},
-        )
+        return to_httpx(out, self.timeout)
 
     def meta(self, node: Node) -> RecordMeta:
         """What the record of `node`'s replay says besides the exchange; a repeated attempt
@@ -349,19 +338,16 @@ class TargetRun:
         return self.unsent(node, reason, "skipped", mapping)
 
     def unsent(self, node: Node, reason: str, kind: str, mapping: Mapping[str, str]) -> Record:
-        """A record for a step without an answer: the request it would have been (for an
-        original too malformed to prepare, its method to the target's base URL), `error`
-        the reason and `kind` (skipped: not sent; interrupted: sent, no answer awaited)."""
-        try:
-            out = self.prepare(node, mapping)
-            request = self.request(out)
-        except Exception:
-            method = node.rec["request"].get("method")
-            method = method if isinstance(method, str) and method.isascii() else "GET"
-            out = Outgoing(method.upper(), self.target.base, [], None, None, False)
-            request = self.request(out)
-        error = Error(reason, kind)
-        ex = exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
+        """A record for a step without an answer (`unsent_exchange`)."""
+        ex = unsent_exchange(
+            node.rec,
+            self.target,
+            self.api_key,
+            mapping,
+            Error(reason, kind),
+            self.timeout,
+            node.api_prefixes,
+        )
         return self.record(node, ex)
 
     def finalize(self, node: Node, sent: Sent) -> Record:

@@ -1,0 +1,221 @@
+"""Side by side from live traffic, with real mitmdump processes and the real openai SDK:
+the shadow addon mirroring an app's session to LM Studio and Ollama stand-ins while it runs
+against the `openai` stand-in (the same findings as replaying the capture afterwards), and
+the same app run twice, once per backend, compared with `check`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, wait_for
+from tests.e2e.test_replay_e2e import ASK, KEY, MODEL, MODELS, body, drive
+from wirediff.analysis.comparison.analyze import analyze, findings_of
+from wirediff.backends.standin import Standin, make_standin, standin
+from wirediff.cli import main
+from wirediff.cli.replay import main_replay
+from wirediff.record.store import load_records
+
+pytestmark = pytest.mark.e2e
+
+SHADOW_ADDON = str(ROOT / "addons" / "shadow.py")
+CANDIDATES = ("lmstudio", "ollama")
+MODEL_MAP = ",".join(f"{label}:*={MODELS[label]}" for label in CANDIDATES)
+
+
+@pytest.fixture
+def shadowed(
+    mitmdump: Any,
+) -> Iterator[tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str]]:
+    """The replay tests' session, run once through capture + shadow against the `openai`
+    stand-in, mirrored to LM Studio and Ollama stand-ins; mitmdump stopped (drained)."""
+    with contextlib.ExitStack() as stack:
+        primary = stack.enter_context(standin("openai"))
+        cands = {label: stack.enter_context(make_standin(label)) for label in CANDIDATES}
+        to = ",".join(f"{label}={st.url}/v1" for label, st in cands.items())
+        m = mitmdump(
+            [f"reverse:{primary}"],
+            label="openai",
+            extra=["-s", SHADOW_ADDON, "--set", f"shadow_to={to}",
+                   "--set", f"shadow_model_map={MODEL_MAP}", "--set", "termlog_verbosity=info"],
+        )  # fmt: skip
+        steps = drive(openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0))
+        originals = sorted(m.records(len(steps), timeout=30), key=lambda r: r["started"])
+        for label in CANDIDATES:
+            mirrors = m.capture_dir / f"s.{label}.jsonl"
+            wait_for(
+                lambda p=mirrors: p.exists() and len(load_records([p])) == len(steps),
+                30,
+                f"{len(steps)} mirrors in {mirrors}",
+            )
+        m.stop()
+        yield m.capture_file, dict(zip(steps, originals, strict=True)), cands, m.log.read_text()
+
+
+def test_the_shadow_mirrors_every_call_state_aware(
+    shadowed: tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str],
+) -> None:
+    capture, orig, cands, _ = shadowed
+    by_id = {r["id"]: step for step, r in orig.items()}
+    mirrors = {
+        label: {
+            by_id[r["replay_of"]]: r for r in load_records([capture.with_name(f"s.{label}.jsonl")])
+        }
+        for label in CANDIDATES
+    }
+    for label, rep in mirrors.items():
+        assert set(rep) == set(orig), label  # one record per live exchange
+        for step, r in rep.items():
+            assert (
+                r["label"] == label and r["session"] == "s" and r["replay_of"] == orig[step]["id"]
+            )
+            assert r["listener"] == f"shadow:{cands[label].url}/v1"
+        assert rep["delete"]["error"]["kind"] == "skipped"  # unsafe: not without the option
+        assert not any(s.method == "DELETE" for s in cands[label].seen)
+        assert body(rep["chat"])["model"] == MODELS[label]
+    # Ollama mints its own ids: the chained calls carried them
+    ol = mirrors["ollama"]
+    r1 = ol["resp"]["response"]["body"]["id"]
+    assert r1 != orig["resp"]["response"]["body"]["id"]
+    assert body(ol["resp_prev"])["previous_response_id"] == r1 and ol["resp_prev"]["error"] is None
+    fc = ol["resp_tool"]["response"]["body"]
+    (call,) = [o for o in fc["output"] if o["type"] == "function_call"]
+    sent = body(ol["resp_tool_result"])
+    assert (
+        sent["previous_response_id"] == fc["id"] and sent["input"][0]["call_id"] == call["call_id"]
+    )
+    chat_call = ol["chat_tool"]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
+    assert body(ol["chat_tool_result"])["messages"][2]["tool_call_id"] == chat_call
+    # LM Studio answers /v1/responses with 200 {"error": …}: what builds on it is skipped
+    lm = mirrors["lmstudio"]
+    for step, producer in (("resp_prev", "resp"), ("resp_tool_result", "resp_tool")):
+        e = lm[step]["error"]
+        assert e["kind"] == "skipped" and lm[step]["response"] is None
+        assert e["message"].endswith(
+            f" comes from {orig[producer]['id']}, but the target answered it with HTTP 200 "
+            "and an error body (lmstudio.unexpected_endpoint)"
+        )
+    first = orig["resp"]["response"]["body"]["id"]
+    assert lm["resp_prev"]["error"]["message"].startswith(f"previous_response_id {first} ")
+    assert sum(1 for s in cands["lmstudio"].seen if s.path == "/v1/responses") == 3
+    # the client's key never left for a candidate
+    assert not any(KEY in v for st in cands.values() for s in st.seen for _, v in s.headers)
+
+
+def _findings(records: list[dict[str, Any]]) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    result = analyze(records)
+    found = findings_of(result.divergences, result.conformance)
+    rows = set(
+        found[["label", "endpoint", "kind", "path", "severity"]].itertuples(index=False, name=None)
+    )
+    verdicts = set(
+        result.verdicts[["label", "family", "transport", "verdict"]].itertuples(
+            index=False, name=None
+        )
+    )
+    return rows, verdicts
+
+
+def test_the_shadow_finds_what_replaying_the_capture_finds(
+    shadowed: tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capture, orig, _, _ = shadowed
+    replayed = tmp_path / "replayed" / "s.jsonl"
+    replayed.parent.mkdir()
+    shutil.copy(capture, replayed)
+    with contextlib.ExitStack() as stack:
+        for label in CANDIDATES:
+            st = stack.enter_context(make_standin(label))
+            args = [
+                str(replayed),
+                "--to",
+                f"{st.url}/v1",
+                "--label",
+                label,
+                "--model-map",
+                f"*={MODELS[label]}",
+            ]
+            assert main_replay(args) == 0, capsys.readouterr().err
+    originals = load_records([capture])
+    shadow = originals + load_records([capture.with_name(f"s.{c}.jsonl") for c in CANDIDATES])
+    replay = originals + load_records([replayed.with_name(f"s.{c}.jsonl") for c in CANDIDATES])
+    by_shadow, by_replay = _findings(shadow), _findings(replay)
+    assert by_shadow[0] == by_replay[0] and by_shadow[0]
+    assert by_shadow[1] == by_replay[1]
+
+    # the report shows the three backends side by side
+    out = tmp_path / "report"
+    files = [str(capture)] + [str(capture.with_name(f"s.{c}.jsonl")) for c in CANDIDATES]
+    assert main(["report", *files, "-o", str(out / "r.html"), "--json", str(out / "s.json")]) == 0
+    summary = json.loads((out / "s.json").read_text())
+    assert {b["label"]: b["role"] for b in summary["backends"]} == {
+        "openai": "baseline", "lmstudio": "candidate", "ollama": "candidate",
+    }  # fmt: skip
+    assert summary["baseline_chosen_by"] == "replays"
+    assert all(
+        b["pairs"]["replay"] == len(orig) for b in summary["backends"] if b["role"] == "candidate"
+    )
+
+
+def app(client: openai.OpenAI, model: str) -> None:
+    """An app that keeps going when a call fails, run once per backend (its model set for
+    each, as an app's configuration would)."""
+    steps = [
+        lambda: client.chat.completions.create(model=model, messages=ASK),
+        lambda: list(client.chat.completions.create(model=model, messages=ASK, stream=True)),
+        lambda: client.models.list(),
+    ]
+    for step in steps:
+        with contextlib.suppress(openai.OpenAIError):
+            step()
+    first = None
+    with contextlib.suppress(openai.OpenAIError):
+        first = client.responses.create(model=model, input="Say hello.")
+    with contextlib.suppress(openai.OpenAIError):
+        previous = first.id if first is not None else None
+        client.responses.create(model=model, input="And in French?", previous_response_id=previous)
+    with contextlib.suppress(openai.OpenAIError):
+        client.chat.completions.create(model=model, messages=ASK, temperature=0.2)
+
+
+def test_the_same_app_run_twice_is_compared_by_content(
+    mitmdump: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {}
+    for label in ("openai", "lmstudio"):
+        with standin(label) as url:
+            m = mitmdump([f"reverse:{url}"], label=label, session=f"run-{label}")
+            client = openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0)
+            app(client, MODELS.get(label, MODEL))
+            files[label] = m.records(6, timeout=30) and m.capture_file
+            m.stop()
+    a, b = str(files["openai"]), str(files["lmstudio"])
+    assert main(["check", a, b, "--fail-on", "soft_error", "--json", str(tmp_path / "c.json")]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "0 replayed and 5 paired-by-content exchanges compared with 6 baseline exchanges (openai)"
+        in out
+    )
+    # LM Studio has no /v1/responses (and no response id to chain): the chained call differs
+    assert (
+        "pairs  lmstudio     5 by content; only in the baseline: 1, only in the candidate: 1" in out
+    )
+    assert "ok    lmstudio     chat.completions" in out
+    assert "FAIL  lmstudio     responses                unsupported" in out
+    assert out.endswith("not compatible: lmstudio responses (unsupported)\n")
+    result = analyze(load_records([a, b]))
+    soft = result.divergences[result.divergences["kind"] == "soft_error"]
+    assert set(soft["label"]) == {"lmstudio"} and set(soft["endpoint"]) == {"/v1/responses"}
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["unmatched"] == {"lmstudio": {"only in the baseline": 1, "only in the candidate": 1}}
+    assert main(["report", b, a, "-o", str(tmp_path / "r.html")]) == 0
+    assert "wirediff: baseline: lmstudio (the first capture's label" in capsys.readouterr().err

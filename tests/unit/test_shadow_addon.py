@@ -1,0 +1,300 @@
+"""The shadow addon under mitmproxy's own test helpers, the candidates `httpx.MockTransport`s:
+options, what is mirrored and how (keys, models, filter, safety), state (ids remapped, a step
+skipped with its reason), a full queue, failing and hanging candidates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.test import taddons, tflow, tutils
+
+from tests.unit.test_replay import as_json
+from wirediff.addons import shadow as shadow_module
+from wirediff.addons.capture import Capture
+from wirediff.addons.shadow import Shadow
+from wirediff.record.store import load_records
+from wirediff.replay.targets import Target
+
+KEY = "sk-client-CANARY-77aa01"
+CANDIDATE_KEY = "sk-candidate-CANARY-3b9f"
+
+
+def flow(
+    body: dict[str, Any] | None = None,
+    *,
+    method: bytes = b"POST",
+    path: bytes = b"/v1/responses",
+    answer: dict[str, Any] | None = None,
+) -> http.HTTPFlow:
+    f = tflow.tflow(resp=True)
+    content = json.dumps(body).encode() if body is not None else b""
+    f.request = tutils.treq(
+        method=method, path=path, host="api.openai.test", port=443, scheme=b"https",
+        headers=http.Headers(((b"content-type", b"application/json"),
+                              (b"authorization", f"Bearer {KEY}".encode()),
+                              (b"x-api-key", KEY.encode()))),
+        content=content,
+    )  # fmt: skip
+    answered = json.dumps(answer or {"id": "resp_P", "object": "response", "output": []}).encode()
+    f.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),
+                              (b"content-length", str(len(answered)).encode()))),
+        content=answered,
+    )  # fmt: skip
+    return f
+
+
+class Candidate:
+    """A candidate that mints its own ids (`resp_<label><n>`) and keeps what it was sent."""
+
+    def __init__(
+        self, label: str, answer: Callable[[httpx.Request, str], httpx.Response] | None = None
+    ) -> None:
+        self.label, self.seen, self.n = label, [], 0
+        self.answer = answer
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        await self.release.wait()
+        self.n += 1
+        rid = f"resp_{self.label}{self.n}"
+        if self.answer is not None:
+            return self.answer(request, rid)
+        return as_json({"id": rid, "object": "response", "output": []})
+
+
+class Rig:
+    """Capture and shadow in one `taddons` context; flows pass through both."""
+
+    def __init__(self, tmp_path: Path, candidates: list[Candidate]) -> None:
+        self.tmp, self.candidates = tmp_path, {c.label: c for c in candidates}
+        self.capture, self.shadow = Capture(), Shadow()
+        self.shadow.transport_for = lambda t: httpx.MockTransport(self.candidates[t.label])
+
+    def configure(self, tctx: Any, **options: Any) -> None:
+        tctx.configure(self.capture, capture_dir=str(self.tmp), capture_session="t")
+        to = ",".join(f"{label}=http://{label}.test/v1" for label in self.candidates)
+        tctx.configure(self.shadow, **{"shadow_to": to, **options})
+
+    def live(self, f: http.HTTPFlow) -> None:
+        """The hooks mitmproxy calls for one exchange, in its order."""
+        self.capture.requestheaders(f)
+        self.shadow.request(f)
+        self.capture.responseheaders(f)
+        self.capture.response(f)
+
+    async def settle(self) -> None:
+        mirror = self.shadow.mirror
+        assert mirror is not None
+        while mirror.pending:
+            await asyncio.sleep(0)
+
+    def records(self, label: str) -> list[dict[str, Any]]:
+        path = self.tmp / f"t.{label}.jsonl"
+        return load_records([path]) if path.exists() else []
+
+
+async def test_every_request_goes_to_every_candidate_recorded_as_its_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LM_KEY", CANDIDATE_KEY)
+    rig = Rig(tmp_path, [Candidate("lmstudio"), Candidate("ollama")])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx, shadow_key_env="lmstudio=LM_KEY",
+                      shadow_model_map="gpt-4o-mini=qwen,ollama:gpt-4o-mini=llama3.2")  # fmt: skip
+        f = flow({"model": "gpt-4o-mini", "input": "hi", "api_key": KEY})
+        rig.live(f)
+        await rig.settle()
+        await rig.shadow.done()
+    for label, model in (("lmstudio", "qwen"), ("ollama", "llama3.2")):
+        [rec] = rig.records(label)
+        assert rec["replay_of"] == f.id and rec["label"] == label and rec["session"] == "t"
+        assert rec["listener"] == f"shadow:http://{label}.test/v1"
+        assert rec["response"]["body"]["id"] == f"resp_{label}1"
+        [sent] = rig.candidates[label].seen
+        assert json.loads(sent.content) == {
+            "model": model,
+            "input": "hi",
+        }  # the key field is left out
+        assert KEY not in str(sent.headers) and KEY.encode() not in sent.content
+    assert rig.candidates["lmstudio"].seen[0].headers["authorization"] == f"Bearer {CANDIDATE_KEY}"
+    assert "authorization" not in rig.candidates["ollama"].seen[0].headers
+    assert KEY not in (tmp_path / "t.lmstudio.jsonl").read_text()
+    assert load_records([tmp_path / "t.jsonl"])[0]["id"] == f.id  # the capture's own record
+
+
+async def test_the_filter_and_the_safety_rules_choose_what_is_mirrored(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, [Candidate("c")])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx, shadow_filter="~u /v1/responses")
+        rig.live(flow({"model": "m", "messages": []}, path=b"/v1/chat/completions"))
+        kept = flow({"model": "m", "input": "x"})
+        rig.live(kept)
+        rig.live(flow(None, method=b"DELETE", path=b"/v1/responses/resp_1"))
+        await rig.settle()
+        [sent, deleted] = rig.records("c")
+        assert sent["replay_of"] == kept.id and sent["error"] is None
+        assert (
+            deleted["error"]["kind"] == "skipped"
+            and "shadow_allow_unsafe" in deleted["error"]["message"]
+        )
+        assert [r.method for r in rig.candidates["c"].seen] == ["POST"]
+        tctx.configure(rig.shadow, shadow_allow_unsafe=True, shadow_filter="")
+        rig.live(flow(None, method=b"DELETE", path=b"/v1/responses/resp_1"))
+        await rig.settle()
+        await rig.shadow.done()
+    assert [r.method for r in rig.candidates["c"].seen] == ["POST", "DELETE"]
+
+
+def soft_error(request: httpx.Request, rid: str) -> httpx.Response:
+    return as_json({"error": "Unexpected endpoint or method. (POST /v1/responses)"})
+
+
+async def test_a_chained_call_is_sent_with_the_candidates_id_or_skipped_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, [Candidate("ollama"), Candidate("lmstudio", soft_error)])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx)
+        first = flow(
+            {"model": "m", "input": "hi"},
+            answer={"id": "resp_P1", "object": "response", "output": []},
+        )
+        rig.live(first)
+        await rig.settle()
+        second = flow({"model": "m", "input": "more", "previous_response_id": "resp_P1"})
+        rig.live(second)
+        lookup = flow(None, method=b"GET", path=b"/v1/responses/resp_P1")
+        rig.live(lookup)
+        await rig.settle()
+        await rig.shadow.done()
+    ollama = rig.candidates["ollama"].seen
+    assert json.loads(ollama[1].content)["previous_response_id"] == "resp_ollama1"
+    assert ollama[2].url.path == "/v1/responses/resp_ollama1"
+    assert len(rig.candidates["lmstudio"].seen) == 1  # the chained calls were never sent
+    skipped = {r["replay_of"]: r["error"] for r in rig.records("lmstudio") if r["error"]}
+    assert skipped.keys() == {second.id, lookup.id}
+    why = skipped[second.id]["message"]
+    assert skipped[second.id]["kind"] == "skipped"
+    assert why.startswith(
+        f"previous_response_id resp_P1 comes from {first.id}, but the target answered it with HTTP 200 and an error body"
+    )
+
+
+async def test_a_full_queue_drops_mirrors_counts_them_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    slow = Candidate("slow")
+    slow.release.clear()  # answers nothing until released
+    rig = Rig(tmp_path, [slow])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx, shadow_queue=2, shadow_concurrency=1)
+        for _ in range(5):
+            rig.live(flow({"model": "m", "input": "x"}))  # returns at once, whatever waits
+        mirror = rig.shadow.mirror
+        assert mirror is not None and mirror.pending == 2 and mirror.candidates[0].dropped == 3
+        slow.release.set()
+        await rig.settle()
+        rig.live(flow({"model": "m", "input": "x"}))
+        await rig.settle()
+        await rig.shadow.done()
+    assert len(rig.records("slow")) == 3
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("dropping mirrors" in line for line in said) == 1
+    assert any(
+        line.startswith("shadow: slow: 3 mirrored (3 ok") and "3 dropped" in line for line in said
+    )
+
+
+async def test_failing_and_hanging_candidates_are_recorded_never_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(request: httpx.Request, rid: str) -> httpx.Response:
+        raise httpx.ConnectError("Connection refused", request=request)
+
+    hang = Candidate("hang")
+    hang.release.clear()
+    rig = Rig(tmp_path, [Candidate("down", refuse), hang])
+    monkeypatch.setattr(shadow_module, "DRAIN_SECONDS", 0.05)
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx)
+        f = flow({"model": "m", "input": "x"})
+        rig.live(f)
+        while not hang.seen:
+            await asyncio.sleep(0)
+        await rig.shadow.done()
+    [down] = rig.records("down")
+    assert down["error"]["kind"] == "upstream_unreachable" and down["replay_of"] == f.id
+    [cut] = rig.records("hang")
+    assert cut["error"]["kind"] == "interrupted" and cut["response"] is None
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"shadow_to": "lm"}, "shadow_to: expected KEY=VALUE"),
+        ({"shadow_to": "lm=ftp://x"}, "not an http(s) URL"),
+        ({"shadow_to": "../x=http://x/v1"}, "a label is a file name part"),
+        (
+            {"shadow_to": "lm=http://x/v1", "shadow_key_env": "lm=WIREDIFF_UNSET_VAR"},
+            "$WIREDIFF_UNSET_VAR (the key for lm) is not set",
+        ),
+        (
+            {"shadow_to": "lm=http://x/v1", "shadow_key_env": "other=HOME"},
+            "other is not a label of shadow_to",
+        ),
+        (
+            {"shadow_to": "lm=http://x/v1", "shadow_filter": "~u ("},
+            "not a mitmproxy filter expression",
+        ),
+        ({"shadow_to": "lm=http://x/v1", "shadow_queue": 0}, "shadow_queue must be 1 or more"),
+    ],
+)
+async def test_a_bad_option_is_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, options: dict[str, Any], says: str
+) -> None:
+    sh = Shadow()
+    with taddons.context(Capture(), sh) as tctx:
+        tctx.configure(sh, **options)  # at startup: logged, and mitmdump stops
+        assert sh.mirror is None
+        [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert error.startswith("shadow: ") and says in error and "\n" not in error
+        sh.is_running = True  # at run time: refused, mirroring goes on as it was
+        tctx.configure(
+            sh,
+            shadow_to="ok=http://ok.test/v1",
+            shadow_key_env="",
+            shadow_filter="",
+            shadow_queue=8,
+        )
+        with pytest.raises(exceptions.OptionsError) as refused:
+            tctx.configure(sh, **options)
+        assert says in str(refused.value)
+        assert sh.mirror is not None and sh.mirror.candidates[0].label == "ok"
+
+
+async def test_without_the_capture_addon_it_says_what_to_load(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sh = Shadow()
+    with taddons.context(sh) as tctx:
+        tctx.configure(sh, shadow_to="lm=http://x/v1")
+    assert any("load addons/capture.py first" in r.getMessage() for r in caplog.records)
+
+
+def test_targets_carry_the_model_maps() -> None:
+    [(lm, _), (ol, _)] = shadow_module.parse_targets(
+        "lm=http://a/v1,ol=http://b/v1", "", "*=m1,ol:*=m2"
+    )
+    assert isinstance(lm, Target) and lm.map_model("x") == "m1" and ol.map_model("x") == "m2"
