@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +221,27 @@ def test_the_same_app_run_twice_is_compared_by_content(
     assert doc["unmatched"] == {"lmstudio": {"only in the baseline": 1, "only in the candidate": 1}}
     assert main(["report", b, a, "-o", str(tmp_path / "r.html")]) == 0
     assert "wirediff: baseline: lmstudio (the first capture's label" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["shadow_to=lmstudio"], "shadow: shadow_to: expected KEY=VALUE, got 'lmstudio'"),
+        (["shadow_to=lm=http://127.0.0.1:9/v1", "shadow_queue=many"],
+         "shadow: shadow_queue must be a whole number, not 'many'"),
+    ],
+)  # fmt: skip
+def test_a_bad_shadow_option_stops_mitmdump_with_one_line(
+    tmp_path: Path, option: list[str], says: str
+) -> None:
+    cmd = [
+        str(Path(sys.executable).with_name("mitmdump")), "-q", "--listen-host", "127.0.0.1",
+        "-p", "0", "--set", f"confdir={tmp_path / 'conf'}",
+        "-s", str(ROOT / "addons" / "capture.py"), "-s", SHADOW_ADDON,
+        "--set", f"capture_dir={tmp_path}",
+        *(arg for o in option for arg in ("--set", o)),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
+    assert [line.split("] ", 1)[-1] for line in lines] == [says, "Error logged during startup, exiting..."]
