@@ -15,8 +15,11 @@ variable (`shadow_key_env`), never with the client's key; each answer is recorde
 capture's record builder with `replay_of` = the live exchange's record id, into
 `<capture_dir>/<session>.<label>.jsonl`, where `wirediff replay` would put it. State-aware
 like the replayer (`wirediff.replay.mirror`). The client never waits for a candidate: the
-mirrors are tasks on mitmproxy's event loop, the records are built by a spool process; a
-full queue drops mirrors (counted, said once per burst), a failing candidate is recorded.
+hooks only send plain values down a pipe to the mirror process
+(`wirediff.replay.mirror_process`, started with mitmdump, niced), which sends, records and
+holds the candidates' keys, read from its environment; a candidate's full queue
+(`shadow_queue` pending) drops its mirrors, and a mirror process too far behind drops
+requests (each counted, said once per burst); a failing candidate is recorded.
 A candidate with the primary's own URL and label mirrors the primary itself: the analysis
 takes what differs between the two as noise, as it does for repeated replays.
 """
@@ -26,37 +29,40 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import httpx
 from mitmproxy import ctx, exceptions, flowfilter, http
 
 _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
     sys.path.insert(0, str(_CHECKOUT))
 
-from wirediff._types import Record  # noqa: E402
 from wirediff.errors import PlanError  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
-from wirediff.record.build import build_record  # noqa: E402
-from wirediff.record.exchange import Exchange, Request  # noqa: E402
-from wirediff.record.flow import KEEP_ANSWER, exchange_from_flow, header_pairs  # noqa: E402
-from wirediff.record.spool import RecordMeta, Spool, build_item  # noqa: E402
-from wirediff.record.store import RecordWriter  # noqa: E402
+from wirediff.record.exchange import exchange_state  # noqa: E402
+from wirediff.record.flow import KEEP_ANSWER, exchange_from_flow  # noqa: E402
 from wirediff.record.tags import route  # noqa: E402
-from wirediff.record.tap import StreamTap  # noqa: E402
-from wirediff.replay.mirror import Candidate, Live, Mirror  # noqa: E402
+from wirediff.replay.mirror_process import Config, MirrorProcess  # noqa: E402
 from wirediff.replay.slots import PRODUCERS  # noqa: E402
 from wirediff.replay.targets import Target, parse_pairs  # noqa: E402
 
-DRAIN_SECONDS = 10.0
-"""At shutdown, how long pending mirrors are waited for before they are cancelled."""
-SPOOL_NICE = 5
-"""The spool process yields the CPU to the proxy."""
+__all__ = ["Shadow", "addons", "parse_targets"]
+
 _INT_OPTIONS = ("shadow_concurrency", "shadow_queue")
 _BOOL_OPTIONS = ("shadow_allow_unsafe",)
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
+_ANSWER = "wirediff.shadow_answer"
+"""`flow.metadata` key: this flow's answer is wanted by the mirror process (not yet sent)."""
+
+
+class MirrorPipe(Protocol):
+    """Where the hooks' frames go: the mirror process (`MirrorProcess`), or a test's stand-in."""
+
+    def send(self, item: Any) -> bool: ...
+
+    async def aclose(self) -> None: ...
 
 
 def _pairs(text: str, what: str) -> dict[str, str]:
@@ -107,15 +113,16 @@ def parse_targets(to: str, key_env: str, model_map: str) -> list[tuple[Target, s
 
 class Shadow:
     def __init__(self) -> None:
-        self.mirror: Mirror | None = None
+        self.config: Config | None = None
+        """What the mirror process is told to do (None: nothing to mirror)."""
         self.filter: flowfilter.TFilter | None = None
-        self.spool: Spool | None = None
-        self.writers: dict[Path, RecordWriter] = {}
-        self.retired: list[Mirror] = []
+        self.pipe: MirrorPipe | None = None
+        self.unsent = 0
+        self.behind = False
         self.problems: list[str] = []
         self.is_running = False
-        self.transport_for: Any = None
-        """Tests: `Target -> httpx.AsyncBaseTransport` instead of a connection pool."""
+        self.pipe_for: Callable[[], MirrorPipe] = MirrorProcess
+        """Tests: a stand-in for the mirror process."""
 
     def load(self, loader):  # type: ignore[no-untyped-def]
         loader.add_option("shadow_to", str, "", "Candidates to mirror requests to: label=URL,...")
@@ -133,7 +140,7 @@ class Shadow:
         )
         loader.add_option("shadow_concurrency", int, 8, "Mirrors in flight per candidate.")
         loader.add_option(
-            "shadow_queue", int, 256, "Mirrors pending in all; more are dropped and counted."
+            "shadow_queue", int, 256, "Mirrors pending per candidate; more are dropped and counted."
         )
         loader.add_option(
             "shadow_allow_unsafe",
@@ -163,7 +170,7 @@ class Shadow:
                 self.problems.append(f"{name} must be {want}, not {value!r}")
 
     def configure(self, updated: set[str]) -> None:
-        if not any(name.startswith("shadow_") for name in updated):
+        if not any(name.startswith(("shadow_", "capture_")) for name in updated):
             return
         problems, self.problems = self.problems, []
         try:
@@ -174,7 +181,7 @@ class Shadow:
             if self.is_running:  # a change at run time is refused; mirroring goes on
                 raise
             logging.error(f"shadow: {e}")  # at startup: mitmdump stops, with this line
-            self.mirror = None
+            self.config = None
 
     def _configure(self) -> None:
         opts = ctx.options
@@ -189,138 +196,100 @@ class Shadow:
         if expr and filt is None:
             raise _fail(f"shadow_filter: not a mitmproxy filter expression: {expr!r}")
         targets = parse_targets(opts.shadow_to, opts.shadow_key_env, opts.shadow_model_map)
-        if targets and ctx.master.addons.get("capture") is None:  # type: ignore[no-untyped-call]
+        if targets and self._capture is None:
             raise _fail("load addons/capture.py first: -s addons/capture.py -s addons/shadow.py")
         self.filter = filt
-        if self.mirror is not None:
-            self.retired.append(self.mirror)
-        self.mirror = None
-        if targets:
-            self.mirror = Mirror(
-                [
-                    Candidate(
-                        t, key, self._transport(t, opts.shadow_concurrency), opts.shadow_concurrency
-                    )
-                    for t, key in targets
-                ],
-                path_of=self._path,
-                record=self._record,
-                queue=opts.shadow_queue,
-                body_cap=self._body_cap,
-                allow_unsafe=opts.shadow_allow_unsafe,
-                redact=self._redact,
-                log=logging.warning,
-            )
-            logging.info(
-                "shadow: mirroring to "
-                + ", ".join(f"{t.label} ({t.url})" for t, _ in targets)
-                + f"; records in {self._path('<session>', '<label>')}"
-            )
+        self.config = None
+        if not targets:
+            return
+        self.config = {
+            "candidates": [[t.label, t.url, t.api_key_env, dict(t.model_map)] for t, _ in targets],
+            "queue": opts.shadow_queue,
+            "concurrency": opts.shadow_concurrency,
+            "allow_unsafe": opts.shadow_allow_unsafe,
+            "body_cap": int(getattr(opts, "capture_body_cap", DEFAULT_BODY_CAP)),
+            "redact": sorted(getattr(self._capture, "redact", ())),
+            "capture_dir": str(Path(opts.capture_dir).resolve()),
+        }
+        logging.info(
+            "shadow: mirroring to "
+            + ", ".join(f"{t.label} ({t.url})" for t, _ in targets)
+            + f"; records in {Path(opts.capture_dir).resolve() / '<session>.<label>.jsonl'}"
+        )
+        if self.is_running:
+            self._start()
 
-    def _transport(self, target: Target, concurrency: int) -> httpx.AsyncBaseTransport:
-        if self.transport_for is not None:
-            transport: httpx.AsyncBaseTransport = self.transport_for(target)
-            return transport
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        # trust_env: SSL_CERT_FILE / SSL_CERT_DIR for candidates behind a private CA
-        return httpx.AsyncHTTPTransport(limits=limits, trust_env=True)
-
-    # -- the capture's settings: the same session, directory, body cap and redactions --
     @property
     def _capture(self) -> Any:
         return ctx.master.addons.get("capture")  # type: ignore[no-untyped-call]
 
-    @property
-    def _body_cap(self) -> int:
-        return int(getattr(ctx.options, "capture_body_cap", DEFAULT_BODY_CAP))
-
-    @property
-    def _redact(self) -> frozenset[str]:
-        return frozenset(getattr(self._capture, "redact", frozenset()))
-
-    def _path(self, session: str, label: str) -> Path:
-        return Path(ctx.options.capture_dir).resolve() / f"{session}.{label}.jsonl"
-
     def running(self) -> None:
         self.is_running = True
-        if self.mirror is not None and self.spool is None:
-            self.spool = Spool(self._body_cap, self._redact, nice=SPOOL_NICE, fork=False)
+        self._start()
 
-    # -- the hook: count and schedule, nothing more --
+    def _start(self) -> None:
+        """Tell the mirror process (started the first time) the configuration."""
+        if self.config is None:
+            return
+        if self.pipe is None:
+            self.pipe = self.pipe_for()
+        self._send(("config", self.config))
+
+    def _send(self, item: tuple[Any, ...]) -> bool:
+        """Down the pipe; False (said once per burst) when the mirror process is gone or
+        too far behind: the frame is dropped."""
+        assert self.pipe is not None
+        if self.pipe.send(item):
+            self.behind = False
+            return True
+        if not self.behind:
+            self.behind = True
+            logging.warning(
+                "shadow: the mirror process is behind or gone: dropping mirrors until it "
+                "catches up; the count is logged at the end"
+            )
+        return False
+
+    # -- the hooks: plain values down a pipe, nothing more --
     def request(self, flow: http.HTTPFlow) -> None:
-        mirror = self.mirror
-        if mirror is None or flow.metadata.get("wirediff.replay_of"):
+        if self.config is None or self.pipe is None or flow.metadata.get("wirediff.replay_of"):
             return
         if self.filter is not None and not self.filter(flow):
             return
-        if (flow.request.method.upper(), route(flow.request.path)[1]) in PRODUCERS:
-            flow.metadata[KEEP_ANSWER] = True  # its ids may be named later
-        mirror.submit(self._live(flow))
-
-    def _live(self, flow: http.HTTPFlow) -> Live:
         req = flow.request
+        if (req.method.upper(), route(req.path)[1]) in PRODUCERS:
+            flow.metadata[KEEP_ANSWER] = True  # its ids may be named later
+            flow.metadata[_ANSWER] = True
         fields = flow.metadata.get("wirediff.client_fields", req.headers.fields)
         capture = self._capture
-        return Live(
-            id=flow.id,
-            session=str(getattr(capture, "session", "") or ""),
-            seq=int(flow.metadata.get("wirediff.seq", 0)),
-            request=Request(
-                method=req.method,
-                url=req.pretty_url,
-                path=req.path,
-                http_version=req.http_version,
-                headers=header_pairs(fields),
-                content=req.raw_content,
-            ),
-            started=req.timestamp_start,
-            answer_text=lambda: _answer_text(flow),
-            answer_record=lambda: self._answer_record(flow),
-        )
+        live = (flow.id, req.method, req.pretty_url, req.path, req.http_version, fields,
+                req.raw_content, req.timestamp_start)  # fmt: skip
+        session = str(getattr(capture, "session", "") or "")
+        if not self._send(("request", live, session, int(flow.metadata.get("wirediff.seq", 0)))):
+            self.unsent += 1
 
-    def _answer_record(self, flow: http.HTTPFlow) -> Record | None:
-        if flow.response is None:
-            return None
-        ex = exchange_from_flow(flow, body_cap=self._body_cap)
-        return build_record(ex, session="", label="", seq=0, body_cap=self._body_cap)
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._answered(flow)
 
-    # -- records: to the spool process, or built here (no spool: mitmproxy's test helpers) --
-    def _record(self, path: Path, ex: Exchange, meta: RecordMeta) -> None:
-        if self.spool is not None and self.spool.exchange(path, ex, meta):
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._answered(flow)
+
+    def _answered(self, flow: http.HTTPFlow) -> None:
+        """The primary's answer to a request whose ids a later one may name."""
+        if self.pipe is None or not flow.metadata.pop(_ANSWER, False):
             return
-        self._write(path, build_item(ex, meta, self._body_cap, self._redact))
-
-    def _write(self, path: Path, rec: Record) -> None:
-        w = self.writers.get(path)
-        if w is None:
-            w = self.writers[path] = RecordWriter(path)
-        if not w.write(rec) and w.failure is not None:
-            logging.error(f"shadow: cannot write {path}: {w.failure.strerror or w.failure}")
+        body_cap = int(getattr(ctx.options, "capture_body_cap", DEFAULT_BODY_CAP))
+        answer = exchange_state(exchange_from_flow(flow, body_cap=body_cap))
+        self._send(("answer", flow.id, answer))
 
     async def done(self) -> None:
-        mirrors = [m for m in (*self.retired, self.mirror) if m is not None]
-        self.mirror = None
-        for mirror in mirrors:
-            await mirror.close(DRAIN_SECONDS)
-            for line in mirror.summary():
-                logging.info(line)
-        if self.spool is not None:
-            spool, self.spool = self.spool, None
-            for path, rec in spool.close_unsent():
-                self._write(path, rec)
-        for w in self.writers.values():
-            w.close()
-        self.writers.clear()
-
-
-def _answer_text(flow: http.HTTPFlow) -> str:
-    """The primary's answer as text: a streamed one as its tap kept it."""
-    resp = flow.response
-    if resp is None:
-        return ""
-    if isinstance(resp.stream, StreamTap):
-        return resp.stream.kept().decode("utf-8", "replace")
-    return resp.get_text(strict=False) or ""
+        self.config = None
+        if self.pipe is not None:
+            pipe, self.pipe = self.pipe, None
+            await pipe.aclose()
+        if self.unsent:
+            logging.info(f"shadow: {self.unsent} live requests not mirrored (the mirror "
+                         "process was behind or gone)")  # fmt: skip
 
 
 addons = [Shadow()]

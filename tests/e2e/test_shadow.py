@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, free_port, wait_for
 from tests.e2e.test_replay_e2e import ASK, KEY, MODEL, MODELS, body, drive
 from wirediff.analysis.comparison.analyze import analyze, findings_of
 from wirediff.backends.standin import Standin, make_standin, standin
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 
 SHADOW_ADDON = str(ROOT / "addons" / "shadow.py")
 CANDIDATES = ("lmstudio", "ollama")
+CANDIDATE_KEY = "sk-e2e-candidate-CANARY-9d41"
 MODEL_MAP = ",".join(f"{label}:*={MODELS[label]}" for label in CANDIDATES)
 
 
@@ -223,6 +224,45 @@ def test_the_same_app_run_twice_is_compared_by_content(
     assert "wirediff: baseline: lmstudio (the first capture's label" in capsys.readouterr().err
 
 
+def test_the_client_never_sees_a_candidate_and_a_secondary_mirrors_the_primary(
+    mitmdump: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WIREDIFF_E2E_OLLAMA_KEY", CANDIDATE_KEY)
+    with standin("openai") as primary, make_standin("ollama") as ollama:
+        down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+        to = f"openai={primary}/v1,ollama={ollama.url}/v1,down={down}"
+        m = mitmdump(
+            [f"reverse:{primary}"],
+            label="openai",
+            extra=["-s", SHADOW_ADDON, "--set", f"shadow_to={to}",
+                   "--set", "shadow_key_env=ollama=WIREDIFF_E2E_OLLAMA_KEY",
+                   "--set", f"shadow_model_map=ollama:*={MODELS['ollama']}"],
+        )  # fmt: skip
+        client = openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0)
+        answers = [client.chat.completions.create(model=MODEL, messages=ASK) for _ in range(3)]
+        assert all(a.choices[0].message.content for a in answers)  # none of it reached here
+        m.records(3, timeout=30)
+        m.stop()
+        seen = list(ollama.seen)
+    originals = load_records([m.capture_file])
+    ids = {r["id"] for r in originals}
+    mirrors = {
+        label: load_records([m.capture_file.with_name(f"s.{label}.jsonl")])
+        for label in ("openai", "ollama", "down")
+    }
+    for label, recs in mirrors.items():
+        assert {r["replay_of"] for r in recs} == ids and {r["label"] for r in recs} == {label}
+    assert all(r["error"]["kind"] == "upstream_unreachable" for r in mirrors["down"])
+    assert all(r["error"] is None for r in mirrors["openai"] + mirrors["ollama"])
+    # keys only from the environment: the candidate's own, never the client's
+    auth = [[v for k, v in s.headers if k.lower() == "authorization"] for s in seen]
+    assert auth == [[f"Bearer {CANDIDATE_KEY}"]] * 3
+    assert KEY not in m.log.read_text() and CANDIDATE_KEY not in m.log.read_text()
+    # the secondary (the primary's own label) is the baseline's noise, not a candidate
+    result = analyze(originals + [r for recs in mirrors.values() for r in recs])
+    assert "openai" not in set(result.verdicts["label"])
+
+
 @pytest.mark.parametrize(
     ("option", "says"),
     [
@@ -244,4 +284,7 @@ def test_a_bad_shadow_option_stops_mitmdump_with_one_line(
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
-    assert [line.split("] ", 1)[-1] for line in lines] == [says, "Error logged during startup, exiting..."]
+    assert [line.split("] ", 1)[-1] for line in lines] == [
+        says,
+        "Error logged during startup, exiting...",
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import marshal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from tests.unit.test_replay import as_json
 from wirediff.addons import shadow as shadow_module
 from wirediff.addons.capture import Capture
 from wirediff.addons.shadow import Shadow
+from wirediff.analysis.comparison.analyze import analyze
 from wirediff.record.store import load_records
+from wirediff.replay import mirror_process
+from wirediff.replay.mirror_process import Mirroring
 from wirediff.replay.targets import Target
 
 KEY = "sk-client-CANARY-77aa01"
@@ -73,18 +77,39 @@ class Candidate:
         return as_json({"id": rid, "object": "response", "output": []})
 
 
+class InProcess:
+    """The mirror process's work done on the test's event loop, each frame through
+    `marshal` as down the real pipe; `refuse`: a process that is behind or gone."""
+
+    def __init__(self, mirroring: Mirroring, refuse: bool = False) -> None:
+        self.mirroring, self.refuse = mirroring, refuse
+
+    def send(self, item: Any) -> bool:
+        if self.refuse:
+            return False
+        self.mirroring.handle(marshal.loads(marshal.dumps(item)))
+        return True
+
+    async def aclose(self) -> None:
+        await self.mirroring.close()
+
+
 class Rig:
     """Capture and shadow in one `taddons` context; flows pass through both."""
 
     def __init__(self, tmp_path: Path, candidates: list[Candidate]) -> None:
         self.tmp, self.candidates = tmp_path, {c.label: c for c in candidates}
         self.capture, self.shadow = Capture(), Shadow()
-        self.shadow.transport_for = lambda t: httpx.MockTransport(self.candidates[t.label])
+        self.mirroring = Mirroring(
+            lambda t, n: httpx.MockTransport(self.candidates[t.label]), logging.info
+        )
+        self.shadow.pipe_for = lambda: InProcess(self.mirroring)
 
     def configure(self, tctx: Any, **options: Any) -> None:
         tctx.configure(self.capture, capture_dir=str(self.tmp), capture_session="t")
         to = ",".join(f"{label}=http://{label}.test/v1" for label in self.candidates)
         tctx.configure(self.shadow, **{"shadow_to": to, **options})
+        self.shadow.running()
 
     def live(self, f: http.HTTPFlow) -> None:
         """The hooks mitmproxy calls for one exchange, in its order."""
@@ -92,9 +117,10 @@ class Rig:
         self.shadow.request(f)
         self.capture.responseheaders(f)
         self.capture.response(f)
+        self.shadow.response(f)
 
     async def settle(self) -> None:
-        mirror = self.shadow.mirror
+        mirror = self.mirroring.mirror
         assert mirror is not None
         while mirror.pending:
             await asyncio.sleep(0)
@@ -156,6 +182,32 @@ async def test_the_filter_and_the_safety_rules_choose_what_is_mirrored(tmp_path:
     assert [r.method for r in rig.candidates["c"].seen] == ["POST", "DELETE"]
 
 
+async def test_a_chained_call_waits_for_the_primary_answer_still_on_its_way(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path, [Candidate("c")])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx)
+        first = flow(
+            {"model": "m", "input": "hi"},
+            answer={"id": "resp_P1", "object": "response", "output": []},
+        )
+        rig.capture.requestheaders(first)
+        rig.shadow.request(first)  # its answer is not handed over yet (a stream ending)
+        await rig.settle()
+        rig.live(flow({"model": "m", "input": "more", "previous_response_id": "resp_P1"}))
+        for _ in range(20):  # the mirror runs as far as it can: to the wait
+            await asyncio.sleep(0)
+        assert len(rig.candidates["c"].seen) == 1
+        rig.capture.responseheaders(first)
+        rig.capture.response(first)
+        rig.shadow.response(first)
+        await rig.settle()
+        await rig.shadow.done()
+    sent = rig.candidates["c"].seen
+    assert json.loads(sent[1].content)["previous_response_id"] == "resp_c1"
+
+
 def soft_error(request: httpx.Request, rid: str) -> httpx.Response:
     return as_json({"error": "Unexpected endpoint or method. (POST /v1/responses)"})
 
@@ -202,7 +254,7 @@ async def test_a_full_queue_drops_mirrors_counts_them_and_says_so_once(
         rig.configure(tctx, shadow_queue=2, shadow_concurrency=1)
         for _ in range(5):
             rig.live(flow({"model": "m", "input": "x"}))  # returns at once, whatever waits
-        mirror = rig.shadow.mirror
+        mirror = rig.mirroring.mirror
         assert mirror is not None and mirror.pending == 2 and mirror.candidates[0].dropped == 3
         slow.release.set()
         await rig.settle()
@@ -211,7 +263,7 @@ async def test_a_full_queue_drops_mirrors_counts_them_and_says_so_once(
         await rig.shadow.done()
     assert len(rig.records("slow")) == 3
     said = [r.getMessage() for r in caplog.records]
-    assert sum("dropping mirrors" in line for line in said) == 1
+    assert sum("dropping its mirrors" in line for line in said) == 1
     assert any(
         line.startswith("shadow: slow: 3 mirrored (3 ok") and "3 dropped" in line for line in said
     )
@@ -226,7 +278,7 @@ async def test_failing_and_hanging_candidates_are_recorded_never_raised(
     hang = Candidate("hang")
     hang.release.clear()
     rig = Rig(tmp_path, [Candidate("down", refuse), hang])
-    monkeypatch.setattr(shadow_module, "DRAIN_SECONDS", 0.05)
+    monkeypatch.setattr(mirror_process, "DRAIN_SECONDS", 0.05)
     with taddons.context(rig.capture, rig.shadow) as tctx:
         rig.configure(tctx)
         f = flow({"model": "m", "input": "x"})
@@ -265,9 +317,11 @@ async def test_a_bad_option_is_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, options: dict[str, Any], says: str
 ) -> None:
     sh = Shadow()
+    mirroring = Mirroring(lambda t, n: httpx.MockTransport(lambda r: httpx.Response(200)))
+    sh.pipe_for = lambda: InProcess(mirroring)
     with taddons.context(Capture(), sh) as tctx:
         tctx.configure(sh, **options)  # at startup: logged, and mitmdump stops
-        assert sh.mirror is None
+        assert sh.config is None
         [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert error.startswith("shadow: ") and says in error and "\n" not in error
         sh.is_running = True  # at run time: refused, mirroring goes on as it was
@@ -281,7 +335,8 @@ async def test_a_bad_option_is_one_line(
         with pytest.raises(exceptions.OptionsError) as refused:
             tctx.configure(sh, **options)
         assert says in str(refused.value)
-        assert sh.mirror is not None and sh.mirror.candidates[0].label == "ok"
+        assert sh.config is not None and sh.config["candidates"][0][0] == "ok"
+        assert mirroring.mirror is not None and mirroring.mirror.candidates[0].label == "ok"
 
 
 async def test_without_the_capture_addon_it_says_what_to_load(
@@ -291,6 +346,82 @@ async def test_without_the_capture_addon_it_says_what_to_load(
     with taddons.context(sh) as tctx:
         tctx.configure(sh, shadow_to="lm=http://x/v1")
     assert any("load addons/capture.py first" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_mirror_process_behind_drops_mirrors_counts_them_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rig = Rig(tmp_path, [Candidate("c")])
+    rig.shadow.pipe_for = lambda: InProcess(rig.mirroring, refuse=True)
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        rig.configure(tctx)
+        flows = [flow({"model": "m", "input": "x"}) for _ in range(3)]
+        for f in flows:
+            rig.live(f)  # the client's exchange goes on
+        await rig.shadow.done()
+        rig.capture.done()
+    assert [r["id"] for r in load_records([tmp_path / "t.jsonl"])] == [f.id for f in flows]
+    assert not rig.candidates["c"].seen and not rig.records("c")
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("mirror process is behind or gone" in line for line in said) == 1
+    assert any(line.startswith("shadow: 3 live requests not mirrored") for line in said)
+
+
+def chat_answer(**change: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "system_fingerprint": "fp_1",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    for key, value in change.items():
+        if value is None:
+            del answer[key]
+        else:
+            answer[key] = value
+    return answer
+
+
+async def test_a_secondary_at_the_primarys_url_tells_noise_from_divergence(
+    tmp_path: Path,
+) -> None:
+    # the primary's own answers vary in system_fingerprint; Ollama lacks it and usage too
+    def secondary(request: httpx.Request, rid: str) -> httpx.Response:
+        return as_json(chat_answer(system_fingerprint=None))
+
+    def ollama(request: httpx.Request, rid: str) -> httpx.Response:
+        return as_json(chat_answer(system_fingerprint=None, usage=None))
+
+    rig = Rig(tmp_path, [Candidate("openai", secondary), Candidate("ollama", ollama)])
+    with taddons.context(rig.capture, rig.shadow) as tctx:
+        tctx.configure(rig.capture, capture_label="openai")
+        rig.configure(tctx)
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        rig.live(flow(ask, path=b"/v1/chat/completions", answer=chat_answer()))
+        await rig.settle()
+        await rig.shadow.done()
+        rig.capture.done()
+    capture, mirrors = tmp_path / "t.jsonl", tmp_path / "t.ollama.jsonl"
+    assert [r["label"] for r in rig.records("openai")] == ["openai"]
+
+    def paths(files: list[Path]) -> set[tuple[str, str]]:
+        found = analyze(load_records(files)).divergences
+        return set(found[["label", "path"]].itertuples(index=False, name=None))
+
+    alone = paths([capture, mirrors])
+    with_secondary = paths([capture, mirrors, tmp_path / "t.openai.jsonl"])
+    assert {("ollama", "system_fingerprint"), ("ollama", "usage")} <= alone
+    assert with_secondary == alone - {("ollama", "system_fingerprint")}
 
 
 def test_targets_carry_the_model_maps() -> None:

@@ -40,8 +40,8 @@ __all__ = [
 
 FRAME = struct.Struct("<I")
 MAX_PENDING = 256 << 20
-"""Bytes of frames the child may be behind by; past them `send` refuses (the caller then does
-the work itself)."""
+"""Bytes of frames the child may be behind by (by default); past them `send` refuses (the
+caller then does the work itself, or drops it)."""
 FLUSH_SECONDS = 0.02
 STOP_SECONDS = 60.0
 READ_SIZE = 1 << 20
@@ -123,7 +123,9 @@ class FramePipe:
         args: Sequence[str],
         pythonpath: str | None = None,
         fork: Callable[[int], int] | None = None,
+        max_pending: int = MAX_PENDING,
     ) -> None:
+        self.max_pending = max_pending
         self.proc: subprocess.Popen[bytes] | Forked
         if fork is not None and can_fork():
             self.proc = Forked(fork)
@@ -152,7 +154,7 @@ class FramePipe:
         self.broken: str | None = None
 
     def send(self, item: Any) -> bool:
-        if self.broken is not None or len(self._buf) > MAX_PENDING:
+        if self.broken is not None or len(self._buf) > self.max_pending:
             return False
         frame = marshal.dumps(item)
         self._buf += FRAME.pack(len(frame))
@@ -257,18 +259,14 @@ class FramePipe:
         return unsent
 
 
-def frame_batches(fd: int, timeout: Callable[[], float | None]) -> Iterator[list[Any] | None]:
-    """The child's end: the items of each read from `fd`, in order, until it closes; None
-    when nothing came for `timeout()` seconds (None: wait for ever)."""
-    buf = bytearray()
-    while True:
-        ready, _, _ = select.select([fd], [], [], timeout())
-        if not ready:
-            yield None
-            continue
-        data = os.read(fd, READ_SIZE)
-        if not data:
-            return
+class FrameReader:
+    """The child's end, fed whatever a read returned: the items of the frames it completed."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self._buf
         buf += data
         items = []
         at = 0
@@ -279,5 +277,21 @@ def frame_batches(fd: int, timeout: Callable[[], float | None]) -> Iterator[list
             items.append(marshal.loads(buf[at + FRAME.size : at + FRAME.size + size]))
             at += FRAME.size + size
         del buf[:at]
+        return items
+
+
+def frame_batches(fd: int, timeout: Callable[[], float | None]) -> Iterator[list[Any] | None]:
+    """The child's end, blocking: the items of each read from `fd`, in order, until it
+    closes; None when nothing came for `timeout()` seconds (None: wait for ever)."""
+    reader = FrameReader()
+    while True:
+        ready, _, _ = select.select([fd], [], [], timeout())
+        if not ready:
+            yield None
+            continue
+        data = os.read(fd, READ_SIZE)
+        if not data:
+            return
+        items = reader.feed(data)
         if items:
             yield items

@@ -10,14 +10,12 @@ appends them, one writer per file, in the order sent. A record the sender built 
 it reads ids from) goes as its encoded line. What cannot be written (a full disk that stays
 full) is said on stderr and the process exits 1.
 
-Usage (started by `Spool`): python -m wirediff.record.spool BODY_CAP NICE [REDACT]
+Usage (started by `Spool`): python -m wirediff.record.spool BODY_CAP [REDACT]
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,24 +69,16 @@ def build_item(
 
 
 class Spool(FramePipe):
-    """The sender's end. `exchange` and `record` return False when the spool process is gone
-    or too far behind: the caller then builds and writes the record itself; `close_unsent`
-    builds what never reached the process. `nice`: the process yields the CPU to others by
-    that much (the shadow's, to the proxy; the replayer's records are its own work: 0).
-    `fork`: forked from this process where that is safe (not from a proxy holding its
-    listening sockets and threads: a new interpreter there)."""
+    """The sender's end: a process forked from this one where that is safe (else started).
+    `exchange` and `record` return False when the spool process is gone or too far behind:
+    the caller then builds and writes the record itself; `close_unsent` builds what never
+    reached the process."""
 
-    def __init__(
-        self,
-        body_cap: int,
-        redact: frozenset[str] = frozenset(),
-        *,
-        nice: int = 0,
-        fork: bool = True,
-    ) -> None:
-        args = [str(body_cap), str(nice), ",".join(sorted(redact))]
-        child = (lambda fd: main(args, fd)) if fork else None
-        super().__init__("wirediff.record.spool", args, PACKAGE_ROOT, fork=child)
+    def __init__(self, body_cap: int, redact: frozenset[str] = frozenset()) -> None:
+        args = [str(body_cap), ",".join(sorted(redact))]
+        super().__init__(
+            "wirediff.record.spool", args, PACKAGE_ROOT, fork=lambda fd: main(args, fd)
+        )
         self.body_cap, self.redact = body_cap, redact
 
     @property
@@ -175,10 +165,7 @@ def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
 
 
 def main(argv: list[str], fd: int = 0) -> int:
-    cap, nice, redact = [*argv, "0", ""][:3]
-    if int(nice):
-        with contextlib.suppress(OSError):
-            os.nice(int(nice))
+    cap, redact = [*argv, ""][:2]
     return serve(int(cap), frozenset(n for n in redact.split(",") if n), fd)
 
 

@@ -1,7 +1,7 @@
 """Mirroring live requests to candidate backends: the shadow addon's engine, without mitmproxy.
 
-Each live request (`Live`: the request as the client sent it, and the primary's answer when
-asked for) goes to every candidate as a replay of it would: the request built by `prepare`
+Each live request (`Live`: the request as the client sent it) goes to every candidate as a
+replay of it would: the request built by `prepare`
 (re-based onto the candidate, model mapped, keyed from the candidate's own variable, what
 the capture fingerprints left out: never the client's key), sent by `wire.send`, recorded by
 the same record builder with `replay_of` = the primary's record id and the candidate's label.
@@ -11,13 +11,15 @@ id an earlier answer of the primary minted (`previous_response_id`, a `call_id`,
 `tool_call_id`, `/v1/responses/{id}`) is sent once that earlier step is done on the
 candidate, with the id the candidate minted for it; when the candidate's answer to it leaves
 nothing to continue (an error, no function call) the request is recorded as skipped, with
-the reason, and not sent. The primary's ids are only read when a request names an id at all:
-its answer is searched, then built into a record, among the last `STEP_MEMORY` steps that
-can mint one.
+the reason, and not sent. The primary's answers to the last `STEP_MEMORY` requests that can
+mint ids are kept (`answered`); they are only read when a request names an id at all: searched
+for it, then built into a record.
 
 Never on the client's path: `submit` only counts and schedules; mirrors are tasks on the
-caller's event loop, `concurrency` in flight per candidate and at most `queue` pending in all
-(more are dropped and counted); whatever a candidate does is recorded, never raised.
+caller's event loop (the mirror process's, `wirediff.replay.mirror_process`), `concurrency`
+in flight and at most `queue` pending per candidate (more are dropped and counted: a slow
+candidate loses mirrors, the others do not); whatever a candidate does is recorded, never
+raised.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from wirediff._types import JSON, Record
+from wirediff.record.body import decode_body
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Error, Exchange, Request, Timings
 from wirediff.record.spool import RecordMeta, build_item
@@ -50,6 +53,11 @@ __all__ = ["DROPPED", "STEP_MEMORY", "Candidate", "Live", "Mirror", "RecordSink"
 STEP_MEMORY = 512
 """Recent live requests that can mint ids (`PRODUCERS`) kept, with their answers, for the
 requests that name those ids."""
+SEARCHED = 1 << 20
+"""Bytes of a primary's answer searched for the ids a later request names."""
+ANSWER_WAIT = 5.0
+"""Seconds a request naming an id waits for an earlier primary answer still on its way (a
+client can send its next request as a stream ends, before the proxy hands the answer over)."""
 DROPPED = "not mirrored: the shadow queue was full"
 STOPPED = "stopped (mitmdump stopped) while waiting for the answer: the candidate may have it"
 
@@ -59,7 +67,7 @@ RecordSink = Callable[[Path, Exchange, RecordMeta], None]
 
 @dataclass(frozen=True)
 class Live:
-    """A live request as the client sent it, and its primary's answer when asked for."""
+    """A live request as the client sent it."""
 
     id: str
     """The primary's record id: each mirror's `replay_of`."""
@@ -67,10 +75,6 @@ class Live:
     seq: int
     request: Request
     started: float
-    answer_text: Callable[[], str] = lambda: ""
-    """The primary's answer as text (searched for the ids a later request names)."""
-    answer_record: Callable[[], Record | None] = lambda: None
-    """The primary's record (its ids are read from it), built when first asked for."""
 
 
 @dataclass
@@ -81,6 +85,8 @@ class Candidate:
     concurrency: int
     counts: Counts = field(default_factory=Counts)
     dropped: int = 0
+    pending: int = 0
+    full: bool = False
 
     def __post_init__(self) -> None:
         self.slots = asyncio.Semaphore(self.concurrency)
@@ -91,15 +97,18 @@ class Candidate:
 
 
 class _Step:
-    """One live request being mirrored: each candidate's outcome as it comes."""
+    """One live request being mirrored: each candidate's outcome as it comes, and the
+    primary's answer once it is known (`Mirror.answered`)."""
 
-    def __init__(self, live: Live, labels: Sequence[str]) -> None:
-        self.live = live
+    def __init__(self, live: Live, labels: Sequence[str], order: int) -> None:
+        self.live, self.order = live, order
         self.outcomes: dict[str, asyncio.Future[Exchange | Record | None]] = {}
         loop = asyncio.get_running_loop()
         for label in labels:
             self.outcomes[label] = loop.create_future()
         self.records: dict[str, Record] = {}
+        self.answer: Exchange | None = None
+        self.answer_known = asyncio.Event()
         self._request: Record | None = None
         self._text: str | None = None
         self._slots: dict[Slot, str] | None = None
@@ -118,15 +127,25 @@ class _Step:
         return self._request
 
     def text(self) -> str:
+        """The primary's answer as text (searched for the ids a later request names)."""
         if self._text is None:
-            self._text = self.live.answer_text()
-        return self._text
+            ex, text = self.answer, ""
+            if ex is not None and ex.tap is not None:
+                text = ex.tap.kept().decode("utf-8", "replace")
+            elif ex is not None and ex.response is not None:
+                raw = ex.response.content or b""
+                text = decode_body(raw, ex.response.content_encoding, SEARCHED).decode(
+                    "utf-8", "replace"
+                )
+            self._text = text if ex is not None else None
+        return self._text or ""
 
-    def primary_slots(self) -> dict[Slot, str]:
-        if self._slots is None:
-            answer = self.live.answer_record()
-            self._slots = produced_slots(answer) if answer is not None else {}
-        return self._slots
+    def primary_slots(self, body_cap: int) -> dict[Slot, str]:
+        """The ids the primary's answer minted (its record built the first time asked)."""
+        if self._slots is None and self.answer is not None:
+            answer = build_record(self.answer, session="", label="", seq=0, body_cap=body_cap)
+            self._slots = produced_slots(answer)
+        return self._slots or {}
 
     def settle(self, label: str, outcome: Exchange | Record | None) -> None:
         fut = self.outcomes[label]
@@ -180,8 +199,7 @@ class Mirror:
         self.queue, self.body_cap = queue, body_cap
         self.allow_unsafe, self.redact = allow_unsafe, redact
         self.timeout = httpx.Timeout(DEFAULT_TIMEOUT, connect=CONNECT_TIMEOUT).as_dict()
-        self.pending = 0
-        self.full = False
+        self.pending = self.submitted = 0
         self.cancelled: Counter[str] = Counter()
         self.steps: OrderedDict[str, _Step] = OrderedDict()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -190,26 +208,35 @@ class Mirror:
     def submit(self, live: Live) -> None:
         """Mirror `live` to every candidate; called on the event loop, returns at once."""
         loop = asyncio.get_running_loop()
-        step = _Step(live, [c.label for c in self.candidates])
+        self.submitted += 1
+        step = _Step(live, [c.label for c in self.candidates], self.submitted)
         method = live.request.method.upper()
         if (method, route(live.request.path)[1]) in PRODUCERS:
             self.steps[live.id] = step
             while len(self.steps) > STEP_MEMORY:
                 self.steps.popitem(last=False)
         for cand in self.candidates:
-            if self.pending >= self.queue:
+            if cand.pending >= self.queue:
                 cand.dropped += 1
                 step.settle(cand.label, {"error": {"kind": "skipped", "message": DROPPED}})
-                if not self.full:
-                    self.full = True
+                if not cand.full:
+                    cand.full = True
                     self.log(
-                        f"shadow: {self.pending} mirrors pending (shadow_queue): dropping "
-                        "mirrors until they drain; the counts are logged at the end"
+                        f"shadow: {cand.label}: {cand.pending} mirrors pending (shadow_queue): "
+                        "dropping its mirrors until they drain; the counts are logged at the end"
                     )
                 continue
-            self.full = False
+            cand.full = False
+            cand.pending += 1
             self.pending += 1
             loop.call_soon(self._start, step, cand)
+
+    def answered(self, live_id: str, answer: Exchange) -> None:
+        """The primary's answer to a live request that can mint ids (for what names them)."""
+        step = self.steps.get(live_id)
+        if step is not None:
+            step.answer = answer
+            step.answer_known.set()
 
     def _start(self, step: _Step, cand: Candidate) -> None:
         task = asyncio.get_running_loop().create_task(self._mirror(step, cand))
@@ -257,6 +284,7 @@ class Mirror:
                 f"shadow: {cand.label}: could not mirror {live.request.method} {live.id}: {e!r}"
             )
         finally:
+            cand.pending -= 1
             self.pending -= 1
             step.settle(cand.label, outcome)
 
@@ -285,13 +313,18 @@ class Mirror:
         if not named:
             return {}, None
         produced: dict[str, tuple[str, Slot]] = {}
-        for prior in reversed(self.steps.values()):
+        for prior in reversed(list(self.steps.values())):
             missing = named - produced.keys()
             if not missing:
                 break
-            if prior is step or not any(v in prior.text() for v in missing):
+            if prior.order >= step.order:
                 continue
-            for slot, value in prior.primary_slots().items():
+            if not prior.answer_known.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(prior.answer_known.wait(), ANSWER_WAIT)
+            if not any(v in prior.text() for v in missing):
+                continue
+            for slot, value in prior.primary_slots(self.body_cap).items():
                 produced.setdefault(value, (prior.live.id, slot))
         node = Node(rec, 0, find_refs(rec, produced))
         outcomes = {p: await self._outcome(p, label) for p in node.deps}
