@@ -47,6 +47,7 @@ check: lint typecheck imports
 bench: $(STAMP)
 	$(PY) bench/capture_overhead.py
 	$(PY) bench/replay_throughput.py
+	$(PY) bench/shadow_latency.py
 	$(PY) bench/analysis_scale.py
 
 clean:
