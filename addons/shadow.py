@@ -262,8 +262,16 @@ class Shadow:
             flow.metadata[_ANSWER] = True
         fields = flow.metadata.get("wirediff.client_fields", req.headers.fields)
         capture = self._capture
-        live = (flow.id, req.method, req.pretty_url, req.path, req.http_version, fields,
-                req.raw_content, req.timestamp_start)  # fmt: skip
+        live = (
+            flow.id,
+            req.method,
+            req.pretty_url,
+            req.path,
+            req.http_version,
+            fields,
+            req.raw_content,
+            req.timestamp_start,
+        )
         session = str(getattr(capture, "session", "") or "")
         if not self._send(("request", live, session, int(flow.metadata.get("wirediff.seq", 0)))):
             self.unsent += 1
@@ -288,8 +296,10 @@ class Shadow:
             pipe, self.pipe = self.pipe, None
             await pipe.aclose()
         if self.unsent:
-            logging.info(f"shadow: {self.unsent} live requests not mirrored (the mirror "
-                         "process was behind or gone)")  # fmt: skip
+            logging.info(
+                f"shadow: {self.unsent} live requests not mirrored "
+                "(the mirror process was behind or gone)"
+            )
 
 
 addons = [Shadow()]
