@@ -33,11 +33,14 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
 
 from wirediff._types import Record  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
-from wirediff.record.build import build_record, exchange_secrets  # noqa: E402
+from wirediff.record.build import (  # noqa: E402
+    build_record,
+    exchange_secrets,
+    fallback_record,
+)
 from wirediff.record.flow import (  # noqa: E402
     WEBSOCKET_TAP,
     exchange_from_flow,
-    fallback_record,
     header_pairs,
     is_open_ended,
     snapshot,

@@ -143,3 +143,63 @@ def test_a_key_a_client_sends_in_a_session_and_its_echoes_become_its_fingerprint
     assert text["data"] == fingerprint(FIELD)
     assert binary["b64"].startswith("YmFkI") and fingerprint(FIELD) in binary["b64"]
     assert rec["response"]["websocket"]["close_reason"] == f"bad {fingerprint(FIELD)}"
+
+
+@pytest.mark.parametrize("short", ["pw12", "12345", "a.b"])
+def test_a_short_secret_is_scrubbed_where_it_stands_alone(short: str) -> None:
+    """Below six characters a secret would match ordinary text inside words; where it stands
+    as a token (quoted, after a space, URL-encoded in a query) it is fingerprinted."""
+    basic = base64.b64encode(f"bob:{short}".encode()).decode()
+    answer = json.dumps(
+        {"error": {"message": f"password {short} rejected", "echo": short, "next": f"?p={short}"}}
+    )
+    ex = Exchange(
+        request=Request(
+            method="POST",
+            url="https://api.test/v1/responses",
+            path="/v1/responses",
+            http_version="HTTP/1.1",
+            headers=[("authorization", f"Basic {basic}"), ("content-type", "application/json")],
+            content=json.dumps({"model": "m", "api_key": short}).encode(),
+        ),
+        response=Response(
+            status=401,
+            reason="Unauthorized",
+            http_version="HTTP/1.1",
+            headers=[("content-type", "application/json")],
+            content=answer.encode(),
+        ),
+        timings=Timings(1.0, 1.1, 1.2),
+    )
+    rec = build_record(ex, session="s", label="l", seq=0)
+    error = rec["response"]["body"]["error"]
+    fp = fingerprint(short)
+    assert error == {"message": f"password {fp} rejected", "echo": fp, "next": f"?p={fp}"}
+    assert rec["request"]["body"]["api_key"] == fp
+    kept = build_record(
+        Exchange(
+            request=ex.request,
+            response=Response(
+                status=200,
+                reason="OK",
+                http_version="HTTP/1.1",
+                headers=[("content-type", "application/json")],
+                content=json.dumps({"text": f"x{short}y {short}0"}).encode(),
+            ),
+            timings=ex.timings,
+        ),
+        session="s",
+        label="l",
+        seq=0,
+    )
+    assert kept["response"]["body"] == {"text": f"x{short}y {short}0"}
+
+
+def test_a_records_capture_error_has_the_secrets_fingerprinted() -> None:
+    from wirediff.record.build import fallback_record
+
+    rec = fallback_record(exchange("x"), "s", ValueError(f"cannot parse {KEY}"), label="l")
+    assert rec["error"] == {
+        "kind": "capture_error",
+        "message": f"ValueError: cannot parse {fingerprint(KEY)}",
+    }

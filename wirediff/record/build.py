@@ -32,7 +32,7 @@ from wirediff.record.tags import tag_exchange
 from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
 from wirediff.record.websocket import WebSocketTap, client_secrets, parse_messages
 
-__all__ = ["build_record", "classify_error", "exchange_secrets"]
+__all__ = ["build_record", "classify_error", "exchange_secrets", "fallback_record"]
 
 
 def classify_error(msg: str, has_response: bool) -> str:
@@ -264,4 +264,58 @@ def build_record(
         "response": response,
         "error": error,
         "tags": tags,
+    }
+
+
+def fallback_record(
+    ex: Exchange,
+    session: str,
+    error: BaseException,
+    *,
+    label: str,
+    seq: int | None = None,
+    replay_of: str | None = None,
+) -> Record:
+    """What is certain about an exchange whose full record could not be built; the error's
+    message has the exchange's secrets fingerprinted (or is only the error's type, when even
+    they cannot be worked out)."""
+    resp = ex.response
+    try:
+        message = scrub_text(f"{type(error).__name__}: {error}", exchange_secrets(ex))
+    except Exception:
+        message = type(error).__name__
+    return {
+        "format": FORMAT,
+        "id": ex.id,
+        "session": session,
+        "label": label,
+        "seq": seq,
+        "replay_of": replay_of,
+        "listener": None,
+        "started": ex.timings.started,
+        "ttfb_ms": None,
+        "duration_ms": None,
+        "request": {
+            "method": ex.request.method,
+            "url": redact_url(ex.request.url),
+            "path": redact_url(ex.request.path),
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(ex.request.content or b""),
+        },
+        "response": None
+        if resp is None
+        else {
+            "status": resp.status,
+            "reason": resp.reason,
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(resp.content or b""),
+            "events": None,
+            "complete": False,
+        },
+        "error": {"kind": "capture_error", "message": message},
+        "tags": {},
     }
