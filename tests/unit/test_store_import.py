@@ -242,6 +242,16 @@ async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert KEY not in (tmp_path / "out.jsonl").read_text()
 
 
+async def test_import_har_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """Fiddler writes its HAR files with a UTF-8 BOM."""
+    with taddons.context():
+        har = SaveHar().make_har([chat_flow()])
+    p = tmp_path / "fiddler.har"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps(har).encode())
+    (rec,) = import_flows(p)
+    assert rec["request"]["body"]["model"] == "gpt-4o-mini"
+
+
 @pytest.mark.parametrize("content", [b"not a flow at all", b'{"log": 3}', b"{\xff"])
 def test_import_bad_input_exits_2_with_one_line(
     tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]
@@ -253,10 +263,16 @@ def test_import_bad_input_exits_2_with_one_line(
     assert err.startswith("wirediff: error:") and err.count("\n") == 1
 
 
-def test_import_empty_flow_file_is_zero_exchanges(tmp_path: Path) -> None:
-    p = tmp_path / "empty.flow"
-    p.write_bytes(b"")
-    assert import_flows(p) == []
+def test_import_of_a_file_without_http_exchanges_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.flow"
+    empty.write_bytes(b"")
+    with pytest.raises(CaptureError, match="empty, nothing to import"):
+        import_flows(empty)
+    tcp_only = tmp_path / "tcp.flow"
+    with tcp_only.open("wb") as fh:
+        io.FlowWriter(fh).add(tflow.ttcpflow())
+    with pytest.raises(CaptureError, match="no HTTP exchanges in it"):
+        import_flows(tcp_only)
 
 
 def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
+from wirediff.cli.inputs import read_captures
+from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
-from wirediff.record.store import load_records
 
 __all__ = ["CHECK_FORMAT", "gate", "parse_kinds", "register", "write_junit"]
 
@@ -137,12 +138,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wirediff.analysis.comparison.analyze import analyze, findings_of
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    baseline = load_records([args.baseline])
+    baseline = read_captures([args.baseline])
     base_ids = {r["id"] for r in baseline}
     records = list(baseline)
     linked = 0
     for path in args.candidates:
-        candidate = load_records([path])
+        candidate = read_captures([path])
         replays = [r for r in candidate if r.get("replay_of") in base_ids]
         if not replays:
             raise UsageError(
@@ -187,18 +188,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         write_junit(gated, args.junit)
     if passed:
         print("compatible: no candidate fails the gate")
-        return 0
+        return EXIT_OK
     failing = [
         f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
         for r in items
         if r["fails"]
     ]
     print("not compatible: " + ", ".join(failing))
-    return 1
+    return EXIT_FOUND
 
 
 def register(sub: Any) -> None:
-    c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when not")
+    c = sub.add_parser(
+        "check",
+        help="CI gate: exit 0 when compatible, 1 when not",
+        epilog=exit_codes(
+            {EXIT_OK: "compatible: no candidate fails the gate", EXIT_FOUND: "not compatible"}
+        ),
+    )
     c.add_argument("baseline", metavar="BASELINE", help="the original capture")
     c.add_argument(
         "candidates", metavar="CANDIDATE", nargs="+", help="its replays against candidate backends"

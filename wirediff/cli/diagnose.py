@@ -1,4 +1,4 @@
-"""`wirediff diagnose CAPTURE… [--json]`: failing chains and their diagnoses."""
+"""`wirediff diagnose CAPTURE… [--json] [--fail]`: failing chains and their diagnoses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from wirediff.record.store import load_records
+from wirediff.cli.inputs import read_captures
+from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 
 __all__ = ["register"]
 
@@ -14,16 +15,30 @@ __all__ = ["register"]
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
 
-    df = diagnose(load_records(args.captures))
+    df = diagnose(read_captures(args.captures))
     if args.json:
         print(json.dumps(df.to_dict(orient="records"), indent=2, default=str))
     else:
         print(format_diagnoses(df), end="")
-    return 0
+    return EXIT_FOUND if args.fail and len(df) else EXIT_OK
 
 
 def register(sub: Any) -> None:
-    d = sub.add_parser("diagnose", help="explain failing chains (401/404/405, soft errors, …)")
+    d = sub.add_parser(
+        "diagnose",
+        help="explain failing chains (401/404/405, soft errors, …)",
+        epilog=exit_codes(
+            {
+                EXIT_OK: "diagnosed, whatever failed, unless --fail",
+                EXIT_FOUND: "with --fail: a chain failed (a recovered one too: it is diagnosed)",
+            }
+        ),
+    )
     d.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl files")
     d.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    d.add_argument(
+        "--fail",
+        action="store_true",
+        help="exit 1 when a chain failed (a recovered one too)",
+    )
     d.set_defaults(func=cmd_diagnose)

@@ -81,9 +81,9 @@ from typing import Any
 import httpx
 
 from wirediff._types import Record
-from wirediff.cli.runner import standalone
-from wirediff.errors import CaptureError, PlanError, UsageError
-from wirediff.record.store import iter_records
+from wirediff.cli.inputs import iter_capture
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
+from wirediff.errors import PlanError, UsageError
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -148,9 +148,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     capture_of: dict[str, Path] = {}
     records: list[Record] = []
     for p in paths:
-        if Path(p).is_dir():
-            raise CaptureError(f"{p}: is a directory, not a capture file")
-        for rec in iter_records(p):
+        for rec in iter_capture(p):
             records.append(rec)
             capture_of.setdefault(str(rec.get("id")), Path(p))
     try:
@@ -235,7 +233,14 @@ def register(subparsers: Any) -> None:
         "replay",
         help="re-send recorded sessions to other backends, recorded like live traffic",
         description="\n\n".join((__doc__ or "").split("\n\n")[2:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=exit_codes(
+            {
+                EXIT_OK: "replayed (or --dry-run printed the plan)",
+                EXIT_ERROR: "bad usage or unreadable input, or every request to a target "
+                "failed at the transport (the records are kept)",
+                EXIT_INTERRUPTED: "interrupted (Ctrl-C): the same command resumes",
+            }
+        ),
     )
     add_arguments(p)
     p.set_defaults(func=main_replay_args)
