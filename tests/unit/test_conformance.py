@@ -35,7 +35,7 @@ from wirediff.analysis.comparison.impact import SDK_SOURCE
 SPEC = "openai-openapi 2.3.0"
 SDK = SDK_SOURCE
 GRAMMAR = "stream-grammar"
-OPEN = "open-responses"
+OPEN = "open-responses 2026-04-24"
 
 
 def test_openai_shaped_traffic_conforms() -> None:
