@@ -639,3 +639,17 @@ def test_size_is_bounded_however_many_distinct_findings(
     assert "500 more occurrences at 500 more paths not listed here" in html
     ids = {a.get("id") for _, a in page.tags}
     assert all((a.get("href") or "#")[1:] in ids for t, a in page.tags if t == "a")
+
+
+def test_a_baseline_that_breaks_a_reference_is_flagged_first(tmp_path: Path) -> None:
+    """Every comparison inherits the baseline's flaws: the report says so above the verdicts,
+    and summary.json carries it; a spec-clean baseline gets no such note."""
+    clean = fx.chat_record(id="o1")
+    flawed = copy.deepcopy(clean)
+    del fx.body(flawed)["choices"][0]["message"]["refusal"]  # the document requires it
+    for base, expected in ((clean, False), (flawed, True)):
+        records = [base, fx.replay(base, id="c1", label="vllm")]
+        analysis, diagnoses = analysed(records)
+        html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
+        assert summary_json(analysis, diagnoses)["baseline_flawed"] is expected
+        assert ("The baseline is not spec-clean" in html) is expected
