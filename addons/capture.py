@@ -411,7 +411,7 @@ class Capture:
                 self.session,
                 e,
                 label=self._label(flow),
-                seq=flow.metadata.get("wirediff.seq"),
+                seq=flow.metadata.get("wirediff.seq", self.seq),
                 replay_of=flow.metadata.get("wirediff.replay_of"),
             )
         self._write(rec)

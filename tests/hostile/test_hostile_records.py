@@ -38,6 +38,12 @@ CHANGES: dict[str, Change] = {
     "error a string": lambda r: r.update(error="boom"),
     "id a number": lambda r: r.update(id=7),
     "request null": lambda r: r.update(request=None),
+    "no label": lambda r: r.pop("label"),
+    "tags null": lambda r: r.update(tags=None),
+    "no endpoint": lambda r: r["tags"].pop("endpoint"),
+    "status null": lambda r: r["response"].update(status=None),
+    "sdk a number": lambda r: r["tags"].update(sdk=5),
+    "an auth without its header": lambda r: r["tags"].update(auth={"scheme": "Bearer"}),
     "another format": lambda r: r.update(format="wirediff/2"),
 }
 DEEP_LINE = (

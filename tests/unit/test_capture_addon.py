@@ -324,6 +324,7 @@ async def test_a_record_that_cannot_be_built_still_leaves_a_line(
     (rec,) = run(tmp_path, chat_flow())
     assert rec["error"] == {"kind": "capture_error", "message": "ValueError: boom"}
     assert rec["response"]["status"] == 200 and rec["request"]["path"] == "/v1/chat/completions"
+    assert rec["tags"]["family"] == "chat.completions"  # whole: `run` loaded it back
 
 
 async def test_recording_waits_until_the_hook_has_returned(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.records import bare_record
 from wirediff.cli.replay import main_replay
 from wirediff.errors import PlanError
 from wirediff.record.store import RecordWriter, latest_replays, load_records
+from wirediff.record.tags import route
 from wirediff.replay.config import Options
 from wirediff.replay.engine import TargetRun, TokenBucket
 from wirediff.replay.filters import parse_filter
@@ -43,7 +45,8 @@ def rec(
     headers: list[list[str]] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A minimal original record, as the capture would have written it."""
+    """A small original record, as the capture would have written it."""
+    family, endpoint, prefix = route(path)
     return {
         "format": "wirediff/1",
         "id": id,
@@ -51,11 +54,15 @@ def rec(
         "label": "openai",
         "seq": 0,
         "replay_of": None,
+        "listener": None,
         "started": float(next(_clock)) if started is None else started,
+        "ttfb_ms": None,
+        "duration_ms": None,
         "request": {
             "method": method,
             "path": path,
             "url": "http://orig.test" + path,
+            "http_version": "HTTP/1.1",
             "headers": headers
             if headers is not None
             else [
@@ -66,12 +73,37 @@ def rec(
             ],
             "body": body,
             "text": None,
+            "size": 0,
         },
-        "response": {"status": status, "headers": [], "body": resp, "text": None, "events": events},
+        "response": {
+            "status": status,
+            "reason": "",
+            "http_version": "HTTP/1.1",
+            "headers": [],
+            "body": resp,
+            "text": None,
+            "size": 0,
+            "events": events,
+            "complete": True,
+        },
         "error": None,
         "tags": {
+            "family": family,
+            "endpoint": endpoint,
+            "prefix": prefix,
+            "method": method,
             "stream": isinstance(body, dict) and body.get("stream") is True,
-            "auth": {"header": "authorization", "scheme": "Bearer"},
+            "model": None,
+            "sdk": None,
+            "retry": 0,
+            "auth": {
+                "header": "authorization",
+                "scheme": "Bearer",
+                "fingerprint": "sha256:abc",
+                "forwarded": True,
+            },
+            "soft_error": False,
+            "signature": None,
         },
         **extra,
     }
@@ -1046,7 +1078,7 @@ def test_usage_errors_are_one_line_exit_2(
         (None, "cannot read capture"),
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
         ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
-        ('{"format": "wirediff/1", "id": "a", "started": "soon", "request": {}}\n',
+        (json.dumps({**bare_record(), "started": "soon"}) + "\n",
          "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
     ],
 )  # fmt: skip

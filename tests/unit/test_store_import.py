@@ -11,13 +11,25 @@ from mitmproxy import io
 from mitmproxy.addons.savehar import SaveHar
 from mitmproxy.test import taddons, tflow
 
+from tests.fixtures.records import bare_record
 from tests.unit.test_capture_addon import KEY, chat_flow
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.cli import main
 from wirediff.record.importer import import_flows
 from wirediff.record.store import CaptureError, RecordWriter, load_records
 
-REC = {"format": "wirediff/1", "id": "a", "request": {"method": "GET"}, "response": None}
+REC = bare_record("a")
+RESPONSE = {
+    "status": 200,
+    "reason": "OK",
+    "http_version": "HTTP/1.1",
+    "headers": [],
+    "body": None,
+    "text": None,
+    "size": 0,
+    "events": None,
+    "complete": True,
+}
 
 
 def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
@@ -39,7 +51,7 @@ def test_writer_after_a_cut_line_moves_the_fragment_aside(tmp_path: Path) -> Non
 def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
     p = tmp_path / "s.jsonl"
     with RecordWriter(p) as w:
-        w.write({**REC, "request": {"path": "/caf\udce9"}})
+        w.write({**REC, "request": {**REC["request"], "path": "/caf\udce9"}})
     (rec,) = load_records([p])
     assert rec["request"]["path"] == "/caf\udce9"
 
@@ -54,22 +66,36 @@ def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
             json.dumps({**REC, "id": 3}) + "\n",
             "malformed wirediff/1 record (id must be a string, not int)",
         ),
-        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object)"),
+        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object, not NoneType)"),
         (
-            json.dumps({**REC, "response": {"status": "200"}}) + "\n",
+            json.dumps({**REC, "response": {**RESPONSE, "status": "200"}}) + "\n",
             "(response.status must be an integer, not str)",
         ),
         (
-            json.dumps({**REC, "response": {"websocket": [], "events": []}}) + "\n",
+            json.dumps({**REC, "response": {**RESPONSE, "websocket": [], "events": []}}) + "\n",
             "(response.websocket must be an object or null, not list)",
         ),
         (
-            json.dumps({**REC, "response": {"events": [{"data": 1, "direction": 0}]}}) + "\n",
+            json.dumps(
+                {
+                    **REC,
+                    "response": {
+                        **RESPONSE,
+                        "events": [{"event": None, "data": 1, "direction": 0}],
+                    },
+                }
+            )
+            + "\n",
             "(response.events[0].direction must be a string or null, not int)",
         ),
         (
-            json.dumps({**REC, "tags": {"family": "x", "endpoint": "/", "transport": 1}}) + "\n",
+            json.dumps({**REC, "tags": {**REC["tags"], "transport": 1}}) + "\n",
             "(tags.transport must be a string or null, not int)",
+        ),
+        (json.dumps({**REC, "tags": None}) + "\n", "(tags must be an object, not NoneType)"),
+        (
+            json.dumps({**REC, "tags": {**REC["tags"], "sdk": {"user_agent": 5}}}) + "\n",
+            "(tags.sdk.user_agent must be a string or null, not int)",
         ),
     ],
 )
@@ -124,11 +150,13 @@ def test_torn_lines_anywhere_are_skipped_with_file_and_line(
 def test_hostile_records_are_one_line_errors_naming_file_and_line(tmp_path: Path) -> None:
     for bad, message in [
         ({"started": "yesterday"}, "started must be a number, not str"),
-        ({"request": {"headers": [["a"]]}}, "request.headers must be a list of [name, value]"),
-        ({"request": {"headers": "x"}}, "request.headers must be"),
-        ({"response": {"events": [1]}}, "response.events[0] must be an object"),
-        ({"tags": {"family": 3}}, "tags.family must be a string"),
+        ({"request": {**REC["request"], "headers": [["a"]]}}, "request.headers must be a list"),
+        ({"request": {**REC["request"], "headers": "x"}}, "request.headers must be"),
+        ({"response": {**RESPONSE, "events": [1]}}, "response.events[0] must be an object"),
+        ({"tags": {**REC["tags"], "family": 3}}, "tags.family must be a string"),
+        ({"tags": {"family": "models"}}, "tags.endpoint is missing"),
         ({"error": "boom"}, "error must be an object or null"),
+        ({"label": None}, "label must be a string, not NoneType"),
     ]:
         p = tmp_path / "h.jsonl"
         p.write_text(_lines("a")[0] + "\n" + json.dumps({**REC, **bad}) + "\n")
@@ -144,7 +172,7 @@ def test_bodies_nested_too_deeply_are_kept_as_text(tmp_path: Path) -> None:
     for _ in range(200):
         deep = {"a": deep}
     p = tmp_path / "d.jsonl"
-    p.write_text(json.dumps({**REC, "request": {"method": "POST", "body": deep}}) + "\n")
+    p.write_text(json.dumps({**REC, "request": {**REC["request"], "body": deep}}) + "\n")
     (rec,) = load_records([p])
     assert rec["request"]["body"] is None and rec["request"]["depth_limited"]
     assert json.loads(rec["request"]["text"]) == deep
@@ -159,13 +187,23 @@ def test_repeated_headers_and_clients_are_shared_and_unchanged(tmp_path: Path) -
         return {
             **REC,
             "id": i,
-            "request": {"method": "POST", "headers": headers},
-            "response": {"status": 200, "headers": headers},
-            "tags": {"sdk": sdk, "auth": {"header": "authorization", "fingerprint": "sha256:1"}},
+            "request": {**REC["request"], "headers": headers},
+            "response": {**RESPONSE, "headers": headers},
+            "tags": {
+                **REC["tags"],
+                "sdk": sdk,
+                "auth": {
+                    "header": "authorization",
+                    "scheme": None,
+                    "fingerprint": "sha256:1",
+                    "forwarded": True,
+                },
+            },
         }
 
-    written = [rec("a", {"lang": "python"}), rec("b", {"lang": "python"}),
-               rec("c", {"lang": "python", "extra": {"nested": True}})]  # fmt: skip
+    python = {"user_agent": None, "lang": "python"}
+    written = [rec("a", python), rec("b", {**python}),
+               rec("c", {**python, "extra": {"nested": True}})]  # fmt: skip
     p = tmp_path / "c.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in written))
     a, b, c = load_records([p])

@@ -12,10 +12,11 @@ from typing import Any
 from mitmproxy import http
 
 from wirediff import FORMAT
-from wirediff._types import Record
+from wirediff._types import Record, Tags
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.redact import redact_url
+from wirediff.record.tags import route
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
@@ -205,10 +206,11 @@ def fallback_record(
     error: BaseException,
     *,
     label: str,
-    seq: int | None = None,
+    seq: int = 0,
     replay_of: str | None = None,
 ) -> Record:
-    """What is certain about an exchange whose full record could not be built."""
+    """What is certain about an exchange whose full record could not be built: a whole
+    record all the same (tags from the route alone), so the capture stays readable."""
     resp = ex.response
     return {
         "format": FORMAT,
@@ -225,6 +227,7 @@ def fallback_record(
             "method": ex.request.method,
             "url": redact_url(ex.request.url),
             "path": redact_url(ex.request.path),
+            "http_version": ex.request.http_version,
             "headers": [],
             "body": None,
             "text": None,
@@ -235,6 +238,7 @@ def fallback_record(
         else {
             "status": resp.status,
             "reason": resp.reason,
+            "http_version": resp.http_version,
             "headers": [],
             "body": None,
             "text": None,
@@ -243,5 +247,24 @@ def fallback_record(
             "complete": False,
         },
         "error": {"kind": "capture_error", "message": f"{type(error).__name__}: {error}"},
-        "tags": {},
+        "tags": _route_tags(ex),
+    }
+
+
+def _route_tags(ex: Exchange) -> Tags:
+    """Tags that need nothing but the request line (what a failed build still knows)."""
+    family, endpoint, prefix = route(redact_url(ex.request.path))
+    return {
+        "family": family,
+        "endpoint": endpoint,
+        "prefix": prefix,
+        "method": ex.request.method,
+        "stream": False,
+        "model": None,
+        "sdk": None,
+        "retry": 0,
+        "auth": None,
+        "soft_error": False,
+        "signature": None,
+        "transport": "websocket" if ex.websocket is not None else "http",
     }

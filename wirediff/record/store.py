@@ -382,5 +382,6 @@ def drop_retried(records: Iterable[Record]) -> list[Record]:
         for r in recs
         if not r.get("replay_of")
         or id(r) in latest
-        or (r.get("error") or {}).get("kind") not in RETRIED_KINDS
+        or (err := r.get("error")) is None
+        or err["kind"] not in RETRIED_KINDS
     ]
