@@ -106,6 +106,11 @@ def route_failure(record: Record | None) -> bool:
     return False
 
 
+def _route_status(status: Any) -> bool:
+    """A status that may say "not here" (a frame's missing status is `pd.NA`: not one)."""
+    return isinstance(status, int) and (status in ROUTE_STATUSES or status == 426)
+
+
 def exchange_outcomes(
     exchanges: pd.DataFrame, findings: pd.DataFrame, records_by_id: Mapping[str, Record]
 ) -> list[str]:
@@ -125,9 +130,7 @@ def exchange_outcomes(
     ):
         if kind == SKIPPED:
             out.append(SKIPPED)
-        elif (status in ROUTE_STATUSES or soft is True or status == 426) and route_failure(
-            records_by_id.get(rid)
-        ):
+        elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
             out.append(UNSUPPORTED)
         elif rid in worst:
             out.append(SEVERITIES[worst[rid]])

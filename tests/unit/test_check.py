@@ -132,6 +132,25 @@ def test_a_candidate_that_replays_nothing_is_bad_input(
     assert "no exchange replays" in capsys.readouterr().err
 
 
+def unreachable(rec: Record) -> None:
+    rec["response"] = None
+    rec["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+
+
+def test_a_candidate_that_got_no_answer_fails_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = openai_session()
+    down = [
+        replay(b, id=f"d{i}", label="down", change=unreachable if i < 2 else None)
+        for i, b in enumerate(base)
+    ]
+    cand = write(tmp_path / "s.down.jsonl", down)
+    assert main(["check", write(tmp_path / "s.jsonl", base), cand]) == 1
+    captured = capsys.readouterr()
+    assert "unexpected" not in captured.err and "FAIL  down" in captured.out
+
+
 # --- verdicts ----------------------------------------------------------------------------
 
 
