@@ -66,6 +66,11 @@ class Client:
         return s.get("user_agent") or "no user agent"
 
     @property
+    def user_agent(self) -> str | None:
+        """None: the client sent none (its record's `tags.sdk` may be null)."""
+        return self.sdk.get("user_agent")
+
+    @property
     def details(self) -> list[str]:
         """The rest: the SDK under an application, the runtime, sync or async."""
         s, out = self.sdk, []

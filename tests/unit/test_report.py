@@ -284,6 +284,15 @@ def test_report_shows_every_section(report: tuple[Path, str]) -> None:
     assert html.count("<svg") >= 3 and 'class="box"' in html
 
 
+def test_a_client_without_a_user_agent_is_listed(tmp_path: Path) -> None:
+    records = fx.openai_session()
+    anonymous = fx.chat_record(id="anon", seq=99)
+    anonymous["tags"]["sdk"] = None  # what the tagger says of no User-Agent, no X-Stainless-*
+    analysis, diagnoses = analysed([*records, anonymous])
+    html = render(analysis, diagnoses, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no user agent" in html and "OpenAI SDK python 2.54.0" in html
+
+
 def test_injection_is_shown_as_text(report: tuple[Path, str]) -> None:
     _, html = report
     page = parse(html)
