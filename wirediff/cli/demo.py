@@ -22,6 +22,17 @@ import yaml
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
 
+__all__ = [
+    "CANDIDATES",
+    "DEMO_KEY",
+    "MODEL",
+    "WEATHER_CHAT",
+    "WEATHER_RESP",
+    "drive_sdk",
+    "register",
+    "run_demo",
+]
+
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
 BASELINE = "openai"
 CANDIDATES = ("lmstudio", "ollama", "vllm")

@@ -26,6 +26,8 @@ from wirediff._types import Record
 from wirediff.errors import CaptureError
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
+__all__ = ["RecordWriter", "encode_record", "iter_records", "latest_replays", "load_records"]
+
 log = logging.getLogger(__name__)
 
 MAX_WAITING_BYTES = 64 << 20

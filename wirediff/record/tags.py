@@ -14,6 +14,16 @@ from wirediff._support import is_2xx
 from wirediff._types import JSON, Auth, Event, Sdk, Tags
 from wirediff.record.redact import AUTH_HEADERS, fingerprint, split_scheme
 
+__all__ = [
+    "auth_tag",
+    "header_get",
+    "is_error_body",
+    "route",
+    "sdk_identity",
+    "soft_error",
+    "tag_exchange",
+]
+
 # (regex on the path after the API prefix, route template, family); first match wins.
 _ID = r"[^/]+"
 ROUTES: list[tuple[re.Pattern[str], str, str]] = [
