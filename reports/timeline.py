@@ -112,7 +112,7 @@ def labels(record: Record | None) -> tuple[str, ...]:
     chat = is_chat(record)
     out: list[str] = []
     for ev in _events(record) or ():
-        label = event_label(ev, chat)  # type: ignore[arg-type]
+        label = event_label(ev, chat)
         if label.endswith(".delta"):
             label += "+"
             if out and out[-1] == label:
@@ -126,7 +126,7 @@ def runs(record: Record | None) -> list[Run]:
     chat = is_chat(record)
     out: list[Run] = []
     for ev in _events(record) or ():
-        label = event_label(ev, chat)  # type: ignore[arg-type]
+        label = event_label(ev, chat)
         if label.endswith(".delta"):
             label += "+"
         data = ev.get("data")

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.hostile.conftest import ProxyFactory
+from wirediff._types import Record
 
 pytestmark = pytest.mark.hostile
 
@@ -58,7 +59,7 @@ def test_one_long_event_costs_no_more_than_forwarding_it(proxy: ProxyFactory) ->
     assert cap_s <= 1.5 * bare_s, f"capture {cap_s:.2f} s, bare {bare_s:.2f} s"
     assert p99 < 50, f"another client's p99 was {p99:.1f} ms (runs: {runs})"
 
-    def long_ones() -> list[dict[str, object]]:
+    def long_ones() -> list[Record]:
         recs = cap.records() if cap.capture_file.exists() else []
         return [r for r in recs if r["request"]["path"] == f"/event/{EVENT_MB}"]
 
