@@ -57,6 +57,8 @@ from wirediff.record.store import RecordWriter  # noqa: E402
 from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
 from wirediff.record.websocket import WebSocketTap  # noqa: E402
 
+__all__ = ["LABEL_HEADER", "REPLAY_OF_HEADER", "Capture", "addons"]
+
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
 _CONTROL = (REPLAY_OF_HEADER.encode(), LABEL_HEADER.encode())
@@ -414,7 +416,7 @@ class Capture:
                 self.session,
                 e,
                 label=self._label(flow),
-                seq=flow.metadata.get("wirediff.seq"),
+                seq=flow.metadata.get("wirediff.seq", self.seq),
                 replay_of=flow.metadata.get("wirediff.replay_of"),
             )
         self._write(rec)

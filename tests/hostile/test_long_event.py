@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.hostile.conftest import ProxyFactory
+from wirediff._types import Record
 
 pytestmark = pytest.mark.hostile
 
@@ -43,7 +44,7 @@ def test_one_long_event_is_forwarded_whole_and_recorded_capped(proxy: ProxyFacto
     assert not big.is_alive() and len(received) > EVENT_MB << 20
     assert received.startswith(b"data: ") and received.endswith(b"\n\n")
 
-    def long_ones() -> list[dict[str, object]]:
+    def long_ones() -> list[Record]:
         recs = cap.records() if cap.capture_file.exists() else []
         return [r for r in recs if r["request"]["path"] == f"/event/{EVENT_MB}"]
 

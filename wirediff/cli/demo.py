@@ -23,6 +23,17 @@ from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
 
+__all__ = [
+    "CANDIDATES",
+    "DEMO_KEY",
+    "MODEL",
+    "WEATHER_CHAT",
+    "WEATHER_RESP",
+    "drive_sdk",
+    "register",
+    "run_demo",
+]
+
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
 BASELINE = "openai"
 CANDIDATES = ("lmstudio", "ollama", "vllm")

@@ -162,7 +162,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     def path_of(rec: Record, t: Target) -> Path:
         return output_path(rec, capture_of, t, opts)
 
-    done_of: dict[str, dict[str, Record]] = {}
+    done_of: dict[str, dict[str, Record | None]] = {}
     tried_of: dict[str, int] = {}
     attempts_of: dict[str, Mapping[str, int]] = {}
     for t in opts.targets:
@@ -170,7 +170,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
         prior, attempts_of[t.label] = replay_history(sorted(outs), t.label)
         done = resumed(plan, prior)
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
-        done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
+        done_of[t.label] = {k: v if plan.dependents[k] else None for k, v in done.items()}
     if opts.dry_run:
         for line in dry_run(plan, opts.targets, done_of, env, tried_of):
             print(line)

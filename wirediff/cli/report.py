@@ -19,6 +19,8 @@ from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
 from wirediff.reports.render import render_html, summary_from, write_csv, write_json
 
+__all__ = ["load_ignore", "main_report", "register", "run_analysis"]
+
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
     """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist)."""

@@ -25,6 +25,28 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsp
 
 from wirediff._types import HeaderList
 
+__all__ = [
+    "AUTH_HEADERS",
+    "FINGERPRINT_HEX",
+    "SECRET_FIELD",
+    "SECRET_QUERY",
+    "fingerprint",
+    "form_secrets",
+    "is_fingerprint",
+    "json_secrets",
+    "may_hold_secret_fields",
+    "redact_fields",
+    "redact_headers",
+    "redact_log_text",
+    "redact_patterns",
+    "redact_url",
+    "redact_value",
+    "scrub_headers",
+    "scrub_text",
+    "secret_values",
+    "split_scheme",
+]
+
 SECRET_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
 )
