@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import error_kind, response_status
+from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
@@ -239,7 +239,7 @@ def verdicts(
     status = pd.to_numeric(ex["status"], errors="coerce")
     ex = ex.assign(
         route_failure=ex["outcome"] == UNSUPPORTED,
-        succeeded=(((status >= 200) & (status < 300)) | (status == 101)).fillna(False).astype(bool)
+        succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
         & ~ex["soft_error"].eq(True),
     )
     baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())
