@@ -49,14 +49,13 @@ def noise_among(observed: Sequence[Observed]) -> set[str]:
 
 def request_key(record: Record) -> tuple[Any, ...]:
     """What makes two originals repeats of one request (and comparable answers)."""
-    req = record.get("request") or {}
-    resp = record.get("response") or {}
+    req, resp = record["request"], record["response"]
     return (
         record.get("label"),
         req.get("method"),
         req.get("path"),
         json.dumps(req.get("body"), sort_keys=True),
-        resp.get("status"),
+        resp["status"] if resp is not None else None,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
@@ -86,25 +87,29 @@ def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
 def route_failure(record: Record | None) -> bool:
     """The answer says "not here": 404/405/501 not about a model, an error where a 2xx
     answer belongs (nothing else in it), or a WebSocket upgrade refused."""
-    resp = (record or {}).get("response")
-    if not isinstance(resp, dict):
+    resp = record["response"] if record is not None else None
+    if record is None or resp is None:
         return False
-    status = resp.get("status")
-    tags = (record or {}).get("tags") or {}
+    status = resp["status"]
+    tags = record["tags"]
     upgrade = (tags.get("transport") == "websocket") or any(
-        str(k).lower() == "upgrade"
-        for k, _ in ((record or {}).get("request") or {}).get("headers") or ()
+        str(k).lower() == "upgrade" for k, _ in record["request"].get("headers") or ()
     )
     if upgrade and isinstance(status, int) and status != 101 and status < 500:
         return True
     if status in ROUTE_STATUSES:
-        return "model" not in server_words(record or {}).lower()
+        return "model" not in server_words(record).lower()
     if tags.get("soft_error"):
         events = resp.get("events") or []
         return not any(
             isinstance(ev.get("data"), dict) and "error" not in ev["data"] for ev in events
         )
     return False
+
+
+def _route_status(status: Any) -> bool:
+    """A status that may say "not here" (a frame's missing status is `pd.NA`: not one)."""
+    return isinstance(status, int) and (status in ROUTE_STATUSES or status == 426)
 
 
 def exchange_outcomes(
@@ -126,9 +131,7 @@ def exchange_outcomes(
     ):
         if kind == SKIPPED:
             out.append(SKIPPED)
-        elif (status in ROUTE_STATUSES or soft is True or status == 426) and route_failure(
-            records_by_id.get(rid)
-        ):
+        elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
             out.append(UNSUPPORTED)
         elif rid in worst:
             out.append(SEVERITIES[worst[rid]])
@@ -164,10 +167,10 @@ def _finding_reasons(cell: pd.DataFrame) -> list[str]:
 
 
 def _first_answer(part: pd.DataFrame, records_by_id: Mapping[str, Record]) -> str:
-    first = records_by_id.get(part["id"].iloc[0]) or {}
-    status = (first.get("response") or {}).get("status") or (first.get("error") or {}).get(
-        "kind", "no answer"
-    )
+    first = records_by_id.get(part["id"].iloc[0])
+    if first is None:
+        return "no answer"
+    status = response_status(first) or error_kind(first) or "no answer"
     words = server_words(first)
     return f"{status}" + (f": {words}" if words else "")
 
@@ -206,9 +209,9 @@ def _not_implemented(
             baseline_of.get(r) in baseline_ok for r in part["id"].tolist()
         ):
             continue
-        first = records_by_id.get(part["id"].iloc[0]) or {}
-        status = (first.get("response") or {}).get("status")
-        words = server_words(first)
+        first = records_by_id.get(part["id"].iloc[0])
+        status = response_status(first) if first is not None else None
+        words = server_words(first) if first is not None else ""
         out.append(
             f"{method} {endpoint}: not implemented ({status}" + (f": {words})" if words else ")")
         )
@@ -240,7 +243,7 @@ def verdicts(
     status = pd.to_numeric(ex["status"], errors="coerce")
     ex = ex.assign(
         route_failure=ex["outcome"] == UNSUPPORTED,
-        succeeded=(((status >= 200) & (status < 300)) | (status == 101)).fillna(False).astype(bool)
+        succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
         & ~ex["soft_error"].eq(True),
     )
     baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())

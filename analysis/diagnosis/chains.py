@@ -23,8 +23,8 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import pandas as pd
 
-from wirediff._support import is_2xx
-from wirediff._types import Record
+from wirediff._support import error_kind, is_2xx, statuses_2xx
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
@@ -79,7 +79,8 @@ def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]
 
     An SSE stream answers its request; a WebSocket session its last client message (a
     session with no client message asked nothing)."""
-    events: Sequence[Mapping[str, Any]] = ((record.get("response") or {}).get("events")) or ()
+    resp = record.get("response")
+    events: Sequence[Event] = (resp["events"] if resp is not None else None) or ()
     if not is_websocket(record):
         return events, True
     asked = any(ev.get("direction") == "client" for ev in events)
@@ -147,9 +148,8 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
         return f"no {want} after {end.n_events} events"
     if end.partial:
         return "last event cut mid-frame"
-    resp = record.get("response") or {}
-    kind = (record.get("error") or {}).get("kind")
-    if resp.get("complete") is False and kind != "client_disconnect":
+    resp, kind = record.get("response"), error_kind(record)
+    if resp is not None and resp.get("complete") is False and kind != "client_disconnect":
         return f"response incomplete ({kind or 'connection ended early'})"
     return None
 
@@ -336,7 +336,7 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     source = (
         original
         & (family == "responses")
-        & (np.isin(status, list(FALLBACK_FROM)) | (soft & (status >= 200) & (status < 300)))
+        & (np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status)))
     )
     if not source.any():
         return []
@@ -410,10 +410,10 @@ def chain_rows(
         rec = records_by_id[rid]
         requests.append(rec["request"])
         contents.append(hop_key(rec["request"]) if candidate else None)
-        resp = rec.get("response") or {}
-        st = resp.get("status")
+        resp = rec.get("response")
+        st = resp["status"] if resp is not None else None
         loc = None
-        if isinstance(st, int) and 300 <= st < 400:
+        if resp is not None and isinstance(st, int) and 300 <= st < 400:
             loc = header_get(resp.get("headers") or (), "location")
         locations.append(loc)
         oks.append(exchange_ok(rec))

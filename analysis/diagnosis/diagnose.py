@@ -76,7 +76,8 @@ def served_models(
     ]
     out: dict[str, set[str]] = {}
     for rid, label in zip(hit["id"], hit["label"], strict=True):
-        body = (records_by_id[rid].get("response") or {}).get("body")
+        resp = records_by_id[rid].get("response")
+        body = resp["body"] if resp is not None else None
         data = body.get("data") if isinstance(body, dict) else None
         if isinstance(data, list):
             ids = {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}

@@ -6,11 +6,12 @@ the same app run twice, once per backend, compared with `check`."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, free_port, wait_for
 from tests.e2e.test_replay_e2e import ASK, KEY, MODEL, MODELS, body, drive
+from tests.fixtures.records import answer, error_of
+from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze, findings_of
 from wirediff.backends.standin import Standin, make_standin, standin
 from wirediff.cli import main
@@ -33,10 +36,14 @@ CANDIDATE_KEY = "sk-e2e-candidate-CANARY-9d41"
 MODEL_MAP = ",".join(f"{label}:*={MODELS[label]}" for label in CANDIDATES)
 
 
+def _holds(path: Path, n: int) -> bool:
+    return path.exists() and len(load_records([path])) == n
+
+
 @pytest.fixture
 def shadowed(
     mitmdump: Any,
-) -> Iterator[tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str]]:
+) -> Iterator[tuple[Path, dict[str, Record], dict[str, Standin], str]]:
     """The replay tests' session, run once through capture + shadow against the `openai`
     stand-in, mirrored to LM Studio and Ollama stand-ins; mitmdump stopped (drained)."""
     with contextlib.ExitStack() as stack:
@@ -54,7 +61,7 @@ def shadowed(
         for label in CANDIDATES:
             mirrors = m.capture_dir / f"s.{label}.jsonl"
             wait_for(
-                lambda p=mirrors: p.exists() and len(load_records([p])) == len(steps),
+                functools.partial(_holds, mirrors, len(steps)),
                 30,
                 f"{len(steps)} mirrors in {mirrors}",
             )
@@ -63,13 +70,14 @@ def shadowed(
 
 
 def test_the_shadow_mirrors_every_call_state_aware(
-    shadowed: tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str],
+    shadowed: tuple[Path, dict[str, Record], dict[str, Standin], str],
 ) -> None:
     capture, orig, cands, _ = shadowed
     by_id = {r["id"]: step for step, r in orig.items()}
     mirrors = {
         label: {
-            by_id[r["replay_of"]]: r for r in load_records([capture.with_name(f"s.{label}.jsonl")])
+            by_id[str(r["replay_of"])]: r
+            for r in load_records([capture.with_name(f"s.{label}.jsonl")])
         }
         for label in CANDIDATES
     }
@@ -80,39 +88,39 @@ def test_the_shadow_mirrors_every_call_state_aware(
                 r["label"] == label and r["session"] == "s" and r["replay_of"] == orig[step]["id"]
             )
             assert r["listener"] == f"shadow:{cands[label].url}/v1"
-        assert rep["delete"]["error"]["kind"] == "skipped"  # unsafe: not without the option
+        assert error_of(rep["delete"])["kind"] == "skipped"  # unsafe: not without the option
         assert not any(s.method == "DELETE" for s in cands[label].seen)
         assert body(rep["chat"])["model"] == MODELS[label]
     # Ollama mints its own ids: the chained calls carried them
     ol = mirrors["ollama"]
-    r1 = ol["resp"]["response"]["body"]["id"]
-    assert r1 != orig["resp"]["response"]["body"]["id"]
+    r1 = answer(ol["resp"])["body"]["id"]
+    assert r1 != answer(orig["resp"])["body"]["id"]
     assert body(ol["resp_prev"])["previous_response_id"] == r1 and ol["resp_prev"]["error"] is None
-    fc = ol["resp_tool"]["response"]["body"]
+    fc = answer(ol["resp_tool"])["body"]
     (call,) = [o for o in fc["output"] if o["type"] == "function_call"]
     sent = body(ol["resp_tool_result"])
     assert (
         sent["previous_response_id"] == fc["id"] and sent["input"][0]["call_id"] == call["call_id"]
     )
-    chat_call = ol["chat_tool"]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
+    chat_call = answer(ol["chat_tool"])["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
     assert body(ol["chat_tool_result"])["messages"][2]["tool_call_id"] == chat_call
     # LM Studio answers /v1/responses with 200 {"error": …}: what builds on it is skipped
     lm = mirrors["lmstudio"]
     for step, producer in (("resp_prev", "resp"), ("resp_tool_result", "resp_tool")):
-        e = lm[step]["error"]
+        e = error_of(lm[step])
         assert e["kind"] == "skipped" and lm[step]["response"] is None
         assert e["message"].endswith(
             f" comes from {orig[producer]['id']}, but the target answered it with HTTP 200 "
             "and an error body (lmstudio.unexpected_endpoint)"
         )
-    first = orig["resp"]["response"]["body"]["id"]
-    assert lm["resp_prev"]["error"]["message"].startswith(f"previous_response_id {first} ")
+    first = answer(orig["resp"])["body"]["id"]
+    assert error_of(lm["resp_prev"])["message"].startswith(f"previous_response_id {first} ")
     assert sum(1 for s in cands["lmstudio"].seen if s.path == "/v1/responses") == 3
     # the client's key never left for a candidate
     assert not any(KEY in v for st in cands.values() for s in st.seen for _, v in s.headers)
 
 
-def _findings(records: list[dict[str, Any]]) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+def _findings(records: list[Record]) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
     result = analyze(records)
     found = findings_of(result.divergences, result.conformance)
     rows = set(
@@ -127,7 +135,7 @@ def _findings(records: list[dict[str, Any]]) -> tuple[set[tuple[Any, ...]], set[
 
 
 def test_the_shadow_finds_what_replaying_the_capture_finds(
-    shadowed: tuple[Path, dict[str, dict[str, Any]], dict[str, Standin], str],
+    shadowed: tuple[Path, dict[str, Record], dict[str, Standin], str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -172,7 +180,7 @@ def test_the_shadow_finds_what_replaying_the_capture_finds(
 def app(client: openai.OpenAI, model: str) -> None:
     """An app that keeps going when a call fails, run once per backend (its model set for
     each, as an app's configuration would)."""
-    steps = [
+    steps: list[Callable[[], object]] = [
         lambda: client.chat.completions.create(model=model, messages=ASK),
         lambda: list(client.chat.completions.create(model=model, messages=ASK, stream=True)),
         lambda: client.models.list(),
@@ -252,7 +260,7 @@ def test_the_client_never_sees_a_candidate_and_a_secondary_mirrors_the_primary(
     }
     for label, recs in mirrors.items():
         assert {r["replay_of"] for r in recs} == ids and {r["label"] for r in recs} == {label}
-    assert all(r["error"]["kind"] == "upstream_unreachable" for r in mirrors["down"])
+    assert all(error_of(r)["kind"] == "upstream_unreachable" for r in mirrors["down"])
     assert all(r["error"] is None for r in mirrors["openai"] + mirrors["ollama"])
     # keys only from the environment: the candidate's own, never the client's
     auth = [[v for k, v in s.headers if k.lower() == "authorization"] for s in seen]

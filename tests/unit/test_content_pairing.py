@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.records import (
+    answer,
     body,
     chat_record,
     models_record,
@@ -123,7 +124,9 @@ def test_ids_in_the_path_and_tools_in_another_order_are_the_same_call() -> None:
     retag(other)
     assert request_fingerprint(get) == request_fingerprint(other)
 
-    tools = [{"type": "function", "name": n, "parameters": {}} for n in ("a", "b")]
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "name": n, "parameters": {}} for n in ("a", "b")
+    ]
     one = _changed(responses_record(id="o1"), _set(tools=tools))
     two = _changed(responses_record(id="o1"), _set(tools=tools[::-1]))
     assert request_fingerprint(one) == request_fingerprint(two)
@@ -165,7 +168,7 @@ def _captured(label: str, records: list[Record], session: str = "s2") -> list[Re
     out = []
     for rec in records:
         c = copy.deepcopy(rec)
-        c.update(id=f"{label}-{rec['id']}", label=label, session=session)
+        c["id"], c["label"], c["session"] = f"{label}-{rec['id']}", label, session
         if isinstance(c["request"]["body"], dict):
             c["request"]["body"]["model"] = "local-model"
         retag(c)
@@ -203,7 +206,7 @@ def test_retries_are_left_out_and_replays_pair_by_replay_of() -> None:
     base = [chat_record(id="o1", seq=0), chat_record(id="o2", seq=1, stream=True)]
     cand = _captured("vllm", base)
     retried = copy.deepcopy(cand[1])
-    retried.update(id="vllm-retry", seq=2)
+    retried["id"], retried["seq"] = "vllm-retry", 2
     retried["request"]["headers"] = [
         [k, "1" if k.lower() == "x-stainless-retry-count" else v]
         for k, v in retried["request"]["headers"]
@@ -285,11 +288,10 @@ def test_check_and_report_take_two_live_captures(
     soft = _captured("lmstudio", base[:-1])
     for rec in soft:
         if rec["tags"]["family"] == "responses":  # LM Studio's 200 "Unexpected endpoint"
-            rec["response"].update(
-                body={"error": "Unexpected endpoint or method. (POST /v1/responses)"},
-                events=None,
-                headers=[["content-type", "application/json"]],
-            )
+            resp = answer(rec)
+            resp["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+            resp["events"] = None
+            resp["headers"] = [["content-type", "application/json"]]
             retag(rec)
     a, b = _write(tmp_path / "openai.jsonl", base), _write(tmp_path / "lmstudio.jsonl", soft)
 

@@ -17,7 +17,10 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
+from tests.fixtures.records import answer as answer_of
+from tests.fixtures.records import error_of
 from tests.unit.test_replay import as_json
+from wirediff._types import Record
 from wirediff.addons import shadow as shadow_module
 from wirediff.addons.capture import Capture
 from wirediff.addons.shadow import Shadow
@@ -62,7 +65,8 @@ class Candidate:
     def __init__(
         self, label: str, answer: Callable[[httpx.Request, str], httpx.Response] | None = None
     ) -> None:
-        self.label, self.seen, self.n = label, [], 0
+        self.label, self.n = label, 0
+        self.seen: list[httpx.Request] = []
         self.answer = answer
         self.release = asyncio.Event()
         self.release.set()
@@ -125,7 +129,7 @@ class Rig:
         while mirror.pending:
             await asyncio.sleep(0)
 
-    def records(self, label: str) -> list[dict[str, Any]]:
+    def records(self, label: str) -> list[Record]:
         path = self.tmp / f"t.{label}.jsonl"
         return load_records([path]) if path.exists() else []
 
@@ -146,7 +150,7 @@ async def test_every_request_goes_to_every_candidate_recorded_as_its_replay(
         [rec] = rig.records(label)
         assert rec["replay_of"] == f.id and rec["label"] == label and rec["session"] == "t"
         assert rec["listener"] == f"shadow:http://{label}.test/v1"
-        assert rec["response"]["body"]["id"] == f"resp_{label}1"
+        assert answer_of(rec)["body"]["id"] == f"resp_{label}1"
         [sent] = rig.candidates[label].seen
         assert json.loads(sent.content) == {
             "model": model,
@@ -171,8 +175,8 @@ async def test_the_filter_and_the_safety_rules_choose_what_is_mirrored(tmp_path:
         [sent, deleted] = rig.records("c")
         assert sent["replay_of"] == kept.id and sent["error"] is None
         assert (
-            deleted["error"]["kind"] == "skipped"
-            and "shadow_allow_unsafe" in deleted["error"]["message"]
+            error_of(deleted)["kind"] == "skipped"
+            and "shadow_allow_unsafe" in error_of(deleted)["message"]
         )
         assert [r.method for r in rig.candidates["c"].seen] == ["POST"]
         tctx.configure(rig.shadow, shadow_allow_unsafe=True, shadow_filter="")
@@ -287,9 +291,9 @@ async def test_failing_and_hanging_candidates_are_recorded_never_raised(
             await asyncio.sleep(0)
         await rig.shadow.done()
     [down] = rig.records("down")
-    assert down["error"]["kind"] == "upstream_unreachable" and down["replay_of"] == f.id
+    assert error_of(down)["kind"] == "upstream_unreachable" and down["replay_of"] == f.id
     [cut] = rig.records("hang")
-    assert cut["error"]["kind"] == "interrupted" and cut["response"] is None
+    assert error_of(cut)["kind"] == "interrupted" and cut["response"] is None
 
 
 @pytest.mark.parametrize(

@@ -12,10 +12,11 @@ import httpx
 import pytest
 
 from tests.unit.test_replay import Fake, T, as_json, rec, session, sse, streamed
+from wirediff._types import Record
 from wirediff.cli.replay import main_replay
 from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
 from wirediff.record.pipe import can_fork
-from wirediff.record.spool import Spool, build_item
+from wirediff.record.spool import RecordMeta, Spool, build_item
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.replay import engine as engine_module
 from wirediff.replay.engine import Counts, TargetRun, counted
@@ -23,14 +24,14 @@ from wirediff.replay.plan import make_plan
 
 
 def sent_exchanges(
-    records: list[dict[str, Any]], fake: Any
-) -> tuple[list[tuple[Exchange, dict[str, Any]]], list[dict[str, Any]], TargetRun]:
+    records: list[Record], fake: Any
+) -> tuple[list[tuple[Exchange, RecordMeta]], list[Record], TargetRun]:
     """Replay `records` to `fake`, every answer offloaded that can be: what was handed on,
     and the records built here."""
-    handed: list[tuple[Exchange, dict[str, Any]]] = []
-    built: list[dict[str, Any]] = []
+    handed: list[tuple[Exchange, RecordMeta]] = []
+    built: list[Record] = []
 
-    def offload(node: Any, ex: Exchange, meta: dict[str, Any]) -> bool:
+    def offload(node: Any, ex: Exchange, meta: RecordMeta) -> bool:
         handed.append((ex, meta))
         return True
 
@@ -95,7 +96,7 @@ def test_the_spool_writes_every_record_in_order_to_its_file(
     spool = Spool(1 << 20)
     assert (spool.proc.__class__.__name__ == "Forked") == fork
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    expected: dict[Path, list[dict[str, Any]]] = {p: [] for p in paths}
+    expected: dict[Path, list[Record]] = {p: [] for p in paths}
     for i, (ex, meta) in enumerate(handed):
         meta = {**meta, "attempt": 2 if i == 0 else None}
         assert spool.exchange(paths[i % 2], ex, meta)
@@ -131,16 +132,17 @@ def test_a_replay_through_the_spool_writes_what_an_in_process_one_does(
         for r in session():
             w.write(r)
 
-    def replay(spool_at: int, out: Path) -> list[dict[str, Any]]:
+    def replay(spool_at: int, out: Path) -> list[Record]:
         monkeypatch.setattr(engine_module, "SPOOL_AT", spool_at)
         monkeypatch.setattr("wirediff.cli.replay.SPOOL_AT", spool_at)
         monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.MockTransport(Fake()))
         assert main_replay([str(cap), "--to", T.url, "-o", str(out), "--allow-unsafe"]) == 0
         return load_records([out])
 
-    def shape(r: dict[str, Any]) -> Any:
-        resp = r["response"] or {}
-        return (r["replay_of"], r["request"]["path"], resp.get("status"), resp.get("body"))
+    def shape(r: Record) -> Any:
+        resp = r["response"]
+        status, body = (resp["status"], resp["body"]) if resp is not None else (None, None)
+        return (r["replay_of"], r["request"]["path"], status, body)
 
     spooled, here = replay(1, tmp_path / "spooled.jsonl"), replay(10**9, tmp_path / "here.jsonl")
     assert sorted(map(shape, spooled)) == sorted(map(shape, here))

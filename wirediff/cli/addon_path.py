@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from wirediff.cli.mitm import CAPTURE_ADDON
+from wirediff.cli.runner import EXIT_OK, exit_codes
 
 __all__ = ["ADDONS", "register"]
 
@@ -14,7 +15,7 @@ ADDONS = ("capture", "shadow")
 
 def cmd_addon_path(args: argparse.Namespace) -> int:
     print(CAPTURE_ADDON.with_name(f"{args.addon}.py"))
-    return 0
+    return EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -22,6 +23,7 @@ def register(sub: Any) -> None:
         "addon-path",
         help='print an addon\'s path: mitmdump -s "$(wirediff addon-path)" '
         '[-s "$(wirediff addon-path shadow)"]',
+        epilog=exit_codes({EXIT_OK: "the path printed"}),
     )
     p.add_argument(
         "addon", nargs="?", choices=ADDONS, default="capture", help="which (default: capture)"

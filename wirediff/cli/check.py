@@ -24,8 +24,9 @@ import pandas as pd
 from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, ONLY_BASELINE, ONLY_CANDIDATE
+from wirediff.cli.inputs import read_captures
+from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
-from wirediff.record.store import load_records
 
 __all__ = ["CHECK_FORMAT", "gate", "parse_kinds", "register", "write_junit"]
 
@@ -156,12 +157,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wirediff.analysis.comparison.analyze import analyze, findings_of
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    baseline = load_records([args.baseline])
+    baseline = read_captures([args.baseline])
     base_label = _label_of(baseline, args.baseline)
+    if args.baseline_label is not None:
+        labels = list(dict.fromkeys(str(r.get("label") or "") for r in baseline))
+        if args.baseline_label not in labels:
+            raise UsageError(
+                f"--baseline {args.baseline_label}: {args.baseline} has no exchange of that "
+                f"label (labels: {', '.join(labels)})"
+            )
+        base_label = args.baseline_label
     records = list(baseline)
     ids_of: dict[str, set[str]] = {}
     for path in args.candidates:
-        candidate = load_records([path])
+        candidate = read_captures([path])
         ids_of[path] = {str(r["id"]) for r in candidate}
         records += candidate
     result = analyze(records, baseline=base_label)
@@ -218,19 +227,32 @@ def cmd_check(args: argparse.Namespace) -> int:
         write_junit(gated, args.junit)
     if passed:
         print("compatible: no candidate fails the gate")
-        return 0
+        return EXIT_OK
     failing = [
         f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
         for r in items
         if r["fails"]
     ]
     print("not compatible: " + ", ".join(failing))
-    return 1
+    return EXIT_FOUND
 
 
 def register(sub: Any) -> None:
-    c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when not")
+    c = sub.add_parser(
+        "check",
+        help="CI gate: exit 0 when compatible, 1 when not",
+        epilog=exit_codes(
+            {EXIT_OK: "compatible: no candidate fails the gate", EXIT_FOUND: "not compatible"}
+        ),
+    )
     c.add_argument("baseline", metavar="BASELINE", help="the baseline capture")
+    c.add_argument(
+        "--baseline",
+        dest="baseline_label",
+        metavar="LABEL",
+        help="the baseline's label, when BASELINE holds several (default: the label of most "
+        "of its originals)",
+    )
     c.add_argument(
         "candidates",
         metavar="CANDIDATE",

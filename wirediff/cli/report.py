@@ -14,11 +14,13 @@ from typing import Any
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.cli.runner import standalone
+from wirediff.cli.inputs import read_captures
+from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.record.store import load_records
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
 from wirediff.reports.render import render_html, summary_from, write_csv, write_json
+
+__all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register", "run_analysis"]
 
 BASELINE_HELP = (
     "the label the others are compared with, when the files do not imply one (replays imply "
@@ -65,9 +67,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    records = load_records(args.captures)
-    if not records:
-        raise UsageError(f"no exchanges in {', '.join(args.captures)}")
+    records = read_captures(args.captures)
     analysis, diagnoses = run_analysis(records, ignore, args.baseline)
     model = build(analysis, diagnoses, max_examples=args.max_examples)
     written = [render_html(model, args.output)]
@@ -90,7 +90,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add `report` to the `wirediff` command line."""
     p = subparsers.add_parser(
-        "report", help="render report.html (and summary.json, divergences.csv) from captures"
+        "report",
+        help="render report.html (and summary.json, divergences.csv) from captures",
+        epilog=exit_codes({0: "the report (and --json, --csv) written"}),
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl captures")
     p.add_argument(

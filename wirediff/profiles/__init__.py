@@ -13,6 +13,19 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+__all__ = [
+    "ANSWER_KINDS",
+    "Profile",
+    "answer_for",
+    "answer_variants",
+    "fill",
+    "load_profiles",
+    "load_remedies",
+    "match_signature",
+    "profile",
+    "render_answer",
+]
+
 Profile = dict[str, Any]
 REMEDIES = "remedies.yaml"
 """The diagnosis prose (summary and remedies per code), beside the profiles it names."""

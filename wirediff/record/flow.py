@@ -12,7 +12,6 @@ from typing import Any
 from mitmproxy import http
 
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.build import fallback_record
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
@@ -23,7 +22,6 @@ __all__ = [
     "Snapshot",
     "exchange_from_flow",
     "exchange_from_snapshot",
-    "fallback_record",
     "header_pairs",
     "is_open_ended",
     "snapshot",

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from wirediff._types import Record
-from wirediff.record.build import build_record
+from wirediff.record.build import build_record, fallback_record
 from wirediff.record.exchange import Exchange
-from wirediff.record.flow import Snapshot, exchange_from_snapshot, fallback_record
+from wirediff.record.flow import Snapshot, exchange_from_snapshot
 from wirediff.record.pipe import FRAME, FramePipe, frame_batches
 from wirediff.record.store import RecordWriter, encode_record
 

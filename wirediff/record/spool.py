@@ -60,7 +60,7 @@ def build_item(
             str(meta.get("session") or ""),
             e,
             label=str(meta.get("label") or ""),
-            seq=meta.get("seq"),
+            seq=int(meta.get("seq") or 0),
             replay_of=meta.get("replay_of"),
         )
     if meta.get("attempt"):

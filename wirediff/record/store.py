@@ -26,6 +26,8 @@ from wirediff._types import Record
 from wirediff.errors import CaptureError
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
+__all__ = ["RecordWriter", "encode_record", "iter_records", "latest_replays", "load_records"]
+
 log = logging.getLogger(__name__)
 
 MAX_WAITING_BYTES = 64 << 20
@@ -382,5 +384,6 @@ def drop_retried(records: Iterable[Record]) -> list[Record]:
         for r in recs
         if not r.get("replay_of")
         or id(r) in latest
-        or (r.get("error") or {}).get("kind") not in RETRIED_KINDS
+        or (err := r.get("error")) is None
+        or err["kind"] not in RETRIED_KINDS
     ]

@@ -1,26 +1,56 @@
 """What a `wirediff/1` record must look like before anything analyses it.
 
 A capture file may come from anywhere (another tool, an edit, a hostile upstream's echo):
-every key the analysis relies on is checked for its type when the record is loaded, so a
-bad record is one line naming file:line instead of a traceback deep in pandas. Bodies
-nested deeper than `MAX_DEPTH` are kept as their JSON text, marked `depth_limited`.
+when a record is loaded, every key `wirediff._types.Record` describes is checked, that it
+is there (or may be absent) and has its type, so a bad record is one line naming
+file:line instead of a traceback deep in pandas, and what passes is the typed record the
+rest of wirediff reads. Bodies nested deeper than `MAX_DEPTH` are kept as their JSON text,
+marked `depth_limited`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from types import UnionType
+from typing import Any, NotRequired, get_args, get_origin, get_type_hints, is_typeddict
 
 from wirediff import FORMAT
-from wirediff._types import Record
+from wirediff._types import (
+    Auth,
+    Directions,
+    Event,
+    ExchangeError,
+    HeaderList,
+    Record,
+    RecordRequest,
+    RecordResponse,
+    Sdk,
+    Tags,
+    WebSocketSummary,
+)
 
-__all__ = ["MAX_DEPTH", "depth_exceeds", "limit_depth", "problem"]
+__all__ = [
+    "AUTH",
+    "DIRECTIONS",
+    "ERROR",
+    "EVENT",
+    "MAX_DEPTH",
+    "RECORD",
+    "REQUEST",
+    "RESPONSE",
+    "SDK",
+    "TAGS",
+    "WEBSOCKET",
+    "Shape",
+    "depth_exceeds",
+    "limit_depth",
+    "problem",
+    "shape_of",
+]
 
 MAX_DEPTH = 64
 """Nesting levels a body or an event's data may have; deeper is kept as text."""
-
-_NUMBER = (int, float)
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -59,127 +89,138 @@ def limit_depth(rec: Record) -> None:
                     ev["depth_limited"] = True
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, _NUMBER) and not isinstance(v, bool)
+_NULL = frozenset({type(None)})
+_PAIRS = "a list of [name, value] string pairs"
+_WORDS = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list"}
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _pairs(v: list[Any]) -> bool:
+    for h in v:
+        if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
+            return False
+    return True
 
 
-def _str(v: Any) -> bool:
-    return isinstance(v, str)
+Field = tuple[str, frozenset[type] | None, str]
+"""A key, the types its value may have (None: any JSON), and what that is in words. Values
+come from `json.loads`: exact types (a bool is not an integer, an integer is a number)."""
 
 
-def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
+@dataclass(frozen=True)
+class Shape:
+    """The keys of one object of a record (`wirediff._types`): `required` ones are in every
+    record the builder writes; `optional` ones may be absent or null; `pairs` are header
+    lists (`[[name, value], ...]`)."""
+
+    required: tuple[Field, ...]
+    optional: tuple[Field, ...] = ()
+    pairs: tuple[str, ...] = ()
 
 
-def _pairs(v: Any) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], str)
-        for h in v
-    )
+def _field(key: str, hint: Any, *, optional: bool) -> tuple[Field, bool]:
+    """The check of one annotated key, and whether it holds a header list."""
+    args = get_args(hint)
+    null = optional or type(None) in args
+    (core,) = [a for a in args if a is not type(None)] if get_origin(hint) is UnionType else [hint]
+    if core is Any:
+        return (key, None, "JSON"), False
+    pairs = core == HeaderList
+    base = get_origin(core) or core
+    types: frozenset[type]
+    if base is bool:
+        types, what = frozenset({bool}), "true, false or null" if null else "true or false"
+    else:
+        base = dict if is_typeddict(base) else base
+        types = frozenset({int, float}) if base is float else frozenset({base})
+        what = _PAIRS if pairs else _WORDS[base]
+        what = f"{what} or null" if null else what
+    return (key, types if optional or not null else types | _NULL, what), pairs
 
 
-_TOP: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("id", _str, "a string"),
-    ("session", _opt(_str), "a string"),
-    ("label", _str, "a string"),
-    ("seq", _opt(_int), "an integer"),
-    ("replay_of", _opt(_str), "a string or null"),
-    ("listener", _opt(_str), "a string or null"),
-    ("started", _opt(_number), "a number"),
-    ("ttfb_ms", _opt(_number), "a number or null"),
-    ("duration_ms", _opt(_number), "a number or null"),
-]
-_MESSAGE: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("headers", _opt(_pairs), "a list of [name, value] string pairs"),
-    ("text", _opt(_str), "a string or null"),
-    ("b64", _opt(_str), "a string or null"),
-    ("size", _opt(_number), "a number"),
-]
-_REQUEST = [
-    ("method", _opt(_str), "a string"),
-    ("url", _opt(_str), "a string"),
-    ("path", _opt(_str), "a string"),
-    ("forwarded_headers", _opt(_pairs), "a list of [name, value] string pairs"),
-    *_MESSAGE,
-]
-_RESPONSE = [
-    ("status", _opt(_int), "an integer"),
-    ("reason", _opt(_str), "a string"),
-    ("events", _opt(lambda v: isinstance(v, list)), "a list or null"),
-    ("complete", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("websocket", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    *_MESSAGE,
-]
-_EVENT = [
-    ("t_ms", _opt(_number), "a number or null"),
-    ("event", _opt(_str), "a string or null"),
-    ("direction", _opt(_str), "a string or null"),
-]
-_ERROR = [("kind", _opt(_str), "a string"), ("message", _opt(_str), "a string")]
-_TAGS = [
-    ("family", _str, "a string"),
-    ("endpoint", _str, "a string"),
-    ("prefix", _opt(_str), "a string"),
-    ("method", _opt(_str), "a string"),
-    ("model", _opt(_str), "a string or null"),
-    ("signature", _opt(_str), "a string or null"),
-    ("sdk", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    ("auth", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    ("retry", _opt(_int), "an integer"),
-    ("stream", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("soft_error", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("transport", _opt(_str), "a string or null"),
-]
+def shape_of(typed: Any) -> Shape:
+    """The checks a TypedDict of `wirediff._types` describes, in its keys' order."""
+    required: list[Field] = []
+    optional: list[Field] = []
+    pairs: list[str] = []
+    for key, hint in get_type_hints(typed, include_extras=True).items():
+        is_optional = get_origin(hint) is NotRequired
+        field, is_pairs = _field(
+            key, get_args(hint)[0] if is_optional else hint, optional=is_optional
+        )
+        (optional if is_optional else required).append(field)
+        pairs += [key] if is_pairs else []
+    return Shape(tuple(required), tuple(optional), tuple(pairs))
 
 
-def _fields(where: str, obj: dict[str, Any], spec: list[tuple[str, Any, str]]) -> str | None:
-    for key, check, what in spec:
-        if key in obj and not check(obj[key]):
-            return f"{where}{key} must be {what}, not {type(obj[key]).__name__}"
+RECORD = shape_of(Record)
+REQUEST = shape_of(RecordRequest)
+RESPONSE = shape_of(RecordResponse)
+EVENT = shape_of(Event)
+DIRECTIONS = shape_of(Directions)
+WEBSOCKET = shape_of(WebSocketSummary)
+ERROR = shape_of(ExchangeError)
+TAGS = shape_of(Tags)
+SDK = shape_of(Sdk)
+AUTH = shape_of(Auth)
+_MISSING = object()
+
+
+def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
+    for key, types, what in shape.required:
+        value = obj.get(key, _MISSING)
+        if value is _MISSING:
+            return f"{where}{key} is missing"
+        if types is not None and type(value) not in types:
+            return f"{where}{key} must be {what}, not {type(value).__name__}"
+    if len(obj) > len(shape.required):  # an optional key (or one of no concern) is there
+        for key, types, what in shape.optional:
+            value = obj.get(key)
+            if value is not None and types is not None and type(value) not in types:
+                return f"{where}{key} must be {what}, not {type(value).__name__}"
+    for key in shape.pairs:
+        value = obj.get(key)
+        if value is not None and not _pairs(value):
+            return f"{where}{key} must be {_PAIRS}"
     return None
 
 
+def _response(resp: dict[str, Any]) -> str | None:
+    found = _fields("response.", resp, RESPONSE)
+    if found:
+        return found
+    for i, ev in enumerate(resp["events"] or ()):
+        if not isinstance(ev, dict):
+            return f"response.events[{i}] must be an object"
+        found = _fields(f"response.events[{i}].", ev, EVENT)
+        if found:
+            return found
+    ws = resp.get("websocket")
+    if ws is None:
+        return None
+    found = _fields("response.websocket.", ws, WEBSOCKET)
+    for key in ("messages", "bytes"):
+        found = found or _fields(f"response.websocket.{key}.", ws[key], DIRECTIONS)
+    return found
+
+
+def _tags(tags: dict[str, Any]) -> str | None:
+    found = _fields("tags.", tags, TAGS)
+    for key, shape in (("sdk", SDK), ("auth", AUTH)):
+        if not found and tags[key] is not None:
+            found = _fields(f"tags.{key}.", tags[key], shape)
+    return found
+
+
 def problem(rec: Any) -> str | None:
-    """The first way `rec` is not a record the analysis can read, or None."""
+    """The first way `rec` is not a record as `wirediff._types.Record` describes it, or
+    None: then it is one, every key where it belongs, with its type."""
     if not isinstance(rec, dict):
         return f"not a {FORMAT} record (format={type(rec).__name__!r})"
     if rec.get("format") != FORMAT:
         return f"not a {FORMAT} record (format={rec.get('format')!r})"
-    if "id" not in rec:
-        return "id is missing"
-    found = _fields("", rec, _TOP)
-    if found:
-        return found
-    req = rec.get("request")
-    if not isinstance(req, dict):
-        return "request must be an object"
-    found = _fields("request.", req, _REQUEST)
-    if found:
-        return found
-    resp = rec.get("response")
-    if resp is not None:
-        if not isinstance(resp, dict):
-            return "response must be an object or null"
-        found = _fields("response.", resp, _RESPONSE)
-        if found:
-            return found
-        for i, ev in enumerate(resp.get("events") or ()):
-            if not isinstance(ev, dict) or "data" not in ev:
-                return f"response.events[{i}] must be an object with data"
-            found = _fields(f"response.events[{i}].", ev, _EVENT)
-            if found:
-                return found
-    for key, spec in (("error", _ERROR), ("tags", _TAGS)):
-        value = rec.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            return f"{key} must be an object or null"
-        found = _fields(f"{key}.", value, spec)
-        if found:
-            return found
-    return None
+    found = _fields("", rec, RECORD) or _fields("request.", rec["request"], REQUEST)
+    if not found and rec["response"] is not None:
+        found = _response(rec["response"])
+    if not found and rec["error"] is not None:
+        found = _fields("error.", rec["error"], ERROR)
+    return found or _tags(rec["tags"])

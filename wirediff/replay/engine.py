@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -86,11 +86,12 @@ def counted(ex: Exchange) -> Record:
             encoding = "" if tap is not None else resp.content_encoding
             head = decode_body(raw, encoding, SOFT_ERROR_SCAN)
             soft = head[:1] == b"{" and _error_in(head.decode("utf-8", "replace"))
-    return {
+    counted = {
         "error": error,
         "response": None if resp is None else {"status": resp.status},
         "tags": {"soft_error": soft},
     }
+    return cast("Record", counted)  # only the keys Counts.add reads
 
 
 @dataclass
@@ -109,8 +110,8 @@ class Counts:
 
     def add(self, rec: Record, *, connect_failed: bool) -> None:
         self.done += 1
-        err = rec.get("error") or {}
-        if err.get("kind") == "skipped":
+        err = rec.get("error")
+        if err is not None and err["kind"] == "skipped":
             self.skipped += 1
             return
         self.sent += 1
@@ -121,7 +122,7 @@ class Counts:
             self.no_answer += 1
         if resp is None or err:
             self.transport_errors += 1
-        elif resp.get("status", 0) >= 400 or (rec.get("tags") or {}).get("soft_error"):
+        elif resp["status"] >= 400 or rec["tags"].get("soft_error"):
             self.http_errors += 1
         else:
             self.ok += 1
@@ -172,7 +173,7 @@ class TargetRun:
         target: Target,
         api_key: str | None,
         sink: Callable[[Record], None],
-        done: dict[str, Record],
+        done: dict[str, Record | None],
         *,
         concurrency: int,
         rate: float | None = None,
@@ -227,7 +228,7 @@ class TargetRun:
             if not sunk:
                 self.sink(rec)
             # only what later steps read ids from is kept whole: a long session stays small
-            self.done[nid] = rec if self.plan.dependents[nid] else {}
+            self.done[nid] = rec if self.plan.dependents[nid] else None
             self.counts.add(rec, connect_failed=connect_failed)
             if self.progress is not None:
                 self.progress(self.counts)
@@ -359,7 +360,7 @@ async def replay_all(
     plan: Plan,
     opts: Options,
     keys: Mapping[str, str | None],
-    done_of: dict[str, dict[str, Record]],
+    done_of: dict[str, dict[str, Record | None]],
     path_of: Callable[[Record, Target], Path],
     runs: list[TargetRun],
     writers: Writers,

@@ -30,6 +30,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import httpx
 
@@ -218,7 +219,8 @@ class Mirror:
         for cand in self.candidates:
             if cand.pending >= self.queue:
                 cand.dropped += 1
-                step.settle(cand.label, {"error": {"kind": "skipped", "message": DROPPED}})
+                dropped = {"error": {"kind": "skipped", "message": DROPPED}}
+                step.settle(cand.label, cast("Record", dropped))  # what `resolve` reads
                 if not cand.full:
                     cand.full = True
                     self.log(
