@@ -268,7 +268,8 @@ def test_the_client_never_sees_a_candidate_and_a_secondary_mirrors_the_primary(
     assert KEY not in m.log.read_text() and CANDIDATE_KEY not in m.log.read_text()
     # the secondary (the primary's own label) is the baseline's noise, not a candidate
     result = analyze(originals + [r for recs in mirrors.values() for r in recs])
-    assert "openai" not in set(result.verdicts["label"])
+    roles = result.verdicts.groupby("label")["role"].agg(set).to_dict()
+    assert roles == {"openai": {"baseline"}, "ollama": {"candidate"}, "down": {"candidate"}}
 
 
 @pytest.mark.parametrize(
