@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import ROOT, free_port, wait_for
 from tests.e2e.test_replay_e2e import ASK, KEY, MODEL, MODELS, body, drive
 from tests.fixtures.records import answer, error_of
+from tests.readme_blocks import readme_command, readme_output
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze, findings_of
 from wirediff.backends.standin import Standin, make_standin, standin
@@ -210,8 +211,14 @@ def test_the_same_app_run_twice_is_compared_by_content(
             files[label] = m.records(6, timeout=30) and m.capture_file
             m.stop()
     a, b = str(files["openai"]), str(files["lmstudio"])
-    assert main(["check", a, b, "--fail-on", "soft_error", "--json", str(tmp_path / "c.json")]) == 1
+    named = {"captures/run-openai.jsonl": a, "captures/run-lmstudio.jsonl": b}
+    argv = [named.get(arg, arg) for arg in readme_command("check-two-captures")]
+    assert argv[0] == "wirediff" and set(named.values()) <= set(argv)
+    assert main([*argv[1:], "--json", str(tmp_path / "c.json")]) == 1
     out = capsys.readouterr().out
+    assert [line.rstrip() for line in out.splitlines()] == readme_output(
+        "check-two-captures"
+    ).splitlines()  # what the README shows
     assert (
         "0 replayed and 5 paired-by-content exchanges compared with 6 baseline exchanges (openai)"
         in out
@@ -270,6 +277,54 @@ def test_the_client_never_sees_a_candidate_and_a_secondary_mirrors_the_primary(
     result = analyze(originals + [r for recs in mirrors.values() for r in recs])
     roles = result.verdicts.groupby("label")["role"].agg(set).to_dict()
     assert roles == {"openai": {"baseline"}, "ollama": {"candidate"}, "down": {"candidate"}}
+
+
+def test_the_readmes_shadow_command(
+    mitmdump: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's mitmdump command as it stands, the stand-ins in place of its URLs."""
+    captures = tmp_path / "captures"
+    monkeypatch.setenv("LMSTUDIO_KEY", CANDIDATE_KEY)
+    argv = readme_command("shadow")
+    assert argv[0] == "mitmdump"
+    with contextlib.ExitStack() as stack:
+        primary = stack.enter_context(standin("openai"))
+        lm = stack.enter_context(make_standin("lmstudio"))
+        ol = stack.enter_context(make_standin("ollama"))
+        urls = {
+            "http://127.0.0.1:1234/v1": f"{lm.url}/v1",
+            "http://127.0.0.1:11434/v1": f"{ol.url}/v1",
+        }
+        at = argv.index("--mode")
+        mode, rest = argv[at + 1], argv[1:at] + argv[at + 2 :]
+        assert mode == "reverse:https://api.openai.com"
+        extra = []
+        for arg in rest:
+            for old, new in urls.items():
+                arg = arg.replace(old, new)
+            arg = {"addons/capture.py": str(ROOT / "addons" / "capture.py"),
+                   "addons/shadow.py": SHADOW_ADDON}.get(arg, arg)  # fmt: skip
+            extra.append(arg.replace("capture_dir=captures", f"capture_dir={captures}"))
+        m = mitmdump([f"reverse:{primary}"], session="mysession", addon=False, extra=extra)
+        client = openai.OpenAI(base_url=m.url + "/v1", api_key=KEY, max_retries=0)
+        client.chat.completions.create(model=MODEL, messages=ASK)
+        first = client.responses.create(model=MODEL, input="Say hello.")
+        client.responses.create(model=MODEL, input="And in French?", previous_response_id=first.id)
+        for label in ("lmstudio", "ollama"):
+            wait_for(functools.partial(_holds, captures / f"mysession.{label}.jsonl", 3), 30)
+        m.stop()
+        seen = {"lmstudio": list(lm.seen), "ollama": list(ol.seen)}
+    lm_recs, ol_recs = (
+        sorted(load_records([captures / f"mysession.{label}.jsonl"]), key=lambda r: r["seq"])
+        for label in ("lmstudio", "ollama")
+    )
+    assert [body(r)["model"] for r in lm_recs[:2]] == ["qwen2.5-7b-instruct"] * 2
+    assert {body(r)["model"] for r in ol_recs} == {"llama3.2"}
+    auth = {k.lower(): v for s in seen["lmstudio"] for k, v in s.headers}["authorization"]
+    assert auth == f"Bearer {CANDIDATE_KEY}"
+    assert error_of(lm_recs[2])["kind"] == "skipped"  # LM Studio has no response to chain
+    chained = body(ol_recs[2])["previous_response_id"]
+    assert chained == answer(ol_recs[1])["body"]["id"] != first.id
 
 
 @pytest.mark.parametrize(
