@@ -193,9 +193,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
     by_content = int((pairs["pairing"] == CONTENT).sum())
+    kinds = [
+        f"{n} {kind}"
+        for n, kind in ((len(pairs) - by_content, "replayed"), (by_content, "paired-by-content"))
+        if n
+    ]
     print(
-        f"{len(pairs) - by_content} replayed and {by_content} paired-by-content exchanges "
-        f"compared with {len(baseline)} baseline exchanges ({base_label}); the gate fails on {what}"
+        f"{' and '.join(kinds)} exchanges compared with {len(baseline)} baseline exchanges "
+        f"({base_label}); the gate fails on {what}"
     )
     content = pairs[pairs["pairing"] == CONTENT]
     unmatched = {}
