@@ -158,6 +158,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     baseline = read_captures([args.baseline])
+    # every file read (and its records checked) before any is judged
+    candidates = [(path, read_captures([path])) for path in args.candidates]
     base_label = _label_of(baseline, args.baseline)
     if args.baseline_label is not None:
         labels = list(dict.fromkeys(str(r.get("label") or "") for r in baseline))
@@ -169,8 +171,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         base_label = args.baseline_label
     records = list(baseline)
     ids_of: dict[str, set[str]] = {}
-    for path in args.candidates:
-        candidate = read_captures([path])
+    for path, candidate in candidates:
         ids_of[path] = {str(r["id"]) for r in candidate}
         records += candidate
     result = analyze(records, baseline=base_label)
