@@ -16,7 +16,12 @@ from wirediff.analysis.comparison.conformance import check_records
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.noise import drop_ignored
-from wirediff.analysis.comparison.pairing import Baseline, first_event_ms, pair_exchanges
+from wirediff.analysis.comparison.pairing import (
+    Baseline,
+    ContentLinks,
+    first_event_ms,
+    pair_exchanges,
+)
 from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.comparison.verdicts import verdicts
@@ -89,11 +94,16 @@ def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
 
 
 def analyze(
-    records: list[Record], *, ignore: Sequence[str] = (), baseline: str | None = None
+    records: list[Record],
+    *,
+    ignore: Sequence[str] = (),
+    baseline: str | None = None,
+    content: ContentLinks | None = None,
 ) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
     the divergences and the conformance rows alike; `baseline` is the label independent
-    captures are compared with (`wirediff.analysis.comparison.pairing`).
+    captures are compared with (`wirediff.analysis.comparison.pairing`), `content` their
+    pairs when `records` are a part of the captures (made over all of them).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -102,7 +112,9 @@ def analyze(
         records_by_id = {r["id"]: r for r in records}
         exchanges = exchanges_frame(records)
         events = events_frame(records)
-        pairing = pair_exchanges(exchanges, events, records_by_id, baseline=baseline)
+        pairing = pair_exchanges(
+            exchanges, events, records_by_id, baseline=baseline, content=content
+        )
         pairs = pairing.pairs
         with known_structures():  # both look at the same bodies and events
             found = divergences(records_by_id, pairs, ignore=ignore)

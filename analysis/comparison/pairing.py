@@ -37,12 +37,15 @@ __all__ = [
     "REPLAY",
     "UNMATCHED_COLUMNS",
     "Baseline",
+    "ContentLinks",
     "Pairing",
     "align",
     "choose_baseline",
+    "content_links",
     "first_event_ms",
     "pair_exchanges",
     "pairs_frame",
+    "with_fingerprints",
 ]
 
 REPLAY, CONTENT = "replay", "content"
@@ -190,18 +193,29 @@ def _in_call_order(originals: pd.DataFrame) -> pd.DataFrame:
     ).sort_values(["_began", "_session", "_seq", "_started"], kind="stable")
 
 
-def _content_links(
-    ex: pd.DataFrame, records_by_id: Mapping[str, Record], baseline: str
-) -> tuple[list[tuple[str, str]], pd.DataFrame]:
-    """`(candidate id, baseline id)` links of the originals of other labels, and what
-    found no counterpart."""
-    originals = ex.loc[ex["replay_of"].isna()]
+@dataclass(frozen=True)
+class ContentLinks:
+    """Exchanges of independent captures paired by content (`content_links`)."""
+
+    links: list[tuple[str, str]]
+    """`(candidate id, baseline id)`."""
+    unmatched: pd.DataFrame
+    """`UNMATCHED_COLUMNS`."""
+
+
+def content_links(exchanges: pd.DataFrame, baseline: str) -> ContentLinks:
+    """The originals of other labels paired with the baseline's by their request
+    `fingerprint` column (see the module), and what found no counterpart. Needs the columns
+    id, label, session, seq, started, retry, replay_of, method, endpoint and fingerprint:
+    an index of the captures is enough, not the records."""
+    none = ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
+    originals = exchanges.loc[exchanges["replay_of"].isna()]
     labels = originals["label"].fillna("").astype(str)
     if labels.nunique() < 2:
-        return [], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+        return none
     ordered = _in_call_order(originals.assign(label=labels))
     ids = ordered["id"].astype(str).tolist()
-    prints = [request_fingerprint(records_by_id.get(i) or {}) for i in ids]
+    prints = ordered["fingerprint"].tolist()
     by_label: dict[str, list[int]] = defaultdict(list)
     for pos, label in enumerate(ordered["label"].tolist()):
         by_label[label].append(pos)
@@ -214,7 +228,17 @@ def _content_links(
         links += [(ids[cand[j]], ids[base[i]]) for i, j in pairs]
         rows += [(label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base]
         rows += [(label, baseline, ONLY_CANDIDATE, ids[cand[j]], *meta[cand[j]]) for j in only_cand]
-    return links, pd.DataFrame.from_records(rows, columns=UNMATCHED_COLUMNS)
+    return ContentLinks(links, pd.DataFrame.from_records(rows, columns=UNMATCHED_COLUMNS))
+
+
+def with_fingerprints(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
+    """`exchanges` with each original's request `fingerprint` (replays need none)."""
+    original = exchanges["replay_of"].isna()
+    prints = [
+        request_fingerprint(records_by_id.get(i) or {}) if o else None
+        for i, o in zip(exchanges["id"].astype(str).tolist(), original.tolist(), strict=True)
+    ]
+    return exchanges.assign(fingerprint=pd.Series(prints, index=exchanges.index, dtype=object))
 
 
 def pair_exchanges(
@@ -223,19 +247,22 @@ def pair_exchanges(
     records_by_id: Mapping[str, Record] | None = None,
     *,
     baseline: str | None = None,
+    content: ContentLinks | None = None,
 ) -> Pairing:
-    """Replays with their originals, and (given the records) the originals of other labels
-    with the baseline's by content; the request columns come from the baseline's side."""
+    """Replays with their originals, and the originals of other labels with the baseline's
+    by content: as `content` says (links made over all the captures, when these exchanges
+    are a part of them), else worked out here (given the records); the request columns come
+    from the baseline's side."""
     ex = exchanges.drop_duplicates("id")
     ex = ex.assign(first_event_ms=ex["id"].map(first_event_ms(events)).astype("float64"))
     chosen = choose_baseline(ex, baseline)
     links = ex.loc[ex["replay_of"].notna(), ["id", "replay_of"]].assign(pairing=REPLAY)
-    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
-    if records_by_id is not None and chosen.label is not None:
-        content, unmatched = _content_links(ex, records_by_id, chosen.label)
-        if content:
-            by_content = pd.DataFrame.from_records(content, columns=["id", "replay_of"])
-            links = pd.concat([links, by_content.assign(pairing=CONTENT)], ignore_index=True)
+    if content is None and records_by_id is not None and chosen.label is not None:
+        content = content_links(with_fingerprints(ex, records_by_id), chosen.label)
+    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS) if content is None else content.unmatched
+    if content is not None and content.links:
+        by_content = pd.DataFrame.from_records(content.links, columns=["id", "replay_of"])
+        links = pd.concat([links, by_content.assign(pairing=CONTENT)], ignore_index=True)
     candidate = ex[_SIDE_COLUMNS].add_prefix("candidate_")
     base = ex[_SIDE_COLUMNS + _REQUEST_COLUMNS].rename(
         columns={c: f"baseline_{c}" for c in _SIDE_COLUMNS}

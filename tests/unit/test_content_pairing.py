@@ -30,9 +30,12 @@ from wirediff.analysis.comparison.pairing import (
     ONLY_CANDIDATE,
     REPLAY,
     UNMATCHED_COLUMNS,
+    ContentLinks,
     align,
     choose_baseline,
+    content_links,
     pair_exchanges,
+    with_fingerprints,
 )
 from wirediff.cli import main
 from wirediff.errors import UsageError
@@ -200,6 +203,38 @@ def test_two_captures_of_one_app_pair_by_content_and_list_what_only_one_made() -
         ["ollama", ONLY_BASELINE, base[3]["id"]],
         ["ollama", ONLY_CANDIDATE, "ollama-extra"],
     ]
+
+
+def test_links_made_over_all_captures_pair_a_part_of_them_the_same() -> None:
+    """An engine analysing a part of the captures at a time makes the links once, from an
+    index (id, order, fingerprint), and hands each part its own: the same pairs and the
+    same unmatched calls as one analysis of everything."""
+    base = openai_session()
+    cand = _captured("ollama", base[:3] + base[4:])
+    records = base + cand
+    whole = _pairing(records)
+    index = with_fingerprints(exchanges_frame(records), {r["id"]: r for r in records})
+    links = content_links(index, "openai")
+    assert sorted(links.links) == sorted(
+        zip(whole.pairs["candidate_id"], whole.pairs["baseline_id"])
+    )
+    assert links.unmatched.equals(whole.unmatched)
+
+    first = {base[0]["id"], cand[0]["id"]}
+    part = [r for r in records if r["id"] in first]
+    by_id = {r["id"]: r for r in part}
+    mine = [(c, b) for c, b in links.links if c in first]
+    got = pair_exchanges(
+        exchanges_frame(part),
+        events_frame(part),
+        by_id,
+        baseline="openai",
+        content=ContentLinks(mine, links.unmatched),
+    )
+    assert got.pairs[["candidate_id", "baseline_id", "pairing"]].values.tolist() == [
+        [cand[0]["id"], base[0]["id"], CONTENT]
+    ]
+    assert got.unmatched.equals(whole.unmatched)
 
 
 def test_retries_are_left_out_and_replays_pair_by_replay_of() -> None:
