@@ -216,7 +216,7 @@ def test_links_made_over_all_captures_pair_a_part_of_them_the_same() -> None:
     index = with_fingerprints(exchanges_frame(records), {r["id"]: r for r in records})
     links = content_links(index, "openai")
     assert sorted(links.links) == sorted(
-        zip(whole.pairs["candidate_id"], whole.pairs["baseline_id"])
+        zip(whole.pairs["candidate_id"], whole.pairs["baseline_id"], strict=True)
     )
     assert links.unmatched.equals(whole.unmatched)
 
