@@ -15,7 +15,7 @@ from wirediff.record.store import RecordWriter, iter_records, latest_replays
 from wirediff.replay.config import Options
 from wirediff.replay.targets import Target
 
-__all__ = ["Writers", "already_replayed", "output_path", "replay_history"]
+__all__ = ["Writers", "output_path", "replay_history"]
 
 
 def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
@@ -39,11 +39,6 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
     ]
     newest = {str(rec["replay_of"]): rec for rec in latest_replays(found)}
     return newest, Counter(str(rec["replay_of"]) for rec in found)
-
-
-def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
-    """The newest replay record of `label` in the output files, by original id."""
-    return replay_history(paths, label)[0]
 
 
 class Writers:
