@@ -1,9 +1,18 @@
 from __future__ import annotations
 
+import json
+import random
+
 import pytest
 
 from wirediff._types import Event
-from wirediff.record.redact import fingerprint, redact_headers, redact_url
+from wirediff.record.redact import (
+    SECRET_FIELD,
+    fingerprint,
+    may_hold_secret_fields,
+    redact_headers,
+    redact_url,
+)
 from wirediff.record.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
 
 KEY = "sk-test-CANARY-0123456789"
@@ -188,3 +197,59 @@ def test_tag_exchange_shapes() -> None:
     assert (
         get_model["model"] == "llama3" and get_model["stream"] is False and get_model["sdk"] is None
     )
+
+
+FIELD_NAMES = [
+    "api_key",
+    "X-Api-Key",
+    "apiKey",
+    "token",
+    "id_token",
+    "Password",
+    "passwd",
+    "client_secret",
+    "private_key",
+    "credentials",
+    "refresh-token",
+]
+OTHER_NAMES = [
+    "prompt_tokens",
+    "cached_tokens",
+    "prompt_cache_key",
+    "key",
+    "monkey",
+    "tokens",
+    "secretary",
+    "keys",
+    "input",
+    "usage",
+    "model",
+]
+
+
+def test_the_pre_check_finds_a_credential_named_key_wherever_it_stands() -> None:
+    """Same answer as looking at every key of the parsed JSON (what `redact_fields` walks),
+    on random documents mixing credential names, look-alikes, and the names as values."""
+    rng = random.Random(7)
+
+    def doc(depth: int = 0) -> object:
+        if depth > 3 or rng.random() < 0.3:
+            return rng.choice([1, None, rng.choice(FIELD_NAMES + OTHER_NAMES), 'a"b'])
+        if rng.random() < 0.4:
+            return [doc(depth + 1) for _ in range(rng.randint(0, 3))]
+        names = rng.sample(OTHER_NAMES + FIELD_NAMES[: rng.randint(0, 2)], rng.randint(0, 4))
+        return {n: doc(depth + 1) for n in names}
+
+    def keys(value: object) -> list[str]:
+        if isinstance(value, dict):
+            return [*value, *(k for v in value.values() for k in keys(v))]
+        return [k for v in value for k in keys(v)] if isinstance(value, list) else []
+
+    seen = {True: 0, False: 0}
+    for _ in range(500):
+        value = doc()
+        text = json.dumps(value, indent=rng.choice([None, 1]))
+        expected = any(SECRET_FIELD.match(k) for k in keys(value))
+        assert may_hold_secret_fields(text) == expected, text
+        seen[expected] += 1
+    assert min(seen.values()) > 50

@@ -297,20 +297,30 @@ _FIELD_NAMES = (
     r"|(access|refresh|auth|session|bearer|id)?[-_]?token|credentials?"
 )
 SECRET_FIELD = re.compile(rf"(?i)^({_FIELD_NAMES})$")
-_SECRET_FIELD_IN_TEXT = re.compile(rf'(?i)"({_FIELD_NAMES})"\s*:')
+_FIELD_NAME = re.compile(rf"(?i)(?:{_FIELD_NAMES})")
+_COLON = re.compile(r"\s*:")
 
 
-_FIELD_WORDS = ("key", "secret", "passw", "token", "credential")
-"""Each name `_FIELD_NAMES` matches holds one of these, lower-cased: a text without any of
-them names no such field (a substring test is a tenth of the regex's cost)."""
+_FIELD_ENDS = ('key"', 'secret"', 'password"', 'passwd"', 'token"', 'credential"', 'credentials"')
+"""Each name `_FIELD_NAMES` matches ends with one of these, lower-cased and followed by the
+key's closing quote: a text without any of them names no such field (a substring test is a
+tenth of the regex's cost; `"prompt_tokens"` passes it)."""
 
 
 def may_hold_secret_fields(text: str) -> bool:
-    """Cheap pre-check on raw JSON text before walking it for `redact_fields`."""
+    """Cheap pre-check on raw JSON text before walking it for `redact_fields`: some key
+    (`"name":`) is a credential field's name. Only the few places a name could end are
+    looked at, never every quote of the text."""
     lowered = text.lower()
-    if not any(word in lowered for word in _FIELD_WORDS):
-        return False
-    return _SECRET_FIELD_IN_TEXT.search(text) is not None
+    for end in _FIELD_ENDS:
+        at = lowered.find(end)
+        while at != -1:
+            close = at + len(end) - 1
+            open_ = lowered.rfind('"', 0, at)
+            if _FIELD_NAME.fullmatch(text, open_ + 1, close) and _COLON.match(lowered, close + 1):
+                return True
+            at = lowered.find(end, close + 1)
+    return False
 
 
 def is_fingerprint(value: str) -> bool:
