@@ -83,6 +83,7 @@ import httpx
 from wirediff._types import Record
 from wirediff.cli.runner import standalone
 from wirediff.errors import CaptureError, PlanError, UsageError
+from wirediff.record.parts import expand_parts
 from wirediff.record.store import iter_records
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
@@ -150,6 +151,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     for p in paths:
         if Path(p).is_dir():
             raise CaptureError(f"{p}: is a directory, not a capture file")
+    for p in expand_parts(paths):  # a rotated session: all its parts
         for rec in iter_records(p):
             records.append(rec)
             capture_of.setdefault(str(rec.get("id")), Path(p))

@@ -8,7 +8,8 @@ from forwarding. So the capture addon sends each snapshot down a pipe (length-pr
 batches. The recorder reads until the pipe closes: what was sent is written even when
 mitmdump is killed. A full disk is reported once, and the records wait (`RecordWriter`).
 
-Usage (started by the addon): python -m wirediff.record.recorder FILE SESSION BODY_CAP [REDACT]
+Usage (started by the addon):
+    python -m wirediff.record.recorder FILE SESSION BODY_CAP [REDACT] [ROTATE]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from wirediff._types import Record
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import Snapshot, exchange_from_snapshot, fallback_record
+from wirediff.record.parts import Rotation, parse_rotation
 from wirediff.record.store import RecordWriter, encode_record
 
 __all__ = ["Job", "Recorder", "build_job", "serve"]
@@ -95,9 +97,16 @@ class _Reporter:
             say(f"capture: {w.waiting + w.lost} records could not be written to {w.path} ({why})")
 
 
-def serve(path: Path, session: str, body_cap: int, redact: frozenset[str], fd: int = 0) -> None:
+def serve(
+    path: Path,
+    session: str,
+    body_cap: int,
+    redact: frozenset[str],
+    fd: int = 0,
+    rotation: Rotation | None = None,
+) -> None:
     """Read jobs from `fd` until it closes; build and append their records."""
-    writer = RecordWriter(path)
+    writer = RecordWriter(path, rotation)
     report = _Reporter(writer)
     buf = bytearray()
     while True:
@@ -139,7 +148,13 @@ class Recorder:
     """
 
     def __init__(
-        self, path: Path, session: str, body_cap: int, redact: frozenset[str], pythonpath: str
+        self,
+        path: Path,
+        session: str,
+        body_cap: int,
+        redact: frozenset[str],
+        pythonpath: str,
+        rotate: str = "",
     ) -> None:
         env = {
             **os.environ,
@@ -157,6 +172,7 @@ class Recorder:
             session,
             str(body_cap),
             ",".join(sorted(redact)),
+            rotate,
         ]
         self.proc = subprocess.Popen(
             cmd,
@@ -278,9 +294,9 @@ NICE = 5
 def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    path, session, cap, redact = [*argv, ""][:4]
+    path, session, cap, redact, rotate = [*argv, "", ""][:5]
     names = frozenset(n for n in redact.split(",") if n)
-    serve(Path(path), session, int(cap), names)
+    serve(Path(path), session, int(cap), names, rotation=parse_rotation(rotate))
     return 0
 
 

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
 log = logging.getLogger(__name__)
@@ -61,12 +63,19 @@ class RecordWriter:
 
     `write` returns False while records wait for the disk (`failure` says why); each
     later `write` (or `retry`, or `close`) tries them again first, in order. Past
-    `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`.
+    `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`. With a
+    `rotation`, the writer goes on in the session's last part and starts the next one
+    (`<session>.<n>.jsonl`, `wirediff.record.parts`) when that one is full, between lines.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | os.PathLike[str], rotation: Rotation | None = None) -> None:
+        self.base = Path(path)
+        self.base.parent.mkdir(parents=True, exist_ok=True)
+        self.rotation = rotation
+        parts = capture_parts(self.base) if rotation is not None else [self.base]
+        self.part = len(parts) - 1 if parts[0] == self.base else 0
+        self.path = part_path(self.base, self.part)
+        self._opened = time.monotonic()
         self._fd: int | None = None
         self._end = 0
         self._waiting: deque[bytes] = deque()
@@ -95,19 +104,28 @@ class RecordWriter:
 
     def retry(self) -> bool:
         """Append what waits; True when nothing is left waiting."""
-        if self._fd is None:
-            try:
-                self._fd = self._open()
-            except OSError as e:
-                self.failure = e
-                return False
         while self._waiting:
+            if self._fd is not None and self._rotation_due():
+                os.close(self._fd)
+                self._fd = None
+                self.part += 1
+                self.path = part_path(self.base, self.part)
+            if self._fd is None:
+                try:
+                    self._fd = self._open()
+                except OSError as e:
+                    self.failure = e
+                    return False
+                self._opened = time.monotonic()
             batch, n = self._waiting[0], 1
             if len(self._waiting) > 1:
+                room = BATCH_BYTES
+                if self.rotation is not None and self.rotation.max_bytes is not None:
+                    room = min(room, self.rotation.max_bytes - self._end)
                 parts: list[bytes] = []
                 size = 0
                 for line in self._waiting:
-                    if parts and size + len(line) > BATCH_BYTES:
+                    if parts and size + len(line) > room:
                         break
                     parts.append(line)
                     size += len(line)
@@ -123,8 +141,20 @@ class RecordWriter:
             for _ in range(n):
                 self._waiting_bytes -= len(self._waiting.popleft())
             self.written += n
+        if self._fd is None:  # nothing waited: open (and check) the file all the same
+            try:
+                self._fd = self._open()
+            except OSError as e:
+                self.failure = e
+                return False
         self.failure = None
         return True
+
+    def _rotation_due(self) -> bool:
+        """The current part is full: the next record starts the next part."""
+        return self.rotation is not None and self.rotation.due(
+            self._end, time.monotonic() - self._opened
+        )
 
     def _cut_back(self) -> None:
         """After a failed or partial write: the file ends with its last whole line again."""
@@ -320,7 +350,8 @@ def _share_repeats(rec: Record, shared: Shared) -> None:
 def load_records(
     paths: Iterable[str | os.PathLike[str]], *, superseded: bool = False
 ) -> list[Record]:
-    """All records of several captures, in file order, to be analysed (not modified);
+    """All records of several captures (each session with all its parts,
+    `wirediff.record.parts`), in file order, to be analysed (not modified);
     failed replay attempts that a resumed `wirediff replay` tried again are left out
     unless `superseded` (see `drop_retried`).
 
@@ -333,7 +364,7 @@ def load_records(
     out: list[Record] = []
     shared: Shared = {}
     with paused_gc(freeze=True):
-        for path in paths:
+        for path in expand_parts(paths):
             for rec in iter_records(path):
                 _share_repeats(rec, shared)
                 out.append(rec)
