@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,9 +85,16 @@ def latency_frame(exchanges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
     return out.reset_index()[LATENCY_COLUMNS]
 
 
-def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
+def analyze(
+    records: list[Record],
+    *,
+    ignore: Sequence[str] = (),
+    repeat_noise: Mapping[int, set[str]] | None = None,
+) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
-    the divergences and the conformance rows alike.
+    the divergences and the conformance rows alike. `repeat_noise`: when `records` are a
+    part of the captures (an original with all its replays), the noise of repeated requests
+    learned from all of them (`wirediff.analysis.comparison.noise.repeated_original_noise`).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -98,7 +105,7 @@ def analyze(records: list[Record], *, ignore: Sequence[str] = ()) -> Analysis:
         events = events_frame(records)
         pairs = pairs_frame(exchanges, events)
         with known_structures():  # both look at the same bodies and events
-            found = divergences(records_by_id, pairs, ignore=ignore)
+            found = divergences(records_by_id, pairs, ignore=ignore, repeat_noise=repeat_noise)
             checked, checks = check_records(records)
         checked = drop_ignored(checked, ignore)
         found = drop_ignored(judge(found, pairs, records_by_id, checks), ignore)

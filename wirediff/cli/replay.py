@@ -151,10 +151,10 @@ def main_replay_args(args: argparse.Namespace) -> int:
     for p in paths:
         if Path(p).is_dir():
             raise CaptureError(f"{p}: is a directory, not a capture file")
-    for p in expand_parts(paths):  # a rotated session: all its parts
-        for rec in iter_records(p):
+    for part in expand_parts(paths):  # a rotated session: all its parts
+        for rec in iter_records(part):
             records.append(rec)
-            capture_of.setdefault(str(rec.get("id")), Path(p))
+            capture_of.setdefault(str(rec.get("id")), part)
     try:
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:

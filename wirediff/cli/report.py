@@ -17,7 +17,7 @@ from wirediff.cli.runner import standalone
 from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
-from wirediff.reports.render import render_html, summary_from, write_csv, write_json
+from wirediff.reports.render import render_html, write_csv, write_summary
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
@@ -58,7 +58,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     model = build(analysis, diagnoses, max_examples=args.max_examples)
     written = [render_html(model, args.output)]
     if args.json:
-        written.append(write_json(summary_from(model), args.json))
+        written.append(write_summary(model, args.json))
     if args.csv:
         written.append(write_csv(model, args.csv))
     t = model.totals

@@ -9,6 +9,7 @@ replay outputs (`<session>.<label>.jsonl`) never are, as a numeric label is refu
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ def _first_part(path: Path) -> Path:
     return path
 
 
-def capture_parts(path: str | Path) -> list[Path]:
+def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     """Every part of the session `path` is a part of, in order (`path` alone when it has
     none, or is no `.jsonl`)."""
     first = _first_part(Path(path))
@@ -103,7 +104,7 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
 
 
-def expand_parts(paths: Iterable[str | Path]) -> list[Path]:
+def expand_parts(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The files of several captures, each session as all its parts, each file once (a glob
     such as `captures/*.jsonl` names the parts too)."""
     out: dict[Path, None] = {}
