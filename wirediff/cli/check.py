@@ -19,10 +19,11 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
+from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.errors import UsageError
-from wirediff.record.store import load_records
+from wirediff.reports.partial import GateCounts, gate_counts
 
-__all__ = ["CHECK_FORMAT", "gate", "parse_kinds", "register", "write_junit"]
+__all__ = ["CHECK_FORMAT", "gate", "gate_from", "parse_kinds", "register", "write_junit"]
 
 ALL_KINDS = kind_names()
 CHECK_FORMAT = "wirediff-check/1"
@@ -53,24 +54,18 @@ def gate(
     """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
     above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
     fails the gate, it is shown)."""
-    place = exchanges.assign(
-        family=exchanges["family"].fillna("other").astype(str),
-        transport=exchanges["transport"].fillna("http").astype(str),
-    ).set_index("id")[["family", "transport"]]
-    located = (
-        findings.drop(columns=["family"]).merge(
-            place, left_on="candidate_id", right_index=True, how="inner"
-        )
-        if len(findings)
-        else None
-    )
-    failing: set[tuple[str, str, str]] = set()
-    if located is not None and len(located):
-        hit = (located["severity"].map(severity_rank) <= severity_rank(severity)) | located[
-            "kind"
-        ].isin(fail_on)
-        for row in located.loc[hit, ["label", "family", "transport"]].itertuples(index=False):
-            failing.add((str(row.label), str(row.family), str(row.transport)))
+    return gate_from(verdicts, gate_counts(findings, exchanges), severity, fail_on)
+
+
+def gate_from(
+    verdicts: pd.DataFrame, counts: GateCounts, severity: str, fail_on: tuple[str, ...]
+) -> pd.DataFrame:
+    """`gate`, from the worst severity and the kinds of each cell's findings."""
+    failing = {
+        cell
+        for cell, (rank, kinds) in counts.items()
+        if rank <= severity_rank(severity) or kinds & set(fail_on)
+    }
     fails = [
         role == "candidate"
         and (verdict in FAILING_VERDICTS or (label, family, transport) in failing)
@@ -134,36 +129,17 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from wirediff.analysis.comparison.analyze import analyze, findings_of
-
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    baseline = load_records([args.baseline])
-    base_ids = {r["id"] for r in baseline}
-    records = list(baseline)
-    linked = 0
-    for path in args.candidates:
-        candidate = load_records([path])
-        replays = [r for r in candidate if r.get("replay_of") in base_ids]
-        if not replays:
-            raise UsageError(
-                f"{path}: no exchange replays {args.baseline} (run `wirediff replay` first)"
-            )
-        linked += len(replays)
-        records += candidate
-    result = analyze(records)
-    gated = gate(
-        result.verdicts,
-        findings_of(result.divergences, result.conformance),
-        result.exchanges,
-        args.fail_on_severity,
-        fail_on,
-    )
+    with open_run(args) as run:
+        result = run.check(args.baseline, args.candidates)
+    gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
+    linked = result.linked
     passed = not gated["fails"].any()
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
     print(
-        f"{linked} replayed exchanges compared against {len(baseline)} baseline exchanges; the gate fails on {what}"
+        f"{linked} replayed exchanges compared against {result.baseline} baseline exchanges; the gate fails on {what}"
     )
     items = verdict_items(gated)
     for row in items:
@@ -220,4 +196,5 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="write a JUnit XML report (one testcase per candidate and family)",
     )
+    add_engine_options(c)
     c.set_defaults(func=cmd_check)

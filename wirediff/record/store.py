@@ -210,15 +210,29 @@ records in a call, which saves a fifth of their memory."""
 _RECORD_START = b'{"format":'
 
 
-def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
+class LineError(CaptureError):
+    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
+
+    def __init__(self, path: object, lineno: int, text: str) -> None:
+        super().__init__(f"{path}:{lineno}: {text}")
+        self.lineno, self.text = lineno, text
+
+
+Torn = list[tuple[int, str]]
+"""Lines skipped as torn writes: `(lineno, why)`."""
+
+
+def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
     """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
-    when a whole record was appended after the fragment, that record."""
+    when a whole record was appended after the fragment, that record (and its text)."""
     try:
-        return json.loads(line)
+        return line, json.loads(line)
     except RecursionError:
-        raise CaptureError(
-            f"{p}:{lineno}: record nested too deeply to read (over {MAX_DEPTH} levels "
-            "is kept as text by the capture)"
+        raise LineError(
+            p,
+            lineno,
+            f"record nested too deeply to read (over {MAX_DEPTH} levels "
+            "is kept as text by the capture)",
         ) from None
     except ValueError:
         pass
@@ -226,17 +240,18 @@ def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
     if at > 0:
         with contextlib.suppress(ValueError, RecursionError):
             value = json.loads(line[at:])
-            torn.append(f"{p}:{lineno}: a torn line before a whole record: the fragment skipped")
-            return value
-    torn.append(f"{p}:{lineno}: not a JSON record (a torn write): skipped")
-    return None
+            torn.append((lineno, "a torn line before a whole record: the fragment skipped"))
+            return line[at:], value
+    torn.append((lineno, "not a JSON record (a torn write): skipped"))
+    return line, None
 
 
 Parsed = list[tuple[int, bytes, Any]]
 
 
-def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Parsed:
-    """`(lineno, line, value)` for each line of `batch`; torn lines left out."""
+def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
+    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
+    the whole record after a torn fragment)."""
     if not batch:
         return []
     try:
@@ -247,27 +262,33 @@ def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Pa
         pass
     out = []  # one line at a time, to find the bad ones
     for lineno, line in batch:
-        value = _parse_line(p, lineno, line, torn)
+        text, value = _parse_line(p, lineno, line, torn)
         if value is not None:
-            out.append((lineno, line, value))
+            out.append((lineno, text, value))
     return out
 
 
-def _checked(p: Path, parsed: Parsed) -> Iterator[Record]:
-    """Each value once it is a readable `wirediff/1` record; bodies nested too deeply
-    become text (`limit_depth`, for lines with brackets enough to nest that deep)."""
+def checked(p: Path, parsed: Parsed) -> Iterator[tuple[int, bytes, Record]]:
+    """Each `(lineno, text, value)` once the value is a readable `wirediff/1` record;
+    bodies nested too deeply become text (`limit_depth`, for lines with brackets enough to
+    nest that deep)."""
     for lineno, line, rec in parsed:
         found = problem(rec)
         if found:
             if found.startswith("not a"):
-                raise CaptureError(f"{p}:{lineno}: {found}")
-            raise CaptureError(f"{p}:{lineno}: malformed {FORMAT} record ({found})")
-        if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
-            limit_depth(rec)
-        yield rec
+                raise LineError(p, lineno, found)
+            raise LineError(p, lineno, f"malformed {FORMAT} record ({found})")
+        yield lineno, line, read_depth(line, rec)
 
 
-def _is_json(line: bytes) -> bool:
+def read_depth(line: bytes, rec: Record) -> Record:
+    """`rec`, parsed from `line`, with bodies nested too deeply kept as text."""
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+        limit_depth(rec)
+    return rec
+
+
+def is_json(line: bytes) -> bool:
     try:
         json.loads(line)
     except (ValueError, RecursionError):
@@ -284,17 +305,17 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         fh = p.open("rb")
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
-    torn: list[str] = []
+    torn: Torn = []
     records = 0
 
     def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
         nonlocal records
-        parsed = _parse_batch(p, batch, torn)
+        parsed = parse_batch(p, batch, torn)
         if parsed or records:  # warnings only for a file that is a capture
-            for warning in torn:
-                log.warning(warning)
+            for lineno, why in torn:
+                log.warning(f"{p}:{lineno}: {why}")
             torn.clear()
-        for rec in _checked(p, parsed):
+        for _, _, rec in checked(p, parsed):
             records += 1
             yield rec
 
@@ -304,7 +325,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            if not line.endswith(b"\n") and not _is_json(line):
+            if not line.endswith(b"\n") and not is_json(line):
                 break  # the last line, unfinished: a write in progress or cut by a crash
             lines += 1
             batch.append((lineno, line))
@@ -319,7 +340,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
 Shared = dict[tuple[Any, ...], Any]
 
 
-def _share_repeats(rec: Record, shared: Shared) -> None:
+def share_repeats(rec: Record, shared: Shared) -> None:
     """Make equal header pairs, and equal client (`tags.sdk`) and auth (`tags.auth`)
     descriptions, one object each across records.
 
@@ -359,14 +380,14 @@ def load_records(
     them alone (`gc.freeze`): parsed JSON holds no reference cycles, so reference counting
     frees the records when they are dropped, and collections that walk millions of record
     objects again and again would otherwise take most of the time of loading and analysis.
-    Repeated headers and client descriptions are shared between records (`_share_repeats`).
+    Repeated headers and client descriptions are shared between records (`share_repeats`).
     """
     out: list[Record] = []
     shared: Shared = {}
     with paused_gc(freeze=True):
         for path in expand_parts(paths):
             for rec in iter_records(path):
-                _share_repeats(rec, shared)
+                share_repeats(rec, shared)
                 out.append(rec)
     return out if superseded else drop_retried(out)
 

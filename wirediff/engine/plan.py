@@ -1,0 +1,202 @@
+"""From the scanned chunks to the work: the index of every record in load order (failed replay
+attempts tried again left out, as loading leaves them out), the comparison partitions, the
+repeated requests whose noise is learned first, and the failing chains.
+
+Partitions keep each original with all its replays (a replay of a replay too): a record's
+partition is a range of the 64-bit digest of its root id (the original it was replayed from,
+or itself), so partitions are even whatever the traffic, and a dataset written sorted by that
+digest (`wirediff export`) is read a few row groups per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from wirediff import FORMAT
+from wirediff.analysis.comparison.noise import NOISE_SAMPLES
+from wirediff.engine.scan import Scanned
+from wirediff.engine.sources import Source, open_binary
+from wirediff.errors import CaptureError
+from wirediff.record.store import RETRIED_KINDS
+
+__all__ = [
+    "Index",
+    "build_index",
+    "line_number",
+    "noise_samples",
+    "partitions",
+    "root_digests",
+]
+
+log = logging.getLogger("wirediff.record.store")
+SKIPPED = "skipped"
+
+
+def line_number(url: str, offset: int) -> int:
+    """The line of a file that starts at byte `offset` (counting newlines before it)."""
+    n = 1
+    with open_binary(url) as fh:
+        left = offset
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            n += block.count(b"\n")
+            left -= len(block)
+    return n
+
+
+def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
+    """Warn about torn lines and raise the first problem, file by file, as loading each
+    file whole would (`wirediff.record.store.iter_records`)."""
+    by_src: dict[int, list[Scanned]] = {}
+    for s in scans:
+        by_src.setdefault(s.src, []).append(s)
+    for src, parts in sorted(by_src.items()):
+        url = sources[src].url
+        error = next((s.error for s in parts if s.error is not None), None)
+        torn = [t for s in parts for t in s.torn]
+        if error is not None:
+            torn = [t for t in torn if t[0] < error[0]]
+        if any(s.records for s in parts):
+            for offset, why in torn:
+                log.warning(f"{url}:{line_number(url, offset)}: {why}")
+        if error is not None:
+            raise CaptureError(f"{url}:{line_number(url, error[0])}: {error[1]}")
+        if sum(s.lines for s in parts) and not sum(s.records for s in parts):
+            raise CaptureError(f"{url}: not a {FORMAT} capture (no line is a JSON record)")
+
+
+def _kept(frame: pd.DataFrame) -> np.ndarray:
+    """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
+    tried again later are left out (the newest attempt at an original and label stays)."""
+    replay = frame["replay_of"].map(lambda r: bool(r)).to_numpy(dtype=bool)
+    if not replay.any():
+        return np.ones(len(frame), dtype=bool)
+    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()
+    order = pd.DataFrame(
+        {
+            "of": frame["replay_of"].astype(str),
+            "label": frame["label"],
+            "started": started,
+            "i": np.arange(len(frame)),
+        }
+    )[replay]
+    newest = order.sort_values(["of", "label", "started", "i"], kind="stable").drop_duplicates(
+        ["of", "label"], keep="last"
+    )
+    latest = np.zeros(len(frame), dtype=bool)
+    latest[newest["i"].to_numpy()] = True
+    retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy()
+    return ~replay | latest | ~retried
+
+
+@dataclass
+class Index:
+    """Every record to analyse, in load order (a row's position is its place among all)."""
+
+    sources: list[Source]
+    frame: pd.DataFrame
+    scope: np.ndarray
+    """The argument each record came from."""
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+DIGESTS = ("id_digest", "replay_digest", "request_digest", "body_digest", "hop_digest")
+
+
+def build_index(
+    sources: list[Source],
+    scopes: Sequence[int],
+    scans: Sequence[Scanned],
+    *,
+    retried: bool = False,
+) -> Index:
+    """The index of the scanned chunks (in source order, and each source's own order),
+    failed replay attempts tried again left out within each scope (an argument of `check`;
+    all of them else) unless `retried`."""
+    _say(sources, scans)
+    frames = [s.frame for s in scans if len(s.frame)]
+    if not frames:
+        return Index(sources, _empty(), np.zeros(0, dtype=np.int64))
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame = frame.sort_values(["src", "ordinal"], kind="stable").reset_index(drop=True)
+    frame["status"] = frame["status"].astype("Int64")
+    for name in DIGESTS:
+        frame[name] = frame[name].astype(np.uint64)
+    scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
+    keep = np.ones(len(frame), dtype=bool)
+    for s in [] if retried else np.unique(scope).tolist():
+        mine = np.flatnonzero(scope == s)
+        keep[mine] = _kept(frame.iloc[mine])
+    if not keep.all():
+        frame, scope = frame[keep].reset_index(drop=True), scope[keep]
+    return Index(sources, frame, scope)
+
+
+def _empty() -> pd.DataFrame:
+    from wirediff.engine.scan import INDEX_COLUMNS
+
+    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS])
+
+
+def root_digests(frame: pd.DataFrame) -> np.ndarray:
+    """Per record, the digest of the original it goes back to through `replay_of` (itself
+    for an original; a replay of a replay goes back further; a missing original's id)."""
+    own = frame["id_digest"].to_numpy(dtype=np.uint64)
+    parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replay = frame["replay_of"].notna().to_numpy() & (parent != 0)
+    root = np.where(replay, parent, own)
+    ids, parents = own[replay], parent[replay]
+    order = np.argsort(ids, kind="stable")
+    ids, parents = ids[order], parents[order]
+    for _ in range(64):  # a chain of replays of replays, followed to its original
+        at = np.clip(np.searchsorted(ids, root), 0, max(len(ids) - 1, 0))
+        hit = (ids[at] == root) if len(ids) else np.zeros(len(root), dtype=bool)
+        hit &= parents[at] != root
+        if not hit.any():
+            break
+        root = np.where(hit, parents[at], root)
+    return root
+
+
+def partitions(frame: pd.DataFrame, count: int) -> np.ndarray:
+    """Each record's comparison partition, of `count`: a range of its root's digest."""
+    root = root_digests(frame)
+    return ((root >> np.uint64(32)) * np.uint64(count) >> np.uint64(32)).astype(np.int64)
+
+
+def noise_samples(frame: pd.DataFrame) -> list[tuple[int, list[int]]]:
+    """The repeated requests whose noise is learned before comparing: `(request digest,
+    rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
+    replayed originals repeat — in the order a whole analysis meets them (by the first
+    replay of each original that was sent)."""
+    replay_of = frame["replay_of"]
+    sent = replay_of.notna() & (frame["error_kind"] != SKIPPED)
+    ids = frame["id"]
+    known = sent & replay_of.isin(ids)
+    if not known.any():
+        return []
+    first = (
+        pd.DataFrame({"of": replay_of[known], "at": np.flatnonzero(known.to_numpy())})
+        .groupby("of", sort=False)["at"]
+        .min()
+    )
+    row_of = pd.Series(np.arange(len(frame)), index=ids).groupby(level=0).last()
+    baselines = pd.DataFrame(
+        {"at": first.to_numpy(), "row": row_of.reindex(first.index).to_numpy()}
+    )
+    baselines["request"] = frame["request_digest"].to_numpy()[baselines["row"].to_numpy()]
+    baselines = baselines.sort_values("at", kind="stable")
+    out = []
+    for request, group in baselines.groupby("request", sort=False):
+        if len(group) >= 2:
+            out.append((int(str(request)), group["row"].head(1 + NOISE_SAMPLES).tolist()))
+    return out
