@@ -90,11 +90,13 @@ def analyze(
     *,
     ignore: Sequence[str] = (),
     repeat_noise: Mapping[int, set[str]] | None = None,
+    judge_cells: bool = True,
 ) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
     the divergences and the conformance rows alike. `repeat_noise`: when `records` are a
     part of the captures (an original with all its replays), the noise of repeated requests
-    learned from all of them (`wirediff.analysis.comparison.noise.repeated_original_noise`).
+    learned from all of them (`wirediff.analysis.comparison.noise.repeated_original_noise`);
+    then the verdicts are judged on the merge of all parts, not here (`judge_cells` false).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -117,7 +119,11 @@ def analyze(
             divergences=found,
             conformance=checked,
             latency=latency_frame(exchanges, events),
-            verdicts=verdicts(exchanges, findings_of(found, checked), records_by_id, pairs),
+            verdicts=(
+                verdicts(exchanges, findings_of(found, checked), records_by_id, pairs)
+                if judge_cells
+                else pd.DataFrame(columns=["label", "role", "family", "transport"])
+            ),
         )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wirediff._support import paused_gc
 from wirediff.analysis.diagnosis.chains import chain_rows_from
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN
 from wirediff.engine import tasks
@@ -90,7 +91,8 @@ def scan_inputs(
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    return fn(*args)
+    with paused_gc():
+        return fn(*args)
 
 
 def compare(

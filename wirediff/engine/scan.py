@@ -23,7 +23,7 @@ from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
 from wirediff.engine.sources import JSONL, Source, open_binary
-from wirediff.record.keys import body_digest, digest, hop_digest, request_digest
+from wirediff.record.keys import digest, digests
 from wirediff.record.store import BATCH_LINES, LineError, Torn, checked, is_json, parse_batch
 
 __all__ = [
@@ -89,8 +89,8 @@ def index_row(rec: Record) -> tuple[Any, ...]:
         if type(picked[i]) is str:
             picked[i] = sys.intern(picked[i])
     replay_of = rec.get("replay_of")
-    request = rec["request"]
     candidate = isinstance(rec.get("listener"), str) and replay_of is None
+    request, body, hop = digests(rec, candidate)
     models = None
     if picked[12] == "/v1/models" and picked[7] == "GET" and picked[10] == 200:
         listed = models_listed(rec)
@@ -99,9 +99,9 @@ def index_row(rec: Record) -> tuple[Any, ...]:
         *picked,
         digest(rec["id"]),
         digest(replay_of) if replay_of else 0,
-        request_digest(rec),
-        body_digest(request),
-        hop_digest(request) if candidate else 0,
+        request,
+        body,
+        hop,
         redirect_location(rec),
         exchange_ok(rec),
         models,

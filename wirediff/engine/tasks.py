@@ -39,11 +39,13 @@ Locators = tuple[list[int], list[int], list[int]]
 
 
 def scan(sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
-    return scan_chunk(sources[src], src, start, end)
+    with paused_gc():
+        return scan_chunk(sources[src], src, start, end)
 
 
 def fetch(sources: Sequence[Source], where: Locators) -> list[dict[str, Any]]:
-    return read_records(sources, *where)
+    with paused_gc():
+        return read_records(sources, *where)
 
 
 def learn_noise(
@@ -83,7 +85,7 @@ def compare_part(
     """Pair, diff, validate and judge one partition: originals with all their replays."""
     with paused_gc():
         records = read_records(sources, *where)
-        analysis = analyze(records, ignore=ignore, repeat_noise=noise)
+        analysis = analyze(records, ignore=ignore, repeat_noise=noise, judge_cells=False)
         part, ffr, order = collect(analysis, positions, max_examples=max_examples, report=report)
         out = list(zip(order, ffr.itertuples(index=False, name=None), strict=True)) if rows else []
         out.sort(key=lambda r: r[0])

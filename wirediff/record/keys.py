@@ -15,6 +15,7 @@ __all__ = [
     "body_digest",
     "body_key",
     "digest",
+    "digests",
     "hop_digest",
     "hop_key",
     "prompt_text",
@@ -128,6 +129,25 @@ def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
         return ("prompt", prompt)
     route = str(request.get("path") or "").split("?")[0]
     return ("body", body_key(request), request.get("method"), route)
+
+
+def digests(record: Mapping[str, Any], hop: bool) -> tuple[int, int, int]:
+    """`request_digest`, `body_digest` and (with `hop`, else 0) `hop_digest` of a record,
+    its body serialised once."""
+    req = record.get("request") or {}
+    resp = record.get("response") or {}
+    body = req.get("body")
+    text = canonical(body)
+    head = [record.get("label"), req.get("method"), req.get("path"), resp.get("status")]
+    request = digest(canonical(head) + text)
+    content = digest(text) if body is not None else body_digest(req)
+    if not hop:
+        return request, content, 0
+    prompt = prompt_text(body)
+    if prompt is not None:
+        return request, content, digest(canonical(["prompt", prompt]))
+    route = str(req.get("path") or "").split("?")[0]
+    return request, content, digest(canonical(["body", content, req.get("method"), route]))
 
 
 def hop_digest(request: Mapping[str, Any]) -> int:
