@@ -45,7 +45,9 @@ imports: $(STAMP)
 check: lint typecheck imports
 
 bench: $(STAMP)
+	$(PY) bench/mitmdump_startup.py
 	$(PY) bench/capture_overhead.py
+	$(PY) bench/long_event.py
 	$(PY) bench/replay_throughput.py
 	$(PY) bench/analysis_scale.py
 

@@ -33,11 +33,14 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
 
 from wirediff._types import Record  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
-from wirediff.record.build import build_record, exchange_secrets  # noqa: E402
+from wirediff.record.build import (  # noqa: E402
+    build_record,
+    exchange_secrets,
+    fallback_record,
+)
 from wirediff.record.flow import (  # noqa: E402
     WEBSOCKET_TAP,
     exchange_from_flow,
-    fallback_record,
     header_pairs,
     is_open_ended,
     snapshot,
@@ -54,6 +57,8 @@ from wirediff.record.redact import (  # noqa: E402
 from wirediff.record.store import RecordWriter  # noqa: E402
 from wirediff.record.tap import StreamTap, is_sse  # noqa: E402
 from wirediff.record.websocket import WebSocketTap  # noqa: E402
+
+__all__ = ["LABEL_HEADER", "REPLAY_OF_HEADER", "Capture", "addons"]
 
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
@@ -432,7 +437,7 @@ class Capture:
                 self.session,
                 e,
                 label=self._label(flow),
-                seq=flow.metadata.get("wirediff.seq"),
+                seq=flow.metadata.get("wirediff.seq", self.seq),
                 replay_of=flow.metadata.get("wirediff.replay_of"),
             )
         self._write(rec)

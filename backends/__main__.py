@@ -18,6 +18,8 @@ from wirediff.backends.server import FAULT_MODELS
 from wirediff.backends.standin import make_standin
 from wirediff.profiles import load_profiles
 
+__all__ = ["main"]
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     known = sorted(load_profiles())

@@ -74,6 +74,11 @@ class Client:
         return s.get("user_agent") or "no user agent"
 
     @property
+    def user_agent(self) -> str | None:
+        """None: the client sent none (its record's `tags.sdk` may be null)."""
+        return self.sdk.get("user_agent")
+
+    @property
     def details(self) -> list[str]:
         """The rest: the SDK under an application, the runtime, sync or async."""
         s, out = self.sdk, []
@@ -108,9 +113,9 @@ class Capture:
         }
 
 
-def _sdk(record: Record | None) -> dict[str, Any]:
-    sdk = ((record or {}).get("tags") or {}).get("sdk")
-    return sdk if isinstance(sdk, dict) else {}
+def _sdk(record: Record | None) -> Mapping[str, Any]:
+    sdk = record["tags"].get("sdk") if record is not None else None
+    return sdk if sdk is not None else {}
 
 
 @dataclass(slots=True)
@@ -245,8 +250,9 @@ def collect_skipped(
         part["stream"].eq(True).tolist(),
         strict=True,
     ):
-        error = (records_by_id.get(rid) or {}).get("error") or {}
-        reason = redact(error.get("message") or "no reason recorded")
+        rec = records_by_id.get(rid)
+        error = rec.get("error") if rec is not None else None
+        reason = redact((error["message"] if error is not None else "") or "no reason recorded")
         key = (label, endpoint, id_free(reason))
         found = groups.get(key)
         if found is None:

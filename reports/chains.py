@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
+from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
@@ -144,11 +145,7 @@ def _auth(rec: Record) -> str:
 
 def _step(rec: Record) -> Step:
     req, resp = rec.get("request") or {}, rec.get("response")
-    status = (
-        str(resp.get("status"))
-        if resp
-        else str((rec.get("error") or {}).get("kind") or "no response")
-    )
+    status = str(resp.get("status")) if resp else str(error_kind(rec) or "no response")
     return Step(
         str(req.get("method") or ""),
         path_only(req.get("path")),
@@ -241,7 +238,7 @@ def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any
     """What a chain's drawing is made of, read from its records (cheap: no drawing)."""
     out = []
     for i in ids:
-        rec = records_by_id.get(i) or {}
+        rec: Mapping[str, Any] = records_by_id.get(i) or {}  # a missing one: nothing to draw
         req, resp = rec.get("request") or {}, rec.get("response") or {}
         auth = (rec.get("tags") or {}).get("auth") or {}
         out.append(

@@ -240,10 +240,10 @@ class Layout:
         req, resp = record.get("request") or {}, record.get("response")
         self.add(f"{req.get('method', '')} {path_only(req.get('path'))}", ("request",), note=True)
         if not resp:
-            err = record.get("error") or {}
-            self.add(f"no response: {err.get('kind', '?')}", ("response", "status"))
-            if err.get("message"):
-                self.add(str(err["message"]), ("response",))
+            err = record.get("error")
+            self.add(f"no response: {err['kind'] if err else '?'}", ("response", "status"))
+            if err and err["message"]:
+                self.add(err["message"], ("response",))
             return
         self.add(f"HTTP {resp.get('status')} {resp.get('reason') or ''}".rstrip(), ("status",))
         for name, value in resp.get("headers") or ():
@@ -252,9 +252,9 @@ class Layout:
                 self.add(f"{low}: {value}", (f"headers.{low}", low))
         if kind == "header":
             return
-        chat = (record.get("tags") or {}).get("family") in ("chat.completions", "completions")
-        if resp.get("events") is not None:
-            self.stream(resp["events"], chat)
+        chat = record["tags"].get("family") in ("chat.completions", "completions")
+        if (events := resp.get("events")) is not None:
+            self.stream(events, chat)
         elif resp.get("body") is not None:
             self.json(resp["body"])
         elif resp.get("text"):

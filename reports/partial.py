@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import findings_of
 from wirediff.analysis.comparison.kinds import severity_rank
@@ -133,7 +134,8 @@ def finding_order(analysis: AnalysisLike, place: Mapping[str, Any]) -> list[tupl
     pairs, records = analysis.pairs, analysis.records_by_id
     first: dict[str, Any] = {}
     for bid, cid in zip(pairs["baseline_id"].tolist(), pairs["candidate_id"].tolist(), strict=True):
-        if ((records.get(cid) or {}).get("error") or {}).get("kind") != SKIPPED:
+        rec = records.get(cid)
+        if rec is None or error_kind(rec) != SKIPPED:
             first.setdefault(bid, place[cid])
     keys: list[tuple[Any, ...]] = []
     div = analysis.divergences

@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._types import Record
+from wirediff._support import error_kind
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import event_label
 
 __all__ = [
@@ -100,19 +101,18 @@ class Timeline:
         return max([*self.baseline_ticks, *self.candidate_ticks, 1.0])
 
 
-def _events(record: Record | None) -> list[Mapping[str, Any]] | None:
-    resp = (record or {}).get("response") or {}
-    events = resp.get("events")
-    return events if isinstance(events, list) else None
+def _events(record: Record | None) -> list[Event] | None:
+    resp = record.get("response") if record is not None else None
+    return resp["events"] if resp is not None else None
 
 
 def sent(record: Record | None) -> bool:
     """Not a replay step recorded as skipped."""
-    return ((record or {}).get("error") or {}).get("kind") != "skipped"
+    return record is None or error_kind(record) != "skipped"
 
 
 def is_chat(record: Record | None) -> bool:
-    return ((record or {}).get("tags") or {}).get("family") in CHAT_FAMILIES
+    return record is not None and record["tags"].get("family") in CHAT_FAMILIES
 
 
 def labels(record: Record | None) -> tuple[str, ...]:
@@ -120,7 +120,7 @@ def labels(record: Record | None) -> tuple[str, ...]:
     chat = is_chat(record)
     out: list[str] = []
     for ev in _events(record) or ():
-        label = event_label(ev, chat)  # type: ignore[arg-type]
+        label = event_label(ev, chat)
         if label.endswith(".delta"):
             label += "+"
             if out and out[-1] == label:
@@ -134,7 +134,7 @@ def runs(record: Record | None) -> list[Run]:
     chat = is_chat(record)
     out: list[Run] = []
     for ev in _events(record) or ():
-        label = event_label(ev, chat)  # type: ignore[arg-type]
+        label = event_label(ev, chat)
         if label.endswith(".delta"):
             label += "+"
         data = ev.get("data")
@@ -178,7 +178,7 @@ def align(base: Sequence[Run], cand: Sequence[Run]) -> list[Row]:
 def ticks(record: Record | None) -> list[float]:
     """Event times of a stream, evenly sampled down to MAX_TICKS."""
     times = [
-        float(ev["t_ms"]) for ev in _events(record) or () if isinstance(ev.get("t_ms"), int | float)
+        float(t) for ev in _events(record) or () if isinstance(t := ev.get("t_ms"), int | float)
     ]
     if len(times) <= MAX_TICKS:
         return times

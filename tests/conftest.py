@@ -14,12 +14,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import pytest
+from openai.types.websocket_connection_options import WebSocketConnectionOptions
 
 from wirediff._types import Record
 from wirediff.cli.netutil import free_port, wait_port
+
+NOT_PROXIED = cast(WebSocketConnectionOptions, {"proxy": None})
+"""`client.responses.connect()` straight to loopback, not through a proxy the environment
+names (a `websockets` option the SDK's type does not list)."""
 
 __all__ = [
     "REQUIRED_ENV",
@@ -130,11 +135,11 @@ class Mitmdump:
     def ca_cert(self) -> Path:
         return self.confdir / "mitmproxy-ca-cert.pem"
 
-    def records(self, n: int | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def records(self, n: int | None = None, timeout: float = 10.0) -> list[Record]:
         """The capture's records; with `n`, wait until at least n are written."""
         from wirediff.record.store import load_records
 
-        def read() -> list[dict[str, Any]] | None:
+        def read() -> list[Record] | None:
             if not self.capture_file.exists():
                 return None if n else []
             recs = load_records([self.capture_file])

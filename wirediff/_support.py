@@ -7,12 +7,26 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["clip", "is_2xx", "paused_gc"]
+from wirediff._types import Record
+
+__all__ = ["clip", "error_kind", "is_2xx", "paused_gc", "response_status"]
 
 
 def is_2xx(status: Any) -> bool:
     """A success status; anything that is not an integer (a missing answer) is not."""
     return isinstance(status, int) and not isinstance(status, bool) and 200 <= status < 300
+
+
+def error_kind(record: Record) -> str | None:
+    """The record's `error.kind`; None: the exchange ended normally."""
+    error = record.get("error")
+    return error["kind"] if error is not None else None
+
+
+def response_status(record: Record) -> int | None:
+    """The answer's status; None: no answer came."""
+    response = record.get("response")
+    return response["status"] if response is not None else None
 
 
 def clip(text: str, limit: int) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from wirediff._support import clip, is_2xx
+from wirediff._support import clip, error_kind, is_2xx, response_status
 from wirediff._types import Record
 from wirediff.analysis.comparison.compare import error_message
 from wirediff.analysis.comparison.impact import Failure, Outcome
@@ -66,7 +66,9 @@ class Break:
 def server_words(record: Record) -> str:
     """The server's own error message in an answer (an error object's `message`, a bare
     `message` or FastAPI's `detail`, an error event, or the text), shortened."""
-    resp = record.get("response") or {}
+    resp = record.get("response")
+    if resp is None:
+        return ""
     doc = resp.get("body")
     for ev in resp.get("events") or ():
         if isinstance(ev, dict) and is_error_body(ev.get("data")):
@@ -126,8 +128,7 @@ def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
         and outcome.get("usage") == "absent"
     ):
         out.append(_usage(outcome.probe_of("usage")))
-    status = (record.get("response") or {}).get("status")
-    if body.get("stream") is True and is_2xx(status):
+    if body.get("stream") is True and is_2xx(response_status(record)):
         for key in ("chunks", "events"):
             if outcome.get(key) == "none":
                 out.append(_lost(outcome.probe_of(key), key, "none"))
@@ -143,7 +144,7 @@ def pair_breaks(base: Record, cand: Record, b: Outcome, c: Outcome) -> tuple[Bre
     if not b.judged:
         return ()
     if not cand.get("response"):
-        kind = (cand.get("error") or {}).get("kind") or "no response"
+        kind = error_kind(cand) or "no response"
         probe = b.probes[0][1] if b.probes else ""
         message = f"`{probe}` raises APIConnectionError: no answer ({kind})"
         return (Break(RAISES, probe, message, b.get("raises") or "", "APIConnectionError"),)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.compare import Finding, compare
 from wirediff.analysis.comparison.noise import (
@@ -61,10 +62,7 @@ def divergences(
     repeated requests, learned beforehand (`wirediff.analysis.comparison.noise`), when
     these pairs are a part of the captures.
     """
-    sent = [
-        (records_by_id[c].get("error") or {}).get("kind") != "skipped"
-        for c in pairs["candidate_id"].tolist()
-    ]
+    sent = [error_kind(records_by_id[c]) != "skipped" for c in pairs["candidate_id"].tolist()]
     pairs = pairs.loc[sent] if not all(sent) else pairs
     if pairs.empty:
         return pd.DataFrame(columns=DIVERGENCE_COLUMNS)

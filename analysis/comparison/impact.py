@@ -139,8 +139,8 @@ def _answer(record: Record) -> httpx.Response | None:
         content = _sse(events)
     elif resp.get("body") is not None:
         content = json.dumps(resp["body"]).encode()
-    elif isinstance(resp.get("text"), str):
-        content = resp["text"].encode()
+    elif isinstance(text := resp.get("text"), str):
+        content = text.encode()
     elif resp.get("b64") is not None or resp.get("complete") is False:
         return None
     else:

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wirediff._support import is_2xx
-from wirediff._types import JSON, Event, Record
+from wirediff._support import error_kind, is_2xx
+from wirediff._types import JSON, Event, Record, RecordResponse
 from wirediff.analysis.comparison.shapes import (
     Frozen,
     Shape,
@@ -98,7 +98,7 @@ def observe(record: Record) -> Observed:
     """Reduce a record to the facts `compare` looks at."""
     resp = record.get("response")
     if not resp:
-        failure = (record.get("error") or {}).get("kind") or "no response"
+        failure = error_kind(record) or "no response"
         return Observed(responded=False, failure=str(failure))
     # The first of repeated headers counts: it is set last, going backwards.
     headers = {name.lower(): value for name, value in reversed(resp.get("headers") or ())}
@@ -128,7 +128,7 @@ def observe(record: Record) -> Observed:
     return obs
 
 
-def _observe_error(obs: Observed, resp: dict[str, Any]) -> None:
+def _observe_error(obs: Observed, resp: RecordResponse) -> None:
     """The document to hold against the OpenAI `Error` object: the body, or the stream's
     error event."""
     events = resp.get("events")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import is_2xx
+from wirediff._support import error_kind, is_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
@@ -71,10 +71,10 @@ def severity_of(
 
 
 def _failed(record: Record | None) -> bool:
-    resp = (record or {}).get("response")
-    if not isinstance(resp, dict):
+    resp = record["response"] if record is not None else None
+    if resp is None or record is None:
         return True
-    return not is_2xx(resp.get("status")) or bool((record or {}).get("tags", {}).get("soft_error"))
+    return not is_2xx(resp["status"]) or record["tags"]["soft_error"]
 
 
 _pairs: dict[tuple[Outcome, Outcome], tuple[Break, ...]] = {}
@@ -115,7 +115,7 @@ def judge(
     for meta in zip(*(pairs[c].tolist() for c in meta_cols), strict=True):
         pair_id, _, _, bid, cid = meta[:5]
         base, cand = records_by_id.get(bid), records_by_id.get(cid)
-        if base is None or cand is None or (cand.get("error") or {}).get("kind") == "skipped":
+        if base is None or cand is None or error_kind(cand) == "skipped":
             continue
         b_check, c_check = checks.get(bid, _NO_CHECK), checks.get(cid, _NO_CHECK)
         alone = {(b.rule, b.probe) for b in c_check.breaks}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import error_kind, response_status
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
@@ -97,25 +98,29 @@ def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[
 def route_failure(record: Record | None) -> bool:
     """The answer says "not here": 404/405/501 not about a model, an error where a 2xx
     answer belongs (nothing else in it), or a WebSocket upgrade refused."""
-    resp = (record or {}).get("response")
-    if not isinstance(resp, dict):
+    resp = record["response"] if record is not None else None
+    if record is None or resp is None:
         return False
-    status = resp.get("status")
-    tags = (record or {}).get("tags") or {}
+    status = resp["status"]
+    tags = record["tags"]
     upgrade = (tags.get("transport") == "websocket") or any(
-        str(k).lower() == "upgrade"
-        for k, _ in ((record or {}).get("request") or {}).get("headers") or ()
+        str(k).lower() == "upgrade" for k, _ in record["request"].get("headers") or ()
     )
     if upgrade and isinstance(status, int) and status != 101 and status < 500:
         return True
     if status in ROUTE_STATUSES:
-        return "model" not in server_words(record or {}).lower()
+        return "model" not in server_words(record).lower()
     if tags.get("soft_error"):
         events = resp.get("events") or []
         return not any(
             isinstance(ev.get("data"), dict) and "error" not in ev["data"] for ev in events
         )
     return False
+
+
+def _route_status(status: Any) -> bool:
+    """A status that may say "not here" (a frame's missing status is `pd.NA`: not one)."""
+    return isinstance(status, int) and (status in ROUTE_STATUSES or status == 426)
 
 
 def exchange_outcomes(
@@ -137,9 +142,7 @@ def exchange_outcomes(
     ):
         if kind == SKIPPED:
             out.append(SKIPPED)
-        elif (status in ROUTE_STATUSES or soft is True or status == 426) and route_failure(
-            records_by_id.get(rid)
-        ):
+        elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
             out.append(UNSUPPORTED)
         elif rid in worst:
             out.append(SEVERITIES[worst[rid]])
@@ -231,10 +234,11 @@ def merge_cells(into: Cells, other: Cells) -> Cells:
 
 def _answer_text(record: Record | None) -> tuple[str, str]:
     """`_first_answer` (`404: words`) and what a not-implemented reason says of it."""
-    first = record or {}
-    status = (first.get("response") or {}).get("status")
-    shown = status or (first.get("error") or {}).get("kind", "no answer")
-    words = server_words(first)
+    if record is None:
+        return "no answer", "None)"
+    status = response_status(record)
+    shown = status or error_kind(record) or "no answer"
+    words = server_words(record)
     return (
         f"{shown}" + (f": {words}" if words else ""),
         f"{status}" + (f": {words})" if words else ")"),

@@ -23,8 +23,8 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import pandas as pd
 
-from wirediff._support import is_2xx
-from wirediff._types import Record
+from wirediff._support import error_kind, is_2xx
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
@@ -81,7 +81,8 @@ def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]
 
     An SSE stream answers its request; a WebSocket session its last client message (a
     session with no client message asked nothing)."""
-    events: Sequence[Mapping[str, Any]] = ((record.get("response") or {}).get("events")) or ()
+    resp = record.get("response")
+    events: Sequence[Event] = (resp["events"] if resp is not None else None) or ()
     if not is_websocket(record):
         return events, True
     asked = any(ev.get("direction") == "client" for ev in events)
@@ -149,9 +150,8 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
         return f"no {want} after {end.n_events} events"
     if end.partial:
         return "last event cut mid-frame"
-    resp = record.get("response") or {}
-    kind = (record.get("error") or {}).get("kind")
-    if resp.get("complete") is False and kind != "client_disconnect":
+    resp, kind = record.get("response"), error_kind(record)
+    if resp is not None and resp.get("complete") is False and kind != "client_disconnect":
         return f"response incomplete ({kind or 'connection ended early'})"
     return None
 
@@ -394,9 +394,9 @@ def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
 
 def redirect_location(record: Record) -> str | None:
     """Where a 3xx answer sends the client."""
-    resp = record.get("response") or {}
-    st = resp.get("status")
-    if isinstance(st, int) and 300 <= st < 400:
+    resp = record.get("response")
+    st = resp["status"] if resp is not None else None
+    if resp is not None and isinstance(st, int) and 300 <= st < 400:
         return header_get(resp.get("headers") or (), "location")
     return None
 

@@ -95,7 +95,8 @@ def served_models(
 
 def models_listed(record: Record) -> set[str] | None:
     """The model ids a `/v1/models` answer lists (None: it lists none)."""
-    body = (record.get("response") or {}).get("body")
+    resp = record.get("response")
+    body = resp["body"] if resp is not None else None
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         return None

@@ -141,9 +141,10 @@ def _framework(token: str) -> bool:
 
 
 def _signature(x: ExchangeView) -> str | None:
-    sig = (x.rec.get("tags") or {}).get("signature")
+    sig = x.rec["tags"].get("signature")
+    resp = x.rec.get("response")
     if sig is None and x.status is not None and not x.ok:
-        headers = (x.rec.get("response") or {}).get("headers") or []
+        headers = resp["headers"] if resp is not None else []
         sig = match_signature(x.status, headers, x.body_text)
     return str(sig) if sig else None
 

@@ -261,13 +261,15 @@ class ExchangeView:
         return None if said in snip else self.error.quote()
 
     def header(self, name: str) -> str | None:
-        return header_get((self.rec.get("response") or {}).get("headers") or (), name)
+        resp = self.rec.get("response")
+        return header_get(resp["headers"], name) if resp is not None else None
 
 
 def view(rec: Record) -> ExchangeView:
-    req, resp, tags = rec["request"], rec.get("response") or {}, rec.get("tags") or {}
+    req, tags = rec["request"], rec["tags"]
+    resp: Mapping[str, Any] = rec.get("response") or {}  # no answer: nothing in it
     ctype = (header_get(resp.get("headers") or (), "content-type") or "").split(";", 1)[0]
-    err = rec.get("error") or {}
+    err: Mapping[str, Any] = rec.get("error") or {}
     end = stream_end(rec)
     path = str(req.get("path") or "").split("?", 1)[0]
     raw_events = resp.get("events")

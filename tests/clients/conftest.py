@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import WirediffCapture, missing
+from tests.fixtures.records import answer, events_of, sdk_of
 from tests.readme_blocks import readme_command
 from wirediff._types import Record
 from wirediff.backends.standin import standin
@@ -163,7 +164,9 @@ def replay_and_report(
 
 def assert_replayed_and_reported(originals: list[Record], replayed: Replayed) -> None:
     """Every original replayed once; both backends in the report, with every family."""
-    assert sorted(r["replay_of"] for r in replayed.records) == sorted(r["id"] for r in originals)
+    assert sorted(r["replay_of"] or "" for r in replayed.records) == sorted(
+        r["id"] for r in originals
+    )
     assert {r["label"] for r in replayed.records} == {"lmstudio"}
     backends = {b["label"]: b for b in replayed.summary["backends"]}
     assert set(backends) == {"openai", "lmstudio"}
@@ -174,7 +177,7 @@ def assert_replayed_and_reported(originals: list[Record], replayed: Replayed) ->
     assert set(backends["lmstudio"]["verdicts"]) == families
     # the report names the client that produced the traffic, on the capture's clients line
     [captured] = backends["openai"]["captures"]
-    agents = {r["tags"]["sdk"]["user_agent"] for r in originals}
+    agents = {sdk_of(r)["user_agent"] for r in originals}
     assert {c["user_agent"] for c in captured["clients"]} == agents
     html = replayed.files[2].read_text(encoding="utf-8")
     assert all(f"<b>{Client(c).name}</b>" in html for c in captured["clients"])
@@ -190,9 +193,8 @@ def assert_no_key_on_disk(files: list[Path], *keys: str) -> None:
 
 def assert_stream_complete(record: Record) -> None:
     """A streamed answer recorded whole: every event, ending as its API ends a stream."""
-    response = record["response"]
-    assert record["tags"]["stream"] and response["complete"] is True, record["id"]
-    events = response["events"]
+    assert record["tags"]["stream"] and answer(record)["complete"] is True, record["id"]
+    events = events_of(record)
     assert events and not any(e.get("partial") for e in events)
     if record["tags"]["family"] == "chat.completions":
         assert events[-1]["data"] == "[DONE]"

@@ -18,6 +18,7 @@ from tests.clients.conftest import (
     run_client,
 )
 from tests.conftest import WirediffCapture
+from tests.fixtures.records import answer, auth_of, events_of, sdk_of
 from tests.readme_blocks import readme_block, readme_command, with_proxy
 
 pytestmark = pytest.mark.clients
@@ -49,7 +50,7 @@ def test_codex_exec(
     ]  # fmt: skip
     first, second = records
     call = next(
-        e["data"]["item"] for e in first["response"]["events"]
+        e["data"]["item"] for e in events_of(first)
         if e["event"] == "response.output_item.done" and e["data"]["item"]["type"] == "function_call"
     )  # fmt: skip
     assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "example"}
@@ -61,13 +62,13 @@ def test_codex_exec(
     version = npm_version(codex, "@openai/codex")
     for r in records:
         assert r["tags"]["family"] == "responses" and r["tags"]["model"] == "gpt-4o-mini"
-        assert r["response"]["status"] == 200
+        assert answer(r)["status"] == 200
         assert_stream_complete(r)
-        sdk = r["tags"]["sdk"]
-        assert sdk["user_agent"].startswith(f"codex_exec/{version} (")
+        sdk = sdk_of(r)
+        assert (sdk["user_agent"] or "").startswith(f"codex_exec/{version} (")
         assert (sdk["client"], sdk["client_version"]) == ("codex_exec", version)
         assert "lang" not in sdk  # no X-Stainless-* headers: Codex is not an OpenAI SDK
-        assert r["tags"]["auth"]["scheme"] == "Bearer"
+        assert auth_of(r)["scheme"] == "Bearer"
 
     replayed = replay_and_report(capture.capture_file, tmp_path, monkeypatch)
     assert_replayed_and_reported(records, replayed)

@@ -22,7 +22,9 @@ from tests.clients.conftest import (
     run_client,
 )
 from tests.conftest import WirediffCapture
+from tests.fixtures.records import answer, events_of, sdk_of
 from tests.readme_blocks import readme_block, readme_command, with_proxy
+from wirediff._types import Record
 from wirediff.backends.standin import standin
 
 pytestmark = pytest.mark.clients
@@ -45,18 +47,18 @@ def run_node(app: Path, **env: str) -> dict[str, Any]:
     return dict(json.loads(out.splitlines()[-1]))
 
 
-def assert_workload(out: dict[str, Any], records: list[dict[str, Any]]) -> None:
+def assert_workload(out: dict[str, Any], records: list[Record]) -> None:
     """What the SDK got, and what the capture holds of it: the same, every event."""
     assert out["chat"].startswith("Echo:") and out["responses"].startswith("Echo:")
     assert out["models"] == ["gpt-4o-mini", "gpt-4.1-mini"]
     assert [r["tags"]["family"] for r in records] == FAMILIES
     assert [r["tags"]["stream"] for r in records] == [False, True, False, True, False]
-    assert all(r["response"]["status"] == 200 for r in records)
+    assert all(answer(r)["status"] == 200 for r in records)
     chat_stream, responses_stream = records[1], records[3]
     for r in (chat_stream, responses_stream):
         assert_stream_complete(r)
-    assert len(chat_stream["response"]["events"]) == out["chatChunks"] + 1  # and [DONE]
-    assert [e["event"] for e in responses_stream["response"]["events"]] == out["responseEvents"]
+    assert len(events_of(chat_stream)) == out["chatChunks"] + 1  # and [DONE]
+    assert [e["event"] for e in events_of(responses_stream)] == out["responseEvents"]
 
 
 def test_reverse_mode(
@@ -68,7 +70,7 @@ def test_reverse_mode(
     assert_workload(out, records)
     version = npm_version(node_client, "openai")
     for r in records:
-        sdk = r["tags"]["sdk"]
+        sdk = sdk_of(r)
         assert (sdk["lang"], sdk["version"], sdk["runtime"]) == ("js", version, "node")
         assert sdk["user_agent"] == f"OpenAI/JS {version}" and "client" not in sdk
         assert sdk["async"] is True  # the JS SDK sends no X-Stainless-Async; it is all async

@@ -21,6 +21,7 @@ from tests.clients.conftest import (
     run_client,
 )
 from tests.conftest import WirediffCapture
+from tests.fixtures.records import answer, sdk_of
 from tests.readme_blocks import readme_block, with_proxy
 from wirediff._types import Record
 from wirediff.record.tags import header_get
@@ -72,10 +73,10 @@ def drive(
     )
     records = capture.stop()
     assert [
-        (r["tags"]["family"], r["tags"]["stream"], r["tags"]["sdk"]["async"]) for r in records
+        (r["tags"]["family"], r["tags"]["stream"], sdk_of(r)["async"]) for r in records
     ] == SHAPE
     for r in records:
-        assert r["response"]["status"] == 200 and r["tags"]["model"] == "gpt-4o-mini"
+        assert answer(r)["status"] == 200 and r["tags"]["model"] == "gpt-4o-mini"
         if r["tags"]["stream"]:
             assert_stream_complete(r)
     return json.loads(out.splitlines()[-1]), records, pip_version(venv, "openai").strip()
@@ -83,7 +84,7 @@ def drive(
 
 def assert_python_sdk(records: list[Record], version: str) -> None:
     for r in records:
-        sdk = r["tags"]["sdk"]
+        sdk = sdk_of(r)
         prefix = "AsyncOpenAI" if sdk["async"] else "OpenAI"
         assert sdk["user_agent"] == f"{prefix}/Python {version}"
         assert (sdk["lang"], sdk["version"], sdk["runtime"]) == ("python", version, "CPython")

@@ -9,11 +9,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.responses import ToolParam
 
 from tests.conftest import Lockstep, free_port
 from wirediff.backends.standin import make_standin, standin
@@ -21,11 +23,14 @@ from wirediff.backends.standin import make_standin, standin
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-e2e-CANARY-7c1d93b2aa"
-MSG = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOL_CHAT = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+MSG: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the weather in Paris?"}
+]
+TOOL_CHAT: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]  # fmt: skip
-TOOL_RESP = [{"type": "function", "name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]  # fmt: skip
+# the API takes a function tool without `strict`; the SDK's type asks for it
+TOOL_RESP = cast(list[ToolParam], [{"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}])  # fmt: skip
 
 
 @pytest.fixture

@@ -126,7 +126,7 @@ def test_forward_mode_to_an_upstream_with_a_private_ca(mitmdump: Any, tmp_path: 
         upstream_ca = tmp_path / "private-ca" / "mitmproxy-ca-cert.pem"
         plain = mitmdump(["regular"], session="plain")
         with_ca = mitmdump(["regular"], session="ca", extra=["--set", f"{option}={upstream_ca}"])
-        outcomes = []
+        outcomes: list[object] = []
         for proxy in (plain, with_ca):
             http_client = openai.DefaultHttpxClient(
                 proxy=proxy.url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -31,11 +32,23 @@ def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A wheel built from the checkout, installed with `--no-deps` into a fresh venv that
-    borrows this environment's dependencies (a .pth file; the editable install's own .pth
-    files are not read from there, so only the wheel provides `wirediff`)."""
+    """A wheel built from a copy of the tracked files (building writes into its source tree),
+    installed with `--no-deps` into a fresh venv that borrows this environment's dependencies
+    (a .pth file; the editable install's own .pth files are not read from there, so only the
+    wheel provides `wirediff`)."""
     tmp = tmp_path_factory.mktemp("install")
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", ROOT, cwd=tmp)
+    source = tmp / "source"
+    tracked = _run("git", "ls-files", "-z", cwd=ROOT).split("\0")
+    for name in filter(None, tracked):
+        src, dst = ROOT / name, source / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    _run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", source, cwd=tmp
+    )
     wheel = next((tmp / "dist").glob("wirediff-*.whl"))
     venv = tmp / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
@@ -59,11 +72,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return wheel, py
 
 
-def test_the_wheel_holds_one_top_level_package(installed: tuple[Path, Path]) -> None:
+def test_the_wheel_holds_one_top_level_package_and_every_data_file(
+    installed: tuple[Path, Path],
+) -> None:
     wheel, _ = installed
     with zipfile.ZipFile(wheel) as z:
-        tops = {n.split("/", 1)[0] for n in z.namelist()}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"wirediff"}
+        names = set(z.namelist())
+    assert {n.split("/", 1)[0] for n in names if ".dist-info/" not in n} == {"wirediff"}
+    package = ROOT / "wirediff"
+    data = {  # through the links to analysis/, reports/, backends/, addons/
+        f"wirediff/{Path(d).relative_to(package) / f}".replace("/./", "/")
+        for d, dirs, files in os.walk(package, followlinks=True)
+        if "__pycache__" not in Path(d).parts
+        for f in files
+        if not f.endswith((".py", ".pyc"))
+    }
+    assert "wirediff/analysis/comparison/openapi/overrides.yaml" in data
+    assert data and data <= names, sorted(data - names)
 
 
 def test_only_wirediff_imports_and_the_version_prints(
@@ -132,3 +157,10 @@ def test_mitmdump_records_with_the_installed_addon(
     rec = json.loads(line.splitlines()[0])
     assert rec["format"] == "wirediff/1" and rec["request"]["path"] == "/v1/models"
     assert rec["response"]["status"] == 200
+    # the installed analysis: the OpenAPI document and its overrides, the SDK harness, the
+    # report's templates and schema all come from the wheel
+    out = _run(py, "-m", "wirediff", "report", capture, "-o", tmp_path / "r.html",
+               "--json", tmp_path / "s.json", cwd=tmp_path)  # fmt: skip
+    assert out.split() == [str(tmp_path / "r.html"), str(tmp_path / "s.json")]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["totals"]["exchanges"] == 1

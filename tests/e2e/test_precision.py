@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.conftest import NOT_PROXIED
 from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
 from wirediff.backends.standin import standin
 from wirediff.profiles import profile
@@ -49,7 +50,7 @@ def drive(client: openai.OpenAI, name: str, model: str) -> int:
             client.responses.create(model=model, input="Again", previous_response_id=first.id)
             calls += 1
         if prof["streaming"]["responses"].get("websocket"):
-            with client.responses.connect(websocket_connection_options={"proxy": None}) as conn:
+            with client.responses.connect(websocket_connection_options=NOT_PROXIED) as conn:
                 conn.response.create(model=model, input="Say hello")
                 for event in conn:
                     if event.type == "response.completed":

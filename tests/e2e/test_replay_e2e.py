@@ -19,6 +19,9 @@ import openai
 import pytest
 
 from tests.conftest import ROOT, free_port, wait_for
+from tests.fixtures.records import answer, auth_of, error_of, events_of
+from wirediff._support import error_kind
+from wirediff._types import Record
 from wirediff.backends.standin import Standin, make_standin, standin
 from wirediff.cli.replay import main_replay
 from wirediff.record.store import latest_replays, load_records
@@ -74,7 +77,7 @@ def drive(client: openai.OpenAI) -> list[str]:
 
 
 @pytest.fixture
-def recorded(mitmdump: Any) -> Iterator[tuple[Path, dict[str, dict[str, Any]]]]:
+def recorded(mitmdump: Any) -> Iterator[tuple[Path, dict[str, Record]]]:
     """The session captured through mitmdump from the `openai` stand-in; originals by step."""
     with standin("openai") as url:
         m = mitmdump([f"reverse:{url}"], label="openai")
@@ -96,12 +99,12 @@ def config(tmp_path: Path, targets: dict[str, Standin]) -> Path:
     return p
 
 
-def body(rec: dict[str, Any]) -> Any:
+def body(rec: Record) -> Any:
     return rec["request"]["body"]
 
 
 def test_replay_to_lmstudio_ollama_vllm(
-    recorded: tuple[Path, dict[str, dict[str, Any]]],
+    recorded: tuple[Path, dict[str, Record]],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -122,7 +125,7 @@ def test_replay_to_lmstudio_ollama_vllm(
     for name, st in targets.items():
         out = capture.with_name(f"s.{name}.jsonl")
         recs = load_records([out])
-        rep = {by_id[r["replay_of"]]: r for r in recs}
+        rep = {by_id[r["replay_of"] or ""]: r for r in recs}
         # one record per original, linked, in the capture's shape
         assert len(recs) == len(orig) and set(rep) == set(orig), name
         for step, r in rep.items():
@@ -130,29 +133,31 @@ def test_replay_to_lmstudio_ollama_vllm(
             assert r["replay_of"] == orig[step]["id"] and r["id"] != orig[step]["id"]
             assert set(r) >= set(orig[step]) - {"forwarded_headers"}
             if r["error"] is None:
-                assert r["response"]["complete"] is True, (name, step)
+                assert answer(r)["complete"] is True, (name, step)
                 assert r["request"]["path"].startswith("/v1/")
                 sent = body(r)
                 if isinstance(sent, dict) and "model" in sent:
                     assert sent["model"] == MODELS[name]
-                assert (
-                    r["tags"]["auth"]["fingerprint"] == rep["chat"]["tags"]["auth"]["fingerprint"]
-                )
+                assert auth_of(r)["fingerprint"] == auth_of(rep["chat"])["fingerprint"]
         # DELETE is unsafe: recorded as skipped, never sent
-        assert rep["delete"]["error"]["kind"] == "skipped" and rep["delete"]["response"] is None
-        assert "--allow-unsafe" in rep["delete"]["error"]["message"]
+        assert error_of(rep["delete"])["kind"] == "skipped" and rep["delete"]["response"] is None
+        assert "--allow-unsafe" in error_of(rep["delete"])["message"]
         assert not any(s.method == "DELETE" for s in st.seen)
         # streamed where the original was
         for step in ("chat_stream", "resp_stream", "resp_tool_result"):
             assert orig[step]["tags"]["stream"] is True
             if rep[step]["error"] is None:
                 assert body(rep[step])["stream"] is True and rep[step]["tags"]["stream"] is True
-        events = rep["chat_stream"]["response"]["events"]
-        assert events and events[-1]["data"] == "[DONE]" and all(e["t_ms"] >= 0 for e in events)
+        events = events_of(rep["chat_stream"])
+        assert (
+            events
+            and events[-1]["data"] == "[DONE]"
+            and all((e.get("t_ms") or 0) >= 0 for e in events)
+        )
         # the chat tool round trip: the tool result names the target's own tool call
-        target_call = rep["chat_tool"]["response"]["body"]["choices"][0]["message"]["tool_calls"][
-            0
-        ]["id"]
+        target_call = answer(rep["chat_tool"])["body"]["choices"][0]["message"]["tool_calls"][0][
+            "id"
+        ]
         sent = body(rep["chat_tool_result"])["messages"]
         assert sent[2]["tool_call_id"] == sent[1]["tool_calls"][0]["id"] == target_call
         assert target_call != body(orig["chat_tool_result"])["messages"][2]["tool_call_id"]
@@ -163,11 +168,14 @@ def test_replay_to_lmstudio_ollama_vllm(
 
     # LM Studio (chat only) answers /v1/responses with 200 {"error": …}: what builds on it is
     # skipped with the reason, not sent
-    lm = {by_id[r["replay_of"]]: r for r in load_records([capture.with_name("s.lmstudio.jsonl")])}
+    lm = {
+        by_id[r["replay_of"] or ""]: r
+        for r in load_records([capture.with_name("s.lmstudio.jsonl")])
+    }
     assert lm["resp"]["tags"]["signature"] == "lmstudio.unexpected_endpoint"
-    assert lm["resp_stream"]["response"]["events"] in (None, [])  # plain JSON, not a stream
+    assert answer(lm["resp_stream"])["events"] in (None, [])  # plain JSON, not a stream
     for step, producer in (("resp_prev", "resp"), ("resp_tool_result", "resp_tool")):
-        e = lm[step]["error"]
+        e = error_of(lm[step])
         assert e["kind"] == "skipped" and lm[step]["response"] is None
         assert orig[producer]["id"] in e["message"] and "error body" in e["message"]
         assert "lmstudio.unexpected_endpoint" in e["message"]
@@ -176,13 +184,14 @@ def test_replay_to_lmstudio_ollama_vllm(
     # Ollama and vLLM mint their own ids; the follow-ups carried them on the wire
     for name in ("ollama", "vllm"):
         rep = {
-            by_id[r["replay_of"]]: r for r in load_records([capture.with_name(f"s.{name}.jsonl")])
+            by_id[r["replay_of"] or ""]: r
+            for r in load_records([capture.with_name(f"s.{name}.jsonl")])
         }
-        r1 = rep["resp"]["response"]["body"]["id"]
-        assert r1 != orig["resp"]["response"]["body"]["id"]
+        r1 = answer(rep["resp"])["body"]["id"]
+        assert r1 != answer(orig["resp"])["body"]["id"]
         assert body(rep["resp_prev"])["previous_response_id"] == r1
         assert_seen(targets[name], "previous_response_id", r1)
-        fc = rep["resp_tool"]["response"]["body"]
+        fc = answer(rep["resp_tool"])["body"]
         (call,) = [o for o in fc["output"] if o["type"] == "function_call"]
         sent = body(rep["resp_tool_result"])
         assert (
@@ -191,9 +200,9 @@ def test_replay_to_lmstudio_ollama_vllm(
         )
         assert call["call_id"] != body(orig["resp_tool_result"])["input"][0]["call_id"]
         assert_seen(targets[name], "call_id", call["call_id"])
-        assert rep["resp_stream"]["response"]["events"][-1]["event"] == "response.completed"
+        assert events_of(rep["resp_stream"])[-1]["event"] == "response.completed"
     # Ollama ignores previous_response_id; vLLM without its store refuses it — recorded as-is
-    assert rep["resp_prev"]["response"]["status"] == 404  # vllm, the last in the loop
+    assert answer(rep["resp_prev"])["status"] == 404  # vllm, the last in the loop
     assert TARGET_KEY.encode() not in b"".join(p.read_bytes() for p in capture.parent.iterdir())
     assert KEY.encode() not in b"".join(p.read_bytes() for p in capture.parent.iterdir())
 
@@ -221,7 +230,7 @@ def count(path: Path) -> int:
 
 
 def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
-    recorded: tuple[Path, dict[str, dict[str, Any]]],
+    recorded: tuple[Path, dict[str, Record]],
 ) -> None:
     capture, orig = recorded
     out = capture.with_name("s.slow.jsonl")
@@ -276,12 +285,12 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
 # --- bad targets ---------------------------------------------------------------------------
 
 
-def kind(rec: dict[str, Any]) -> str | None:
-    return (rec["error"] or {}).get("kind")
+def kind(rec: Record) -> str | None:
+    return error_kind(rec)
 
 
 def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
-    recorded: tuple[Path, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+    recorded: tuple[Path, dict[str, Record]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture, orig = recorded
     port = free_port()
@@ -293,7 +302,7 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
     assert "run the same command again to retry them" in err[-1]
     out = capture.with_name("s.down.jsonl")
     recs = load_records([out])
-    kinds = Counter(r["error"]["kind"] for r in recs)
+    kinds = Counter(error_of(r)["kind"] for r in recs)
     # independent steps were tried and failed to connect; what depends on them is skipped
     assert len(recs) == len(orig) and kinds["upstream_unreachable"] == 7
     assert kinds["upstream_unreachable"] + kinds["skipped"] == len(orig)
@@ -316,7 +325,7 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
         assert main_replay(args) == 0 and len(back.seen) == sent
         assert len(load_records([out], superseded=True)) == len(recs)
         assert main_replay([*args, "--allow-unsafe"]) == 0
-        resp_id = newest[orig["resp"]["id"]]["response"]["body"]["id"]
+        resp_id = answer(newest[orig["resp"]["id"]])["body"]["id"]
         assert [(s.method, s.path) for s in back.seen[sent:]] == [
             ("DELETE", f"/v1/responses/{resp_id}")
         ]
@@ -325,7 +334,7 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
 
 
 def test_broken_answers_are_recorded_as_they_came(
-    recorded: tuple[Path, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+    recorded: tuple[Path, dict[str, Record]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture, orig = recorded
     with standin("ollama") as url:
@@ -335,14 +344,14 @@ def test_broken_answers_are_recorded_as_they_came(
             assert code == 0, capsys.readouterr().err
     binary = load_records([capture.with_name("s.fault-binary.jsonl")])
     plain = [r for r in binary if r["response"] and not r["tags"]["stream"]]
-    assert plain and all(r["response"]["b64"] for r in plain)  # not UTF-8: kept as base64
+    assert plain and all(answer(r)["b64"] for r in plain)  # not UTF-8: kept as base64
     cut = load_records([capture.with_name("s.fault-cut.jsonl")])
     sent = [r for r in cut if r["error"] and r["error"]["kind"] != "skipped"]
-    assert sent and all(r["error"]["kind"] == "upstream_disconnect" for r in sent)
-    assert all(r["response"]["complete"] is False for r in sent)
-    skipped = [r for r in cut if r["error"]["kind"] == "skipped"]
+    assert sent and all(error_of(r)["kind"] == "upstream_disconnect" for r in sent)
+    assert all(answer(r)["complete"] is False for r in sent)
+    skipped = [r for r in cut if error_of(r)["kind"] == "skipped"]
     assert [orig_step(orig, r) for r in skipped] == ["chat_tool_result"]
 
 
-def orig_step(orig: dict[str, dict[str, Any]], rec: dict[str, Any]) -> str:
+def orig_step(orig: dict[str, Record], rec: Record) -> str:
     return next(step for step, r in orig.items() if r["id"] == rec["replay_of"])

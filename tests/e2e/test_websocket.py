@@ -14,6 +14,7 @@ import openai
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from tests.conftest import NOT_PROXIED
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.backends.standin import standin
 
@@ -36,7 +37,7 @@ def sdk(base_url: str) -> openai.OpenAI:
 
 def connect(client: openai.OpenAI) -> Any:
     """`client.responses.connect()`, not through a proxy the environment may name."""
-    return client.responses.connect(websocket_connection_options={"proxy": None})
+    return client.responses.connect(websocket_connection_options=NOT_PROXIED)
 
 
 def until(conn: Any, *terminals: str) -> list[Any]:

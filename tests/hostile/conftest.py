@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, ROOT, free_port, wait_port
+from wirediff._types import Record
 from wirediff.record.store import load_records
 
 
@@ -92,7 +93,7 @@ class Proxy:
                 self.proc.wait()
         return self.log.read_text(errors="replace")
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[Record]:
         return load_records([self.capture_file])
 
 

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.hostile.conftest import Proxy, start_proxy
 from tests.hostile.upstream import ENCODINGS
+from wirediff._types import Record
 from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.hostile
@@ -49,12 +50,13 @@ def fetch(url: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def records(path: Path, n: int) -> list[dict[str, object]]:
-    return wait_for(
+def records(path: Path, n: int) -> list[Record]:
+    found: list[Record] = wait_for(
         lambda: path.exists() and len(load_records([path])) >= n and load_records([path]),
         60,
         f"{n} records",
     )
+    return found
 
 
 @pytest.mark.parametrize(("kind", "encoding"), CASES)

@@ -79,7 +79,10 @@ def test_a_full_tmpfs(proxy: ProxyFactory, tmp_path: Path) -> None:
         with httpx.Client(base_url=cap.url, timeout=30) as c:
             for i in range(BEFORE):
                 c.post("/fast", json={"model": "m", "input": f"request {i} " + "x" * 500})
-            log = lambda: cap.log.read_text(errors="replace")  # noqa: E731
+
+            def log() -> str:
+                return cap.log.read_text(errors="replace")
+
             wait_for(lambda: "cannot write" in log(), 30, "the recorder to report a full disk")
             filler.unlink()  # room again: what waits is written, without another request
             wait_for(

@@ -7,11 +7,12 @@ import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from tests.fixtures.records import openai_session, replay
+from tests.fixtures.records import answer, openai_session, replay
+from wirediff._types import Record
 from wirediff.cli import main
 
 pytestmark = pytest.mark.hostile
@@ -38,6 +39,12 @@ CHANGES: dict[str, Change] = {
     "error a string": lambda r: r.update(error="boom"),
     "id a number": lambda r: r.update(id=7),
     "request null": lambda r: r.update(request=None),
+    "no label": lambda r: r.pop("label"),
+    "tags null": lambda r: r.update(tags=None),
+    "no endpoint": lambda r: r["tags"].pop("endpoint"),
+    "status null": lambda r: r["response"].update(status=None),
+    "sdk a number": lambda r: r["tags"].update(sdk=5),
+    "an auth without its header": lambda r: r["tags"].update(auth={"scheme": "Bearer"}),
     "another format": lambda r: r.update(format="wirediff/2"),
 }
 DEEP_LINE = (
@@ -46,7 +53,7 @@ DEEP_LINE = (
 
 
 @pytest.fixture
-def captures(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
+def captures(tmp_path: Path) -> tuple[Path, Path, list[Record]]:
     base = openai_session()
     cand = [replay(r, id=f"c{i}") for i, r in enumerate(base)]
     b, c = tmp_path / "base.jsonl", tmp_path / "cand.jsonl"
@@ -76,14 +83,14 @@ def commands(base: Path, cand: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("change", [*CHANGES, "nested 10 000 levels"])
 def test_every_command_says_one_line_and_exits_2(
-    captures: tuple[Path, Path, list[dict[str, Any]]],
+    captures: tuple[Path, Path, list[Record]],
     capsys: pytest.CaptureFixture[str],
     change: str,
 ) -> None:
     base, cand, records = captures
     lines = [json.dumps(r) for r in records]
     if change in CHANGES:
-        bad = copy.deepcopy(records[2])
+        bad = cast(dict[str, Any], copy.deepcopy(records[2]))  # made malformed on purpose
         CHANGES[change](bad)
         lines[2] = json.dumps(bad)
     else:
@@ -99,10 +106,10 @@ def test_every_command_says_one_line_and_exits_2(
 
 
 def test_bodies_nested_deeper_than_the_limit_are_analysed_as_text(
-    captures: tuple[Path, Path, list[dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+    captures: tuple[Path, Path, list[Record]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, cand, records = captures
-    records[0]["response"]["body"] = deep(500)
+    answer(records[0])["body"] = deep(500)
     base.write_text("".join(json.dumps(r) + "\n" for r in records))
     for name, argv in commands(base, cand).items():
         code = main(argv)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.records import openai_session
+from tests.fixtures.records import error_of, openai_session
 from wirediff.cli import main
 from wirediff.record.store import load_records
 
@@ -41,5 +41,5 @@ def test_every_request_failing_at_the_transport_is_exit_2(
     )
     (out,) = tmp_path.glob("*.cut.jsonl")
     recs = load_records([out])
-    kinds = {r["error"]["kind"] for r in recs}
+    kinds = {error_of(r)["kind"] for r in recs}
     assert kinds <= {"upstream_disconnect", "skipped"} and "upstream_disconnect" in kinds

@@ -66,10 +66,10 @@ def _repeat(piece: bytes, head: bytes, encoding: str) -> bytes:
             return head_bytes + body + value.to_bytes(4, "little") + size.to_bytes(4, "little")
         return b"\x78\xda" + body + value.to_bytes(4, "big")
     if encoding == "zstd":
-        c = zstandard.ZstdCompressor(level=3)
-        return c.compress(head) + c.compress(piece) * n
+        zs = zstandard.ZstdCompressor(level=3)
+        return zs.compress(head) + zs.compress(piece) * n
     br = brotli.Compressor(quality=1)
-    return br.process(head) + b"".join(br.process(piece) for _ in range(n)) + br.finish()
+    return bytes(br.process(head) + b"".join(br.process(piece) for _ in range(n)) + br.finish())
 
 
 @functools.cache

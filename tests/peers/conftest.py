@@ -37,12 +37,13 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, missing, wait_port
+from wirediff._types import Record
 from wirediff.backends.standin import standin
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +60,9 @@ UPSTREAM_KEY = "sk-wirediff-K2-upstream-b84d16c9e2a7"
 """K2: what LiteLLM sends upstream, and the only key the upstream stand-in accepts."""
 UPSTREAM_MODEL = "gpt-4o-mini"  # served by the openai stand-in
 LITELLM_PLACEHOLDER_KEY = "fake-api-key"  # hosted_vllm/ sends this when it has no key
-DROPPED_MESSAGES = [{"role": "user", "content": "auth-dropped: does my key reach the upstream?"}]
+DROPPED_MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "auth-dropped: does my key reach the upstream?"}
+]
 START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0, "llama": 60.0, "ors": 60.0}
 TINY_ANSWER = "Hello tiny world!"  # what the tiny model says to any prompt
 LLAMA_CTX = 256
@@ -352,7 +355,7 @@ def fakellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fakellm]:
         peer.stop()
 
 
-def by_listener(records: list[dict[str, Any]], m: Mitmdump, i: int) -> list[dict[str, Any]]:
+def by_listener(records: list[Record], m: Mitmdump, i: int) -> list[Record]:
     """The records that came through listener `i` of `m` (its `--mode` spec + port)."""
     port = f"@{m.ports[i]}"
     return [r for r in records if str(r["listener"]).endswith(port)]

@@ -14,18 +14,20 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from tests.conftest import Mitmdump
+from tests.fixtures.records import answer, auth_of, events_of, sdk_of
 from tests.peers.conftest import CLIENT_KEY, Fakellm, sdk
+from wirediff._types import Record
 from wirediff.record.redact import fingerprint
 
 pytestmark = pytest.mark.peers
 
-GREETING = [{"role": "user", "content": "hello there"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+GREETING: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
+TOOLS: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
 RATE_LIMITED = {"x-test-scenario": "rate_limit"}
-Record = dict[str, Any]
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def front(mitmdump: Callable[..., Mitmdump], fakellm: Fakellm) -> Mitmdump:
 
 
 def chunks_of(rec: Record) -> list[dict[str, Any]]:
-    *chunks, done = (e["data"] for e in rec["response"]["events"])
+    *chunks, done = (e["data"] for e in events_of(rec))
     assert done == "[DONE]" and all(isinstance(c, dict) for c in chunks)
     return chunks
 
@@ -56,10 +58,10 @@ def test_chat_plain_stream_and_tool_call(front: Mitmdump) -> None:
         assert (t["family"], t["endpoint"], t["stream"], t["model"]) == (
             "chat.completions", "/v1/chat/completions", is_stream, "m",
         )  # fmt: skip
-        assert t["sdk"]["lang"] == "python" and t["sdk"]["version"] == openai.__version__
-        assert t["auth"]["fingerprint"] == fingerprint(CLIENT_KEY)  # sent, never checked
-        assert rec["label"] == "fakellm" and rec["response"]["status"] == 200
-    assert plain["response"]["body"]["choices"][0]["message"] == {
+        assert sdk_of(rec)["lang"] == "python" and sdk_of(rec)["version"] == openai.__version__
+        assert auth_of(rec)["fingerprint"] == fingerprint(CLIENT_KEY)  # sent, never checked
+        assert rec["label"] == "fakellm" and answer(rec)["status"] == 200
+    assert answer(plain)["body"]["choices"][0]["message"] == {
         "role": "assistant",
         "content": "Hi there from fakellm.",
     }
@@ -95,12 +97,12 @@ def test_a_rule_error_holds_for_plain_answers_but_not_for_streams(front: Mitmdum
         )
     plain, stream = front.records(2)
     # The error object has no `param` (OpenAI's always has one, possibly null).
-    assert plain["response"]["status"] == 429
-    assert plain["response"]["body"] == {
+    assert answer(plain)["status"] == 429
+    assert answer(plain)["body"] == {
         "error": {"message": "Rate limit exceeded (mock)", "type": "mock_error", "code": None}
     }
     # Streamed, the same rule answers 200 with the fallback echo text: no error at all.
-    assert stream["response"]["status"] == 200
+    assert answer(stream)["status"] == 200
     text = "".join(c.choices[0].delta.content or "" for c in streamed)
     assert text.startswith("[mock response for m, fingerprint ")
     assert stream["tags"]["soft_error"] is False
@@ -122,11 +124,11 @@ def test_unimplemented_endpoints_are_fastapi_404_and_405(front: Mitmdump) -> Non
     )  # fmt: skip
     assert (models["tags"]["family"], models["request"]["method"]) == ("models", "GET")
     for rec in (responses, models):
-        assert (rec["response"]["status"], rec["response"]["body"]) == (
+        assert (answer(rec)["status"], answer(rec)["body"]) == (
             404,
             {"detail": "Not Found"},
         )
-    assert (get["response"]["status"], get["response"]["body"]) == (
+    assert (answer(get)["status"], answer(get)["body"]) == (
         405, {"detail": "Method Not Allowed"},
     )  # fmt: skip
-    assert ["allow", "POST"] in get["response"]["headers"]
+    assert ["allow", "POST"] in answer(get)["headers"]

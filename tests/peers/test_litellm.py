@@ -8,21 +8,22 @@ is what that version really does, not what OpenAI does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import Mitmdump
+from tests.fixtures.records import answer, events_of, sdk_of
 from tests.peers.conftest import CLIENT_KEY, UPSTREAM_KEY, LiteLLM, sdk
+from wirediff._types import Record
 from wirediff.record.redact import fingerprint
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers
 
 MOCK_TEXT = "Hello from the LiteLLM mock."  # mock_response of model mock-chat (litellm.yaml)
-MSG = [{"role": "user", "content": "Say hello."}]
-Record = dict[str, Any]
+MSG: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture
@@ -41,19 +42,21 @@ def assert_tags(
         stream,
         model,
     )
-    assert t["sdk"]["lang"] == "python" and t["sdk"]["version"] == openai.__version__
-    assert t["sdk"]["async"] is False and t["retry"] == 0
+    assert sdk_of(rec)["lang"] == "python" and sdk_of(rec)["version"] == openai.__version__
+    assert sdk_of(rec)["async"] is False and t["retry"] == 0
     assert t["auth"] == {
         "header": "authorization",
         "scheme": "Bearer",
         "fingerprint": fingerprint(key),
         "forwarded": True,
     }
-    assert rec["label"] == "litellm" and rec["listener"].startswith("reverse:http://127.0.0.1:")
+    assert rec["label"] == "litellm" and (rec["listener"] or "").startswith(
+        "reverse:http://127.0.0.1:"
+    )
 
 
 def header(rec: Record, name: str) -> str | None:
-    return header_get(rec["response"]["headers"], name)
+    return header_get(answer(rec)["headers"], name)
 
 
 def test_mock_chat_completions(front: Mitmdump, litellm: LiteLLM) -> None:
@@ -65,19 +68,19 @@ def test_mock_chat_completions(front: Mitmdump, litellm: LiteLLM) -> None:
 
     plain, streamed = front.records(2)
     assert_tags(plain, "chat.completions", "/v1/chat/completions", False, "mock-chat")
-    assert plain["response"]["status"] == 200 and plain["error"] is None
+    assert answer(plain)["status"] == 200 and plain["error"] is None
     assert header(plain, "content-type") == "application/json"
     assert header(plain, "x-litellm-version") == litellm.version
-    body = plain["response"]["body"]
+    body = answer(plain)["body"]
     assert body["object"] == "chat.completion" and body["model"] == "mock-chat"
     assert body["choices"][0]["message"] == {"content": MOCK_TEXT, "role": "assistant"}
 
     assert_tags(streamed, "chat.completions", "/v1/chat/completions", True, "mock-chat")
-    res = streamed["response"]
+    res = answer(streamed)
     assert res["status"] == 200 and res["body"] is None
     assert header(streamed, "content-type") == "text/event-stream; charset=utf-8"
     assert header(streamed, "x-accel-buffering") == "no"  # so nginx in front would not buffer
-    events = [e["data"] for e in res["events"]]
+    events = [e["data"] for e in events_of(streamed)]
     assert events[-1] == "[DONE]" and all(isinstance(d, dict) for d in events[:-1])
     # Unlike OpenAI: the first delta already carries text (OpenAI's is `content: ""`), the
     # mock text comes in 3-character pieces, and chunks have no `usage` key at all.
@@ -100,16 +103,16 @@ def test_mock_responses_stream_is_a_500_inside_sse(front: Mitmdump) -> None:
 
     plain, streamed = front.records(2)
     assert_tags(plain, "responses", "/v1/responses", False, "mock-chat")
-    assert plain["response"]["status"] == 200
-    assert plain["response"]["body"]["object"] == "response"
+    assert answer(plain)["status"] == 200
+    assert answer(plain)["body"]["object"] == "response"
 
     # A mocked Responses stream: status 500, yet an event stream: one `data: {"error": …}`
     # (chat-style, no `event:` line, no sequence_number) and then chat's `[DONE]`.
     assert_tags(streamed, "responses", "/v1/responses", True, "mock-chat")
-    res = streamed["response"]
+    res = answer(streamed)
     assert res["status"] == 500
     assert header(streamed, "content-type") == "text/event-stream; charset=utf-8"
-    assert [(e["event"], e["data"]) for e in res["events"]] == [
+    assert [(e["event"], e["data"]) for e in events_of(streamed)] == [
         (None, {"error": {"message": "Error processing stream start",
                           "type": "internal_server_error", "param": None, "code": "500"}}),
         (None, "[DONE]"),
@@ -131,19 +134,19 @@ def test_routing_answers(front: Mitmdump) -> None:
     # FastAPI's own answers, as vLLM gives them.
     assert get["request"]["method"] == "GET" and get["tags"]["method"] == "GET"
     assert_tags(get, "chat.completions", "/v1/chat/completions", False, None)
-    assert (get["response"]["status"], get["response"]["body"]) == (
+    assert (answer(get)["status"], answer(get)["body"]) == (
         405,
         {"detail": "Method Not Allowed"},
     )
     assert header(get, "allow") == "POST"
     assert_tags(unknown, "other", "/v1/ask_url", False, "mock-chat")
-    assert (unknown["response"]["status"], unknown["response"]["body"]) == (
+    assert (answer(unknown)["status"], answer(unknown)["body"]) == (
         404,
         {"detail": "Not Found"},
     )
     # An unknown model is a 400 (OpenAI: 404 model_not_found), with a string code.
-    assert model["response"]["status"] == 400
-    err = model["response"]["body"]["error"]
+    assert answer(model)["status"] == 400
+    err = answer(model)["body"]["error"]
     assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", None, "400")
     assert "Invalid model name passed in model=no-such-model" in err["message"]
 
@@ -160,13 +163,13 @@ def test_auth_answers(front: Mitmdump) -> None:
     # No key: the auth error handler itself fails (it imports `prisma`, which
     # litellm[proxy] does not install) and Starlette answers a bare text/plain 500.
     assert missing["tags"]["auth"] is None
-    assert missing["response"]["status"] == 500
+    assert answer(missing)["status"] == 500
     assert header(missing, "content-type") == "text/plain; charset=utf-8"
-    assert missing["response"]["text"] == "Internal Server Error"
+    assert answer(missing)["text"] == "Internal Server Error"
     # A key that is not the master key is looked up in a database there is none of: 400.
     assert_tags(rejected, "chat.completions", "/v1/chat/completions", False, "mock-chat", wrong)
-    assert rejected["response"]["status"] == 400
-    err = rejected["response"]["body"]["error"]
+    assert answer(rejected)["status"] == 400
+    err = answer(rejected)["body"]["error"]
     assert (err["type"], err["code"], err["message"]) == (
         "no_db_connection",
         "400",
@@ -189,20 +192,20 @@ def test_custom_openai_forwards_to_the_standin(front: Mitmdump, litellm: LiteLLM
 
     c, r, s = front.records(3)
     assert_tags(c, "chat.completions", "/v1/chat/completions", False, "standin-chat")
-    assert c["response"]["status"] == 200
-    assert c["response"]["body"]["model"] == "standin-chat"  # the alias, not the upstream's id
+    assert answer(c)["status"] == 200
+    assert answer(c)["body"]["model"] == "standin-chat"  # the alias, not the upstream's id
     # The upstream's own headers come back renamed `llm_provider-*`.
     assert header(c, "llm_provider-openai-version") == "2020-10-01"
     assert header(c, "x-litellm-model-api-base") == f"{litellm.upstream}/v1"
     assert header(c, "x-litellm-model-name") == "custom_openai/gpt-4o-mini"
     assert_tags(r, "responses", "/v1/responses", False, "standin-chat")
-    assert r["response"]["body"]["object"] == "response"
+    assert answer(r)["body"]["object"] == "response"
 
     # The translated stream has OpenAI's event types and sequence numbers, but no `event:`
     # lines, an extra `model` (the alias) in every event, and chat's `[DONE]` at the end.
     assert_tags(s, "responses", "/v1/responses", True, "standin-chat")
-    *events, done = s["response"]["events"]
-    assert done == {"t_ms": done["t_ms"], "event": None, "data": "[DONE]"}
+    *events, done = events_of(s)
+    assert done == {"t_ms": done.get("t_ms"), "event": None, "data": "[DONE]"}
     assert [e["data"]["type"] for e in events] == kinds
     assert all(e["event"] is None for e in events)
     assert [e["data"]["sequence_number"] for e in events] == list(range(len(events)))

@@ -11,25 +11,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from websockets.exceptions import InvalidStatus
 
-from tests.conftest import Mitmdump
+from tests.conftest import NOT_PROXIED, Mitmdump
+from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, LLAMA_KEY, TINY_ANSWER, Llama, sdk
+from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers
 
-HI = [{"role": "user", "content": "Hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 PROMPT_TOKENS = 31  # "Hi" (2 bytes, one token each) in the ChatML template
-TOO_LONG = [{"role": "user", "content": "a" * LLAMA_CTX}]  # 256 + 29 tokens
-Record = dict[str, Any]
+TOO_LONG: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "a" * LLAMA_CTX}
+]  # 256 + 29 tokens
 
 
 @pytest.fixture
@@ -38,10 +42,10 @@ def front(mitmdump: Callable[..., Mitmdump], llama: Llama) -> Mitmdump:
 
 
 def header(rec: Record, name: str) -> str | None:
-    return header_get(rec["response"]["headers"], name)
+    return header_get(answer(rec)["headers"], name)
 
 
-def by_code(records: list[Record]) -> dict[str, dict[str, Any]]:
+def by_code(records: list[Record]) -> dict[str, dict[Hashable, Any]]:
     return {str(r["code"]): r for r in diagnose(records).to_dict("records")}
 
 
@@ -70,13 +74,13 @@ def test_chat_completions_and_models(front: Mitmdump, llama: Llama) -> None:
 
     plain, stream, completion, listing = front.records(4)
     for rec in (plain, stream, completion, listing):
-        assert rec["response"]["status"] == 200 and header(rec, "server") == "uvicorn"
+        assert answer(rec)["status"] == 200 and header(rec, "server") == "uvicorn"
         assert re.fullmatch(r"[0-9a-f]{32}", header(rec, "x-request-id") or "")
     assert header(stream, "content-type") == "text/event-stream; charset=utf-8"
     assert header(stream, "x-accel-buffering") == "no"
-    assert [e["event"] for e in stream["response"]["events"]] == [None] * 6  # no `event:` lines
-    assert stream["response"]["events"][-1]["data"] == "[DONE]"
-    assert '"object": "chat.completion.chunk"' in stream["response"]["text"]  # json.dumps spacing
+    assert [e["event"] for e in events_of(stream)] == [None] * 6  # no `event:` lines
+    assert events_of(stream)[-1]["data"] == "[DONE]"
+    assert '"object": "chat.completion.chunk"' in (answer(stream)["text"] or "")  # json.dumps
 
 
 def test_what_it_does_not_serve(front: Mitmdump) -> None:
@@ -88,19 +92,19 @@ def test_what_it_does_not_serve(front: Mitmdump) -> None:
         with pytest.raises(openai.APIStatusError) as wrong_method:
             client.get("/chat/completions", cast_to=object)
         with pytest.raises(InvalidStatus) as upgrade:
-            client.responses.connect(websocket_connection_options={"proxy": None}).enter()
+            client.responses.connect(websocket_connection_options=NOT_PROXIED).enter()
     assert missing.value.body == {"detail": "Not Found"}
     assert wrong_method.value.status_code == 405
     assert upgrade.value.response.status_code == 404
 
     responses, get_chat, ws = front.records(3)
-    assert (responses["response"]["status"], responses["response"]["body"]) == (
+    assert (answer(responses)["status"], answer(responses)["body"]) == (
         404,
         {"detail": "Not Found"},
     )
     assert header(get_chat, "allow") == "POST"
-    assert get_chat["response"]["body"] == {"detail": "Method Not Allowed"}
-    assert ws["request"]["method"] == "GET" and ws["response"]["status"] == 404
+    assert answer(get_chat)["body"] == {"detail": "Method Not Allowed"}
+    assert ws["request"]["method"] == "GET" and answer(ws)["status"] == 404
 
     assert set(by_code([responses])) == {"endpoint_not_implemented"}
     row = by_code([get_chat])["method_not_allowed"]
@@ -132,8 +136,8 @@ def test_a_prompt_over_the_context(front: Mitmdump) -> None:
     assert err["message"].startswith(f"This model's maximum context length is {LLAMA_CTX} tokens.")
 
     plain, stream = front.records(2)
-    assert stream["response"]["status"] == 200 and stream["response"]["events"] == []
-    assert stream["response"]["complete"] is True
+    assert answer(stream)["status"] == 200 and answer(stream)["events"] == []
+    assert answer(stream)["complete"] is True
 
     row = by_code([plain])["request_rejected"]
     assert set(by_code([plain])) == {"request_rejected"}
@@ -149,7 +153,7 @@ def test_embeddings_without_the_flag_is_a_server_error(front: Mitmdump) -> None:
         client.embeddings.create(model="tiny", input="Hi")
     (rec,) = front.records(1)
     message = "Llama model must be created with embedding=True to call this method"
-    assert rec["response"]["body"] == {"error": {
+    assert answer(rec)["body"] == {"error": {
         "message": message, "type": "internal_server_error", "param": None, "code": None}}  # fmt: skip
     rows = by_code([rec])
     assert set(rows) == {"server_error"}
@@ -173,11 +177,11 @@ def test_a_wrong_or_missing_key(mitmdump: Callable[..., Mitmdump], llama: Llama)
     assert bare.status_code == 401
     wrong, missing, right = front.records(3)
     for rec in (wrong, missing):
-        assert rec["response"]["body"] == {"detail": "Invalid API key"}
+        assert answer(rec)["body"] == {"detail": "Invalid API key"}
         assert header(rec, "www-authenticate") is None
     assert set(by_code([wrong])) == {"auth_rejected"}
     assert set(by_code([missing])) == {"auth_missing"}
-    assert right["response"]["status"] == 200
+    assert answer(right)["status"] == 200
     assert LLAMA_KEY not in json.dumps([wrong, missing, right])
 
 

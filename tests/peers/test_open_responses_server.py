@@ -16,10 +16,14 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.responses import ResponseCompletedEvent
 from websockets.exceptions import InvalidStatus
 
-from tests.conftest import Mitmdump
+from tests.conftest import NOT_PROXIED, Mitmdump
+from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, TINY_ANSWER, Ors, sdk
+from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.record.tags import header_get
 
@@ -28,10 +32,9 @@ pytestmark = pytest.mark.peers
 INPUT: Any = [
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
 ]
-HI = [{"role": "user", "content": "Hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 TOO_LONG: Any = [{"type": "message", "role": "user",
                   "content": [{"type": "input_text", "text": "a" * LLAMA_CTX}]}]  # fmt: skip
-Record = dict[str, Any]
 
 
 @pytest.fixture
@@ -53,15 +56,19 @@ def test_responses_stream_at_the_root(front: Mitmdump) -> None:
         "response.created", "response.in_progress", *["response.output_text.delta"] * 3,
         "response.completed",
     ]  # fmt: skip
-    done = events[-1].response
+    last = events[-1]
+    assert isinstance(last, ResponseCompletedEvent)
+    done = last.response
     assert done.output_text == TINY_ANSWER and done.status == "completed" and done.usage is None
 
     stream, plain = front.records(2)
-    res = stream["response"]
-    assert header_get(res["headers"], "content-type") == "text/event-stream; charset=utf-8"
-    assert all(e["event"] is None and "sequence_number" not in e["data"] for e in res["events"])
-    assert res["events"][-1]["data"]["type"] == "response.completed"
-    assert (plain["response"]["status"], plain["response"]["text"]) == (200, "null")
+    recorded = events_of(stream)
+    assert (
+        header_get(answer(stream)["headers"], "content-type") == "text/event-stream; charset=utf-8"
+    )
+    assert all(e["event"] is None and "sequence_number" not in e["data"] for e in recorded)
+    assert recorded[-1]["data"]["type"] == "response.completed"
+    assert (answer(plain)["status"], answer(plain)["text"]) == (200, "null")
 
 
 def test_responses_under_v1_reaches_the_upstreams_v1_v1(front: Mitmdump) -> None:
@@ -73,11 +80,11 @@ def test_responses_under_v1_reaches_the_upstreams_v1_v1(front: Mitmdump) -> None
         with pytest.raises(openai.NotFoundError):
             client.responses.create(model="tiny", input="Hi")
     stream, plain = front.records(2)
-    assert stream["response"]["status"] == 200
-    assert stream["response"]["body"] == {"detail": "Not Found"}
-    assert header_get(stream["response"]["headers"], "content-type") == "application/json"
-    assert plain["response"]["status"] == 404
-    assert header_get(plain["response"]["headers"], "vary") == "Origin, Origin"  # both servers'
+    assert answer(stream)["status"] == 200
+    assert answer(stream)["body"] == {"detail": "Not Found"}
+    assert header_get(answer(stream)["headers"], "content-type") == "application/json"
+    assert answer(plain)["status"] == 404
+    assert header_get(answer(plain)["headers"], "vary") == "Origin, Origin"  # both servers'
     assert codes([stream]) == {"soft_error_200", "endpoint_not_implemented"}
     assert codes([plain]) == {"endpoint_not_implemented"}
 
@@ -87,7 +94,7 @@ def test_a_wrong_method_and_a_websocket_upgrade_are_answered_404(front: Mitmdump
         with pytest.raises(openai.NotFoundError):
             client.get("/chat/completions", cast_to=object)
         with pytest.raises(InvalidStatus) as upgrade:
-            client.responses.connect(websocket_connection_options={"proxy": None}).enter()
+            client.responses.connect(websocket_connection_options=NOT_PROXIED).enter()
     assert upgrade.value.response.status_code == 404
     get_chat, ws = front.records(2)
     (row,) = diagnose([get_chat]).to_dict("records")
@@ -117,7 +124,7 @@ def test_a_context_overflow_upstream(front: Mitmdump) -> None:
     with sdk(front.url) as client:
         events = list(client.responses.create(model="tiny", input=TOO_LONG, stream=True))
     with sdk(front.url + "/v1") as client:
-        too_long = [{"role": "user", "content": "a" * LLAMA_CTX}]
+        too_long: list[ChatCompletionMessageParam] = [{"role": "user", "content": "a" * LLAMA_CTX}]
         soft = client.chat.completions.create(model="tiny", messages=too_long)
     assert [e.type for e in events] == ["response.created", "response.in_progress"]
     assert soft.choices is None  # the SDK builds a ChatCompletion out of {"error": …}
@@ -140,7 +147,7 @@ def test_an_upstream_that_is_not_there(mitmdump: Callable[..., Mitmdump], ors: O
         soft = client.chat.completions.create(model="tiny", messages=HI)
     assert soft.choices is None
     stream, chat = front.records(2)
-    assert [e["data"] for e in stream["response"]["events"]] == [
+    assert [e["data"] for e in events_of(stream)] == [
         {"type": "error", "error": {"message": "All connection attempts failed"}}
     ]
     assert chat["response"] == {**chat["response"], "status": 200,
@@ -160,6 +167,6 @@ def test_an_upstream_that_rejects_its_key(mitmdump: Callable[..., Mitmdump], ors
     with sdk(front.url) as client, pytest.raises(openai.APIError, match="Error from LLM API: 401"):
         list(client.responses.create(model="tiny", input=INPUT, stream=True))
     (rec,) = front.records(1)
-    assert rec["response"]["status"] == 200 and len(rec["response"]["events"]) == 1
+    assert answer(rec)["status"] == 200 and len(events_of(rec)) == 1
     (row,) = diagnose([rec]).to_dict("records")
     assert row["code"] == "stream_error_event" and "Error from LLM API: 401" in row["summary"]

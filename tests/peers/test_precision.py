@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from openai.types.responses import ResponseCompletedEvent
 
 from tests.conftest import Mitmdump
+from tests.fixtures.records import answer
 from tests.peers.conftest import sdk
 from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
 
@@ -46,9 +48,11 @@ def llama_calls(url: str) -> int:
 def ors_calls(url: str) -> int:
     with sdk(url) as client:
         events = list(client.responses.create(model="tiny", input=HI, stream=True))
+        last = events[-1]
+        assert isinstance(last, ResponseCompletedEvent)
         consume(
             client.responses.create(
-                model="tiny", input=HI, stream=True, previous_response_id=events[-1].response.id
+                model="tiny", input=HI, stream=True, previous_response_id=last.response.id
             )
         )
         client.models.list()  # forwarded to the upstream's /v1/models
@@ -95,7 +99,7 @@ def test_successful_traffic_of_a_peer_yields_no_diagnosis(
     front = mitmdump([f"reverse:{peer.url}"], label=name)
     calls = PEERS[name](front.url)
     records = front.records(calls)
-    assert len(records) == calls and {r["response"]["status"] for r in records} == {200}
+    assert len(records) == calls and {answer(r)["status"] for r in records} == {200}
     df = diagnose(records)
     assert df.empty, format_diagnoses(df)
 

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import Mitmdump
+from tests.fixtures.records import answer, auth_of, events_of
 from tests.peers.conftest import CLIENT_KEY, LiteLLM, sdk
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.backends.standin import standin
@@ -18,7 +20,7 @@ from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.peers
-ASK = [{"role": "user", "content": "Say hello."}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 
 
 def test_replay_to_litellm(
@@ -49,12 +51,12 @@ def test_replay_to_litellm(
     assert set(by_original) == {r["id"] for r in originals}
     for original in originals:
         replay = by_original[original["id"]]
-        assert replay["label"] == "litellm" and replay["response"]["status"] == 200
+        assert replay["label"] == "litellm" and answer(replay)["status"] == 200
         assert replay["request"]["body"]["model"] == "standin-chat"
         assert replay["tags"]["stream"] == original["tags"]["stream"]
-        assert replay["tags"]["auth"]["fingerprint"] == fingerprint(CLIENT_KEY)
+        assert auth_of(replay)["fingerprint"] == fingerprint(CLIENT_KEY)
     stream = next(r for r in replays if r["tags"]["stream"])
-    assert stream["response"]["events"][-1]["data"] == "[DONE]"
+    assert events_of(stream)[-1]["data"] == "[DONE]"
     # The gateway answers with its own alias and its own headers: found, not hidden.
     found = analyze(originals + replays)
     assert len(found.pairs) == 3

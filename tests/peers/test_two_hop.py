@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import Mitmdump
+from tests.fixtures.records import answer, auth_of, events_of, sdk_of
 from tests.peers.conftest import (
     CLIENT_KEY,
     DROPPED_MESSAGES,
@@ -29,12 +30,11 @@ from tests.peers.conftest import (
     listener_url,
     sdk,
 )
+from wirediff._types import Record
 from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.peers
-
-Record = dict[str, Any]
 
 
 def prompt_of(rec: Record) -> str:
@@ -47,11 +47,11 @@ def prompt_of(rec: Record) -> str:
 
 def answer_of(rec: Record) -> str:
     """The assistant's text in a chat/Responses answer, streamed or not."""
-    res = rec["response"]
+    res = answer(rec)
     if res["events"] is not None:
         return "".join(
             ch["delta"].get("content") or ""
-            for e in res["events"]
+            for e in events_of(rec)
             if isinstance(e["data"], dict)
             for ch in e["data"].get("choices", [])
         )
@@ -116,10 +116,10 @@ def test_each_call_is_recorded_once_per_hop_with_its_listener(
     upstream_host = litellm.upstream.removeprefix("http://")
     for rec in hop_run.outer.values():
         assert rec["listener"] == f"reverse:{litellm.url}@{m.ports[0]}"
-        assert rec["label"] == gateway_host and rec["response"]["status"] == 200
+        assert rec["label"] == gateway_host and answer(rec)["status"] == 200
     for rec in hop_run.inner.values():
         assert rec["listener"] == f"reverse:{litellm.upstream}@{m.ports[1]}"
-        assert rec["label"] == upstream_host and rec["response"]["status"] == 200
+        assert rec["label"] == upstream_host and answer(rec)["status"] == 200
     assert {r["session"] for r in [*hop_run.outer.values(), *hop_run.inner.values()]} == {"two-hop"}
 
 
@@ -127,7 +127,7 @@ def test_hops_pair_by_content(hop_run: HopRun) -> None:
     for prompt, (kind, alias) in CALLS.items():
         outer, inner = hop_run.outer[prompt], hop_run.inner[prompt]
         # The gateway's call starts while the client's is under way.
-        outer_end = outer["started"] + outer["duration_ms"] / 1000
+        outer_end = outer["started"] + (outer["duration_ms"] or 0.0) / 1000
         assert outer["started"] <= inner["started"] <= outer_end
         # Same conversation, same answer; the model is renamed on the way.
         assert outer["tags"]["model"] == alias and inner["tags"]["model"] == UPSTREAM_MODEL
@@ -149,21 +149,21 @@ def test_hops_pair_by_content(hop_run: HopRun) -> None:
 def test_the_hops_carry_different_keys(hop_run: HopRun, litellm: LiteLLM) -> None:
     for prompt in CALLS:
         outer, inner = hop_run.outer[prompt], hop_run.inner[prompt]
-        assert outer["tags"]["auth"]["fingerprint"] == fingerprint(CLIENT_KEY)
-        assert inner["tags"]["auth"]["fingerprint"] == fingerprint(UPSTREAM_KEY)
-        assert outer["tags"]["auth"]["scheme"] == inner["tags"]["auth"]["scheme"] == "Bearer"
+        assert auth_of(outer)["fingerprint"] == fingerprint(CLIENT_KEY)
+        assert auth_of(inner)["fingerprint"] == fingerprint(UPSTREAM_KEY)
+        assert auth_of(outer)["scheme"] == auth_of(inner)["scheme"] == "Bearer"
         # Who is calling differs too: the test's SDK, then LiteLLM's own async openai SDK,
         # or, for openai/'s Responses call, LiteLLM's own HTTP client.
-        assert outer["tags"]["sdk"]["version"] == openai.__version__
-        assert outer["tags"]["sdk"]["async"] is False
+        assert sdk_of(outer)["version"] == openai.__version__
+        assert sdk_of(outer)["async"] is False
         if prompt == "two-hop responses via openai":
             assert inner["tags"]["sdk"] == {
                 "user_agent": f"litellm/{litellm.version}", "client": "litellm",
                 "client_version": litellm.version,
             }  # fmt: skip
         else:
-            assert inner["tags"]["sdk"]["async"] is True
-            assert inner["tags"]["sdk"]["user_agent"].startswith("AsyncOpenAI/Python ")
+            assert sdk_of(inner)["async"] is True
+            assert (sdk_of(inner)["user_agent"] or "").startswith("AsyncOpenAI/Python ")
 
 
 def test_no_key_in_plaintext_on_disk(hop_run: HopRun, auth_dropped_capture: Path) -> None:
@@ -186,10 +186,10 @@ def test_auth_dropped_by_the_gateway(auth_dropped_capture: Path, litellm: LiteLL
     assert outer["started"] <= inner["started"]
 
     # The client's key reached the gateway, which accepted it and called the upstream...
-    assert outer["tags"]["auth"]["fingerprint"] == fingerprint(CLIENT_KEY)
+    assert auth_of(outer)["fingerprint"] == fingerprint(CLIENT_KEY)
     assert (outer["tags"]["family"], outer["tags"]["model"]) == ("chat.completions", "hop-nokey")
     # ...with neither that key nor its own upstream key: hosted_vllm's placeholder.
-    auth = inner["tags"]["auth"]
+    auth = auth_of(inner)
     assert auth["fingerprint"] == fingerprint(LITELLM_PLACEHOLDER_KEY)
     assert auth["fingerprint"] not in (fingerprint(CLIENT_KEY), fingerprint(UPSTREAM_KEY))
     assert inner["tags"]["sdk"] == {
@@ -203,9 +203,9 @@ def test_auth_dropped_by_the_gateway(auth_dropped_capture: Path, litellm: LiteLL
     }
 
     # The upstream rejects it as OpenAI would, and the gateway relays a 401 of its own.
-    assert inner["response"]["status"] == 401
-    assert inner["response"]["body"]["error"]["code"] == "invalid_api_key"
-    assert outer["response"]["status"] == 401
-    err = outer["response"]["body"]["error"]
+    assert answer(inner)["status"] == 401
+    assert answer(inner)["body"]["error"]["code"] == "invalid_api_key"
+    assert answer(outer)["status"] == 401
+    err = answer(outer)["body"]["error"]
     assert (err["type"], err["code"]) == ("authentication_error", "401")
     assert "invalid_api_key" in err["message"]  # the upstream's answer, quoted as text

@@ -59,7 +59,7 @@ def test_diagnosis_is_auth_dropped_by_hop(auth_dropped_capture: Path, litellm: L
     evidence = "\n".join(row["evidence"])
     assert fingerprint(CLIENT_KEY) in evidence  # what the client sent on listener A
     assert fingerprint(LITELLM_PLACEHOLDER_KEY) in evidence  # what arrived on listener B
-    assert outer["listener"] in evidence and inner["listener"] in evidence
+    assert str(outer["listener"]) in evidence and str(inner["listener"]) in evidence
     assert "forward" in row["remedy"]
 
 

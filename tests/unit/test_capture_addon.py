@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mitmproxy import exceptions, http
@@ -12,6 +14,8 @@ from mitmproxy.test import taddons, tflow, tutils
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
+from tests.fixtures.records import answer, auth_of, error_of, events_of, websocket_of
+from wirediff._types import Record
 from wirediff.addons.capture import Capture
 from wirediff.record.flow import WEBSOCKET_TAP
 from wirediff.record.redact import fingerprint
@@ -38,9 +42,15 @@ def chat_flow(body: bytes | None = None, **resp_kw: object) -> http.HTTPFlow:
     return f
 
 
+def flow_response(f: http.HTTPFlow) -> http.Response:
+    """The response of a flow the test gave one."""
+    assert f.response is not None
+    return f.response
+
+
 def run(
     tmp_path: Path, *flows: http.HTTPFlow, sse_chunks: list[bytes] | None = None, **options: object
-) -> list[dict[str, object]]:
+) -> list[Record]:
     cap = Capture()
     with taddons.context(cap) as tctx:
         tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t", **options)
@@ -49,8 +59,9 @@ def run(
             if f.response is not None:
                 cap.responseheaders(f)
             if sse_chunks is not None:
-                assert callable(f.response.stream)
-                passed = [f.response.stream(c) for c in sse_chunks]
+                stream = flow_response(f).stream
+                assert callable(stream)
+                passed = [stream(c) for c in sse_chunks]
                 assert passed == sse_chunks, "the tap must return bytes unchanged"
             if f.error:
                 cap.error(f)
@@ -64,8 +75,8 @@ async def test_json_exchange_is_recorded_and_redacted(tmp_path: Path) -> None:
     (rec,) = run(tmp_path, chat_flow())
     assert rec["format"] == "wirediff/1" and rec["label"] == "api.example.test" and rec["seq"] == 0
     assert rec["request"]["body"]["model"] == "gpt-4o-mini"
-    assert rec["response"]["body"]["object"] == "chat.completion"
-    assert rec["tags"]["auth"]["forwarded"] is True and rec["tags"]["family"] == "chat.completions"
+    assert answer(rec)["body"]["object"] == "chat.completion"
+    assert auth_of(rec)["forwarded"] is True and rec["tags"]["family"] == "chat.completions"
     assert KEY not in (tmp_path / "t.jsonl").read_text()
 
 
@@ -87,43 +98,45 @@ async def test_header_change_by_a_later_addon_shows_as_not_forwarded(tmp_path: P
         cap.response(f)
         cap.done()
     (rec,) = load_records([tmp_path / "t.jsonl"])
-    assert rec["tags"]["auth"]["forwarded"] is False
-    assert ["authorization", rec["request"]["headers"][1][1]] not in rec["request"][
-        "forwarded_headers"
-    ]
+    assert auth_of(rec)["forwarded"] is False
+    forwarded = rec["request"].get("forwarded_headers")
+    assert (
+        forwarded is not None
+        and ["authorization", rec["request"]["headers"][1][1]] not in forwarded
+    )
 
 
 async def test_sse_stream_tapped_gzip_decoded_and_bytes_untouched(tmp_path: Path) -> None:
     f = chat_flow()
-    f.response.headers["content-type"] = "text/event-stream"
-    f.response.headers["content-encoding"] = "gzip"
+    flow_response(f).headers["content-type"] = "text/event-stream"
+    flow_response(f).headers["content-encoding"] = "gzip"
     stream = b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
     packed = gzip.compress(stream)
     chunks = [packed[i : i + 9] for i in range(0, len(packed), 9)] + [b""]
     (rec,) = run(tmp_path, f, sse_chunks=chunks)
-    events = rec["response"]["events"]
+    events = events_of(rec)
     assert [e["data"] for e in events] == [{"choices": [{"delta": {"content": "a"}}]}, "[DONE]"]
     assert all(isinstance(e["t_ms"], float) for e in events)
-    assert rec["response"]["size"] == len(packed) and rec["response"]["text"] == stream.decode()
+    assert answer(rec)["size"] == len(packed) and answer(rec)["text"] == stream.decode()
 
 
 async def test_stream_cut_mid_event_then_error(tmp_path: Path) -> None:
     f = chat_flow()
-    f.response.headers["content-type"] = "text/event-stream"
+    flow_response(f).headers["content-type"] = "text/event-stream"
     f.error = tflow.terr("Server disconnected.")
     (rec,) = run(tmp_path, f, sse_chunks=[b'data: {"a":1}\n\ndata: {"b"'])
-    events = rec["response"]["events"]
-    assert events[-1]["partial"] is True and rec["response"]["complete"] is False
-    assert rec["error"]["kind"] == "upstream_disconnect"
+    events = events_of(rec)
+    assert events[-1]["partial"] is True and answer(rec)["complete"] is False
+    assert error_of(rec)["kind"] == "upstream_disconnect"
 
 
 async def test_client_disconnect_after_done_keeps_every_event(tmp_path: Path) -> None:
     f = chat_flow()
-    f.response.headers["content-type"] = "text/event-stream"
+    flow_response(f).headers["content-type"] = "text/event-stream"
     f.error = tflow.terr("Client disconnected.")
     (rec,) = run(tmp_path, f, sse_chunks=[b"data: {}\n\n", b"data: [DONE]\n\n"])
-    assert [e["data"] for e in rec["response"]["events"]] == [{}, "[DONE]"]
-    assert rec["error"]["kind"] == "client_disconnect"
+    assert [e["data"] for e in events_of(rec)] == [{}, "[DONE]"]
+    assert error_of(rec)["kind"] == "client_disconnect"
 
 
 async def test_unreachable_upstream(tmp_path: Path) -> None:
@@ -131,7 +144,7 @@ async def test_unreachable_upstream(tmp_path: Path) -> None:
     f.response = None
     f.error = tflow.terr("Connection refused: [Errno 111]")
     (rec,) = run(tmp_path, f)
-    assert rec["response"] is None and rec["error"]["kind"] == "upstream_unreachable"
+    assert rec["response"] is None and error_of(rec)["kind"] == "upstream_unreachable"
     assert rec["ttfb_ms"] is None
 
 
@@ -150,13 +163,13 @@ async def test_unreachable_upstream(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 async def test_bodies(
-    tmp_path: Path, req_body: bytes, resp_body: bytes, ctype: str, check: object
+    tmp_path: Path, req_body: bytes, resp_body: bytes, ctype: str, check: Callable[[Record], bool]
 ) -> None:
     f = chat_flow(body=req_body)
-    f.response.headers["content-type"] = ctype
-    f.response.content = resp_body
+    flow_response(f).headers["content-type"] = ctype
+    flow_response(f).content = resp_body
     (rec,) = run(tmp_path, f, capture_body_cap=64)
-    assert check(rec)  # type: ignore[operator]
+    assert check(rec)
 
 
 async def test_replay_headers_are_consumed(tmp_path: Path) -> None:
@@ -287,28 +300,33 @@ def test_classify_error(message: str, has_response: bool, kind: str) -> None:
 ECHO = f"Incorrect API key provided: {KEY}. You can find your API key at https://x."
 
 
+def answer_with(f: http.HTTPFlow, content: bytes, **headers: str) -> None:
+    resp = flow_response(f)
+    for name, value in headers.items():
+        resp.headers[name.replace("_", "-")] = value
+    resp.content = content
+
+
 @pytest.mark.parametrize(
     ("where", "mutate"),
     [
-        ("401 body echo", lambda f: setattr(f.response, "content", json.dumps(
+        ("401 body echo", lambda f: setattr(flow_response(f), "content", json.dumps(
             {"error": {"message": ECHO, "code": "invalid_api_key"}}).encode())),
-        ("text echo", lambda f: (f.response.headers.__setitem__("content-type", "text/plain"),
-                                 setattr(f.response, "content", ECHO.encode()))),
+        ("text echo", lambda f: answer_with(f, ECHO.encode(), content_type="text/plain")),
         ("secret-named request field", lambda f: setattr(f.request, "content", json.dumps(
             {"model": "m", "api_key": "sk-body-secret-123456"}).encode())),
         ("credential-named header", lambda f: f.request.headers.__setitem__(
             "x-goog-api-key", "AIza-header-secret-123456")),
         ("key in the query", lambda f: setattr(f.request, "path", "/v1/models?key=AIza-q-secret-9876")),
-        ("set-cookie echo", lambda f: (f.response.headers.__setitem__(
-            "set-cookie", "sid=cookie-secret-abcdef; Path=/"), setattr(
-            f.response, "content", b'{"session": "cookie-secret-abcdef"}'))),
+        ("set-cookie echo", lambda f: answer_with(f, b'{"session": "cookie-secret-abcdef"}',
+                                                  set_cookie="sid=cookie-secret-abcdef; Path=/")),
     ],
 )  # fmt: skip
 async def test_secrets_echoed_anywhere_are_fingerprinted(
-    tmp_path: Path, where: str, mutate: object
+    tmp_path: Path, where: str, mutate: Callable[[http.HTTPFlow], object]
 ) -> None:
     f = chat_flow()
-    mutate(f)  # type: ignore[operator]
+    mutate(f)
     assert len(run(tmp_path, f)) == 1
     text = (tmp_path / "t.jsonl").read_text()
     for secret in (KEY, "sk-body-secret-123456", "AIza-header-secret-123456",
@@ -319,12 +337,12 @@ async def test_secrets_echoed_anywhere_are_fingerprinted(
 
 async def test_open_ended_body_is_streamed_and_kept(tmp_path: Path) -> None:
     f = chat_flow()
-    del f.response.headers["content-length"]
-    f.response.headers["content-type"] = "application/x-ndjson"
+    del flow_response(f).headers["content-length"]
+    flow_response(f).headers["content-type"] = "application/x-ndjson"
     chunks = [b'{"a": 1}\n', b'{"b": 2}\n', b""]
     (rec,) = run(tmp_path, f, sse_chunks=chunks)
-    assert rec["response"]["events"] is None  # not SSE: kept, not split
-    assert rec["response"]["text"] == '{"a": 1}\n{"b": 2}\n' and rec["response"]["size"] == 18
+    assert answer(rec)["events"] is None  # not SSE: kept, not split
+    assert answer(rec)["text"] == '{"a": 1}\n{"b": 2}\n' and answer(rec)["size"] == 18
 
 
 async def test_a_record_that_cannot_be_built_still_leaves_a_line(
@@ -338,7 +356,8 @@ async def test_a_record_that_cannot_be_built_still_leaves_a_line(
     monkeypatch.setattr(capture_module, "build_record", broken)
     (rec,) = run(tmp_path, chat_flow())
     assert rec["error"] == {"kind": "capture_error", "message": "ValueError: boom"}
-    assert rec["response"]["status"] == 200 and rec["request"]["path"] == "/v1/chat/completions"
+    assert answer(rec)["status"] == 200 and rec["request"]["path"] == "/v1/chat/completions"
+    assert rec["tags"]["family"] == "chat.completions"  # whole: `run` loaded it back
 
 
 async def test_recording_waits_until_the_hook_has_returned(tmp_path: Path) -> None:
@@ -379,7 +398,7 @@ def ws_message(f: http.HTTPFlow, from_client: bool, obj: object, at: float) -> N
     )
 
 
-TURN: list[tuple[bool, object]] = [
+TURN: list[tuple[bool, dict[str, Any]]] = [
     (True, {"type": "response.create", "model": "gpt-4o-mini", "input": "hi"}),
     (False, {"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1"}}),
     (False, {"type": "response.output_text.delta", "sequence_number": 1, "delta": f"key {KEY}"}),
@@ -392,7 +411,7 @@ def run_websocket(
     close: tuple[int, bool] | None = (1000, True),
     recorder: str | None = None,
     **options: object,
-) -> dict[str, object]:
+) -> Record:
     """One WebSocket session through the hooks in mitmproxy's order; `close`: (code,
     closed by the client), or None for a session still open at shutdown. `recorder`:
     "running" records through the recorder process, "killed" through one that died."""
@@ -430,11 +449,11 @@ async def test_websocket_session_is_one_record_with_its_messages_as_events(
     tmp_path: Path,
 ) -> None:
     rec = run_websocket(tmp_path)
-    req, resp, tags = rec["request"], rec["response"], rec["tags"]
-    assert (req["method"], req["path"], resp["status"]) == ("GET", "/v1/responses", 101)  # type: ignore[index]
-    assert tags["family"] == "responses" and tags["transport"] == "websocket"  # type: ignore[index]
-    assert tags["model"] == "gpt-4o-mini" and tags["stream"] is False  # type: ignore[index]
-    events = resp["events"]  # type: ignore[index]
+    req, resp, tags = rec["request"], answer(rec), rec["tags"]
+    assert (req["method"], req["path"], resp["status"]) == ("GET", "/v1/responses", 101)
+    assert tags["family"] == "responses" and tags.get("transport") == "websocket"
+    assert tags["model"] == "gpt-4o-mini" and tags["stream"] is False
+    events = events_of(rec)
     assert [(e["direction"], e["event"]) for e in events] == [
         ("client", "response.create"),
         ("server", "response.created"),
@@ -443,8 +462,8 @@ async def test_websocket_session_is_one_record_with_its_messages_as_events(
     ]
     assert [e["t_ms"] for e in events] == [10.0, 20.0, 30.0, 40.0]
     assert events[1]["data"] == TURN[1][1]
-    assert resp["complete"] is True and rec["error"] is None  # type: ignore[index]
-    assert resp["websocket"] == {  # type: ignore[index]
+    assert resp["complete"] is True and rec["error"] is None
+    assert websocket_of(rec) == {
         "close_code": 1000, "close_reason": "", "closed_by": "client",
         "messages": {"client": 1, "server": 3},
         "bytes": {"client": len(json.dumps(TURN[0][1])),
@@ -462,16 +481,15 @@ async def test_websocket_session_is_recorded_through_the_recorder_process(
     """Closed, or still open at shutdown (handed over before the recorder stops); a
     recorder that died leaves the session to mitmdump's own process."""
     rec = run_websocket(tmp_path, close=close, recorder=recorder, capture_lazy_connect=False)
-    resp = rec["response"]
-    assert [e["data"] for e in resp["events"]] == [o for _, o in TURN[:2]] + [  # type: ignore[index]
-        {**TURN[2][1], "delta": f"key {fingerprint(KEY)}"}, TURN[3][1]  # type: ignore[dict-item]
+    assert [e["data"] for e in events_of(rec)] == [o for _, o in TURN[:2]] + [
+        {**TURN[2][1], "delta": f"key {fingerprint(KEY)}"}, TURN[3][1]
     ]  # fmt: skip
-    assert rec["tags"]["transport"] == "websocket"  # type: ignore[index]
-    assert resp["websocket"]["messages"] == {"client": 1, "server": 3}  # type: ignore[index]
+    assert rec["tags"].get("transport") == "websocket"
+    assert websocket_of(rec)["messages"] == {"client": 1, "server": 3}
     if close is None:
-        assert rec["error"]["message"] == "the WebSocket was still open when recorded"  # type: ignore[index]
+        assert error_of(rec)["message"] == "the WebSocket was still open when recorded"
     else:
-        assert resp["complete"] and resp["websocket"]["closed_by"] == "server"  # type: ignore[index]
+        assert answer(rec)["complete"] and websocket_of(rec)["closed_by"] == "server"
 
 
 async def test_a_sessions_messages_are_bounded(tmp_path: Path) -> None:
@@ -485,7 +503,7 @@ async def test_a_sessions_messages_are_bounded(tmp_path: Path) -> None:
 
 async def test_websocket_messages_are_capped(tmp_path: Path) -> None:
     rec = run_websocket(tmp_path, capture_body_cap=40)
-    events = rec["response"]["events"]  # type: ignore[index]
+    events = events_of(rec)
     assert all(e["truncated"] for e in events if len(json.dumps(TURN[0][1])) > 40)
     assert all(isinstance(e["data"], str) and len(e["data"]) <= 40 for e in events)
 
@@ -498,13 +516,13 @@ async def test_websocket_that_did_not_close_cleanly(
     tmp_path: Path, close: tuple[int, bool] | None, kind: str | None
 ) -> None:
     rec = run_websocket(tmp_path, close=close)
-    assert rec["response"]["complete"] is False  # type: ignore[index]
-    assert len(rec["response"]["events"]) == len(TURN)  # type: ignore[index]
+    assert answer(rec)["complete"] is False
+    assert len(events_of(rec)) == len(TURN)
     if kind is None:  # still open at shutdown: recorded as it stood
-        assert rec["response"]["websocket"]["close_code"] is None  # type: ignore[index]
-        assert rec["error"]["message"] == "the WebSocket was still open when recorded"  # type: ignore[index]
+        assert websocket_of(rec)["close_code"] is None
+        assert error_of(rec)["message"] == "the WebSocket was still open when recorded"
     else:
-        assert rec["error"]["kind"] == kind  # type: ignore[index]
+        assert error_of(rec)["kind"] == kind
 
 
 async def test_websocket_upgrade_refused_is_a_plain_exchange_of_the_websocket_mode(
@@ -520,13 +538,14 @@ async def test_websocket_upgrade_refused_is_a_plain_exchange_of_the_websocket_mo
         content=b'{"detail":"Method Not Allowed"}',
     )
     (rec,) = run(tmp_path, f)
-    assert rec["response"]["status"] == 405 and rec["tags"]["transport"] == "websocket"  # type: ignore[index]
-    assert rec["response"]["events"] is None  # type: ignore[index]
-    assert ["upgrade", "websocket"] in rec["request"]["headers"]  # type: ignore[operator]
+    assert answer(rec)["status"] == 405 and rec["tags"].get("transport") == "websocket"
+    assert answer(rec)["events"] is None
+    assert ["upgrade", "websocket"] in rec["request"]["headers"]
 
 
 def test_a_sessions_turns_read_as_streams() -> None:
-    c, s = {"direction": "client"}, {"direction": "server"}
+    c: dict[str, object] = {"direction": "client"}
+    s: dict[str, object] = {"direction": "server"}
     assert turns([]) == []
     assert turns([{**s, "n": 0}, c, {**s, "n": 1}, {**s, "n": 2}, c, c, {**s, "n": 3}]) == [
         [{**s, "n": 0}], [{**s, "n": 1}, {**s, "n": 2}], [], [{**s, "n": 3}]

@@ -21,7 +21,7 @@ from tests.fixtures.chain_records import (
     responses_events,
     sdk_headers,
 )
-from wirediff._types import Record
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import (
     CHAIN_COLUMNS,
@@ -361,10 +361,10 @@ def test_not_sse_has_no_stream_end() -> None:
     assert stream_end(rec) is None and stream_problem(rec, None) is None and exchange_ok(rec)
 
 
-def ws_session(*turns: list[dict[str, Any]]) -> Record:
+def ws_session(*turns: list[Event]) -> Record:
     """A Responses WebSocket session: per turn a client `response.create`, then the
     server's events."""
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     for server in turns:
         events.append({"t_ms": 1.0, "event": "response.create", "direction": "client",
                        "data": {"type": "response.create", "model": MODEL}})  # fmt: skip
@@ -388,7 +388,7 @@ def ws_session(*turns: list[dict[str, Any]]) -> Record:
     ],
 )
 def test_websocket_sessions_end_with_their_last_turn(
-    turns: list[list[dict[str, Any]]], ok: bool, terminal: str | None
+    turns: list[list[Event]], ok: bool, terminal: str | None
 ) -> None:
     rec = ws_session(*turns)
     end = stream_end(rec)

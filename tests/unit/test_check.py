@@ -12,6 +12,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from tests.fixtures.records import (
+    answer,
     body,
     chat_record,
     drop_events,
@@ -46,7 +47,7 @@ def deviating(rec: Record) -> None:
 
 
 def no_usage_chunk(rec: Record) -> None:
-    if rec["response"]["events"] is not None and rec["tags"]["family"] == "chat.completions":
+    if answer(rec)["events"] is not None and rec["tags"]["family"] == "chat.completions":
         drop_events(rec, lambda d: not (isinstance(d, dict) and d.get("usage")))
 
 
@@ -132,6 +133,25 @@ def test_a_candidate_that_replays_nothing_is_bad_input(
     assert "no exchange replays" in capsys.readouterr().err
 
 
+def unreachable(rec: Record) -> None:
+    rec["response"] = None
+    rec["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+
+
+def test_a_candidate_that_got_no_answer_fails_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = openai_session()
+    down = [
+        replay(b, id=f"d{i}", label="down", change=unreachable if i < 2 else None)
+        for i, b in enumerate(base)
+    ]
+    cand = write(tmp_path / "s.down.jsonl", down)
+    assert main(["check", write(tmp_path / "s.jsonl", base), cand]) == 1
+    captured = capsys.readouterr()
+    assert "unexpected" not in captured.err and "FAIL  down" in captured.out
+
+
 # --- verdicts ----------------------------------------------------------------------------
 
 
@@ -150,8 +170,8 @@ def test_a_family_nothing_of_which_is_here_is_unsupported() -> None:
         base,
         id="c1",
         label="lmstudio",
-        change=lambda r: r["response"].update(
-            body={"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+        change=lambda r: answer(r).update(
+            {"body": {"error": "Unexpected endpoint or method. (POST /v1/responses)"}}
         ),
     )
     verdict, reasons = verdict_of([base, cand], "lmstudio", "responses")
@@ -222,8 +242,8 @@ def test_a_refused_websocket_upgrade_is_its_own_transport() -> None:
     """POST /v1/responses works; the WebSocket mode of the same family does not."""
     base = responses_record(id="o1")
     upgrade = websocket_refused("o2", "")
-    upgrade.update(label="openai", replay_of=None)
-    upgrade["response"]["status"] = 101
+    upgrade["label"], upgrade["replay_of"] = "openai", None
+    answer(upgrade)["status"] = 101
     records = [base, upgrade, replay(base, id="c1", label="vllm"), websocket_refused("c2", "o2")]
     assert verdict_of(records, "vllm", "responses")[0] == "compatible"
     verdict, reasons = verdict_of(records, "vllm", "responses", "websocket")

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from tests.fixtures.records import (
+    answer,
     as_events,
     body,
     chat_record,
     drop_events,
     error_record,
     event_type,
+    events_of,
     make_record,
     models_record,
     openai_session,
@@ -35,7 +37,7 @@ from wirediff.analysis.comparison.impact import SDK_SOURCE
 SPEC = "openai-openapi 2.3.0"
 SDK = SDK_SOURCE
 GRAMMAR = "stream-grammar"
-OPEN = "open-responses"
+OPEN = "open-responses 2026-04-24"
 
 
 def test_openai_shaped_traffic_conforms() -> None:
@@ -141,7 +143,7 @@ def error_mid_stream(rec: Record) -> None:
 
 
 def lmstudio_unexpected_endpoint(rec: Record) -> None:
-    rec["response"]["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+    answer(rec)["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
 
 
 def arguments_as_object(rec: Record) -> None:
@@ -197,16 +199,16 @@ def done_after_completed(rec: Record) -> None:
 
 
 def event_name_differs(rec: Record) -> None:
-    rec["response"]["events"][1]["event"] = "response.progress"
+    events_of(rec)[1]["event"] = "response.progress"
 
 
 def not_an_event_type(rec: Record) -> None:
     payloads(rec)[1]["type"] = "response.thinking"
-    rec["response"]["events"][1]["event"] = "response.thinking"
+    events_of(rec)[1]["event"] = "response.thinking"
 
 
 def truncated_stream(rec: Record) -> None:
-    events = rec["response"]["events"]
+    events = events_of(rec)
     del events[-1]
     events[-1]["partial"] = True
     events[-1]["data"] = '{"type":"response.comp'

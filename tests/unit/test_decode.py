@@ -31,15 +31,21 @@ CODINGS: list[tuple[str, Compress]] = [
 def bomb(coding: str, head: bytes = b"") -> bytes:
     """`head` followed by `ZEROS` newlines, compressed, built in pieces."""
     fill = b"\n" * (1 << 20)
-    if coding == "gzip":
-        c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    elif coding == "deflate":
-        c = zlib.compressobj(9)
-    elif coding == "br":
-        c = brotli.Compressor(quality=5)
-        return c.process(head) + b"".join(c.process(fill) for _ in range(ZEROS >> 20)) + c.finish()
-    else:
-        c = zstandard.ZstdCompressor(level=3).compressobj()
+    if coding == "br":
+        br = brotli.Compressor(quality=5)
+        return bytes(
+            br.process(head) + b"".join(br.process(fill) for _ in range(ZEROS >> 20)) + br.finish()
+        )
+    if coding == "zstd":
+        zs = zstandard.ZstdCompressor(level=3).compressobj()
+        return (
+            zs.compress(head) + b"".join(zs.compress(fill) for _ in range(ZEROS >> 20)) + zs.flush()
+        )
+    c = (
+        zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        if coding == "gzip"
+        else zlib.compressobj(9)
+    )
     return c.compress(head) + b"".join(c.compress(fill) for _ in range(ZEROS >> 20)) + c.flush()
 
 

@@ -33,7 +33,7 @@ from tests.fixtures.chain_records import (
     responses_events,
     sdk_headers,
 )
-from wirediff._types import Record
+from wirediff._types import Event, Record
 from wirediff.analysis.diagnosis.diagnose import (
     CODES,
     DIAGNOSIS_COLUMNS,
@@ -426,7 +426,7 @@ def test_a_stream_error_is_read_from_the_error_event_not_the_stream_text() -> No
     """The stream echoes the model id in every chunk: reading the text as the message made
     this `model_not_found`, quoting the first event."""
     error = {"error": {"message": "Context size has been exceeded.", "type": "server_error"}}
-    events = [*chat_events(done=False), {"t_ms": 30.0, "event": None, "data": error}]
+    events: list[Event] = [*chat_events(done=False), {"t_ms": 30.0, "event": None, "data": error}]
     rec = record(**SSE, events=events, resp_text=sse_text(events))
     (row,) = rows([rec]).to_dict("records")
     assert row["code"] == "stream_error_event"
@@ -443,15 +443,15 @@ def test_a_stream_ended_with_an_error_event_is_not_truncated() -> None:
     events.append({"t_ms": 20.0, "event": "error", "data": {
         "type": "error", "code": "server_error", "message": "The server had an error",
         "param": None, "sequence_number": 2}})  # fmt: skip
-    change = {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT,
-              "resp_body": None, "events": events}  # fmt: skip
+    change: dict[str, Any] = {**RESPONSES, "body": responses_body(stream=True),
+                              "content_type": SSE_CT, "resp_body": None, "events": events}  # fmt: skip
     df = rows([record(**change)])
     assert list(df["code"]) == ["stream_error_event"]
     assert "proxy" not in df.iloc[0]["remedy"]
 
 
 def test_the_servers_own_hint_is_part_of_the_remedy() -> None:
-    change = {"path": "/v1/embeddings", "body": {"model": "m", "input": "x"}, "status": 501,
+    change: dict[str, Any] = {"path": "/v1/embeddings", "body": {"model": "m", "input": "x"}, "status": 501,
               "resp_body": {"error": {"code": 501, "type": "not_supported_error",
                                       "message": "This server does not support embeddings. "
                                                  "Start it with `--embeddings`"}}}  # fmt: skip

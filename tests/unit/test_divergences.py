@@ -13,12 +13,14 @@ from tests.fixtures.records import (
     ARGUMENT_FRAGMENTS,
     TEXT_FRAGMENTS,
     WEATHER_ARGUMENTS,
+    answer,
     as_events,
     body,
     chat_record,
     drop_events,
     error_record,
     event_type,
+    events_of,
     models_record,
     openai_error,
     openai_headers,
@@ -63,18 +65,22 @@ def _not_found() -> Record:
 
 
 def server_error(rec: Record) -> None:
-    rec["response"].update(
-        status=500,
-        body=openai_error("The server had an error while processing your request.", "server_error"),
+    answer(rec).update(
+        {
+            "status": 500,
+            "body": openai_error(
+                "The server had an error while processing your request.", "server_error"
+            ),
+        }
     )
 
 
 def error_in_200(rec: Record) -> None:
-    rec["response"]["body"] = openai_error("Model is loading", "invalid_request_error")
+    answer(rec)["body"] = openai_error("Model is loading", "invalid_request_error")
 
 
 def lmstudio_unexpected_endpoint(rec: Record) -> None:
-    rec["response"]["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+    answer(rec)["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
 
 
 def integer_error_code(rec: Record) -> None:
@@ -82,12 +88,12 @@ def integer_error_code(rec: Record) -> None:
 
 
 def fastapi_not_found(rec: Record) -> None:
-    rec["response"]["body"] = {"detail": "Not Found"}
+    answer(rec)["body"] = {"detail": "Not Found"}
 
 
 def ollama_page_not_found(rec: Record) -> None:
-    rec["response"].update(
-        body=None, text="404 page not found", headers=openai_headers("text/plain")
+    answer(rec).update(
+        {"body": None, "text": "404 page not found", "headers": openai_headers("text/plain")}
     )
 
 
@@ -98,8 +104,8 @@ def ollama_error_type(rec: Record) -> None:
 
 
 def answered_json_to_a_stream(rec: Record) -> None:
-    fresh = chat_record()["response"]
-    rec["response"].update(body=fresh["body"], events=None, headers=fresh["headers"])
+    fresh = answer(chat_record())
+    answer(rec).update({"body": fresh["body"], "events": None, "headers": fresh["headers"]})
 
 
 def no_response(rec: Record) -> None:
@@ -225,8 +231,8 @@ def drop_request_id(rec: Record) -> None:
 
 
 def drop_rate_limits(rec: Record) -> None:
-    rec["response"]["headers"] = [
-        h for h in rec["response"]["headers"] if not h[0].startswith("x-ratelimit-")
+    answer(rec)["headers"] = [
+        h for h in answer(rec)["headers"] if not h[0].startswith("x-ratelimit-")
     ]
 
 
@@ -483,9 +489,9 @@ def test_events_are_labelled_from_their_data_not_their_timing() -> None:
     base = chat_record(id="o1", stream=True)
 
     def slower(rec: Record) -> None:
-        rec["response"]["events"] = as_events(payloads(rec), named=False)
-        for ev in rec["response"]["events"]:
-            ev["t_ms"] *= 3
+        answer(rec)["events"] = as_events(payloads(rec), named=False)
+        for ev in events_of(rec):
+            ev["t_ms"] = (ev.get("t_ms") or 0.0) * 3
 
     assert compare_records(base, replay(base, change=slower)) == []
 

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 from tests.fixtures.records import (
+    answer,
     chat_record,
     error_record,
+    events_of,
     make_record,
     models_record,
     responses_record,
 )
-from wirediff._types import Record
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison import impact as impact_module
 from wirediff.analysis.comparison.impact import impact, skeleton
 
@@ -43,9 +45,8 @@ def test_openai_shaped_answers_give_what_apps_read(
     assert {k: outcome.get(k) for k in expected} == expected
 
 
-def _events(rec: Record) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = rec["response"]["events"]
-    return events
+def _events(rec: Record) -> list[Event]:
+    return events_of(rec)
 
 
 def test_response_created_without_output_breaks_the_stream_helper() -> None:
@@ -63,7 +64,7 @@ def test_response_created_without_output_breaks_the_stream_helper() -> None:
 
 def test_tool_arguments_as_an_object_do_not_parse() -> None:
     rec = chat_record(tool=True)
-    call = rec["response"]["body"]["choices"][0]["message"]["tool_calls"][0]
+    call = answer(rec)["body"]["choices"][0]["message"]["tool_calls"][0]
     call["function"]["arguments"] = {"city": "Paris"}
     assert impact(rec).get("tool_arguments") == "not a string (dict)"
 
@@ -82,7 +83,7 @@ def test_include_usage_without_the_usage_chunk_loses_usage() -> None:
     rec = chat_record(stream=True)
     assert rec["request"]["body"]["stream_options"] == {"include_usage": True}
     events = _events(rec)
-    rec["response"]["events"] = [
+    answer(rec)["events"] = [
         ev for ev in events if not (isinstance(ev["data"], dict) and ev["data"].get("usage"))
     ]
     assert impact(chat_record(stream=True)).get("usage") == "present"
@@ -109,7 +110,7 @@ def test_a_soft_error_for_a_stream_yields_nothing_and_breaks_the_helper() -> Non
 
 def test_an_error_event_in_a_stream_raises_api_error() -> None:
     rec = chat_record(stream=True)
-    rec["response"]["events"] = [
+    answer(rec)["events"] = [
         *_events(rec)[:2],
         {"t_ms": 90.0, "event": None, "data": {"error": {"message": "Context size exceeded"}}},
     ]
@@ -118,18 +119,18 @@ def test_an_error_event_in_a_stream_raises_api_error() -> None:
 
 def test_a_truncated_body_is_not_judged() -> None:
     rec = chat_record()
-    rec["response"]["truncated"] = True
+    answer(rec)["truncated"] = True
     assert not impact(rec).judged
 
 
 def test_the_sdk_runs_once_per_answer_skeleton(monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated text and ids do not change the skeleton; emptiness and kinds do."""
     a, b = chat_record(id="a"), chat_record(id="b")
-    b["response"]["body"]["choices"][0]["message"]["content"] = "Another answer entirely."
-    b["response"]["body"]["id"] = "chatcmpl-other"
+    answer(b)["body"]["choices"][0]["message"]["content"] = "Another answer entirely."
+    answer(b)["body"]["id"] = "chatcmpl-other"
     assert skeleton(a) == skeleton(b)
     empty = copy.deepcopy(a)
-    empty["response"]["body"]["choices"][0]["message"]["content"] = ""
+    answer(empty)["body"]["choices"][0]["message"]["content"] = ""
     assert skeleton(empty) != skeleton(a)
     measured: list[str] = []
     real = impact_module._measure

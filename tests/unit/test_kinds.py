@@ -16,6 +16,7 @@ import pytest
 
 import wirediff.analysis.comparison as comparison
 from tests.fixtures import records as fx
+from tests.fixtures.records import answer
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.conformance import conformance
@@ -94,7 +95,7 @@ def test_the_report_orders_and_lists_kinds_as_the_registry_does() -> None:
     base = fx.chat_record(id="o1")
 
     def server_error(rec: Record) -> None:
-        rec["response"]["status"] = 500
+        answer(rec)["status"] = 500
 
     def no_request_id(rec: Record) -> None:
         fx.set_header(rec, "x-request-id", None)

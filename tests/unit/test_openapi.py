@@ -150,6 +150,58 @@ def issues_of(schema: str, base: dict[str, Any], change: Change | None) -> list[
     return spec_validator().validate(schema, doc)
 
 
+def embeddings() -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.1, -0.2]}],
+        "model": "text-embedding-3-small",
+        "usage": {"prompt_tokens": 2, "total_tokens": 2},
+    }
+
+
+def completion() -> dict[str, Any]:
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1589478378,
+        "model": "gpt-3.5-turbo-instruct",
+        "system_fingerprint": "fp_44709d6fcb",
+        "choices": [{"text": "A test", "index": 0, "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+    }
+
+
+def model() -> dict[str, Any]:
+    return {"id": "gpt-4o-mini", "object": "model", "created": 1721172741, "owned_by": "system"}
+
+
+def models() -> dict[str, Any]:
+    return {"object": "list", "data": [model()]}
+
+
+def input_items() -> dict[str, Any]:
+    item = {
+        "type": "message",
+        "id": "msg_abc",
+        "status": "completed",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Tell me a story"}],
+    }
+    return {"object": "list", "data": [item], "first_id": "msg_abc", "last_id": "msg_abc",
+            "has_more": False}  # fmt: skip
+
+
+def error() -> dict[str, Any]:
+    return {
+        "error": {
+            "message": "Incorrect API key provided",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+
+
 CHAT, CHUNK, RESP = (
     "CreateChatCompletionResponse",
     "CreateChatCompletionStreamResponse",
@@ -169,6 +221,12 @@ ACCEPTED: list[tuple[str, str, Callable[[], dict[str, Any]], Change | None]] = [
     ("reasoning null", RESP, response, at(["reasoning"], None)),
     ("response.created with usage null (a known spec bug)", "ResponseStreamEvent", created, None),
     ("response.created without usage", "ResponseStreamEvent", created, at(["response", "usage"])),
+    ("embeddings", "CreateEmbeddingResponse", embeddings, None),
+    ("a legacy completion", "CreateCompletionResponse", completion, None),
+    ("a model", "Model", model, None),
+    ("the model list", "ListModelsResponse", models, None),
+    ("a Response's input items", "ResponseItemList", input_items, None),
+    ("an error", "ErrorResponse", error, None),
 ]  # fmt: skip
 
 REJECTED: list[tuple[str, str, Callable[[], dict[str, Any]], Change, str, str]] = [
@@ -188,6 +246,18 @@ REJECTED: list[tuple[str, str, Callable[[], dict[str, Any]], Change, str, str]] 
      "OutputTextContent/required"),
     ("a chunk whose object is wrong", CHUNK, chunk, at(["object"], "chat.completion"),
      "/object", "CreateChatCompletionStreamResponse/properties/object/enum"),
+    ("an embedding as a string", "CreateEmbeddingResponse", embeddings,
+     at(["data", 0, "embedding"], "AAAA"), "/data/0/embedding", "Embedding/properties/embedding/type"),
+    ("a completion without choices", "CreateCompletionResponse", completion, at(["choices"]),
+     "", "CreateCompletionResponse/required"),
+    ("a model without created (common in compatible servers)", "Model", model, at(["created"]),
+     "", "Model/required"),
+    ("a model list whose data is not a list", "ListModelsResponse", models, at(["data"], {}),
+     "/data", "ListModelsResponse/properties/data/type"),
+    ("input items without has_more", "ResponseItemList", input_items, at(["has_more"]),
+     "", "ResponseItemList/required"),
+    ("an error without param (vLLM's flat style)", "ErrorResponse", error,
+     at(["error", "param"]), "/error", "Error/required"),
 ]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.fixtures.records import chat_record, error_record, replay, set_header
+from tests.fixtures.records import answer, chat_record, error_record, events_of, replay, set_header
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import (
     LATENCY_COLUMNS,
@@ -48,7 +48,7 @@ def test_a_session_replayed_to_two_targets_gives_one_pair_per_target() -> None:
 def test_pair_columns_carry_both_sides() -> None:
     base = chat_record(id="o1", stream=True, ttfb_ms=90.0, duration_ms=400.0)
     cand = replay(base, id="r1", label="vllm")
-    cand.update(ttfb_ms=150.0, duration_ms=700.0)
+    cand.update({"ttfb_ms": 150.0, "duration_ms": 700.0})
     row = pairs_frame(*_frames([base, cand])).iloc[0]
 
     assert (row["family"], row["endpoint"], row["method"], bool(row["stream"])) == (
@@ -100,7 +100,7 @@ def test_analyze_builds_every_frame_from_records() -> None:
 
     assert set(result.records_by_id) == {"o1", "o2", "r1", "r2"}
     assert len(result.exchanges) == 4
-    assert len(result.events) == 2 * len(base["response"]["events"])
+    assert len(result.events) == 2 * len(events_of(base))
     assert len(result.pairs) == 2
     assert list(result.divergences.columns) == DIVERGENCE_COLUMNS
     assert result.divergences[["pair_id", "kind", "path"]].values.tolist() == [
@@ -114,7 +114,7 @@ def test_analyze_builds_every_frame_from_records() -> None:
 
 def test_ignored_paths_leave_the_conformance_rows_too() -> None:
     def no_refusal(rec: Record) -> None:
-        del rec["response"]["body"]["choices"][0]["message"]["refusal"]
+        del answer(rec)["body"]["choices"][0]["message"]["refusal"]
 
     records = [replay(chat_record(id="o1"), id="r1", label="vllm", change=no_refusal)]
     assert analyze(records).conformance["path"].tolist() == ["choices[].message.refusal"]

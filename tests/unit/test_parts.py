@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import records as fx
+from wirediff._types import Record
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, parse_rotation
 from wirediff.record.store import RecordWriter, encode_record, load_records
 
@@ -35,7 +36,7 @@ def test_bad_rotation_specs_say_what_is_expected(text: str) -> None:
         parse_rotation(text)
 
 
-def records(n: int) -> list[dict[str, object]]:
+def records(n: int) -> list[Record]:
     return [fx.chat_record(id=f"r{i}", seq=i) for i in range(n)]
 
 

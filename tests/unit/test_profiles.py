@@ -103,7 +103,7 @@ def test_documented_answer_carries_its_signature(name: str, kind: str, i: int) -
     status, headers, data = render_answer(ans, VALUES)
     assert "{" + "model}" not in data.decode()  # placeholders are filled
     sig = match_signature(status, headers, data.decode())
-    assert sig == ans["signature"] and sig.startswith(f"{name}.")
+    assert sig is not None and sig == ans["signature"] and sig.startswith(f"{name}.")
     if ans["content_type"].startswith("application/json"):
         as_recorded = json.dumps(json.loads(data))
         assert match_signature(status, headers, as_recorded) == sig
@@ -155,9 +155,10 @@ def test_facts_from_the_wild_are_recognised(
 
 def test_openai_unknown_endpoint_depends_on_the_prefix() -> None:
     prof = profile("openai")
-    assert answer_for(prof, "unknown_endpoint", "/v1/ask_url")["signature"] == "openai.invalid_url"
+    inside = answer_for(prof, "unknown_endpoint", "/v1/ask_url")
+    assert inside is not None and inside["signature"] == "openai.invalid_url"
     outside = answer_for(prof, "unknown_endpoint", "/chat/completions")
-    assert outside["signature"] == "openai.unknown_url"
+    assert outside is not None and outside["signature"] == "openai.unknown_url"
     assert outside["body"]["error"]["code"] == "unknown_url"
 
 

@@ -11,7 +11,8 @@ from mitmproxy import http
 from mitmproxy.test import tflow
 from wsproto.frame_protocol import CloseReason
 
-from tests.unit.test_capture_addon import KEY, TURN, chat_flow, ws_flow, ws_message
+from tests.fixtures.records import answer, error_of, events_of, websocket_of
+from tests.unit.test_capture_addon import KEY, TURN, chat_flow, flow_response, ws_flow, ws_message
 from wirediff.record.build import build_record
 from wirediff.record.flow import (
     WEBSOCKET_TAP,
@@ -30,10 +31,10 @@ ROOT = str(Path(__file__).resolve().parents[2])
 def sse_flow() -> http.HTTPFlow:
     f = chat_flow()
     assert f.response is not None
-    f.response.headers["content-type"] = "text/event-stream"
-    f.response.headers["content-encoding"] = "gzip"
+    flow_response(f).headers["content-type"] = "text/event-stream"
+    flow_response(f).headers["content-encoding"] = "gzip"
     tap = StreamTap(t0=f.request.timestamp_start, content_encoding="gzip")
-    f.response.stream = tap
+    flow_response(f).stream = tap
     packed = gzip.compress(b'data: {"a":1}\n\ndata: [DONE]\n\n')
     tap(packed[:9])
     tap(packed[9:])
@@ -82,12 +83,12 @@ async def test_the_recorder_process_writes_every_job_in_order(tmp_path: Path) ->
     records = load_records([path])
     assert [r["id"] for r in records] == [f.id for f in sent]
     assert [r["seq"] for r in records] == [0, 1, 2, 3] and records[0]["label"] == "lbl"
-    assert [e["data"] for e in records[1]["response"]["events"]] == [{"a": 1}, "[DONE]"]
-    assert records[2]["error"]["kind"] == "upstream_disconnect"
+    assert [e["data"] for e in events_of(records[1])] == [{"a": 1}, "[DONE]"]
+    assert error_of(records[2])["kind"] == "upstream_disconnect"
     session = records[3]
-    assert session["tags"]["transport"] == "websocket" and session["response"]["complete"]
-    assert session["response"]["websocket"]["closed_by"] == "server"
-    events = session["response"]["events"]
+    assert session["tags"]["transport"] == "websocket" and answer(session)["complete"]
+    assert websocket_of(session)["closed_by"] == "server"
+    events = events_of(session)
     assert [e["event"] for e in events] == [
         "response.create", "response.created", None, "response.completed"
     ]  # fmt: skip

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from wirediff._types import Event
 from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
 
@@ -143,7 +144,7 @@ def test_auth_tag(
     if expected is None:
         assert tag is None
     else:
-        assert tag is not None and {k: tag[k] for k in expected} == expected
+        assert tag is not None and {k: dict(tag)[k] for k in expected} == expected
 
 
 @pytest.mark.parametrize(
@@ -165,7 +166,7 @@ def test_auth_tag(
     ],
 )
 def test_soft_error(
-    status: int | None, body: object, events: list[dict[str, object]] | None, expected: bool
+    status: int | None, body: object, events: list[Event] | None, expected: bool
 ) -> None:
     assert soft_error(status, body, events) is expected
 

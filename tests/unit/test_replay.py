@@ -6,21 +6,25 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
+from tests.fixtures.records import answer, bare_record, by_original, error_of, events_of
+from wirediff._support import error_kind
+from wirediff._types import Event, Record
 from wirediff.cli.replay import main_replay
 from wirediff.errors import PlanError
 from wirediff.record.store import RecordWriter, latest_replays, load_records
+from wirediff.record.tags import route
 from wirediff.replay.config import Options
 from wirediff.replay.engine import TargetRun, TokenBucket
 from wirediff.replay.filters import parse_filter
 from wirediff.replay.output import already_replayed
-from wirediff.replay.plan import failure, make_plan, resolve, resumed
+from wirediff.replay.plan import Plan, failure, make_plan, resolve, resumed
 from wirediff.replay.request import prepare
 from wirediff.replay.safety import unsafe_reason
 from wirediff.replay.slots import produced_slots
@@ -37,25 +41,34 @@ def rec(
     body: Any = None,
     *,
     resp: Any = None,
-    events: list[dict[str, Any]] | None = None,
+    events: list[Event] | None = None,
     status: int = 200,
     started: float | None = None,
     headers: list[list[str]] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A minimal original record, as the capture would have written it."""
+    label: str = "openai",
+    listener: str | None = None,
+    session: str = "s",
+    replay_of: str | None = None,
+    duration_ms: float | None = None,
+) -> Record:
+    """A small original record, as the capture would have written it."""
+    family, endpoint, prefix = route(path)
     return {
         "format": "wirediff/1",
         "id": id,
-        "session": "s",
-        "label": "openai",
+        "session": session,
+        "label": label,
         "seq": 0,
-        "replay_of": None,
+        "replay_of": replay_of,
+        "listener": listener,
         "started": float(next(_clock)) if started is None else started,
+        "ttfb_ms": None,
+        "duration_ms": duration_ms,
         "request": {
             "method": method,
             "path": path,
             "url": "http://orig.test" + path,
+            "http_version": "HTTP/1.1",
             "headers": headers
             if headers is not None
             else [
@@ -66,14 +79,38 @@ def rec(
             ],
             "body": body,
             "text": None,
+            "size": 0,
         },
-        "response": {"status": status, "headers": [], "body": resp, "text": None, "events": events},
+        "response": {
+            "status": status,
+            "reason": "",
+            "http_version": "HTTP/1.1",
+            "headers": [],
+            "body": resp,
+            "text": None,
+            "size": 0,
+            "events": events,
+            "complete": True,
+        },
         "error": None,
         "tags": {
+            "family": family,
+            "endpoint": endpoint,
+            "prefix": prefix,
+            "method": method,
             "stream": isinstance(body, dict) and body.get("stream") is True,
-            "auth": {"header": "authorization", "scheme": "Bearer"},
+            "model": None,
+            "sdk": None,
+            "retry": 0,
+            "auth": {
+                "header": "authorization",
+                "scheme": "Bearer",
+                "fingerprint": "sha256:abc",
+                "forwarded": True,
+            },
+            "soft_error": False,
+            "signature": None,
         },
-        **extra,
     }
 
 
@@ -109,7 +146,7 @@ def test_slots_of_a_response_object_and_a_chat_completion() -> None:
 
 def test_slots_of_streams() -> None:
     done = fc_response("resp_9", "call_9")
-    events = [
+    events: list[Event] = [
         {"event": "response.created", "data": {"response": {"id": "resp_9", "output": []}}},
         {"event": "response.completed", "data": {"response": done}},
     ]
@@ -118,19 +155,23 @@ def test_slots_of_streams() -> None:
         == "call_9"
     )
     # no terminal event: items are taken from output_item events
-    partial: list[dict[str, Any]] = [
-        {"data": {"response": {"id": "resp_8"}}},
-        {"data": {"output_index": 0, "item": {"type": "function_call", "call_id": "call_8"}}},
+    partial: list[Event] = [
+        {"event": None, "data": {"response": {"id": "resp_8"}}},
+        {
+            "event": None,
+            "data": {"output_index": 0, "item": {"type": "function_call", "call_id": "call_8"}},
+        },
     ]
     assert produced_slots(rec("b", resp=None, events=partial)) == {
         ("id",): "resp_8",
         ("call", 0): "call_8",
     }
-    chunks: list[dict[str, Any]] = [
-        {"data": {"id": "chatcmpl-2", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}},
-        {"data": {"id": "chatcmpl-2", "choices": [
+    chunks: list[Event] = [
+        {"event": None, "data": {"id": "chatcmpl-2", "choices": [
+            {"index": 0, "delta": {"role": "assistant"}}]}},
+        {"event": None, "data": {"id": "chatcmpl-2", "choices": [
             {"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_s"}]}}]}},
-        {"data": "[DONE]"},
+        {"event": None, "data": "[DONE]"},
     ]  # fmt: skip
     c = rec("c", path="/v1/chat/completions", resp=None, events=chunks)
     assert produced_slots(c) == {("id",): "chatcmpl-2", ("tool_call", 0, 0): "call_s"}
@@ -145,7 +186,7 @@ def test_lookups_and_model_cards_produce_nothing() -> None:
 # --- the dependency graph ------------------------------------------------------------------
 
 
-def session() -> list[dict[str, Any]]:
+def session() -> list[Record]:
     """r1 → r2 (previous_response_id); fc → fc2 (call_id + previous_response_id);
     chat tool call → chat tool result; GET / input_items / DELETE of r1; a model lookup."""
     return [
@@ -205,8 +246,9 @@ def test_order_is_start_time_not_file_order() -> None:
 
 def test_replays_skipped_records_and_duplicates_are_not_replayed() -> None:
     orig = rec("o", body={})
-    replay = {**rec("x", body={}), "replay_of": "o"}
-    skipped = {**rec("y", body={}), "response": None, "error": {"kind": "skipped", "message": "m"}}
+    replay = rec("x", body={}, replay_of="o")
+    skipped = rec("y", body={})
+    as_error("skipped", "m")(skipped)
     assert [n.id for n in make_plan([orig, replay, skipped, orig]).nodes] == ["o"]
 
 
@@ -266,7 +308,7 @@ OUTER = "reverse:http://127.0.0.1:4000"
 INNER = "reverse:http://127.0.0.1:8001"
 
 
-def two_hop(outer: dict[str, Any], inner: dict[str, Any]) -> list[dict[str, Any]]:
+def two_hop(outer: dict[str, Any], inner: dict[str, Any]) -> list[Record]:
     """One call seen on two listeners: the client's (through a gateway) and the gateway's."""
     ask = [{"role": "user", "content": "Say hello"}]
     outer = {
@@ -332,9 +374,9 @@ def test_bad_filters(bad: str) -> None:
 # --- remapping -----------------------------------------------------------------------------
 
 
-def outcome(rid: str, **kw: Any) -> dict[str, Any]:
+def outcome(rid: str, **kw: Any) -> Record:
     """A replay record: the target's answer to an original."""
-    return {**rec(rid, **kw), "replay_of": rid}
+    return rec(rid, replay_of=rid, **kw)
 
 
 def test_resolve_maps_original_ids_to_the_targets() -> None:
@@ -364,7 +406,7 @@ def test_a_step_the_target_made_meaningless_is_skipped_with_the_reason() -> None
     _, why = resolve(plan.by_id["fc2"], {"fc": text_only}.get)
     assert why is not None and "call_id call_1" in why and "no function call #1" in why
     lm = outcome("r1", body={}, resp={"error": "Unexpected endpoint or method."})
-    lm["tags"].update(soft_error=True, signature="lmstudio.unexpected_endpoint")
+    lm["tags"]["soft_error"], lm["tags"]["signature"] = True, "lmstudio.unexpected_endpoint"
     _, why = resolve(plan.by_id["r2"], {"r1": lm}.get)
     assert why == (
         "previous_response_id resp_1 comes from r1, but the target answered it with HTTP 200 "
@@ -372,7 +414,8 @@ def test_a_step_the_target_made_meaningless_is_skipped_with_the_reason() -> None
     )
     _, why = resolve(plan.by_id["get"], {"r1": outcome("r1", body={}, status=404)}.get)
     assert why is not None and "HTTP 404" in why
-    skipped = {**outcome("r1"), "response": None, "error": {"kind": "skipped", "message": "x"}}
+    skipped = outcome("r1")
+    as_error("skipped", "x")(skipped)
     assert failure(skipped) == "it was skipped (x)"
 
 
@@ -515,7 +558,8 @@ def test_headers_auth_model_and_body() -> None:
 
 def test_auth_keeps_the_originals_header_name_and_scheme() -> None:
     azure = rec("a", body={}, headers=[["api-key", "sha256:k"]])
-    azure["tags"]["auth"] = {"header": "api-key", "scheme": None}
+    azure["tags"]["auth"] = {"header": "api-key", "scheme": None, "fingerprint": "sha256:k",
+                             "forwarded": True}  # fmt: skip
     assert prepare(azure, T, "k2", {}).headers[0] == ("api-key", "k2")
     none = rec("b", body={}, headers=[])
     none["tags"]["auth"] = None
@@ -526,14 +570,14 @@ def test_text_and_binary_bodies() -> None:
     r = rec("a", path="/v1/files", headers=[["content-type", "text/plain"]])
     r["request"]["text"] = "plain"
     assert prepare(r, T, None, {}).content == b"plain"
-    r["request"].update(text=None, b64="AAEC")
+    r["request"]["text"], r["request"]["b64"] = None, "AAEC"
     assert prepare(r, T, None, {}).content == b"\x00\x01\x02"
 
 
-def broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+def broken(change: Callable[[dict[str, Any]], object]) -> Record:
     r = rec("bad", path="/v1/files", headers=[["content-type", "application/octet-stream"]])
-    r["request"].update(body=None, b64="AAEC")
-    change(r["request"])
+    r["request"]["body"], r["request"]["b64"] = None, "AAEC"
+    change(cast(dict[str, Any], r["request"]))  # made malformed on purpose
     return r
 
 
@@ -558,10 +602,10 @@ def test_malformed_originals_are_skipped_with_the_reason(
     skip = plan.by_id["bad"].skip
     assert skip is None if why is None else why in str(skip)
     out, run = engine([r, ok], Fake(), allow_unsafe=True)
-    by = {x["replay_of"]: x for x in out}
+    by = by_original(out)
     assert kind(by["ok"]) is None and run.counts.done == 2
     if why is not None:
-        assert kind(by["bad"]) == "skipped" and why in by["bad"]["error"]["message"]
+        assert kind(by["bad"]) == "skipped" and why in error_of(by["bad"])["message"]
 
 
 def test_an_original_that_fails_while_being_sent_is_skipped_not_a_traceback() -> None:
@@ -569,9 +613,9 @@ def test_an_original_that_fails_while_being_sent_is_skipped_not_a_traceback() ->
     latin = rec("latin", body={"model": "m"}, headers=[["x-city", "Z\u00fcrich"]])
     fake = Fake()
     out, _ = engine([odd_name, latin], fake)
-    by = {x["replay_of"]: x for x in out}
+    by = by_original(out)
     assert kind(by["odd"]) == "skipped"
-    assert by["odd"]["error"]["message"].startswith("the captured request cannot be sent again")
+    assert error_of(by["odd"])["message"].startswith("the captured request cannot be sent again")
     # a non-ASCII value goes out as the capture decoded it
     assert kind(by["latin"]) is None
     assert (b"x-city", "Zürich".encode()) in fake.seen[0].headers.raw
@@ -662,10 +706,10 @@ class Fake:
 
 
 def engine(
-    records: list[dict[str, Any]], fake: Callable[[httpx.Request], Any], *, concurrency: int = 4,
-    allow_unsafe: bool = False, done: dict[str, Any] | None = None, target: Target = T,
-) -> tuple[list[dict[str, Any]], TargetRun]:  # fmt: skip
-    out: list[dict[str, Any]] = []
+    records: list[Record], fake: Callable[[httpx.Request], Any], *, concurrency: int = 4,
+    allow_unsafe: bool = False, done: Mapping[str, Record] | None = None, target: Target = T,
+) -> tuple[list[Record], TargetRun]:  # fmt: skip
+    out: list[Record] = []
     plan = make_plan(records, allow_unsafe=allow_unsafe)
     run = TargetRun(plan, target, "sk-target", out.append, dict(done or {}),
                     concurrency=concurrency)  # fmt: skip
@@ -679,26 +723,26 @@ def test_engine_sends_dependents_after_producers_with_the_targets_ids() -> None:
     recs[3]["tags"]["stream"] = True
     fake = Fake()
     out, run = engine(recs, fake)
-    by = {r["replay_of"]: r for r in out}
+    by = by_original(out)
     assert len(out) == len(recs) and set(by) == {r["id"] for r in recs}
     # what the target answered to fc, and what it was sent next
-    fc_answer = by["fc"]["response"]["body"]
+    fc_answer = answer(by["fc"])["body"]
     sent = by["fc2"]["request"]["body"]
     assert sent["previous_response_id"] == fc_answer["id"] != "resp_3"
     assert {i["call_id"] for i in sent["input"]} == {fc_answer["output"][0]["call_id"]}
     paths = [(r.method, r.url.path, json.loads(r.content or b"{}").get("input")) for r in fake.seen]
     r1 = paths.index(("POST", "/v1/responses", "hi"))
-    assert paths.index(("GET", f"/v1/responses/{by['r1']['response']['body']['id']}", None)) > r1
+    assert paths.index(("GET", f"/v1/responses/{answer(by['r1'])['body']['id']}", None)) > r1
     # the chat tool result names the target's own tool call
     msgs = by["ct2"]["request"]["body"]["messages"]
-    call = by["ct"]["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
+    call = answer(by["ct"])["body"]["choices"][0]["message"]["tool_calls"][0]["id"]
     assert msgs[1]["tool_call_id"] == msgs[0]["tool_calls"][0]["id"] == call
     # the stream was recorded event by event through the capture's StreamTap
-    events = by["fc2"]["response"]["events"]
-    assert [e["event"] for e in events] == ["response.created", "response.completed"]
-    assert all(e["t_ms"] >= 0 for e in events)
+    stream = events_of(by["fc2"])
+    assert [e["event"] for e in stream] == ["response.created", "response.completed"]
+    assert all((e.get("t_ms") or 0) >= 0 for e in stream)
     # DELETE is unsafe: a skipped record, not a request
-    assert by["del"]["response"] is None and by["del"]["error"]["kind"] == "skipped"
+    assert by["del"]["response"] is None and error_of(by["del"])["kind"] == "skipped"
     assert all(r.method != "DELETE" for r in fake.seen)
     # records have the capture's shape, linked to their originals
     for r in out:
@@ -706,19 +750,20 @@ def test_engine_sends_dependents_after_producers_with_the_targets_ids() -> None:
         assert r["listener"] == "replay:http://target.test:9000/v1"
         assert r["replay_of"] != r["id"]
     sent_rec = by["r1"]
-    assert sent_rec["tags"]["auth"]["scheme"] == "Bearer"
+    auth = sent_rec["tags"]["auth"]
+    assert auth is not None and auth["scheme"] == "Bearer"
     assert "sk-target" not in json.dumps(out)  # the key is fingerprinted like in a capture
     assert run.counts.skipped == 1 and run.counts.ok == len(recs) - 1
 
 
 def test_engine_skips_what_the_target_made_meaningless() -> None:
     out, _ = engine(session(), Fake(calls=False))
-    by = {r["replay_of"]: r for r in out}
+    by = by_original(out)
     for rid in ("fc2", "ct2"):
-        assert by[rid]["response"] is None and by[rid]["error"]["kind"] == "skipped"
-    assert "no function call #1" in by["fc2"]["error"]["message"]
-    assert "no tool call #1" in by["ct2"]["error"]["message"]
-    assert by["r2"]["response"]["status"] == 200  # unaffected
+        assert by[rid]["response"] is None and error_of(by[rid])["kind"] == "skipped"
+    assert "no function call #1" in error_of(by["fc2"])["message"]
+    assert "no tool call #1" in error_of(by["ct2"])["message"]
+    assert answer(by["r2"])["status"] == 200  # unaffected
 
 
 def test_engine_concurrency_is_bounded_and_used() -> None:
@@ -734,9 +779,9 @@ def test_engine_concurrency_is_bounded_and_used() -> None:
 def test_engine_records_connection_failures() -> None:
     out, run = engine(session()[:2], Fake(fail=lambda r: True))
     first = next(r for r in out if r["replay_of"] == "r1")
-    assert first["error"]["kind"] == "upstream_unreachable" and first["response"] is None
+    assert error_of(first)["kind"] == "upstream_unreachable" and first["response"] is None
     second = next(r for r in out if r["replay_of"] == "r2")
-    assert second["error"]["kind"] == "skipped" and "did not answer" in second["error"]["message"]
+    assert error_of(second)["kind"] == "skipped" and "did not answer" in error_of(second)["message"]
     assert run.counts.sent == run.counts.unreachable == 1
 
 
@@ -771,10 +816,10 @@ def test_engine_records_garbage_as_it_came() -> None:
         return streamed(200, b"<html>oops</html>", "text/html")
 
     plan = make_plan([rec("a", body={"model": "m"})])
-    out: list[dict[str, Any]] = []
+    out: list[Record] = []
     asyncio.run(TargetRun(plan, T, None, out.append, {}, concurrency=1).run(
         httpx.MockTransport(handler)))  # fmt: skip
-    assert out[0]["response"]["text"] == "<html>oops</html>" and out[0]["response"]["complete"]
+    assert answer(out[0])["text"] == "<html>oops</html>" and answer(out[0])["complete"]
 
 
 def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
@@ -790,38 +835,40 @@ def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
     assert run.counts.resumed == 3 and run.counts.done == len(recs) - 3
     inputs = [json.loads(r.content or b"{}").get("input") for r in fake.seen]
     assert "hi" not in inputs and "w?" not in inputs  # producers are not sent again…
-    by = {r["replay_of"]: r for r in rest}
+    by = by_original(rest)
     # …and their dependents use the ids the target returned in the earlier run
-    fc_then = earlier["fc"]["response"]["body"]
+    fc_then = answer(earlier["fc"])["body"]
     assert (
-        by["r2"]["request"]["body"]["previous_response_id"]
-        == (earlier["r1"]["response"]["body"]["id"])
+        by["r2"]["request"]["body"]["previous_response_id"] == (answer(earlier["r1"])["body"]["id"])
     )
     assert by["fc2"]["request"]["body"]["previous_response_id"] == fc_then["id"]
     assert by["fc2"]["request"]["body"]["input"][1]["call_id"] == fc_then["output"][0]["call_id"]
 
 
-def kind(r: dict[str, Any]) -> str | None:
-    return (r.get("error") or {}).get("kind")
+def kind(r: Record) -> str | None:
+    return error_kind(r)
 
 
-def as_error(kind: str) -> Callable[[dict[str, Any]], None]:
-    def change(r: dict[str, Any]) -> None:
-        r.update(response=None, error={"kind": kind, "message": f"it went {kind}"})
+def as_error(kind: str, message: str | None = None) -> Callable[[Record], None]:
+    def change(r: Record) -> None:
+        r["response"] = None
+        r["error"] = {"kind": kind, "message": message or f"it went {kind}"}
 
     return change
 
 
-def _unreachable_r1_skipped_r2(prior: dict[str, Any], plan: Any) -> None:
+def _unreachable_r1_skipped_r2(prior: dict[str, Record], plan: Plan) -> None:
     as_error("upstream_unreachable")(prior["r1"])
-    prior["r2"].update(response=None, error={"kind": "skipped", "message": resolve(
-        plan.by_id["r2"], {"r1": prior["r1"]}.get)[1]})  # fmt: skip
+    why = resolve(plan.by_id["r2"], {"r1": prior["r1"]}.get)[1]
+    as_error("skipped", why)(prior["r2"])
 
 
-def _textual_fc_skipped_fc2(prior: dict[str, Any], plan: Any, message: str | None = None) -> None:
-    prior["fc"]["response"]["body"]["output"] = [{"type": "message", "id": "msg_T"}]
+def _textual_fc_skipped_fc2(
+    prior: dict[str, Record], plan: Plan, message: str | None = None
+) -> None:
+    answer(prior["fc"])["body"]["output"] = [{"type": "message", "id": "msg_T"}]
     why = message or resolve(plan.by_id["fc2"], prior.get)[1]
-    prior["fc2"].update(response=None, error={"kind": "skipped", "message": why})
+    as_error("skipped", why)(prior["fc2"])
 
 
 @pytest.mark.parametrize(
@@ -845,11 +892,11 @@ def _textual_fc_skipped_fc2(prior: dict[str, Any], plan: Any, message: str | Non
     ],
 )  # fmt: skip
 def test_resume_retries_what_got_no_answer(
-    change: Callable[[dict[str, Any], Any], object] | None, allow_unsafe: bool, again: set[str]
+    change: Callable[[dict[str, Record], Plan], object] | None, allow_unsafe: bool, again: set[str]
 ) -> None:
     recs = session()
     first, _ = engine(recs, Fake())
-    prior = {r["replay_of"]: r for r in first}
+    prior = by_original(first)
     plan = make_plan(recs, allow_unsafe=allow_unsafe)
     if change is not None:
         change(prior, plan)
@@ -861,12 +908,12 @@ def test_resume_retries_what_got_no_answer(
 def test_latest_replays_keeps_the_newest_per_original_and_label() -> None:
     orig = rec("o", body={})
 
-    def attempt(rid: str, label: str, started: float) -> dict[str, Any]:
-        return {**rec(rid, body={}, started=started), "replay_of": "o", "label": label}
+    def attempt(rid: str, label: str, started: float) -> Record:
+        return rec(rid, body={}, started=started, replay_of="o", label=label)
 
     old, new, tie_a, tie_b = (attempt("a1", "x", 5.0), attempt("a2", "x", 9.0),
                               attempt("a3", "y", 7.0), attempt("a4", "y", 7.0))  # fmt: skip
-    other = {**rec("b1", body={}), "replay_of": "p", "label": "x"}
+    other = rec("b1", body={}, replay_of="p", label="x")
     assert [r["id"] for r in latest_replays([orig, new, old, tie_a, tie_b, other])] == [
         "o", "a2", "a4", "b1",
     ]  # fmt: skip
@@ -879,7 +926,7 @@ def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
     write_capture(out, down)
     assert run.counts.unreachable == run.counts.sent > 0
 
-    def again(allow_unsafe: bool = False) -> tuple[list[dict[str, Any]], Fake, TargetRun]:
+    def again(allow_unsafe: bool = False) -> tuple[list[Record], Fake, TargetRun]:
         plan = make_plan(recs, allow_unsafe=allow_unsafe)
         done = resumed(plan, already_replayed([out], "tgt"))
         fake = Fake()
@@ -893,17 +940,17 @@ def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
     new, fake, run = again()
     assert {r["replay_of"] for r in new} == {r["id"] for r in recs} - {"del"}
     assert run.counts.resumed == 1 and run.counts.ok == len(recs) - 1
-    newest = {r["replay_of"]: r for r in latest_replays(load_records([out]))}
+    newest = by_original(latest_replays(load_records([out])))
     assert set(newest) == {r["id"] for r in recs}
     assert all(kind(r) is None for k, r in newest.items() if k != "del")
-    answered = [r["replay_of"] for r in load_records([out]) if kind(r) is None]
+    answered = [r["replay_of"] or "" for r in load_records([out]) if kind(r) is None]
     assert sorted(answered) == sorted(r["id"] for r in recs if r["id"] != "del")
     # a third run sends nothing; with --allow-unsafe, the DELETE that was skipped
     new, fake, _ = again()
     assert new == [] and fake.seen == []
     new, fake, _ = again(allow_unsafe=True)
     assert [(r.method, r.url.path) for r in fake.seen] == [
-        ("DELETE", f"/v1/responses/{newest['r1']['response']['body']['id']}")
+        ("DELETE", f"/v1/responses/{answer(newest['r1'])['body']['id']}")
     ]
 
 
@@ -927,7 +974,7 @@ def test_token_bucket_paces_without_real_sleeping() -> None:
 # --- the command line, no network -----------------------------------------------------------
 
 
-def write_capture(path: Path, recs: list[dict[str, Any]]) -> Path:
+def write_capture(path: Path, recs: list[Record]) -> Path:
     with RecordWriter(path) as w:
         for r in recs:
             w.write(r)
@@ -962,7 +1009,7 @@ def test_dry_run_prints_and_sends_nothing(
 )
 def test_records_that_cannot_be_planned(change: dict[str, Any], message: str) -> None:
     with pytest.raises(PlanError, match=re.escape(message)):
-        make_plan([{**rec("a"), **change}])
+        make_plan([cast(Record, {**rec("a"), **change})])  # malformed on purpose
 
 
 def test_dry_run_says_what_is_not_sent_and_why(
@@ -1046,7 +1093,7 @@ def test_usage_errors_are_one_line_exit_2(
         (None, "cannot read capture"),
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
         ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
-        ('{"format": "wirediff/1", "id": "a", "started": "soon", "request": {}}\n',
+        (json.dumps({**bare_record(), "started": "soon"}) + "\n",
          "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
     ],
 )  # fmt: skip
@@ -1124,7 +1171,7 @@ def test_unwritable_output_is_one_line_exit_2(
 
 
 def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: TargetRun, node: Any, got: Any) -> dict[str, Any]:
+    def broken(self: TargetRun, node: Any, got: Any) -> Record:
         raise RuntimeError("builder bug")
 
     monkeypatch.setattr(TargetRun, "finalize", broken)
@@ -1146,7 +1193,8 @@ def test_a_fingerprint_is_never_sent_as_a_value() -> None:
 
 def test_basic_auth_carries_user_and_password_as_basic_wants_them() -> None:
     original = rec("a", body={"model": "m"})
-    original["tags"]["auth"] = {"header": "authorization", "scheme": "Basic"}
+    original["tags"]["auth"] = {"header": "authorization", "scheme": "Basic",
+                                "fingerprint": "sha256:abc", "forwarded": True}  # fmt: skip
     out = prepare(original, T, "alice:pw-123", {})
     assert ("authorization", "Basic YWxpY2U6cHctMTIz") in out.headers
     out = prepare(original, T, "sk-raw-key", {})
@@ -1156,7 +1204,7 @@ def test_basic_auth_carries_user_and_password_as_basic_wants_them() -> None:
 
 def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt() -> None:
     plan = make_plan([rec("a", body={"model": "m", "input": "hi"})])
-    out: list[dict[str, Any]] = []
+    out: list[Record] = []
     on_the_wire = asyncio.Event()
 
     async def never_answers(request: httpx.Request) -> httpx.Response:
@@ -1174,9 +1222,9 @@ def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt
 
     asyncio.run(interrupt())
     (first,) = out
-    assert first["error"]["kind"] == "interrupted" and "attempt" not in first
+    assert error_of(first)["kind"] == "interrupted" and "attempt" not in first
     assert resumed(plan, {"a": first}) == {}  # sent again by the next run…
-    again: list[dict[str, Any]] = []
+    again: list[Record] = []
     run = TargetRun(plan, T, None, again.append, {}, concurrency=1, attempts={"a": 1})
     asyncio.run(run.run(httpx.MockTransport(lambda r: as_json({"id": "x"}))))
     assert again[0]["attempt"] == 2 and again[0]["error"] is None  # …and says so

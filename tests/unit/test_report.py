@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures import records as fx
+from tests.fixtures.records import answer
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import Analysis, analyze
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
@@ -126,14 +127,14 @@ def sample_records() -> list[Record]:
     # lmstudio: a soft error on /v1/responses that echoes markup and the key (a breaking
     # finding: laid out), the chat answer fine
     def soft(r: Record) -> None:
-        r["response"]["body"] = {
+        answer(r)["body"] = {
             "error": f"Unexpected endpoint or method. (POST /v1/responses) {INJECT} Incorrect API key provided: {CANARY}"
         }
 
     out.append(fx.replay(resp, id="lm-resp", label="lmstudio", change=soft))
 
     def skipped(r: Record) -> None:  # a continuation the replayer could not send
-        r.update(response=None, error={"kind": "skipped", "message": "nothing to continue"})
+        r.update({"response": None, "error": {"kind": "skipped", "message": "nothing to continue"}})
 
     out.append(fx.replay(resp, id="lm-skip", label="lmstudio", change=skipped))
     out.append(fx.replay(chat, id="lm-chat", label="lmstudio"))
@@ -149,7 +150,7 @@ def sample_records() -> list[Record]:
     outer["listener"] = GATEWAY
     outer["request"]["url"] = redact_url(f"http://127.0.0.1:4001/v1/chat/completions?key={CANARY}")
     inner = copy.deepcopy(outer)
-    inner.update(id="hop-inner", listener=UPSTREAM, started=outer["started"] + 0.01)
+    inner.update({"id": "hop-inner", "listener": UPSTREAM, "started": outer["started"] + 0.01})
     inner["request"]["headers"] = [
         h for h in inner["request"]["headers"] if h[0] != "authorization"
     ]
@@ -285,6 +286,15 @@ def test_report_shows_every_section(report: tuple[Path, str]) -> None:
     assert html.count("<svg") >= 3 and 'class="box"' in html
 
 
+def test_a_client_without_a_user_agent_is_listed(tmp_path: Path) -> None:
+    records = fx.openai_session()
+    anonymous = fx.chat_record(id="anon", seq=99)
+    anonymous["tags"]["sdk"] = None  # what the tagger says of no User-Agent, no X-Stainless-*
+    analysis, diagnoses = analysed([*records, anonymous])
+    html = render(analysis, diagnoses, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no user agent" in html and "OpenAI SDK python 2.54.0" in html
+
+
 def test_injection_is_shown_as_text(report: tuple[Path, str]) -> None:
     _, html = report
     page = parse(html)
@@ -406,7 +416,7 @@ def test_identical_findings_fold_with_counts(tmp_path: Path) -> None:
     stream = fx.responses_record(id="s", stream=True)
     for i, to in enumerate((3, 7, 8, 9)):
         original = fx.replay(stream, id=f"s{i}", label="openai")
-        original.update(replay_of=None, seq=10 + i)
+        original.update({"replay_of": None, "seq": 10 + i})
         records += [
             original,
             fx.replay(original, id=f"m{i}", label="vllm", change=moved_in_progress(to)),
@@ -621,14 +631,14 @@ def test_size_is_bounded_however_many_distinct_findings(
     records: list[Record] = []
     for i in range(MAX_FINDINGS + 500):
         original = copy.deepcopy(chat)
-        original.update(id=f"o{i}", seq=i)
+        original.update({"id": f"o{i}", "seq": i})
         original["request"]["body"]["messages"][-1]["content"] = f"question {i}"
 
         def extra_key(rec: Record, i: int = i) -> None:
             fx.body(rec)["choices"][0]["message"][f"extra{i}"] = "x"
 
         records += [original, fx.replay(original, id=f"w{i}", label="vllm", change=extra_key)]
-        original["response"] = {**original["response"], "body": big}
+        fx.answer(original)["body"] = big
     analysis, diagnoses = analysed(records)
     assert set(analysis.divergences["kind"]) == {"schema_extra"}
     html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
@@ -642,3 +652,17 @@ def test_size_is_bounded_however_many_distinct_findings(
     assert "500 more occurrences at 500 more paths not listed here" in html
     ids = {a.get("id") for _, a in page.tags}
     assert all((a.get("href") or "#")[1:] in ids for t, a in page.tags if t == "a")
+
+
+def test_a_baseline_that_breaks_a_reference_is_flagged_first(tmp_path: Path) -> None:
+    """Every comparison inherits the baseline's flaws: the report says so above the verdicts,
+    and summary.json carries it; a spec-clean baseline gets no such note."""
+    clean = fx.chat_record(id="o1")
+    flawed = copy.deepcopy(clean)
+    del fx.body(flawed)["choices"][0]["message"]["refusal"]  # the document requires it
+    for base, expected in ((clean, False), (flawed, True)):
+        records = [base, fx.replay(base, id="c1", label="vllm")]
+        analysis, diagnoses = analysed(records)
+        html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
+        assert summary_json(analysis, diagnoses)["baseline_flawed"] is expected
+        assert ("The baseline is not spec-clean" in html) is expected

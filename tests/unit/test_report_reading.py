@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures import records as fx
+from tests.fixtures.records import answer
 from tests.unit.test_report import analysed, parse, sample_records, schema, validate
 from wirediff._types import Record
 from wirediff.reports import examples
@@ -95,7 +96,7 @@ def test_each_capture_names_its_clients(tmp_path: Path) -> None:
 
 def soft_error(rec: Record) -> None:
     """LM Studio's answer to an endpoint it does not have: 200 with an error body."""
-    rec["response"]["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
+    answer(rec)["body"] = {"error": "Unexpected endpoint or method. (POST /v1/responses)"}
 
 
 def test_identical_failing_chains_are_drawn_once(tmp_path: Path) -> None:
@@ -120,7 +121,7 @@ def test_identical_failing_chains_are_drawn_once(tmp_path: Path) -> None:
 
 def skipped(message: str) -> Any:
     def change(rec: Record) -> None:
-        rec.update(response=None, error={"kind": "skipped", "message": message})
+        rec.update({"response": None, "error": {"kind": "skipped", "message": message}})
 
     return change
 
@@ -201,7 +202,7 @@ def test_an_example_view_is_laid_out_once(tmp_path: Path) -> None:
     html = rendered(model, tmp_path)
     page = parse(html)
     ids = {a.get("id") for _, a in page.tags}
-    same = [a["href"] for t, a in page.tags if t == "a" and "#v-" in (a.get("href") or "")]
+    same = [href for t, a in page.tags if t == "a" and "#v-" in (href := a.get("href") or "")]
     assert len(same) >= 2 and all(href[1:] in ids for href in same)
     # every finding of one field appears once per candidate, its lines in as many <pre>s as
     # there are distinct views

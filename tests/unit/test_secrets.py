@@ -12,6 +12,7 @@ import pytest
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
+from tests.fixtures.records import answer, events_of, websocket_of
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange, Request, Response, Timings
 from wirediff.record.redact import fingerprint
@@ -113,7 +114,7 @@ def test_an_echo_in_any_encoding_never_reaches_the_record(
 
 def test_echoes_become_the_secret_fingerprint() -> None:
     rec = build_record(exchange(encodings(KEY)["json \\u"]), session="s", label="l", seq=0)
-    assert rec["response"]["body"]["error"]["echo"] == fingerprint(KEY)
+    assert answer(rec)["body"]["error"]["echo"] == fingerprint(KEY)
     assert rec["request"]["body"]["api_key"] == fingerprint(FIELD)
 
 
@@ -137,9 +138,70 @@ def test_what_mitmdump_prints_has_credentials_fingerprinted(line: str, gone: str
 
 def test_a_key_a_client_sends_in_a_session_and_its_echoes_become_its_fingerprint() -> None:
     rec = build_record(exchange(FIELD, content_type="websocket"), session="s", label="l", seq=0)
-    client, error, text, binary = rec["response"]["events"]
+    client, error, text, binary = events_of(rec)
     assert client["data"] == {"type": "session.update", "api_key": fingerprint(FIELD)}
     assert error["event"] == "error" and error["data"]["echo"] == fingerprint(FIELD)
     assert text["data"] == fingerprint(FIELD)
-    assert binary["b64"].startswith("YmFkI") and fingerprint(FIELD) in binary["b64"]
-    assert rec["response"]["websocket"]["close_reason"] == f"bad {fingerprint(FIELD)}"
+    b64 = binary.get("b64") or ""
+    assert b64.startswith("YmFkI") and fingerprint(FIELD) in b64
+    assert websocket_of(rec)["close_reason"] == f"bad {fingerprint(FIELD)}"
+
+
+@pytest.mark.parametrize("short", ["pw12", "12345", "a.b"])
+def test_a_short_secret_is_scrubbed_where_it_stands_alone(short: str) -> None:
+    """Below six characters a secret would match ordinary text inside words; where it stands
+    as a token (quoted, after a space, URL-encoded in a query) it is fingerprinted."""
+    basic = base64.b64encode(f"bob:{short}".encode()).decode()
+    said = json.dumps(
+        {"error": {"message": f"password {short} rejected", "echo": short, "next": f"?p={short}"}}
+    )
+    ex = Exchange(
+        request=Request(
+            method="POST",
+            url="https://api.test/v1/responses",
+            path="/v1/responses",
+            http_version="HTTP/1.1",
+            headers=[("authorization", f"Basic {basic}"), ("content-type", "application/json")],
+            content=json.dumps({"model": "m", "api_key": short}).encode(),
+        ),
+        response=Response(
+            status=401,
+            reason="Unauthorized",
+            http_version="HTTP/1.1",
+            headers=[("content-type", "application/json")],
+            content=said.encode(),
+        ),
+        timings=Timings(1.0, 1.1, 1.2),
+    )
+    rec = build_record(ex, session="s", label="l", seq=0)
+    error = answer(rec)["body"]["error"]
+    fp = fingerprint(short)
+    assert error == {"message": f"password {fp} rejected", "echo": fp, "next": f"?p={fp}"}
+    assert rec["request"]["body"]["api_key"] == fp
+    kept = build_record(
+        Exchange(
+            request=ex.request,
+            response=Response(
+                status=200,
+                reason="OK",
+                http_version="HTTP/1.1",
+                headers=[("content-type", "application/json")],
+                content=json.dumps({"text": f"x{short}y {short}0"}).encode(),
+            ),
+            timings=ex.timings,
+        ),
+        session="s",
+        label="l",
+        seq=0,
+    )
+    assert answer(kept)["body"] == {"text": f"x{short}y {short}0"}
+
+
+def test_a_records_capture_error_has_the_secrets_fingerprinted() -> None:
+    from wirediff.record.build import fallback_record
+
+    rec = fallback_record(exchange("x"), "s", ValueError(f"cannot parse {KEY}"), label="l")
+    assert rec["error"] == {
+        "kind": "capture_error",
+        "message": f"ValueError: cannot parse {fingerprint(KEY)}",
+    }

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.records import (
+    answer,
     body,
     chat_record,
     drop_events,
@@ -74,7 +75,9 @@ def extra_key(rec: Record) -> None:
 
 
 def server_error(rec: Record) -> None:
-    rec["response"].update(status=500, body=openai_error("The server had an error", "server_error"))
+    answer(rec).update(
+        {"status": 500, "body": openai_error("The server had an error", "server_error")}
+    )
 
 
 def numbered_from_one(rec: Record) -> None:
@@ -176,6 +179,6 @@ def test_a_raise_is_told_in_the_servers_words() -> None:
 def test_the_candidate_answering_where_the_baseline_failed_is_cosmetic() -> None:
     base = chat_record()
     server_error(base)
-    fixed = replay(base, id="c1", change=lambda r: r["response"].update(chat_record()["response"]))
+    fixed = replay(base, id="c1", change=lambda r: answer(r).update(answer(chat_record())))
     found = analyze([base, fixed]).divergences
     assert set(zip(found["kind"], found["severity"], strict=True)) == {("status", "cosmetic")}

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from wirediff._types import Event
 from wirediff.record.sse import SSESplitter, parse_events, split_events
 
 STREAM = (
@@ -22,9 +23,9 @@ EXPECTED = [
 ]
 
 
-def feed_all(chunks: list[bytes]) -> list[dict[str, object]]:
+def feed_all(chunks: list[bytes]) -> list[Event]:
     sp = SSESplitter()
-    out = []
+    out: list[Event] = []
     for c in chunks:
         out += sp.feed(c)
     return parse_events(out + sp.close())

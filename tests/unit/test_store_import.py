@@ -5,19 +5,34 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from mitmproxy import io
 from mitmproxy.addons.savehar import SaveHar
 from mitmproxy.test import taddons, tflow
 
-from tests.unit.test_capture_addon import KEY, chat_flow
+from tests.fixtures.records import answer, bare_record, events_of, websocket_of
+from tests.unit.test_capture_addon import KEY, chat_flow, flow_response
+from wirediff._types import ExchangeError, Record, RecordResponse, Sdk
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.cli import main
+from wirediff.errors import CaptureError
 from wirediff.record.importer import import_flows
-from wirediff.record.store import CaptureError, RecordWriter, load_records
+from wirediff.record.store import RecordWriter, load_records
 
-REC = {"format": "wirediff/1", "id": "a", "request": {"method": "GET"}, "response": None}
+REC = bare_record("a")
+RESPONSE: RecordResponse = {
+    "status": 200,
+    "reason": "OK",
+    "http_version": "HTTP/1.1",
+    "headers": [],
+    "body": None,
+    "text": None,
+    "size": 0,
+    "events": None,
+    "complete": True,
+}
 
 
 def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
@@ -39,7 +54,7 @@ def test_writer_after_a_cut_line_moves_the_fragment_aside(tmp_path: Path) -> Non
 def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
     p = tmp_path / "s.jsonl"
     with RecordWriter(p) as w:
-        w.write({**REC, "request": {"path": "/caf\udce9"}})
+        w.write({**REC, "request": {**REC["request"], "path": "/caf\udce9"}})
     (rec,) = load_records([p])
     assert rec["request"]["path"] == "/caf\udce9"
 
@@ -54,22 +69,36 @@ def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
             json.dumps({**REC, "id": 3}) + "\n",
             "malformed wirediff/1 record (id must be a string, not int)",
         ),
-        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object)"),
+        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object, not NoneType)"),
         (
-            json.dumps({**REC, "response": {"status": "200"}}) + "\n",
+            json.dumps({**REC, "response": {**RESPONSE, "status": "200"}}) + "\n",
             "(response.status must be an integer, not str)",
         ),
         (
-            json.dumps({**REC, "response": {"websocket": [], "events": []}}) + "\n",
+            json.dumps({**REC, "response": {**RESPONSE, "websocket": [], "events": []}}) + "\n",
             "(response.websocket must be an object or null, not list)",
         ),
         (
-            json.dumps({**REC, "response": {"events": [{"data": 1, "direction": 0}]}}) + "\n",
+            json.dumps(
+                {
+                    **REC,
+                    "response": {
+                        **RESPONSE,
+                        "events": [{"event": None, "data": 1, "direction": 0}],
+                    },
+                }
+            )
+            + "\n",
             "(response.events[0].direction must be a string or null, not int)",
         ),
         (
-            json.dumps({**REC, "tags": {"family": "x", "endpoint": "/", "transport": 1}}) + "\n",
+            json.dumps({**REC, "tags": {**REC["tags"], "transport": 1}}) + "\n",
             "(tags.transport must be a string or null, not int)",
+        ),
+        (json.dumps({**REC, "tags": None}) + "\n", "(tags must be an object, not NoneType)"),
+        (
+            json.dumps({**REC, "tags": {**REC["tags"], "sdk": {"user_agent": 5}}}) + "\n",
+            "(tags.sdk.user_agent must be a string or null, not int)",
         ),
     ],
 )
@@ -122,14 +151,17 @@ def test_torn_lines_anywhere_are_skipped_with_file_and_line(
 
 
 def test_hostile_records_are_one_line_errors_naming_file_and_line(tmp_path: Path) -> None:
-    for bad, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"started": "yesterday"}, "started must be a number, not str"),
-        ({"request": {"headers": [["a"]]}}, "request.headers must be a list of [name, value]"),
-        ({"request": {"headers": "x"}}, "request.headers must be"),
-        ({"response": {"events": [1]}}, "response.events[0] must be an object"),
-        ({"tags": {"family": 3}}, "tags.family must be a string"),
+        ({"request": {**REC["request"], "headers": [["a"]]}}, "request.headers must be a list"),
+        ({"request": {**REC["request"], "headers": "x"}}, "request.headers must be"),
+        ({"response": {**RESPONSE, "events": [1]}}, "response.events[0] must be an object"),
+        ({"tags": {**REC["tags"], "family": 3}}, "tags.family must be a string"),
+        ({"tags": {"family": "models"}}, "tags.endpoint is missing"),
         ({"error": "boom"}, "error must be an object or null"),
-    ]:
+        ({"label": None}, "label must be a string, not NoneType"),
+    ]
+    for bad, message in cases:
         p = tmp_path / "h.jsonl"
         p.write_text(_lines("a")[0] + "\n" + json.dumps({**REC, **bad}) + "\n")
         with pytest.raises(CaptureError) as e:
@@ -144,33 +176,43 @@ def test_bodies_nested_too_deeply_are_kept_as_text(tmp_path: Path) -> None:
     for _ in range(200):
         deep = {"a": deep}
     p = tmp_path / "d.jsonl"
-    p.write_text(json.dumps({**REC, "request": {"method": "POST", "body": deep}}) + "\n")
+    p.write_text(json.dumps({**REC, "request": {**REC["request"], "body": deep}}) + "\n")
     (rec,) = load_records([p])
     assert rec["request"]["body"] is None and rec["request"]["depth_limited"]
-    assert json.loads(rec["request"]["text"]) == deep
+    assert json.loads(rec["request"]["text"] or "") == deep
     p.write_text('{"format": "wirediff/1", "id": "a", "request": ' + "[" * 100_000 + "\n")
     with pytest.raises(CaptureError, match=r"d\.jsonl:1: record nested too deeply"):
         load_records([p])
 
 
 def test_repeated_headers_and_clients_are_shared_and_unchanged(tmp_path: Path) -> None:
-    def rec(i: str, sdk: dict[str, object]) -> dict[str, object]:
+    def rec(i: str, sdk: Sdk) -> Record:
         headers = [["content-type", "application/json"], ["x-request-id", f"req_{i}"]]
         return {
             **REC,
             "id": i,
-            "request": {"method": "POST", "headers": headers},
-            "response": {"status": 200, "headers": headers},
-            "tags": {"sdk": sdk, "auth": {"header": "authorization", "fingerprint": "sha256:1"}},
+            "request": {**REC["request"], "headers": headers},
+            "response": {**RESPONSE, "headers": headers},
+            "tags": {
+                **REC["tags"],
+                "sdk": sdk,
+                "auth": {
+                    "header": "authorization",
+                    "scheme": None,
+                    "fingerprint": "sha256:1",
+                    "forwarded": True,
+                },
+            },
         }
 
-    written = [rec("a", {"lang": "python"}), rec("b", {"lang": "python"}),
-               rec("c", {"lang": "python", "extra": {"nested": True}})]  # fmt: skip
+    python: Sdk = {"user_agent": None, "lang": "python"}
+    unknown = cast(Sdk, {**python, "extra": {"nested": True}})  # a key the format does not name
+    written = [rec("a", python), rec("b", {**python}), rec("c", unknown)]
     p = tmp_path / "c.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in written))
     a, b, c = load_records([p])
     assert [a, b, c] == written
-    assert a["request"]["headers"][0] is b["response"]["headers"][0]
+    assert a["request"]["headers"][0] is answer(b)["headers"][0]
     assert a["request"]["headers"][1] is not b["request"]["headers"][1]
     assert a["tags"]["sdk"] is b["tags"]["sdk"] and a["tags"]["auth"] is c["tags"]["auth"]
 
@@ -184,7 +226,7 @@ async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> Non
     from tests.unit.test_capture_addon import run
 
     f = chat_flow()
-    f.response.headers["content-type"] = "text/event-stream"
+    flow_response(f).headers["content-type"] = "text/event-stream"
     recs = run(
         tmp_path, f, sse_chunks=[b'event: x\ndata: {"type":"x","sequence_number":0}\n\n', b""]
     )
@@ -204,8 +246,8 @@ def write_flows(path: Path) -> None:
         w = io.FlowWriter(fh)
         w.add(chat_flow())
         sse = chat_flow()
-        sse.response.headers["content-type"] = "text/event-stream"
-        sse.response.content = b'data: {"a":1}\n\ndata: [DONE]\n\n'
+        flow_response(sse).headers["content-type"] = "text/event-stream"
+        flow_response(sse).content = b'data: {"a":1}\n\ndata: [DONE]\n\n'
         w.add(sse)
         w.add(tflow.ttcpflow())  # non-HTTP flows are skipped
         ws = tflow.twebsocketflow()  # mitmproxy's test session: 3 messages, closed normally
@@ -218,12 +260,12 @@ def test_import_flow_file(tmp_path: Path) -> None:
     write_flows(p)
     recs = import_flows(p)
     assert [r["tags"]["family"] for r in recs] == ["chat.completions"] * 2 + ["realtime"]
-    assert [e["data"] for e in recs[1]["response"]["events"]] == [{"a": 1}, "[DONE]"]
+    assert [e["data"] for e in events_of(recs[1])] == [{"a": 1}, "[DONE]"]
     assert all(r["session"] == "s" for r in recs)
     ws = recs[2]
     assert ws["tags"]["transport"] == "websocket" and ws["tags"]["model"] == "gpt-realtime"
-    assert [e["direction"] for e in ws["response"]["events"]] == ["client", "client", "server"]
-    assert ws["response"]["websocket"]["close_code"] == 1000 and ws["response"]["complete"]
+    assert [e["direction"] for e in events_of(ws)] == ["client", "client", "server"]
+    assert websocket_of(ws)["close_code"] == 1000 and answer(ws)["complete"]
 
 
 async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,6 +284,16 @@ async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert KEY not in (tmp_path / "out.jsonl").read_text()
 
 
+async def test_import_har_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """Fiddler writes its HAR files with a UTF-8 BOM."""
+    with taddons.context():
+        har = SaveHar().make_har([chat_flow()])
+    p = tmp_path / "fiddler.har"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps(har).encode())
+    (rec,) = import_flows(p)
+    assert rec["request"]["body"]["model"] == "gpt-4o-mini"
+
+
 @pytest.mark.parametrize("content", [b"not a flow at all", b'{"log": 3}', b"{\xff"])
 def test_import_bad_input_exits_2_with_one_line(
     tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]
@@ -253,15 +305,21 @@ def test_import_bad_input_exits_2_with_one_line(
     assert err.startswith("wirediff: error:") and err.count("\n") == 1
 
 
-def test_import_empty_flow_file_is_zero_exchanges(tmp_path: Path) -> None:
-    p = tmp_path / "empty.flow"
-    p.write_bytes(b"")
-    assert import_flows(p) == []
+def test_import_of_a_file_without_http_exchanges_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.flow"
+    empty.write_bytes(b"")
+    with pytest.raises(CaptureError, match="empty, nothing to import"):
+        import_flows(empty)
+    tcp_only = tmp_path / "tcp.flow"
+    with tcp_only.open("wb") as fh:
+        io.FlowWriter(fh).add(tflow.ttcpflow())
+    with pytest.raises(CaptureError, match="no HTTP exchanges in it"):
+        import_flows(tcp_only)
 
 
 def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path) -> None:
-    def attempt(rid: str, started: float, kind: str | None) -> dict[str, object]:
-        error = {"kind": kind, "message": "x"} if kind else None
+    def attempt(rid: str, started: float, kind: str | None) -> Record:
+        error: ExchangeError | None = {"kind": kind, "message": "x"} if kind else None
         return {
             **REC,
             "id": rid,
@@ -274,7 +332,7 @@ def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path)
     p = tmp_path / "r.jsonl"
     with RecordWriter(p) as w:
         for rec in (
-            {**REC, "id": "o1"},
+            bare_record("o1"),
             attempt("down", 1.0, "upstream_unreachable"),  # retried below: superseded
             attempt("answer-1", 2.0, None),
             attempt("answer-2", 3.0, None),  # a second answer: kept (noise control)

@@ -1,7 +1,7 @@
 """The `wirediff` command line: one module per command, each with `register(subparsers)`.
 
-Exit codes (see `wirediff.cli.runner`): 0 ok, 1 a finding (`check`, `diagnose --fail`),
-2 bad usage or unreadable input, 130 interrupted.
+Exit codes (see `wirediff.cli.runner`; each command's `--help` lists its own): 0 ok, 1 a
+finding (`check`, `diagnose --fail`), 2 bad usage or unreadable input, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from wirediff.cli import (
     replay,
     report,
 )
-from wirediff.cli.runner import run_command
+from wirediff.cli.runner import Parser, run
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="wirediff", description="OpenAI-API compatibility, visible on the wire."
-    )
+    p = Parser(prog="wirediff", description="OpenAI-API compatibility, visible on the wire.")
     p.add_argument("--version", action="version", version=f"wirediff {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (demo, capture, replay, report, diagnose, check, convert, export, addon_path):
@@ -39,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_command(args.func, args)
+    return run(build_parser(), sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

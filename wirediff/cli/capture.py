@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.netutil import free_port
-from wirediff.cli.runner import standalone
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standalone
 from wirediff.errors import UsageError
 
 __all__ = [
@@ -50,6 +50,13 @@ LIVE_SESSION = (
     "The session can also change while mitmproxy runs, without a restart: set "
     "capture_session in mitmweb's Options or with `:set capture_session=NAME` in mitmproxy's "
     "console; the addon closes the current file and appends to <NAME>.jsonl."
+)
+EXIT_CODES = exit_codes(
+    {
+        EXIT_INTERRUPTED: "stopped by Ctrl-C or SIGTERM: the usual end",
+        EXIT_ERROR: "bad usage, a port already taken, or mitmdump could not start or stopped "
+        "on its own (its output says why)",
+    }
 )
 SET_BY_FLAGS = {"capture_dir": "--dir", "capture_session": "--session", "capture_label": "--label"}
 
@@ -101,7 +108,7 @@ class _HelpWithAddonOptions(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="show this help and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        parser.epilog = options_help()
+        parser.epilog = f"{options_help()}\n\n{EXIT_CODES}"
         parser.print_help()
         parser.exit()
 
@@ -213,7 +220,7 @@ def register(sub: Any) -> None:
         "capture",
         help="record a client's traffic: mitmdump with the capture addon in reverse mode",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_CODES,
         add_help=False,
     )
     p.add_argument("-h", "--help", action=_HelpWithAddonOptions)

@@ -20,6 +20,8 @@ import pandas as pd
 
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
+from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.reports.partial import GateCounts, gate_counts
 
@@ -130,7 +132,7 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    with open_run(args) as run:
+    with named_captures([args.baseline, *args.candidates]), open_run(args) as run:
         result = run.check(args.baseline, args.candidates)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     linked = result.linked
@@ -163,18 +165,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         write_junit(gated, args.junit)
     if passed:
         print("compatible: no candidate fails the gate")
-        return 0
+        return EXIT_OK
     failing = [
         f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
         for r in items
         if r["fails"]
     ]
     print("not compatible: " + ", ".join(failing))
-    return 1
+    return EXIT_FOUND
 
 
 def register(sub: Any) -> None:
-    c = sub.add_parser("check", help="CI gate: exit 0 when compatible, 1 when not")
+    c = sub.add_parser(
+        "check",
+        help="CI gate: exit 0 when compatible, 1 when not",
+        epilog=exit_codes(
+            {EXIT_OK: "compatible: no candidate fails the gate", EXIT_FOUND: "not compatible"}
+        ),
+    )
     c.add_argument("baseline", metavar="BASELINE", help="the original capture")
     c.add_argument(
         "candidates", metavar="CANDIDATE", nargs="+", help="its replays against candidate backends"

@@ -21,6 +21,18 @@ import yaml
 
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
+from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
+
+__all__ = [
+    "CANDIDATES",
+    "DEMO_KEY",
+    "MODEL",
+    "WEATHER_CHAT",
+    "WEATHER_RESP",
+    "drive_sdk",
+    "register",
+    "run_demo",
+]
 
 DEMO_KEY = "sk-demo-wirediff-0000000000000000"
 BASELINE = "openai"
@@ -202,8 +214,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(Path(args.out))
     except (RuntimeError, TimeoutError, openai.APIError) as e:
-        print(f"\nwirediff: demo failed: {e}", file=sys.stderr)
-        return 1
+        print(f"\nwirediff: error: demo failed: {e}", file=sys.stderr)
+        return EXIT_ERROR
     summary = json.loads(Path(result["summary"]).read_text(encoding="utf-8"))
     print(
         f"captured {result['exchanges']} exchanges against the openai stand-in, "
@@ -216,11 +228,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"divergences: {result['divergences']}")
     size = Path(result["report"]).stat().st_size
     print(f"report:      {result['report']} ({size / 1000:,.0f} KB)")
-    return 0
+    return EXIT_OK
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("demo", help="the whole loop on local stand-in backends")
+    p = sub.add_parser(
+        "demo",
+        help="the whole loop on local stand-in backends",
+        epilog=exit_codes(
+            {
+                EXIT_OK: "the demo ran: report, summary and divergences written",
+                EXIT_ERROR: "a step failed (one line says which and why)",
+            }
+        ),
+    )
     p.add_argument(
         "--out", default="wirediff-demo", help="output directory (default: wirediff-demo)"
     )

@@ -1,5 +1,5 @@
-"""`wirediff diagnose CAPTURE… [--json] [--engine local|dask [--scheduler ADDR]]`: failing
-chains and their diagnoses."""
+"""`wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`:
+failing chains and their diagnoses."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
+from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 
 __all__ = ["register"]
 
@@ -17,7 +19,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from wirediff.analysis.diagnosis.diagnose import format_chains
 
     out = sys.stdout
-    with open_run(args) as run:
+    with named_captures(args.captures), open_run(args) as run:
         rows = run.diagnose(args.captures)
         if args.json:
             sep = "[\n  "
@@ -27,21 +29,29 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                     out.write(sep + text)
                     sep = ",\n  "
             out.write("[]\n" if sep.startswith("[") else "\n]\n")
-            return 0
-        if not len(rows):
+        elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
-            return 0
-        chains = 0
-        for frame in rows.frames():
-            if len(frame):
-                out.write("\n".join(format_chains(frame)) + "\n")
-                chains += frame["chain_id"].nunique()
-        out.write(f"{len(rows)} diagnoses in {chains} chains\n")
-    return 0
+        else:
+            chains = 0
+            for frame in rows.frames():
+                if len(frame):
+                    out.write("\n".join(format_chains(frame)) + "\n")
+                    chains += frame["chain_id"].nunique()
+            out.write(f"{len(rows)} diagnoses in {chains} chains\n")
+    return EXIT_FOUND if args.fail and len(rows) else EXIT_OK
 
 
 def register(sub: Any) -> None:
-    d = sub.add_parser("diagnose", help="explain failing chains (401/404/405, soft errors, …)")
+    d = sub.add_parser(
+        "diagnose",
+        help="explain failing chains (401/404/405, soft errors, …)",
+        epilog=exit_codes(
+            {
+                EXIT_OK: "diagnosed, whatever failed, unless --fail",
+                EXIT_FOUND: "with --fail: a chain failed (a recovered one too: it is diagnosed)",
+            }
+        ),
+    )
     d.add_argument(
         "captures",
         nargs="+",
@@ -50,5 +60,10 @@ def register(sub: Any) -> None:
         "datasets from `wirediff export`",
     )
     d.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    d.add_argument(
+        "--fail",
+        action="store_true",
+        help="exit 1 when a chain failed (a recovered one too)",
+    )
     add_engine_options(d)
     d.set_defaults(func=cmd_diagnose)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
+from wirediff.cli.runner import EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 
 __all__ = ["register"]
@@ -30,14 +32,18 @@ def _empty_target(out: str) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     out = str(args.parquet).rstrip("/")
     _empty_target(out)
-    with open_run(args) as run:
+    with named_captures(args.captures), open_run(args) as run:
         exchanges, events = run.export(args.captures, out)
     print(f"{exchanges:,} exchanges, {events:,} events → {out}")
-    return 0
+    return EXIT_OK
 
 
 def register(sub: Any) -> None:
-    e = sub.add_parser("export", help="write captures as a Parquet dataset")
+    e = sub.add_parser(
+        "export",
+        help="write captures as a Parquet dataset",
+        epilog=exit_codes({EXIT_OK: "the dataset written"}),
+    )
     e.add_argument(
         "captures",
         nargs="+",

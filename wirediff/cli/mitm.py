@@ -11,6 +11,8 @@ from types import TracebackType
 
 from wirediff.cli.netutil import free_port, wait_port
 
+__all__ = ["CAPTURE_ADDON", "CaptureProxy", "mitmdump_binary"]
+
 CAPTURE_ADDON = Path(__file__).resolve().parent.parent / "addons" / "capture.py"
 LOG_TAIL = 500
 """Characters of mitmdump's log quoted when it does not start: the end says why."""

@@ -7,6 +7,8 @@ import subprocess
 import time
 from typing import Any
 
+__all__ = ["free_port", "wait_port"]
+
 
 def free_port() -> int:
     """A port that was free a moment ago on 127.0.0.1."""

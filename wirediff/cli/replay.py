@@ -81,10 +81,10 @@ from typing import Any
 import httpx
 
 from wirediff._types import Record
-from wirediff.cli.runner import standalone
-from wirediff.errors import CaptureError, PlanError, UsageError
+from wirediff.cli.inputs import capture_file, iter_capture
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
+from wirediff.errors import PlanError, UsageError
 from wirediff.record.parts import expand_parts
-from wirediff.record.store import iter_records
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -149,12 +149,10 @@ def main_replay_args(args: argparse.Namespace) -> int:
     capture_of: dict[str, Path] = {}
     records: list[Record] = []
     for p in paths:
-        if Path(p).is_dir():
-            raise CaptureError(f"{p}: is a directory, not a capture file")
-    for part in expand_parts(paths):  # a rotated session: all its parts
-        for rec in iter_records(part):
-            records.append(rec)
-            capture_of.setdefault(str(rec.get("id")), part)
+        for part in expand_parts([capture_file(p)]):  # a rotated session: all its parts
+            for rec in iter_capture(part):
+                records.append(rec)
+                capture_of.setdefault(str(rec.get("id")), part)
     try:
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:
@@ -166,7 +164,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     def path_of(rec: Record, t: Target) -> Path:
         return output_path(rec, capture_of, t, opts)
 
-    done_of: dict[str, dict[str, Record]] = {}
+    done_of: dict[str, dict[str, Record | None]] = {}
     tried_of: dict[str, int] = {}
     attempts_of: dict[str, Mapping[str, int]] = {}
     for t in opts.targets:
@@ -174,7 +172,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
         prior, attempts_of[t.label] = replay_history(sorted(outs), t.label)
         done = resumed(plan, prior)
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
-        done_of[t.label] = {k: v if plan.dependents[k] else {} for k, v in done.items()}
+        done_of[t.label] = {k: v if plan.dependents[k] else None for k, v in done.items()}
     if opts.dry_run:
         for line in dry_run(plan, opts.targets, done_of, env, tried_of):
             print(line)
@@ -237,7 +235,14 @@ def register(subparsers: Any) -> None:
         "replay",
         help="re-send recorded sessions to other backends, recorded like live traffic",
         description="\n\n".join((__doc__ or "").split("\n\n")[2:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=exit_codes(
+            {
+                EXIT_OK: "replayed (or --dry-run printed the plan)",
+                EXIT_ERROR: "bad usage or unreadable input, or every request to a target "
+                "failed at the transport (the records are kept)",
+                EXIT_INTERRUPTED: "interrupted (Ctrl-C): the same command resumes",
+            }
+        ),
     )
     add_arguments(p)
     p.set_defaults(func=main_replay_args)

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.runner import standalone
+from wirediff.cli.inputs import named_captures
+from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
 from wirediff.reports.render import render_html, write_csv, write_summary
+
+__all__ = ["load_ignore", "main_report", "register"]
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
@@ -36,7 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    with open_run(args) as run:
+    with named_captures(args.captures), open_run(args) as run:
         model = run.report(
             args.captures,
             ignore=ignore,
@@ -63,7 +66,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add `report` to the `wirediff` command line."""
     p = subparsers.add_parser(
-        "report", help="render report.html (and summary.json, divergences.csv) from captures"
+        "report",
+        help="render report.html (and summary.json, divergences.csv) from captures",
+        epilog=exit_codes({0: "the report (and --json, --csv) written"}),
     )
     p.add_argument(
         "captures",

@@ -1,6 +1,6 @@
 """The CLI's exit codes in one place: 0 ok, 1 a finding (`check`, `diagnose --fail`), 2 bad
 usage, unreadable input or any other error (one line, never a traceback), 130 interrupted.
-Warnings (a torn line skipped in a capture) are one line each on stderr."""
+Warnings (a torn or unfinished line skipped in a capture) are one line each on stderr."""
 
 from __future__ import annotations
 
@@ -8,17 +8,57 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
-from wirediff.errors import WirediffError
+from wirediff.errors import UsageError, WirediffError
 
-__all__ = ["DEBUG_ENV", "Command", "run_command", "standalone"]
+__all__ = [
+    "DEBUG_ENV",
+    "EXIT_ERROR",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "Command",
+    "Parser",
+    "exit_codes",
+    "run",
+    "run_command",
+    "standalone",
+]
 
 Command = Callable[[argparse.Namespace], int]
 DEBUG_ENV = "WIREDIFF_DEBUG"
 """Set to 1: an unexpected error prints its traceback too (still exit 2)."""
+EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+COMMON_CODES = {
+    EXIT_ERROR: "bad usage or unreadable input (one line on stderr says why)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+def exit_codes(codes: Mapping[int, str]) -> str:
+    """A command's `--help` epilog: its own exit codes, with 2 and 130 unless it says
+    otherwise."""
+    rows = sorted({**COMMON_CODES, **codes}.items())
+    return "exit codes:\n" + "\n".join(
+        textwrap.fill(text, 88, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+        for code, text in rows
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, like every other error of the CLI, and whose
+    epilog (the exit codes) keeps its lines."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{' '.join(message.split())} (see `{self.prog} --help`)")
 
 
 class _OneLine(logging.Formatter):
@@ -26,12 +66,20 @@ class _OneLine(logging.Formatter):
         return f"wirediff: {record.levelname.lower()}: {record.getMessage()}"
 
 
+class _ToStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `sys.stderr` as it is when a warning comes: one handler serves every
+    command run in the process, and a caller may have redirected stderr since."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def _warnings_to_stderr() -> None:
     log = logging.getLogger("wirediff")
-    if not any(getattr(h, "wirediff_cli", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _ToStderr) for h in log.handlers):
+        handler = _ToStderr()
         handler.setFormatter(_OneLine())
-        handler.wirediff_cli = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
 
@@ -43,14 +91,14 @@ def run_command(func: Command, args: argparse.Namespace) -> int:
         return func(args)
     except WirediffError as e:
         print(f"wirediff: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"wirediff: error: {where}{e.strerror or e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("wirediff: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug, or input nothing above foresaw: never exit 1 ("found")
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             traceback.print_exc()
@@ -60,13 +108,23 @@ def run_command(func: Command, args: argparse.Namespace) -> int:
             f"(set {DEBUG_ENV}=1 for the traceback)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_ERROR
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
+    """Parse `argv` and run the command it names; a bad command line is one line, exit 2
+    (`--help` and `--version` still exit 0 through `SystemExit`)."""
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        print(f"wirediff: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    return run_command(args.func, args)
 
 
 def standalone(register: Callable[[Any], None], name: str, argv: Sequence[str] | None) -> int:
     """One subcommand on its own (`python -m wirediff.cli.report …`, tests), with the CLI's
     parser for it and its exit codes."""
-    parser = argparse.ArgumentParser(prog="wirediff")
+    parser = Parser(prog="wirediff")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
-    return run_command(args.func, args)
+    return run(parser, [name, *(sys.argv[1:] if argv is None else argv)])

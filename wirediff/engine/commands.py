@@ -132,6 +132,8 @@ class Run:
         """The captures as a Parquet dataset at `out`; how many exchanges and events."""
         index = run.scan_inputs(self.engine, args, self.progress, retried=True)
         frame = index.frame
+        if not len(frame):
+            raise UsageError(f"no exchanges in {', '.join(args)}")
         total = int(frame["nbytes"].sum()) if len(frame) else 0
         count = max(1, math.ceil(total / parquet.EXPORT_BYTES))
         if self.engine.workers > 1 and total > run.SMALL_BYTES:

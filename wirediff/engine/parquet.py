@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wirediff import FORMAT, __version__
+from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.engine.scan import FROM_EXCHANGES, INDEX_COLUMNS, Scanned, frame_of, index_row
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
@@ -147,7 +148,7 @@ def export_part(
     """Write one range of roots: a file of exchanges and one of events per session and
     label. Returns how many exchanges and events."""
     texts = read_texts(sources, *where)
-    groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, dict[str, Any]]]] = {}
+    groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
     for ordinal, root, text in zip(ordinals, roots, texts, strict=True):
         rec = read_depth(text, json.loads(text))
         key = (rec.get("session"), rec.get("label"))
@@ -187,9 +188,9 @@ def export_part(
     return len(texts), n_events
 
 
-def _events(rec: dict[str, Any], out: dict[str, list[Any]]) -> None:
+def _events(rec: Record, out: dict[str, list[Any]]) -> None:
     resp = rec.get("response")
-    events = resp.get("events") if isinstance(resp, dict) else None
+    events = resp.get("events") if resp is not None else None
     for i, ev in enumerate(events or ()):
         data = ev.get("data")
         data = data if isinstance(data, dict) else {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wirediff._support import paused_gc
+from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.noise import group_sample_noise
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
@@ -43,7 +44,7 @@ def scan(sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
         return scan_chunk(sources[src], src, start, end)
 
 
-def fetch(sources: Sequence[Source], where: Locators) -> list[dict[str, Any]]:
+def fetch(sources: Sequence[Source], where: Locators) -> list[Record]:
     with paused_gc():
         return read_records(sources, *where)
 

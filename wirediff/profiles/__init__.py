@@ -15,6 +15,19 @@ from typing import Any
 
 import yaml
 
+__all__ = [
+    "ANSWER_KINDS",
+    "Profile",
+    "answer_for",
+    "answer_variants",
+    "fill",
+    "load_profiles",
+    "load_remedies",
+    "match_signature",
+    "profile",
+    "render_answer",
+]
+
 Profile = dict[str, Any]
 REMEDIES = "remedies.yaml"
 """The diagnosis prose (summary and remedies per code), beside the profiles it names."""

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from wirediff._types import JSON
 from wirediff.record.decode import decode_bounded
 from wirediff.record.redact import may_hold_secret_fields, redact_fields, scrub_text
 from wirediff.record.validate import MAX_DEPTH, depth_exceeds
 
-__all__ = ["DEFAULT_BODY_CAP", "decode_body", "encode_body", "parse_json"]
+__all__ = ["DEFAULT_BODY_CAP", "EncodedBody", "decode_body", "encode_body", "parse_json"]
 
 DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
 UTF8_CUT_TAIL = 3
 """Bytes of a character cut at the cap: UTF-8 characters are at most four bytes long."""
+
+
+class EncodedBody(TypedDict):
+    """A body as a record's `request` or `response` holds it."""
+
+    body: JSON
+    text: str | None
+    b64: NotRequired[str]
+    truncated: NotRequired[bool]
+    depth_limited: NotRequired[bool]
 
 
 def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
@@ -33,7 +44,7 @@ def encode_body(
     secrets: dict[str, str] | None = None,
     *,
     truncated: bool = False,
-) -> dict[str, Any]:
+) -> EncodedBody:
     """`body` for JSON, `text` for other text, `b64` for binary; capped with `truncated`.
 
     `content` is decoded (no Content-Encoding); `truncated`: it is not the whole body even
@@ -41,7 +52,7 @@ def encode_body(
     and credential-named JSON fields are fingerprinted. JSON
     nested deeper than `MAX_DEPTH` stays text, marked `depth_limited`.
     """
-    out: dict[str, Any] = {"body": None, "text": None}
+    out: EncodedBody = {"body": None, "text": None}
     if content is None:
         return out
     truncated = truncated or len(content) > cap
@@ -67,7 +78,7 @@ def encode_body(
     return out
 
 
-def parse_json(text: str) -> tuple[Any, str | None, bool]:
+def parse_json(text: str) -> tuple[JSON, str | None, bool]:
     """`(value, None, False)` for JSON text; `(None, text, deep)` when it is not
     JSON or nests deeper than `MAX_DEPTH` (`deep`)."""
     try:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from wirediff import FORMAT
 from wirediff._support import is_2xx
-from wirediff._types import Event, Record
+from wirediff._types import Event, ExchangeError, Record, RecordRequest, RecordResponse, Tags
 from wirediff.profiles import match_signature
-from wirediff.record.body import DEFAULT_BODY_CAP, decode_body, encode_body
+from wirediff.record.body import DEFAULT_BODY_CAP, EncodedBody, decode_body, encode_body
 from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.redact import (
     form_secrets,
@@ -28,11 +27,11 @@ from wirediff.record.redact import (
     secret_values,
 )
 from wirediff.record.sse import parse_events, split_events
-from wirediff.record.tags import tag_exchange
+from wirediff.record.tags import route, tag_exchange
 from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
 from wirediff.record.websocket import WebSocketTap, client_secrets, parse_messages
 
-__all__ = ["build_record", "classify_error", "exchange_secrets"]
+__all__ = ["build_record", "classify_error", "exchange_secrets", "fallback_record"]
 
 
 def classify_error(msg: str, has_response: bool) -> str:
@@ -56,7 +55,7 @@ def classify_error(msg: str, has_response: bool) -> str:
     return "proxy_error"
 
 
-def _abnormal_close(ws: WebSocketTap) -> dict[str, str]:
+def _abnormal_close(ws: WebSocketTap) -> ExchangeError:
     """The error of a WebSocket connection that ended without a close handshake, or had
     not ended when it was recorded (the capture stopped first)."""
     if ws.close_code is None:
@@ -103,14 +102,24 @@ def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
     return json_secrets(text)
 
 
+def _body_marks(part: RecordRequest | RecordResponse, body: EncodedBody) -> None:
+    """The keys `encode_body` adds only when they say something (binary, cut, too deep)."""
+    if "b64" in body:
+        part["b64"] = body["b64"]
+    if body.get("depth_limited"):
+        part["depth_limited"] = True
+    if body.get("truncated"):
+        part["truncated"] = True
+
+
 def _websocket_response(
     ex: Exchange, resp: Response, ws: WebSocketTap, secrets: dict[str, str], redact: frozenset[str]
-) -> tuple[dict[str, Any], list[Event]]:
+) -> tuple[RecordResponse, list[Event]]:
     """A WebSocket session's `response`: the handshake's status and headers, its messages
     as events (scrubbed, parsed), complete when it closed with a close handshake."""
     events = parse_messages(ws.events, secrets)
     summary = ws.summary()
-    response = {
+    response: RecordResponse = {
         "status": resp.status,
         "reason": resp.reason,
         "http_version": resp.http_version,
@@ -129,14 +138,14 @@ def _websocket_response(
 
 def _response(
     ex: Exchange, resp: Response, secrets: dict[str, str], body_cap: int, redact: frozenset[str]
-) -> tuple[dict[str, Any], list[Event] | None]:
+) -> tuple[RecordResponse, list[Event] | None]:
     """The record's `response` and the events it holds (scrubbed)."""
     if ex.websocket is not None:
         return _websocket_response(ex, resp, ex.websocket, secrets, redact)
     ctype = _content_type(resp.headers)
     tap: StreamTap | None = ex.tap
     events: list[Event] | None = None
-    extra: dict[str, Any] = {}
+    decode_error, events_dropped = None, 0
     if tap is not None:
         tap.close()
         if tap.sse:
@@ -144,10 +153,7 @@ def _response(
         body = encode_body(tap.kept(), ctype, body_cap, secrets, truncated=tap.body_truncated)
         size = tap.wire_size
         complete = ex.error is None and ex.timings.finished is not None
-        if tap.decode_error:
-            extra["decode_error"] = tap.decode_error
-        if tap.events_dropped:
-            extra["events_dropped"] = tap.events_dropped
+        decode_error, events_dropped = tap.decode_error, tap.events_dropped
         if tap.truncated or tap.events_dropped:
             body["truncated"] = True
     else:
@@ -161,17 +167,22 @@ def _response(
             events = split_events(content[: limit - 1], None, body_cap, secrets)
             if len(content) >= limit:
                 body["truncated"] = True
-    response = {
+    response: RecordResponse = {
         "status": resp.status,
         "reason": resp.reason,
         "http_version": resp.http_version,
         "headers": scrub_headers(redact_headers(resp.headers, redact), secrets),
-        **body,
+        "body": body["body"],
+        "text": body["text"],
         "size": size,
         "events": events,
         "complete": complete,
-        **extra,
     }
+    _body_marks(response, body)
+    if decode_error:
+        response["decode_error"] = decode_error
+    if events_dropped:
+        response["events_dropped"] = events_dropped
     return response, events
 
 
@@ -201,26 +212,29 @@ def build_record(
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket.events)
     secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact, fields)
-    request: dict[str, Any] = {
+    req_body = encode_body(req_content, req_type, body_cap, secrets)
+    request: RecordRequest = {
         "method": req.method,
         "url": scrub_text(redact_url(req.url), secrets),
         "path": scrub_text(redact_url(req.path), secrets),
         "http_version": req.http_version,
         "headers": scrub_headers(redact_headers(sent, redact), secrets),
-        **encode_body(req_content, req_type, body_cap, secrets),
+        "body": req_body["body"],
+        "text": req_body["text"],
         "size": len(req.content or b""),
     }
+    _body_marks(request, req_body)
     if req.client_headers is not None and req.client_headers != upstream:
         request["forwarded_headers"] = scrub_headers(redact_headers(upstream, redact), secrets)
 
-    response: dict[str, Any] | None = None
+    response: RecordResponse | None = None
     events: list[Event] | None = None
     if resp is not None:
         response, events = _response(ex, resp, secrets, body_cap, redact)
 
     t_start = ex.timings.started
     t_end = ex.timings.finished or time.time()
-    error = None
+    error: ExchangeError | None = None
     if ex.error is not None:
         error = {
             "kind": ex.error.kind or classify_error(ex.error.message, resp is not None),
@@ -264,4 +278,79 @@ def build_record(
         "response": response,
         "error": error,
         "tags": tags,
+    }
+
+
+def fallback_record(
+    ex: Exchange,
+    session: str,
+    error: BaseException,
+    *,
+    label: str,
+    seq: int = 0,
+    replay_of: str | None = None,
+) -> Record:
+    """What is certain about an exchange whose full record could not be built; the error's
+    message has the exchange's secrets fingerprinted (or is only the error's type, when even
+    they cannot be worked out)."""
+    resp = ex.response
+    try:
+        message = scrub_text(f"{type(error).__name__}: {error}", exchange_secrets(ex))
+    except Exception:
+        message = type(error).__name__
+    return {
+        "format": FORMAT,
+        "id": ex.id,
+        "session": session,
+        "label": label,
+        "seq": seq,
+        "replay_of": replay_of,
+        "listener": None,
+        "started": ex.timings.started,
+        "ttfb_ms": None,
+        "duration_ms": None,
+        "request": {
+            "method": ex.request.method,
+            "url": redact_url(ex.request.url),
+            "path": redact_url(ex.request.path),
+            "http_version": ex.request.http_version,
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(ex.request.content or b""),
+        },
+        "response": None
+        if resp is None
+        else {
+            "status": resp.status,
+            "reason": resp.reason,
+            "http_version": resp.http_version,
+            "headers": [],
+            "body": None,
+            "text": None,
+            "size": len(resp.content or b""),
+            "events": None,
+            "complete": False,
+        },
+        "error": {"kind": "capture_error", "message": message},
+        "tags": _route_tags(ex),
+    }
+
+
+def _route_tags(ex: Exchange) -> Tags:
+    """Tags that need nothing but the request line (what a failed build still knows)."""
+    family, endpoint, prefix = route(redact_url(ex.request.path))
+    return {
+        "family": family,
+        "endpoint": endpoint,
+        "prefix": prefix,
+        "method": ex.request.method,
+        "stream": False,
+        "model": None,
+        "sdk": None,
+        "retry": 0,
+        "auth": None,
+        "soft_error": False,
+        "signature": None,
+        "transport": "websocket" if ex.websocket is not None else "http",
     }

@@ -11,11 +11,8 @@ from typing import Any
 
 from mitmproxy import http
 
-from wirediff import FORMAT
-from wirediff._types import Record
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
-from wirediff.record.redact import redact_url
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
@@ -24,7 +21,6 @@ __all__ = [
     "Snapshot",
     "exchange_from_flow",
     "exchange_from_snapshot",
-    "fallback_record",
     "header_pairs",
     "is_open_ended",
     "snapshot",
@@ -197,51 +193,3 @@ def upstream_label(flow: http.HTTPFlow) -> str:
     host, port = flow.request.host, flow.request.port
     default = 443 if flow.request.scheme == "https" else 80
     return host if port == default else f"{host}:{port}"
-
-
-def fallback_record(
-    ex: Exchange,
-    session: str,
-    error: BaseException,
-    *,
-    label: str,
-    seq: int | None = None,
-    replay_of: str | None = None,
-) -> Record:
-    """What is certain about an exchange whose full record could not be built."""
-    resp = ex.response
-    return {
-        "format": FORMAT,
-        "id": ex.id,
-        "session": session,
-        "label": label,
-        "seq": seq,
-        "replay_of": replay_of,
-        "listener": None,
-        "started": ex.timings.started,
-        "ttfb_ms": None,
-        "duration_ms": None,
-        "request": {
-            "method": ex.request.method,
-            "url": redact_url(ex.request.url),
-            "path": redact_url(ex.request.path),
-            "headers": [],
-            "body": None,
-            "text": None,
-            "size": len(ex.request.content or b""),
-        },
-        "response": None
-        if resp is None
-        else {
-            "status": resp.status,
-            "reason": resp.reason,
-            "headers": [],
-            "body": None,
-            "text": None,
-            "size": len(resp.content or b""),
-            "events": None,
-            "complete": False,
-        },
-        "error": {"kind": "capture_error", "message": f"{type(error).__name__}: {error}"},
-        "tags": {},
-    }

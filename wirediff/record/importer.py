@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mitmproxy import exceptions, http, io
 from mitmproxy.io.har import request_to_flow
 
+from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import exchange_from_flow, upstream_label
 
-__all__ = ["exchange_from_har", "import_flows"]
+__all__ = ["exchange_from_har", "import_flows", "source_kind"]
 
 HAR_WAITS = ("blocked", "connect", "send", "wait")
 """HAR `timings` phases before the first byte of the answer (`dns` lies inside `connect`)."""
@@ -56,32 +58,68 @@ def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
             raise CaptureError(f"{path}: not a mitmproxy flow file ({e})") from None
 
 
-def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
+def _har_entries(path: Path) -> list[Any]:
     try:
-        har = json.loads(path.read_text(encoding="utf-8"))
-        entries = har["log"]["entries"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise CaptureError(f"{path}: not a HAR file ({type(e).__name__}: {e})") from None
-    for i, entry in enumerate(entries):
+        har = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise CaptureError(f"{path}: not a HAR file (not UTF-8 text: {e.reason})") from None
+    except ValueError as e:
+        raise CaptureError(f"{path}: not a HAR file (not JSON: {e})") from None
+    log = har.get("log") if isinstance(har, dict) else None
+    entries = log.get("entries") if isinstance(log, dict) else None
+    if not isinstance(entries, list):
+        raise CaptureError(f"{path}: not a HAR file (no log.entries list)")
+    return entries
+
+
+def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
+    for i, entry in enumerate(_har_entries(path)):
         try:
             flow = request_to_flow(entry)
             ex = _har_exchange(flow, entry)
-        except (KeyError, ValueError, TypeError, exceptions.OptionsError) as e:
-            raise CaptureError(f"{path}: HAR entry {i} is malformed ({e!r})") from None
+        except (KeyError, ValueError, TypeError, AttributeError, exceptions.OptionsError) as e:
+            why = f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+            raise CaptureError(f"{path}: HAR entry {i} is malformed ({why})") from None
         yield ex, upstream_label(flow)
 
 
-def import_flows(path: str | Path) -> list[Record]:
-    """Records for every HTTP flow in a `.flow` (mitmdump -w) or `.har` file."""
+_BOM = b"\xef\xbb\xbf"
+_CAPTURE_HEAD = re.compile(rb'\{\s*"format"\s*:\s*"wirediff/')
+_TNETSTRING_HEAD = re.compile(rb"\d+:")
+"""How a mitmproxy flow file starts: a tnetstring's length and colon."""
+
+
+def source_kind(path: str | Path) -> Literal["har", "flow"]:
+    """What `import_flows` reads `path` as, from its first bytes; a file it cannot import
+    (missing, a directory, empty, a capture already, anything else) is a `CaptureError`."""
     p = Path(path)
     if p.is_dir():
         raise CaptureError(f"{p}: is a directory, not a flow or HAR file")
-    if not p.is_file():
-        raise CaptureError(f"{p}: no such file")
-    with p.open("rb") as fh:
-        head = fh.read(64).lstrip()
-    exchanges = _from_har(p) if head.startswith(b"{") else _from_flowfile(p)
-    return [
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(256).removeprefix(_BOM).lstrip()
+    except OSError as e:
+        raise CaptureError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not head:
+        raise CaptureError(f"{p}: empty, nothing to import")
+    if _CAPTURE_HEAD.match(head):
+        raise CaptureError(f"{p}: already a {FORMAT} capture, nothing to import")
+    if head.startswith(b"{"):
+        return "har"
+    if _TNETSTRING_HEAD.match(head):
+        return "flow"
+    raise CaptureError(f"{p}: neither a HAR file nor a mitmproxy flow file")
+
+
+def import_flows(path: str | Path) -> list[Record]:
+    """Records for every HTTP flow in a `.flow` (mitmdump -w) or `.har` file; a file
+    without one is a `CaptureError` (there is nothing to import)."""
+    p = Path(path)
+    exchanges = _from_har(p) if source_kind(p) == "har" else _from_flowfile(p)
+    records = [
         build_record(ex, session=p.stem, label=label, seq=i, listener=None)
         for i, (ex, label) in enumerate(exchanges)
     ]
+    if not records:
+        raise CaptureError(f"{p}: no HTTP exchanges in it, nothing to import")
+    return records

@@ -26,9 +26,9 @@ from collections import deque
 from pathlib import Path
 
 from wirediff._types import Record
-from wirediff.record.build import build_record
+from wirediff.record.build import build_record, fallback_record
 from wirediff.record.exchange import Exchange
-from wirediff.record.flow import Snapshot, exchange_from_snapshot, fallback_record
+from wirediff.record.flow import Snapshot, exchange_from_snapshot
 from wirediff.record.parts import Rotation, parse_rotation
 from wirediff.record.store import RecordWriter, encode_record
 

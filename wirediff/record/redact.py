@@ -25,6 +25,28 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsp
 
 from wirediff._types import HeaderList
 
+__all__ = [
+    "AUTH_HEADERS",
+    "FINGERPRINT_HEX",
+    "SECRET_FIELD",
+    "SECRET_QUERY",
+    "fingerprint",
+    "form_secrets",
+    "is_fingerprint",
+    "json_secrets",
+    "may_hold_secret_fields",
+    "redact_fields",
+    "redact_headers",
+    "redact_log_text",
+    "redact_patterns",
+    "redact_url",
+    "redact_value",
+    "scrub_headers",
+    "scrub_text",
+    "secret_values",
+    "split_scheme",
+]
+
 SECRET_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
 )
@@ -37,7 +59,8 @@ AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
 SECRET_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
 _SCHEMES = ("bearer", "basic", "token", "key")
 MIN_SECRET = 6
-"""Shorter values are not scrubbed from bodies: they would match ordinary text."""
+"""Shorter secrets are scrubbed only where they stand as a whole token (not inside a word:
+`pw12` in `pw123` stays), and without their base64 forms, which would match any base64."""
 
 
 FINGERPRINT_HEX = 12
@@ -148,9 +171,9 @@ def secret_values(
     )
     forms: dict[str, str] = {}
     for secret in found:
-        if len(secret) >= MIN_SECRET:
+        if secret and not secret.isspace():
             fp = fingerprint(secret)
-            for form in secret_forms(secret):
+            for form in secret_forms(secret) if len(secret) >= MIN_SECRET else (secret,):
                 forms.setdefault(form, fp)
     # Longest first, so a key is replaced before any secret that is a part of it.
     return dict(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
@@ -216,11 +239,21 @@ def scrub_text(text: str, secrets: dict[str, str]) -> str:
     JSON encoder escaped any of its characters as `\\u00XX` (keys are ASCII)."""
     for secret, fp in secrets.items():
         if secret in text:
-            text = text.replace(secret, fp)
+            text = (
+                text.replace(secret, fp)
+                if len(secret) >= MIN_SECRET
+                else _token(secret).sub(fp, text)
+            )
     if secrets and "\\u00" in text:
         for secret, fp in secrets.items():
             text = _escaped(secret).sub(fp, text)
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _token(secret: str) -> re.Pattern[str]:
+    """A short `secret` where it stands as a whole token: no letter or digit beside it."""
+    return re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -234,6 +267,8 @@ def _escaped(secret: str) -> re.Pattern[str]:
         if ch == "/":
             alts.append(r"\\/")
         parts.append(f"(?:{'|'.join(alts)})")
+    if len(secret) < MIN_SECRET:
+        return re.compile(rf"(?<![0-9A-Za-z]){''.join(parts)}(?![0-9A-Za-z])")
     return re.compile("".join(parts))
 
 

@@ -28,6 +28,8 @@ from wirediff.errors import CaptureError
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
+__all__ = ["RecordWriter", "encode_record", "iter_records", "latest_replays", "load_records"]
+
 log = logging.getLogger(__name__)
 
 MAX_WAITING_BYTES = 64 << 20
@@ -434,5 +436,6 @@ def drop_retried(records: Iterable[Record]) -> list[Record]:
         for r in recs
         if not r.get("replay_of")
         or id(r) in latest
-        or (r.get("error") or {}).get("kind") not in RETRIED_KINDS
+        or (err := r.get("error")) is None
+        or err["kind"] not in RETRIED_KINDS
     ]

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from wirediff._support import is_2xx
-from wirediff._types import JSON, Event
+from wirediff._types import JSON, Auth, Event, Sdk, Tags
 from wirediff.record.redact import AUTH_HEADERS, fingerprint, split_scheme
+
+__all__ = [
+    "auth_tag",
+    "header_get",
+    "is_error_body",
+    "route",
+    "sdk_identity",
+    "soft_error",
+    "tag_exchange",
+]
 
 # (regex on the path after the API prefix, route template, family); first match wins.
 _ID = r"[^/]+"
@@ -84,7 +93,7 @@ _PRODUCT = re.compile(r"([A-Za-z][\w.\-]*)/v?(\d[\w.\-+]*)")
 """A user agent's first product token with a version: `codex_exec/0.171.0 (…)`, `litellm/1.2`."""
 
 
-def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
+def sdk_identity(headers: Sequence[Sequence[str]]) -> Sdk | None:
     """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs.
 
     `client`/`client_version` name an application that says who it is in its user agent
@@ -100,7 +109,7 @@ def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
     }
     if not ua and not stainless:
         return None
-    sdk: dict[str, Any] = {"user_agent": ua}
+    sdk: Sdk = {"user_agent": ua}
     if stainless:
         sdk["lang"] = stainless.get("lang")
         sdk["version"] = stainless.get("package_version")
@@ -113,10 +122,11 @@ def sdk_identity(headers: Sequence[Sequence[str]]) -> dict[str, Any] | None:
     elif ua:
         m = re.match(r"(Async)?OpenAI/(\w+) ([\w.\-]+)", ua)
         if m:
-            sdk.update(lang=m.group(2).lower(), version=m.group(3), **{"async": bool(m.group(1))})
+            sdk["lang"], sdk["version"] = m.group(2).lower(), m.group(3)
+            sdk["async"] = bool(m.group(1))
     app = _PRODUCT.match(ua or "")
     if app:
-        sdk.update(client=app.group(1), client_version=app.group(2))
+        sdk["client"], sdk["client_version"] = app.group(1), app.group(2)
     return sdk
 
 
@@ -130,7 +140,7 @@ def retry_count(headers: Sequence[Sequence[str]]) -> int:
 
 def auth_tag(
     client_headers: Sequence[Sequence[str]], upstream_headers: Sequence[Sequence[str]] | None
-) -> dict[str, Any] | None:
+) -> Auth | None:
     """Which auth header the client sent, its scheme and key fingerprint, and whether the
     same credential left towards the upstream (`None` when nothing went upstream)."""
     for name in AUTH_HEADERS:
@@ -206,7 +216,7 @@ def tag_exchange(
     events: Sequence[Event] | None,
     signature: str | None = None,
     websocket: bool = False,
-) -> dict[str, Any]:
+) -> Tags:
     """`websocket`: an upgraded session (one record per connection, its messages the events:
     the model comes from them). Its `transport` tag is `websocket`, as is an upgrade that was
     asked for and refused (a GET with `Upgrade: websocket`): the WebSocket mode of a family is

@@ -1,26 +1,42 @@
 """What a `wirediff/1` record must look like before anything analyses it.
 
 A capture file may come from anywhere (another tool, an edit, a hostile upstream's echo):
-every key the analysis relies on is checked for its type when the record is loaded, so a
-bad record is one line naming file:line instead of a traceback deep in pandas. Bodies
-nested deeper than `MAX_DEPTH` are kept as their JSON text, marked `depth_limited`.
+when a record is loaded, every key `wirediff._types.Record` describes is checked, that it
+is there (or may be absent) and has its type, so a bad record is one line naming
+file:line instead of a traceback deep in pandas, and what passes is the typed record the
+rest of wirediff reads. Bodies nested deeper than `MAX_DEPTH` are kept as their JSON text,
+marked `depth_limited`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from wirediff import FORMAT
 from wirediff._types import Record
 
-__all__ = ["MAX_DEPTH", "depth_exceeds", "limit_depth", "problem"]
+__all__ = [
+    "AUTH",
+    "DIRECTIONS",
+    "ERROR",
+    "EVENT",
+    "MAX_DEPTH",
+    "RECORD",
+    "REQUEST",
+    "RESPONSE",
+    "SDK",
+    "TAGS",
+    "WEBSOCKET",
+    "Shape",
+    "depth_exceeds",
+    "limit_depth",
+    "problem",
+]
 
 MAX_DEPTH = 64
 """Nesting levels a body or an event's data may have; deeper is kept as text."""
-
-_NUMBER = (int, float)
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -59,127 +75,221 @@ def limit_depth(rec: Record) -> None:
                     ev["depth_limited"] = True
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, _NUMBER) and not isinstance(v, bool)
+_NULL = frozenset({type(None)})
+STRING = frozenset({str})
+INTEGER = frozenset({int})
+NUMBER = frozenset({int, float})
+BOOLEAN = frozenset({bool})
+OBJECT = frozenset({dict})
+LIST = frozenset({list})
+ANY = None
+"""Any JSON value (a body, an event's data)."""
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _or_null(types: frozenset[type]) -> frozenset[type]:
+    return types | _NULL
 
 
-def _str(v: Any) -> bool:
-    return isinstance(v, str)
+def _pairs(v: list[Any]) -> bool:
+    for h in v:
+        if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
+            return False
+    return True
 
 
-def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
+Field = tuple[str, frozenset[type] | None, str]
+"""A key, the types its value may have (`ANY`: any), and what that is in words. Values come
+from `json.loads`: exact types (a bool is not an integer)."""
 
 
-def _pairs(v: Any) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], str)
-        for h in v
+@dataclass(frozen=True)
+class Shape:
+    """The keys of one object of a record (`wirediff._types`): `required` ones are in every
+    record the builder writes; `optional` ones may be absent or null; `pairs` are header
+    lists (`[[name, value], ...]`)."""
+
+    required: tuple[Field, ...]
+    optional: tuple[Field, ...] = ()
+    pairs: tuple[str, ...] = ()
+
+
+_PAIRS = "a list of [name, value] string pairs"
+_MESSAGE_MARKS: tuple[Field, ...] = (
+    ("b64", STRING, "a string or null"),
+    ("truncated", BOOLEAN, "true, false or null"),
+    ("depth_limited", BOOLEAN, "true, false or null"),
+)
+RECORD = Shape(
+    required=(
+        ("format", STRING, "a string"),
+        ("id", STRING, "a string"),
+        ("session", STRING, "a string"),
+        ("label", STRING, "a string"),
+        ("seq", INTEGER, "an integer"),
+        ("replay_of", _or_null(STRING), "a string or null"),
+        ("listener", _or_null(STRING), "a string or null"),
+        ("started", NUMBER, "a number"),
+        ("ttfb_ms", _or_null(NUMBER), "a number or null"),
+        ("duration_ms", _or_null(NUMBER), "a number or null"),
+        ("request", OBJECT, "an object"),
+        ("response", _or_null(OBJECT), "an object or null"),
+        ("error", _or_null(OBJECT), "an object or null"),
+        ("tags", OBJECT, "an object"),
+    ),
+    optional=(("attempt", INTEGER, "an integer or null"),),
+)
+REQUEST = Shape(
+    required=(
+        ("method", STRING, "a string"),
+        ("url", STRING, "a string"),
+        ("path", STRING, "a string"),
+        ("http_version", STRING, "a string"),
+        ("headers", LIST, _PAIRS),
+        ("body", ANY, "JSON"),
+        ("text", _or_null(STRING), "a string or null"),
+        ("size", INTEGER, "an integer"),
+    ),
+    optional=(("forwarded_headers", LIST, f"{_PAIRS} or null"), *_MESSAGE_MARKS),
+    pairs=("headers", "forwarded_headers"),
+)
+RESPONSE = Shape(
+    required=(
+        ("status", INTEGER, "an integer"),
+        ("reason", STRING, "a string"),
+        ("http_version", STRING, "a string"),
+        ("headers", LIST, _PAIRS),
+        ("body", ANY, "JSON"),
+        ("text", _or_null(STRING), "a string or null"),
+        ("size", INTEGER, "an integer"),
+        ("events", _or_null(LIST), "a list or null"),
+        ("complete", BOOLEAN, "true or false"),
+    ),
+    optional=(
+        *_MESSAGE_MARKS,
+        ("decode_error", STRING, "a string or null"),
+        ("events_dropped", INTEGER, "an integer or null"),
+        ("websocket", OBJECT, "an object or null"),
+    ),
+    pairs=("headers",),
+)
+EVENT = Shape(
+    required=(("event", _or_null(STRING), "a string or null"), ("data", ANY, "JSON")),
+    optional=(
+        ("t_ms", NUMBER, "a number or null"),
+        ("direction", STRING, "a string or null"),
+        ("b64", STRING, "a string or null"),
+        ("id", STRING, "a string or null"),
+        ("truncated", BOOLEAN, "true, false or null"),
+        ("partial", BOOLEAN, "true, false or null"),
+        ("depth_limited", BOOLEAN, "true, false or null"),
+    ),
+)
+DIRECTIONS = Shape(required=(("client", INTEGER, "an integer"), ("server", INTEGER, "an integer")))
+WEBSOCKET = Shape(
+    required=(
+        ("close_code", _or_null(INTEGER), "an integer or null"),
+        ("close_reason", STRING, "a string"),
+        ("closed_by", _or_null(STRING), "a string or null"),
+        ("messages", OBJECT, "an object"),
+        ("bytes", OBJECT, "an object"),
     )
+)
+ERROR = Shape(required=(("kind", STRING, "a string"), ("message", STRING, "a string")))
+TAGS = Shape(
+    required=(
+        ("family", STRING, "a string"),
+        ("endpoint", STRING, "a string"),
+        ("prefix", STRING, "a string"),
+        ("method", STRING, "a string"),
+        ("stream", BOOLEAN, "true or false"),
+        ("model", _or_null(STRING), "a string or null"),
+        ("sdk", _or_null(OBJECT), "an object or null"),
+        ("retry", INTEGER, "an integer"),
+        ("auth", _or_null(OBJECT), "an object or null"),
+        ("soft_error", BOOLEAN, "true or false"),
+        ("signature", _or_null(STRING), "a string or null"),
+    ),
+    optional=(("transport", STRING, "a string or null"),),
+)
+SDK = Shape(
+    required=(("user_agent", _or_null(STRING), "a string or null"),),
+    optional=(
+        *(
+            (key, STRING, "a string or null")
+            for key in ("lang", "version", "os", "arch", "runtime", "runtime_version")
+        ),
+        ("async", BOOLEAN, "true, false or null"),
+        ("client", STRING, "a string or null"),
+        ("client_version", STRING, "a string or null"),
+    ),
+)
+AUTH = Shape(
+    required=(
+        ("header", STRING, "a string"),
+        ("scheme", _or_null(STRING), "a string or null"),
+        ("fingerprint", _or_null(STRING), "a string or null"),
+        ("forwarded", _or_null(BOOLEAN), "true, false or null"),
+    )
+)
+_MISSING = object()
 
 
-_TOP: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("id", _str, "a string"),
-    ("session", _opt(_str), "a string"),
-    ("label", _str, "a string"),
-    ("seq", _opt(_int), "an integer"),
-    ("replay_of", _opt(_str), "a string or null"),
-    ("listener", _opt(_str), "a string or null"),
-    ("started", _opt(_number), "a number"),
-    ("ttfb_ms", _opt(_number), "a number or null"),
-    ("duration_ms", _opt(_number), "a number or null"),
-]
-_MESSAGE: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("headers", _opt(_pairs), "a list of [name, value] string pairs"),
-    ("text", _opt(_str), "a string or null"),
-    ("b64", _opt(_str), "a string or null"),
-    ("size", _opt(_number), "a number"),
-]
-_REQUEST = [
-    ("method", _opt(_str), "a string"),
-    ("url", _opt(_str), "a string"),
-    ("path", _opt(_str), "a string"),
-    ("forwarded_headers", _opt(_pairs), "a list of [name, value] string pairs"),
-    *_MESSAGE,
-]
-_RESPONSE = [
-    ("status", _opt(_int), "an integer"),
-    ("reason", _opt(_str), "a string"),
-    ("events", _opt(lambda v: isinstance(v, list)), "a list or null"),
-    ("complete", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("websocket", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    *_MESSAGE,
-]
-_EVENT = [
-    ("t_ms", _opt(_number), "a number or null"),
-    ("event", _opt(_str), "a string or null"),
-    ("direction", _opt(_str), "a string or null"),
-]
-_ERROR = [("kind", _opt(_str), "a string"), ("message", _opt(_str), "a string")]
-_TAGS = [
-    ("family", _str, "a string"),
-    ("endpoint", _str, "a string"),
-    ("prefix", _opt(_str), "a string"),
-    ("method", _opt(_str), "a string"),
-    ("model", _opt(_str), "a string or null"),
-    ("signature", _opt(_str), "a string or null"),
-    ("sdk", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    ("auth", _opt(lambda v: isinstance(v, dict)), "an object or null"),
-    ("retry", _opt(_int), "an integer"),
-    ("stream", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("soft_error", _opt(lambda v: isinstance(v, bool)), "true or false"),
-    ("transport", _opt(_str), "a string or null"),
-]
-
-
-def _fields(where: str, obj: dict[str, Any], spec: list[tuple[str, Any, str]]) -> str | None:
-    for key, check, what in spec:
-        if key in obj and not check(obj[key]):
-            return f"{where}{key} must be {what}, not {type(obj[key]).__name__}"
+def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
+    for key, types, what in shape.required:
+        value = obj.get(key, _MISSING)
+        if value is _MISSING:
+            return f"{where}{key} is missing"
+        if types is not None and type(value) not in types:
+            return f"{where}{key} must be {what}, not {type(value).__name__}"
+    if len(obj) > len(shape.required):  # an optional key (or one of no concern) is there
+        for key, types, what in shape.optional:
+            value = obj.get(key)
+            if value is not None and types is not None and type(value) not in types:
+                return f"{where}{key} must be {what}, not {type(value).__name__}"
+    for key in shape.pairs:
+        value = obj.get(key)
+        if value is not None and not _pairs(value):
+            return f"{where}{key} must be {_PAIRS}"
     return None
 
 
+def _response(resp: dict[str, Any]) -> str | None:
+    found = _fields("response.", resp, RESPONSE)
+    if found:
+        return found
+    for i, ev in enumerate(resp["events"] or ()):
+        if not isinstance(ev, dict):
+            return f"response.events[{i}] must be an object"
+        found = _fields(f"response.events[{i}].", ev, EVENT)
+        if found:
+            return found
+    ws = resp.get("websocket")
+    if ws is None:
+        return None
+    found = _fields("response.websocket.", ws, WEBSOCKET)
+    for key in ("messages", "bytes"):
+        found = found or _fields(f"response.websocket.{key}.", ws[key], DIRECTIONS)
+    return found
+
+
+def _tags(tags: dict[str, Any]) -> str | None:
+    found = _fields("tags.", tags, TAGS)
+    for key, shape in (("sdk", SDK), ("auth", AUTH)):
+        if not found and tags[key] is not None:
+            found = _fields(f"tags.{key}.", tags[key], shape)
+    return found
+
+
 def problem(rec: Any) -> str | None:
-    """The first way `rec` is not a record the analysis can read, or None."""
+    """The first way `rec` is not a record as `wirediff._types.Record` describes it, or
+    None: then it is one, every key where it belongs, with its type."""
     if not isinstance(rec, dict):
         return f"not a {FORMAT} record (format={type(rec).__name__!r})"
     if rec.get("format") != FORMAT:
         return f"not a {FORMAT} record (format={rec.get('format')!r})"
-    if "id" not in rec:
-        return "id is missing"
-    found = _fields("", rec, _TOP)
-    if found:
-        return found
-    req = rec.get("request")
-    if not isinstance(req, dict):
-        return "request must be an object"
-    found = _fields("request.", req, _REQUEST)
-    if found:
-        return found
-    resp = rec.get("response")
-    if resp is not None:
-        if not isinstance(resp, dict):
-            return "response must be an object or null"
-        found = _fields("response.", resp, _RESPONSE)
-        if found:
-            return found
-        for i, ev in enumerate(resp.get("events") or ()):
-            if not isinstance(ev, dict) or "data" not in ev:
-                return f"response.events[{i}] must be an object with data"
-            found = _fields(f"response.events[{i}].", ev, _EVENT)
-            if found:
-                return found
-    for key, spec in (("error", _ERROR), ("tags", _TAGS)):
-        value = rec.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            return f"{key} must be an object or null"
-        found = _fields(f"{key}.", value, spec)
-        if found:
-            return found
-    return None
+    found = _fields("", rec, RECORD) or _fields("request.", rec["request"], REQUEST)
+    if not found and rec["response"] is not None:
+        found = _response(rec["response"])
+    if not found and rec["error"] is not None:
+        found = _fields("error.", rec["error"], ERROR)
+    return found or _tags(rec["tags"])

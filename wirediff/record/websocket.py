@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from wirediff._types import Event
+from wirediff._types import Event, WebSocketSummary
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.redact import json_secrets, scrub_text
 from wirediff.record.sse import parse_events
@@ -120,11 +120,14 @@ class WebSocketTap:
 
     def _event(self, msg: WebSocketMessage, direction: str) -> Event:
         kept, truncated = msg.content[: self.cap], len(msg.content) > self.cap
-        ev: Event = {"t_ms": round((msg.timestamp - self.t0) * 1000.0, 3), "direction": direction}
+        t_ms = round((msg.timestamp - self.t0) * 1000.0, 3)
+        ev: Event
         if msg.is_text:
-            ev.update(event=None, data=kept.decode("utf-8", "replace"))
+            text = kept.decode("utf-8", "replace")
+            ev = {"t_ms": t_ms, "direction": direction, "event": None, "data": text}
         else:
-            ev.update(event=None, data=None, b64=base64.b64encode(kept).decode("ascii"))
+            b64 = base64.b64encode(kept).decode("ascii")
+            ev = {"t_ms": t_ms, "direction": direction, "event": None, "data": None, "b64": b64}
         if truncated:
             ev["truncated"] = True
         return ev
@@ -144,14 +147,14 @@ class WebSocketTap:
         """The connection ended without a close handshake (or never said how it ended)."""
         return self.close_code is None or self.close_code == ABNORMAL_CLOSE
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> WebSocketSummary:
         """The record's `response.websocket`: how it closed, and the messages each way."""
         return {
             "close_code": self.close_code,
             "close_reason": self.close_reason,
             "closed_by": self.closed_by,
-            "messages": dict(self.counts),
-            "bytes": dict(self.sizes),
+            "messages": {"client": self.counts["client"], "server": self.counts["server"]},
+            "bytes": {"client": self.sizes["client"], "server": self.sizes["server"]},
         }
 
     def state(self) -> tuple[Any, ...]:
@@ -222,6 +225,6 @@ def parse_messages(events: list[Event], secrets: dict[str, str] | None = None) -
         if isinstance(data, dict) and ev.get("event") is None:
             kind = data.get("type")
             ev["event"] = kind if isinstance(kind, str) else None
-        elif secrets and "b64" in ev:
-            ev["b64"] = scrub_text(ev["b64"], secrets)
+        elif secrets and (b64 := ev.get("b64")) is not None:
+            ev["b64"] = scrub_text(b64, secrets)
     return events

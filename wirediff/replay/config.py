@@ -16,6 +16,15 @@ from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.replay.filters import Term, parse_filter
 from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_TIMEOUT",
+    "Options",
+    "api_key_for",
+    "options_from_args",
+]
+
 DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 10.0

@@ -39,7 +39,7 @@ def _key_source(target: Target, env: Mapping[str, str]) -> str:
 def dry_run(
     plan: Plan,
     targets: Sequence[Target],
-    done_of: Mapping[str, Mapping[str, Record]],
+    done_of: Mapping[str, Mapping[str, Record | None]],
     env: Mapping[str, str],
     tried_of: Mapping[str, int],
 ) -> Iterator[str]:

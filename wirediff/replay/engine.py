@@ -46,8 +46,8 @@ class Counts:
 
     def add(self, rec: Record, *, connect_failed: bool) -> None:
         self.done += 1
-        err = rec.get("error") or {}
-        if err.get("kind") == "skipped":
+        err = rec.get("error")
+        if err is not None and err["kind"] == "skipped":
             self.skipped += 1
             return
         self.sent += 1
@@ -58,7 +58,7 @@ class Counts:
             self.no_answer += 1
         if resp is None or err:
             self.transport_errors += 1
-        elif resp.get("status", 0) >= 400 or (rec.get("tags") or {}).get("soft_error"):
+        elif resp["status"] >= 400 or rec["tags"].get("soft_error"):
             self.http_errors += 1
         else:
             self.ok += 1
@@ -109,7 +109,7 @@ class TargetRun:
         target: Target,
         api_key: str | None,
         sink: Callable[[Record], None],
-        done: dict[str, Record],
+        done: dict[str, Record | None],
         *,
         concurrency: int,
         rate: float | None = None,
@@ -160,7 +160,7 @@ class TargetRun:
             nid = node.id
             self.sink(rec)
             # only what later steps read ids from is kept whole: a long session stays small
-            self.done[nid] = rec if self.plan.dependents[nid] else {}
+            self.done[nid] = rec if self.plan.dependents[nid] else None
             self.counts.add(rec, connect_failed=connect_failed)
             if self.progress is not None:
                 self.progress(self.counts)
@@ -295,7 +295,7 @@ async def replay_all(
     plan: Plan,
     opts: Options,
     keys: Mapping[str, str | None],
-    done_of: dict[str, dict[str, Record]],
+    done_of: dict[str, dict[str, Record | None]],
     path_of: Callable[[Record, Target], Path],
     runs: list[TargetRun],
     writers: Writers,

@@ -151,9 +151,11 @@ def rebase(
 def _auth_header(rec: Record, key: str) -> tuple[str, str] | str:
     """The auth header the original used, carrying `key` the way its scheme wants it; or,
     when `key` cannot be given that way, why not (Basic needs `user:password`)."""
-    auth = (rec.get("tags") or {}).get("auth") or {}
-    name = str(auth.get("header") or "authorization")
-    scheme = auth.get("scheme") or ("Bearer" if name == "authorization" else None)
+    auth = rec["tags"].get("auth")
+    name = (auth["header"] if auth is not None else None) or "authorization"
+    scheme = (auth["scheme"] if auth is not None else None) or (
+        "Bearer" if name == "authorization" else None
+    )
     if scheme is not None and str(scheme).lower() == "basic":
         if ":" not in key:
             return f"header {name} (Basic auth: the key variable must hold user:password)"
@@ -208,8 +210,8 @@ def prepare(
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     elif req.get("text") is not None:
         content = str(req["text"]).encode("utf-8")
-    elif req.get("b64") is not None:
-        content = base64.b64decode(req["b64"])
+    elif (b64 := req.get("b64")) is not None:
+        content = base64.b64decode(b64)
     else:
         content = None
     if content == b"" and str(req.get("method")).upper() in SAFE_METHODS:

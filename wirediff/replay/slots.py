@@ -128,12 +128,12 @@ def produced_slots(rec: Record) -> dict[Slot, str]:
     if endpoint_of(rec) not in PRODUCERS:
         return {}
     resp = rec.get("response")
-    if not isinstance(resp, dict):
+    if resp is None:
         return {}
     slots: dict[Slot, str] = {}
     _object_slots(resp.get("body"), slots)
-    if resp.get("events"):
-        _event_slots(resp["events"], slots)
+    if events := resp.get("events"):
+        _event_slots(events, slots)
     return slots
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import is_2xx
-from wirediff._types import Event, Record
+from wirediff._support import is_2xx, response_status
+from wirediff._types import Event, Record, RecordResponse
 from wirediff.analysis.comparison import impact as sdk
 from wirediff.analysis.comparison.breaks import Break, implicates, record_breaks
 from wirediff.analysis.comparison.conformance import (
@@ -95,21 +95,19 @@ def _turns(events: list[Event]) -> list[list[Event]]:
 
 def _stream_of(record: Record) -> list[Event] | None:
     """The events checked as a stream: a 2xx SSE answer's, or a WebSocket's."""
-    resp = record.get("response") or {}
-    events = resp.get("events")
+    resp = record.get("response")
+    events = resp.get("events") if resp is not None else None
     if events and transport_of(record) == "websocket":
         return list(events)
-    status = resp.get("status")
-    if events is None or not is_2xx(status):
+    if events is None or not is_2xx(response_status(record)):
         return None
     return list(events)
 
 
-def _answer_key(record: Record) -> tuple[Any, ...]:
+def _answer_key(record: Record, resp: RecordResponse) -> tuple[Any, ...]:
     """What the references' verdict on a record depends on: its route, status and the
-    structure of its answer, event by event (positions count; texts do not)."""
-    resp = record["response"]
-    tags = record.get("tags") or {}
+    structure of its answer (`resp`), event by event (positions count; texts do not)."""
+    tags = record["tags"]
     events = resp.get("events")
     if events is not None:
         answer: Any = tuple(
@@ -131,8 +129,7 @@ def _answer_key(record: Record) -> tuple[Any, ...]:
     )
 
 
-def _reference_problems(record: Record) -> list[Problem]:
-    resp = record["response"]
+def _reference_problems(record: Record, resp: RecordResponse) -> list[Problem]:
     status = resp.get("status")
     stream = _stream_of(record)
     if stream is not None:
@@ -141,8 +138,7 @@ def _reference_problems(record: Record) -> list[Problem]:
         return openapi_check.error_problems(resp)
     if not is_2xx(status):
         return []
-    tags = record.get("tags") or {}
-    method, endpoint = (record.get("request") or {}).get("method"), tags.get("endpoint")
+    method, endpoint = record["request"].get("method"), record["tags"].get("endpoint")
     schemas = openapi_check.schemas_for(method, endpoint)
     body = resp.get("body")
     if body is None:
@@ -162,9 +158,10 @@ def record_problems(record: Record) -> list[Problem]:
     """Everything wrong with one answer, by every reference that speaks to it (remembered
     per answer structure) and by its stream grammar."""
     resp = record.get("response")
-    if not isinstance(resp, dict) or resp.get("truncated"):
+    if resp is None or resp.get("truncated"):
         return []
-    found = remembered(_by_answer, _answer_key(record), lambda: _reference_problems(record))
+    key = _answer_key(record, resp)
+    found = remembered(_by_answer, key, lambda: _reference_problems(record, resp))
     stream = _stream_of(record)
     return found + _stream_problems(record, stream, rules=True) if stream is not None else found
 
@@ -207,8 +204,7 @@ def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
     """`record_breaks`, remembered per outcome and what the request asked."""
     body = (record.get("request") or {}).get("body")
     stream = isinstance(body, dict) and body.get("stream") is True
-    status = (record.get("response") or {}).get("status")
-    key = (id(outcome), stream, _include_usage(record), is_2xx(status))
+    key = (id(outcome), stream, _include_usage(record), is_2xx(response_status(record)))
     found = _breaks.get(key)
     if found is None or found[0] is not outcome:
         if len(_breaks) >= 1 << 14:

@@ -1,43 +1,52 @@
 """The third source: what only the Open Responses specification requires of a Response.
 
 OpenAI's document requires fewer keys of a Response than OpenAI sends; the Open Responses
-schema (`ResponseResource`, openresponses/openresponses `schema/components/schemas/
-ResponseResource.json`) requires every key OpenAI sends, possibly null. Only the keys it adds
-to the OpenAI document's `required` are checked here, and cited as `open-responses`: a key
-both require is the OpenAPI check's to report.
+document (`ResponseResource`) requires every key OpenAI sends, possibly null. Its copy comes
+from a pinned distribution (`llm-comply`, MIT, `llm_comply/specs/openresponses.json`, Open
+Responses 2026-04-24). Only the keys it adds to the OpenAI document's required ones are
+checked here, and cited as `open-responses <version>`: a key both require is the OpenAPI
+check's to report.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+from importlib import resources
+from typing import Any
+
 from wirediff._types import JSON, Event
-from wirediff.analysis.comparison.conformance.problems import OPEN_RESPONSES, Problem, event_prefix
+from wirediff.analysis.comparison.conformance.problems import Problem, event_prefix
 from wirediff.analysis.comparison.observe import DONE
+from wirediff.analysis.comparison.openapi import spec_validator
 
-__all__ = ["ONLY_OPEN_RESPONSES", "event_problems", "response_problems"]
+__all__ = ["event_problems", "only_open_responses", "open_responses_source", "response_problems"]
 
-ONLY_OPEN_RESPONSES = (
-    "status",
-    "completed_at",
-    "previous_response_id",
-    "truncation",
-    "text",
-    "presence_penalty",
-    "frequency_penalty",
-    "top_logprobs",
-    "reasoning",
-    "user",
-    "usage",
-    "max_output_tokens",
-    "max_tool_calls",
-    "store",
-    "background",
-    "service_tier",
-    "safety_identifier",
-    "prompt_cache_key",
-)
-"""`ResponseResource.required` less the OpenAI document's `Response` required keys."""
-POINTER = "#/components/schemas/ResponseResource/required"
+DOCUMENT = ("llm_comply.specs", "openresponses.json")
+SCHEMA = "ResponseResource"
+POINTER = f"#/components/schemas/{SCHEMA}/required"
 MESSAGE = "required key missing (Open Responses)"
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    package, name = DOCUMENT
+    doc: dict[str, Any] = json.loads(resources.files(package).joinpath(name).read_text("utf-8"))
+    return doc
+
+
+def open_responses_source() -> str:
+    """`open-responses 2026-04-24`: the document's own version."""
+    return f"open-responses {_document()['info']['version']}"
+
+
+@functools.cache
+def only_open_responses() -> tuple[str, ...]:
+    """`ResponseResource.required` less the keys the OpenAI document's `Response` requires,
+    in the Open Responses document's order."""
+    required = _document()["components"]["schemas"][SCHEMA]["required"]
+    openai = spec_validator().required_keys("Response")
+    return tuple(k for k in required if k not in openai)
 
 
 def response_problems(
@@ -47,8 +56,8 @@ def response_problems(
     if not isinstance(response, dict) or response.get("object") != "response":
         return []
     return [
-        Problem(f"{prefix}{key}", MESSAGE, OPEN_RESPONSES, POINTER, position)
-        for key in ONLY_OPEN_RESPONSES
+        Problem(f"{prefix}{key}", MESSAGE, open_responses_source(), POINTER, position)
+        for key in only_open_responses()
         if key not in response
     ]
 

@@ -8,9 +8,7 @@ plus the error object's own. Validation is remembered per structure, never run p
 
 from __future__ import annotations
 
-from typing import Any
-
-from wirediff._types import JSON, Event
+from wirediff._types import JSON, Event, RecordResponse
 from wirediff.analysis.comparison.compare import error_message, short
 from wirediff.analysis.comparison.conformance.problems import (
     Problem,
@@ -99,14 +97,14 @@ def body_problems(schema: str | None, body: JSON) -> list[Problem]:
     return _problems(issues(schema, body)) if schema else []
 
 
-def missing_body(schema: str, resp: dict[str, Any]) -> list[Problem]:
+def missing_body(schema: str, resp: RecordResponse) -> list[Problem]:
     """A 2xx without the JSON body its route's schema describes."""
     empty = resp.get("text") is None and resp.get("b64") is None
     what = "no body" if empty else "a body that is not JSON"
     return [Problem("body", f"{what} where {schema} belongs", _source(), f"{SCHEMAS}/{schema}")]
 
 
-def error_problems(resp: dict[str, Any]) -> list[Problem]:
+def error_problems(resp: RecordResponse) -> list[Problem]:
     """A 4xx/5xx answer against `ErrorResponse`."""
     body = resp.get("body")
     if body is not None:

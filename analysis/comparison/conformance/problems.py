@@ -13,7 +13,6 @@ from wirediff.analysis.comparison.observe import EMBEDDED
 __all__ = [
     "EMBEDDED_EVENTS",
     "GRAMMAR",
-    "OPEN_RESPONSES",
     "Problem",
     "event_prefix",
     "join",
@@ -23,8 +22,6 @@ __all__ = [
 
 GRAMMAR = "stream-grammar"
 """The source of the stream grammar's rules (each with a rule id as its pointer)."""
-OPEN_RESPONSES = "open-responses"
-"""The source of the keys only the Open Responses specification requires."""
 EMBEDDED_EVENTS = f"events[{EMBEDDED}]"
 """Where the Response object several stream events carry is reported: one object."""
 MEMO_LIMIT = 4096
@@ -42,7 +39,8 @@ class Problem:
     """The instance path in the divergence style: `choices[].message.refusal`."""
     message: str
     source: str
-    """`openai-openapi 2.3.0`, `openai-python 2.54.0`, `open-responses`, `stream-grammar`."""
+    """`openai-openapi 2.3.0`, `openai-python 2.54.0`, `open-responses 2026-04-24`,
+    `stream-grammar`."""
     pointer: str
     """A JSON pointer into the reference (`#/components/schemas/Error/required`), or for the
     grammar a rule id (`grammar:responses/one-created`)."""

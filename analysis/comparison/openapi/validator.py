@@ -129,6 +129,17 @@ class SpecValidator:
                 found = self._validators.setdefault(name, self._cls(root, registry=self._registry))
         return found
 
+    def required_keys(self, name: str) -> frozenset[str]:
+        """The keys a component schema requires, through its `allOf` members and `$ref`s."""
+        keys: set[str] = set()
+        stack = [self._schemas[name]]
+        while stack:
+            node = self._deref(stack.pop())
+            if isinstance(node, dict):
+                keys.update(k for k in node.get("required", ()) if isinstance(k, str))
+                stack += [m for m in node.get("allOf", ()) if isinstance(m, dict)]
+        return frozenset(keys)
+
     def self_check(self) -> list[str]:
         """Where `ANSWER_SCHEMAS` disagrees with the document's own `paths` (a new version)."""
         problems = []

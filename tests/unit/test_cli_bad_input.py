@@ -1,0 +1,296 @@
+"""Bad input across every command, through the real command line: exit 2 and one line on
+stderr, never a traceback, never a success (`nothing to diagnose`, `0 exchanges`, exit 0);
+skipped lines are one warning each; each command's exit codes are in its `--help` and in
+the README."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.records import error_record, openai_session, replay
+from wirediff.cli import build_parser, main
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+WIREDIFF = str(Path(sys.executable).with_name("wirediff"))
+NOWHERE = "http://127.0.0.1:9/v1"
+"""A target never reached: `--dry-run` sends nothing."""
+
+
+def _write(name: str, content: bytes) -> Callable[[Path], Path]:
+    def make(d: Path) -> Path:
+        p = d / name
+        p.write_bytes(content)
+        return p
+
+    return make
+
+
+def _directory(d: Path) -> Path:
+    (d / "captures").mkdir()
+    return d / "captures"
+
+
+BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
+    "empty": _write("empty.jsonl", b""),
+    "blank lines": _write("blank.jsonl", b"\n  \n\t\n"),
+    "not JSON": _write("notes.jsonl", b"hello world\nsecond line\n"),
+    "binary": _write("blob.jsonl", bytes(range(256)) * 4),
+    "{} as HAR": _write("empty.har", b"{}"),
+    "a HAR without entries": _write("none.har", b'{"log": {"version": "1.2", "entries": []}}'),
+    "a HAR entry without a request": _write("odd.har", b'{"log": {"entries": [{}]}}'),
+    "JSON, another format": _write("other.jsonl", b'{"format": "other/1", "id": "x"}\n'),
+    "a JSON array": _write("array.jsonl", b"[1, 2]\n"),
+    "one unfinished line": _write("cut.jsonl", b'{"format": "wirediff/1", "id": "a", "req'),
+    "a directory": _directory,
+    "a missing file": lambda d: d / "missing.jsonl",
+}
+
+Argv = Callable[[Path, Path, Path], list[str]]
+"""`(bad input, a good capture, a directory for outputs) -> argv`."""
+COMMANDS: dict[str, Argv] = {
+    "diagnose": lambda bad, good, out: ["diagnose", str(bad)],
+    "diagnose --fail": lambda bad, good, out: ["diagnose", "--fail", str(bad), "--json"],
+    "import": lambda bad, good, out: ["import", str(bad), "-o", str(out / "imported.jsonl")],
+    "report": lambda bad, good, out: ["report", str(bad), "-o", str(out / "r.html")],
+    "report, the second capture": lambda bad, good, out: [
+        "report",
+        str(good),
+        str(bad),
+        "-o",
+        str(out / "r.html"),
+    ],
+    "check, the baseline": lambda bad, good, out: ["check", str(bad), str(good)],
+    "check, a candidate": lambda bad, good, out: ["check", str(good), str(bad)],
+    "replay": lambda bad, good, out: ["replay", str(bad), "--to", NOWHERE, "--dry-run"],
+    "export": lambda bad, good, out: ["export", str(bad), "--parquet", str(out / "dataset")],
+    "export, the second capture": lambda bad, good, out: [
+        "export",
+        str(good),
+        str(bad),
+        "--parquet",
+        str(out / "dataset"),
+    ],
+}
+
+BAD_USAGE: dict[str, list[str]] = {
+    "no command": [],
+    "an unknown command": ["frobnicate"],
+    "capture without --to": ["capture"],
+    "capture --to not a URL": ["capture", "--to", "api.openai.com"],
+    "capture --port not a number": ["capture", "--to", NOWHERE, "--port", "eighty"],
+    "capture --session a path": ["capture", "--to", NOWHERE, "--session", "../x"],
+    "replay without a capture": ["replay", "--to", NOWHERE],
+    "report without a capture": ["report"],
+    "diagnose an unknown option": ["diagnose", "--fial", "x.jsonl"],
+    "check without a candidate": ["check", "base.jsonl"],
+    "check --fail-on an unknown kind": ["check", "GOOD", "GOOD", "--fail-on", "nonsense"],
+    "import without a file": ["import"],
+    "export without --parquet": ["export", "GOOD"],
+    "export over an existing file": ["export", "GOOD", "--parquet", "GOOD"],
+    "report --engine unknown": ["report", "GOOD", "--engine", "spark"],
+    "demo an unknown option": ["demo", "--fast"],
+    "addon-path an extra argument": ["addon-path", "extra"],
+}
+NO_CAPTURE_INPUT = {"capture", "demo", "addon-path"}
+"""Commands that read no capture: bad usage is all they can be given."""
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    p = tmp_path / "good.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in openai_session()))
+    return p
+
+
+def one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: "), err
+    assert "unexpected" not in err, f"a foreseen error, not the catch-all: {err}"
+    assert not re.search(r"[A-Z]\w*(Error|Exception)\b", err), f"words, not an exception: {err}"
+    return err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("bad_input", BAD_INPUTS)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path,
+    good: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    bad_input: str,
+) -> None:
+    bad = BAD_INPUTS[bad_input](tmp_path)
+    out = tmp_path / "out"
+    code = main(COMMANDS[command](bad, good, out))
+    stdout, err = capsys.readouterr()
+    assert code == 2, f"exit {code}: {stdout}{err}"
+    assert str(bad) in one_error_line(err)
+    assert stdout == "", "nothing reads as a result"
+    assert not out.exists(), "nothing written"
+
+
+def test_a_capture_given_to_import_is_one_line_and_exit_2(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["import", str(good)]) == 2
+    assert "already a wirediff/1 capture" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("usage", BAD_USAGE)
+def test_bad_usage_is_one_line_and_exit_2(
+    good: Path, capsys: pytest.CaptureFixture[str], usage: str
+) -> None:
+    argv = [str(good) if a == "GOOD" else a for a in BAD_USAGE[usage]]
+    assert main(argv) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    one_error_line(err)
+
+
+def test_every_command_is_in_the_tables() -> None:
+    commands = set(subcommands())
+    with_input = {argv(Path("b"), Path("g"), Path("o"))[0] for argv in COMMANDS.values()}
+    assert commands == with_input | NO_CAPTURE_INPUT, "add the command's rows to the tables"
+    misused = {argv[0] for argv in BAD_USAGE.values() if argv and argv[0] in commands}
+    assert misused == commands
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["import", "{bad}"], "not a HAR file"),
+        (["diagnose", "{bad}"], "`wirediff import` converts"),
+        (["capture"], "required: --to"),
+    ],
+)
+def test_the_installed_command_says_one_line(tmp_path: Path, argv: list[str], message: str) -> None:
+    """The console script, in its own process, as a user runs it."""
+    bad = BAD_INPUTS["{} as HAR"](tmp_path)
+    proc = subprocess.run(
+        [WIREDIFF, *(a.format(bad=bad) for a in argv)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert message in one_error_line(proc.stderr)
+
+
+# --- lines skipped: one warning each, once ------------------------------------------------
+
+
+def damage(path: Path) -> list[str]:
+    """The capture at `path` with its third line torn and an unfinished line appended; the
+    warnings every command gives about it."""
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:2], lines[2][:60], *lines[3:]]) + "\n" + lines[0][:40])
+    return [
+        f"wirediff: warning: {path}:3: not a JSON record (a torn write): skipped",
+        f"wirediff: warning: {path}:{len(lines) + 1}: an unfinished last line (a write in "
+        "progress, or cut by a crash): skipped",
+    ]
+
+
+SKIPPING: dict[str, tuple[str, Argv]] = {
+    "diagnose": ("base", lambda b, c, o: ["diagnose", str(b)]),
+    "report": ("base", lambda b, c, o: ["report", str(b), str(c), "-o", str(o / "r.html")]),
+    "check, the baseline": ("base", lambda b, c, o: ["check", str(b), str(c)]),
+    "check, a candidate": ("candidate", lambda b, c, o: ["check", str(b), str(c)]),
+    "replay": ("base", lambda b, c, o: ["replay", str(b), "--to", NOWHERE, "--dry-run"]),
+}
+
+
+@pytest.mark.parametrize("command", SKIPPING)
+def test_skipped_lines_are_one_warning_each_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    records = openai_session()
+    base, candidate = tmp_path / "base.jsonl", tmp_path / "candidate.jsonl"
+    base.write_text("".join(json.dumps(r) + "\n" for r in records))
+    candidate.write_text(
+        "".join(json.dumps(replay(r, id=f"c{i}")) + "\n" for i, r in enumerate(records))
+    )
+    damaged, argv = SKIPPING[command]
+    warnings = damage(base if damaged == "base" else candidate)
+    assert main(argv(base, candidate, tmp_path)) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error" not in err, err
+    assert [line for line in err.splitlines() if "warning" in line] == warnings
+
+
+# --- diagnose --fail ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failing", "flags", "expect"),
+    [(True, ["--fail"], 1), (True, [], 0), (False, ["--fail"], 0), (True, ["--fail", "--json"], 1)],
+)
+def test_diagnose_fail_exits_1_when_a_chain_failed(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    failing: bool,
+    flags: list[str],
+    expect: int,
+) -> None:
+    records = openai_session() + ([error_record(id="e1")] if failing else [])
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["diagnose", str(p), *flags]) == expect
+    out = capsys.readouterr().out
+    assert ("model_not_found" in out) == failing
+
+
+# --- the exit codes, documented -----------------------------------------------------------
+
+
+def help_codes(parser: argparse.ArgumentParser) -> set[int]:
+    help_text = parser.format_help()
+    if parser.prog.endswith(" capture"):  # its epilog is set when help is asked for
+        from wirediff.cli.capture import EXIT_CODES
+
+        help_text += EXIT_CODES
+    block = help_text.split("exit codes:\n", 1)[1]
+    return {int(m) for m in re.findall(r"^  (\d+) ", block, re.M)}
+
+
+def readme_codes() -> dict[str, set[int]]:
+    section = README.read_text(encoding="utf-8").split("\n## Commands and exit codes\n", 1)[1]
+    table = section.strip().split("\n\n", 1)[0]
+    header, _, *rows = table.splitlines()
+    codes = [int(c) for c in header.strip("|").split("|")[1:]]
+    out = {}
+    for row in rows:
+        name, *cells = (c.strip() for c in row.strip("|").split("|"))
+        out[name.strip("`").removeprefix("wirediff ")] = {
+            code for code, cell in zip(codes, cells, strict=True) if cell != "—"
+        }
+    return out
+
+
+def test_every_command_documents_its_exit_codes_in_help_and_readme(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parsers = subcommands()
+    readme = readme_codes()
+    assert set(readme) == set(parsers)
+    for name, parser in parsers.items():
+        assert help_codes(parser) == readme[name], name
+    with pytest.raises(SystemExit) as done:
+        main(["capture", "--help"])
+    assert done.value.code == 0
+    assert "exit codes:\n  2    bad usage" in capsys.readouterr().out

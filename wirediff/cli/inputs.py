@@ -1,0 +1,164 @@
+"""The captures a command is given, checked as the user named them.
+
+The store reads what a capture holds (torn lines skipped with a warning, bad records an
+error naming file:line). What only a command can judge is checked here: a file named on the
+command line that holds nothing is not a capture to analyse, a HAR or flow file wants
+`wirediff import`, and an unfinished last line (a write in progress, or cut by a crash),
+which the store skips silently so that a live capture reads cleanly, is worth a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from wirediff import FORMAT
+from wirediff._types import Record
+from wirediff.errors import CaptureError
+from wirediff.record.parts import expand_parts
+from wirediff.record.store import iter_records, load_records
+
+__all__ = [
+    "capture_file",
+    "iter_capture",
+    "named_captures",
+    "read_captures",
+    "unfinished_line",
+]
+
+log = logging.getLogger(__name__)
+
+IMPORTED_SUFFIXES = (".har", ".flow", ".mitm")
+"""Files that `wirediff import` turns into captures, named so in an error about them."""
+_BLOCK = 1 << 20
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def capture_file(path: str | os.PathLike[str]) -> Path:
+    """`path` when it can be a capture: a readable file with a line in it that is whole
+    or JSON (an empty file, or one holding only an unfinished line, has no exchange)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            if not p.is_file():  # a pipe or a device: read once, by the store
+                return p
+            first = next((line for line in fh if line.strip()), None)
+    except IsADirectoryError:
+        raise CaptureError(f"{p}: is a directory, not a capture file") from None
+    except OSError as e:
+        raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+    if first is None:
+        raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+    if not first.endswith(b"\n") and not _is_json(first):
+        raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
+    return p
+
+
+def unfinished_line(path: Path) -> int | None:
+    """The number of `path`'s last line when the store skipped it as unfinished (no
+    newline after it and not JSON), else None."""
+    with path.open("rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if not size:
+            return None
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        start = end = size
+        while end > 0:
+            block_start = max(end - _BLOCK, 0)
+            fh.seek(block_start)
+            at = fh.read(end - block_start).rfind(b"\n")
+            if at != -1:
+                start = block_start + at + 1
+                break
+            start = end = block_start
+        fh.seek(start)
+        tail = fh.read()
+        if not tail.strip() or _is_json(tail):
+            return None
+        fh.seek(0)
+        newlines, left = 0, start
+        while left > 0:
+            chunk = fh.read(min(left, _BLOCK))
+            newlines += chunk.count(b"\n")
+            left -= len(chunk)
+        return newlines + 1
+
+
+def _warn_unfinished(paths: Sequence[Path]) -> None:
+    for p in dict.fromkeys(paths):
+        if p.is_file():
+            line = unfinished_line(p)
+            if line is not None:
+                log.warning(
+                    f"{p}:{line}: an unfinished last line (a write in progress, or cut by a "
+                    "crash): skipped"
+                )
+
+
+@contextmanager
+def _import_hint(paths: Sequence[Path]) -> Iterator[None]:
+    """A capture error about a HAR or flow file says how to read it."""
+    try:
+        yield
+    except CaptureError as e:
+        if any(str(e).startswith(f"{p}") for p in paths if p.suffix in IMPORTED_SUFFIXES):
+            raise CaptureError(f"{e}; `wirediff import` converts HAR and flow files") from None
+        raise
+
+
+def read_captures(paths: Sequence[str | os.PathLike[str]]) -> list[Record]:
+    """The records of the captures named on a command line (`load_records`); each must be
+    a capture, and together they must hold an exchange."""
+    files = [capture_file(p) for p in paths]
+    with _import_hint(files):
+        records = load_records(files)
+    _warn_unfinished(files)
+    if not records:
+        raise CaptureError(f"no exchanges in {', '.join(map(str, files))}")
+    return records
+
+
+def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
+    """The records of one capture named on a command line, as `iter_records` yields them;
+    a capture without any is an error."""
+    p = capture_file(path)
+    n = 0
+    with _import_hint([p]):
+        for rec in iter_records(p):
+            n += 1
+            yield rec
+    _warn_unfinished([p])
+    if not n:
+        raise CaptureError(f"{p}: no exchanges")
+
+
+def _is_dataset(arg: str) -> bool:
+    """A URL, or a Parquet dataset `wirediff export` wrote: the engine reads and checks it."""
+    from wirediff.engine.sources import DATASET_MARK, is_url
+
+    return is_url(arg) or (Path(arg) / DATASET_MARK).is_file()
+
+
+@contextmanager
+def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[None]:
+    """Around a command that reads the captures named on its command line itself (on an
+    engine, `wirediff.engine`): each capture file checked as `read_captures` checks it
+    before, its errors worded alike meanwhile, and its unfinished last lines warned
+    about after."""
+    files = [capture_file(p) for p in paths if not _is_dataset(str(p))]
+    with _import_hint(files):
+        yield
+    _warn_unfinished(expand_parts(files))
