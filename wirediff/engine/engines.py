@@ -84,7 +84,7 @@ class DaskEngine:
         else:
             n = max(1, workers or os.cpu_count() or 1)
             self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=n, threads_per_worker=1, processes=True
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
             )
             self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))

@@ -5,7 +5,10 @@ dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspe
     DIR/exchanges/session=S/label=L/part-NNNNN.parquet one row per exchange
     DIR/events/session=S/label=L/part-NNNNN.parquet    one row per SSE / WebSocket event
 
-An exchange row holds the columns of `exchanges_frame` (`id`, `session`, `label`, `seq`,
+`session` and `label` are the directories' keys (hive partitioning, URL-quoted; a missing
+one is `__HIVE_DEFAULT_PARTITION__`), not columns in the files: any Parquet reader (pyarrow,
+pandas, Dask, DuckDB, Spark) gives them as columns. An exchange row holds the columns of
+`exchanges_frame` (`id`, `seq`,
 `replay_of`, `listener`, `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`,
 `status`, `content_type`, `family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`,
 `sdk_version`, `sdk_async`, `retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`,
@@ -14,8 +17,7 @@ An exchange row holds the columns of `exchanges_frame` (`id`, `session`, `label`
 (`ordinal`: its place in the exported captures; `root`: the 64-bit digest of the original
 it goes back to; `id_digest`, `replay_digest`, `request_digest`, `body_digest`,
 `hop_digest`; `location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON
-text, so reading the dataset gives the same records. An event row: `session`, `label`,
-`id`, `idx`, `t_ms`, `event`, `type`, `sequence_number`, `direction`, `partial`.
+text, so reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`, `type`, `sequence_number`, `direction`, `partial`.
 
 Each task writes one file per session and label, rows sorted by `root`: the analysis's
 partitions are ranges of `root`, so each reads a few row groups.
@@ -25,9 +27,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pandas as pd
@@ -39,9 +42,18 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.engine.scan import FROM_EXCHANGES, INDEX_COLUMNS, Scanned, frame_of, index_row
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
+from wirediff.errors import CaptureError
 from wirediff.record.store import read_depth
 
-__all__ = ["DATASET_FORMAT", "EVENT_SCHEMA", "EXCHANGE_SCHEMA", "export_part", "scan_file"]
+__all__ = [
+    "DATASET_FORMAT",
+    "EVENT_SCHEMA",
+    "EXCHANGE_SCHEMA",
+    "PARTITION_KEYS",
+    "export_part",
+    "partition_keys",
+    "scan_file",
+]
 
 DATASET_FORMAT = "wirediff-dataset/1"
 ROW_GROUP_ROWS = 2000
@@ -75,20 +87,21 @@ EXTRA = {
     "ok": _BOOL,
     "models": pa.list_(_STR),
 }
+PARTITION_KEYS = ("session", "label")
+"""The dataset's directories (`session=S/label=L/`): in the paths, not in the files, so that
+any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) reads them as columns."""
 EXCHANGE_SCHEMA = pa.schema(
     [
         ("ordinal", _I64),
         ("root", _U64),
         ("nbytes", _I64),
-        *((c, _TYPES[c]) for c in EXCHANGE_COLUMNS),
+        *((c, _TYPES[c]) for c in EXCHANGE_COLUMNS if c not in PARTITION_KEYS),
         *EXTRA.items(),
         ("record", _STR),
     ]
 )
 EVENT_SCHEMA = pa.schema(
     [
-        ("session", _STR),
-        ("label", _STR),
         ("id", _STR),
         ("idx", _I64),
         ("t_ms", _F64),
@@ -120,8 +133,21 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
     return isinstance(value, list) and all(isinstance(x, str) for x in value)
 
 
+NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"
+_KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
+
+
 def _segment(value: Any) -> str:
-    return "__HIVE_DEFAULT_PARTITION__" if value is None else quote(str(value), safe="")
+    return NULL_SEGMENT if value is None else quote(str(value), safe="")
+
+
+def partition_keys(url: str) -> tuple[str | None, str | None]:
+    """The session and label of a dataset file, from its path."""
+    m = _KEYS.search(url)
+    if m is None:
+        raise CaptureError(f"{url}: not in a wirediff dataset's session=…/label=… directories")
+    session, label = (None if v == NULL_SEGMENT else unquote(v) for v in m.groups())
+    return session, label
 
 
 def _write(table: pa.Table, url: str) -> None:
@@ -158,7 +184,7 @@ def export_part(
         members.sort(key=lambda m: (m[0], m[1]))
         columns: dict[str, list[Any]] = {name: [] for name in EXCHANGE_SCHEMA.names}
         events: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
-        exact = True
+        exact = all(isinstance(k, str) or k is None for k in (session, label))
         for root, ordinal, text, rec in members:
             values = dict(zip(EXCHANGE_COLUMNS, exchange_row(rec), strict=True))
             values.update(
@@ -249,8 +275,11 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
         )
         if exact:
             names = ["nbytes", "ordinal", *INDEX_COLUMNS]
-            table = pf.read(columns=names)
-            frame = pd.DataFrame({n: table.column(n).to_pylist() for n in names})
+            stored = [n for n in names if n not in PARTITION_KEYS]
+            table = pf.read(columns=stored)
+            columns = {n: table.column(n).to_pylist() for n in stored}
+            keys = dict(zip(PARTITION_KEYS, partition_keys(sources[src].files[file]), strict=True))
+            frame = pd.DataFrame({n: columns[n] if n in columns else keys[n] for n in names})
             frame.insert(0, "src", src)
             frame.insert(1, "a", file)
             frame.insert(2, "b", np.arange(len(frame)))

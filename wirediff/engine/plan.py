@@ -155,12 +155,13 @@ def root_digests(frame: pd.DataFrame) -> np.ndarray:
     replay = frame["replay_of"].notna().to_numpy() & (parent != 0)
     root = np.where(replay, parent, own)
     ids, parents = own[replay], parent[replay]
+    if not len(ids):
+        return root
     order = np.argsort(ids, kind="stable")
     ids, parents = ids[order], parents[order]
     for _ in range(64):  # a chain of replays of replays, followed to its original
-        at = np.clip(np.searchsorted(ids, root), 0, max(len(ids) - 1, 0))
-        hit = (ids[at] == root) if len(ids) else np.zeros(len(root), dtype=bool)
-        hit &= parents[at] != root
+        at = np.clip(np.searchsorted(ids, root), 0, len(ids) - 1)
+        hit = (ids[at] == root) & (parents[at] != root)
         if not hit.any():
             break
         root = np.where(hit, parents[at], root)

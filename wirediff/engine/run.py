@@ -170,7 +170,7 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
     ]
     out: dict[str, set[str]] = {}
     for label, models in zip(hit["label"].tolist(), hit["models"].tolist(), strict=True):
-        if models is not None:
+        if isinstance(models, (list, tuple, np.ndarray)):
             out.setdefault(str(label), set()).update(models)
     return out
 
@@ -200,7 +200,7 @@ def failing_chains(index: Index) -> list[tuple[Any, ...]]:
     return chain_rows_from(
         frame,
         frame["hop_digest"].tolist(),
-        frame["location"].tolist(),
+        [loc if isinstance(loc, str) else None for loc in frame["location"].tolist()],
         frame["ok"].tolist(),
         body.__getitem__,
         failing_only=True,
