@@ -151,21 +151,27 @@ def measure_engine(path: Path) -> dict[str, Any]:
     with log.open("w") as errors:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors)
     top = psutil.Process(proc.pid)
-    tree_peak = single_peak = 0
+    tree_peak = single_peak = top_peak = 0
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
             rss = [p.memory_info().rss for p in [top, *top.children(recursive=True)]]
             tree_peak, single_peak = max(tree_peak, sum(rss)), max(single_peak, max(rss))
+            top_peak = max(top_peak, rss[0])
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(0.1)
     wall = time.perf_counter() - t
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"wirediff report failed ({proc.returncode}):\n{log.read_text()[-3000:]}")
     doc = json.loads(summary.read_text())
     totals = doc["totals"]
     return {
         "engine": wall,
+        "cpu": cpu,
         "tree_mb": tree_peak / 2**20,
+        "top_mb": top_peak / 2**20,
         "single_mb": single_peak / 2**20,
         "pairs": totals["pairs"],
         "divergences": totals["divergences"],
@@ -250,7 +256,8 @@ def main() -> None:
     print()
     print(
         f"{'exchanges':>9} {'MB':>6} {'parse s':>7} {'report s':>8} {'µs/exch':>7} "
-        f"{'tree MB':>7} {'max proc MB':>11} {'x parse':>7} {'in-memory s':>11} "
+        f"{'CPU µs/exch':>11} {'tree MB':>7} {'command MB':>10} {'max proc MB':>11} "
+        f"{'x parse':>7} {'in-memory s':>11} "
         f"{'µs/exch':>7} {'peak MB':>7}"
     )
     for r in rows:
@@ -261,12 +268,14 @@ def main() -> None:
         )
         print(
             f"{r['n']:>9} {r['mb']:>6.0f} {r['parse']:>7.2f} {r['engine']:>8.2f} "
-            f"{r['engine'] / r['n'] * 1e6:>7.0f} {r['tree_mb']:>7.0f} {r['single_mb']:>11.0f} "
+            f"{r['engine'] / r['n'] * 1e6:>7.0f} {r['cpu'] / r['n'] * 1e6:>11.0f} "
+            f"{r['tree_mb']:>7.0f} {r['top_mb']:>10.0f} {r['single_mb']:>11.0f} "
             f"{r['engine'] / r['parse']:>7.1f} {memory}"
         )
     print(
         "parse: json.loads per line, nothing kept; report: `wirediff report --engine local` "
-        "with --json, wall time; tree: peak RSS of its processes summed; in-memory: load + "
+        "with --json, wall time (CPU: user + system of all its processes); tree: peak RSS of "
+        "its processes summed, command: of its own process; in-memory: load + "
         "analyze + diagnose in one process (no render), its peak RSS"
     )
     for r in rows:

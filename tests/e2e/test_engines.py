@@ -17,9 +17,13 @@ import pytest
 
 from tests.conftest import missing, wait_for
 from tests.fixtures.sessions import masked, replicated, write_fixtures
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.cli import main
 from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run
+from wirediff.record.store import load_records
+from wirediff.reports.model import build
 from wirediff.reports.render import write_summary
 
 pytestmark = pytest.mark.e2e
@@ -101,11 +105,19 @@ def test_report_check_and_diagnose_say_the_same_on_either_engine(
 def test_summary_is_the_same_on_either_engine_on_a_10k_set(
     cluster: Any, ten_k: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The local engine as a user runs it (one partition, here) against Dask over many
-    partitions, and the local engine's pool over as many."""
+    """The local engine as a user runs it (one partition, here) against the whole analysis
+    held in memory, Dask over many partitions, and the local engine's pool over as many."""
     with Run("local", progress=False) as run:
         reference = summary_of(run, ten_k, tmp_path / "local.json")
     assert reference["totals"]["exchanges"] >= 10_000
+    records = load_records(ten_k)
+    analysis = analyze(records)
+    diagnoses = diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
+    in_memory = write_summary(build(analysis, diagnoses, max_examples=3), tmp_path / "mem.json")
+    assert masked(json.loads(in_memory.read_text())) == reference, "as held all in memory"
+    del records, analysis, diagnoses
     with Run("dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS) as run:
         assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)

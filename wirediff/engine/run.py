@@ -45,7 +45,7 @@ __all__ = [
     "scan_inputs",
 ]
 
-PART_BYTES = 96 << 20
+PART_BYTES = 48 << 20
 """Bytes of records a comparison partition holds, about: its memory is a few times that."""
 BATCH_RECORDS = 4000
 """Records of the failing chains one diagnosis task reads, about."""

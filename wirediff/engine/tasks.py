@@ -88,7 +88,10 @@ def compare_part(
         records = read_records(sources, *where)
         analysis = analyze(records, ignore=ignore, repeat_noise=noise, judge_cells=False)
         part, ffr, order = collect(analysis, positions, max_examples=max_examples, report=report)
-        out = list(zip(order, ffr.itertuples(index=False, name=None), strict=True)) if rows else []
+        out = []
+        if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
+            values = zip(*(ffr[c].tolist() for c in ffr.columns), strict=True)
+            out = list(zip(order, values, strict=True))
         out.sort(key=lambda r: r[0])
         return Compared(part, out, len(records))
 
