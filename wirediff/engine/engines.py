@@ -22,6 +22,8 @@ Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 class Engine(Protocol):
     workers: int
+    shares_disk: bool
+    """The workers write where the command does (its temporary files)."""
 
     def run(
         self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
@@ -39,6 +41,7 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self.shares_disk = True
         self._pool: ProcessPoolExecutor | None = None
 
     def run(
@@ -79,6 +82,7 @@ class DaskEngine:
                 "--engine dask needs dask.distributed: pip install 'wirediff[dask]'"
             ) from None
         self._cluster = None
+        self.shares_disk = False
         if scheduler:
             self._client = Client(scheduler)  # type: ignore[no-untyped-call]
         else:

@@ -130,13 +130,18 @@ def compare(
             "max_examples": max_examples,
             "report": report,
             "rows": spill is not None,
+            "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
         }
-        calls.append(((sources, locators(frame, rows), rows.tolist()), kwargs))
+        part = frame.iloc[rows]  # arrays, not lists: a million positions held until sent
+        where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
+        calls.append(((sources, where, rows), kwargs))
     merged = Partial(max_examples)
     bar = progress.phase("compare", len(frame), "ex", len(calls))
     for _, result in engine.run(tasks.compare_part, calls):
         merged.merge(result.part)
-        if spill is not None:
+        if result.spilled is not None and spill is not None:
+            spill.add_findings_file(*result.spilled)
+        elif spill is not None:
             spill.add_findings(result.rows)
         bar.done(1, result.exchanges)
     bar.close()

@@ -17,10 +17,17 @@ from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
 from wirediff.reports.rows import Rows
 
-__all__ = ["Spill"]
+__all__ = ["Spill", "write_rows"]
 
 CHUNK = 20_000
 """Rows pickled together, and per frame handed out."""
+
+
+def write_rows(path: Path, rows: list[Any]) -> None:
+    """`rows` to a file of pickled chunks (a worker on this machine writes its own)."""
+    with path.open("wb") as fh:
+        for start in range(0, len(rows), CHUNK):
+            pickle.dump(rows[start : start + CHUNK], fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class Spill:
@@ -32,18 +39,25 @@ class Spill:
         self.findings: list[tuple[Path, int]] = []
         self.diagnoses: list[tuple[Any, Path, int]] = []
 
+    @property
+    def directory(self) -> str:
+        return self._dir.name
+
     def _write(self, rows: list[Any]) -> Path:
         path = Path(self._dir.name) / f"{self._n}.pickle"
         self._n += 1
-        with path.open("wb") as fh:
-            for start in range(0, len(rows), CHUNK):
-                pickle.dump(rows[start : start + CHUNK], fh, protocol=pickle.HIGHEST_PROTOCOL)
+        write_rows(path, rows)
         return path
 
     def add_findings(self, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
         """One partition's findings, `(place, row)`, in order."""
         if rows:
             self.findings.append((self._write(rows), len(rows)))
+
+    def add_findings_file(self, path: str, count: int) -> None:
+        """One partition's findings, written by its worker into `directory`."""
+        if count:
+            self.findings.append((Path(path), count))
 
     def add_diagnoses(self, first: Any, rows: list[dict[str, Any]]) -> None:
         """One batch of diagnosis rows; batches are read back by `first`."""

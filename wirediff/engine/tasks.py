@@ -4,8 +4,10 @@ They take and return only picklable values, and import nothing but what they use
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wirediff._support import paused_gc
@@ -22,6 +24,7 @@ from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.view import view
 from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
+from wirediff.engine.spill import write_rows
 from wirediff.reports.chains import ChainCounts, collect_chains
 from wirediff.reports.partial import Partial, collect
 
@@ -70,29 +73,40 @@ class Compared:
     part: Partial
     rows: list[tuple[Any, tuple[str, ...]]]
     exchanges: int
+    spilled: tuple[str, int] | None = None
+    """Where the worker wrote `rows` itself, and how many (then `rows` is empty)."""
 
 
 def compare_part(
     sources: Sequence[Source],
-    where: Locators,
-    positions: Sequence[int],
+    where: tuple[Iterable[int], Iterable[int], Iterable[int]],
+    positions: Iterable[int],
     *,
     ignore: Sequence[str],
     noise: Mapping[int, set[str]],
     max_examples: int,
     report: bool,
     rows: bool,
+    spill_to: str | None = None,
 ) -> Compared:
-    """Pair, diff, validate and judge one partition: originals with all their replays."""
+    """Pair, diff, validate and judge one partition: originals with all their replays.
+    `spill_to`: a directory this worker shares with the command, where it writes the
+    finding rows itself (they never travel back)."""
     with paused_gc():
-        records = read_records(sources, *where)
+        src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
+        places = [int(p) for p in positions]
+        records = read_records(sources, src, a, b)
         analysis = analyze(records, ignore=ignore, repeat_noise=noise, judge_cells=False)
-        part, ffr, order = collect(analysis, positions, max_examples=max_examples, report=report)
+        part, ffr, order = collect(analysis, places, max_examples=max_examples, report=report)
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in ffr.columns), strict=True)
             out = list(zip(order, values, strict=True))
         out.sort(key=lambda r: r[0])
+        if spill_to is not None and out:
+            path = Path(spill_to) / f"findings-{uuid.uuid4().hex}.pickle"
+            write_rows(path, out)
+            return Compared(part, [], len(records), (str(path), len(out)))
         return Compared(part, out, len(records))
 
 
