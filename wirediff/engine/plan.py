@@ -123,11 +123,17 @@ def build_index(
     failed replay attempts tried again left out within each scope (an argument of `check`;
     all of them else) unless `retried`."""
     _say(sources, scans)
-    frames = [s.frame for s in scans if len(s.frame)]
+    frames = [s.frame for s in sorted(scans, key=lambda s: (s.src, s.start)) if len(s.frame)]
     if not frames:
         return Index(sources, _empty(), np.zeros(0, dtype=np.int64))
+    for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
+        for name in DIGESTS:  # would make float64, and lose their low bits)
+            f[name] = f[name].astype(np.uint64)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    frame = frame.sort_values(["src", "ordinal"], kind="stable").reset_index(drop=True)
+    del frames
+    src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
+    if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
+        frame = frame.sort_values(["src", "ordinal"], kind="stable").reset_index(drop=True)
     frame["status"] = frame["status"].astype("Int64")
     for name in DIGESTS:
         frame[name] = frame[name].astype(np.uint64)
@@ -179,25 +185,28 @@ def noise_samples(frame: pd.DataFrame) -> list[tuple[int, list[int]]]:
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
     replayed originals repeat — in the order a whole analysis meets them (by the first
     replay of each original that was sent)."""
-    replay_of = frame["replay_of"]
-    sent = replay_of.notna() & (frame["error_kind"] != SKIPPED)
-    ids = frame["id"]
-    known = sent & replay_of.isin(ids)
+    if not len(frame):
+        return []
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    sent = frame["replay_of"].notna().to_numpy() & (frame["error_kind"] != SKIPPED).to_numpy()
+    order = np.argsort(ids, kind="stable")
+    by_id = ids[order]
+    last = np.r_[np.flatnonzero(by_id[1:] != by_id[:-1]), len(ids) - 1]
+    unique_ids, row_of = by_id[last], order[last]  # an id's last row, as loading keeps it
+    known = sent & (of != 0) & np.isin(of, unique_ids)
     if not known.any():
         return []
-    first = (
-        pd.DataFrame({"of": replay_of[known], "at": np.flatnonzero(known.to_numpy())})
-        .groupby("of", sort=False)["at"]
-        .min()
-    )
-    row_of = pd.Series(np.arange(len(frame)), index=ids).groupby(level=0).last()
-    baselines = pd.DataFrame(
-        {"at": first.to_numpy(), "row": row_of.reindex(first.index).to_numpy()}
-    )
-    baselines["request"] = frame["request_digest"].to_numpy()[baselines["row"].to_numpy()]
-    baselines = baselines.sort_values("at", kind="stable")
-    out = []
-    for request, group in baselines.groupby("request", sort=False):
-        if len(group) >= 2:
-            out.append((int(str(request)), group["row"].head(1 + NOISE_SAMPLES).tolist()))
-    return out
+    at = np.flatnonzero(known)
+    originals, first = np.unique(of[known], return_index=True)  # each one's first replay
+    rows = row_of[np.searchsorted(unique_ids, originals)]
+    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
+    by_first = np.argsort(at[first], kind="stable")
+    groups: dict[int, list[int]] = {}
+    for request, row in zip(requests[by_first].tolist(), rows[by_first].tolist(), strict=True):
+        groups.setdefault(request, []).append(row)
+    return [
+        (request, members[: 1 + NOISE_SAMPLES])
+        for request, members in groups.items()
+        if len(members) >= 2
+    ]

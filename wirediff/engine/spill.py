@@ -20,14 +20,17 @@ from wirediff.reports.rows import Rows
 __all__ = ["Spill", "write_rows"]
 
 CHUNK = 20_000
-"""Rows pickled together, and per frame handed out."""
+"""Rows per frame handed out."""
+PICKLED = 1000
+"""Rows pickled together: reading the files back merges them holding one such chunk per
+file (one file per partition), so this bounds the merge's memory."""
 
 
 def write_rows(path: Path, rows: list[Any]) -> None:
     """`rows` to a file of pickled chunks (a worker on this machine writes its own)."""
     with path.open("wb") as fh:
-        for start in range(0, len(rows), CHUNK):
-            pickle.dump(rows[start : start + CHUNK], fh, protocol=pickle.HIGHEST_PROTOCOL)
+        for start in range(0, len(rows), PICKLED):
+            pickle.dump(rows[start : start + PICKLED], fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class Spill:
