@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/capture_overhead.py
 	$(PY) bench/long_event.py
 	$(PY) bench/replay_throughput.py
+	$(PY) bench/shadow_latency.py
 	$(PY) bench/analysis_scale.py
 
 clean:

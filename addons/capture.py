@@ -39,6 +39,7 @@ from wirediff.record.build import (  # noqa: E402
     fallback_record,
 )
 from wirediff.record.flow import (  # noqa: E402
+    KEEP_ANSWER,
     WEBSOCKET_TAP,
     exchange_from_flow,
     header_pairs,
@@ -384,8 +385,10 @@ class Capture:
         flow.metadata["wirediff.written"] = True
         if self.recorder.send(self.job(flow)):
             # in the pipe now: forget a long stream's events, a long session's messages
-            if flow.response is not None and isinstance(flow.response.stream, StreamTap):
-                flow.response.stream.release()
+            # (unless another addon reads the answer later)
+            stream = flow.response.stream if flow.response is not None else None
+            if isinstance(stream, StreamTap) and not flow.metadata.get(KEEP_ANSWER):
+                stream.release()
             ws = flow.metadata.get(WEBSOCKET_TAP)
             if isinstance(ws, WebSocketTap):
                 ws.release()

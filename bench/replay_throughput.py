@@ -6,20 +6,25 @@ A session of N independent exchanges (chat, chat stream, responses, responses st
 turn) is captured through mitmdump + addons/capture.py from the `openai` stand-in. It is then
 sent to a second `openai` stand-in running in its own process (so that the server does not
 share the client's interpreter) by:
-  direct   — an asyncio httpx loop: N workers, the same prepared requests, bodies read whole;
-  replayer — `TargetRun`, the replay engine: dependency scheduling, a `StreamTap` per
-             stream, `build_record` per exchange and an append+flush to a .jsonl file.
-Both run at the same concurrency, interleaved, best of R rounds each; the ratio is what to
-read (target: replayer >= 0.80 x direct). For information, a third loop sends through the
-httpx transport directly, as the replayer does (no redirects, cookies or auth flow to run):
-the ratio against it is the cost of recording alone. The client process's CPU time per
-exchange is printed too: on a busy machine it is steadier than the rates.
+  direct   — an asyncio httpx loop (`httpx.AsyncClient`): N workers, the same prepared
+             requests, bodies read whole;
+  replayer — the replay engine as `wirediff replay` runs it: dependency scheduling, a
+             `StreamTap` per answer, every record built by `build_record` and appended by the
+             spool process, the time taken until the last record is on disk.
+Both run at the same concurrency; each round runs both, in alternating order, and the ratio
+of the round's rates is taken: the median over the rounds is what to read (target:
+replayer >= 0.90 x direct at concurrency 8), with the range. A third loop, for information,
+sends through the httpx transport directly as the replayer does (no redirects, cookies or
+auth flow). The CPU time per exchange of the client process (and of the spool process) is
+printed too: on a busy machine it is steadier than the rates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,9 +38,13 @@ sys.path.insert(0, str(ROOT))
 
 from wirediff.backends.standin import standin  # noqa: E402
 from wirediff.cli.mitm import CaptureProxy  # noqa: E402
-from wirediff.record.store import RecordWriter, load_records  # noqa: E402
+from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
+from wirediff.record.exchange import Exchange  # noqa: E402
+from wirediff.record.spool import RecordMeta, Spool  # noqa: E402
+from wirediff.record.store import load_records  # noqa: E402
 from wirediff.replay.engine import TargetRun  # noqa: E402
-from wirediff.replay.plan import Plan, make_plan  # noqa: E402
+from wirediff.replay.output import Writers  # noqa: E402
+from wirediff.replay.plan import Node, Plan, make_plan  # noqa: E402
 from wirediff.replay.request import Outgoing, prepare  # noqa: E402
 from wirediff.replay.targets import Target  # noqa: E402
 
@@ -146,24 +155,46 @@ async def direct_transport(requests: list[Outgoing], concurrency: int) -> float:
 
 
 async def replayer(plan: Plan, target: Target, out: Path, concurrency: int) -> float:
-    """The replay engine end to end, records written to `out`."""
-    with RecordWriter(out) as w:
-        run = TargetRun(plan, target, "sk-bench", w.write, {}, concurrency=concurrency)
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncHTTPTransport(limits=limits, trust_env=False) as transport:
-            t0 = time.perf_counter()
+    """The replay engine end to end as `wirediff replay` runs it: records built and written
+    by the spool process, the time taken until the last one is on disk."""
+    writers = Writers([out], spool=Spool(DEFAULT_BODY_CAP))
+
+    def offload(node: Node, ex: Exchange, meta: RecordMeta) -> bool:
+        return writers.write_exchange(out, ex, meta)
+
+    run = TargetRun(
+        plan,
+        target,
+        "sk-bench",
+        lambda rec: writers.write(out, rec),
+        {},
+        concurrency=concurrency,
+        offload=offload,
+    )
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncHTTPTransport(limits=limits, trust_env=False) as transport:
+        t0 = time.perf_counter()
+        try:
             counts = await run.run(transport)
-            rate = len(plan) / (time.perf_counter() - t0)
+        finally:
+            writers.close()
+        rate = len(plan) / (time.perf_counter() - t0)
     if counts.ok != len(plan):
         raise RuntimeError(f"replayer: {counts.line()}")
     return rate
+
+
+def children_cpu() -> float:
+    """CPU seconds of the child processes waited for so far (the spool, once closed)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--requests", type=int, default=400, help="exchanges per run (default 400)")
     ap.add_argument("--concurrency", default="1,8,32", help="comma-separated (default 1,8,32)")
-    ap.add_argument("--rounds", type=int, default=3, help="best of R rounds (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per level (default 5)")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
 
@@ -175,37 +206,39 @@ def main() -> None:
         try:
             target = Target("bench", url + "/v1")
             requests = [prepare(n.rec, target, "sk-bench", {}) for n in plan.nodes]
-            print(f"{len(plan)} exchanges per run (chat, chat stream, responses, responses "
-                  f"stream), best of {args.rounds}; target: `openai` stand-in in its own process")  # fmt: skip
-            print(f"{'concurrency':>11}  {'direct ex/s':>11}  {'replayer ex/s':>13}  {'ratio':>5}"
-                  f"    {'(transport loop ex/s':>20}  {'ratio)':>6}")  # fmt: skip
+            n = len(requests)
+            print(f"{n} exchanges per run (chat, chat stream, responses, responses stream), "
+                  f"{args.rounds} rounds interleaved; target: `openai` stand-in in its own process")  # fmt: skip
+            print(f"{'concurrency':>11}  {'direct ex/s':>11}  {'replayer ex/s':>13}  "
+                  f"{'ratio (median, rounds)':>24}  {'transport loop ex/s':>19}  "
+                  f"{'client CPU µs/ex: direct, replayer (+ spool)':>44}")  # fmt: skip
             asyncio.run(direct(requests[:50], 4))  # warm-up: imports, server threads
-            cpu: dict[str, float] = {}
-
-            def timed(name: str, rate: float, c0: float) -> float:
-                us = (time.process_time() - c0) / len(requests) * 1e6
-                cpu[name] = min(cpu.get(name, us), us)
-                return rate
 
             for conc in levels:
-                d = r = t = 0.0
+                rates: dict[str, list[float]] = {"direct": [], "replayer": [], "transport": []}
+                cpu: dict[str, list[float]] = {"direct": [], "replayer": [], "spool": []}
                 for i in range(args.rounds):
-                    c0 = time.process_time()
-                    d = max(d, timed("direct", asyncio.run(direct(requests, conc)), c0))
                     out = tmp / f"replay-{conc}-{i}.jsonl"
-                    c0 = time.process_time()
-                    r = max(
-                        r, timed("replayer", asyncio.run(replayer(plan, target, out, conc)), c0)
-                    )
-                    c0 = time.process_time()
-                    t = max(
-                        t, timed("transport", asyncio.run(direct_transport(requests, conc)), c0)
-                    )
-                print(f"{conc:>11}  {d:>11.0f}  {r:>13.0f}  {r / d:>5.2f}"
-                      f"    {t:>20.0f}  {r / t:>6.2f}")  # fmt: skip
-            print("client CPU per exchange (least over all runs): "
-                  f"direct {cpu['direct']:.0f} µs, replayer {cpu['replayer']:.0f} µs, "
-                  f"transport loop {cpu['transport']:.0f} µs")  # fmt: skip
+                    runs = [
+                        ("direct", lambda c=conc: direct(requests, c)),
+                        ("replayer", lambda c=conc, o=out: replayer(plan, target, o, c)),
+                    ]
+                    for name, make in runs if i % 2 == 0 else runs[::-1]:
+                        c0, k0 = time.process_time(), children_cpu()
+                        rates[name].append(asyncio.run(make()))
+                        cpu[name].append((time.process_time() - c0) / n * 1e6)
+                        if name == "replayer":
+                            cpu["spool"].append((children_cpu() - k0) / n * 1e6)
+                    rates["transport"].append(asyncio.run(direct_transport(requests, conc)))
+                ratios = [r / d for r, d in zip(rates["replayer"], rates["direct"], strict=True)]
+                med = {
+                    k: statistics.median(v)
+                    for k, v in {**rates, **{f"cpu_{k}": v for k, v in cpu.items()}}.items()
+                }
+                print(f"{conc:>11}  {med['direct']:>11.0f}  {med['replayer']:>13.0f}  "
+                      f"{statistics.median(ratios):>8.2f} ({min(ratios):.2f}-{max(ratios):.2f})     "
+                      f"{med['transport']:>19.0f}  "
+                      f"{med['cpu_direct']:>27.0f}, {med['cpu_replayer']:.0f} (+ {med['cpu_spool']:.0f})")  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(10)

@@ -1,11 +1,13 @@
-"""What was captured and by whom: the clients behind each capture, and the replay steps that
-were never sent.
+"""What was captured and by whom: the clients behind each capture, the replay steps that
+were never sent, and the calls of independent captures that only one side made.
 
 A capture is one session of one backend: its originals (`replay_of` empty) were sent by the
 clients their `tags.sdk` names (the SDK's language, version, runtime and sync/async, or an
 application's own user agent, `codex_exec/0.171.0`); a replay resends those clients' headers.
 A replay step whose predecessor failed is recorded as `skipped` with the reason and never sent:
-it is listed with that reason, folded by reason, never compared.
+it is listed with that reason, folded by reason, never compared. An exchange of an
+independent capture that pairs with nothing on the other side is listed as unmatched, folded
+by candidate, side and endpoint.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "Client",
     "SkippedGroup",
     "Skips",
+    "UnmatchedGroup",
     "captures",
     "collect_captures",
     "collect_skipped",
@@ -36,6 +39,7 @@ __all__ = [
     "merge_captures",
     "merge_skipped",
     "skipped_groups",
+    "unmatched_groups",
 ]
 
 SKIPPED = "skipped"
@@ -296,3 +300,37 @@ def skipped_groups(
 ) -> list[SkippedGroup]:
     """Replay steps recorded as skipped, folded by backend, endpoint and reason."""
     return finish_skipped(collect_skipped(ex, records_by_id, max_examples))
+
+
+@dataclass(slots=True)
+class UnmatchedGroup:
+    """Calls of one endpoint that one side of an independent comparison made and the other
+    did not (`only in the baseline` / `only in the candidate`, from the candidate's view)."""
+
+    anchor: str
+    label: str
+    side: str
+    method: str
+    endpoint: str
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+
+
+def unmatched_groups(unmatched: pd.DataFrame, max_examples: int) -> list[UnmatchedGroup]:
+    """`pairing.UNMATCHED_COLUMNS` rows folded by candidate, side, method and endpoint."""
+    groups: dict[tuple[str, str, str, str], UnmatchedGroup] = {}
+    for label, side, rid, method, endpoint in zip(
+        *(
+            unmatched[c].fillna("").astype(str).tolist()
+            for c in ("label", "side", "id", "method", "endpoint")
+        ),
+        strict=True,
+    ):
+        key = (label, side, method, endpoint)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = UnmatchedGroup(anchor("unmatched", *key), *key)
+        g.count += 1
+        if len(g.ids) < max_examples:
+            g.ids.append(rid)
+    return sorted(groups.values(), key=lambda g: (g.label, g.side, g.endpoint, g.method))

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
+from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
@@ -26,8 +27,10 @@ from wirediff.reports.captures import (
     SKIPPED,
     Capture,
     SkippedGroup,
+    UnmatchedGroup,
     finish_captures,
     finish_skipped,
+    unmatched_groups,
 )
 from wirediff.reports.chains import ChainCounts, ChainGroup, collect_chains, finish_chains
 from wirediff.reports.examples import lay_out
@@ -151,6 +154,10 @@ class Backend:
     outcomes: dict[str, int]
     captures: list[Capture]
     skipped: list[SkippedGroup]
+    pairing: dict[str, int] = field(default_factory=dict)
+    """As a candidate: its exchanges paired with the baseline's, by `replay` and `content`."""
+    unmatched: dict[str, int] = field(default_factory=dict)
+    """As a candidate of independent captures: calls only one side made, by side."""
 
 
 # --- the whole report -------------------------------------------------------------------
@@ -173,6 +180,11 @@ class ReportModel:
     timelines: list[Timeline]
     chains: list[ChainGroup]
     skipped: list[SkippedGroup]
+    unmatched: list[UnmatchedGroup]
+    unmatched_rows: list[dict[str, Any]]
+    """Every unmatched exchange (`pairing.UNMATCHED_COLUMNS`), for summary.json."""
+    baseline_chosen_by: str
+    """How the baseline label was chosen (`wirediff.analysis.comparison.pairing.Baseline`)."""
     latency: Latency
     findings_rows: Rows
     """Every finding (`findings_frame`'s columns), for summary.json and the CSV."""
@@ -221,16 +233,30 @@ def build(
     diagnoses = diagnoses if diagnoses is not None else pd.DataFrame(columns=DIAGNOSIS_COLUMNS)
     part, ffr, _ = collect(analysis, max_examples=max_examples)
     chains = collect_chains(diagnoses, analysis.records_by_id)
-    model = finish(part, chains, Rows.of(ffr), Rows.of(diagnoses))
+    model = finish(
+        part,
+        chains,
+        Rows.of(ffr),
+        Rows.of(diagnoses),
+        unmatched=analysis.unmatched,
+        baseline=analysis.baseline,
+    )
     lay_out(model.kinds, analysis.records_by_id)
     return model
 
 
 def finish(
-    part: Partial, chain_counts: ChainCounts, findings: Rows, diagnoses: Rows
+    part: Partial,
+    chain_counts: ChainCounts,
+    findings: Rows,
+    diagnoses: Rows,
+    *,
+    unmatched: pd.DataFrame,
+    baseline: Baseline,
 ) -> ReportModel:
     """Everything the report shows, from the merged `Partial` of the captures and of their
-    failing chains; the examples are laid out afterwards (`lay_out`), with the records
+    failing chains, and what pairing by content decided over all of them (the `unmatched`
+    exchanges, `pairing.UNMATCHED_COLUMNS`, and the `baseline`); the examples are laid out afterwards (`lay_out`), with the records
     `ReportModel.examples_to_lay_out` names."""
     max_examples = part.max_examples
     role_of = roles_of(part.labels, part.baseline_labels, part.candidate_labels)
@@ -290,6 +316,10 @@ def finish(
     kind_counts: dict[str, dict[str, int]] = {}
     for (lab, kind), n in part.kinds.items():
         kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
+    unmatched_groups_ = unmatched_groups(unmatched, max_examples)
+    by_side: dict[tuple[str, str], int] = {}
+    for lab, side in zip(unmatched["label"], unmatched["side"], strict=True):
+        by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
     backends = []
     for label in labels:
         mix = {s: n for (lab, s), n in part.status_mix.items() if lab == label}
@@ -311,6 +341,10 @@ def finish(
                 _in_order(outcomes),
                 captures_of.get(label, []),
                 [s for s in skipped if s.label == label],
+                {how: part.paired.get((label, how), 0) for how in (REPLAY, CONTENT)}
+                if role_of[label] == "candidate"
+                else {},
+                {side: n for (lab, side), n in by_side.items() if lab == label},
             )
         )
 
@@ -324,6 +358,7 @@ def finish(
         "diagnoses": len(diagnoses),
         "streams": len(tls),
         "skipped": sum(s.count for s in skipped),
+        "unmatched": len(unmatched),
     }
     return ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -340,6 +375,12 @@ def finish(
         timelines=tls,
         chains=chains,
         skipped=skipped,
+        unmatched=unmatched_groups_,
+        unmatched_rows=[
+            {str(k): (None if pd.isna(v) else str(v)) for k, v in row.items()}
+            for row in unmatched.to_dict("records")
+        ],
+        baseline_chosen_by=baseline.chosen_by,
         latency=finish_latency(part.latency, labels),
         findings_rows=findings,
         diagnoses=diagnoses,

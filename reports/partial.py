@@ -22,6 +22,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import findings_of
 from wirediff.analysis.comparison.kinds import severity_rank
+from wirediff.analysis.comparison.pairing import Baseline
 from wirediff.analysis.comparison.verdicts import (
     Cells,
     exchange_outcomes,
@@ -60,6 +61,10 @@ class AnalysisLike(Protocol):
     def divergences(self) -> pd.DataFrame: ...
     @property
     def conformance(self) -> pd.DataFrame: ...
+    @property
+    def unmatched(self) -> pd.DataFrame: ...
+    @property
+    def baseline(self) -> Baseline: ...
 
 
 GateCounts = dict[tuple[str, str, str], tuple[int, frozenset[str]]]
@@ -85,6 +90,8 @@ class Partial:
     """(label, endpoint, outcome) → exchanges"""
     status_mix: Counter[tuple[str, str]] = field(default_factory=Counter)
     kinds: Counter[tuple[str, str]] = field(default_factory=Counter)
+    paired: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(candidate label, `pairing`: replay or content) → pairs"""
     family_cells: Cells = field(default_factory=dict)
     """The drop-in verdicts' cells: label, family, transport."""
     endpoint_cells: Cells = field(default_factory=dict)
@@ -111,6 +118,7 @@ class Partial:
         self.outcomes.update(other.outcomes)
         self.status_mix.update(other.status_mix)
         self.kinds.update(other.kinds)
+        self.paired.update(other.paired)
         merge_cells(self.family_cells, other.family_cells)
         merge_cells(self.endpoint_cells, other.endpoint_cells)
         for key, (rank, kinds) in other.gate.items():
@@ -221,6 +229,7 @@ def collect(
             positions=pos,
             finding_order=order,
             outcomes=outcomes,
+            pairs=pairs,
         ),
         gate=gate_counts(findings, analysis.exchanges),
     )
@@ -234,6 +243,10 @@ def collect(
     no_answer = ex["error_kind"].where(ex["error_kind"] == SKIPPED, "none")
     status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
     part.status_mix = Counter(zip(ex["label"].tolist(), status.tolist(), strict=True))
+    if len(pairs):
+        part.paired = Counter(
+            zip(pairs["label"].astype(str).tolist(), pairs["pairing"].astype(str).tolist(), strict=True)
+        )
     if len(ffr):
         part.kinds = Counter(zip(ffr["label"].tolist(), ffr["kind"].tolist(), strict=True))
     part.endpoint_cells = verdict_cells(
@@ -244,6 +257,7 @@ def collect(
         positions=pos,
         finding_order=order,
         outcomes=outcomes,
+        pairs=pairs,
     )
     part.captures = collect_captures(ex, records, pos)
     part.skipped = collect_skipped(ex, records, max_examples, pos)

@@ -160,6 +160,8 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
             "verdicts": {v.name: v.verdict for v in b.families},
             "outcomes": b.outcomes,
             "captures": [c.as_dict() for c in b.captures],
+            "pairs": b.pairing,
+            "unmatched": b.unmatched,
             "latency": {
                 m: s.as_dict() for m, s in model.latency.per_label.get(b.label, {}).items()
             },
@@ -202,6 +204,7 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,
         "baseline": [label for label, role in model.roles.items() if role == "baseline"],
+        "baseline_chosen_by": model.baseline_chosen_by,
         "baseline_flawed": model.baseline_flawed,
         "totals": model.totals,
         "verdicts": [verdict_item(v) for v in model.verdicts],
@@ -210,6 +213,7 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
         "findings": findings,
         "divergences": list(finding_items(model)) if rows else [],
         "diagnoses": list(diagnosis_items(model)) if rows else [],
+        "unmatched": model.unmatched_rows,
         "contract": {
             "kinds": list(KINDS),
             "codes": list(CODES),

@@ -10,7 +10,14 @@ import re
 import shlex
 from pathlib import Path
 
-__all__ = ["README", "README_PROXY", "readme_block", "readme_command", "with_proxy"]
+__all__ = [
+    "README",
+    "README_PROXY",
+    "readme_block",
+    "readme_command",
+    "readme_output",
+    "with_proxy",
+]
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 README_PROXY = "http://127.0.0.1:8080"
@@ -23,6 +30,19 @@ def readme_block(name: str) -> str:
     m = re.search(rf"^<!-- tested: {re.escape(name)} -->\n```\w*\n(.*?)^```$", text, re.M | re.S)
     if m is None:
         raise LookupError(f"no block tagged `<!-- tested: {name} -->` in {README}")
+    return m.group(1)
+
+
+def readme_output(name: str) -> str:
+    """The fenced block right after the one tagged `name`: what the README says it prints."""
+    text = README.read_text(encoding="utf-8")
+    m = re.search(
+        rf"^<!-- tested: {re.escape(name)} -->\n```\w*\n.*?^```\n```\w*\n(.*?)^```$",
+        text,
+        re.M | re.S,
+    )
+    if m is None:
+        raise LookupError(f"no output block after `<!-- tested: {name} -->` in {README}")
     return m.group(1)
 
 

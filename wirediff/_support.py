@@ -9,12 +9,17 @@ from typing import Any
 
 from wirediff._types import Record
 
-__all__ = ["clip", "error_kind", "is_2xx", "paused_gc", "response_status"]
+__all__ = ["clip", "error_kind", "is_2xx", "paused_gc", "response_status", "statuses_2xx"]
 
 
 def is_2xx(status: Any) -> bool:
     """A success status; anything that is not an integer (a missing answer) is not."""
     return isinstance(status, int) and not isinstance(status, bool) and 200 <= status < 300
+
+
+def statuses_2xx(status: Any) -> Any:
+    """`is_2xx` over a numeric Series or array (NaN: no answer, not a success)."""
+    return (status >= 200) & (status < 300)
 
 
 def error_kind(record: Record) -> str | None:

@@ -16,7 +16,12 @@ from wirediff.analysis.comparison.conformance import check_records
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.noise import drop_ignored
-from wirediff.analysis.comparison.pairing import first_event_ms, pairs_frame
+from wirediff.analysis.comparison.pairing import (
+    Baseline,
+    ContentLinks,
+    first_event_ms,
+    pair_exchanges,
+)
 from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.comparison.verdicts import verdicts
@@ -57,6 +62,9 @@ class Analysis:
     latency: pd.DataFrame
     verdicts: pd.DataFrame
     """Per label, family and transport (`wirediff.analysis.comparison.verdicts`)."""
+    unmatched: pd.DataFrame
+    """Exchanges of independent captures without a counterpart (`pairing.UNMATCHED_COLUMNS`)."""
+    baseline: Baseline
 
 
 def findings_of(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.DataFrame:
@@ -89,14 +97,19 @@ def analyze(
     records: list[Record],
     *,
     ignore: Sequence[str] = (),
+    baseline: str | None = None,
+    content: ContentLinks | None = None,
     repeat_noise: Mapping[int, set[str]] | None = None,
     judge_cells: bool = True,
 ) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
-    the divergences and the conformance rows alike. `repeat_noise`: when `records` are a
-    part of the captures (an original with all its replays), the noise of repeated requests
-    learned from all of them (`wirediff.analysis.comparison.noise.repeated_original_noise`);
-    then the verdicts are judged on the merge of all parts, not here (`judge_cells` false).
+    the divergences and the conformance rows alike; `baseline` is the label independent
+    captures are compared with (`wirediff.analysis.comparison.pairing`), `content` their
+    pairs when `records` are a part of the captures (made over all of them). `repeat_noise`:
+    when `records` are a part of the captures (an original with all its replays), the noise
+    of repeated requests learned from all of them
+    (`wirediff.analysis.comparison.noise.repeated_original_noise`); then the verdicts are
+    judged on the merge of all parts, not here (`judge_cells` false).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -105,7 +118,10 @@ def analyze(
         records_by_id = {r["id"]: r for r in records}
         exchanges = exchanges_frame(records)
         events = events_frame(records)
-        pairs = pairs_frame(exchanges, events)
+        pairing = pair_exchanges(
+            exchanges, events, records_by_id, baseline=baseline, content=content
+        )
+        pairs = pairing.pairs
         with known_structures():  # both look at the same bodies and events
             found = divergences(records_by_id, pairs, ignore=ignore, repeat_noise=repeat_noise)
             checked, checks = check_records(records)
@@ -124,6 +140,8 @@ def analyze(
                 if judge_cells
                 else pd.DataFrame(columns=["label", "role", "family", "transport"])
             ),
+            unmatched=pairing.unmatched,
+            baseline=pairing.baseline,
         )
 
 

@@ -19,7 +19,7 @@ from wirediff._support import error_kind, is_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, PAIR_META
 from wirediff.analysis.comparison.impact import SDK_SOURCE, Outcome
 from wirediff.analysis.comparison.observe import MEMO_LIMIT
 
@@ -111,9 +111,10 @@ def judge(
     of a pair that its candidate's answer does not show alone (those are conformance rows)."""
     context: dict[str, tuple[tuple[Break, ...], RecordCheck, bool]] = {}
     client_rows: list[tuple[Any, ...]] = []
-    meta_cols = DIVERGENCE_COLUMNS[:7]
-    for meta in zip(*(pairs[c].tolist() for c in meta_cols), strict=True):
-        pair_id, _, _, bid, cid = meta[:5]
+    for meta in zip(*(pairs[c].tolist() for c in PAIR_META), strict=True):
+        pair_id, bid, cid = (
+            meta[PAIR_META.index(c)] for c in ("pair_id", "baseline_id", "candidate_id")
+        )
         base, cand = records_by_id.get(bid), records_by_id.get(cid)
         if base is None or cand is None or error_kind(cand) == "skipped":
             continue

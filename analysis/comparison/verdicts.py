@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import error_kind, response_status
+from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
@@ -79,7 +79,8 @@ _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
 def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
-    """`baseline` for labels replayed from, `candidate` for labels replayed to, else
+    """`baseline` for labels compared with (replayed from, or the baseline of independent
+    captures), `candidate` for labels compared (replayed to, or paired by content), else
     `capture`; in that order, then by label."""
     base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
     cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
@@ -254,10 +255,12 @@ def verdict_cells(
     positions: Sequence[Any] | None = None,
     finding_order: Sequence[Any] | None = None,
     outcomes: Sequence[str] | None = None,
+    pairs: pd.DataFrame | None = None,
 ) -> Cells:
     """The cells of `verdicts` for these exchanges and their findings. `positions` and
     `finding_order` place the rows among all the captures' (by default: as they come),
-    so that the first answer and the order of reasons come out as for the whole."""
+    so that the first answer and the order of reasons come out as for the whole; `pairs`
+    (`pair_exchanges`) say which exchange each candidate's was compared with."""
     if exchanges.empty:
         return {}
     ex = exchanges.assign(
@@ -273,17 +276,22 @@ def verdict_cells(
     kept = [o != SKIPPED for o in outcomes]
     status = pd.to_numeric(ex["status"], errors="coerce")
     succeeded = (
-        ((((status >= 200) & (status < 300)) | (status == 101)).fillna(False).astype(bool))
+        (statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
         & ~ex["soft_error"].eq(True)
     ).tolist()
     failing = [o == UNSUPPORTED for o in outcomes]
     ids = ex["id"].tolist()
     baseline_ok = {rid for rid, k, f in zip(ids, kept, failing, strict=True) if k and not f}
+    baseline_of = (
+        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
+        if pairs is not None and len(pairs)
+        else {}
+    )
     keys = list(zip(*(ex[c].tolist() for c in ("label", *by)), strict=True))
     cells: Cells = {}
     place: dict[Any, list[Cell]] = {}
-    columns = (ids, ex["method"].tolist(), ex["endpoint"].tolist(), ex["replay_of"].tolist())
-    for i, (rid, method, endpoint, replay_of) in enumerate(zip(*columns, strict=True)):
+    columns = (ids, ex["method"].tolist(), ex["endpoint"].tolist())
+    for i, (rid, method, endpoint) in enumerate(zip(*columns, strict=True)):
         if not kept[i]:
             continue
         cell = cells.get(keys[i])
@@ -298,7 +306,7 @@ def verdict_cells(
             answered, missing = _answer_text(records_by_id.get(rid))
             answer = cell.answers[(method, endpoint)] = Answer(pos[i], answered, missing)
         answer.route_failure &= failing[i]
-        answer.original_ok |= replay_of in baseline_ok
+        answer.original_ok |= baseline_of.get(rid) in baseline_ok
     if len(findings):
         order = list(range(len(findings))) if finding_order is None else finding_order
         texts = findings["evidence"].where(findings["evidence"] != "", findings["message"])
@@ -395,5 +403,5 @@ def verdicts(
 ) -> pd.DataFrame:
     """One verdict per label and `by` (family and transport; or endpoint, for the report's
     matrix), with its reasons and counts, baseline first."""
-    cells = verdict_cells(exchanges, findings, records_by_id, by)
+    cells = verdict_cells(exchanges, findings, records_by_id, by, pairs=pairs)
     return verdict_frame(cells, roles(exchanges, pairs), by)

@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import pandas as pd
 
-from wirediff._support import error_kind, is_2xx
+from wirediff._support import error_kind, is_2xx, statuses_2xx
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
@@ -339,7 +339,7 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     source = (
         original
         & (family == "responses")
-        & (np.isin(status, list(FALLBACK_FROM)) | (soft & (status >= 200) & (status < 300)))
+        & (np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status)))
     )
     if not source.any():
         return []

@@ -138,12 +138,6 @@ def extract_error(body: Any, text: str | None, events: Sequence[Event] | None) -
     return None
 
 
-def error_fields(body: Any, text: str | None, events: Any) -> tuple[str, Any, Any, Any]:
-    """`(message, code, type, param)` of whatever error the answer carries."""
-    err = extract_error(body, text, events)
-    return ("", None, None, None) if err is None else (err.message, err.code, err.type, err.param)
-
-
 @dataclass
 class ExchangeView:
     """One exchange, viewed for the rules."""

@@ -197,6 +197,6 @@ def test_wirediff_check_exit_codes(
     err = capsys.readouterr().err.strip()
     assert err.startswith("wirediff: error: --fail-on: unknown kind bogus") and "\n" not in err
 
-    # a candidate that replays nothing of the baseline is bad input, not "compatible"
+    # a candidate that pairs with nothing of the baseline is bad input, not "compatible"
     assert main(["check", str(baseline), str(baseline)]) == 2
-    assert "no exchange replays" in capsys.readouterr().err
+    assert "no exchange pairs with" in capsys.readouterr().err

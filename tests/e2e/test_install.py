@@ -118,6 +118,8 @@ def test_mitmdump_records_with_the_installed_addon(
     _, py = installed
     addon = _run(py, "-m", "wirediff", "addon-path", cwd=tmp_path).strip()
     assert addon.endswith("wirediff/addons/capture.py") and str(ROOT) not in addon
+    shadow = Path(_run(py, "-m", "wirediff", "addon-path", "shadow", cwd=tmp_path).strip())
+    assert shadow.name == "shadow.py" and shadow.parent == Path(addon).parent and shadow.is_file()
     port = free_port()
     with standin("openai") as upstream:
         mitmdump = "from mitmproxy.tools.main import mitmdump; mitmdump()"

@@ -124,13 +124,18 @@ def test_several_candidates_one_line_each_and_the_breaking_one_fails(
     ]
 
 
-def test_a_candidate_that_replays_nothing_is_bad_input(
+def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, good, _ = captures
-    stray = write(tmp_path / "other.jsonl", [chat_record(id="z1", label="vllm")])
+    other = chat_record(id="z1", label="vllm")
+    other["request"]["body"]["messages"] = [{"role": "user", "content": "something else"}]
+    stray = write(tmp_path / "other.jsonl", [other])
     assert main(["check", base, good, stray]) == 2
-    assert "no exchange replays" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{stray}: no exchange pairs with {base} (openai)" in err and err.count("\n") == 1
+    assert main(["check", base, base]) == 2  # the same label: nothing to pair by content
+    assert "no exchange pairs with" in capsys.readouterr().err
 
 
 def unreachable(rec: Record) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 from dataclasses import dataclass
-from typing import Any, NotRequired, get_args, get_origin, get_type_hints
+from typing import Any, NotRequired, TypedDict
 
 import pytest
 
@@ -21,38 +21,42 @@ from wirediff.record.validate import problem
 from wirediff.record.websocket import WebSocketTap
 
 T0 = 1_700_000_000.0
-SHAPES = [
-    (_types.Record, validate.RECORD),
-    (_types.RecordRequest, validate.REQUEST),
-    (_types.RecordResponse, validate.RESPONSE),
-    (_types.Event, validate.EVENT),
-    (_types.WebSocketSummary, validate.WEBSOCKET),
-    (_types.Directions, validate.DIRECTIONS),
-    (_types.ExchangeError, validate.ERROR),
-    (_types.Tags, validate.TAGS),
-    (_types.Sdk, validate.SDK),
-    (_types.Auth, validate.AUTH),
-]
 
 
-def nullable(hint: Any) -> bool:
-    return hint is Any or type(None) in get_args(hint)
+class Sample(TypedDict):
+    name: str
+    count: int
+    at: float | None
+    flag: bool
+    part: _types.Auth | None
+    headers: _types.HeaderList
+    body: _types.JSON
+    items: list[str] | None
+    extra: NotRequired[int | None]
+    more_headers: NotRequired[_types.HeaderList | None]
 
 
-@pytest.mark.parametrize(("typed", "shape"), SHAPES, ids=[t.__name__ for t, _ in SHAPES])
-def test_loading_checks_every_key_the_type_names(typed: type, shape: validate.Shape) -> None:
-    """The same keys, required or not, null where the type allows it (an optional key
-    may always be null: loading accepts that, so the type says it)."""
-    hints = get_type_hints(typed, include_extras=True)
-    optional = {
-        key: get_args(hint)[0] for key, hint in hints.items() if get_origin(hint) is NotRequired
-    }
-    required = {key: hint for key, hint in hints.items() if key not in optional}
-    assert [key for key, _, _ in shape.required] == list(required)
-    assert {key for key, _, _ in shape.optional} == set(optional)
-    for key, types, _ in shape.required:
-        assert (types is None or type(None) in types) == nullable(required[key]), key
-    assert all(nullable(hint) for hint in optional.values())
+def test_a_typed_dict_is_read_as_the_checks_loading_makes() -> None:
+    """Each annotation becomes the exact JSON types it allows, in words for the message; an
+    optional key may be absent or null; header lists are checked pair by pair."""
+    assert validate.shape_of(Sample) == validate.Shape(
+        required=(
+            ("name", frozenset({str}), "a string"),
+            ("count", frozenset({int}), "an integer"),
+            ("at", frozenset({int, float, type(None)}), "a number or null"),
+            ("flag", frozenset({bool}), "true or false"),
+            ("part", frozenset({dict, type(None)}), "an object or null"),
+            ("headers", frozenset({list}), "a list of [name, value] string pairs"),
+            ("body", None, "JSON"),
+            ("items", frozenset({list, type(None)}), "a list or null"),
+        ),
+        optional=(
+            ("extra", frozenset({int}), "an integer or null"),
+            ("more_headers", frozenset({list}), "a list of [name, value] string pairs or null"),
+        ),
+        pairs=("headers", "more_headers"),
+    )
+    assert [key for key, _, _ in validate.RECORD.required][-2:] == ["error", "tags"]
 
 
 @dataclass

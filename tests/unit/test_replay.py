@@ -23,7 +23,7 @@ from wirediff.record.tags import route
 from wirediff.replay.config import Options
 from wirediff.replay.engine import TargetRun, TokenBucket
 from wirediff.replay.filters import parse_filter
-from wirediff.replay.output import already_replayed
+from wirediff.replay.output import replay_history
 from wirediff.replay.plan import Plan, failure, make_plan, resolve, resumed
 from wirediff.replay.request import prepare
 from wirediff.replay.safety import unsafe_reason
@@ -827,8 +827,8 @@ def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
     first, _ = engine(recs, Fake())
     earlier = {r["replay_of"]: r for r in first if r["replay_of"] in ("r1", "fc", "ct2")}
     p = write_capture(tmp_path / "s.tgt.jsonl", list(earlier.values()))
-    done = already_replayed([p, tmp_path / "missing.jsonl"], "tgt")
-    assert set(done) == {"r1", "fc", "ct2"} and already_replayed([p], "other") == {}
+    done, _ = replay_history([p, tmp_path / "missing.jsonl"], "tgt")
+    assert set(done) == {"r1", "fc", "ct2"} and replay_history([p], "other")[0] == {}
     fake = Fake()
     rest, run = engine(recs, fake, done=done)
     assert {r["replay_of"] for r in rest} == {r["id"] for r in recs} - set(done)
@@ -928,7 +928,7 @@ def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
 
     def again(allow_unsafe: bool = False) -> tuple[list[Record], Fake, TargetRun]:
         plan = make_plan(recs, allow_unsafe=allow_unsafe)
-        done = resumed(plan, already_replayed([out], "tgt"))
+        done = resumed(plan, replay_history([out], "tgt")[0])
         fake = Fake()
         new, run = engine(recs, fake, done=done, allow_unsafe=allow_unsafe)
         with RecordWriter(out) as w:

@@ -497,7 +497,13 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     seen: dict[str, Any] = {}
 
     def fake_report(
-        run: Run, captures: list[str], *, ignore: tuple[str, ...], max_examples: int, rows: bool
+        run: Run,
+        captures: list[str],
+        *,
+        ignore: tuple[str, ...],
+        max_examples: int,
+        rows: bool,
+        baseline: str | None,
     ) -> ReportModel:
         seen["ignore"], seen["captures"], seen["rows"] = ignore, captures, rows
         return build(analysis, diagnoses, max_examples=max_examples)

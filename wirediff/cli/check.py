@@ -1,5 +1,7 @@
 """`wirediff check BASELINE CANDIDATE…`: the CI gate. A verdict per candidate and endpoint
-family (and transport); exit 0 compatible, 1 not, 2 bad usage or input.
+family (and transport); exit 0 compatible, 1 not, 2 bad usage or input. A candidate is a
+replay of the baseline, or a capture of the same app against another backend (paired by
+request content and order; what pairs with nothing is counted per candidate).
 
 By default the gate fails on `breaking` findings (and on families a candidate does not
 support); `--fail-on-severity deviation` is stricter, `--fail-on KIND,…` also fails on
@@ -12,13 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pandas as pd
 
+from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
+from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
@@ -130,19 +135,37 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
+    """`{"only in the baseline": n, "only in the candidate": m}` for one candidate label."""
+    mine = unmatched[unmatched["label"] == label]
+    return {side: int((mine["side"] == side).sum()) for side in (ONLY_BASELINE, ONLY_CANDIDATE)}
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     with named_captures([args.baseline, *args.candidates]), open_run(args) as run:
-        result = run.check(args.baseline, args.candidates)
+        result = run.check(args.baseline, args.candidates, args.baseline_label)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
-    linked = result.linked
     passed = not gated["fails"].any()
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
+    by_content = sum(result.by_content.values())
+    kinds = [
+        f"{n} {kind}"
+        for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
+        if n
+    ]
     print(
-        f"{linked} replayed exchanges compared against {result.baseline} baseline exchanges; the gate fails on {what}"
+        f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline exchanges "
+        f"({result.label}); the gate fails on {what}"
     )
+    unmatched = {}
+    for label in sorted(set(result.by_content) | set(result.unmatched["label"])):
+        unmatched[label] = counts = unmatched_counts(result.unmatched, label)
+        paired = result.by_content.get(label, 0)
+        sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
+        print(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
     for row in items:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
@@ -156,6 +179,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "fail_on_severity": args.fail_on_severity,
             "fail_on": list(fail_on),
             "verdicts": items,
+            "unmatched": unmatched,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
@@ -183,9 +207,20 @@ def register(sub: Any) -> None:
             {EXIT_OK: "compatible: no candidate fails the gate", EXIT_FOUND: "not compatible"}
         ),
     )
-    c.add_argument("baseline", metavar="BASELINE", help="the original capture")
+    c.add_argument("baseline", metavar="BASELINE", help="the baseline capture")
     c.add_argument(
-        "candidates", metavar="CANDIDATE", nargs="+", help="its replays against candidate backends"
+        "--baseline",
+        dest="baseline_label",
+        metavar="LABEL",
+        help="the baseline's label, when BASELINE holds several (default: the label of most "
+        "of its originals)",
+    )
+    c.add_argument(
+        "candidates",
+        metavar="CANDIDATE",
+        nargs="+",
+        help="its replays (or shadow mirrors) to candidate backends, or captures of the same "
+        "app against them (paired by request content and order)",
     )
     c.add_argument(
         "--fail-on-severity",

@@ -1,5 +1,5 @@
-"""`wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`:
-failing chains and their diagnoses."""
+"""`wirediff diagnose CAPTURE… [--json] [--fail] [--baseline LABEL] [--engine local|dask
+[--scheduler ADDR]]`: failing chains and their diagnoses, for any mix of captures and replays."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     out = sys.stdout
     with named_captures(args.captures), open_run(args) as run:
-        rows = run.diagnose(args.captures)
+        rows = run.diagnose(args.captures, baseline=args.baseline)
         if args.json:
             sep = "[\n  "
             for frame in rows.frames():
@@ -64,6 +64,12 @@ def register(sub: Any) -> None:
         "--fail",
         action="store_true",
         help="exit 1 when a chain failed (a recovered one too)",
+    )
+    d.add_argument(
+        "--baseline",
+        metavar="LABEL",
+        help="accepted as `report` and `check` take it (checked to name a label): a diagnosis "
+        "explains one backend's own chain, whichever the baseline",
     )
     add_engine_options(d)
     d.set_defaults(func=cmd_diagnose)

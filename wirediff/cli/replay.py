@@ -85,6 +85,7 @@ from wirediff.cli.inputs import capture_file, iter_capture
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
 from wirediff.errors import PlanError, UsageError
 from wirediff.record.parts import expand_parts
+from wirediff.record.spool import Spool
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -92,7 +93,7 @@ from wirediff.replay.config import (
     options_from_args,
 )
 from wirediff.replay.dry_run import dry_run
-from wirediff.replay.engine import Counts, TargetRun, replay_all
+from wirediff.replay.engine import SPOOL_AT, Counts, TargetRun, replay_all
 from wirediff.replay.output import Writers, output_path, replay_history
 from wirediff.replay.plan import Plan, make_plan, resumed
 from wirediff.replay.targets import Target
@@ -188,7 +189,11 @@ def main_replay_args(args: argparse.Namespace) -> int:
 
     runs: list[TargetRun] = []
     progress = _progress_bar if sys.stderr.isatty() else None
-    writers = Writers(sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}))
+    to_send = sum(len(plan) - len(done_of[t.label]) for t in opts.targets)
+    spool = Spool(opts.body_cap) if to_send >= SPOOL_AT else None
+    writers = Writers(
+        sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}), spool=spool
+    )
     try:
         asyncio.run(
             replay_all(plan, opts, keys, done_of, path_of, runs, writers, progress, attempts_of)

@@ -1,6 +1,6 @@
 """`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
-[--ignore-config wirediff.yaml] [--max-examples N] [--engine local|dask [--scheduler ADDR]]`:
-the single-file HTML report."""
+[--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]
+[--engine local|dask [--scheduler ADDR]]`: the single-file HTML report."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
 from wirediff.reports.render import render_html, write_csv, write_summary
 
-__all__ = ["load_ignore", "main_report", "register"]
+__all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register"]
+
+BASELINE_HELP = (
+    "the label the others are compared with, when the files do not imply one (replays imply "
+    "the label they were replayed from); default: the first capture's label"
+)
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
@@ -45,6 +50,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             ignore=ignore,
             max_examples=args.max_examples,
             rows=bool(args.json or args.csv),
+            baseline=args.baseline,
         )
         written = [render_html(model, args.output)]
         if args.json:
@@ -85,6 +91,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
     )
+    p.add_argument("--baseline", metavar="LABEL", help=BASELINE_HELP)
     p.add_argument(
         "--max-examples",
         type=int,

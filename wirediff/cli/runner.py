@@ -32,6 +32,8 @@ __all__ = [
 Command = Callable[[argparse.Namespace], int]
 DEBUG_ENV = "WIREDIFF_DEBUG"
 """Set to 1: an unexpected error prints its traceback too (still exit 2)."""
+UNEXPECTED_MESSAGE_CHARS = 300
+"""An unexpected error's message is cut to this, on one line: it may quote input."""
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMON_CODES = {
     EXIT_ERROR: "bad usage or unreadable input (one line on stderr says why)",
@@ -102,7 +104,7 @@ def run_command(func: Command, args: argparse.Namespace) -> int:
     except Exception as e:  # a bug, or input nothing above foresaw: never exit 1 ("found")
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             traceback.print_exc()
-        message = " ".join(str(e).split())[:300]
+        message = " ".join(str(e).split())[:UNEXPECTED_MESSAGE_CHARS]
         print(
             f"wirediff: error: unexpected {type(e).__name__}: {message} "
             f"(set {DEBUG_ENV}=1 for the traceback)",

@@ -13,8 +13,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 __all__ = [
     "ANSWER_KINDS",
     "Profile",
@@ -35,7 +33,10 @@ REMEDIES = "remedies.yaml"
 
 @cache
 def load_profiles() -> dict[str, Profile]:
-    """All bundled profiles by name."""
+    """All bundled profiles by name. (PyYAML is imported here, when they are first needed:
+    the processes that record, and only read a profile for an error answer, start faster.)"""
+    import yaml
+
     out: dict[str, Profile] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml") and entry.name != REMEDIES:
@@ -48,6 +49,8 @@ def load_profiles() -> dict[str, Profile]:
 def load_remedies() -> dict[str, Any]:
     """The diagnosis prose by code: `{"summary": str, "remedies": [{"text": str,
     "provider"?: str, "variant"?: str}, …]}`."""
+    import yaml
+
     text = resources.files(__package__).joinpath(REMEDIES).read_text(encoding="utf-8")
     return dict(yaml.safe_load(text))
 

@@ -11,11 +11,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
-__all__ = ["Error", "Exchange", "HeaderPairs", "Request", "Response", "Timings", "header_value"]
+__all__ = [
+    "Error",
+    "Exchange",
+    "HeaderPairs",
+    "Request",
+    "Response",
+    "Timings",
+    "exchange_from_state",
+    "exchange_state",
+    "header_value",
+]
 
 HeaderPairs = list[tuple[str, str]]
 """`(name, value)` pairs in wire order, names as sent; bytes outside UTF-8 as surrogates."""
@@ -100,3 +111,61 @@ class Exchange:
     """The messages of the WebSocket session the response (101) opened: one exchange per
     connection, its messages the record's events."""
     id: str = field(default_factory=_new_id)
+
+
+def exchange_state(ex: Exchange) -> tuple[Any, ...]:
+    """The exchange as plain values (`marshal` carries them to another process, where
+    `exchange_from_state` puts it together again); a tap is closed first."""
+    req, resp = ex.request, ex.response
+    if ex.tap is not None:
+        ex.tap.close()
+    return (
+        ex.id,
+        (
+            req.method,
+            req.url,
+            req.path,
+            req.http_version,
+            req.headers,
+            req.content,
+            req.client_headers,
+        ),
+        None
+        if resp is None
+        else (resp.status, resp.reason, resp.http_version, resp.headers, resp.content),
+        (ex.timings.started, ex.timings.first_byte, ex.timings.finished),
+        None if ex.error is None else (ex.error.message, ex.error.kind),
+        None if ex.tap is None else ex.tap.state(),
+        None if ex.websocket is None else ex.websocket.state(),
+    )
+
+
+def _pairs(headers: Any) -> HeaderPairs:
+    return [(str(k), str(v)) for k, v in headers]
+
+
+def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
+    """The `Exchange` an `exchange_state` was taken of."""
+    ex_id, rq, rs, timings, error, tap, ws = state
+    method, url, path, version, headers, content, client = rq
+    return Exchange(
+        id=ex_id,
+        request=Request(
+            method=method,
+            url=url,
+            path=path,
+            http_version=version,
+            headers=_pairs(headers),
+            content=content,
+            client_headers=None if client is None else _pairs(client),
+        ),
+        response=None
+        if rs is None
+        else Response(
+            status=rs[0], reason=rs[1], http_version=rs[2], headers=_pairs(rs[3]), content=rs[4]
+        ),
+        timings=Timings(*timings),
+        error=None if error is None else Error(*error),
+        tap=None if tap is None else StreamTap.from_state(tap),
+        websocket=None if ws is None else WebSocketTap.from_state(ws),
+    )

@@ -17,6 +17,7 @@ from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
 __all__ = [
+    "KEEP_ANSWER",
     "WEBSOCKET_TAP",
     "Snapshot",
     "exchange_from_flow",
@@ -30,6 +31,9 @@ __all__ = [
 
 WEBSOCKET_TAP = "wirediff.websocket"
 """`flow.metadata` key of the `WebSocketTap` a live capture keeps its messages in."""
+KEEP_ANSWER = "wirediff.keep_answer"
+"""`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
+request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 Snapshot = tuple[Any, ...]

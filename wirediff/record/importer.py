@@ -29,23 +29,21 @@ HAR_WAITS = ("blocked", "connect", "send", "wait")
 """HAR `timings` phases before the first byte of the answer (`dns` lies inside `connect`)."""
 
 
-def exchange_from_har(entry: dict[str, Any]) -> Exchange:
-    """One HAR entry as an exchange.
+def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
+    """One HAR entry as an exchange, and the upstream it went to.
 
     mitmproxy's HAR reader understands the dialects (browsers, Charles, Slack's header
     pairs, base64 bodies); the time to the first byte comes from the entry's `timings`.
     """
-    return _har_exchange(request_to_flow(entry), entry)
-
-
-def _har_exchange(flow: http.HTTPFlow, entry: dict[str, Any]) -> Exchange:
+    flow = request_to_flow(entry)
     ex = exchange_from_flow(flow)
     timings = entry.get("timings") or {}
     waited = sum(max(float(timings.get(k) or 0), 0.0) for k in HAR_WAITS)
     if ex.response is None or not waited:
-        return ex
+        return ex, upstream_label(flow)
     first_byte = ex.timings.started + waited / 1000.0
-    return dataclasses.replace(ex, timings=dataclasses.replace(ex.timings, first_byte=first_byte))
+    timings = dataclasses.replace(ex.timings, first_byte=first_byte)
+    return dataclasses.replace(ex, timings=timings), upstream_label(flow)
 
 
 def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
@@ -75,12 +73,10 @@ def _har_entries(path: Path) -> list[Any]:
 def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
     for i, entry in enumerate(_har_entries(path)):
         try:
-            flow = request_to_flow(entry)
-            ex = _har_exchange(flow, entry)
+            yield exchange_from_har(entry)
         except (KeyError, ValueError, TypeError, AttributeError, exceptions.OptionsError) as e:
             why = f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
             raise CaptureError(f"{path}: HAR entry {i} is malformed ({why})") from None
-        yield ex, upstream_label(flow)
 
 
 _BOM = b"\xef\xbb\xbf"

@@ -1,5 +1,6 @@
 """What identifies a request across backends, listeners and replays: equal bodies, the user's
-prompt, and the key two hops of one call (client → gateway → backend) have in common."""
+prompt, the key two hops of one call (client → gateway → backend) have in common, and the
+fingerprint that pairs independent captures of one app against different backends."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl
+
+from wirediff.record.redact import SECRET_QUERY
+from wirediff.record.tags import route
 
 __all__ = [
+    "BACKEND_FIELDS",
     "HOP_LOOKBACK",
     "HOP_SLACK_S",
     "HOP_WINDOW_S",
+    "ID_KEYS",
     "body_digest",
     "body_key",
     "digest",
@@ -20,6 +27,7 @@ __all__ = [
     "hop_key",
     "prompt_text",
     "request_digest",
+    "request_fingerprint",
     "request_key",
 ]
 
@@ -157,3 +165,160 @@ def hop_digest(request: Mapping[str, Any]) -> int:
         return digest(canonical(["prompt", prompt]))
     route = str(request.get("path") or "").split("?")[0]
     return digest(canonical(["body", body_digest(request), request.get("method"), route]))
+
+
+BACKEND_FIELDS = frozenset(
+    {
+        "model",  # each backend serves its own models
+        "stream_options",  # what a client asks of one server's streams, not what it asks
+        "user",  # end-user ids, stored-response settings, routing and caching hints:
+        "metadata",  # per deployment, never what the request asks the model
+        "store",
+        "service_tier",
+        "seed",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "keep_alive",  # Ollama's model residency
+    }
+)
+"""Top-level request fields that say which backend or deployment a call is for, not what it
+asks: left out of `request_fingerprint`. `stream` is kept (a streamed and a plain call are
+different calls)."""
+
+ID_KEYS = frozenset(
+    {
+        "id",
+        "previous_response_id",
+        "call_id",
+        "tool_call_id",
+        "response_id",
+        "conversation",
+        "file_id",
+        "batch_id",
+    }
+)
+"""Keys whose values are ids one backend minted and another never would: a placeholder in
+`request_fingerprint`."""
+
+ID = "<id>"
+MINTED = "<minted>"
+"""What a backend generated (an assistant's words, tool-call arguments, reasoning, a tool's
+result computed from those arguments): its shape counts, not its value."""
+
+
+def _text(content: Any) -> str:
+    """A message's words: the string, or the texts of its parts, whitespace collapsed."""
+    parts = _texts(content)
+    return " ".join(" ".join(parts).split())
+
+
+def _tool_call(call: Any) -> Any:
+    """A chat assistant's tool call: its kind and function name (id and arguments minted)."""
+    if not isinstance(call, dict):
+        return MINTED
+    fn = call.get("function")
+    return [call.get("type"), fn.get("name") if isinstance(fn, dict) else None]
+
+
+def _message(m: Any) -> Any:
+    """One chat message or Responses input item, as what the app said: role and words for
+    the app's own turns; for the backend's (an assistant's turn, a function call, reasoning,
+    a tool's result) only the shape."""
+    if isinstance(m, str):
+        return ["user", " ".join(m.split())]
+    if not isinstance(m, dict):
+        return MINTED
+    role, kind = m.get("role"), m.get("type")
+    if role == "assistant":
+        calls = m.get("tool_calls")
+        return ["assistant", [_tool_call(c) for c in calls] if isinstance(calls, list) else []]
+    if role == "tool" or kind == "function_call_output":
+        return ["tool", ID if (m.get("tool_call_id") or m.get("call_id")) else None]
+    if kind == "function_call":
+        return ["function_call", m.get("name")]
+    if role is not None:
+        return [role, _text(m.get("content"))]
+    if kind == "item_reference":
+        return [kind, ID]
+    return [kind, MINTED] if kind is not None else MINTED
+
+
+def _tool(t: Any) -> Any:
+    """A tool the app offers: its name and parameters (chat's nesting or Responses' flat)."""
+    if not isinstance(t, dict):
+        return t
+    fn = t["function"] if isinstance(t.get("function"), dict) else t
+    return [t.get("type"), fn.get("name"), fn.get("parameters")]
+
+
+def _ids_out(value: Any) -> Any:
+    """`value` with every string under an `ID_KEYS` key replaced by the placeholder."""
+    if isinstance(value, dict):
+        return {
+            k: ID if k in ID_KEYS and isinstance(v, str) else _ids_out(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_ids_out(v) for v in value]
+    return value
+
+
+def _normalised(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in BACKEND_FIELDS or value is None:
+            continue
+        if key == "messages" and isinstance(value, list):
+            out[key] = [_message(m) for m in value]
+        elif key == "input" and isinstance(value, str | list):
+            out["messages"] = [_message(m) for m in (value if isinstance(value, list) else [value])]
+        elif key == "tools" and isinstance(value, list):
+            out[key] = sorted((_tool(t) for t in value), key=lambda t: json.dumps(t, default=str))
+        elif key in ID_KEYS and isinstance(value, str):
+            out[key] = ID
+        else:
+            out[key] = _ids_out(value)
+    return out
+
+
+def _media_type(headers: Any) -> str:
+    for pair in headers if isinstance(headers, list) else ():
+        if (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and str(pair[0]).lower() == "content-type"
+        ):
+            return str(pair[1]).split(";", 1)[0].strip().lower()
+    return ""
+
+
+def request_fingerprint(record: Mapping[str, Any]) -> str:
+    """What makes two exchanges of independent captures the same call of one app: method,
+    route template and family, the query, and the body without what is per backend
+    (`BACKEND_FIELDS`, explicit nulls), with messages and `input` as what the app said (a
+    string `input` is one user message), tools as name and parameters, and ids a backend
+    minted (`ID_KEYS`, the `{id}` in a path) as placeholders. A body that is not JSON counts
+    by its media type only (a multipart boundary differs on every run). A short stable digest.
+    """
+    req = record.get("request")
+    req = req if isinstance(req, Mapping) else {}
+    tags = record.get("tags")
+    tags = tags if isinstance(tags, Mapping) else {}
+    path = str(req.get("path") or "")
+    family, template, _ = route(path)
+    endpoint = tags.get("endpoint") if isinstance(tags.get("endpoint"), str) else template
+    query = sorted(
+        (k, v) for k, v in parse_qsl(path.partition("?")[2]) if k.lower() not in SECRET_QUERY
+    )
+    body = req.get("body")
+    if isinstance(body, dict):
+        shape: Any = _normalised(body)
+    elif body is not None:
+        shape = _ids_out(body)
+    elif req.get("text") is not None or req.get("b64") is not None:
+        shape = ["not json", _media_type(req.get("headers"))]
+    else:
+        shape = None
+    key = [str(req.get("method") or "").upper(), endpoint, family, query, shape]
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()

@@ -12,10 +12,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from types import UnionType
+from typing import Any, NotRequired, get_args, get_origin, get_type_hints, is_typeddict
 
 from wirediff import FORMAT
-from wirediff._types import Record
+from wirediff._types import (
+    Auth,
+    Directions,
+    Event,
+    ExchangeError,
+    HeaderList,
+    Record,
+    RecordRequest,
+    RecordResponse,
+    Sdk,
+    Tags,
+    WebSocketSummary,
+)
 
 __all__ = [
     "AUTH",
@@ -33,6 +46,7 @@ __all__ = [
     "depth_exceeds",
     "limit_depth",
     "problem",
+    "shape_of",
 ]
 
 MAX_DEPTH = 64
@@ -76,18 +90,8 @@ def limit_depth(rec: Record) -> None:
 
 
 _NULL = frozenset({type(None)})
-STRING = frozenset({str})
-INTEGER = frozenset({int})
-NUMBER = frozenset({int, float})
-BOOLEAN = frozenset({bool})
-OBJECT = frozenset({dict})
-LIST = frozenset({list})
-ANY = None
-"""Any JSON value (a body, an event's data)."""
-
-
-def _or_null(types: frozenset[type]) -> frozenset[type]:
-    return types | _NULL
+_PAIRS = "a list of [name, value] string pairs"
+_WORDS = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list"}
 
 
 def _pairs(v: list[Any]) -> bool:
@@ -98,8 +102,8 @@ def _pairs(v: list[Any]) -> bool:
 
 
 Field = tuple[str, frozenset[type] | None, str]
-"""A key, the types its value may have (`ANY`: any), and what that is in words. Values come
-from `json.loads`: exact types (a bool is not an integer)."""
+"""A key, the types its value may have (None: any JSON), and what that is in words. Values
+come from `json.loads`: exact types (a bool is not an integer, an integer is a number)."""
 
 
 @dataclass(frozen=True)
@@ -113,124 +117,51 @@ class Shape:
     pairs: tuple[str, ...] = ()
 
 
-_PAIRS = "a list of [name, value] string pairs"
-_MESSAGE_MARKS: tuple[Field, ...] = (
-    ("b64", STRING, "a string or null"),
-    ("truncated", BOOLEAN, "true, false or null"),
-    ("depth_limited", BOOLEAN, "true, false or null"),
-)
-RECORD = Shape(
-    required=(
-        ("format", STRING, "a string"),
-        ("id", STRING, "a string"),
-        ("session", STRING, "a string"),
-        ("label", STRING, "a string"),
-        ("seq", INTEGER, "an integer"),
-        ("replay_of", _or_null(STRING), "a string or null"),
-        ("listener", _or_null(STRING), "a string or null"),
-        ("started", NUMBER, "a number"),
-        ("ttfb_ms", _or_null(NUMBER), "a number or null"),
-        ("duration_ms", _or_null(NUMBER), "a number or null"),
-        ("request", OBJECT, "an object"),
-        ("response", _or_null(OBJECT), "an object or null"),
-        ("error", _or_null(OBJECT), "an object or null"),
-        ("tags", OBJECT, "an object"),
-    ),
-    optional=(("attempt", INTEGER, "an integer or null"),),
-)
-REQUEST = Shape(
-    required=(
-        ("method", STRING, "a string"),
-        ("url", STRING, "a string"),
-        ("path", STRING, "a string"),
-        ("http_version", STRING, "a string"),
-        ("headers", LIST, _PAIRS),
-        ("body", ANY, "JSON"),
-        ("text", _or_null(STRING), "a string or null"),
-        ("size", INTEGER, "an integer"),
-    ),
-    optional=(("forwarded_headers", LIST, f"{_PAIRS} or null"), *_MESSAGE_MARKS),
-    pairs=("headers", "forwarded_headers"),
-)
-RESPONSE = Shape(
-    required=(
-        ("status", INTEGER, "an integer"),
-        ("reason", STRING, "a string"),
-        ("http_version", STRING, "a string"),
-        ("headers", LIST, _PAIRS),
-        ("body", ANY, "JSON"),
-        ("text", _or_null(STRING), "a string or null"),
-        ("size", INTEGER, "an integer"),
-        ("events", _or_null(LIST), "a list or null"),
-        ("complete", BOOLEAN, "true or false"),
-    ),
-    optional=(
-        *_MESSAGE_MARKS,
-        ("decode_error", STRING, "a string or null"),
-        ("events_dropped", INTEGER, "an integer or null"),
-        ("websocket", OBJECT, "an object or null"),
-    ),
-    pairs=("headers",),
-)
-EVENT = Shape(
-    required=(("event", _or_null(STRING), "a string or null"), ("data", ANY, "JSON")),
-    optional=(
-        ("t_ms", NUMBER, "a number or null"),
-        ("direction", STRING, "a string or null"),
-        ("b64", STRING, "a string or null"),
-        ("id", STRING, "a string or null"),
-        ("truncated", BOOLEAN, "true, false or null"),
-        ("partial", BOOLEAN, "true, false or null"),
-        ("depth_limited", BOOLEAN, "true, false or null"),
-    ),
-)
-DIRECTIONS = Shape(required=(("client", INTEGER, "an integer"), ("server", INTEGER, "an integer")))
-WEBSOCKET = Shape(
-    required=(
-        ("close_code", _or_null(INTEGER), "an integer or null"),
-        ("close_reason", STRING, "a string"),
-        ("closed_by", _or_null(STRING), "a string or null"),
-        ("messages", OBJECT, "an object"),
-        ("bytes", OBJECT, "an object"),
-    )
-)
-ERROR = Shape(required=(("kind", STRING, "a string"), ("message", STRING, "a string")))
-TAGS = Shape(
-    required=(
-        ("family", STRING, "a string"),
-        ("endpoint", STRING, "a string"),
-        ("prefix", STRING, "a string"),
-        ("method", STRING, "a string"),
-        ("stream", BOOLEAN, "true or false"),
-        ("model", _or_null(STRING), "a string or null"),
-        ("sdk", _or_null(OBJECT), "an object or null"),
-        ("retry", INTEGER, "an integer"),
-        ("auth", _or_null(OBJECT), "an object or null"),
-        ("soft_error", BOOLEAN, "true or false"),
-        ("signature", _or_null(STRING), "a string or null"),
-    ),
-    optional=(("transport", STRING, "a string or null"),),
-)
-SDK = Shape(
-    required=(("user_agent", _or_null(STRING), "a string or null"),),
-    optional=(
-        *(
-            (key, STRING, "a string or null")
-            for key in ("lang", "version", "os", "arch", "runtime", "runtime_version")
-        ),
-        ("async", BOOLEAN, "true, false or null"),
-        ("client", STRING, "a string or null"),
-        ("client_version", STRING, "a string or null"),
-    ),
-)
-AUTH = Shape(
-    required=(
-        ("header", STRING, "a string"),
-        ("scheme", _or_null(STRING), "a string or null"),
-        ("fingerprint", _or_null(STRING), "a string or null"),
-        ("forwarded", _or_null(BOOLEAN), "true, false or null"),
-    )
-)
+def _field(key: str, hint: Any, *, optional: bool) -> tuple[Field, bool]:
+    """The check of one annotated key, and whether it holds a header list."""
+    args = get_args(hint)
+    null = optional or type(None) in args
+    (core,) = [a for a in args if a is not type(None)] if get_origin(hint) is UnionType else [hint]
+    if core is Any:
+        return (key, None, "JSON"), False
+    pairs = core == HeaderList
+    base = get_origin(core) or core
+    types: frozenset[type]
+    if base is bool:
+        types, what = frozenset({bool}), "true, false or null" if null else "true or false"
+    else:
+        base = dict if is_typeddict(base) else base
+        types = frozenset({int, float}) if base is float else frozenset({base})
+        what = _PAIRS if pairs else _WORDS[base]
+        what = f"{what} or null" if null else what
+    return (key, types if optional or not null else types | _NULL, what), pairs
+
+
+def shape_of(typed: Any) -> Shape:
+    """The checks a TypedDict of `wirediff._types` describes, in its keys' order."""
+    required: list[Field] = []
+    optional: list[Field] = []
+    pairs: list[str] = []
+    for key, hint in get_type_hints(typed, include_extras=True).items():
+        is_optional = get_origin(hint) is NotRequired
+        field, is_pairs = _field(
+            key, get_args(hint)[0] if is_optional else hint, optional=is_optional
+        )
+        (optional if is_optional else required).append(field)
+        pairs += [key] if is_pairs else []
+    return Shape(tuple(required), tuple(optional), tuple(pairs))
+
+
+RECORD = shape_of(Record)
+REQUEST = shape_of(RecordRequest)
+RESPONSE = shape_of(RecordResponse)
+EVENT = shape_of(Event)
+DIRECTIONS = shape_of(Directions)
+WEBSOCKET = shape_of(WebSocketSummary)
+ERROR = shape_of(ExchangeError)
+TAGS = shape_of(Tags)
+SDK = shape_of(Sdk)
+AUTH = shape_of(Auth)
 _MISSING = object()
 
 

@@ -26,7 +26,6 @@ __all__ = [
     "WebSocketMessage",
     "WebSocketTap",
     "client_secrets",
-    "is_upgrade",
     "is_websocket",
     "parse_messages",
     "server_events",
@@ -37,11 +36,6 @@ E = TypeVar("E", bound=Mapping[str, Any])
 
 ABNORMAL_CLOSE = 1006
 """The close code of a connection that ended without a close handshake (RFC 6455 7.4.1)."""
-
-
-def is_upgrade(headers: Iterable[tuple[str, str]]) -> bool:
-    """The request asks to upgrade to a WebSocket (`Upgrade: websocket`)."""
-    return any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers)
 
 
 def is_websocket(record: Mapping[str, Any]) -> bool:

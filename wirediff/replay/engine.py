@@ -1,33 +1,97 @@
 """The replay engine: sends a plan's requests in dependency order, with bounded concurrency
 and pacing, and records each answer with the capture's own record builder (same shape as
-live traffic)."""
+live traffic).
+
+Sending is what the engine's process does; recording is not, where it can be helped: an
+answer no later step reads ids from goes to the spool process (`wirediff.record.spool`) as
+plain values, and only what the counts need is read of it here. The records of the answers
+later steps build on are built here, since the target's ids are read from them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
+from wirediff._support import is_2xx
 from wirediff._types import Record
-from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.build import build_record
-from wirediff.record.exchange import Error, Exchange, Timings
+from wirediff.record.body import DEFAULT_BODY_CAP, decode_body
+from wirediff.record.build import classify_error
+from wirediff.record.exchange import Error, Exchange
+from wirediff.record.spool import RecordMeta, build_item
+from wirediff.record.tags import is_error_body
 from wirediff.replay.config import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Options
 from wirediff.replay.output import Writers
 from wirediff.replay.plan import Node, Plan, resolve
 from wirediff.replay.request import Outgoing, prepare
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import Sent, exchange_from_httpx, send
+from wirediff.replay.wire import Sent, send, to_httpx, unsent_exchange
 
-__all__ = ["Counts", "ProgressFactory", "TargetRun", "TokenBucket", "replay_all"]
+__all__ = [
+    "SPOOL_AT",
+    "Counts",
+    "Offload",
+    "ProgressFactory",
+    "TargetRun",
+    "TokenBucket",
+    "counted",
+    "replay_all",
+]
 
 ProgressFactory = Callable[[str, int, int], tuple[Callable[["Counts"], None], Any]]
 """`(label, total, already_done) -> (update(counts), closable)`: a progress display."""
+Offload = Callable[[Node, Exchange, RecordMeta], bool]
+"""Hand an answered exchange on to be recorded elsewhere; False: record it here."""
+SPOOL_AT = 32
+"""Exchanges to send from which a run records through a spool process: starting one costs
+about what recording a few dozen exchanges here does."""
+SOFT_ERROR_SCAN = 1 << 16
+"""Bytes of a 2xx body looked at for an error object when counting an offloaded answer."""
+
+
+def _error_in(text: Any) -> bool:
+    """Is this JSON text (or value) an error object (`is_error_body`)? Text is parsed only
+    when it may be one."""
+    if not isinstance(text, str):
+        return is_error_body(text)
+    if '"error"' not in text and '"detail"' not in text:
+        return False
+    try:
+        return is_error_body(json.loads(text))
+    except ValueError:
+        return False
+
+
+def counted(ex: Exchange) -> Record:
+    """What `Counts.add` reads of the record of `ex` (its error's kind, its status, whether a
+    2xx carries an error), without building the record."""
+    resp, err = ex.response, ex.error
+    error = None
+    if err is not None:
+        error = {"kind": err.kind or classify_error(err.message, resp is not None)}
+    soft = False
+    if resp is not None and is_2xx(resp.status):
+        tap = ex.tap
+        if tap is not None and tap.sse:
+            soft = any(_error_in(ev.get("data")) for ev in tap.events)
+        else:
+            raw = tap.kept() if tap is not None else resp.content or b""
+            encoding = "" if tap is not None else resp.content_encoding
+            head = decode_body(raw, encoding, SOFT_ERROR_SCAN)
+            soft = head[:1] == b"{" and _error_in(head.decode("utf-8", "replace"))
+    counted = {
+        "error": error,
+        "response": None if resp is None else {"status": resp.status},
+        "tags": {"soft_error": soft},
+    }
+    return cast("Record", counted)  # only the keys Counts.add reads
 
 
 @dataclass
@@ -117,8 +181,11 @@ class TargetRun:
         timeout: httpx.Timeout | None = None,
         progress: Callable[[Counts], None] | None = None,
         attempts: Mapping[str, int] | None = None,
+        offload: Offload | None = None,
     ) -> None:
         self.plan, self.target, self.api_key = plan, target, api_key
+        self.offload = offload
+        """Where answers no later step reads ids from are recorded (None: here, to `sink`)."""
         self.attempts = attempts or {}
         """Records earlier runs left for each original: a new one is attempt n + 1."""
         self.interrupted: list[Node] = []
@@ -155,10 +222,11 @@ class TargetRun:
         pending: dict[str, Sent] = {}
         errors: list[BaseException] = []
 
-        def complete(node: Node, rec: Record, connect_failed: bool) -> None:
+        def complete(node: Node, rec: Record, connect_failed: bool, sunk: bool = False) -> None:
             nonlocal left
             nid = node.id
-            self.sink(rec)
+            if not sunk:
+                self.sink(rec)
             # only what later steps read ids from is kept whole: a long session stays small
             self.done[nid] = rec if self.plan.dependents[nid] else None
             self.counts.add(rec, connect_failed=connect_failed)
@@ -178,7 +246,10 @@ class TargetRun:
             if got is None:
                 return
             try:
-                complete(node, self.finalize(node, got), got.connect_failed)
+                if self.offloaded(node, got):
+                    complete(node, counted(got.exchange), got.connect_failed, sunk=True)
+                else:
+                    complete(node, self.finalize(node, got), got.connect_failed)
             except Exception as e:  # a callback's exception would only be logged: re-raise it
                 errors.append(e)
                 finished.set()
@@ -238,52 +309,46 @@ class TargetRun:
         return prepare(node.rec, self.target, self.api_key, mapping, api_prefixes=node.api_prefixes)
 
     def request(self, out: Outgoing) -> httpx.Request:
-        """The httpx request for `out`; header values as the capture decoded them (UTF-8,
-        undecodable bytes as surrogates), so a non-ASCII value goes out as it came in."""
-        headers = [
-            (k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in out.headers
-        ]
-        return httpx.Request(
-            out.method,
-            out.url,
-            headers=headers,
-            content=out.content,
-            extensions={"timeout": self.timeout},
-        )
+        return to_httpx(out, self.timeout)
+
+    def meta(self, node: Node) -> RecordMeta:
+        """What the record of `node`'s replay says besides the exchange; a repeated attempt
+        (earlier runs left records for `node`) says which it is (`attempt`)."""
+        return {
+            "session": str(node.rec.get("session") or ""),
+            "label": self.target.label,
+            "seq": int(node.rec.get("seq") or 0),
+            "listener": self.listener,
+            "replay_of": node.id,
+            "attempt": self.attempts[node.id] + 1 if self.attempts.get(node.id) else None,
+        }
 
     def record(self, node: Node, ex: Exchange) -> Record:
-        """The capture's record of `ex`, as the replay of `node` on this target; a repeated
-        attempt (earlier runs left records for `node`) says which it is (`attempt`)."""
-        rec = build_record(
-            ex,
-            session=str(node.rec.get("session") or ""),
-            label=self.target.label,
-            seq=int(node.rec.get("seq") or 0),
-            listener=self.listener,
-            replay_of=node.id,
-            body_cap=self.body_cap,
+        """The capture's record of `ex`, as the replay of `node` on this target."""
+        return build_item(ex, self.meta(node), self.body_cap, frozenset())
+
+    def offloaded(self, node: Node, sent: Sent) -> bool:
+        """Handed to `offload` to record (no later step reads ids from it)."""
+        return (
+            self.offload is not None
+            and not self.plan.dependents[node.id]
+            and self.offload(node, sent.exchange, self.meta(node))
         )
-        if self.attempts.get(node.id):
-            rec["attempt"] = self.attempts[node.id] + 1
-        return rec
 
     def skipped(self, node: Node, reason: str, mapping: Mapping[str, str]) -> Record:
         return self.unsent(node, reason, "skipped", mapping)
 
     def unsent(self, node: Node, reason: str, kind: str, mapping: Mapping[str, str]) -> Record:
-        """A record for a step without an answer: the request it would have been (for an
-        original too malformed to prepare, its method to the target's base URL), `error`
-        the reason and `kind` (skipped: not sent; interrupted: sent, no answer awaited)."""
-        try:
-            out = self.prepare(node, mapping)
-            request = self.request(out)
-        except Exception:
-            method = node.rec["request"].get("method")
-            method = method if isinstance(method, str) and method.isascii() else "GET"
-            out = Outgoing(method.upper(), self.target.base, [], None, None, False)
-            request = self.request(out)
-        error = Error(reason, kind)
-        ex = exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
+        """A record for a step without an answer (`unsent_exchange`)."""
+        ex = unsent_exchange(
+            node.rec,
+            self.target,
+            self.api_key,
+            mapping,
+            Error(reason, kind),
+            self.timeout,
+            node.api_prefixes,
+        )
         return self.record(node, ex)
 
     def finalize(self, node: Node, sent: Sent) -> Record:
@@ -315,6 +380,11 @@ async def replay_all(
             def sink(rec: Record, dest: dict[str, Path] = dest) -> None:
                 writers.write(dest[str(rec["replay_of"])], rec)
 
+            def offload(
+                node: Node, ex: Exchange, meta: RecordMeta, dest: dict[str, Path] = dest
+            ) -> bool:
+                return writers.write_exchange(dest[node.id], ex, meta)
+
             bar = None
             run = TargetRun(
                 plan,
@@ -327,6 +397,7 @@ async def replay_all(
                 body_cap=opts.body_cap,
                 timeout=timeout,
                 attempts=(attempts_of or {}).get(t.label),
+                offload=offload,
             )
             if progress is not None:
                 run.progress, bar = progress(t.label, run.counts.total, run.counts.resumed)

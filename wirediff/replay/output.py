@@ -3,16 +3,19 @@ already (for resuming)."""
 
 from __future__ import annotations
 
+import errno
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from wirediff._types import Record
+from wirediff.record.exchange import Exchange
+from wirediff.record.spool import RecordMeta, Spool
 from wirediff.record.store import RecordWriter, iter_records, latest_replays
 from wirediff.replay.config import Options
 from wirediff.replay.targets import Target
 
-__all__ = ["Writers", "already_replayed", "output_path", "replay_history"]
+__all__ = ["Writers", "output_path", "replay_history"]
 
 
 def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
@@ -38,38 +41,61 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
     return newest, Counter(str(rec["replay_of"]) for rec in found)
 
 
-def already_replayed(paths: Iterable[Path], label: str) -> dict[str, Record]:
-    """The newest replay record of `label` in the output files, by original id."""
-    return replay_history(paths, label)[0]
-
-
 class Writers:
-    """One append-only writer per output file, shared by all targets of a run."""
+    """One append-only writer per output file, shared by all targets of a run.
 
-    def __init__(self, paths: Iterable[Path] = ()) -> None:
+    With a `Spool`, records are built and appended by the spool process (`write_exchange`,
+    and `write` for records built here); this process writes only what the spool could not
+    take, once it is closed or gone.
+    """
+
+    def __init__(self, paths: Iterable[Path] = (), spool: Spool | None = None) -> None:
         self._w: dict[Path, RecordWriter] = {}
+        self.spool = spool
         for p in paths:
-            self._writer(p)
+            self._appendable(p)
+            if spool is None:
+                self._writer(p)
+
+    @staticmethod
+    def _appendable(path: Path) -> None:
+        """Made (the directory too) and checked appendable before anything is sent, so an
+        unwritable output fails at once, not after the first answer."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
 
     def _writer(self, path: Path) -> RecordWriter:
-        """The file's writer; made (and the file checked appendable) before anything is sent,
-        so an unwritable output fails at once, not after the first answer."""
         w = self._w.get(path)
         if w is None:
-            w = RecordWriter(path)  # makes the directory
-            with path.open("a", encoding="utf-8"):
-                pass
-            self._w[path] = w
+            self._appendable(path)
+            w = self._w[path] = RecordWriter(path)
         return w
 
     def write(self, path: Path, rec: Record) -> None:
+        if self.spool is not None and self.spool.record(path, rec):
+            return
         self._writer(path).write(rec)
 
+    def write_exchange(self, path: Path, ex: Exchange, meta: RecordMeta) -> bool:
+        """Hand `ex` to the spool to record; False: there is none (or it is gone), build
+        the record here."""
+        return self.spool is not None and self.spool.exchange(path, ex, meta)
+
     def close(self) -> None:
-        """Close every writer; records a full disk kept from being written are an error."""
+        """Close the spool (what it never got is written here) and every writer; records a
+        full disk kept from being written are an error."""
+        failed = False
+        if self.spool is not None:
+            spool, self.spool = self.spool, None
+            for path, rec in spool.close_unsent():
+                self._writer(path).write(rec)
+            failed = spool.proc.returncode != 0
         writers = list(self._w.values())
         self._w.clear()
         for w in writers:
             w.close()
         for w in writers:
             w.check()
+        if failed:
+            raise OSError(errno.EIO, "records could not be written (the reason is above)")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
+from wirediff._types import Record
 from wirediff.record.exchange import (
     Error,
     Exchange,
@@ -17,8 +20,42 @@ from wirediff.record.exchange import (
     header_value,
 )
 from wirediff.record.tap import StreamTap, is_sse
+from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, prepare
+from wirediff.replay.targets import Target
 
-__all__ = ["Sent", "exchange_from_httpx", "send"]
+__all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
+
+
+def to_httpx(out: Outgoing, timeout: Mapping[str, Any]) -> httpx.Request:
+    """The httpx request for `out`; header values as the capture decoded them (UTF-8,
+    undecodable bytes as surrogates), so a non-ASCII value goes out as it came in."""
+    headers = [(k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in out.headers]
+    return httpx.Request(
+        out.method, out.url, headers=headers, content=out.content, extensions={"timeout": timeout}
+    )
+
+
+def unsent_exchange(
+    rec: Record,
+    target: Target,
+    api_key: str | None,
+    mapping: Mapping[str, str],
+    error: Error,
+    timeout: Mapping[str, Any],
+    api_prefixes: Collection[str] = DEFAULT_PREFIXES,
+) -> Exchange:
+    """The exchange of a step without an answer: the request it would have been (for an
+    original too malformed to prepare, its method to the target's base URL) and `error`
+    (its kind: `skipped`, not sent; `interrupted`, sent and no answer awaited)."""
+    try:
+        out = prepare(rec, target, api_key, mapping, api_prefixes=api_prefixes)
+        request = to_httpx(out, timeout)
+    except Exception:
+        method = rec["request"].get("method")
+        method = method if isinstance(method, str) and method.isascii() else "GET"
+        out = Outgoing(method.upper(), target.base, [], None, None, False)
+        request = to_httpx(out, timeout)
+    return exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
 
 
 def _pairs(raw: list[tuple[bytes, bytes]]) -> HeaderPairs:

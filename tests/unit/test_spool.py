@@ -1,0 +1,149 @@
+"""Recording off the sender's path: an exchange as plain values, the spool process (forked or
+started), and the replay engine handing it what no later step reads ids from."""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.unit.test_replay import Fake, T, as_json, rec, session, sse, streamed
+from wirediff._types import Record
+from wirediff.cli.replay import main_replay
+from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
+from wirediff.record.pipe import can_fork
+from wirediff.record.spool import RecordMeta, Spool, build_item
+from wirediff.record.store import RecordWriter, load_records
+from wirediff.replay import engine as engine_module
+from wirediff.replay.engine import Counts, TargetRun, counted
+from wirediff.replay.plan import make_plan
+
+
+def sent_exchanges(
+    records: list[Record], fake: Any
+) -> tuple[list[tuple[Exchange, RecordMeta]], list[Record], TargetRun]:
+    """Replay `records` to `fake`, every answer offloaded that can be: what was handed on,
+    and the records built here."""
+    handed: list[tuple[Exchange, RecordMeta]] = []
+    built: list[Record] = []
+
+    def offload(node: Any, ex: Exchange, meta: RecordMeta) -> bool:
+        handed.append((ex, meta))
+        return True
+
+    run = TargetRun(
+        make_plan(records), T, "sk-target", built.append, {}, concurrency=2, offload=offload
+    )
+    asyncio.run(run.run(httpx.MockTransport(fake)))
+    return handed, built, run
+
+
+def test_an_exchange_survives_marshal_and_builds_the_same_record() -> None:
+    handed, _, _ = sent_exchanges(session(), Fake())
+    assert handed
+    for ex, meta in handed:
+        again = exchange_from_state(marshal.loads(marshal.dumps(exchange_state(ex))))
+        assert build_item(again, meta, 1 << 20, frozenset()) == build_item(
+            ex, meta, 1 << 20, frozenset()
+        )
+
+
+def test_what_later_steps_read_ids_from_is_built_here_the_rest_handed_on() -> None:
+    handed, built, run = sent_exchanges(session(), Fake())
+    plan = run.plan
+    producers = {nid for nid, deps in plan.dependents.items() if deps}
+    assert {r["replay_of"] for r in built if r["error"] is None} == producers
+    assert {m["replay_of"] for _, m in handed}.isdisjoint(producers)
+    assert all(m["label"] == "tgt" and m["listener"] == run.listener for _, m in handed)
+    assert run.counts.done == len(plan) and run.counts.ok == run.counts.sent
+
+
+def _answers() -> dict[str, Any]:
+    events = sse([("response.created", {"response": {"id": "r", "object": "response"}}),
+                  ("error", {"type": "error", "error": {"message": "overloaded"}})])  # fmt: skip
+    return {
+        "soft": lambda r: as_json({"error": "Unexpected endpoint or method. (POST /v1/responses)"}),
+        "event": lambda r: streamed(200, events, "text/event-stream"),
+        "missing": lambda r: as_json({"error": {"message": "nope", "type": "x"}}, 404),
+        "fine": lambda r: as_json({"id": "resp_1", "object": "response", "error": None}),
+        "down": lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused", request=r)),
+    }
+
+
+@pytest.mark.parametrize("answer", list(_answers()))
+def test_counts_of_an_offloaded_answer_are_those_of_its_record(answer: str) -> None:
+    fake = _answers()[answer]
+    handed, _, _ = sent_exchanges([rec("a", body={"model": "m", "input": "hi"})], fake)
+    [(ex, meta)] = handed
+    full, light = Counts(), Counts()
+    full.add(build_item(ex, meta, 1 << 20, frozenset()), connect_failed=False)
+    light.add(counted(ex), connect_failed=False)
+    assert light == full
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "started"])
+def test_the_spool_writes_every_record_in_order_to_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fork: bool
+) -> None:
+    if fork and not can_fork():
+        pytest.skip("no fork here")
+    monkeypatch.setattr("wirediff.record.pipe.can_fork", lambda: fork)
+    handed, built, _ = sent_exchanges(session(), Fake())
+    spool = Spool(1 << 20)
+    assert (spool.proc.__class__.__name__ == "Forked") == fork
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    expected: dict[Path, list[Record]] = {p: [] for p in paths}
+    for i, (ex, meta) in enumerate(handed):
+        meta = {**meta, "attempt": 2 if i == 0 else None}
+        assert spool.exchange(paths[i % 2], ex, meta)
+        expected[paths[i % 2]].append(build_item(ex, meta, 1 << 20, frozenset()))
+    assert spool.record(paths[0], built[0])
+    expected[paths[0]].append(built[0])
+    assert spool.close_unsent() == [] and spool.proc.returncode == 0
+    for p in paths:
+        assert load_records([p]) == expected[p]
+    assert load_records([paths[0]])[0]["attempt"] == 2
+
+
+def test_what_a_dead_spool_never_got_is_built_here(tmp_path: Path) -> None:
+    handed, _, _ = sent_exchanges(session()[:2], Fake())
+    spool = Spool(1 << 20)
+    spool.proc.kill()
+    spool.proc.wait()
+    for ex, meta in handed:
+        spool.exchange(tmp_path / "a.jsonl", ex, meta)
+    spool._flush()  # the pipe is broken: nothing went
+    assert spool.broken is not None
+    unsent = spool.close_unsent()
+    assert [(p, r["replay_of"]) for p, r in unsent] == [
+        (tmp_path / "a.jsonl", m["replay_of"]) for _, m in handed
+    ]
+
+
+def test_a_replay_through_the_spool_writes_what_an_in_process_one_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = tmp_path / "s.jsonl"
+    with RecordWriter(cap) as w:
+        for r in session():
+            w.write(r)
+
+    def replay(spool_at: int, out: Path) -> list[Record]:
+        monkeypatch.setattr(engine_module, "SPOOL_AT", spool_at)
+        monkeypatch.setattr("wirediff.cli.replay.SPOOL_AT", spool_at)
+        monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.MockTransport(Fake()))
+        assert main_replay([str(cap), "--to", T.url, "-o", str(out), "--allow-unsafe"]) == 0
+        return load_records([out])
+
+    def shape(r: Record) -> Any:
+        resp = r["response"]
+        status, body = (resp["status"], resp["body"]) if resp is not None else (None, None)
+        return (r["replay_of"], r["request"]["path"], status, body)
+
+    spooled, here = replay(1, tmp_path / "spooled.jsonl"), replay(10**9, tmp_path / "here.jsonl")
+    assert sorted(map(shape, spooled)) == sorted(map(shape, here))
+    assert len(spooled) == len(session())

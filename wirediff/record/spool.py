@@ -1,0 +1,173 @@
+"""The spool: records of exchanges built and appended in a process of their own.
+
+The replayer and the shadow addon send what they sent and got back as an `Exchange`. Building
+its record (decoding, parsing, redacting, tagging, encoding JSON) costs about as much client
+CPU as sending it did; on the sender's event loop it is time taken from sending (and, in the
+shadow, from the proxy). So each answered exchange goes down a pipe (`wirediff.record.pipe`)
+as plain values (`exchange_state`) with where its record goes and what it is, and
+`python -m wirediff.record.spool` builds the records with the same `build_record` and
+appends them, one writer per file, in the order sent. A record the sender built itself (one
+it reads ids from) goes as its encoded line. What cannot be written (a full disk that stays
+full) is said on stderr and the process exits 1.
+
+Usage (started by `Spool`): python -m wirediff.record.spool BODY_CAP [REDACT]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from wirediff._types import Record
+from wirediff.record.build import build_record, fallback_record
+from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
+from wirediff.record.pipe import FramePipe, frame_batches
+from wirediff.record.store import RecordWriter, encode_record
+
+__all__ = ["RecordMeta", "Spool", "build_item", "serve"]
+
+RecordMeta = dict[str, Any]
+"""What a record says about its exchange besides the exchange: `session`, `label`, `seq`,
+`listener`, `replay_of`, and `attempt` when it is not the first."""
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+"""Where `wirediff` is imported from here: the spool process imports it from there too."""
+RETRY_SECONDS = 1.0
+"""How often records waiting for a full disk are tried again when nothing else arrives."""
+
+
+def build_item(
+    ex: Exchange, meta: Mapping[str, Any], body_cap: int, redact: frozenset[str]
+) -> Record:
+    """The record of `ex` as `meta` describes it; when it cannot be built, what is certain."""
+    try:
+        rec = build_record(
+            ex,
+            session=str(meta.get("session") or ""),
+            label=str(meta.get("label") or ""),
+            seq=int(meta.get("seq") or 0),
+            listener=meta.get("listener"),
+            replay_of=meta.get("replay_of"),
+            body_cap=body_cap,
+            redact=redact,
+        )
+    except Exception as e:  # never lose the exchange: keep what is certain
+        print(f"wirediff: could not build the record of {ex.id}: {e!r}", file=sys.stderr)
+        rec = fallback_record(
+            ex,
+            str(meta.get("session") or ""),
+            e,
+            label=str(meta.get("label") or ""),
+            seq=int(meta.get("seq") or 0),
+            replay_of=meta.get("replay_of"),
+        )
+    if meta.get("attempt"):
+        rec["attempt"] = meta["attempt"]
+    return rec
+
+
+class Spool(FramePipe):
+    """The sender's end: a process forked from this one where that is safe (else started).
+    `exchange` and `record` return False when the spool process is gone or too far behind:
+    the caller then builds and writes the record itself; `close_unsent` builds what never
+    reached the process."""
+
+    def __init__(self, body_cap: int, redact: frozenset[str] = frozenset()) -> None:
+        args = [str(body_cap), ",".join(sorted(redact))]
+        super().__init__(
+            "wirediff.record.spool", args, PACKAGE_ROOT, fork=lambda fd: main(args, fd)
+        )
+        self.body_cap, self.redact = body_cap, redact
+
+    @property
+    def name(self) -> str:
+        return "spool"
+
+    def exchange(self, path: Path, ex: Exchange, meta: RecordMeta) -> bool:
+        return self.send((str(path), exchange_state(ex), meta))
+
+    def record(self, path: Path, rec: Record) -> bool:
+        return self.send((str(path), encode_record(rec), None))
+
+    def close_unsent(self) -> list[tuple[Path, Record]]:
+        """Close, and build what never reached the process (`close`)."""
+        out = []
+        for path, what, meta in self.close():
+            if meta is None:
+                out.append((Path(path), _decoded(what)))
+            else:
+                ex = exchange_from_state(what)
+                out.append((Path(path), build_item(ex, meta, self.body_cap, self.redact)))
+        return out
+
+
+def _decoded(line: bytes) -> Record:
+    rec: Record = json.loads(line)
+    return rec
+
+
+def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
+    """Read items from `fd` until it closes; build and append their records. 0 when every
+    record was written, else 1 (said on stderr)."""
+    writers: dict[str, RecordWriter] = {}
+    failing: set[str] = set()
+
+    def writer(path: str) -> RecordWriter:
+        w = writers.get(path)
+        if w is None:
+            w = writers[path] = RecordWriter(path)
+        return w
+
+    def report() -> None:
+        for path, w in writers.items():
+            if w.failure is not None and path not in failing:
+                failing.add(path)
+                print(
+                    f"wirediff: cannot write {path}: {w.failure.strerror or w.failure}; "
+                    "records wait in memory until it can",
+                    file=sys.stderr,
+                )
+            elif w.failure is None and path in failing:
+                failing.discard(path)
+                print(f"wirediff: writing {path} again", file=sys.stderr)
+
+    def retry_after() -> float | None:
+        return RETRY_SECONDS if any(w.waiting for w in writers.values()) else None
+
+    for items in frame_batches(fd, retry_after):
+        if items is None:
+            for w in writers.values():
+                w.retry()
+            report()
+            continue
+        lines: dict[str, list[bytes]] = {}
+        for path, what, meta in items:
+            if meta is not None:
+                ex = exchange_from_state(what)
+                what = encode_record(build_item(ex, meta, body_cap, redact))
+            lines.setdefault(path, []).append(what)
+        for path, batch in lines.items():
+            writer(path).write_lines(batch)
+        report()
+    lost = 0
+    for path, w in writers.items():
+        w.close()
+        if w.waiting or w.lost:
+            lost += w.waiting + w.lost
+            why = w.failure.strerror if w.failure is not None else "unknown"
+            print(
+                f"wirediff: {w.waiting + w.lost} records could not be written to {path} ({why})",
+                file=sys.stderr,
+            )
+    return 1 if lost else 0
+
+
+def main(argv: list[str], fd: int = 0) -> int:
+    cap, redact = [*argv, ""][:2]
+    return serve(int(cap), frozenset(n for n in redact.split(",") if n), fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
