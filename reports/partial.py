@@ -232,6 +232,13 @@ def collect(
             pairs=pairs,
         ),
         gate=gate_counts(findings, analysis.exchanges),
+        paired=Counter(
+            zip(
+                pairs["label"].astype(str).tolist(),
+                pairs["pairing"].astype(str).tolist(),
+                strict=True,
+            )
+        ),
     )
     if not report:
         return part, ffr, order
@@ -243,10 +250,6 @@ def collect(
     no_answer = ex["error_kind"].where(ex["error_kind"] == SKIPPED, "none")
     status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
     part.status_mix = Counter(zip(ex["label"].tolist(), status.tolist(), strict=True))
-    if len(pairs):
-        part.paired = Counter(
-            zip(pairs["label"].astype(str).tolist(), pairs["pairing"].astype(str).tolist(), strict=True)
-        )
     if len(ffr):
         part.kinds = Counter(zip(ffr["label"].tolist(), ffr["kind"].tolist(), strict=True))
     part.endpoint_cells = verdict_cells(

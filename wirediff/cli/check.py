@@ -14,14 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pandas as pd
 
-from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.cli.engine_options import add_engine_options, open_run

@@ -16,7 +16,8 @@ pandas, Dask, DuckDB, Spark) gives them as columns. An exchange row holds the co
 `request_size`, `response_size`, `transport`), the keys pairing and chains need
 (`ordinal`: its place in the exported captures; `root`: the 64-bit digest of the original
 it goes back to; `id_digest`, `replay_digest`, `request_digest`, `body_digest`,
-`hop_digest`; `location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON
+`hop_digest`; `fingerprint`: an original's request fingerprint as 64 bits, what pairing by
+content compares, 0 for a replay; `location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON
 text, so reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`, `type`, `sequence_number`, `direction`, `partial`.
 
 Each task writes one file per session and label, rows sorted by `root`: the analysis's
@@ -83,6 +84,7 @@ EXTRA = {
     "request_digest": _U64,
     "body_digest": _U64,
     "hop_digest": _U64,
+    "fingerprint": _U64,
     "location": _STR,
     "ok": _BOOL,
     "models": pa.list_(_STR),

@@ -19,16 +19,26 @@ import pandas as pd
 
 from wirediff import FORMAT
 from wirediff.analysis.comparison.noise import NOISE_SAMPLES
+from wirediff.analysis.comparison.pairing import (
+    UNMATCHED_COLUMNS,
+    Baseline,
+    ContentLinks,
+    choose_baseline,
+    content_links,
+)
 from wirediff.engine.scan import Scanned
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
+from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS
 
 __all__ = [
     "Index",
     "build_index",
+    "content_pairing",
     "line_number",
     "noise_samples",
+    "partition_of",
     "partitions",
     "root_digests",
 ]
@@ -109,7 +119,14 @@ class Index:
         return len(self.frame)
 
 
-DIGESTS = ("id_digest", "replay_digest", "request_digest", "body_digest", "hop_digest")
+DIGESTS = (
+    "id_digest",
+    "replay_digest",
+    "request_digest",
+    "body_digest",
+    "hop_digest",
+    "fingerprint",
+)
 
 
 def build_index(
@@ -153,9 +170,23 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS])
 
 
-def root_digests(frame: pd.DataFrame) -> np.ndarray:
+def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> np.ndarray:
     """Per record, the digest of the original it goes back to through `replay_of` (itself
-    for an original; a replay of a replay goes back further; a missing original's id)."""
+    for an original; a replay of a replay goes back further; a missing original's id); for
+    an original paired by content (`links`: candidate id, baseline id) and its replays, the
+    baseline's original, so that both sides of a pair land in one partition."""
+    root = _replay_roots(frame)
+    if not links:
+        return root
+    cand = np.fromiter((digest(c) for c, _ in links), dtype=np.uint64, count=len(links))
+    base = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
+    order = np.argsort(cand, kind="stable")
+    cand, base = cand[order], base[order]
+    at = np.clip(np.searchsorted(cand, root), 0, len(cand) - 1)
+    return np.where(cand[at] == root, base[at], root)
+
+
+def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     own = frame["id_digest"].to_numpy(dtype=np.uint64)
     parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replay = frame["replay_of"].notna().to_numpy() & (parent != 0)
@@ -174,17 +205,38 @@ def root_digests(frame: pd.DataFrame) -> np.ndarray:
     return root
 
 
-def partitions(frame: pd.DataFrame, count: int) -> np.ndarray:
+def partitions(
+    frame: pd.DataFrame, count: int, links: Sequence[tuple[str, str]] = ()
+) -> np.ndarray:
     """Each record's comparison partition, of `count`: a range of its root's digest."""
-    root = root_digests(frame)
+    return partition_of(root_digests(frame, links), count)
+
+
+def partition_of(root: np.ndarray, count: int) -> np.ndarray:
+    """The partition, of `count`, of each root digest."""
     return ((root >> np.uint64(32)) * np.uint64(count) >> np.uint64(32)).astype(np.int64)
 
 
-def noise_samples(frame: pd.DataFrame) -> list[tuple[int, list[int]]]:
+def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ContentLinks]:
+    """The baseline label (`choose_baseline`) and the originals of other labels paired with
+    its own by content (`content_links`), once over the whole index: a partition takes the
+    links of its candidates and never aligns a part of the captures (it would list calls
+    whose counterpart is in another part as unmatched)."""
+    ex = frame.drop_duplicates("id")
+    chosen = choose_baseline(ex, requested)
+    if chosen.label is None:
+        return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
+    return chosen, content_links(ex, chosen.label)
+
+
+def noise_samples(
+    frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()
+) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
-    replayed originals repeat — in the order a whole analysis meets them (by the first
-    replay of each original that was sent)."""
+    compared originals repeat — in the order a whole analysis meets them (by the first
+    replay of each original that was sent, then the baseline's originals paired by
+    content, `links`, in their order)."""
     if not len(frame):
         return []
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
@@ -195,10 +247,13 @@ def noise_samples(frame: pd.DataFrame) -> list[tuple[int, list[int]]]:
     last = np.r_[np.flatnonzero(by_id[1:] != by_id[:-1]), len(ids) - 1]
     unique_ids, row_of = by_id[last], order[last]  # an id's last row, as loading keeps it
     known = sent & (of != 0) & np.isin(of, unique_ids)
-    if not known.any():
+    linked = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
+    linked = linked[np.isin(linked, unique_ids)]
+    if not known.any() and not len(linked):
         return []
-    at = np.flatnonzero(known)
-    originals, first = np.unique(of[known], return_index=True)  # each one's first replay
+    at = np.r_[np.flatnonzero(known), len(frame) + np.arange(len(linked))]
+    compared = np.r_[of[known], linked]
+    originals, first = np.unique(compared, return_index=True)  # each one's first pair
     rows = row_of[np.searchsorted(unique_ids, originals)]
     requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
     by_first = np.argsort(at[first], kind="stable")

@@ -25,17 +25,27 @@ from wirediff.analysis.diagnosis.chains import chain_rows_from
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN
 from wirediff.engine import tasks
 from wirediff.engine.engines import Call, Engine
-from wirediff.engine.plan import Index, build_index, noise_samples, partitions, root_digests
+from wirediff.engine.plan import (
+    Index,
+    build_index,
+    content_pairing,
+    noise_samples,
+    partition_of,
+    partitions,
+    root_digests,
+)
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import chunks
 from wirediff.engine.sources import PARQUET, Source, resolve
 from wirediff.engine.spill import Spill
+from wirediff.record.keys import digest
 from wirediff.reports.chains import ChainCounts, merge_chains
 from wirediff.reports.partial import Partial
 
 __all__ = [
     "Diagnosed",
     "compare",
+    "content_pairing",
     "diagnose",
     "failing_chains",
     "fetch",
@@ -105,16 +115,24 @@ def compare(
     report: bool = True,
     spill: Spill | None = None,
     part_bytes: int = PART_BYTES,
+    links: Sequence[tuple[str, str]] = (),
 ) -> Partial:
     """Every partition (about `part_bytes` of records) compared and merged; finding rows
-    into `spill` when given."""
+    into `spill` when given. `links`: the originals paired by content over all the captures
+    (`content_pairing`), each compared in its baseline original's partition."""
     frame, sources = index.frame, index.sources
     total = int(frame["nbytes"].sum()) if len(frame) else 0
     count = max(1, math.ceil(total / part_bytes))
     if engine.workers > 1 and total > SMALL_BYTES:
         count = max(count, engine.workers)
-    noise = _noise(engine, index)
-    part_of = partitions(frame, count) if count > 1 else np.zeros(len(frame), dtype=np.int64)
+    noise = _noise(engine, index, links)
+    part_of = partitions(frame, count, links) if count > 1 else np.zeros(len(frame), dtype=np.int64)
+    link_part = partition_of(
+        np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links)), count
+    )
+    links_of: dict[int, list[tuple[str, str]]] = {}
+    for link, p in zip(links, link_part.tolist(), strict=True):
+        links_of.setdefault(p, []).append(link)
     requests = frame["request_digest"].to_numpy()
     calls: list[Call] = []
     for p in range(count):
@@ -127,6 +145,7 @@ def compare(
         kwargs = {
             "ignore": tuple(ignore),
             "noise": mine,
+            "links": links_of.get(p, []),
             "max_examples": max_examples,
             "report": report,
             "rows": spill is not None,
@@ -148,8 +167,8 @@ def compare(
     return merged
 
 
-def _noise(engine: Engine, index: Index) -> dict[int, set[str]]:
-    samples = noise_samples(index.frame)
+def _noise(engine: Engine, index: Index, links: Sequence[tuple[str, str]]) -> dict[int, set[str]]:
+    samples = noise_samples(index.frame, links)
     if not samples:
         return {}
     work = [(request, locators(index.frame, rows)) for request, rows in samples]

@@ -23,7 +23,7 @@ from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
 from wirediff.engine.sources import JSONL, Source, open_binary
-from wirediff.record.keys import digest, digests
+from wirediff.record.keys import digest, digests, request_fingerprint
 from wirediff.record.store import BATCH_LINES, LineError, Torn, checked, is_json, parse_batch
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "INDEX_COLUMNS",
     "Scanned",
     "chunks",
+    "fingerprint_digest",
     "index_row",
     "scan_chunk",
 ]
@@ -60,8 +61,10 @@ FROM_EXCHANGES = [
     "auth_fingerprint",
     "soft_error",
     "error_kind",
+    "seq",
 ]
-"""The columns of `exchanges_frame` that pairing, chains and backends need."""
+"""The columns of `exchanges_frame` that pairing (by replay and by content), chains and
+backends need."""
 _PICK = [EXCHANGE_COLUMNS.index(c) for c in FROM_EXCHANGES]
 INDEX_COLUMNS = [
     *FROM_EXCHANGES,
@@ -70,15 +73,23 @@ INDEX_COLUMNS = [
     "request_digest",
     "body_digest",
     "hop_digest",
+    "fingerprint",
     "location",
     "ok",
     "models",
 ]
 """A row of the index, after the locator (`src`, `a`, `b`), its size and its place in its
 source (`nbytes`, `ordinal`): `hop_digest` only for an original on a named listener (a hop
-candidate, else 0), `models` only for a `/v1/models` answer."""
+candidate, else 0), `fingerprint` only for an original (`fingerprint_digest`, else 0),
+`models` only for a `/v1/models` answer."""
 _INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
 _INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
+
+
+def fingerprint_digest(rec: Record) -> int:
+    """`request_fingerprint` as a 64-bit number (its first 8 bytes): what pairing by content
+    compares, in 8 bytes a row."""
+    return int(request_fingerprint(rec)[:16], 16)
 
 
 def index_row(rec: Record) -> tuple[Any, ...]:
@@ -102,6 +113,7 @@ def index_row(rec: Record) -> tuple[Any, ...]:
         request,
         body,
         hop,
+        0 if replay_of else fingerprint_digest(rec),
         redirect_location(rec),
         exchange_ok(rec),
         models,

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.noise import group_sample_noise
+from wirediff.analysis.comparison.pairing import UNMATCHED_COLUMNS, ContentLinks
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import (
     Backends,
@@ -87,16 +90,24 @@ def compare_part(
     max_examples: int,
     report: bool,
     rows: bool,
+    links: Sequence[tuple[str, str]] = (),
     spill_to: str | None = None,
 ) -> Compared:
-    """Pair, diff, validate and judge one partition: originals with all their replays.
+    """Pair, diff, validate and judge one partition: originals with all their replays, and
+    the originals paired by content with the baseline's here (`links`, made over all the
+    captures; what found no counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
     finding rows itself (they never travel back)."""
     with paused_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
         records = read_records(sources, src, a, b)
-        analysis = analyze(records, ignore=ignore, repeat_noise=noise, judge_cells=False)
+        # no baseline label: it was chosen over all the captures (a part may hold none of its
+        # originals), and the links given are all that pairing by content needs
+        content = ContentLinks(list(links), pd.DataFrame(columns=UNMATCHED_COLUMNS))
+        analysis = analyze(
+            records, ignore=ignore, content=content, repeat_noise=noise, judge_cells=False
+        )
         part, ffr, order = collect(analysis, places, max_examples=max_examples, report=report)
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
