@@ -22,7 +22,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import findings_of
 from wirediff.analysis.comparison.kinds import severity_rank
-from wirediff.analysis.comparison.pairing import Baseline
+from wirediff.analysis.comparison.pairing import CONTENT, Baseline
 from wirediff.analysis.comparison.verdicts import (
     Cells,
     exchange_outcomes,
@@ -43,7 +43,7 @@ from wirediff.reports.findings import Folds, collect_folds, findings_frame, merg
 from wirediff.reports.latency import LatencyCounts, collect_latency, merge_latency
 from wirediff.reports.timeline import Alignments, collect_alignments, merge_alignments
 
-__all__ = ["AnalysisLike", "Partial", "collect", "finding_order", "gate_counts"]
+__all__ = ["AnalysisLike", "Partial", "collect", "finding_order", "gate_counts", "pair_places"]
 
 
 class AnalysisLike(Protocol):
@@ -134,25 +134,49 @@ class Partial:
         return self
 
 
-def finding_order(analysis: AnalysisLike, place: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+def pair_places(
+    pairs: pd.DataFrame, place: Mapping[str, Any], linked: Mapping[str, int] | None = None
+) -> list[tuple[Any, ...]]:
+    """Where each pair stands among all the captures' pairs: the replays by their places,
+    then the pairs by content in the order they were linked (`linked`: candidate id → its
+    link's place among all; by default as they come)."""
+    content = pairs["pairing"].eq(CONTENT).tolist()
+    cands = pairs["candidate_id"].tolist()
+    if linked is None:
+        linked = {c: n for n, c in enumerate(c for c, k in zip(cands, content, strict=True) if k)}
+    return [
+        (1, linked[c]) if by_content else (0, place[c])
+        for c, by_content in zip(cands, content, strict=True)
+    ]
+
+
+def finding_order(
+    analysis: AnalysisLike, place: Mapping[str, Any], linked: Mapping[str, int] | None = None
+) -> list[tuple[Any, ...]]:
     """Where each row of `findings_of(divergences, conformance)` stands among all the
-    captures' findings, from the places of the records (`place`: id → position): the
-    divergences group by original, in the order of its first replay that was sent; then the
-    pairs' `client` rows, by replay; then the conformance rows, by record."""
+    captures' findings, from the places of the records (`place`: id → position) and of the
+    pairs (`pair_places`): the divergences group by original, in the order of its first
+    pair whose candidate was sent; then the pairs' `client` rows, by pair; then the
+    conformance rows, by record."""
     pairs, records = analysis.pairs, analysis.records_by_id
     first: dict[str, Any] = {}
-    for bid, cid in zip(pairs["baseline_id"].tolist(), pairs["candidate_id"].tolist(), strict=True):
+    at_pair = pair_places(pairs, place, linked)
+    for bid, cid, at in zip(
+        pairs["baseline_id"].tolist(), pairs["candidate_id"].tolist(), at_pair, strict=True
+    ):
         rec = records.get(cid)
         if rec is None or error_kind(rec) != SKIPPED:
-            first.setdefault(bid, place[cid])
+            first.setdefault(bid, at)
     keys: list[tuple[Any, ...]] = []
     div = analysis.divergences
     rows = zip(
         div["kind"].tolist(), div["baseline_id"].tolist(), div["candidate_id"].tolist(), strict=True
     )
+    pair_at = dict(zip(pairs["candidate_id"].tolist(), at_pair, strict=True))
     for i, (kind, bid, cid) in enumerate(rows):
         at = place[cid]
-        keys.append((1, at, at, i) if kind == "client" else (0, first.get(bid, at), at, i))
+        mine = pair_at.get(cid, (0, at))
+        keys.append((1, mine, at, i) if kind == "client" else (0, first.get(bid, mine), mine, i))
     for i, rid in enumerate(analysis.conformance["candidate_id"].tolist()):
         at = place[rid]
         keys.append((2, at, at, i))
@@ -193,9 +217,11 @@ def collect(
     *,
     max_examples: int,
     report: bool = True,
+    linked: Mapping[str, int] | None = None,
 ) -> tuple[Partial, pd.DataFrame, list[tuple[Any, ...]]]:
     """The `Partial` of an analysed part of the captures whose exchanges stand at
-    `positions` among all the captures' (by default: this is all of them); and its findings
+    `positions` among all the captures' (by default: this is all of them), its pairs by
+    content at `linked` among all the links (`pair_places`); and its findings
     (`findings_frame`) with their places, for the tables that list every one. Without
     `report`, only what `check` needs."""
     records = analysis.records_by_id
@@ -209,7 +235,7 @@ def collect(
     for rid, at in zip(ex["id"].tolist(), pos, strict=True):
         place.setdefault(rid, at)
     pairs = analysis.pairs
-    order = finding_order(analysis, place)
+    order = finding_order(analysis, place, linked)
     findings = findings_of(analysis.divergences, analysis.conformance)
     ffr = findings_frame(analysis.divergences, analysis.conformance)
     outcomes = exchange_outcomes(ex, ffr, records)
@@ -265,7 +291,7 @@ def collect(
     part.captures = collect_captures(ex, records, pos)
     part.skipped = collect_skipped(ex, records, max_examples, pos)
     part.latency = collect_latency(ex, analysis.events)
-    pair_order = [place[c] for c in pairs["candidate_id"].tolist()]
+    pair_order = pair_places(pairs, place, linked)
     part.alignments, timeline_of = collect_alignments(
         pairs, records, max_examples=max_examples, order=pair_order
     )

@@ -5,6 +5,7 @@ partition costs Dask a retry of that task, never the result."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -16,13 +17,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import missing, wait_for
+from tests.fixtures.records import body, chat_record, openai_session, replay, retag
 from tests.fixtures.sessions import masked, replicated, write_fixtures
+from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.diagnosis.diagnose import diagnose
 from wirediff.cli import main
 from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run
-from wirediff.record.store import load_records
+from wirediff.record.store import RecordWriter, load_records
 from wirediff.reports.model import build
 from wirediff.reports.render import write_summary
 
@@ -123,6 +126,116 @@ def test_summary_is_the_same_on_either_engine_on_a_10k_set(
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
     with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
         assert summary_of(run, ten_k, tmp_path / "pool.json") == reference
+
+
+def _independent_captures(tmp_path: Path) -> list[str]:
+    """One app run against `openai` and against `ollama` (independent captures: a call only
+    in each, a call repeated, two calls in another order, chat answers without `refusal`),
+    `openai`'s traffic mirrored to `lmstudio` (`replay_of`, as the shadow records it) and
+    one of `ollama`'s calls replayed to `vllm`."""
+    base = openai_session()
+    again = copy.deepcopy(base[0])
+    again["id"], again["seq"] = "o-again", len(base)
+    base.append(again)
+    calls = [base[1], base[0], *base[2:3], *base[4:]]  # o3 missed, o0 and o1 swapped
+    extra = chat_record(id="extra", seq=99)
+    extra["request"]["body"]["messages"][0]["content"] = "Something else"
+    retag(extra)
+    ollama = []
+    for seq, rec in enumerate([*calls, extra]):
+        c = copy.deepcopy(rec)
+        c["id"], c["label"], c["session"], c["seq"] = f"ollama-{rec['id']}", "ollama", "s2", seq
+        if isinstance(c["request"]["body"], dict):
+            c["request"]["body"]["model"] = "local-model"
+        message = (body(c) or {}).get("choices", [{}])[0].get("message")
+        if isinstance(message, dict):
+            message.pop("refusal", None)
+        retag(c)
+        ollama.append(c)
+    mirrored = [replay(b, id=f"lm-{b['id']}", label="lmstudio") for b in base]
+    replayed = [replay(ollama[0], id="vllm-0", label="vllm")]
+    files: list[str] = []
+    for name, records in (
+        ("openai", base),
+        ("ollama", ollama),
+        ("lmstudio", mirrored),
+        ("vllm", replayed),
+    ):
+        path = tmp_path / f"{name}.jsonl"
+        with RecordWriter(path) as w:
+            for rec in records:
+                w.write(rec)
+        files.append(str(path))
+    return files
+
+
+def _in_memory(paths: list[str], out: Path) -> Any:
+    records: list[Record] = load_records(paths)
+    analysis = analyze(records)
+    diagnoses = diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
+    return masked(
+        json.loads(write_summary(build(analysis, diagnoses, max_examples=3), out).read_text())
+    )
+
+
+def test_independent_captures_and_mirrors_give_the_same_on_either_engine(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pairing by content made once over all the captures: each content pair compared in
+    one partition, the unmatched calls and the baseline's choice listed once, as the whole
+    analysis held in memory lists them, whatever the engine and however many partitions."""
+    files = _independent_captures(tmp_path)
+    reference = _in_memory(files, tmp_path / "mem.json")
+    unmatched = [(u["label"], u["side"], u["id"]) for u in reference["unmatched"]]
+    assert unmatched == [
+        ("ollama", "only in the baseline", "o3"),
+        ("ollama", "only in the candidate", "ollama-extra"),
+    ]
+    assert reference["baseline"] == ["ollama", "openai"]  # ollama: vllm replayed from it
+    assert reference["baseline_chosen_by"] == "replays"
+    backends = {b["label"]: (b["pairs"], b["unmatched"]) for b in reference["backends"]}
+    assert backends["ollama"][1] == {"only in the baseline": 1, "only in the candidate": 1}
+    assert backends["lmstudio"][0] == {"replay": 10, "content": 0}
+    assert backends["vllm"][0] == {"replay": 1, "content": 0}
+    assert reference["totals"]["pairs"] == 20  # 9 of them by content
+    assert reference["totals"]["divergences"]
+
+    paths = [Path(f) for f in files]
+    with Run("local", progress=False) as run:
+        assert summary_of(run, paths, tmp_path / "local.json") == reference
+    tiny = 4 << 10  # a partition or so per original
+    with Run("dask", cluster.scheduler_address, progress=False, part_bytes=tiny) as run:
+        assert summary_of(run, paths, tmp_path / "dask.json") == reference
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    with Run("local", workers=2, progress=False, part_bytes=tiny) as run:
+        assert summary_of(run, paths, tmp_path / "pool.json") == reference
+
+
+@pytest.mark.usefixtures("small_parts")
+def test_check_on_independent_captures_says_the_same_on_either_engine(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = _independent_captures(tmp_path)
+    said = {}
+    for name, flags in {
+        "local": ["--engine", "local"],
+        "dask": ["--engine", "dask", "--scheduler", cluster.scheduler_address],
+    }.items():
+        out = tmp_path / f"{name}.json"
+        said[name] = (*cli(["check", *files, "--json", str(out), *flags], capsys), out.read_text())
+    assert said["dask"] == said["local"]
+    code, text, doc = said["local"]
+    assert code == 0, "no candidate fails the gate"
+    assert "11 replayed and 9 paired-by-content exchanges compared with 10 baseline" in text
+    assert (
+        "pairs  ollama       9 by content; only in the baseline: 1, only in the candidate: 1"
+        in text
+    )
+    assert json.loads(doc)["unmatched"] == {
+        "ollama": {"only in the baseline": 1, "only in the candidate": 1}
+    }
 
 
 def test_a_worker_killed_mid_run_is_survived(

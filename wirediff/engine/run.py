@@ -130,9 +130,9 @@ def compare(
     link_part = partition_of(
         np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links)), count
     )
-    links_of: dict[int, list[tuple[str, str]]] = {}
-    for link, p in zip(links, link_part.tolist(), strict=True):
-        links_of.setdefault(p, []).append(link)
+    links_of: dict[int, list[tuple[str, str, int]]] = {}
+    for n, ((cand, base), p) in enumerate(zip(links, link_part.tolist(), strict=True)):
+        links_of.setdefault(p, []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
     calls: list[Call] = []
     for p in range(count):

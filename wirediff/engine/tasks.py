@@ -90,12 +90,13 @@ def compare_part(
     max_examples: int,
     report: bool,
     rows: bool,
-    links: Sequence[tuple[str, str]] = (),
+    links: Sequence[tuple[str, str, int]] = (),
     spill_to: str | None = None,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
-    the originals paired by content with the baseline's here (`links`, made over all the
-    captures; what found no counterpart is listed once, from there, not per partition).
+    the originals paired by content with the baseline's here (`links`: candidate id,
+    baseline id and the link's place among all, made over all the captures; what found no
+    counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
     finding rows itself (they never travel back)."""
     with paused_gc():
@@ -104,11 +105,19 @@ def compare_part(
         records = read_records(sources, src, a, b)
         # no baseline label: it was chosen over all the captures (a part may hold none of its
         # originals), and the links given are all that pairing by content needs
-        content = ContentLinks(list(links), pd.DataFrame(columns=UNMATCHED_COLUMNS))
+        content = ContentLinks(
+            [(c, b) for c, b, _ in links], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+        )
         analysis = analyze(
             records, ignore=ignore, content=content, repeat_noise=noise, judge_cells=False
         )
-        part, ffr, order = collect(analysis, places, max_examples=max_examples, report=report)
+        part, ffr, order = collect(
+            analysis,
+            places,
+            max_examples=max_examples,
+            report=report,
+            linked={c: n for c, _, n in links},
+        )
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in ffr.columns), strict=True)
