@@ -106,7 +106,7 @@ def compare_part(
         # no baseline label: it was chosen over all the captures (a part may hold none of its
         # originals), and the links given are all that pairing by content needs
         content = ContentLinks(
-            [(c, b) for c, b, _ in links], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+            [(cand, base) for cand, base, _ in links], pd.DataFrame(columns=UNMATCHED_COLUMNS)
         )
         analysis = analyze(
             records, ignore=ignore, content=content, repeat_noise=noise, judge_cells=False
