@@ -47,6 +47,7 @@ from wirediff.record.flow import (  # noqa: E402
     snapshot,
     upstream_label,
 )
+from wirediff.record.parts import Rotation, parse_rotation  # noqa: E402
 from wirediff.record.recorder import Job, Recorder, build_job  # noqa: E402
 from wirediff.record.redact import (  # noqa: E402
     json_secrets,
@@ -128,6 +129,7 @@ class Capture:
         self.redact: frozenset[str] = frozenset()
         self.body_cap = DEFAULT_BODY_CAP
         self.label = ""
+        self.rotation: Rotation | None = None
         self.pending: dict[str, http.HTTPFlow] = {}
         self.websockets: dict[str, http.HTTPFlow] = {}
         """Open WebSocket sessions, recorded when they close (or at shutdown)."""
@@ -164,6 +166,12 @@ class Capture:
             "Set connection_strategy=lazy so a refused upstream is recorded against its "
             "request (eager closes the client before any request exists).",
         )
+        loader.add_option(
+            "capture_rotate",
+            str,
+            "",
+            "Start <session>.<n>.jsonl at this size (100MB, 512KiB) or age (1h); empty: one file.",
+        )
         master = getattr(loader, "master", None)  # none: `wirediff capture --help` reading
         if master is not None:
             self._take_unparsable(master.options)
@@ -194,13 +202,18 @@ class Capture:
             problems.append(
                 f"capture_body_cap must be 0 or more bytes, not {opts.capture_body_cap}"
             )
+        rotation = None
+        try:
+            rotation = parse_rotation(opts.capture_rotate)
+        except ValueError as e:
+            problems.append(str(e))
         session = opts.capture_session or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        reopen = bool(updated & {"capture_dir", "capture_session"})
+        reopen = bool(updated & {"capture_dir", "capture_session", "capture_rotate"})
         if reopen and ("/" in session or "\0" in session or session.startswith(".")):
             problems.append(f"capture_session is a file name, not a path: {session!r}")
         writer = None
         if reopen and not problems and not self.problems:
-            writer, problem = self._writable(Path(opts.capture_dir), session)
+            writer, problem = self._writable(Path(opts.capture_dir), session, rotation)
             problems += [problem] if problem else []
         if problems and self.is_running:  # a change at run time is refused; the capture goes on
             raise exceptions.OptionsError(problems[0])  # type: ignore[no-untyped-call]
@@ -215,7 +228,8 @@ class Capture:
         self.body_cap = opts.capture_body_cap
         if writer is not None:
             self.close()
-            self.session, self.path, self.writer, self.seq = session, writer.path, writer, 0
+            self.session, self.path, self.writer, self.seq = session, writer.base, writer, 0
+            self.rotation = writer.rotation
             logging.info(f"capture: recording to {self.path}")
             if self.is_running:
                 self._start_recorder()
@@ -230,7 +244,9 @@ class Capture:
         self.path = None
 
     @staticmethod
-    def _writable(directory: Path, session: str) -> tuple[RecordWriter | None, str | None]:
+    def _writable(
+        directory: Path, session: str, rotation: Rotation | None
+    ) -> tuple[RecordWriter | None, str | None]:
         """A writer for the capture once a probe file proves the directory writable (and
         an existing capture appendable), or why not."""
         where = directory.resolve()
@@ -247,7 +263,7 @@ class Capture:
                     pass
         except OSError as e:
             return None, f"capture_dir {where} is not writable: {e.strerror or e}"
-        return RecordWriter(path), None
+        return RecordWriter(path, rotation), None
 
     def running(self) -> None:
         """Connect upstream lazily: with mitmproxy's default (eager) a refused upstream
@@ -277,7 +293,12 @@ class Capture:
             self.writer.close()
             self.writer = None
         self.recorder = Recorder(
-            self.path, self.session, self.body_cap, self.redact, pythonpath=_WIREDIFF_ROOT
+            self.path,
+            self.session,
+            self.body_cap,
+            self.redact,
+            pythonpath=_WIREDIFF_ROOT,
+            rotate=ctx.options.capture_rotate,
         )
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -383,7 +404,7 @@ class Capture:
         logging.warning(f"capture: {why}; recording in mitmdump's own process from now on")
         unsent = self.recorder.close()
         self.recorder = None
-        self.writer = RecordWriter(self.path) if self.path is not None else None
+        self.writer = RecordWriter(self.path, self.rotation) if self.path is not None else None
         for job in unsent:
             self._write(build_job(job, self.session, self.body_cap, self.redact))
 
@@ -474,7 +495,7 @@ class Capture:
             unsent = self.recorder.close()
             self.recorder = None
             if unsent and self.path is not None:
-                self.writer = RecordWriter(self.path)
+                self.writer = RecordWriter(self.path, self.rotation)
                 for job in unsent:
                     self._write(build_job(job, self.session, self.body_cap, self.redact))
         if self.writer is not None:

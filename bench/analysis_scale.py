@@ -1,8 +1,10 @@
-"""How does the analysis scale? load + pair + divergences + conformance (OpenAPI validation,
-SDK types, grammars, the SDK impact harness) + severities and verdicts + diagnoses on 1k, 10k
-and 100k exchanges, against the time it takes just to parse the JSONL.
+"""How does the analysis scale? `wirediff report` (load + pair + divergences + conformance +
+the SDK impact harness + severities and verdicts + diagnoses + report.html and summary.json)
+on the local engine, from 10k to 1M exchanges, against the time it takes just to parse the
+JSONL; and, up to 100k, the whole analysis held in memory as it was before the engine.
 
-Usage: python bench/analysis_scale.py [--sizes 1000,10000,100000] [--keep DIR]
+Usage: python bench/analysis_scale.py [--sizes 10000,100000,1000000] [--in-memory-up-to N]
+       [--keep DIR]
 
 A seed session is recorded the normal way: the real openai SDK through
 `mitmdump -s addons/capture.py` against the `openai` stand-in (chat, Responses, tool calls,
@@ -11,26 +13,23 @@ and `lmstudio` stand-ins (whose quirks and soft errors give divergences, conform
 and failing chains to diagnose). Its baseline + replay records are replicated with fresh
 ids, `replay_of` links and start times to N exchanges, half of them streamed.
 
-For each size, one fresh subprocess times the floor:
-  parse     — `json.loads` per line into a list, nothing else, as is and with the cyclic
-              garbage collector off (no-GC: most of the plain parse goes to collections);
-and another one the analysis, reporting its peak resident memory (`getrusage` max RSS):
-  load      — `wirediff.record.store.load_records`;
-  analyze   — `wirediff.analysis.comparison.analyze.analyze`: frames, pairing, divergences,
-              conformance against the OpenAPI document, the SDK types and the grammars, the
-              SDK impact harness (once per distinct answer structure), severities, verdicts;
-  diagnose  — `wirediff.analysis.diagnosis.diagnose.diagnose`: chains and their diagnoses;
-  render    — `wirediff.reports.render.render_html`: the HTML report, timed on its own
-              (after the peak memory is read) and reported with its size.
-Targets: 100k exchanges in under 60 s and 2 GB; load + analyze + diagnose within 5x of
-the bare parse; time per exchange flat across sizes (linear growth).
+For each size, each measurement in its own fresh process:
+  parse      — `json.loads` per line, nothing kept: the floor of any reading of the file;
+  engine     — `wirediff report FILE -o report.html --json summary.json` (`--engine local`,
+               this machine's cores), its wall time and the peak resident memory of its
+               whole process tree (the command and its workers, summed, sampled every
+               0.1 s), and of its largest process;
+  in memory  — (up to `--in-memory-up-to`) `load_records` + `analyze` + `diagnose` in one
+               process, as the analysis ran before the engine: time and peak RSS
+               (`getrusage`).
+Targets: 1M exchanges reported in under 10 minutes and 4 GB on 2 cores; memory flat from 10k
+to 1M; time per exchange no worse than the in-memory analysis' (about 190-220 µs).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import io
 import json
 import resource
@@ -128,54 +127,91 @@ def replicate(seed: list[dict[str, Any]], n: int, path: Path) -> None:
 
 
 def measure_parse(path: Path) -> dict[str, Any]:
-    """The floor: `json.loads` per line into a list, nothing else; once as is, once with
-    the cyclic garbage collector off (which most of the plain parse's time goes to)."""
-    out: dict[str, Any] = {}
-    for name, collect in (("parse", True), ("parse_nogc", False)):
-        gc.collect()
-        if not collect:
-            gc.disable()
-        t = time.perf_counter()
-        with path.open("rb") as fh:
-            parsed = [json.loads(line) for line in fh]
-        out[name] = time.perf_counter() - t
-        gc.enable()
-        out["n"] = len(parsed)
-        out["streamed"] = sum(1 for r in parsed if (r.get("tags") or {}).get("stream"))
-        del parsed
+    """The floor: `json.loads` per line, nothing kept (the engine keeps nothing either)."""
+    t = time.perf_counter()
+    n = streamed = 0
+    with path.open("rb") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            n += 1
+            streamed += bool((rec.get("tags") or {}).get("stream"))
+    return {"parse": time.perf_counter() - t, "n": n, "streamed": streamed}
+
+
+def summary_head(path: Path) -> dict[str, Any]:
+    """`totals` and `verdicts` of a summary.json, read from its start (at 1M exchanges the
+    whole file is gigabytes of findings)."""
+    with path.open("rb") as fh:
+        head = fh.read(1 << 24).decode("utf-8", "replace")
+    decoder, out = json.JSONDecoder(), {}
+    for key in ("totals", "verdicts"):
+        at = head.index(f'"{key}": ') + len(key) + 4
+        out[key] = decoder.raw_decode(head, at)[0]
     return out
 
 
-def measure_analysis(path: Path) -> dict[str, Any]:
-    """load + analyze + diagnose, timed per stage, then the report's render."""
+def measure_engine(path: Path) -> dict[str, Any]:
+    """`wirediff report` on the local engine, in its own process; its whole process tree's
+    resident memory sampled as it runs."""
+    import psutil
+
+    html, summary = path.with_suffix(".html"), path.with_suffix(".summary.json")
+    cmd = [str(Path(sys.executable).with_name("wirediff")), "report", str(path)]
+    cmd += ["-o", str(html), "--json", str(summary), "--engine", "local"]
+    t = time.perf_counter()
+    log = path.with_suffix(".log")
+    with log.open("w") as errors:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errors)
+    top = psutil.Process(proc.pid)
+    tree_peak = single_peak = top_peak = 0
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            rss = [p.memory_info().rss for p in [top, *top.children(recursive=True)]]
+            tree_peak, single_peak = max(tree_peak, sum(rss)), max(single_peak, max(rss))
+            top_peak = max(top_peak, rss[0])
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(0.1)
+    wall = time.perf_counter() - t
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    if proc.returncode != 0:
+        raise SystemExit(f"wirediff report failed ({proc.returncode}):\n{log.read_text()[-3000:]}")
+    doc = summary_head(summary)
+    totals = doc["totals"]
+    return {
+        "engine": wall,
+        "cpu": cpu,
+        "tree_mb": tree_peak / 2**20,
+        "top_mb": top_peak / 2**20,
+        "single_mb": single_peak / 2**20,
+        "pairs": totals["pairs"],
+        "divergences": totals["divergences"],
+        "conformance": totals["conformance"],
+        "diagnoses": totals["diagnoses"],
+        "report_kb": html.stat().st_size / 1000,
+        "verdicts": ", ".join(
+            f"{v['label']} {v['family']} {v['verdict']}" for v in doc.get("verdicts", [])
+        ),
+    }
+
+
+def measure_in_memory(path: Path) -> dict[str, Any]:
+    """load + analyze + diagnose in this process, the whole captures in memory."""
     from wirediff.analysis.comparison.analyze import analyze
     from wirediff.analysis.diagnosis.diagnose import diagnose
-    from wirediff.reports.model import build
-    from wirediff.reports.render import render_html
 
-    out: dict[str, Any] = {}
     t = time.perf_counter()
     records = load_records([path])
-    out["load"] = time.perf_counter() - t
-    t = time.perf_counter()
     result = analyze(records)
-    out["analyze"] = time.perf_counter() - t
-    t = time.perf_counter()
-    diagnoses = diagnose(records)
-    out["diagnose"] = time.perf_counter() - t
-    out["pairs"] = len(result.pairs)
-    out["divergences"] = len(result.divergences)
-    out["conformance"] = len(result.conformance)
-    out["verdicts"] = ", ".join(
-        f"{v.label} {v.family} {v.verdict}" for v in result.verdicts.itertuples()
-    )
-    out["diagnoses"] = len(diagnoses)
-    out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    t = time.perf_counter()
-    report = render_html(build(result, diagnoses), path.with_suffix(".html"))
-    out["render"] = time.perf_counter() - t
-    out["report_kb"] = report.stat().st_size / 1000
-    return out
+    diagnose(records, exchanges=result.exchanges, records_by_id=result.records_by_id)
+    return {
+        "memory": time.perf_counter() - t,
+        "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+STAGES = {"parse": measure_parse, "engine": measure_engine, "memory": measure_in_memory}
 
 
 def run_stage(stage: str, path: Path) -> dict[str, Any]:
@@ -194,14 +230,20 @@ def run_stage(stage: str, path: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--sizes", default="1000,10000,100000", help="exchange counts")
+    ap.add_argument("--sizes", default="10000,100000,1000000", help="exchange counts")
+    ap.add_argument(
+        "--in-memory-up-to",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="also time the in-memory analysis up to this size (default: 100000)",
+    )
     ap.add_argument("--keep", metavar="DIR", help="write the captures here and keep them")
     ap.add_argument("--measure", nargs=2, metavar=("STAGE", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         stage, file = args.measure
-        fn = measure_parse if stage == "parse" else measure_analysis
-        print(json.dumps(fn(Path(file))))
+        print(json.dumps(STAGES[stage](Path(file))))
         return
 
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -214,35 +256,46 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             path = tmp / f"scale-{n}.jsonl"
             replicate(seed, n, path)
-            size_mb = path.stat().st_size / 2**20
-            row = {**run_stage("parse", path), **run_stage("analysis", path), "mb": size_mb}
+            row = {**run_stage("parse", path), **run_stage("engine", path)}
+            if n <= args.in_memory_up_to:
+                row.update(run_stage("memory", path))
+            row["mb"] = path.stat().st_size / 2**20
             rows.append(row)
-            print(f"  {n} exchanges measured", file=sys.stderr)
+            print(f"  {n} exchanges measured: {json.dumps(row)}", file=sys.stderr, flush=True)
+            if not args.keep:
+                path.unlink()
 
     print()
     print(
-        f"{'exchanges':>9} {'MB':>5} {'parse s':>7} {'no-GC':>6} {'load s':>6} "
-        f"{'analyze s':>9} {'diagnose s':>10} {'total s':>7} {'exch/s':>6} {'µs/exch':>7} "
-        f"{'peak MB':>7} {'x parse':>7} {'x no-GC':>7}"
+        f"{'exchanges':>9} {'MB':>6} {'parse s':>7} {'report s':>8} {'µs/exch':>7} "
+        f"{'CPU µs/exch':>11} {'tree MB':>7} {'command MB':>10} {'max proc MB':>11} "
+        f"{'x parse':>7} {'in-memory s':>11} "
+        f"{'µs/exch':>7} {'peak MB':>7}"
     )
     for r in rows:
-        total = r["load"] + r["analyze"] + r["diagnose"]
+        memory = (
+            f"{r['memory']:>11.2f} {r['memory'] / r['n'] * 1e6:>7.0f} {r['memory_mb']:>7.0f}"
+            if "memory" in r
+            else f"{'—':>11} {'—':>7} {'—':>7}"
+        )
         print(
-            f"{r['n']:>9} {r['mb']:>5.0f} {r['parse']:>7.2f} {r['parse_nogc']:>6.2f} "
-            f"{r['load']:>6.2f} {r['analyze']:>9.2f} {r['diagnose']:>10.2f} {total:>7.2f} "
-            f"{r['n'] / total:>6.0f} {total / r['n'] * 1e6:>7.0f} {r['maxrss_mb']:>7.0f} "
-            f"{total / r['parse']:>7.1f} {total / r['parse_nogc']:>7.1f}"
+            f"{r['n']:>9} {r['mb']:>6.0f} {r['parse']:>7.2f} {r['engine']:>8.2f} "
+            f"{r['engine'] / r['n'] * 1e6:>7.0f} {r['cpu'] / r['n'] * 1e6:>11.0f} "
+            f"{r['tree_mb']:>7.0f} {r['top_mb']:>10.0f} {r['single_mb']:>11.0f} "
+            f"{r['engine'] / r['parse']:>7.1f} {memory}"
         )
     print(
-        "parse: json.loads per line (no-GC: with the garbage collector off); total: load + "
-        "analyze + diagnose; peak: max RSS of the process doing them; x: total / parse"
+        "parse: json.loads per line, nothing kept; report: `wirediff report --engine local` "
+        "with --json, wall time (CPU: user + system of all its processes); tree: peak RSS of "
+        "its processes summed, command: of its own process; in-memory: load + "
+        "analyze + diagnose in one process (no render), its peak RSS"
     )
     for r in rows:
         print(
             f"  {r['n']} exchanges ({r['streamed'] / r['n']:.0%} streamed): {r['pairs']} pairs, "
             f"{r['divergences']} divergences, "
             f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
-            f"report.html {r['report_kb']:,.0f} KB, rendered in {r['render']:.2f} s"
+            f"report.html {r['report_kb']:,.0f} KB"
         )
         print(f"    verdicts: {r['verdicts']}")
 

@@ -12,7 +12,7 @@ by candidate, side and endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +26,18 @@ __all__ = [
     "MAX_CARD_CLIENTS",
     "SKIPPED",
     "Capture",
+    "CaptureCounts",
     "Client",
     "SkippedGroup",
+    "Skips",
     "UnmatchedGroup",
     "captures",
+    "collect_captures",
+    "collect_skipped",
+    "finish_captures",
+    "finish_skipped",
+    "merge_captures",
+    "merge_skipped",
     "skipped_groups",
     "unmatched_groups",
 ]
@@ -114,40 +122,92 @@ def _sdk(record: Record | None) -> Mapping[str, Any]:
     return sdk if sdk is not None else {}
 
 
-def captures(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> dict[str, list[Capture]]:
-    """Per backend label, its captures and the clients of each, the most active first."""
-    out: dict[str, list[Capture]] = {}
+@dataclass(slots=True)
+class Seen:
+    """A capture's exchanges counted, and its clients with where each was first seen."""
+
+    exchanges: int = 0
+    clients: dict[tuple[Any, ...], tuple[Any, Client]] = field(default_factory=dict)
+
+    def merge(self, other: Seen) -> None:
+        self.exchanges += other.exchanges
+        for key, (first, client) in other.clients.items():
+            mine = self.clients.get(key)
+            if mine is None:
+                self.clients[key] = (first, client)
+            else:
+                mine[1].exchanges += client.exchanges
+                if first < mine[0]:
+                    self.clients[key] = (first, mine[1])
+
+
+CaptureCounts = dict[tuple[str, str, bool], Seen]
+"""Per (label, session, replayed): `collect_captures`'s, merged."""
+
+
+def collect_captures(
+    ex: pd.DataFrame, records_by_id: Mapping[str, Record], positions: Sequence[Any] | None = None
+) -> CaptureCounts:
+    """The captures of these exchanges and their clients, counted; `positions` place the
+    exchanges among all the captures' (by default: as they come)."""
+    out: CaptureCounts = {}
     if ex.empty:
         return out
-    frame = pd.DataFrame(
-        {
-            "id": ex["id"].astype(str),
-            "label": ex["label"].astype(str),
-            "session": ex["session"].fillna("").astype(str),
-            "replayed": ex["replay_of"].notna() & (ex["replay_of"].astype(str) != ""),
-        }
+    replayed = (ex["replay_of"].notna() & (ex["replay_of"].astype(str) != "")).tolist()
+    places = range(len(ex)) if positions is None else positions
+    columns = (
+        places,
+        ex["id"].astype(str).tolist(),
+        ex["label"].astype(str).tolist(),
+        ex["session"].fillna("").astype(str).tolist(),
+        replayed,
     )
-    for (label, session, replayed), part in frame.groupby(
-        ["label", "session", "replayed"], sort=False
-    ):
-        cap = Capture(str(label), str(session), bool(replayed), len(part))
-        seen: dict[tuple[Any, ...], Client] = {}
-        for rid in part["id"].tolist():
-            sdk = _sdk(records_by_id.get(rid))
-            key = tuple(sdk.get(k) for k in SDK_FIELDS)
-            client = seen.get(key)
-            if client is None:
-                said = {
-                    k: redact(v) if isinstance(v, str) else v
-                    for k, v in zip(SDK_FIELDS, key, strict=True)
-                }
-                client = seen[key] = Client({k: v for k, v in said.items() if v is not None})
-            client.exchanges += 1
-        cap.clients = sorted(seen.values(), key=lambda c: -c.exchanges)
-        out.setdefault(cap.label, []).append(cap)
+    for place, rid, label, session, again in zip(*columns, strict=True):
+        cap = out.get((label, session, again))
+        if cap is None:
+            cap = out[(label, session, again)] = Seen()
+        cap.exchanges += 1
+        sdk = _sdk(records_by_id.get(rid))
+        key = tuple(sdk.get(k) for k in SDK_FIELDS)
+        seen = cap.clients.get(key)
+        if seen is None:
+            said = {
+                k: redact(v) if isinstance(v, str) else v
+                for k, v in zip(SDK_FIELDS, key, strict=True)
+            }
+            seen = cap.clients[key] = (
+                place,
+                Client({k: v for k, v in said.items() if v is not None}),
+            )
+        seen[1].exchanges += 1
+    return out
+
+
+def merge_captures(into: CaptureCounts, other: CaptureCounts) -> CaptureCounts:
+    for key, seen in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = seen
+        else:
+            mine.merge(seen)
+    return into
+
+
+def finish_captures(counts: CaptureCounts) -> dict[str, list[Capture]]:
+    """Per backend label, its captures and the clients of each, the most active first."""
+    out: dict[str, list[Capture]] = {}
+    for (label, session, replayed), seen in counts.items():
+        clients = sorted(seen.clients.values(), key=lambda fc: (-fc[1].exchanges, fc[0]))
+        cap = Capture(label, session, replayed, seen.exchanges, [c for _, c in clients])
+        out.setdefault(label, []).append(cap)
     for caps in out.values():
         caps.sort(key=lambda c: (c.replayed, -c.exchanges, c.session))
     return out
+
+
+def captures(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> dict[str, list[Capture]]:
+    """Per backend label, its captures and the clients of each, the most active first."""
+    return finish_captures(collect_captures(ex, records_by_id))
 
 
 @dataclass(slots=True)
@@ -161,15 +221,33 @@ class SkippedGroup:
     count: int = 0
     streamed: int = 0
     ids: list[str] = field(default_factory=list)
+    places: list[Any] = field(default_factory=list)
+    """Where the steps `ids` stand among all the captures' exchanges."""
 
 
-def skipped_groups(
-    ex: pd.DataFrame, records_by_id: Mapping[str, Record], max_examples: int
-) -> list[SkippedGroup]:
+Skips = dict[tuple[str, str, str], tuple[Any, SkippedGroup]]
+"""Per (label, endpoint, reason ids aside): the first step's place and the group."""
+
+
+def collect_skipped(
+    ex: pd.DataFrame,
+    records_by_id: Mapping[str, Record],
+    max_examples: int,
+    positions: Sequence[Any] | None = None,
+) -> Skips:
     """Replay steps recorded as skipped, folded by backend, endpoint and reason."""
-    part = ex[ex["error_kind"] == SKIPPED]
-    groups: dict[tuple[str, str, str], SkippedGroup] = {}
-    for rid, label, endpoint, stream in zip(
+    skipped = (ex["error_kind"] == SKIPPED).to_numpy()
+    part = ex[skipped]
+    places = [
+        p
+        for p, s in zip(
+            range(len(ex)) if positions is None else positions, skipped.tolist(), strict=True
+        )
+        if s
+    ]
+    groups: Skips = {}
+    for place, rid, label, endpoint, stream in zip(
+        places,
         part["id"].astype(str).tolist(),
         part["label"].astype(str).tolist(),
         part["endpoint"].astype(str).tolist(),
@@ -180,14 +258,48 @@ def skipped_groups(
         error = rec.get("error") if rec is not None else None
         reason = redact((error["message"] if error is not None else "") or "no reason recorded")
         key = (label, endpoint, id_free(reason))
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = SkippedGroup(anchor("skip", *key), label, endpoint, reason)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = (
+                place,
+                SkippedGroup(anchor("skip", *key), label, endpoint, reason),
+            )
+        g = found[1]
         g.count += 1
         g.streamed += stream
         if len(g.ids) < max_examples:
             g.ids.append(rid)
-    return sorted(groups.values(), key=lambda g: (g.label, g.endpoint, -g.count))
+            g.places.append(place)
+    return groups
+
+
+def merge_skipped(into: Skips, other: Skips, max_examples: int) -> Skips:
+    for key, (first, group) in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = (first, group)
+            continue
+        g = mine[1]
+        if first < mine[0]:
+            g.reason = group.reason
+            into[key] = (first, g)
+        g.count += group.count
+        g.streamed += group.streamed
+        both = sorted(zip(g.places + group.places, g.ids + group.ids, strict=True))[:max_examples]
+        g.places, g.ids = [p for p, _ in both], [i for _, i in both]
+    return into
+
+
+def finish_skipped(groups: Skips) -> list[SkippedGroup]:
+    ordered = [g for _, g in sorted(groups.values(), key=lambda fg: fg[0])]
+    return sorted(ordered, key=lambda g: (g.label, g.endpoint, -g.count))
+
+
+def skipped_groups(
+    ex: pd.DataFrame, records_by_id: Mapping[str, Record], max_examples: int
+) -> list[SkippedGroup]:
+    """Replay steps recorded as skipped, folded by backend, endpoint and reason."""
+    return finish_skipped(collect_skipped(ex, records_by_id, max_examples))
 
 
 @dataclass(slots=True)

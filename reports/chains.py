@@ -24,7 +24,17 @@ from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
 
-__all__ = ["MAX_CHAIN_GROUPS", "MAX_LISTED", "NO_ENDPOINT", "ChainGroup", "chain_groups"]
+__all__ = [
+    "MAX_CHAIN_GROUPS",
+    "MAX_LISTED",
+    "NO_ENDPOINT",
+    "ChainCounts",
+    "ChainGroup",
+    "chain_groups",
+    "collect_chains",
+    "finish_chains",
+    "merge_chains",
+]
 
 NO_ENDPOINT = "(unrouted)"
 MAX_CHAIN_GROUPS = 300
@@ -86,6 +96,8 @@ class ChainGroup:
     count: int = 0
     recovered: int = 0
     chains: list[ChainRef] = field(default_factory=list)
+    places: list[int] = field(default_factory=list)
+    """Where the chains `chains` stand among all the captures' failing chains."""
     shown: bool = True
 
     @property
@@ -242,13 +254,21 @@ def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any
     return tuple(sorted(out, key=repr))
 
 
-def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
-    """Each distinct failing chain once, with its count and every chain it stands for."""
+ChainCounts = dict[tuple[Any, ...], tuple[Any, ChainGroup]]
+"""Distinct failing chains: the first one's place (among all the captures' chains) and its
+group; `collect_chains`'s, merged."""
+
+
+def collect_chains(
+    diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record], first: int = 0
+) -> ChainCounts:
+    """Each distinct failing chain of `diagnoses` once, with its count and the chains it
+    stands for; chains are placed in the order they come, from `first` on."""
     if diagnoses.empty:
-        return []
+        return {}
     order = {c: i for i, c in enumerate(CODES)}
-    groups: dict[tuple[Any, ...], ChainGroup] = {}
-    for chain_id, c in _chains(diagnoses).items():
+    groups: ChainCounts = {}
+    for n, (chain_id, c) in enumerate(_chains(diagnoses).items()):
         codes = sorted(c.diagnoses, key=lambda code: (order.get(code, len(order)), code))
         said = tuple((code, *c.diagnoses[code]) for code in codes)
         key = (
@@ -262,28 +282,69 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
             tuple(id_free(e) for e in c.evidence),
             c.recovered,
         )
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = ChainGroup(
-                anchor("c", *codes, c.label, c.endpoint, repr(key)),
-                c.label,
-                c.endpoint,
-                [
-                    Diagnosis(code, p, redact(summary), redact(remedy))
-                    for code, p, summary, remedy in said
-                ],
-                redact(c.title),
-                [redact(e) for e in c.evidence],
-                hops(c.exchange_ids, records_by_id),
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = (
+                first + n,
+                ChainGroup(
+                    anchor("c", *codes, c.label, c.endpoint, repr(key)),
+                    c.label,
+                    c.endpoint,
+                    [
+                        Diagnosis(code, p, redact(summary), redact(remedy))
+                        for code, p, summary, remedy in said
+                    ],
+                    redact(c.title),
+                    [redact(e) for e in c.evidence],
+                    hops(c.exchange_ids, records_by_id),
+                ),
             )
+        g = found[1]
         g.count += 1
         g.recovered += c.recovered
         if len(g.chains) < MAX_LISTED:
             g.chains.append(ChainRef(chain_id, redact(c.title)))
+            g.places.append(first + n)
+    return groups
+
+
+def merge_chains(into: ChainCounts, other: ChainCounts) -> ChainCounts:
+    for key, (first, group) in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = (first, group)
+            continue
+        g = mine[1]
+        if first < mine[0]:
+            g.title, g.evidence, g.hops, g.diagnoses = (
+                group.title,
+                group.evidence,
+                group.hops,
+                group.diagnoses,
+            )
+            into[key] = (first, g)
+        g.count += group.count
+        g.recovered += group.recovered
+        both = sorted(zip(g.places + group.places, g.chains + group.chains, strict=True))
+        g.places = [p for p, _ in both[:MAX_LISTED]]
+        g.chains = [c for _, c in both[:MAX_LISTED]]
+    return into
+
+
+def finish_chains(groups: ChainCounts) -> list[ChainGroup]:
+    """The distinct chains, worst code first, then the most frequent; past
+    `MAX_CHAIN_GROUPS` not drawn."""
+    order = {c: i for i, c in enumerate(CODES)}
+    ordered = [g for _, g in sorted(groups.values(), key=lambda fg: fg[0])]
     out = sorted(
-        groups.values(),
+        ordered,
         key=lambda g: (order.get(g.code, len(order)), -g.count, g.label, g.endpoint),
     )
     for g in out[MAX_CHAIN_GROUPS:]:
         g.shown = False
     return out
+
+
+def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
+    """Each distinct failing chain once, with its count and every chain it stands for."""
+    return finish_chains(collect_chains(diagnoses, records_by_id))

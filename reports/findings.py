@@ -6,9 +6,9 @@ budget (their examples are laid out by `wirediff.reports.examples`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,11 +25,15 @@ __all__ = [
     "KINDS",
     "MAX_FINDINGS",
     "Finding",
+    "Fold",
+    "Folds",
     "KindGroup",
+    "collect_folds",
     "findings_frame",
-    "fold_findings",
+    "finish_folds",
     "group_findings",
     "kind_order",
+    "merge_folds",
 ]
 
 KINDS = kind_names()
@@ -143,65 +147,127 @@ class KindGroup:
         return [p for p in self.paths if not p.visible]
 
 
-def fold_findings(
-    df: pd.DataFrame, max_examples: int, timeline_of: Mapping[str, str]
-) -> list[Finding]:
-    """One `Finding` per distinct finding, with its count and its first examples."""
+FOLD_COLUMNS = [
+    "kind",
+    "path",
+    "label",
+    "baseline_label",
+    "endpoint",
+    "family",
+    "severity",
+    "message",
+    "baseline",
+    "candidate",
+    "source",
+    "schema_pointer",
+]
+"""What a folded finding shows: its first occurrence's."""
+
+
+@dataclass(slots=True)
+class Fold:
+    """Identical findings, counted: the first occurrence (by `first`, its place among all
+    the captures' findings), its first examples and the evidence that sorts first — so that
+    the folds of several parts of the captures merge into those of the whole, in any order."""
+
+    first: Any
+    row: tuple[str, ...]
+    """`FOLD_COLUMNS` of the first occurrence."""
+    count: int
+    examples: list[tuple[Any, str, str, str, Any]]
+    """`(order, pair_id, baseline_id, candidate_id, timeline)`: the first ones; `timeline`
+    is the key of the pair's stream alignment (`wirediff.reports.timeline`), if any."""
+    evidence: str
+
+    def merge(self, other: Fold, max_examples: int) -> None:
+        if other.first < self.first:
+            self.first, self.row = other.first, other.row
+        self.count += other.count
+        self.examples = sorted(self.examples + other.examples, key=lambda e: e[0])[:max_examples]
+        self.evidence = min(self.evidence, other.evidence)
+
+
+Folds = dict[tuple[str, ...], Fold]
+
+
+def collect_folds(
+    df: pd.DataFrame,
+    order: Sequence[Any],
+    max_examples: int,
+    timeline_of: Mapping[str, Any],
+) -> Folds:
+    """Identical findings of `df` (`findings_frame`) folded: same kind, path, backends,
+    endpoint, severity, source, values and message (event positions aside). `order` places
+    each row among all the captures' findings; `timeline_of` maps a pair to its alignment."""
     if df.empty:
-        return []
+        return {}
     keyed = df.assign(
         _b=map_unique(df["baseline"], position_free),
         _c=map_unique(df["candidate"], position_free),
         _m=map_unique(df["message"], position_free),
     )
-    keys = [
-        "kind",
-        "path",
-        "label",
-        "baseline_label",
-        "endpoint",
-        "severity",
-        "source",
-        "_b",
-        "_c",
-        "_m",
-    ]
+    keys = ["kind", "path", "label", "baseline_label", "endpoint", "severity", "source"]
+    keys += ["_b", "_c", "_m"]
     group = keyed.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
     sizes = np.bincount(group)
     rank = keyed.groupby(group).cumcount().to_numpy()
-    shown = keyed[rank < max_examples]
-    examples: dict[int, list[Example]] = {}
-    for g, pid, bid, cid in zip(
-        group[rank < max_examples].tolist(),
-        shown["pair_id"].tolist(),
-        shown["baseline_id"].tolist(),
-        shown["candidate_id"].tolist(),
-        strict=True,
-    ):
-        examples.setdefault(int(g), []).append(Example(pid, bid, cid, timeline_of.get(pid)))
-    firsts = keyed[rank == 0]
-    # the same finding may be explained in other words per exchange: one, whatever the order
+    shown = rank < max_examples
+    examples: dict[int, list[tuple[Any, str, str, str, Any]]] = {}
+    columns = (
+        keyed[c].to_numpy()[shown].tolist() for c in ("pair_id", "baseline_id", "candidate_id")
+    )
+    order_shown = [o for o, s in zip(order, shown.tolist(), strict=True) if s]
+    for g, first, pid, bid, cid in zip(group[shown].tolist(), order_shown, *columns, strict=True):
+        examples.setdefault(g, []).append((first, pid, bid, cid, timeline_of.get(pid)))
     evidence = keyed["evidence"].groupby(group).min().tolist()
+    out: Folds = {}
+    heads = rank == 0
+    key_rows = keyed.loc[heads, keys].itertuples(index=False, name=None)
+    rows = keyed.loc[heads, FOLD_COLUMNS].itertuples(index=False, name=None)
+    firsts = [o for o, h in zip(order, heads.tolist(), strict=True) if h]
+    for g, key, row, first in zip(group[heads].tolist(), key_rows, rows, firsts, strict=True):
+        out[key] = Fold(first, row, int(sizes[g]), examples[g], evidence[g])
+    return out
+
+
+def merge_folds(into: Folds, other: Folds, max_examples: int) -> Folds:
+    for key, fold in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = fold
+        else:
+            mine.merge(fold, max_examples)
+    return into
+
+
+def finish_folds(folds: Folds, timeline_anchor: Mapping[Any, str]) -> list[Finding]:
+    """One `Finding` per fold, in the order of their first occurrences; an example links to
+    its pair's stream alignment when that is drawn (`timeline_anchor`)."""
     out = []
-    for g, row in zip(group[rank == 0], firsts.itertuples(index=False), strict=True):
+    for g, fold in enumerate(sorted(folds.values(), key=lambda f: f.first)):
+        r = dict(zip(FOLD_COLUMNS, fold.row, strict=True))
+        examples = [
+            Example(pid, bid, cid, timeline_anchor.get(tl) if tl is not None else None)
+            for _, pid, bid, cid, tl in fold.examples
+        ]
         out.append(
             Finding(
-                anchor=anchor("f", row.kind, row.path, row.label, row.endpoint, int(g)),
-                kind=row.kind,
-                path=row.path,
-                label=row.label,
-                baseline_label=row.baseline_label,
-                endpoint=row.endpoint,
-                family=row.family,
-                severity=row.severity,
-                message=row.message,
-                baseline=row.baseline,
-                candidate=row.candidate,
-                count=int(sizes[g]),
-                examples=examples[int(g)],
-                source=row.source,
-                schema_pointer=row.schema_pointer,
-                evidence=evidence[int(g)],
+                anchor=anchor("f", r["kind"], r["path"], r["label"], r["endpoint"], g),
+                kind=r["kind"],
+                path=r["path"],
+                label=r["label"],
+                baseline_label=r["baseline_label"],
+                endpoint=r["endpoint"],
+                family=r["family"],
+                severity=r["severity"],
+                message=r["message"],
+                baseline=r["baseline"],
+                candidate=r["candidate"],
+                count=fold.count,
+                examples=examples,
+                source=r["source"],
+                schema_pointer=r["schema_pointer"],
+                evidence=fold.evidence,
             )
         )
     return out

@@ -1,20 +1,45 @@
 """Latency per backend: time to first byte, to the first SSE event, and duration, as
-quantiles and as box plots drawn in inline SVG (pixel positions computed here)."""
+quantiles and as box plots drawn in inline SVG (pixel positions computed here).
+
+Quantiles are exact (every value kept) up to `EXACT_LIMIT` values of one backend, family
+and measure; past that they come from a DDSketch (`ddsketch`: relative error within 1%), so
+latency of any number of exchanges is counted in bounded memory, and the counts of several
+parts of the captures merge into those of the whole, in any order, with the same result.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from ddsketch import DDSketch
 
 from wirediff.reports.formatters import nice_ticks
 
-__all__ = ["Latency", "latency"]
+__all__ = [
+    "EXACT_LIMIT",
+    "Latency",
+    "LatencyCounts",
+    "Measures",
+    "Quantiles",
+    "collect_latency",
+    "finish_latency",
+    "latency",
+    "merge_latency",
+]
 
 QUANTILES = (5, 25, 50, 75, 90, 95, 99)
+EXACT_LIMIT = 65_536
+"""Values of one measure kept exactly; more are counted in a sketch."""
+RELATIVE_ACCURACY = 0.01
+METRICS = {
+    "ttfe": "Time to first SSE event",
+    "ttfb": "Time to first byte",
+    "duration": "Duration",
+}
 
 
 @dataclass(slots=True)
@@ -37,6 +62,124 @@ def stats(values: pd.Series) -> Stats | None:
         return None
     qs = np.percentile(v, QUANTILES)
     return Stats(len(v), {k: float(x) for k, x in zip(QUANTILES, qs, strict=True)}, float(v.max()))
+
+
+class Quantiles:
+    """The values of one measure: kept exactly up to `EXACT_LIMIT`, then in a DDSketch.
+    Merging is associative and order-free (a sketch's bins only count)."""
+
+    __slots__ = ("max", "n", "parts", "sketch")
+
+    def __init__(self, values: np.ndarray | None = None) -> None:
+        self.parts: list[np.ndarray] = []
+        self.sketch: DDSketch | None = None
+        self.n = 0
+        self.max = -np.inf
+        if values is not None:
+            self.add(values)
+
+    def add(self, values: np.ndarray) -> None:
+        v = values[~np.isnan(values)]
+        if not len(v):
+            return
+        self.n += len(v)
+        self.max = max(self.max, float(v.max()))
+        if self.sketch is not None:
+            self._count(v)
+            return
+        self.parts.append(v)
+        if self.n > EXACT_LIMIT:
+            self.sketch = DDSketch(RELATIVE_ACCURACY)
+            for part in self.parts:
+                self._count(part)
+            self.parts = []
+
+    def _count(self, values: np.ndarray) -> None:
+        assert self.sketch is not None
+        add = self.sketch.add
+        for x in values.tolist():
+            add(x)
+
+    def merge(self, other: Quantiles) -> None:
+        if other.sketch is None:
+            for part in other.parts:
+                self.add(part)
+            return
+        if self.sketch is None:
+            mine = self.parts
+            self.parts, self.sketch = [], DDSketch(RELATIVE_ACCURACY)
+            for part in mine:
+                self._count(part)
+        self.sketch.merge(other.sketch)
+        self.n += other.n
+        self.max = max(self.max, other.max)
+
+    def stats(self) -> Stats | None:
+        if not self.n:
+            return None
+        if self.sketch is None:
+            qs = np.percentile(np.concatenate(self.parts), QUANTILES)
+            q = {k: float(x) for k, x in zip(QUANTILES, qs, strict=True)}
+        else:
+            q = {k: float(self.sketch.get_quantile_value(k / 100) or 0.0) for k in QUANTILES}
+        return Stats(self.n, q, self.max)
+
+
+@dataclass(slots=True)
+class Measures:
+    """One backend and family: how many exchanges, and the values of each measure."""
+
+    exchanges: int
+    values: dict[str, Quantiles]
+
+    def merge(self, other: Measures) -> None:
+        self.exchanges += other.exchanges
+        for m, q in other.values.items():
+            self.values[m].merge(q)
+
+
+LatencyCounts = dict[tuple[str, str], Measures]
+"""Per (label, family): `collect_latency`'s, merged."""
+
+
+def collect_latency(ex: pd.DataFrame, events: pd.DataFrame) -> LatencyCounts:
+    """The measures of these exchanges, per backend and family."""
+    first = (
+        events.groupby("id", sort=False)["t_ms"].min()
+        if len(events)
+        else pd.Series(dtype="float64")
+    )
+    frame = pd.DataFrame(
+        {
+            "label": ex["label"].astype(str),
+            "family": ex["family"].fillna("other").astype(str),
+            "ttfb": pd.to_numeric(ex["ttfb_ms"], errors="coerce").astype("float64"),
+            "ttfe": ex["id"].map(first).astype("float64"),
+            "duration": pd.to_numeric(ex["duration_ms"], errors="coerce").astype("float64"),
+        }
+    )
+    out: LatencyCounts = {}
+    for (lab, fam), part in frame.groupby(["label", "family"], sort=False):
+        values = {m: Quantiles(part[m].to_numpy()) for m in METRICS}
+        out[(str(lab), str(fam))] = Measures(len(part), values)
+    return out
+
+
+def merge_latency(into: LatencyCounts, other: LatencyCounts) -> LatencyCounts:
+    for key, measures in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = measures
+        else:
+            mine.merge(measures)
+    return into
+
+
+def _merged(parts: Iterable[Quantiles]) -> Quantiles:
+    out = Quantiles()
+    for q in parts:
+        out.merge(q)
+    return out
 
 
 @dataclass(slots=True)
@@ -97,39 +240,27 @@ class Latency:
 
 def latency(ex: pd.DataFrame, events: pd.DataFrame, labels: Sequence[str]) -> Latency:
     """Time to first byte, to the first SSE event, and duration, per backend (and family)."""
-    first = (
-        events.groupby("id", sort=False)["t_ms"].min()
-        if len(events)
-        else pd.Series(dtype="float64")
-    )
-    frame = pd.DataFrame(
-        {
-            "label": ex["label"].astype(str),
-            "family": ex["family"].fillna("other").astype(str),
-            "ttfb": pd.to_numeric(ex["ttfb_ms"], errors="coerce"),
-            "ttfe": ex["id"].map(first).astype("float64"),
-            "duration": pd.to_numeric(ex["duration_ms"], errors="coerce"),
-        }
-    )
-    metrics = {
-        "ttfe": "Time to first SSE event",
-        "ttfb": "Time to first byte",
-        "duration": "Duration",
-    }
+    return finish_latency(collect_latency(ex, events), labels)
+
+
+def finish_latency(counts: LatencyCounts, labels: Sequence[str]) -> Latency:
+    """Quantiles, charts and the table from the counted measures."""
     per_label: dict[str, dict[str, Stats]] = {}
     for label in labels:
-        part = frame[frame["label"] == label]
-        per_label[label] = {m: s for m in metrics if (s := stats(part[m])) is not None}
+        mine = [v for (lab, _), v in counts.items() if lab == label]
+        per_label[label] = {
+            m: s for m in METRICS if (s := _merged(v.values[m] for v in mine).stats()) is not None
+        }
     charts = []
     for m in ("ttfe", "duration"):
         rows = {label: per_label[label][m] for label in labels if m in per_label[label]}
         if rows:
-            charts.append(chart(m, metrics[m], rows))
+            charts.append(chart(m, METRICS[m], rows))
     table = []
-    for (lab, fam), part in frame.groupby(["label", "family"], sort=False):
-        row: dict[str, Any] = {"label": str(lab), "family": str(fam), "n": len(part)}
-        for m in metrics:
-            s = stats(part[m])
+    for (lab, fam), measures in counts.items():
+        row: dict[str, Any] = {"label": lab, "family": fam, "n": measures.exchanges}
+        for m in METRICS:
+            s = measures.values[m].stats()
             row[m] = s.q[50] if s else None
             row[f"{m}_p95"] = s.q[95] if s else None
         table.append(row)

@@ -10,17 +10,17 @@ budget (`wirediff.reports.examples`), so the size of a report grows with the num
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 
-from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
-from wirediff.analysis.comparison.verdicts import FAMILIES, exchange_outcomes, roles, verdicts
+from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.captures import (
@@ -28,23 +28,24 @@ from wirediff.reports.captures import (
     Capture,
     SkippedGroup,
     UnmatchedGroup,
-    captures,
-    skipped_groups,
+    finish_captures,
+    finish_skipped,
     unmatched_groups,
 )
-from wirediff.reports.chains import NO_ENDPOINT, ChainGroup, chain_groups
+from wirediff.reports.chains import ChainCounts, ChainGroup, collect_chains, finish_chains
 from wirediff.reports.examples import lay_out
 from wirediff.reports.findings import (
     Finding,
     KindGroup,
-    findings_frame,
-    fold_findings,
+    finish_folds,
     group_findings,
     kind_order,
 )
 from wirediff.reports.formatters import anchor, status_class
-from wirediff.reports.latency import Latency, latency
-from wirediff.reports.timeline import Timeline, timelines
+from wirediff.reports.latency import Latency, finish_latency
+from wirediff.reports.partial import AnalysisLike, Partial, collect
+from wirediff.reports.rows import Rows
+from wirediff.reports.timeline import Timeline, finish_alignments
 
 __all__ = [
     "DEFAULT_MAX_EXAMPLES",
@@ -57,6 +58,7 @@ __all__ = [
     "ReportModel",
     "Verdict",
     "build",
+    "finish",
 ]
 
 
@@ -74,29 +76,6 @@ MAX_CELL_DIAGNOSES = 8
 """Diagnoses listed under one matrix cell's evidence; the rest are counted."""
 MAX_CELL_FINDINGS = 10
 """Findings listed under one matrix cell's evidence; the rest are counted."""
-
-
-class AnalysisLike(Protocol):
-    """What the report reads from `wirediff.analysis.comparison.analyze.Analysis`."""
-
-    @property
-    def records_by_id(self) -> Mapping[str, Record]: ...
-    @property
-    def exchanges(self) -> pd.DataFrame: ...
-    @property
-    def events(self) -> pd.DataFrame: ...
-    @property
-    def pairs(self) -> pd.DataFrame: ...
-    @property
-    def divergences(self) -> pd.DataFrame: ...
-    @property
-    def conformance(self) -> pd.DataFrame: ...
-    @property
-    def verdicts(self) -> pd.DataFrame: ...
-    @property
-    def unmatched(self) -> pd.DataFrame: ...
-    @property
-    def baseline(self) -> Baseline: ...
 
 
 # --- verdicts, the matrix -------------------------------------------------------------
@@ -207,10 +186,13 @@ class ReportModel:
     baseline_chosen_by: str
     """How the baseline label was chosen (`wirediff.analysis.comparison.pairing.Baseline`)."""
     latency: Latency
-    findings_frame: pd.DataFrame
-    diagnoses: pd.DataFrame
-    records_by_id: Mapping[str, Record]
+    findings_rows: Rows
+    """Every finding (`findings_frame`'s columns), for summary.json and the CSV."""
+    diagnoses: Rows
+    """Every diagnosis (`DIAGNOSIS_COLUMNS`)."""
     max_examples: int
+    verdict_frame: pd.DataFrame
+    """The drop-in verdicts as `wirediff.analysis.comparison.verdicts.verdicts` frames them."""
 
     def cell(self, label: str, endpoint: str) -> Cell:
         return self.cells[(label, endpoint)]
@@ -222,6 +204,18 @@ class ReportModel:
     @property
     def filter_kinds(self) -> list[str]:
         return sorted((k.kind for k in self.kinds), key=kind_order)
+
+    def examples_to_lay_out(self) -> list[str]:
+        """The ids of the records `lay_out` reads (the first example of each finding it
+        lays out, at most), to fetch them when they are not at hand."""
+        ids: dict[str, None] = {}
+        for k in self.kinds:
+            for p in k.paths:
+                for f in p.findings:
+                    if f.shown and f.examples:
+                        e = f.examples[0]
+                        ids.update(dict.fromkeys(i for i in (e.baseline_id, e.candidate_id) if i))
+        return list(ids)
 
 
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
@@ -236,37 +230,51 @@ def build(
     max_examples: int = DEFAULT_MAX_EXAMPLES,
 ) -> ReportModel:
     """Everything the report shows, from an analysis and its diagnoses."""
-    ex = analysis.exchanges.assign(
-        label=analysis.exchanges["label"].fillna("").astype(str),
-        family=analysis.exchanges["family"].fillna("other").astype(str),
-        endpoint=analysis.exchanges["endpoint"].fillna(NO_ENDPOINT).astype(str),
-    )
-    pairs = analysis.pairs
     diagnoses = diagnoses if diagnoses is not None else pd.DataFrame(columns=DIAGNOSIS_COLUMNS)
-    role_of = roles(ex, pairs)
+    part, ffr, _ = collect(analysis, max_examples=max_examples)
+    chains = collect_chains(diagnoses, analysis.records_by_id)
+    model = finish(
+        part,
+        chains,
+        Rows.of(ffr),
+        Rows.of(diagnoses),
+        unmatched=analysis.unmatched,
+        baseline=analysis.baseline,
+    )
+    lay_out(model.kinds, analysis.records_by_id)
+    return model
+
+
+def finish(
+    part: Partial,
+    chain_counts: ChainCounts,
+    findings: Rows,
+    diagnoses: Rows,
+    *,
+    unmatched: pd.DataFrame,
+    baseline: Baseline,
+) -> ReportModel:
+    """Everything the report shows, from the merged `Partial` of the captures and of their
+    failing chains, and what pairing by content decided over all of them (the `unmatched`
+    exchanges, `pairing.UNMATCHED_COLUMNS`, and the `baseline`); the examples are laid out afterwards (`lay_out`), with the records
+    `ReportModel.examples_to_lay_out` names."""
+    max_examples = part.max_examples
+    role_of = roles_of(part.labels, part.baseline_labels, part.candidate_labels)
     labels = list(role_of)
-    records = analysis.records_by_id
-    drop_in = verdict_rows(analysis.verdicts)
+    frame = verdict_frame(part.family_cells, role_of)
+    drop_in = verdict_rows(frame)
     fam_order = {f: i for i, f in enumerate(FAMILIES)}
     drop_in.sort(
         key=lambda v: (labels.index(v.label), fam_order.get(v.family, len(fam_order)), v.transport)
     )
-
-    ffr = findings_frame(analysis.divergences, analysis.conformance)
-    tls, timeline_of = timelines(pairs, records, max_examples=max_examples, anchor=anchor)
+    tls, anchors = finish_alignments(part.alignments, anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
-    timeline_of = {pid: a for pid, a in timeline_of.items() if a in drawn}
-    folded = fold_findings(ffr, max_examples, timeline_of)
-    chains = chain_groups(diagnoses, records)
-    skipped = skipped_groups(ex, records, max_examples)
+    folded = finish_folds(part.folds, {k: a for k, a in anchors.items() if a in drawn})
+    chains = finish_chains(chain_counts)
+    skipped = finish_skipped(part.skipped)
 
-    ex = ex.assign(outcome=exchange_outcomes(ex, ffr, records))
     fam_rank = {f: i for i, f in enumerate(FAMILIES)}
-    distinct = ex[["family", "endpoint"]].drop_duplicates()
-    endpoints = sorted(
-        zip(distinct["family"].tolist(), distinct["endpoint"].tolist(), strict=True),
-        key=lambda fe: (fam_rank.get(fe[0], len(fam_rank)), fe[1]),
-    )
+    endpoints = sorted(part.endpoints, key=lambda fe: (fam_rank.get(fe[0], len(fam_rank)), fe[1]))
     family_of = {e: f for f, e in endpoints}
     cells = {
         (label, endpoint): Cell(
@@ -275,17 +283,11 @@ def build(
         for label in labels
         for _, endpoint in endpoints
     }
-    sizes = ex.groupby(["label", "endpoint", "outcome"]).size().reset_index(name="n")
-    sizes = sizes.assign(_o=sizes["outcome"].map(OUTCOMES.index)).sort_values(
-        ["label", "endpoint", "_o"]
-    )
-    for lab, endpoint, what, n in zip(
-        *(sizes[c].astype(str).tolist() for c in ("label", "endpoint", "outcome")),
-        sizes["n"].tolist(),
-        strict=True,
+    for (lab, endpoint, what), n in sorted(
+        part.outcomes.items(), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
     ):
         cells[(lab, endpoint)].outcomes[what] = int(n)
-    by_endpoint = verdicts(ex, ffr, records, pairs, by=("endpoint",))
+    by_endpoint = verdict_frame(part.endpoint_cells, role_of, by=("endpoint",))
     for lab, endpoint, verdict, reasons in zip(
         *(by_endpoint[c].tolist() for c in ("label", "endpoint", "verdict", "reasons")),
         strict=True,
@@ -309,43 +311,37 @@ def build(
             cell.chains.append(g)
     for s in skipped:
         cells[(s.label, s.endpoint)].skipped.append(s)
-    captures_of = captures(ex, records)
+    captures_of = finish_captures(part.captures)
 
     kind_counts: dict[str, dict[str, int]] = {}
-    if len(ffr):
-        per = ffr.groupby(["label", "kind"]).size().reset_index(name="n")
-        for lab, kind, n in zip(
-            per["label"].tolist(), per["kind"].tolist(), per["n"].tolist(), strict=True
-        ):
-            kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
-    unmatched = unmatched_groups(analysis.unmatched, max_examples)
+    for (lab, kind), n in part.kinds.items():
+        kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
+    unmatched_groups_ = unmatched_groups(unmatched, max_examples)
     by_side: dict[tuple[str, str], int] = {}
-    for lab, side in zip(analysis.unmatched["label"], analysis.unmatched["side"], strict=True):
+    for lab, side in zip(unmatched["label"], unmatched["side"], strict=True):
         by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
-    paired: dict[tuple[str, str], int] = {}
-    for lab, how in zip(pairs["label"], pairs["pairing"], strict=True):
-        paired[(str(lab), str(how))] = paired.get((str(lab), str(how)), 0) + 1
     backends = []
     for label in labels:
-        part = ex[ex["label"] == label]
-        no_answer = part["error_kind"].where(part["error_kind"] == SKIPPED, "none")
-        status = part["status"].astype(object).where(part["status"].notna(), no_answer)
-        mix = status.astype(str).value_counts()
+        mix = {s: n for (lab, s), n in part.status_mix.items() if lab == label}
         families = [v for v in drop_in if v.label == label]
         kinds = kind_counts.get(label, {})
+        outcomes: Counter[str] = Counter()
+        for (lab, _, what), n in part.outcomes.items():
+            if lab == label:
+                outcomes[what] += n
         backends.append(
             Backend(
                 label,
                 role_of[label],
-                len(part),
-                sorted(part["endpoint"].unique().tolist()),
+                sum(mix.values()),
+                sorted(e for lab, e in part.label_endpoints if lab == label),
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
                 {k: kinds[k] for k in sorted(kinds, key=kind_order)},
                 families,
-                _in_order(part["outcome"].value_counts().to_dict()),
+                _in_order(outcomes),
                 captures_of.get(label, []),
                 [s for s in skipped if s.label == label],
-                {how: paired.get((label, how), 0) for how in (REPLAY, CONTENT)}
+                {how: part.paired.get((label, how), 0) for how in (REPLAY, CONTENT)}
                 if role_of[label] == "candidate"
                 else {},
                 {side: n for (lab, side), n in by_side.items() if lab == label},
@@ -353,17 +349,16 @@ def build(
         )
 
     kind_groups = group_findings(folded)
-    lay_out(kind_groups, records)
     totals = {
-        "exchanges": len(ex),
-        "pairs": len(pairs),
-        "divergences": len(analysis.divergences),
-        "conformance": len(analysis.conformance),
+        "exchanges": part.exchanges,
+        "pairs": part.pairs,
+        "divergences": part.divergences,
+        "conformance": part.conformance,
         "findings": len(folded),
         "diagnoses": len(diagnoses),
         "streams": len(tls),
         "skipped": sum(s.count for s in skipped),
-        "unmatched": len(analysis.unmatched),
+        "unmatched": len(unmatched),
     }
     return ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -380,15 +375,15 @@ def build(
         timelines=tls,
         chains=chains,
         skipped=skipped,
-        unmatched=unmatched,
+        unmatched=unmatched_groups_,
         unmatched_rows=[
             {str(k): (None if pd.isna(v) else str(v)) for k, v in row.items()}
-            for row in analysis.unmatched.to_dict("records")
+            for row in unmatched.to_dict("records")
         ],
-        baseline_chosen_by=analysis.baseline.chosen_by,
-        latency=latency(ex, analysis.events, labels),
-        findings_frame=ffr,
+        baseline_chosen_by=baseline.chosen_by,
+        latency=finish_latency(part.latency, labels),
+        findings_rows=findings,
         diagnoses=diagnoses,
-        records_by_id=records,
         max_examples=max_examples,
+        verdict_frame=frame,
     )

@@ -13,9 +13,11 @@ import base64
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from functools import cache
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +41,14 @@ from wirediff.reports.model import (
     Verdict,
 )
 
-__all__ = ["SCHEMA_PATH", "render_html", "summary_from", "write_csv", "write_json"]
+__all__ = [
+    "SCHEMA_PATH",
+    "render_html",
+    "summary_from",
+    "write_csv",
+    "write_json",
+    "write_summary",
+]
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
 SUMMARY_FORMAT = "wirediff-summary/1"
@@ -79,7 +88,6 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     template = ENV.get_template("report.html.j2")
     context = {
         "m": model,
-        "records": model.records_by_id,
         "style_hash": asset_hash("assets/report.css"),
         "script_hash": asset_hash("assets/report.js"),
     }
@@ -138,8 +146,9 @@ def verdict_item(v: Verdict) -> dict[str, Any]:
     }
 
 
-def summary_from(model: ReportModel) -> dict[str, Any]:
-    """`summary.json` for a built model (see `summary.schema.json`)."""
+def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
+    """`summary.json` for a built model (see `summary.schema.json`); without `rows`, the
+    `divergences` and `diagnoses` lists are left empty (`write_summary` streams them)."""
     backends = [
         {
             "label": b.label,
@@ -202,8 +211,8 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
         "backends": backends,
         "matrix": matrix,
         "findings": findings,
-        "divergences": model.findings_frame[DIVERGENCE_COLUMNS].to_dict("records"),
-        "diagnoses": diagnosis_rows(model.diagnoses),
+        "divergences": list(finding_items(model)) if rows else [],
+        "diagnoses": list(diagnosis_items(model)) if rows else [],
         "unmatched": model.unmatched_rows,
         "contract": {
             "kinds": list(KINDS),
@@ -212,6 +221,21 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "severities": list(SEVERITIES),
         },
     }
+
+
+def finding_items(model: ReportModel) -> Iterator[dict[str, Any]]:
+    """Every finding row as `to_dict("records")` gives it (columns read whole: faster)."""
+    for frame in model.findings_rows.frames():
+        if len(frame):
+            columns = [frame[c].tolist() for c in DIVERGENCE_COLUMNS]
+            for values in zip(*columns, strict=True):
+                yield dict(zip(DIVERGENCE_COLUMNS, values, strict=True))
+
+
+def diagnosis_items(model: ReportModel) -> Iterator[dict[str, Any]]:
+    for frame in model.diagnoses.frames():
+        if len(frame):
+            yield from diagnosis_rows(frame)
 
 
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
@@ -223,9 +247,71 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
     return out
 
 
+_STREAMED = {"divergences": finding_items, "diagnoses": diagnosis_items}
+
+
+def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
+    """`write_json(summary_from(model))`, byte for byte, with the lists of every finding and
+    every diagnosis streamed: never all in memory."""
+    summary = summary_from(model, rows=False)
+    marks = {key: f"\x00{key}\x00" for key in _STREAMED}
+    summary.update(marks)
+    text = json.dumps(summary, ensure_ascii=False, indent=1)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for key, items in _STREAMED.items():
+            head, text = text.split(json.dumps(marks[key]), 1)
+            fh.write(head)
+            _write_list(fh, items(model))
+        fh.write(text + "\n")
+    return out
+
+
+_FLAT = json.JSONEncoder(ensure_ascii=False)
+_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
+_KEYS: dict[str, str] = {}
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    """`json.dumps(item, ensure_ascii=False, indent=1)`, byte for byte, the scalar values
+    encoded by the C encoder (indenting makes json encode in Python, value by value)."""
+    if not item or not all(type(k) is str for k in item):
+        return _INDENTED.encode(item)
+    lines = []
+    for k, v in item.items():
+        head = _KEYS.get(k)
+        if head is None:
+            head = _KEYS[k] = f" {encode_basestring(k)}: "
+        if type(v) is str:
+            lines.append(head + encode_basestring(v))
+        elif isinstance(v, dict | list | tuple) and v:
+            lines.append(head + _INDENTED.encode(v).replace("\n", "\n "))
+        else:
+            lines.append(head + _FLAT.encode(v))
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def _write_list(fh: IO[str], items: Iterable[dict[str, Any]]) -> None:
+    """A list as `json.dump(..., indent=1)` writes one that is a top-level key's value."""
+    sep = "[\n  "
+    for item in items:
+        fh.write(sep)
+        fh.write(_item_text(item).replace("\n", "\n  "))
+        sep = ",\n  "
+    fh.write("[]" if sep.startswith("[") else "\n ]")
+
+
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """The divergence table (conformance rows included), one finding per line."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    model.findings_frame[DIVERGENCE_COLUMNS].to_csv(out, index=False)
+    header = True
+    with out.open("w", encoding="utf-8", newline="") as fh:
+        for frame in model.findings_rows.frames():
+            if len(frame) or header:
+                frame.reindex(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False, header=header)
+                header = False
+        if header:
+            pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)
     return out

@@ -21,7 +21,15 @@ from wirediff._support import error_kind
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import event_label
 
-__all__ = ["Timeline", "timelines"]
+__all__ = [
+    "Alignment",
+    "Alignments",
+    "Timeline",
+    "collect_alignments",
+    "finish_alignments",
+    "merge_alignments",
+    "timelines",
+]
 
 CHAT_FAMILIES = frozenset({"chat.completions", "completions"})
 MAX_TICKS = 400
@@ -178,6 +186,112 @@ def ticks(record: Record | None) -> list[float]:
     return [times[int(i * step)] for i in range(MAX_TICKS)] + [times[-1]]
 
 
+@dataclass(slots=True)
+class Alignment:
+    """Streamed pairs with the same backends, endpoint and event sequences: the first pair
+    (by `first`, its place among all the captures' pairs) aligned, and the first pair ids —
+    so that the alignments of several parts of the captures merge into those of the whole."""
+
+    first: Any
+    pair_ids: list[tuple[Any, str]]
+    count: int
+    rows: list[Row]
+    baseline_ticks: list[float]
+    candidate_ticks: list[float]
+
+    def merge(self, other: Alignment, max_examples: int) -> None:
+        if other.first < self.first:
+            self.first, self.rows = other.first, other.rows
+            self.baseline_ticks, self.candidate_ticks = other.baseline_ticks, other.candidate_ticks
+        self.count += other.count
+        self.pair_ids = sorted(self.pair_ids + other.pair_ids)[:max_examples]
+
+
+Alignments = dict[tuple[Any, ...], Alignment]
+
+
+def collect_alignments(
+    pairs: pd.DataFrame,
+    records_by_id: Mapping[str, Record],
+    *,
+    max_examples: int,
+    order: Sequence[Any] | None = None,
+) -> tuple[Alignments, dict[str, tuple[Any, ...]]]:
+    """Streamed pairs folded by (backends, endpoint, both collapsed label sequences), and
+    `pair_id → key` for every streamed pair. `order` places each pair among all the
+    captures' pairs (by default: as they come)."""
+    if pairs.empty:
+        return {}, {}
+    seen: dict[str, tuple[str, ...]] = {}
+
+    def key_of(rid: str) -> tuple[str, ...]:
+        got = seen.get(rid)
+        if got is None:
+            got = seen[rid] = labels(records_by_id.get(rid))
+        return got
+
+    groups: Alignments = {}
+    by_pair: dict[str, tuple[Any, ...]] = {}
+    columns = [
+        pairs[c].astype(str).tolist()
+        for c in ("pair_id", "label", "baseline_label", "endpoint", "baseline_id", "candidate_id")
+    ]
+    places = range(len(pairs)) if order is None else order
+    for place, pid, label, baseline_label, endpoint, bid, cid in zip(places, *columns, strict=True):
+        if not (sent(records_by_id.get(bid)) and sent(records_by_id.get(cid))):
+            continue
+        b_key, c_key = key_of(bid), key_of(cid)
+        if not b_key and not c_key:
+            continue
+        key = (label, baseline_label, endpoint, b_key, c_key)
+        group = groups.get(key)
+        if group is None:
+            base, cand = records_by_id.get(bid), records_by_id.get(cid)
+            rows = align(runs(base), runs(cand))
+            group = groups[key] = Alignment(place, [], 0, rows, ticks(base), ticks(cand))
+        group.count += 1
+        if len(group.pair_ids) < max_examples:
+            group.pair_ids.append((place, pid))
+        by_pair[pid] = key
+    return groups, by_pair
+
+
+def merge_alignments(into: Alignments, other: Alignments, max_examples: int) -> Alignments:
+    for key, group in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = group
+        else:
+            mine.merge(group, max_examples)
+    return into
+
+
+def finish_alignments(
+    groups: Alignments, anchor: Callable[..., str]
+) -> tuple[list[Timeline], dict[tuple[Any, ...], str]]:
+    """The timelines, diverging first, then by count; and each group's anchor."""
+    out: list[Timeline] = []
+    anchors: dict[tuple[Any, ...], str] = {}
+    ordered = sorted(groups.items(), key=lambda kv: kv[1].first)
+    for n, (key, group) in enumerate(ordered):
+        label, baseline_label, endpoint, _, _ = key
+        tl = Timeline(
+            anchor=anchor("tl", n, label, endpoint),
+            label=label,
+            baseline_label=baseline_label,
+            endpoint=endpoint,
+            pair_ids=[pid for _, pid in group.pair_ids],
+            count=group.count,
+            rows=group.rows,
+            baseline_ticks=group.baseline_ticks,
+            candidate_ticks=group.candidate_ticks,
+        )
+        out.append(tl)
+        anchors[key] = tl.anchor
+    out.sort(key=lambda t: (not t.diverges, -t.count, t.label, t.endpoint))
+    return out, anchors
+
+
 def timelines(
     pairs: pd.DataFrame,
     records_by_id: Mapping[str, Record],
@@ -190,54 +304,6 @@ def timelines(
     Only the first pair of each group is laid out; returns the timelines (diverging
     first, then by count) and `pair_id → anchor` for every streamed pair.
     """
-    if pairs.empty:
-        return [], {}
-    seen: dict[str, tuple[str, ...]] = {}
-
-    def key_of(rid: str) -> tuple[str, ...]:
-        got = seen.get(rid)
-        if got is None:
-            got = seen[rid] = labels(records_by_id.get(rid))
-        return got
-
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    first: dict[tuple[Any, ...], tuple[str, str]] = {}
-    columns = [
-        pairs[c].astype(str).tolist()
-        for c in ("pair_id", "label", "baseline_label", "endpoint", "baseline_id", "candidate_id")
-    ]
-    for pid, label, baseline_label, endpoint, bid, cid in zip(*columns, strict=True):
-        if not (sent(records_by_id.get(bid)) and sent(records_by_id.get(cid))):
-            continue
-        b_key, c_key = key_of(bid), key_of(cid)
-        if not b_key and not c_key:
-            continue
-        key = (label, baseline_label, endpoint, b_key, c_key)
-        members = groups.get(key)
-        if members is None:
-            members = groups[key] = []
-            first[key] = (bid, cid)
-        members.append(pid)
-
-    out: list[Timeline] = []
-    by_pair: dict[str, str] = {}
-    for n, (key, pair_ids) in enumerate(groups.items()):
-        label, baseline_label, endpoint, _, _ = key
-        bid, cid = first[key]
-        base, cand = records_by_id.get(bid), records_by_id.get(cid)
-        tl = Timeline(
-            anchor=anchor("tl", n, label, endpoint),
-            label=label,
-            baseline_label=baseline_label,
-            endpoint=endpoint,
-            pair_ids=pair_ids[:max_examples],
-            count=len(pair_ids),
-            rows=align(runs(base), runs(cand)),
-            baseline_ticks=ticks(base),
-            candidate_ticks=ticks(cand),
-        )
-        out.append(tl)
-        for pid in pair_ids:
-            by_pair[pid] = tl.anchor
-    out.sort(key=lambda t: (not t.diverges, -t.count, t.label, t.endpoint))
-    return out, by_pair
+    groups, by_pair = collect_alignments(pairs, records_by_id, max_examples=max_examples)
+    out, anchors = finish_alignments(groups, anchor)
+    return out, {pid: anchors[key] for pid, key in by_pair.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,11 +99,17 @@ def analyze(
     ignore: Sequence[str] = (),
     baseline: str | None = None,
     content: ContentLinks | None = None,
+    repeat_noise: Mapping[int, set[str]] | None = None,
+    judge_cells: bool = True,
 ) -> Analysis:
     """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
     the divergences and the conformance rows alike; `baseline` is the label independent
     captures are compared with (`wirediff.analysis.comparison.pairing`), `content` their
-    pairs when `records` are a part of the captures (made over all of them).
+    pairs when `records` are a part of the captures (made over all of them). `repeat_noise`:
+    when `records` are a part of the captures (an original with all its replays), the noise
+    of repeated requests learned from all of them
+    (`wirediff.analysis.comparison.noise.repeated_original_noise`); then the verdicts are
+    judged on the merge of all parts, not here (`judge_cells` false).
 
     The cyclic garbage collector is paused meanwhile: the analysis makes no reference
     cycles worth collecting, only many objects that live until it returns, over which
@@ -117,7 +123,7 @@ def analyze(
         )
         pairs = pairing.pairs
         with known_structures():  # both look at the same bodies and events
-            found = divergences(records_by_id, pairs, ignore=ignore)
+            found = divergences(records_by_id, pairs, ignore=ignore, repeat_noise=repeat_noise)
             checked, checks = check_records(records)
         checked = drop_ignored(checked, ignore)
         found = drop_ignored(judge(found, pairs, records_by_id, checks), ignore)
@@ -129,7 +135,11 @@ def analyze(
             divergences=found,
             conformance=checked,
             latency=latency_frame(exchanges, events),
-            verdicts=verdicts(exchanges, findings_of(found, checked), records_by_id, pairs),
+            verdicts=(
+                verdicts(exchanges, findings_of(found, checked), records_by_id, pairs)
+                if judge_cells
+                else pd.DataFrame(columns=["label", "role", "family", "transport"])
+            ),
             unmatched=pairing.unmatched,
             baseline=pairing.baseline,
         )

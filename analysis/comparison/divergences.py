@@ -9,7 +9,7 @@ of both answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
@@ -49,12 +49,18 @@ BASELINE_SOURCE = "baseline"
 
 
 def divergences(
-    records_by_id: dict[str, Record], pairs: pd.DataFrame, *, ignore: Sequence[str] = ()
+    records_by_id: dict[str, Record],
+    pairs: pd.DataFrame,
+    *,
+    ignore: Sequence[str] = (),
+    repeat_noise: Mapping[int, set[str]] | None = None,
 ) -> pd.DataFrame:
     """One row per finding per pair, noise and ignored paths removed.
 
     Replay steps recorded as skipped (never sent: what they build on failed) are not
-    compared; the failure they follow is the finding.
+    compared; the failure they follow is the finding. `repeat_noise`: the noise of
+    repeated requests, learned beforehand (`wirediff.analysis.comparison.noise`), when
+    these pairs are a part of the captures.
     """
     sent = [error_kind(records_by_id[c]) != "skipped" for c in pairs["candidate_id"].tolist()]
     pairs = pairs.loc[sent] if not all(sent) else pairs
@@ -67,7 +73,7 @@ def divergences(
     groups: dict[str, list[int]] = {}
     for pos, bid in enumerate(base_ids):
         groups.setdefault(bid, []).append(pos)
-    repeat_noise = repeated_original_noise(records_by_id, groups)
+    noise_of = repeated_original_noise(records_by_id, groups, repeat_noise)
 
     positions: list[int] = []
     findings: list[Finding] = []
@@ -81,7 +87,7 @@ def divergences(
         }
         found = {p: compare(observed_base, obs) for p, obs in cands.items()}
         noise, by_label = group_noise(cands, found, labels, base_labels[members[0]])
-        noise |= repeat_noise.get(bid, set())
+        noise |= noise_of.get(bid, set())
         for p, fs in found.items():
             label_noise = noise | by_label.get(labels[p], set())
             for f in fs:

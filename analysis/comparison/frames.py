@@ -9,7 +9,16 @@ import pandas as pd
 
 from wirediff._types import Record
 
-__all__ = ["EVENT_COLUMNS", "EXCHANGE_COLUMNS", "events_frame", "exchanges_frame", "transport_of"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "EXCHANGE_COLUMNS",
+    "event_rows",
+    "events_frame",
+    "exchange_row",
+    "exchanges_frame",
+    "exchanges_frame_of",
+    "transport_of",
+]
 
 HTTP, WEBSOCKET = "http", "websocket"
 
@@ -83,52 +92,57 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if type(value) is dict else _EMPTY
 
 
+def exchange_row(r: Record) -> tuple[Any, ...]:
+    """One record's row of `exchanges_frame`, in `EXCHANGE_COLUMNS` order."""
+    req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
+    sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
+    events = resp.get("events")
+    return (
+        r["id"],
+        r.get("session"),
+        r.get("label"),
+        r.get("seq"),
+        r.get("replay_of"),
+        r.get("listener"),
+        r.get("started"),
+        r.get("ttfb_ms"),
+        r.get("duration_ms"),
+        req.get("method"),
+        req.get("path"),
+        req.get("url"),
+        resp.get("status"),
+        _content_type(resp.get("headers")),
+        tags.get("family"),
+        tags.get("endpoint"),
+        tags.get("prefix"),
+        tags.get("stream"),
+        tags.get("model"),
+        sdk.get("lang"),
+        sdk.get("version"),
+        sdk.get("async"),
+        tags.get("retry"),
+        auth.get("header"),
+        auth.get("scheme"),
+        auth.get("fingerprint"),
+        auth.get("forwarded"),
+        tags.get("soft_error"),
+        tags.get("signature"),
+        _dict(r.get("error")).get("kind"),
+        len(events) if events is not None else None,
+        resp.get("complete"),
+        req.get("size"),
+        resp.get("size"),
+        transport_of(r),
+    )
+
+
 def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
     """One row per exchange with the columns analysis filters and groups on."""
-    rows = []
-    for r in records:
-        req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
-        sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
-        events = resp.get("events")
-        rows.append(
-            (
-                r["id"],
-                r.get("session"),
-                r.get("label"),
-                r.get("seq"),
-                r.get("replay_of"),
-                r.get("listener"),
-                r.get("started"),
-                r.get("ttfb_ms"),
-                r.get("duration_ms"),
-                req.get("method"),
-                req.get("path"),
-                req.get("url"),
-                resp.get("status"),
-                _content_type(resp.get("headers")),
-                tags.get("family"),
-                tags.get("endpoint"),
-                tags.get("prefix"),
-                tags.get("stream"),
-                tags.get("model"),
-                sdk.get("lang"),
-                sdk.get("version"),
-                sdk.get("async"),
-                tags.get("retry"),
-                auth.get("header"),
-                auth.get("scheme"),
-                auth.get("fingerprint"),
-                auth.get("forwarded"),
-                tags.get("soft_error"),
-                tags.get("signature"),
-                _dict(r.get("error")).get("kind"),
-                len(events) if events is not None else None,
-                resp.get("complete"),
-                req.get("size"),
-                resp.get("size"),
-                transport_of(r),
-            )
-        )
+    return exchanges_frame_of([exchange_row(r) for r in records])
+
+
+def exchanges_frame_of(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """`exchanges_frame` from its rows (`exchange_row`)."""
     df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)
     df["status"] = df["status"].astype("Int64")
     df["n_events"] = df["n_events"].astype("Int64")
@@ -138,25 +152,30 @@ def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
 EVENT_COLUMNS = ["id", "idx", "t_ms", "event", "type", "sequence_number", "partial"]
 
 
+def event_rows(r: Record) -> list[tuple[Any, ...]]:
+    """One record's rows of `events_frame`."""
+    events = _dict(r.get("response")).get("events")
+    if not events:
+        return []
+    rid = r["id"]
+    rows = []
+    for i, ev in enumerate(events):
+        data = _dict(ev.get("data"))
+        rows.append(
+            (
+                rid,
+                i,
+                ev.get("t_ms"),
+                ev.get("event"),
+                data.get("type"),
+                data.get("sequence_number"),
+                bool(ev.get("partial")),
+            )
+        )
+    return rows
+
+
 def events_frame(records: Iterable[Record]) -> pd.DataFrame:
     """One row per SSE event: its name, the `type` inside its data, its timing."""
-    rows = []
-    for r in records:
-        events = _dict(r.get("response")).get("events")
-        if not events:
-            continue
-        rid = r["id"]
-        for i, ev in enumerate(events):
-            data = _dict(ev.get("data"))
-            rows.append(
-                (
-                    rid,
-                    i,
-                    ev.get("t_ms"),
-                    ev.get("event"),
-                    data.get("type"),
-                    data.get("sequence_number"),
-                    bool(ev.get("partial")),
-                )
-            )
+    rows = [row for r in records for row in event_rows(r)]
     return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)

@@ -8,9 +8,8 @@ that original. Ignore patterns (`wirediff.yaml`) drop paths the user names.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -19,14 +18,17 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.compare import Finding, compare
 from wirediff.analysis.comparison.observe import Observed, observe
 from wirediff.analysis.comparison.shapes import ancestors
+from wirediff.record.keys import request_digest, request_key
 
 __all__ = [
     "drop_ignored",
     "glob_regex",
     "group_noise",
+    "group_sample_noise",
     "is_noise",
     "noise_among",
     "repeated_original_noise",
+    "request_groups",
 ]
 
 NOISE_SAMPLES = 8
@@ -47,33 +49,41 @@ def noise_among(observed: Sequence[Observed]) -> set[str]:
     return paths
 
 
-def request_key(record: Record) -> tuple[Any, ...]:
-    """What makes two originals repeats of one request (and comparable answers)."""
-    req, resp = record["request"], record["response"]
-    return (
-        record.get("label"),
-        req.get("method"),
-        req.get("path"),
-        json.dumps(req.get("body"), sort_keys=True),
-        resp["status"] if resp is not None else None,
-    )
-
-
-def repeated_original_noise(
-    records_by_id: dict[str, Record], ids: Iterable[str]
-) -> dict[str, set[str]]:
-    """Noise learned from originals that repeat one request: per original id."""
+def request_groups(records_by_id: Mapping[str, Record], ids: Iterable[str]) -> list[list[str]]:
+    """The originals `ids` (in order) grouped by `request_key`: repeats of one request."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     for rid in ids:
         rec = records_by_id.get(rid)
         if rec is not None:
             groups.setdefault(request_key(rec), []).append(rid)
+    return list(groups.values())
+
+
+def group_sample_noise(sample: Sequence[Record]) -> set[str]:
+    """The noise of one request's repeats, learned from its first `1 + NOISE_SAMPLES`."""
+    return noise_among([observe(r) for r in sample[: 1 + NOISE_SAMPLES]])
+
+
+def repeated_original_noise(
+    records_by_id: Mapping[str, Record],
+    ids: Iterable[str],
+    known: Mapping[int, set[str]] | None = None,
+) -> dict[str, set[str]]:
+    """Noise learned from originals that repeat one request: per original id. With
+    `known` (by `request_digest`: learned beforehand from each request's first repeats,
+    which may lie elsewhere), it is looked up instead."""
     noise: dict[str, set[str]] = {}
-    for members in groups.values():
+    if known is not None:
+        for rid in ids:
+            rec = records_by_id.get(rid)
+            paths = known.get(request_digest(rec)) if rec is not None and known else None
+            if paths:
+                noise[rid] = paths
+        return noise
+    for members in request_groups(records_by_id, ids):
         if len(members) < 2:
             continue
-        sample = [observe(records_by_id[m]) for m in members[: 1 + NOISE_SAMPLES]]
-        paths = noise_among(sample)
+        paths = group_sample_noise([records_by_id[m] for m in members])
         if paths:
             for m in members:
                 noise[m] = paths

@@ -13,7 +13,8 @@ baseline is judged too, by its conformance alone: every comparison inherits its 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -28,9 +29,14 @@ __all__ = [
     "ROLES",
     "VERDICTS",
     "VERDICT_COLUMNS",
+    "Cell",
     "exchange_outcomes",
+    "merge_cells",
     "roles",
+    "roles_of",
     "route_failure",
+    "verdict_cells",
+    "verdict_frame",
     "verdicts",
 ]
 
@@ -78,9 +84,15 @@ def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
     `capture`; in that order, then by label."""
     base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
     cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
-    out = {}
-    for label in exchanges["label"].fillna("").astype(str).unique():
-        out[label] = "baseline" if label in base else "candidate" if label in cand else "capture"
+    return roles_of(set(exchanges["label"].fillna("").astype(str).unique()), base, cand)
+
+
+def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[str, str]:
+    """`roles` from the labels of the exchanges, of the baselines and of the candidates."""
+    out = {
+        label: "baseline" if label in baseline else "candidate" if label in candidate else "capture"
+        for label in labels
+    }
     return dict(sorted(out.items(), key=lambda kv: (ROLES.index(kv[1]), kv[0])))
 
 
@@ -140,82 +152,246 @@ def exchange_outcomes(
     return out
 
 
-def _finding_reasons(cell: pd.DataFrame) -> list[str]:
+@dataclass(slots=True)
+class Answer:
+    """One method and endpoint in a cell: its first answer, and how all its exchanges went."""
+
+    first: Any
+    """Order key of its first exchange (its position in the captures)."""
+    answered: str
+    """The first answer: `404: the server's words`, or the failure when none came."""
+    not_implemented: str
+    route_failure: bool = True
+    """Every exchange failed route-level (all)."""
+    original_ok: bool = False
+    """Some exchange replays an original that did not fail route-level (any)."""
+
+    def merge(self, other: Answer) -> None:
+        if other.first < self.first:
+            self.first, self.answered = other.first, other.answered
+            self.not_implemented = other.not_implemented
+        self.route_failure &= other.route_failure
+        self.original_ok |= other.original_ok
+
+
+@dataclass(slots=True)
+class Reason:
+    """Findings of one severity, kind and path in a cell."""
+
+    n: int
+    text: str
+    """The evidence (or message) that sorts first: one, whatever the order."""
+    first: Any
+
+    def merge(self, other: Reason) -> None:
+        self.n += other.n
+        self.text = min(self.text, other.text)
+        self.first = min(self.first, other.first)
+
+
+@dataclass(slots=True)
+class Cell:
+    """What a verdict is made of, for one label and family (or endpoint): counts and firsts,
+    so that cells of several parts of the captures merge into the cell of the whole."""
+
+    exchanges: int = 0
+    route_failure: bool = True
+    succeeded: bool = False
+    counts: list[int] = field(default_factory=lambda: [0] * len(SEVERITIES))
+    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
+    reasons: dict[tuple[float, bool, str, str], Reason] = field(default_factory=dict)
+
+    def merge(self, other: Cell) -> None:
+        self.exchanges += other.exchanges
+        self.route_failure &= other.route_failure
+        self.succeeded |= other.succeeded
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        for key, answer in other.answers.items():
+            mine = self.answers.get(key)
+            if mine is None:
+                self.answers[key] = answer
+            else:
+                mine.merge(answer)
+        for rkey, reason in other.reasons.items():
+            have = self.reasons.get(rkey)
+            if have is None:
+                self.reasons[rkey] = reason
+            else:
+                have.merge(reason)
+
+
+Cells = dict[tuple[Hashable, ...], Cell]
+
+
+def merge_cells(into: Cells, other: Cells) -> Cells:
+    for key, cell in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = cell
+        else:
+            mine.merge(cell)
+    return into
+
+
+def _answer_text(record: Record | None) -> tuple[str, str]:
+    """`_first_answer` (`404: words`) and what a not-implemented reason says of it."""
+    if record is None:
+        return "no answer", "None)"
+    status = response_status(record)
+    shown = status or error_kind(record) or "no answer"
+    words = server_words(record)
+    return (
+        f"{shown}" + (f": {words}" if words else ""),
+        f"{status}" + (f": {words})" if words else ")"),
+    )
+
+
+def verdict_cells(
+    exchanges: pd.DataFrame,
+    findings: pd.DataFrame,
+    records_by_id: Mapping[str, Record],
+    by: Sequence[str] = ("family", "transport"),
+    *,
+    positions: Sequence[Any] | None = None,
+    finding_order: Sequence[Any] | None = None,
+    outcomes: Sequence[str] | None = None,
+    pairs: pd.DataFrame | None = None,
+) -> Cells:
+    """The cells of `verdicts` for these exchanges and their findings. `positions` and
+    `finding_order` place the rows among all the captures' (by default: as they come),
+    so that the first answer and the order of reasons come out as for the whole; `pairs`
+    (`pair_exchanges`) say which exchange each candidate's was compared with."""
+    if exchanges.empty:
+        return {}
+    ex = exchanges.assign(
+        label=exchanges["label"].fillna("").astype(str),
+        family=exchanges["family"].fillna("other").astype(str),
+        endpoint=exchanges["endpoint"].fillna("(none)").astype(str),
+        transport=exchanges["transport"].fillna("http").astype(str),
+        method=exchanges["method"].fillna("").astype(str),
+    )
+    pos = list(range(len(ex))) if positions is None else list(positions)
+    if outcomes is None:
+        outcomes = exchange_outcomes(ex, findings, records_by_id)
+    kept = [o != SKIPPED for o in outcomes]
+    status = pd.to_numeric(ex["status"], errors="coerce")
+    succeeded = (
+        (statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
+        & ~ex["soft_error"].eq(True)
+    ).tolist()
+    failing = [o == UNSUPPORTED for o in outcomes]
+    ids = ex["id"].tolist()
+    baseline_ok = {rid for rid, k, f in zip(ids, kept, failing, strict=True) if k and not f}
+    baseline_of = (
+        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
+        if pairs is not None and len(pairs)
+        else {}
+    )
+    keys = list(zip(*(ex[c].tolist() for c in ("label", *by)), strict=True))
+    cells: Cells = {}
+    place: dict[Any, list[Cell]] = {}
+    columns = (ids, ex["method"].tolist(), ex["endpoint"].tolist())
+    for i, (rid, method, endpoint) in enumerate(zip(*columns, strict=True)):
+        if not kept[i]:
+            continue
+        cell = cells.get(keys[i])
+        if cell is None:
+            cell = cells[keys[i]] = Cell()
+        place.setdefault(rid, []).append(cell)
+        cell.exchanges += 1
+        cell.route_failure &= failing[i]
+        cell.succeeded |= succeeded[i]
+        answer = cell.answers.get((method, endpoint))
+        if answer is None:
+            answered, missing = _answer_text(records_by_id.get(rid))
+            answer = cell.answers[(method, endpoint)] = Answer(pos[i], answered, missing)
+        answer.route_failure &= failing[i]
+        answer.original_ok |= baseline_of.get(rid) in baseline_ok
+    if len(findings):
+        order = list(range(len(findings))) if finding_order is None else finding_order
+        texts = findings["evidence"].where(findings["evidence"] != "", findings["message"])
+        rows = zip(
+            findings["candidate_id"].tolist(),
+            findings["severity"].tolist(),
+            findings["kind"].tolist(),
+            findings["path"].tolist(),
+            texts.tolist(),
+            order,
+            strict=True,
+        )
+        for cid, severity, kind, path, text, first in rows:
+            rank = RANKS.get(severity, len(SEVERITIES))
+            for cell in place.get(cid, ()):
+                if rank < len(SEVERITIES):
+                    cell.counts[rank] += 1
+                key = (float(rank), kind == "header", kind, path)
+                reason = cell.reasons.get(key)
+                if reason is None:
+                    cell.reasons[key] = Reason(1, text, first)
+                else:
+                    reason.n += 1
+                    reason.text = min(reason.text, text)
+    return cells
+
+
+def _finding_reasons(cell: Cell) -> list[str]:
     """One line per (severity, kind, path), worst and most frequent first, headers last;
     the evidence (the SDK's or the server's words) where there is some."""
-    if cell.empty:
-        return []
-    top = (
-        cell.assign(
-            _rank=cell["severity"].map(RANKS).fillna(len(SEVERITIES)),
-            _header=cell["kind"] == "header",
-            _text=cell["evidence"].where(cell["evidence"] != "", cell["message"]),
-        )
-        .groupby(["_rank", "_header", "kind", "path"], sort=False)
-        .agg(n=("kind", "size"), text=("_text", "min"))
-        .reset_index()
-        .sort_values(["_rank", "_header", "n"], ascending=[True, True, False], kind="stable")
-    )
+    top = sorted(cell.reasons.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[1].n, kv[1].first))
     out: list[str] = []
-    for text, n in zip(top["text"].tolist(), top["n"].tolist(), strict=True):
-        line = _POSITION.sub("", str(text))
+    for _, reason in top:
+        line = _POSITION.sub("", str(reason.text))
         if all(not r.startswith(line) for r in out):
-            out.append(f"{line} (x{n})" if n > 1 else line)
+            out.append(f"{line} (x{reason.n})" if reason.n > 1 else line)
         if len(out) == MAX_REASONS:
             break
     return out
 
 
-def _first_answer(part: pd.DataFrame, records_by_id: Mapping[str, Record]) -> str:
-    first = records_by_id.get(part["id"].iloc[0])
-    if first is None:
-        return "no answer"
-    status = response_status(first) or error_kind(first) or "no answer"
-    words = server_words(first)
-    return f"{status}" + (f": {words}" if words else "")
+def _verdict(cell: Cell, role: str) -> tuple[str, list[str]]:
+    answers = sorted(cell.answers.items())
+    if cell.route_failure:
+        reasons = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers]
+        return UNSUPPORTED, reasons[:MAX_REASONS]
+    missing = []
+    if role == "candidate":
+        missing = [
+            f"{m} {e}: not implemented ({a.not_implemented}"
+            for (m, e), a in answers
+            if a.route_failure and a.original_ok
+        ]
+    if not cell.succeeded:
+        missing = [f"{m} {e}: failed ({a.answered})" for (m, e), a in answers] + missing
+    verdict = (
+        "breaking"
+        if missing or cell.counts[0]
+        else "compatible with deviations"
+        if cell.counts[1]
+        else "compatible"
+    )
+    return verdict, (missing + _finding_reasons(cell))[:MAX_REASONS]
 
 
-def _unsupported(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[str]:
-    return [
-        f"{method} {endpoint}: not here ({_first_answer(part, records_by_id)})"
-        for (method, endpoint), part in ex.groupby(["method", "endpoint"], sort=True)
-    ][:MAX_REASONS]
-
-
-def _failed(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[str]:
-    """Nothing in the cell succeeded: what each endpoint answered."""
-    return [
-        f"{method} {endpoint}: failed ({_first_answer(part, records_by_id)})"
-        for (method, endpoint), part in ex.groupby(["method", "endpoint"], sort=True)
-    ]
-
-
-def _not_implemented(
-    ex: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    baseline_ok: set[str] | None,
-    baseline_of: Mapping[str, str],
-) -> list[str]:
-    """`POST /v1/responses/compact: not implemented (404: …)` for each endpoint of the cell
-    that failed route-level every time while another endpoint of the cell worked (and, for a
-    candidate, the baseline's answers to it did not fail so)."""
-    if ex["route_failure"].all():
-        return []
-    out = []
-    for (method, endpoint), part in ex.groupby(["method", "endpoint"], sort=True):
-        if not part["route_failure"].all():
-            continue
-        if baseline_ok is not None and not any(
-            baseline_of.get(r) in baseline_ok for r in part["id"].tolist()
-        ):
-            continue
-        first = records_by_id.get(part["id"].iloc[0])
-        status = response_status(first) if first is not None else None
-        words = server_words(first) if first is not None else ""
-        out.append(
-            f"{method} {endpoint}: not implemented ({status}" + (f": {words})" if words else ")")
-        )
-    return out
+def verdict_frame(
+    cells: Cells, role_of: Mapping[str, str], by: Sequence[str] = ("family", "transport")
+) -> pd.DataFrame:
+    """One verdict per cell, with its reasons and counts, baseline first."""
+    columns = ["label", *by, "role", *VERDICT_COLUMNS[4:]]
+    if not cells:
+        return pd.DataFrame(columns=["label", "role", *by, *VERDICT_COLUMNS[4:]])
+    rows = []
+    for key, cell in cells.items():
+        role = role_of.get(str(key[0]), "capture")
+        verdict, reasons = _verdict(cell, role)
+        rows.append((*key, role, verdict, reasons, *cell.counts, cell.exchanges))
+    out = pd.DataFrame.from_records(rows, columns=columns)
+    out["_role"] = out["role"].map(ROLES.index)
+    order = ["_role", "label", *by]
+    if "family" in by:
+        out["_family"] = out["family"].map(lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
+        order = ["_role", "label", "_family", *by]
+    out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
+    return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
 
 
 def verdicts(
@@ -227,85 +403,5 @@ def verdicts(
 ) -> pd.DataFrame:
     """One verdict per label and `by` (family and transport; or endpoint, for the report's
     matrix), with its reasons and counts, baseline first."""
-    if exchanges.empty:
-        return pd.DataFrame(columns=["label", "role", *by, *VERDICT_COLUMNS[4:]])
-    role_of = roles(exchanges, pairs)
-    keys = ["label", *by]
-    ex = exchanges.assign(
-        label=exchanges["label"].fillna("").astype(str),
-        family=exchanges["family"].fillna("other").astype(str),
-        endpoint=exchanges["endpoint"].fillna("(none)").astype(str),
-        transport=exchanges["transport"].fillna("http").astype(str),
-        method=exchanges["method"].fillna("").astype(str),
-    )
-    ex = ex.assign(outcome=exchange_outcomes(ex, findings, records_by_id))
-    ex = ex[ex["outcome"] != SKIPPED]
-    status = pd.to_numeric(ex["status"], errors="coerce")
-    ex = ex.assign(
-        route_failure=ex["outcome"] == UNSUPPORTED,
-        succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
-        & ~ex["soft_error"].eq(True),
-    )
-    baseline_ok = set(ex.loc[~ex["route_failure"], "id"].tolist())
-    baseline_of = (
-        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
-        if len(pairs)
-        else {}
-    )
-    place = ex.set_index("id")[list(by)]
-    located = (
-        findings.drop(columns=[c for c in by if c in findings.columns]).merge(
-            place, left_on="candidate_id", right_index=True, how="inner"
-        )
-        if len(findings)
-        else findings
-    )
-    for col in by:
-        if col not in located.columns:
-            located = located.assign(**{col: pd.Series(dtype=object)})
-    grouped = dict(tuple(located.groupby(keys, sort=False))) if len(located) else {}
-    rows = []
-    for key, cell_ex in ex.groupby(keys, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        label = str(key[0])
-        cell = grouped.get(key, located.iloc[0:0])
-        counts = [int((cell["severity"] == s).sum()) for s in SEVERITIES]
-        role = role_of.get(label, "capture")
-        if cell_ex["route_failure"].all():
-            verdict = UNSUPPORTED
-            reasons = _unsupported(cell_ex, records_by_id)
-        else:
-            missing = _not_implemented(cell_ex, records_by_id, baseline_ok, baseline_of)
-            missing = missing if role == "candidate" else []
-            if not cell_ex["succeeded"].any():
-                missing = _failed(cell_ex, records_by_id) + missing
-            verdict = (
-                "breaking"
-                if missing or counts[0]
-                else "compatible with deviations"
-                if counts[1]
-                else "compatible"
-            )
-            reasons = (missing + _finding_reasons(cell))[:MAX_REASONS]
-        rows.append((*key, role, verdict, reasons, *counts, len(cell_ex)))
-    out = pd.DataFrame.from_records(
-        rows,
-        columns=[
-            "label",
-            *by,
-            "role",
-            "verdict",
-            "reasons",
-            "breaking",
-            "deviations",
-            "cosmetic",
-            "exchanges",
-        ],
-    )
-    out["_role"] = out["role"].map(ROLES.index)
-    order = ["_role", "label", *by]
-    if "family" in by:
-        out["_family"] = out["family"].map(lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
-        order = ["_role", "label", "_family", *by]
-    out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
-    return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
+    cells = verdict_cells(exchanges, findings, records_by_id, by, pairs=pairs)
+    return verdict_frame(cells, roles(exchanges, pairs), by)

@@ -15,7 +15,7 @@ bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -35,7 +35,9 @@ __all__ = [
     "FAILED_TERMINALS",
     "StreamEnd",
     "chain_rows",
+    "chain_rows_from",
     "exchange_ok",
+    "redirect_location",
     "stream_end",
     "stream_problem",
 ]
@@ -224,7 +226,7 @@ def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.nda
     return order, prev
 
 
-def _retry_links(f: pd.DataFrame, requests: Sequence[Mapping[str, Any]]) -> Links:
+def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links:
     """Each SDK retry to the attempt before it: same client, route and body, a higher
     `x-stainless-retry-count`. Bodies are compared only where some request is a retry."""
     keys = ["session", "label", "listener", "is_replay", "method", "path"]
@@ -233,7 +235,8 @@ def _retry_links(f: pd.DataFrame, requests: Sequence[Mapping[str, Any]]) -> Link
         return []
     g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     sub = f[np.isin(g, np.unique(g[retried]))]
-    sub = sub.assign(body_key=[body_key(requests[i]) for i in sub["pos"].tolist()])
+    keyed: list[Any] = [body_keys(i) for i in sub["pos"].tolist()]
+    sub = sub.assign(body_key=keyed)
     order, prev = _prev_in_group(sub.reset_index(drop=True), [*keys, "body_key"])
     pos = sub["pos"].to_numpy()
     retry = sub["retry"].to_numpy()
@@ -389,13 +392,21 @@ def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
     return f"{method} {path} → {outcome}"
 
 
+def redirect_location(record: Record) -> str | None:
+    """Where a 3xx answer sends the client."""
+    resp = record.get("response")
+    st = resp["status"] if resp is not None else None
+    if resp is not None and isinstance(st, int) and 300 <= st < 400:
+        return header_get(resp.get("headers") or (), "location")
+    return None
+
+
 def chain_rows(
     exchanges: pd.DataFrame, records_by_id: Mapping[str, Record], *, failing_only: bool = False
 ) -> list[tuple[Any, ...]]:
     """`exchanges_frame` rows grouped into chains: one tuple per chain in `CHAIN_COLUMNS`
     order; with `failing_only`, those of the chains with an exchange that did not succeed."""
-    n = len(exchanges)
-    if n == 0:
+    if len(exchanges) == 0:
         return []
     ids = exchanges["id"].tolist()
     # Only originals on a named listener can be hops (`_hop_links`): the others need no key.
@@ -410,14 +421,35 @@ def chain_rows(
         rec = records_by_id[rid]
         requests.append(rec["request"])
         contents.append(hop_key(rec["request"]) if candidate else None)
-        resp = rec.get("response")
-        st = resp["status"] if resp is not None else None
-        loc = None
-        if resp is not None and isinstance(st, int) and 300 <= st < 400:
-            loc = header_get(resp.get("headers") or (), "location")
-        locations.append(loc)
+        locations.append(redirect_location(rec))
         oks.append(exchange_ok(rec))
+    return chain_rows_from(
+        exchanges,
+        contents,
+        locations,
+        oks,
+        lambda i: body_key(requests[i]),
+        failing_only=failing_only,
+    )
 
+
+def chain_rows_from(
+    exchanges: pd.DataFrame,
+    contents: Sequence[Hashable],
+    locations: Sequence[str | None],
+    oks: Sequence[bool],
+    body_keys: Callable[[int], Hashable],
+    *,
+    failing_only: bool = False,
+) -> list[tuple[Any, ...]]:
+    """`chain_rows` from what each exchange contributes, worked out beforehand (where the
+    records themselves are not at hand): its `hop_key` (None: no hop candidate), its
+    redirect location, whether it succeeded, and the `body_key` of the exchange at a
+    position."""
+    n = len(exchanges)
+    if n == 0:
+        return []
+    ids = exchanges["id"].tolist()
     f = exchanges.reset_index(drop=True)
     f = f.assign(
         pos=np.arange(n),
@@ -427,7 +459,7 @@ def chain_rows(
         is_replay=f["replay_of"].notna(),
     )
     links = (
-        _retry_links(f, requests)
+        _retry_links(f, body_keys)
         + _hop_links(f, contents)
         + _redirect_links(f, locations)
         + _fallback_links(f)

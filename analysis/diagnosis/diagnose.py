@@ -22,7 +22,18 @@ from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
 from wirediff.analysis.diagnosis.view import ExchangeView, view
 
-__all__ = ["CODES", "DIAGNOSIS_COLUMNS", "diagnose", "format_diagnoses"]
+__all__ = [
+    "BACKEND_SCAN",
+    "CODES",
+    "DIAGNOSIS_COLUMNS",
+    "Backends",
+    "diagnose",
+    "diagnose_chain",
+    "diagnosis_frame",
+    "format_chains",
+    "format_diagnoses",
+    "models_listed",
+]
 
 CODES = (
     "endpoint_not_implemented",
@@ -76,13 +87,20 @@ def served_models(
     ]
     out: dict[str, set[str]] = {}
     for rid, label in zip(hit["id"], hit["label"], strict=True):
-        resp = records_by_id[rid].get("response")
-        body = resp["body"] if resp is not None else None
-        data = body.get("data") if isinstance(body, dict) else None
-        if isinstance(data, list):
-            ids = {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
+        ids = models_listed(records_by_id[rid])
+        if ids is not None:
             out.setdefault(str(label), set()).update(ids)
     return out
+
+
+def models_listed(record: Record) -> set[str] | None:
+    """The model ids a `/v1/models` answer lists (None: it lists none)."""
+    resp = record.get("response")
+    body = resp["body"] if resp is not None else None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return {str(m["id"]) for m in data if isinstance(m, dict) and "id" in m}
 
 
 def _merge(findings: list[Finding], order: list[str]) -> list[Finding]:
@@ -114,6 +132,14 @@ class Backends:
             if len(ids) < BACKEND_SCAN:
                 ids.append(rid)
         self.known: dict[tuple[Any, Any], Provider] = {}
+
+    @classmethod
+    def identified(cls, known: Mapping[tuple[Any, Any], Provider]) -> Backends:
+        """Backends whose providers were identified beforehand (from the first
+        `BACKEND_SCAN` exchanges of each, read elsewhere)."""
+        out = cls({}, pd.DataFrame({"id": [], "label": [], "listener": []}))
+        out.known = dict(known)
+        return out
 
     def provider(self, x: ExchangeView) -> Provider:
         key = (x.label, x.rec.get("listener"))
@@ -206,6 +232,11 @@ def _diagnose(
     for row in failing:
         chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
         rows.extend(diagnose_chain(chain, by_id, served, backends))
+    return diagnosis_frame(rows)
+
+
+def diagnosis_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Diagnosis rows (`diagnose_chain`'s) as `diagnose` returns them."""
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIAGNOSIS_COLUMNS})
     return pd.DataFrame(
@@ -220,8 +251,14 @@ def format_diagnoses(df: pd.DataFrame) -> str:
     """Terminal text for `wirediff diagnose`: chains, their codes, evidence and fixes."""
     if df.empty:
         return "no failing chains: nothing to diagnose\n"
+    lines = format_chains(df)
+    lines.append(f"{len(df)} diagnoses in {df['chain_id'].nunique()} chains")
+    return "\n".join(lines) + "\n"
+
+
+def format_chains(df: pd.DataFrame) -> list[str]:
+    """The lines of `format_diagnoses` for these chains, without its closing count."""
     lines: list[str] = []
-    n_chains = df["chain_id"].nunique()
     for chain_id, group in df.groupby("chain_id", sort=False):
         first = group.iloc[0]
         state = "recovered" if first["recovered"] else "failed"
@@ -234,5 +271,4 @@ def format_diagnoses(df: pd.DataFrame) -> str:
             lines.extend(f"    · {e}" for e in row["evidence"])
             lines.append(f"    fix: {row['remedy']}")
         lines.append("")
-    lines.append(f"{len(df)} diagnoses in {n_chains} chains")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -194,6 +194,7 @@ BAD_OPTIONS = [
     ({"capture_session": "../escape"}, "capture_session is a file name, not a path"),
     ({"capture_body_cap": -1}, "capture_body_cap must be 0 or more bytes, not -1"),
     ({"capture_dir": "FILE"}, "is a file, not a directory"),
+    ({"capture_rotate": "soon"}, "capture_rotate must be a size"),
 ]
 
 
@@ -237,6 +238,20 @@ async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> N
             "capture_lazy_connect must be true or false, not 'maybe'",
         ]
         assert "capture_body_cap" not in tctx.options.deferred
+
+
+async def test_capture_rotate_starts_numbered_parts(tmp_path: Path) -> None:
+    cap = Capture()
+    with taddons.context(cap) as tctx:
+        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="t", capture_rotate="1B")
+        flows = [chat_flow() for _ in range(3)]
+        for f in flows:
+            cap.requestheaders(f)
+            cap.response(f)
+            cap.flush()
+        cap.done()
+    parts = [tmp_path / n for n in ("t.jsonl", "t.1.jsonl", "t.2.jsonl")]
+    assert [json.loads(p.read_text())["id"] for p in parts] == [f.id for f in flows]
 
 
 async def test_lines_are_json_and_flushed_per_record(tmp_path: Path) -> None:

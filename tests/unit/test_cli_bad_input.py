@@ -70,6 +70,14 @@ COMMANDS: dict[str, Argv] = {
     "check, the baseline": lambda bad, good, out: ["check", str(bad), str(good)],
     "check, a candidate": lambda bad, good, out: ["check", str(good), str(bad)],
     "replay": lambda bad, good, out: ["replay", str(bad), "--to", NOWHERE, "--dry-run"],
+    "export": lambda bad, good, out: ["export", str(bad), "--parquet", str(out / "dataset")],
+    "export, the second capture": lambda bad, good, out: [
+        "export",
+        str(good),
+        str(bad),
+        "--parquet",
+        str(out / "dataset"),
+    ],
 }
 
 BAD_USAGE: dict[str, list[str]] = {
@@ -85,6 +93,9 @@ BAD_USAGE: dict[str, list[str]] = {
     "check without a candidate": ["check", "base.jsonl"],
     "check --fail-on an unknown kind": ["check", "GOOD", "GOOD", "--fail-on", "nonsense"],
     "import without a file": ["import"],
+    "export without --parquet": ["export", "GOOD"],
+    "export over an existing file": ["export", "GOOD", "--parquet", "GOOD"],
+    "report --engine unknown": ["report", "GOOD", "--engine", "spark"],
     "demo an unknown option": ["demo", "--fast"],
     "addon-path an extra argument": ["addon-path", "extra"],
     "addon-path two addons": ["addon-path", "shadow", "capture"],

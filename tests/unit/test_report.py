@@ -27,6 +27,7 @@ from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.diagnose import CODES, diagnose
 from wirediff.cli import report as report_cli
+from wirediff.engine.commands import Run
 from wirediff.errors import UsageError
 from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.store import RecordWriter
@@ -34,7 +35,7 @@ from wirediff.reports import examples
 from wirediff.reports.examples import MAX_LAID_OUT
 from wirediff.reports.findings import MAX_FINDINGS
 from wirediff.reports.formatters import CONTEXT, MAX_LINES, hits, pretty_json, redact
-from wirediff.reports.model import VERDICTS, build
+from wirediff.reports.model import VERDICTS, ReportModel, build
 from wirediff.reports.render import SCHEMA_PATH, render_html, summary_from, write_csv
 
 CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
@@ -495,15 +496,19 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
             w.write(rec)
     seen: dict[str, Any] = {}
 
-    def fake_analyze(records: list[Record], *, ignore: tuple[str, ...] = ()) -> Analysis:
-        seen["ignore"], seen["n"] = ignore, len(records)
-        return analysis
+    def fake_report(
+        run: Run,
+        captures: list[str],
+        *,
+        ignore: tuple[str, ...],
+        max_examples: int,
+        rows: bool,
+        baseline: str | None,
+    ) -> ReportModel:
+        seen["ignore"], seen["captures"], seen["rows"] = ignore, captures, rows
+        return build(analysis, diagnoses, max_examples=max_examples)
 
-    monkeypatch.setattr(
-        report_cli,
-        "run_analysis",
-        lambda records, ignore, baseline: (fake_analyze(records, ignore=ignore), diagnoses),
-    )
+    monkeypatch.setattr(Run, "report", fake_report)
     config = tmp_path / "wirediff.yaml"
     config.write_text("ignore:\n  - usage.*\n  - system_fingerprint\n")
     out = tmp_path / "out"
@@ -517,7 +522,11 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         ]
     )
     assert rc == 0
-    assert seen == {"ignore": ("usage.*", "system_fingerprint"), "n": len(analysis.records_by_id)}
+    assert seen == {
+        "ignore": ("usage.*", "system_fingerprint"),
+        "captures": [str(capture)],
+        "rows": True,
+    }
     assert (out / "r.html").stat().st_size > 10_000
     validate(json.loads((out / "s.json").read_text()), schema(), schema())
     assert (out / "d.csv").read_text().startswith(",".join(DIVERGENCE_COLUMNS))

@@ -11,7 +11,17 @@ import sys
 from collections.abc import Sequence
 
 from wirediff import __version__
-from wirediff.cli import addon_path, capture, check, convert, demo, diagnose, replay, report
+from wirediff.cli import (
+    addon_path,
+    capture,
+    check,
+    convert,
+    demo,
+    diagnose,
+    export,
+    replay,
+    report,
+)
 from wirediff.cli.runner import Parser, run
 
 __all__ = ["build_parser", "main"]
@@ -21,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="wirediff", description="OpenAI-API compatibility, visible on the wire.")
     p.add_argument("--version", action="version", version=f"wirediff {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (demo, capture, replay, report, diagnose, check, convert, addon_path):
+    for command in (demo, capture, replay, report, diagnose, check, convert, export, addon_path):
         command.register(sub)
     return p
 

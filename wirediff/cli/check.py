@@ -14,21 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pandas as pd
 
-from wirediff._types import Record
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
-from wirediff.analysis.comparison.pairing import CONTENT, ONLY_BASELINE, ONLY_CANDIDATE
-from wirediff.cli.inputs import read_captures
+from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
+from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
+from wirediff.reports.partial import GateCounts, gate_counts
 
-__all__ = ["CHECK_FORMAT", "gate", "parse_kinds", "register", "write_junit"]
+__all__ = ["CHECK_FORMAT", "gate", "gate_from", "parse_kinds", "register", "write_junit"]
 
 ALL_KINDS = kind_names()
 CHECK_FORMAT = "wirediff-check/1"
@@ -59,24 +59,18 @@ def gate(
     """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
     above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
     fails the gate, it is shown)."""
-    place = exchanges.assign(
-        family=exchanges["family"].fillna("other").astype(str),
-        transport=exchanges["transport"].fillna("http").astype(str),
-    ).set_index("id")[["family", "transport"]]
-    located = (
-        findings.drop(columns=["family"]).merge(
-            place, left_on="candidate_id", right_index=True, how="inner"
-        )
-        if len(findings)
-        else None
-    )
-    failing: set[tuple[str, str, str]] = set()
-    if located is not None and len(located):
-        hit = (located["severity"].map(severity_rank) <= severity_rank(severity)) | located[
-            "kind"
-        ].isin(fail_on)
-        for row in located.loc[hit, ["label", "family", "transport"]].itertuples(index=False):
-            failing.add((str(row.label), str(row.family), str(row.transport)))
+    return gate_from(verdicts, gate_counts(findings, exchanges), severity, fail_on)
+
+
+def gate_from(
+    verdicts: pd.DataFrame, counts: GateCounts, severity: str, fail_on: tuple[str, ...]
+) -> pd.DataFrame:
+    """`gate`, from the worst severity and the kinds of each cell's findings."""
+    failing = {
+        cell
+        for cell, (rank, kinds) in counts.items()
+        if rank <= severity_rank(severity) or kinds & set(fail_on)
+    }
     fails = [
         role == "candidate"
         and (verdict in FAILING_VERDICTS or (label, family, transport) in failing)
@@ -139,14 +133,6 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
-def _label_of(records: list[Record], path: str) -> str:
-    """The label of a baseline capture: that of most of its originals."""
-    labels = Counter(str(r.get("label") or "") for r in records if not r.get("replay_of"))
-    if not labels:
-        raise UsageError(f"{path}: no original exchange to compare with (only replays)")
-    return labels.most_common(1)[0][0]
-
-
 def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
     """`{"only in the baseline": n, "only in the candidate": m}` for one candidate label."""
     mine = unmatched[unmatched["label"] == label]
@@ -154,60 +140,28 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from wirediff.analysis.comparison.analyze import analyze, findings_of
-
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    baseline = read_captures([args.baseline])
-    # every file read (and its records checked) before any is judged
-    candidates = [(path, read_captures([path])) for path in args.candidates]
-    base_label = _label_of(baseline, args.baseline)
-    if args.baseline_label is not None:
-        labels = list(dict.fromkeys(str(r.get("label") or "") for r in baseline))
-        if args.baseline_label not in labels:
-            raise UsageError(
-                f"--baseline {args.baseline_label}: {args.baseline} has no exchange of that "
-                f"label (labels: {', '.join(labels)})"
-            )
-        base_label = args.baseline_label
-    records = list(baseline)
-    ids_of: dict[str, set[str]] = {}
-    for path, candidate in candidates:
-        ids_of[path] = {str(r["id"]) for r in candidate}
-        records += candidate
-    result = analyze(records, baseline=base_label)
-    pairs = result.pairs
-    for path, ids in ids_of.items():
-        if not pairs["candidate_id"].isin(ids).any():
-            raise UsageError(
-                f"{path}: no exchange pairs with {args.baseline} ({base_label}): none replays "
-                "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
-            )
-    gated = gate(
-        result.verdicts,
-        findings_of(result.divergences, result.conformance),
-        result.exchanges,
-        args.fail_on_severity,
-        fail_on,
-    )
+    with named_captures([args.baseline, *args.candidates]), open_run(args) as run:
+        result = run.check(args.baseline, args.candidates, args.baseline_label)
+    gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
-    by_content = int((pairs["pairing"] == CONTENT).sum())
+    by_content = sum(result.by_content.values())
     kinds = [
         f"{n} {kind}"
-        for n, kind in ((len(pairs) - by_content, "replayed"), (by_content, "paired-by-content"))
+        for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
         if n
     ]
     print(
-        f"{' and '.join(kinds)} exchanges compared with {len(baseline)} baseline exchanges "
-        f"({base_label}); the gate fails on {what}"
+        f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline exchanges "
+        f"({result.label}); the gate fails on {what}"
     )
-    content = pairs[pairs["pairing"] == CONTENT]
     unmatched = {}
-    for label in sorted(set(content["label"].astype(str)) | set(result.unmatched["label"])):
+    for label in sorted(set(result.by_content) | set(result.unmatched["label"])):
         unmatched[label] = counts = unmatched_counts(result.unmatched, label)
-        paired = int((content["label"] == label).sum())
+        paired = result.by_content.get(label, 0)
         sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
         print(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
@@ -283,4 +237,5 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="write a JUnit XML report (one testcase per candidate and family)",
     )
+    add_engine_options(c)
     c.set_defaults(func=cmd_check)

@@ -1,35 +1,44 @@
-"""`wirediff diagnose CAPTURE… [--json] [--fail] [--baseline LABEL]`: failing chains and
-their diagnoses, for any mix of captures and replays."""
+"""`wirediff diagnose CAPTURE… [--json] [--fail] [--baseline LABEL] [--engine local|dask
+[--scheduler ADDR]]`: failing chains and their diagnoses, for any mix of captures and replays."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from wirediff.cli.inputs import read_captures
+from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
-from wirediff.errors import UsageError
 
 __all__ = ["register"]
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
+    from wirediff.analysis.diagnosis.diagnose import format_chains
 
-    records = read_captures(args.captures)
-    if args.baseline is not None:
-        labels = list(dict.fromkeys(str(r.get("label") or "") for r in records))
-        if args.baseline not in labels:
-            raise UsageError(
-                f"--baseline {args.baseline}: no capture has that label (labels: {', '.join(labels)})"
-            )
-    df = diagnose(records)
-    if args.json:
-        print(json.dumps(df.to_dict(orient="records"), indent=2, default=str))
-    else:
-        print(format_diagnoses(df), end="")
-    return EXIT_FOUND if args.fail and len(df) else EXIT_OK
+    out = sys.stdout
+    with named_captures(args.captures), open_run(args) as run:
+        rows = run.diagnose(args.captures, baseline=args.baseline)
+        if args.json:
+            sep = "[\n  "
+            for frame in rows.frames():
+                for item in frame.to_dict(orient="records"):
+                    text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
+                    out.write(sep + text)
+                    sep = ",\n  "
+            out.write("[]\n" if sep.startswith("[") else "\n]\n")
+        elif not len(rows):
+            out.write("no failing chains: nothing to diagnose\n")
+        else:
+            chains = 0
+            for frame in rows.frames():
+                if len(frame):
+                    out.write("\n".join(format_chains(frame)) + "\n")
+                    chains += frame["chain_id"].nunique()
+            out.write(f"{len(rows)} diagnoses in {chains} chains\n")
+    return EXIT_FOUND if args.fail and len(rows) else EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -43,7 +52,13 @@ def register(sub: Any) -> None:
             }
         ),
     )
-    d.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl files")
+    d.add_argument(
+        "captures",
+        nargs="+",
+        metavar="CAPTURE",
+        help="wirediff/1 .jsonl files (a rotated session: any of its parts), or Parquet "
+        "datasets from `wirediff export`",
+    )
     d.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
     d.add_argument(
         "--fail",
@@ -56,4 +71,5 @@ def register(sub: Any) -> None:
         help="accepted as `report` and `check` take it (checked to name a label): a diagnosis "
         "explains one backend's own chain, whichever the baseline",
     )
+    add_engine_options(d)
     d.set_defaults(func=cmd_diagnose)

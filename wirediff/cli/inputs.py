@@ -19,9 +19,16 @@ from pathlib import Path
 from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.parts import expand_parts
 from wirediff.record.store import iter_records, load_records
 
-__all__ = ["capture_file", "iter_capture", "read_captures", "unfinished_line"]
+__all__ = [
+    "capture_file",
+    "iter_capture",
+    "named_captures",
+    "read_captures",
+    "unfinished_line",
+]
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +143,22 @@ def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
     _warn_unfinished([p])
     if not n:
         raise CaptureError(f"{p}: no exchanges")
+
+
+def _is_dataset(arg: str) -> bool:
+    """A URL, or a Parquet dataset `wirediff export` wrote: the engine reads and checks it."""
+    from wirediff.engine.sources import DATASET_MARK, is_url
+
+    return is_url(arg) or (Path(arg) / DATASET_MARK).is_file()
+
+
+@contextmanager
+def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[None]:
+    """Around a command that reads the captures named on its command line itself (on an
+    engine, `wirediff.engine`): each capture file checked as `read_captures` checks it
+    before, its errors worded alike meanwhile, and its unfinished last lines warned
+    about after."""
+    files = [capture_file(p) for p in paths if not _is_dataset(str(p))]
+    with _import_hint(files):
+        yield
+    _warn_unfinished(expand_parts(files))

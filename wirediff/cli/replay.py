@@ -81,9 +81,10 @@ from typing import Any
 import httpx
 
 from wirediff._types import Record
-from wirediff.cli.inputs import iter_capture
+from wirediff.cli.inputs import capture_file, iter_capture
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
 from wirediff.errors import PlanError, UsageError
+from wirediff.record.parts import expand_parts
 from wirediff.record.spool import Spool
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
@@ -149,9 +150,10 @@ def main_replay_args(args: argparse.Namespace) -> int:
     capture_of: dict[str, Path] = {}
     records: list[Record] = []
     for p in paths:
-        for rec in iter_capture(p):
-            records.append(rec)
-            capture_of.setdefault(str(rec.get("id")), Path(p))
+        for part in expand_parts([capture_file(p)]):  # a rotated session: all its parts
+            for rec in iter_capture(part):
+                records.append(rec)
+                capture_of.setdefault(str(rec.get("id")), part)
     try:
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:

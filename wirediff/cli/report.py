@@ -1,6 +1,6 @@
 """`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
-[--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]`: the single-file HTML
-report."""
+[--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]
+[--engine local|dask [--scheduler ADDR]]`: the single-file HTML report."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from wirediff._types import Record
-from wirediff.cli.inputs import read_captures
+from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.reports.model import DEFAULT_MAX_EXAMPLES, AnalysisLike, build
-from wirediff.reports.render import render_html, summary_from, write_csv, write_json
+from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
+from wirediff.reports.render import render_html, write_csv, write_summary
 
-__all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register", "run_analysis"]
+__all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register"]
 
 BASELINE_HELP = (
     "the label the others are compared with, when the files do not imply one (replays imply "
@@ -41,40 +39,24 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
         raise UsageError(str(e)) from None
 
 
-def run_analysis(
-    records: list[Record], ignore: tuple[str, ...], baseline: str | None = None
-) -> tuple[AnalysisLike, pd.DataFrame]:
-    """The analysis and the diagnoses the report renders; says on stderr which label is the
-    baseline when the captures did not imply one and none was asked for."""
-    from wirediff.analysis.comparison.analyze import analyze
-    from wirediff.analysis.diagnosis.diagnose import diagnose
-
-    analysis = analyze(records, ignore=ignore, baseline=baseline)
-    chosen = analysis.baseline
-    if chosen.chosen_by == "first capture" and analysis.exchanges["label"].nunique() > 1:
-        print(
-            f"wirediff: baseline: {chosen.label} (the first capture's label; "
-            "--baseline LABEL chooses another)",
-            file=sys.stderr,
-        )
-    return analysis, diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     if args.max_examples < 1:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    records = read_captures(args.captures)
-    analysis, diagnoses = run_analysis(records, ignore, args.baseline)
-    model = build(analysis, diagnoses, max_examples=args.max_examples)
-    written = [render_html(model, args.output)]
-    if args.json:
-        written.append(write_json(summary_from(model), args.json))
-    if args.csv:
-        written.append(write_csv(model, args.csv))
+    with named_captures(args.captures), open_run(args) as run:
+        model = run.report(
+            args.captures,
+            ignore=ignore,
+            max_examples=args.max_examples,
+            rows=bool(args.json or args.csv),
+            baseline=args.baseline,
+        )
+        written = [render_html(model, args.output)]
+        if args.json:
+            written.append(write_summary(model, args.json))
+        if args.csv:
+            written.append(write_csv(model, args.csv))
     t = model.totals
     print(
         f"{t['exchanges']:,} exchanges, {t['pairs']:,} pairs: {t['divergences']:,} divergences, "
@@ -94,7 +76,13 @@ def register(subparsers: Any) -> None:
         help="render report.html (and summary.json, divergences.csv) from captures",
         epilog=exit_codes({0: "the report (and --json, --csv) written"}),
     )
-    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl captures")
+    p.add_argument(
+        "captures",
+        nargs="+",
+        metavar="CAPTURE",
+        help="wirediff/1 .jsonl captures (a rotated session: any of its parts), or Parquet "
+        "datasets from `wirediff export` (a directory or an fsspec URL)",
+    )
     p.add_argument(
         "-o", "--output", default="report.html", help="HTML report (default: report.html)"
     )
@@ -111,6 +99,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"examples named per folded finding, the first laid out (default: {DEFAULT_MAX_EXAMPLES})",
     )
+    add_engine_options(p)
     p.set_defaults(func=cmd_report)
 
 

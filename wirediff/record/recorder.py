@@ -8,7 +8,8 @@ from forwarding. So the capture addon sends each snapshot down a pipe (`wirediff
 batches. The recorder reads until the pipe closes: what was sent is written even when
 mitmdump is killed. A full disk is reported once, and the records wait (`RecordWriter`).
 
-Usage (started by the addon): python -m wirediff.record.recorder FILE SESSION BODY_CAP [REDACT]
+Usage (started by the addon):
+    python -m wirediff.record.recorder FILE SESSION BODY_CAP [REDACT] [ROTATE]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from wirediff._types import Record
 from wirediff.record.build import build_record, fallback_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import Snapshot, exchange_from_snapshot
+from wirediff.record.parts import Rotation, parse_rotation
 from wirediff.record.pipe import FRAME, FramePipe, frame_batches
 from wirediff.record.store import RecordWriter, encode_record
 
@@ -83,9 +85,16 @@ class _Reporter:
             say(f"capture: {w.waiting + w.lost} records could not be written to {w.path} ({why})")
 
 
-def serve(path: Path, session: str, body_cap: int, redact: frozenset[str], fd: int = 0) -> None:
+def serve(
+    path: Path,
+    session: str,
+    body_cap: int,
+    redact: frozenset[str],
+    fd: int = 0,
+    rotation: Rotation | None = None,
+) -> None:
     """Read jobs from `fd` until it closes; build and append their records."""
-    writer = RecordWriter(path)
+    writer = RecordWriter(path, rotation)
     report = _Reporter(writer)
     for jobs in frame_batches(fd, lambda: RETRY_SECONDS if writer.waiting else None):
         if jobs is None:
@@ -108,9 +117,15 @@ class Recorder(FramePipe):
     """
 
     def __init__(
-        self, path: Path, session: str, body_cap: int, redact: frozenset[str], pythonpath: str
+        self,
+        path: Path,
+        session: str,
+        body_cap: int,
+        redact: frozenset[str],
+        pythonpath: str,
+        rotate: str = "",
     ) -> None:
-        args = [str(path), session, str(body_cap), ",".join(sorted(redact))]
+        args = [str(path), session, str(body_cap), ",".join(sorted(redact)), rotate]
         super().__init__("wirediff.record.recorder", args, pythonpath)
 
     @property
@@ -125,9 +140,9 @@ NICE = 5
 def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    path, session, cap, redact = [*argv, ""][:4]
+    path, session, cap, redact, rotate = [*argv, "", ""][:5]
     names = frozenset(n for n in redact.split(",") if n)
-    serve(Path(path), session, int(cap), names)
+    serve(Path(path), session, int(cap), names, rotation=parse_rotation(rotate))
     return 0
 
 

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
 __all__ = ["RecordWriter", "encode_record", "iter_records", "latest_replays", "load_records"]
@@ -63,12 +65,19 @@ class RecordWriter:
 
     `write` returns False while records wait for the disk (`failure` says why); each
     later `write` (or `retry`, or `close`) tries them again first, in order. Past
-    `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`.
+    `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`. With a
+    `rotation`, the writer goes on in the session's last part and starts the next one
+    (`<session>.<n>.jsonl`, `wirediff.record.parts`) when that one is full, between lines.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | os.PathLike[str], rotation: Rotation | None = None) -> None:
+        self.base = Path(path)
+        self.base.parent.mkdir(parents=True, exist_ok=True)
+        self.rotation = rotation
+        parts = capture_parts(self.base) if rotation is not None else [self.base]
+        self.part = len(parts) - 1 if parts[0] == self.base else 0
+        self.path = part_path(self.base, self.part)
+        self._opened = time.monotonic()
         self._fd: int | None = None
         self._end = 0
         self._waiting: deque[bytes] = deque()
@@ -97,19 +106,28 @@ class RecordWriter:
 
     def retry(self) -> bool:
         """Append what waits; True when nothing is left waiting."""
-        if self._fd is None:
-            try:
-                self._fd = self._open()
-            except OSError as e:
-                self.failure = e
-                return False
         while self._waiting:
+            if self._fd is not None and self._rotation_due():
+                os.close(self._fd)
+                self._fd = None
+                self.part += 1
+                self.path = part_path(self.base, self.part)
+            if self._fd is None:
+                try:
+                    self._fd = self._open()
+                except OSError as e:
+                    self.failure = e
+                    return False
+                self._opened = time.monotonic()
             batch, n = self._waiting[0], 1
             if len(self._waiting) > 1:
+                room = BATCH_BYTES
+                if self.rotation is not None and self.rotation.max_bytes is not None:
+                    room = min(room, self.rotation.max_bytes - self._end)
                 parts: list[bytes] = []
                 size = 0
                 for line in self._waiting:
-                    if parts and size + len(line) > BATCH_BYTES:
+                    if parts and size + len(line) > room:
                         break
                     parts.append(line)
                     size += len(line)
@@ -125,8 +143,20 @@ class RecordWriter:
             for _ in range(n):
                 self._waiting_bytes -= len(self._waiting.popleft())
             self.written += n
+        if self._fd is None:  # nothing waited: open (and check) the file all the same
+            try:
+                self._fd = self._open()
+            except OSError as e:
+                self.failure = e
+                return False
         self.failure = None
         return True
+
+    def _rotation_due(self) -> bool:
+        """The current part is full: the next record starts the next part."""
+        return self.rotation is not None and self.rotation.due(
+            self._end, time.monotonic() - self._opened
+        )
 
     def _cut_back(self) -> None:
         """After a failed or partial write: the file ends with its last whole line again."""
@@ -182,15 +212,29 @@ records in a call, which saves a fifth of their memory."""
 _RECORD_START = b'{"format":'
 
 
-def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
+class LineError(CaptureError):
+    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
+
+    def __init__(self, path: object, lineno: int, text: str) -> None:
+        super().__init__(f"{path}:{lineno}: {text}")
+        self.lineno, self.text = lineno, text
+
+
+Torn = list[tuple[int, str]]
+"""Lines skipped as torn writes: `(lineno, why)`."""
+
+
+def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
     """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
-    when a whole record was appended after the fragment, that record."""
+    when a whole record was appended after the fragment, that record (and its text)."""
     try:
-        return json.loads(line)
+        return line, json.loads(line)
     except RecursionError:
-        raise CaptureError(
-            f"{p}:{lineno}: record nested too deeply to read (over {MAX_DEPTH} levels "
-            "is kept as text by the capture)"
+        raise LineError(
+            p,
+            lineno,
+            f"record nested too deeply to read (over {MAX_DEPTH} levels "
+            "is kept as text by the capture)",
         ) from None
     except ValueError:
         pass
@@ -198,17 +242,18 @@ def _parse_line(p: Path, lineno: int, line: bytes, torn: list[str]) -> Any:
     if at > 0:
         with contextlib.suppress(ValueError, RecursionError):
             value = json.loads(line[at:])
-            torn.append(f"{p}:{lineno}: a torn line before a whole record: the fragment skipped")
-            return value
-    torn.append(f"{p}:{lineno}: not a JSON record (a torn write): skipped")
-    return None
+            torn.append((lineno, "a torn line before a whole record: the fragment skipped"))
+            return line[at:], value
+    torn.append((lineno, "not a JSON record (a torn write): skipped"))
+    return line, None
 
 
 Parsed = list[tuple[int, bytes, Any]]
 
 
-def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Parsed:
-    """`(lineno, line, value)` for each line of `batch`; torn lines left out."""
+def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
+    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
+    the whole record after a torn fragment)."""
     if not batch:
         return []
     try:
@@ -219,27 +264,33 @@ def _parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: list[str]) -> Pa
         pass
     out = []  # one line at a time, to find the bad ones
     for lineno, line in batch:
-        value = _parse_line(p, lineno, line, torn)
+        text, value = _parse_line(p, lineno, line, torn)
         if value is not None:
-            out.append((lineno, line, value))
+            out.append((lineno, text, value))
     return out
 
 
-def _checked(p: Path, parsed: Parsed) -> Iterator[Record]:
-    """Each value once it is a readable `wirediff/1` record; bodies nested too deeply
-    become text (`limit_depth`, for lines with brackets enough to nest that deep)."""
+def checked(p: Path, parsed: Parsed) -> Iterator[tuple[int, bytes, Record]]:
+    """Each `(lineno, text, value)` once the value is a readable `wirediff/1` record;
+    bodies nested too deeply become text (`limit_depth`, for lines with brackets enough to
+    nest that deep)."""
     for lineno, line, rec in parsed:
         found = problem(rec)
         if found:
             if found.startswith("not a"):
-                raise CaptureError(f"{p}:{lineno}: {found}")
-            raise CaptureError(f"{p}:{lineno}: malformed {FORMAT} record ({found})")
-        if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
-            limit_depth(rec)
-        yield rec
+                raise LineError(p, lineno, found)
+            raise LineError(p, lineno, f"malformed {FORMAT} record ({found})")
+        yield lineno, line, read_depth(line, rec)
 
 
-def _is_json(line: bytes) -> bool:
+def read_depth(line: bytes, rec: Record) -> Record:
+    """`rec`, parsed from `line`, with bodies nested too deeply kept as text."""
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+        limit_depth(rec)
+    return rec
+
+
+def is_json(line: bytes) -> bool:
     try:
         json.loads(line)
     except (ValueError, RecursionError):
@@ -256,17 +307,17 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         fh = p.open("rb")
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
-    torn: list[str] = []
+    torn: Torn = []
     records = 0
 
     def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
         nonlocal records
-        parsed = _parse_batch(p, batch, torn)
+        parsed = parse_batch(p, batch, torn)
         if parsed or records:  # warnings only for a file that is a capture
-            for warning in torn:
-                log.warning(warning)
+            for lineno, why in torn:
+                log.warning(f"{p}:{lineno}: {why}")
             torn.clear()
-        for rec in _checked(p, parsed):
+        for _, _, rec in checked(p, parsed):
             records += 1
             yield rec
 
@@ -276,7 +327,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            if not line.endswith(b"\n") and not _is_json(line):
+            if not line.endswith(b"\n") and not is_json(line):
                 break  # the last line, unfinished: a write in progress or cut by a crash
             lines += 1
             batch.append((lineno, line))
@@ -291,7 +342,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
 Shared = dict[tuple[Any, ...], Any]
 
 
-def _share_repeats(rec: Record, shared: Shared) -> None:
+def share_repeats(rec: Record, shared: Shared) -> None:
     """Make equal header pairs, and equal client (`tags.sdk`) and auth (`tags.auth`)
     descriptions, one object each across records.
 
@@ -322,7 +373,8 @@ def _share_repeats(rec: Record, shared: Shared) -> None:
 def load_records(
     paths: Iterable[str | os.PathLike[str]], *, superseded: bool = False
 ) -> list[Record]:
-    """All records of several captures, in file order, to be analysed (not modified);
+    """All records of several captures (each session with all its parts,
+    `wirediff.record.parts`), in file order, to be analysed (not modified);
     failed replay attempts that a resumed `wirediff replay` tried again are left out
     unless `superseded` (see `drop_retried`).
 
@@ -330,14 +382,14 @@ def load_records(
     them alone (`gc.freeze`): parsed JSON holds no reference cycles, so reference counting
     frees the records when they are dropped, and collections that walk millions of record
     objects again and again would otherwise take most of the time of loading and analysis.
-    Repeated headers and client descriptions are shared between records (`_share_repeats`).
+    Repeated headers and client descriptions are shared between records (`share_repeats`).
     """
     out: list[Record] = []
     shared: Shared = {}
     with paused_gc(freeze=True):
-        for path in paths:
+        for path in expand_parts(paths):
             for rec in iter_records(path):
-                _share_repeats(rec, shared)
+                share_repeats(rec, shared)
                 out.append(rec)
     return out if superseded else drop_retried(out)
 

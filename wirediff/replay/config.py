@@ -119,6 +119,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
             label = str(spec.get("label") or default_label(url))
             if "/" in label or label.startswith(".") or not label.strip():
                 raise UsageError(f"{where}: label {label!r} must be a plain name")
+            if label.isdigit():  # `<session>.<digits>.jsonl` is a part of a rotated capture
+                raise UsageError(f"{where}: label {label!r} must not be a number")
             models = {
                 **_str_map(d.get("model_map"), "defaults.model_map"),
                 **cli_models,

@@ -1,0 +1,281 @@
+"""The same analysis on either engine: `report`, `check` and `diagnose` give the same outputs
+with `--engine local` and `--engine dask` (a `LocalCluster` of 2 worker processes), on the
+fixtures and on a 10k set cut into many partitions; a worker killed while it works on a
+partition costs Dask a retry of that task, never the result."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import missing, wait_for
+from tests.fixtures.records import body, chat_record, openai_session, replay, retag
+from tests.fixtures.sessions import masked, replicated, write_fixtures
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.cli import main
+from wirediff.engine import run as engine_run
+from wirediff.engine.commands import Run
+from wirediff.record.store import RecordWriter, load_records
+from wirediff.reports.model import build
+from wirediff.reports.render import write_summary
+
+pytestmark = pytest.mark.e2e
+
+SMALL_PARTS = 64 << 10
+"""Bytes per comparison partition that cut the fixtures into several, the 10k set into many."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    try:
+        from distributed import LocalCluster
+    except ImportError:
+        missing("dask.distributed is not installed (pip install -e '.[dev]')")
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return write_fixtures(tmp_path_factory.mktemp("fixtures"))
+
+
+@pytest.fixture(scope="module")
+def ten_k(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return replicated(tmp_path_factory.mktemp("ten_k"), 10_000)
+
+
+def summary_of(run: Run, paths: list[Path], out: Path) -> Any:
+    model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
+    return masked(json.loads(write_summary(model, out).read_text()))
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions of `SMALL_PARTS` bytes, and a local engine that runs them on its pool."""
+    defaults = Run.__init__.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "part_bytes", SMALL_PARTS)
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("small_parts")
+def test_report_check_and_diagnose_say_the_same_on_either_engine(
+    cluster: Any, fixtures: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [str(p) for p in fixtures]
+    engines = {
+        "local": ["--engine", "local"],
+        "dask": ["--engine", "dask", "--scheduler", cluster.scheduler_address],
+    }
+    said: dict[str, list[Any]] = {}
+    for name, flags in engines.items():
+        out = tmp_path / name
+        report = ["report", *files, "-o", str(out / "r.html"), "--json", str(out / "s.json")]
+        code, _ = cli([*report, "--csv", str(out / "d.csv"), *flags], capsys)
+        assert code == 0
+        summary = masked(json.loads((out / "s.json").read_text()))
+        check = cli(["check", *files, "--json", str(out / "check.json"), *flags], capsys)
+        diagnosed = cli(["diagnose", *files, "--fail", *flags], capsys)
+        as_json = cli(["diagnose", *files, "--json", *flags], capsys)
+        csv = (out / "d.csv").read_text()
+        said[name] = [summary, csv, check, (out / "check.json").read_text(), diagnosed, as_json]
+    assert said["dask"] == said["local"]
+    summary = said["local"][0]
+    assert summary["totals"]["pairs"] and summary["totals"]["divergences"]
+    assert summary["totals"]["diagnoses"]
+    assert said["local"][2][0] == 1, "lmstudio's responses are unsupported: the gate fails"
+    assert said["local"][4][0] == 1, "a chain failed"
+
+
+def test_summary_is_the_same_on_either_engine_on_a_10k_set(
+    cluster: Any, ten_k: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local engine as a user runs it (one partition, here) against the whole analysis
+    held in memory, Dask over many partitions, and the local engine's pool over as many."""
+    with Run("local", progress=False) as run:
+        reference = summary_of(run, ten_k, tmp_path / "local.json")
+    assert reference["totals"]["exchanges"] >= 10_000
+    records = load_records(ten_k)
+    analysis = analyze(records)
+    diagnoses = diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
+    in_memory = write_summary(build(analysis, diagnoses, max_examples=3), tmp_path / "mem.json")
+    assert masked(json.loads(in_memory.read_text())) == reference, "as held all in memory"
+    del records, analysis, diagnoses
+    with Run("dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS) as run:
+        assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
+        assert summary_of(run, ten_k, tmp_path / "pool.json") == reference
+
+
+def _independent_captures(tmp_path: Path) -> list[str]:
+    """One app run against `openai` and against `ollama` (independent captures: a call only
+    in each, a call repeated, two calls in another order, chat answers without `refusal`),
+    `openai`'s traffic mirrored to `lmstudio` (`replay_of`, as the shadow records it) and
+    one of `ollama`'s calls replayed to `vllm`."""
+    base = openai_session()
+    again = copy.deepcopy(base[0])
+    again["id"], again["seq"] = "o-again", len(base)
+    base.append(again)
+    calls = [base[1], base[0], *base[2:3], *base[4:]]  # o3 missed, o0 and o1 swapped
+    extra = chat_record(id="extra", seq=99)
+    extra["request"]["body"]["messages"][0]["content"] = "Something else"
+    retag(extra)
+    ollama = []
+    for seq, rec in enumerate([*calls, extra]):
+        c = copy.deepcopy(rec)
+        c["id"], c["label"], c["session"], c["seq"] = f"ollama-{rec['id']}", "ollama", "s2", seq
+        if isinstance(c["request"]["body"], dict):
+            c["request"]["body"]["model"] = "local-model"
+        message = (body(c) or {}).get("choices", [{}])[0].get("message")
+        if isinstance(message, dict):
+            message.pop("refusal", None)
+        retag(c)
+        ollama.append(c)
+    mirrored = [replay(b, id=f"lm-{b['id']}", label="lmstudio") for b in base]
+    replayed = [replay(ollama[0], id="vllm-0", label="vllm")]
+    files: list[str] = []
+    for name, records in (
+        ("openai", base),
+        ("ollama", ollama),
+        ("lmstudio", mirrored),
+        ("vllm", replayed),
+    ):
+        path = tmp_path / f"{name}.jsonl"
+        with RecordWriter(path) as w:
+            for rec in records:
+                w.write(rec)
+        files.append(str(path))
+    return files
+
+
+def _in_memory(paths: list[str], out: Path) -> Any:
+    records: list[Record] = load_records(paths)
+    analysis = analyze(records)
+    diagnoses = diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
+    return masked(
+        json.loads(write_summary(build(analysis, diagnoses, max_examples=3), out).read_text())
+    )
+
+
+def test_independent_captures_and_mirrors_give_the_same_on_either_engine(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pairing by content made once over all the captures: each content pair compared in
+    one partition, the unmatched calls and the baseline's choice listed once, as the whole
+    analysis held in memory lists them, whatever the engine and however many partitions."""
+    files = _independent_captures(tmp_path)
+    reference = _in_memory(files, tmp_path / "mem.json")
+    unmatched = [(u["label"], u["side"], u["id"]) for u in reference["unmatched"]]
+    assert unmatched == [
+        ("ollama", "only in the baseline", "o3"),
+        ("ollama", "only in the candidate", "ollama-extra"),
+    ]
+    assert reference["baseline"] == ["ollama", "openai"]  # ollama: vllm replayed from it
+    assert reference["baseline_chosen_by"] == "replays"
+    backends = {b["label"]: (b["pairs"], b["unmatched"]) for b in reference["backends"]}
+    assert backends["ollama"][1] == {"only in the baseline": 1, "only in the candidate": 1}
+    assert backends["lmstudio"][0] == {"replay": 10, "content": 0}
+    assert backends["vllm"][0] == {"replay": 1, "content": 0}
+    assert reference["totals"]["pairs"] == 20  # 9 of them by content
+    assert reference["totals"]["divergences"]
+
+    paths = [Path(f) for f in files]
+    with Run("local", progress=False) as run:
+        assert summary_of(run, paths, tmp_path / "local.json") == reference
+    tiny = 4 << 10  # a partition or so per original
+    with Run("dask", cluster.scheduler_address, progress=False, part_bytes=tiny) as run:
+        assert summary_of(run, paths, tmp_path / "dask.json") == reference
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    with Run("local", workers=2, progress=False, part_bytes=tiny) as run:
+        assert summary_of(run, paths, tmp_path / "pool.json") == reference
+
+
+@pytest.mark.usefixtures("small_parts")
+def test_check_on_independent_captures_says_the_same_on_either_engine(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = _independent_captures(tmp_path)
+    said = {}
+    for name, flags in {
+        "local": ["--engine", "local"],
+        "dask": ["--engine", "dask", "--scheduler", cluster.scheduler_address],
+    }.items():
+        out = tmp_path / f"{name}.json"
+        said[name] = (*cli(["check", *files, "--json", str(out), *flags], capsys), out.read_text())
+    assert said["dask"] == said["local"]
+    code, text, doc = said["local"]
+    assert code == 0, "no candidate fails the gate"
+    assert "11 replayed and 9 paired-by-content exchanges compared with 10 baseline" in text
+    assert (
+        "pairs  ollama       9 by content; only in the baseline: 1, only in the candidate: 1"
+        in text
+    )
+    assert json.loads(doc)["unmatched"] == {
+        "ollama": {"only in the baseline": 1, "only in the candidate": 1}
+    }
+
+
+def test_a_worker_killed_mid_run_is_survived(
+    cluster: Any, ten_k: list[Path], tmp_path: Path
+) -> None:
+    from distributed import Client
+
+    with Run("local", progress=False) as run:
+        reference = summary_of(run, ten_k, tmp_path / "local.json")
+    outcome: dict[str, Any] = {}
+
+    def analyse() -> None:
+        try:
+            with Run(
+                "dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS
+            ) as run:
+                outcome["summary"] = summary_of(run, ten_k, tmp_path / "dask.json")
+        except BaseException as e:  # handed to the test's thread
+            outcome["error"] = e
+
+    with Client(cluster.scheduler_address) as observer:
+        pids: dict[str, int] = observer.run(os.getpid)
+        worker = threading.Thread(target=analyse)
+        worker.start()
+
+        def comparing() -> tuple[str, str] | None:
+            """A worker and the comparison partition it is working on, if any."""
+            for address, keys in observer.processing().items():
+                for key in keys:
+                    if "compare_part" in str(key):
+                        return address, str(key)
+            return None
+
+        address, key = wait_for(comparing, timeout=120, what="a comparison partition running")
+        os.kill(pids[address], signal.SIGKILL)
+        worker.join(timeout=300)
+        assert not worker.is_alive(), "the run went on after the worker was killed"
+        workers = observer.scheduler_info()["workers"]
+        assert address not in workers, f"the worker running {key} outlived SIGKILL"
+        wait_for(lambda: len(observer.scheduler_info()["workers"]) == 2, 60, "a new worker")
+    if "error" in outcome:
+        raise outcome["error"]
+    assert outcome["summary"] == reference

@@ -1,0 +1,75 @@
+"""The engine's index: what pairs and partitions the records, exact across files."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+
+from tests.fixtures.records import openai_session, replay
+from tests.fixtures.sessions import write_fixtures
+from wirediff.engine.engines import LocalEngine
+from wirediff.engine.plan import content_pairing, partitions, root_digests
+from wirediff.engine.progress import Progress
+from wirediff.engine.run import scan_inputs
+from wirediff.record.keys import digest
+from wirediff.record.store import RecordWriter
+
+
+def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Path) -> None:
+    """An originals-only file (every `replay_digest` 0) and files of replays (64-bit
+    digests) together: the digests stay exact, so each replay's root is its original's."""
+    files = [str(p) for p in write_fixtures(tmp_path)]
+    frame = scan_inputs(LocalEngine(1), files, Progress(False)).frame
+    replays = frame["replay_of"].notna().to_numpy()
+    assert replays.any() and not replays.all()
+    expected = [digest(r) for r in frame.loc[replays, "replay_of"]]
+    assert frame.loc[replays, "replay_digest"].tolist() == expected
+    root = root_digests(frame)
+    by_id = dict(zip(frame["id"].tolist(), frame["id_digest"].tolist(), strict=True))
+    originals = [by_id[r] for r in frame.loc[replays, "replay_of"]]
+    assert root[replays].tolist() == originals
+    part = partitions(frame, 7)
+    place = dict(zip(frame["id"].tolist(), part.tolist(), strict=True))
+    assert [place[r] for r in frame.loc[replays, "replay_of"]] == part[replays].tolist()
+    assert len(np.unique(part)) > 1
+
+
+def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_original(
+    tmp_path: Path,
+) -> None:
+    """The links made over the whole index put both sides of a pair by content, and the
+    candidate's own replays, in the baseline original's partition; the index holds what
+    pairing by content reads (each original's fingerprint, none for a replay)."""
+    base = openai_session()
+    cand = []
+    for rec in base:
+        c = copy.deepcopy(rec)
+        c["id"], c["label"], c["session"] = f"ollama-{rec['id']}", "ollama", "s2"
+        cand.append(c)
+    mirrored = replay(base[1], id="lm-1", label="lmstudio")
+    again = replay(cand[0], id="vllm-0", label="vllm")  # a replay of a candidate
+    path = tmp_path / "all.jsonl"
+    with RecordWriter(path) as w:
+        for rec in [*base, *cand, mirrored, again]:
+            w.write(rec)
+    frame = scan_inputs(LocalEngine(1), [str(path)], Progress(False)).frame
+    prints = dict(zip(frame["id"].tolist(), frame["fingerprint"].tolist(), strict=True))
+    assert prints["vllm-0"] == prints["lm-1"] == 0
+    assert all(prints[c["id"]] == prints[b["id"]] != 0 for b, c in zip(base, cand, strict=True))
+
+    chosen, content = content_pairing(frame, None)
+    assert (chosen.label, chosen.chosen_by) == ("openai", "replays")
+    pairs = sorted((c["id"], b["id"]) for b, c in zip(base, cand, strict=True))
+    assert sorted(content.links) == pairs
+    assert content.unmatched.empty
+    root = dict(zip(frame["id"].tolist(), root_digests(frame, content.links).tolist(), strict=True))
+    assert all(root[c["id"]] == digest(b["id"]) for b, c in zip(base, cand, strict=True))
+    assert root["vllm-0"] == digest(base[0]["id"])
+    assert root["lm-1"] == digest(base[1]["id"])
+    part = dict(
+        zip(frame["id"].tolist(), partitions(frame, 5, content.links).tolist(), strict=True)
+    )
+    assert all(part[b["id"]] == part[c["id"]] for b, c in zip(base, cand, strict=True))
+    assert part["vllm-0"] == part[base[0]["id"]]

@@ -1,0 +1,35 @@
+"""The progress bar of long analyses: partitions done and exchanges per second, drawn on a
+terminal only; nothing at all otherwise (a CI log, a pipe)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.sessions import write_fixtures
+from wirediff.cli import main
+from wirediff.engine.commands import Run
+
+
+def test_a_terminal_gets_parts_done_and_exchanges_per_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [str(p) for p in write_fixtures(tmp_path)]
+    with Run("local", progress=True, part_bytes=16 << 10) as run:
+        run.diagnose(files)
+        run.check(files[0], files[1:])
+    err = capsys.readouterr().err
+    assert "compare" in err and "ex/s" in err
+    parts = [int(n) for n in re.findall(r"(\d+)/\d+ parts", err)]
+    assert parts and max(parts) > 1, err
+
+
+def test_no_terminal_no_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stderr is not a terminal under pytest, as in a pipe or a CI log."""
+    files = [str(p) for p in write_fixtures(tmp_path)]
+    assert main(["report", *files, "-o", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exchanges" in err, err
+    assert "ex/s" not in err and "\r" not in err

@@ -1,0 +1,109 @@
+"""`wirediff export --parquet`: JSON Lines → Parquet → analysed gives what the JSON Lines
+give; the dataset holds the records byte for byte, one row per event, at a path or an
+fsspec URL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fixtures.sessions import masked, write_fixtures
+from wirediff.cli import main
+from wirediff.engine.parquet import EVENT_SCHEMA, EXCHANGE_SCHEMA
+from wirediff.engine.sources import DATASET_MARK
+from wirediff.record.store import load_records
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> list[Path]:
+    d = tmp_path / "captures"
+    d.mkdir()
+    return write_fixtures(d)
+
+
+def outputs(
+    inputs: list[str], out: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[Any, str, str, str]:
+    """What `report --json --csv`, `check` and `diagnose --json` say about `inputs`."""
+    out.mkdir()
+    argv = ["report", *inputs, "-o", str(out / "r.html"), "--json", str(out / "s.json")]
+    assert main([*argv, "--csv", str(out / "d.csv")]) == 0
+    capsys.readouterr()
+    assert main(["check", *inputs]) == 1
+    check = capsys.readouterr().out
+    assert main(["diagnose", *inputs, "--json"]) == 0
+    diagnosed = capsys.readouterr().out
+    summary = masked(json.loads((out / "s.json").read_text()))
+    return summary, (out / "d.csv").read_text(), check, diagnosed
+
+
+def export(inputs: list[Path], dataset: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["export", *map(str, inputs), "--parquet", dataset]) == 0
+    return capsys.readouterr().out
+
+
+def test_jsonl_to_parquet_round_trip_gives_the_same_results(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = load_records(captures)
+    events = sum(len(r["response"].get("events") or []) for r in records if r["response"])
+    datasets = []
+    for n, capture in enumerate(captures):  # one dataset per capture: check's arguments
+        dataset = tmp_path / f"dataset{n}"
+        said = export([capture], str(dataset), capsys)
+        assert said.startswith(f"{len(load_records([capture])):,} exchanges")
+        datasets.append(str(dataset))
+    jsonl = outputs([str(p) for p in captures], tmp_path / "from-jsonl", capsys)
+    parquet = outputs(datasets, tmp_path / "from-parquet", capsys)
+    assert parquet == jsonl
+    assert jsonl[0]["totals"]["exchanges"] == len(records)
+
+    exported = [pq.read_table(Path(d) / "exchanges") for d in datasets]
+    texts = sorted(t for table in exported for t in table.column("record").to_pylist())
+    lines = sorted(line for p in captures for line in p.read_text().splitlines(keepends=True))
+    assert texts == lines, "each record's line, byte for byte"
+    assert {"session", "label"} <= set(exported[0].column_names), "the directories' keys"
+    assert sum(pq.read_table(Path(d) / "events").num_rows for d in datasets) == events
+    mark = json.loads((Path(datasets[0]) / DATASET_MARK).read_text())
+    assert mark["format"] == "wirediff-dataset/1"
+    assert mark["exchanges"] == len(load_records([captures[0]]))
+
+
+def test_a_dataset_at_an_fsspec_url_reads_like_the_captures(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path / 'remote' / 'all'}"
+    export(captures, url, capsys)
+    part = next((tmp_path / "remote" / "all" / "exchanges").glob("session=*/label=*/*.parquet"))
+    assert pq.read_schema(part).names == EXCHANGE_SCHEMA.names
+    events = next((tmp_path / "remote" / "all" / "events").rglob("*.parquet"))
+    assert pq.read_schema(events).names == EVENT_SCHEMA.names
+    for argv in (["diagnose", "--json"], ["report", "-o", str(tmp_path / "r{}.html")]):
+        outs = []
+        for n, inputs in enumerate(([url], [str(p) for p in captures])):
+            args = [a.format(n) for a in argv]
+            assert main([args[0], *inputs, *args[1:]]) == 0
+            outs.append(capsys.readouterr().out.replace(f"r{n}.html", "r.html"))
+        assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("existing", ["a file", "a non-empty directory"])
+def test_export_never_writes_over_something(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str], existing: str
+) -> None:
+    target = tmp_path / "target"
+    if existing == "a file":
+        target.write_text("keep me")
+    else:
+        target.mkdir()
+        (target / "keep.txt").write_text("keep me")
+    assert main(["export", str(captures[0]), "--parquet", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists and is not empty" in err
+    assert "keep me" in (
+        target.read_text() if target.is_file() else (target / "keep.txt").read_text()
+    )

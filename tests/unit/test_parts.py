@@ -1,0 +1,103 @@
+"""Capture rotation: `capture_rotate` specs, the writer starting `<session>.<n>.jsonl`, and
+every loader reading a session as all its parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import records as fx
+from wirediff._types import Record
+from wirediff.record.parts import Rotation, capture_parts, expand_parts, parse_rotation
+from wirediff.record.store import RecordWriter, encode_record, load_records
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("", None),
+        ("100MB", Rotation(max_bytes=100_000_000)),
+        ("512KiB", Rotation(max_bytes=512 * 1024)),
+        ("1.5GiB", Rotation(max_bytes=3 << 29)),
+        ("1h", Rotation(max_seconds=3600)),
+        ("30m", Rotation(max_seconds=1800)),
+        (" 90s ", Rotation(max_seconds=90)),
+    ],
+)
+def test_rotation_specs(text: str, want: Rotation | None) -> None:
+    assert parse_rotation(text) == want
+
+
+@pytest.mark.parametrize("text", ["soon", "100", "10 parsecs", "0MB", "-1h", "MB"])
+def test_bad_rotation_specs_say_what_is_expected(text: str) -> None:
+    with pytest.raises(ValueError, match="capture_rotate must be"):
+        parse_rotation(text)
+
+
+def records(n: int) -> list[Record]:
+    return [fx.chat_record(id=f"r{i}", seq=i) for i in range(n)]
+
+
+def test_size_rotation_starts_numbered_parts_between_records(tmp_path: Path) -> None:
+    recs = records(7)
+    line = len(encode_record(recs[0]))
+    base = tmp_path / "s.jsonl"
+    with RecordWriter(base, Rotation(max_bytes=2 * line)) as w:
+        for rec in recs:
+            w.write(rec)
+    parts = capture_parts(base)
+    assert [p.name for p in parts] == ["s.jsonl", "s.1.jsonl", "s.2.jsonl", "s.3.jsonl"]
+    for p in parts:  # whole records only, none split across parts
+        assert [json.loads(x)["id"] for x in p.read_text().splitlines()]
+    assert [r["id"] for r in load_records([base])] == [r["id"] for r in recs]
+
+
+def test_a_batch_is_split_at_the_part_size(tmp_path: Path) -> None:
+    recs = records(5)
+    line = len(encode_record(recs[0]))
+    base = tmp_path / "s.jsonl"
+    with RecordWriter(base, Rotation(max_bytes=2 * line)) as w:
+        w.write_lines(encode_record(r) for r in recs)
+    assert [len(p.read_text().splitlines()) for p in capture_parts(base)] == [2, 2, 1]
+
+
+def test_a_restarted_capture_goes_on_in_the_last_part(tmp_path: Path) -> None:
+    recs = records(6)
+    base = tmp_path / "s.jsonl"
+    rotation = Rotation(max_bytes=3 * len(encode_record(recs[0])))
+    with RecordWriter(base, rotation) as w:
+        for rec in recs[:4]:
+            w.write(rec)
+    with RecordWriter(base, rotation) as w:
+        assert w.path.name == "s.1.jsonl"
+        for rec in recs[4:]:
+            w.write(rec)
+    assert [len(p.read_text().splitlines()) for p in capture_parts(base)] == [3, 3]
+
+
+def test_any_part_names_the_whole_session_and_replays_are_no_parts(tmp_path: Path) -> None:
+    for name in ("s.jsonl", "s.1.jsonl", "s.10.jsonl", "s.2.jsonl", "s.vllm.jsonl", "t.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    want = ["s.jsonl", "s.1.jsonl", "s.2.jsonl", "s.10.jsonl"]
+    assert [p.name for p in capture_parts(tmp_path / "s.jsonl")] == want
+    assert [p.name for p in capture_parts(tmp_path / "s.2.jsonl")] == want
+    assert [p.name for p in capture_parts(tmp_path / "s.vllm.jsonl")] == ["s.vllm.jsonl"]
+    every = expand_parts(sorted(tmp_path.glob("*.jsonl")))
+    assert [p.name for p in every] == [*want, "s.vllm.jsonl", "t.jsonl"]
+
+
+def test_a_part_without_its_first_part_is_a_session_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "s.3.jsonl").write_bytes(b"")
+    assert [p.name for p in capture_parts(tmp_path / "s.3.jsonl")] == ["s.3.jsonl"]
+
+
+def test_a_numeric_replay_label_is_refused(tmp_path: Path) -> None:
+    from wirediff.cli.replay import main_replay
+
+    capture = tmp_path / "s.jsonl"
+    with RecordWriter(capture) as w:
+        w.write(fx.chat_record())
+    code = main_replay([str(capture), "--to", "http://127.0.0.1:9/v1", "--label", "2"])
+    assert code == 2

@@ -1,0 +1,60 @@
+"""`wirediff export CAPTURE… --parquet DIR`: the captures as a Parquet dataset (a directory
+or an fsspec URL) that `report`, `check` and `diagnose` read like the captures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from wirediff.cli.engine_options import add_engine_options, open_run
+from wirediff.cli.inputs import named_captures
+from wirediff.cli.runner import EXIT_OK, exit_codes
+from wirediff.errors import UsageError
+
+__all__ = ["register"]
+
+
+def _empty_target(out: str) -> None:
+    """Datasets are never written over: the target must not exist, or be empty."""
+    if "://" in out:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(out)
+        if fs.exists(path) and fs.ls(path):
+            raise UsageError(f"{out} exists and is not empty: choose another --parquet")
+        return
+    p = Path(out)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        raise UsageError(f"{out} exists and is not empty: choose another --parquet")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    out = str(args.parquet).rstrip("/")
+    _empty_target(out)
+    with named_captures(args.captures), open_run(args) as run:
+        exchanges, events = run.export(args.captures, out)
+    print(f"{exchanges:,} exchanges, {events:,} events → {out}")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    e = sub.add_parser(
+        "export",
+        help="write captures as a Parquet dataset",
+        epilog=exit_codes({EXIT_OK: "the dataset written"}),
+    )
+    e.add_argument(
+        "captures",
+        nargs="+",
+        metavar="CAPTURE",
+        help="wirediff/1 .jsonl captures (a rotated session: any of its parts)",
+    )
+    e.add_argument(
+        "--parquet",
+        required=True,
+        metavar="DIR",
+        help="the dataset to write: a new directory, or an fsspec URL (s3://bucket/path)",
+    )
+    add_engine_options(e)
+    e.set_defaults(func=cmd_export)

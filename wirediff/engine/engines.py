@@ -1,0 +1,127 @@
+"""Where the partition functions run: `local` (this machine's cores, a process pool; in this
+process when there is one task), or `dask` (a `dask.distributed` cluster: the scheduler at
+`--scheduler ADDRESS`, else a local cluster). Both hand results back as they finish; a
+worker lost mid-task costs Dask a retry of that task, never the run."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol
+
+from wirediff.errors import UsageError
+
+__all__ = ["ENGINES", "Call", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
+
+ENGINES = ("local", "dask")
+Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class Engine(Protocol):
+    workers: int
+    shares_disk: bool
+    """The workers write where the command does (its temporary files)."""
+
+    def run(
+        self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
+    ) -> Iterator[tuple[int, Any]]:
+        """`fn(*args, **kwargs)` for each call, yielded `(index, result)` as they finish;
+        `small`: little work, which a local engine does in this process."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalEngine:
+    """A pool of processes, one per core; at most `workers` tasks in flight, so memory is
+    bounded by the partitions being worked on."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.shares_disk = True
+        self._pool: ProcessPoolExecutor | None = None
+
+    def run(
+        self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
+    ) -> Iterator[tuple[int, Any]]:
+        if self.workers == 1 or len(calls) <= 1 or small:
+            for i, (args, kwargs) in enumerate(calls):
+                yield i, fn(*args, **kwargs)
+            return
+        if self._pool is None:
+            context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+        waiting = list(enumerate(calls))[::-1]
+        running: dict[Future[Any], int] = {}
+        while waiting or running:
+            while waiting and len(running) < self.workers + 1:
+                i, (args, kwargs) = waiting.pop()
+                running[self._pool.submit(fn, *args, **kwargs)] = i
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield running.pop(future), future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+class DaskEngine:
+    """The same tasks on a `dask.distributed` cluster. The workers need wirediff installed
+    and must reach the inputs (a shared path, or a URL such as `s3://…`)."""
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise UsageError(
+                "--engine dask needs dask.distributed: pip install 'wirediff[dask]'"
+            ) from None
+        self._cluster = None
+        self.shares_disk = False
+        if scheduler:
+            self._client = Client(scheduler)  # type: ignore[no-untyped-call]
+        else:
+            n = max(1, workers or os.cpu_count() or 1)
+            self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+            )
+            self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
+        self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
+
+    def run(
+        self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
+    ) -> Iterator[tuple[int, Any]]:
+        from distributed import as_completed
+
+        tag = f"wirediff-{getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex[:8]}"
+        futures = [
+            self._client.submit(fn, *args, key=f"{tag}-{i}", pure=False, **kwargs)
+            for i, (args, kwargs) in enumerate(calls)
+        ]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            done = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]
+            for future, result in done:
+                yield index[future.key], result
+                future.release()  # type: ignore[no-untyped-call]
+        finally:
+            for future in futures:
+                future.release()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+        if self._cluster is not None:
+            self._cluster.close()  # type: ignore[no-untyped-call]
+
+
+def open_engine(name: str, scheduler: str | None = None, workers: int | None = None) -> Engine:
+    if name == "dask":
+        return DaskEngine(scheduler, workers)
+    if scheduler:
+        raise UsageError("--scheduler names a Dask scheduler: give --engine dask too")
+    return LocalEngine(workers)

@@ -1,0 +1,297 @@
+"""`wirediff export CAPTURE… --parquet DIR`: the captures as a Parquet dataset, and the
+dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspec URL).
+
+    DIR/wirediff-dataset.json                          format, schema version, counts
+    DIR/exchanges/session=S/label=L/part-NNNNN.parquet one row per exchange
+    DIR/events/session=S/label=L/part-NNNNN.parquet    one row per SSE / WebSocket event
+
+`session` and `label` are the directories' keys (hive partitioning, URL-quoted; a missing
+one is `__HIVE_DEFAULT_PARTITION__`), not columns in the files: any Parquet reader (pyarrow,
+pandas, Dask, DuckDB, Spark) gives them as columns. An exchange row holds the columns of
+`exchanges_frame` (`id`, `seq`,
+`replay_of`, `listener`, `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`,
+`status`, `content_type`, `family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`,
+`sdk_version`, `sdk_async`, `retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`,
+`auth_forwarded`, `soft_error`, `signature`, `error_kind`, `n_events`, `complete`,
+`request_size`, `response_size`, `transport`), the keys pairing and chains need
+(`ordinal`: its place in the exported captures; `root`: the 64-bit digest of the original
+it goes back to; `id_digest`, `replay_digest`, `request_digest`, `body_digest`,
+`hop_digest`; `fingerprint`: an original's request fingerprint as 64 bits, what pairing by
+content compares, 0 for a replay; `location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON
+text, so reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`, `type`, `sequence_number`, `direction`, `partial`.
+
+Each task writes one file per session and label, rows sorted by `root`: the analysis's
+partitions are ranges of `root`, so each reads a few row groups.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote, unquote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wirediff import FORMAT, __version__
+from wirediff._types import Record
+from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
+from wirediff.engine.scan import FROM_EXCHANGES, INDEX_COLUMNS, Scanned, frame_of, index_row
+from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
+from wirediff.errors import CaptureError
+from wirediff.record.store import read_depth
+
+__all__ = [
+    "DATASET_FORMAT",
+    "EVENT_SCHEMA",
+    "EXCHANGE_SCHEMA",
+    "PARTITION_KEYS",
+    "export_part",
+    "partition_keys",
+    "scan_file",
+]
+
+DATASET_FORMAT = "wirediff-dataset/1"
+ROW_GROUP_ROWS = 2000
+EXPORT_BYTES = 256 << 20
+"""Bytes of records one export task writes, about."""
+_STR, _F64, _I64, _BOOL, _U64 = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.uint64()
+_TYPES: dict[str, pa.DataType] = {c: _STR for c in EXCHANGE_COLUMNS}
+_TYPES.update(
+    seq=_I64,
+    started=_F64,
+    ttfb_ms=_F64,
+    duration_ms=_F64,
+    status=_I64,
+    stream=_BOOL,
+    sdk_async=_BOOL,
+    retry=_I64,
+    auth_forwarded=_BOOL,
+    soft_error=_BOOL,
+    n_events=_I64,
+    complete=_BOOL,
+    request_size=_F64,
+    response_size=_F64,
+)
+EXTRA = {
+    "id_digest": _U64,
+    "replay_digest": _U64,
+    "request_digest": _U64,
+    "body_digest": _U64,
+    "hop_digest": _U64,
+    "fingerprint": _U64,
+    "location": _STR,
+    "ok": _BOOL,
+    "models": pa.list_(_STR),
+}
+PARTITION_KEYS = ("session", "label")
+"""The dataset's directories (`session=S/label=L/`): in the paths, not in the files, so that
+any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) reads them as columns."""
+EXCHANGE_SCHEMA = pa.schema(
+    [
+        ("ordinal", _I64),
+        ("root", _U64),
+        ("nbytes", _I64),
+        *((c, _TYPES[c]) for c in EXCHANGE_COLUMNS if c not in PARTITION_KEYS),
+        *EXTRA.items(),
+        ("record", _STR),
+    ]
+)
+EVENT_SCHEMA = pa.schema(
+    [
+        ("id", _STR),
+        ("idx", _I64),
+        ("t_ms", _F64),
+        ("event", _STR),
+        ("type", _STR),
+        ("sequence_number", _I64),
+        ("direction", _STR),
+        ("partial", _BOOL),
+    ]
+)
+
+
+def _fits(value: Any, kind: pa.DataType) -> bool:
+    """`value` is stored as it is in a column of `kind` (else it is stored as null)."""
+    if value is None:
+        return True
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == _F64:
+        return isinstance(value, int | float)
+    if kind == _I64:
+        return isinstance(value, int) and -(1 << 63) <= value < (1 << 63)
+    if kind == _U64:
+        return isinstance(value, int) and 0 <= value < (1 << 64)
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"
+_KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
+
+
+def _segment(value: Any) -> str:
+    return NULL_SEGMENT if value is None else quote(str(value), safe="")
+
+
+def partition_keys(url: str) -> tuple[str | None, str | None]:
+    """The session and label of a dataset file, from its path."""
+    m = _KEYS.search(url)
+    if m is None:
+        raise CaptureError(f"{url}: not in a wirediff dataset's session=…/label=… directories")
+    session, label = (None if v == NULL_SEGMENT else unquote(v) for v in m.groups())
+    return session, label
+
+
+def _write(table: pa.Table, url: str) -> None:
+    if is_url(url):
+        import fsspec
+
+        with fsspec.open(url, "wb") as fh:
+            pq.write_table(table, fh, row_group_size=ROW_GROUP_ROWS)
+        return
+    from pathlib import Path
+
+    Path(url).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, url, row_group_size=ROW_GROUP_ROWS)
+
+
+def export_part(
+    sources: Sequence[Source],
+    where: tuple[list[int], list[int], list[int]],
+    ordinals: Sequence[int],
+    roots: Sequence[int],
+    out: str,
+    task: int,
+) -> tuple[int, int]:
+    """Write one range of roots: a file of exchanges and one of events per session and
+    label. Returns how many exchanges and events."""
+    texts = read_texts(sources, *where)
+    groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
+    for ordinal, root, text in zip(ordinals, roots, texts, strict=True):
+        rec = read_depth(text, json.loads(text))
+        key = (rec.get("session"), rec.get("label"))
+        groups.setdefault(key, []).append((root, ordinal, text, rec))
+    n_events = 0
+    for (session, label), members in groups.items():
+        members.sort(key=lambda m: (m[0], m[1]))
+        columns: dict[str, list[Any]] = {name: [] for name in EXCHANGE_SCHEMA.names}
+        events: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
+        exact = all(isinstance(k, str) or k is None for k in (session, label))
+        for root, ordinal, text, rec in members:
+            values = dict(zip(EXCHANGE_COLUMNS, exchange_row(rec), strict=True))
+            values.update(
+                zip(
+                    INDEX_COLUMNS[len(FROM_EXCHANGES) :],
+                    index_row(rec)[len(FROM_EXCHANGES) :],
+                    strict=True,
+                )
+            )
+            values.update(ordinal=ordinal, root=root, nbytes=len(text), record=text.decode("utf-8"))
+            for name, kind in zip(EXCHANGE_SCHEMA.names, EXCHANGE_SCHEMA.types, strict=True):
+                value = values[name]
+                if not _fits(value, kind):
+                    exact, value = False, None
+                columns[name].append(value)
+            _events(rec, events)
+        where_to = f"session={_segment(session)}/label={_segment(label)}/part-{task:05d}.parquet"
+        table = pa.table(columns, schema=EXCHANGE_SCHEMA)
+        meta = {
+            b"wirediff.exact": b"1" if exact else b"0",
+            b"wirediff.version": __version__.encode(),
+        }
+        _write(table.replace_schema_metadata(meta), f"{out}/exchanges/{where_to}")
+        if events["id"]:
+            n_events += len(events["id"])
+            _write(pa.table(events, schema=EVENT_SCHEMA), f"{out}/events/{where_to}")
+    return len(texts), n_events
+
+
+def _events(rec: Record, out: dict[str, list[Any]]) -> None:
+    resp = rec.get("response")
+    events = resp.get("events") if resp is not None else None
+    for i, ev in enumerate(events or ()):
+        data = ev.get("data")
+        data = data if isinstance(data, dict) else {}
+        row = {
+            "session": rec.get("session"),
+            "label": rec.get("label"),
+            "id": rec["id"],
+            "idx": i,
+            "t_ms": ev.get("t_ms"),
+            "event": ev.get("event"),
+            "type": data.get("type"),
+            "sequence_number": data.get("sequence_number"),
+            "direction": ev.get("direction"),
+            "partial": bool(ev.get("partial")),
+        }
+        for name, kind in zip(EVENT_SCHEMA.names, EVENT_SCHEMA.types, strict=True):
+            value = row[name]
+            out[name].append(value if _fits(value, kind) else None)
+
+
+def export_tasks(count_bytes: int, workers: int) -> int:
+    return max(workers, math.ceil(count_bytes / EXPORT_BYTES))
+
+
+def mark(out: str, exchanges: int, events: int, files: int) -> None:
+    """The dataset's mark: what it is, written last (a dataset without one is unfinished)."""
+    doc = {
+        "format": DATASET_FORMAT,
+        "record_format": FORMAT,
+        "wirediff": __version__,
+        "exchanges": exchanges,
+        "events": events,
+        "files": files,
+    }
+    text = json.dumps(doc, indent=1) + "\n"
+    if is_url(out):
+        import fsspec
+
+        with fsspec.open(f"{out}/{DATASET_MARK}", "w") as fh:
+            fh.write(text)
+        return
+    from pathlib import Path
+
+    (Path(out) / DATASET_MARK).write_text(text, encoding="utf-8")
+
+
+def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
+    """The index rows of one file of a dataset: from its columns when they hold every
+    value as it is (`wirediff.exact`), else from its records."""
+    with open_binary(sources[src].files[file]) as fh:
+        pf = pq.ParquetFile(fh)
+        meta = pf.schema_arrow.metadata or {}
+        exact = (
+            meta.get(b"wirediff.exact") == b"1"
+            and meta.get(b"wirediff.version") == __version__.encode()
+        )
+        if exact:
+            names = ["nbytes", "ordinal", *INDEX_COLUMNS]
+            stored = [n for n in names if n not in PARTITION_KEYS]
+            table = pf.read(columns=stored)
+            columns = {n: table.column(n).to_pylist() for n in stored}
+            keys = dict(zip(PARTITION_KEYS, partition_keys(sources[src].files[file]), strict=True))
+            frame = pd.DataFrame({n: columns[n] if n in columns else keys[n] for n in names})
+            frame.insert(0, "src", src)
+            frame.insert(1, "a", file)
+            frame.insert(2, "b", np.arange(len(frame)))
+        else:
+            table = pf.read(columns=["ordinal", "record"])
+            texts = [t.encode("utf-8") for t in table.column("record").to_pylist()]
+            rows = [index_row(read_depth(t, json.loads(t))) for t in texts]
+            frame = frame_of(src, [(file, i) for i in range(len(rows))], rows)
+            frame["nbytes"] = [len(t) for t in texts]
+            frame["ordinal"] = table.column("ordinal").to_pylist()
+            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS]]
+    scanned = Scanned(src, file, frame, lines=len(frame), records=len(frame))
+    return scanned

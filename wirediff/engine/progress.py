@@ -1,0 +1,52 @@
+"""A progress bar on long analyses — tasks done and exchanges per second — on a terminal
+(stderr), and nothing otherwise."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import Any
+
+__all__ = ["Progress"]
+
+
+class _Phase:
+    def __init__(self, bar: Any, tasks: int) -> None:
+        self.bar, self.tasks, self.finished = bar, tasks, 0
+
+    def done(self, tasks: int, units: int) -> None:
+        if self.bar is None:
+            return
+        self.finished += tasks
+        self.bar.set_postfix_str(f"{self.finished}/{self.tasks} parts", refresh=False)
+        self.bar.update(units)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Progress:
+    """`phase(name, tasks, unit)` bars, drawn only when `shown` (stderr is a terminal)."""
+
+    def __init__(self, shown: bool | None = None) -> None:
+        self.shown = sys.stderr.isatty() if shown is None else shown
+
+    def phase(self, name: str, total: int | None, unit: str, tasks: int) -> _Phase:
+        """A bar of `total` units (None: counted as they come) over `tasks` tasks."""
+        if not self.shown or not tasks:
+            return _Phase(None, tasks)
+        from tqdm import tqdm  # type: ignore[import-untyped]
+
+        tqdm.monitor_interval = 0  # no monitor thread: nothing left running, nothing forked
+        size = shutil.get_terminal_size((100, 20))
+        bar = tqdm(
+            total=total,
+            desc=f"{name:<8}",
+            unit=unit,
+            unit_scale=True,
+            file=sys.stderr,
+            ncols=size.columns,
+            leave=False,
+        )
+        return _Phase(bar, tasks)

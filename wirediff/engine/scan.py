@@ -1,0 +1,206 @@
+"""The first pass: every record read once, checked as loading checks it, and reduced to a row
+of the index — where it is (its locator), what pairs it (ids, `replay_of`, the request's
+digest), and what chains are made of (`wirediff.analysis.diagnosis.chains`) — in chunks of
+a file, side by side on the engine's workers.
+
+Problems are placed by byte offset; the caller turns offsets into line numbers (counting
+newlines only when there is something to say), so the messages are those of loading the
+file whole (`wirediff.record.store.iter_records`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wirediff._types import Record
+from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
+from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
+from wirediff.analysis.diagnosis.diagnose import models_listed
+from wirediff.engine.sources import JSONL, Source, open_binary
+from wirediff.record.keys import digest, digests, request_fingerprint
+from wirediff.record.store import BATCH_LINES, LineError, Torn, checked, is_json, parse_batch
+
+__all__ = [
+    "CHUNK_BYTES",
+    "FROM_EXCHANGES",
+    "INDEX_COLUMNS",
+    "Scanned",
+    "chunks",
+    "fingerprint_digest",
+    "index_row",
+    "scan_chunk",
+]
+
+CHUNK_BYTES = 32 << 20
+"""Bytes of a capture file scanned by one task."""
+FROM_EXCHANGES = [
+    "id",
+    "session",
+    "label",
+    "replay_of",
+    "listener",
+    "started",
+    "duration_ms",
+    "method",
+    "path",
+    "url",
+    "status",
+    "family",
+    "endpoint",
+    "prefix",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "retry",
+    "auth_fingerprint",
+    "soft_error",
+    "error_kind",
+    "seq",
+]
+"""The columns of `exchanges_frame` that pairing (by replay and by content), chains and
+backends need."""
+_PICK = [EXCHANGE_COLUMNS.index(c) for c in FROM_EXCHANGES]
+INDEX_COLUMNS = [
+    *FROM_EXCHANGES,
+    "id_digest",
+    "replay_digest",
+    "request_digest",
+    "body_digest",
+    "hop_digest",
+    "fingerprint",
+    "location",
+    "ok",
+    "models",
+]
+"""A row of the index, after the locator (`src`, `a`, `b`), its size and its place in its
+source (`nbytes`, `ordinal`): `hop_digest` only for an original on a named listener (a hop
+candidate, else 0), `fingerprint` only for an original (`fingerprint_digest`, else 0),
+`models` only for a `/v1/models` answer."""
+_INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
+_INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
+
+
+def fingerprint_digest(rec: Record) -> int:
+    """`request_fingerprint` as a 64-bit number (its first 8 bytes): what pairing by content
+    compares, in 8 bytes a row."""
+    return int(request_fingerprint(rec)[:16], 16)
+
+
+def index_row(rec: Record) -> tuple[Any, ...]:
+    """One record's row of the index (`INDEX_COLUMNS`)."""
+    row = exchange_row(rec)
+    picked = [row[i] for i in _PICK]
+    for i in _INTERN:
+        if type(picked[i]) is str:
+            picked[i] = sys.intern(picked[i])
+    replay_of = rec.get("replay_of")
+    candidate = isinstance(rec.get("listener"), str) and replay_of is None
+    request, body, hop = digests(rec, candidate)
+    models = None
+    if picked[12] == "/v1/models" and picked[7] == "GET" and picked[10] == 200:
+        listed = models_listed(rec)
+        models = sorted(listed) if listed is not None else None
+    return (
+        *picked,
+        digest(rec["id"]),
+        digest(replay_of) if replay_of else 0,
+        request,
+        body,
+        hop,
+        0 if replay_of else fingerprint_digest(rec),
+        redirect_location(rec),
+        exchange_ok(rec),
+        models,
+    )
+
+
+@dataclass
+class Scanned:
+    """What a chunk of a file held: its index rows with their locators, and what loading
+    it would have said (torn lines skipped, or the first line that is no record)."""
+
+    src: int
+    start: int
+    frame: pd.DataFrame
+    lines: int = 0
+    records: int = 0
+    torn: Torn = field(default_factory=list)
+    """`(offset, why)`"""
+    error: tuple[int, str] | None = None
+    """`(offset, why)`: the chunk's first unreadable line (the rest is not read)."""
+
+
+def frame_of(
+    src: int, locators: list[tuple[int, int]], rows: list[tuple[Any, ...]]
+) -> pd.DataFrame:
+    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`."""
+    frame = pd.DataFrame.from_records(rows, columns=INDEX_COLUMNS)
+    frame.insert(0, "src", src)
+    frame.insert(1, "a", [a for a, _ in locators])
+    frame.insert(2, "b", [b for _, b in locators])
+    frame.insert(3, "nbytes", [b for _, b in locators])
+    frame.insert(4, "ordinal", frame["a"])
+    return frame
+
+
+def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
+    """Index the lines of a JSON Lines file that start in `[start, end)`."""
+    p = Path(source.url)
+    out = Scanned(src, start, pd.DataFrame())
+    locators: list[tuple[int, int]] = []
+    rows: list[tuple[Any, ...]] = []
+    batch: list[tuple[int, bytes]] = []
+
+    def flush() -> None:
+        lengths = {offset: len(line) for offset, line in batch}
+        parsed = parse_batch(p, batch, out.torn)
+        for offset, text, rec in checked(p, parsed):
+            skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
+            locators.append((offset + skipped, len(text)))
+            rows.append(index_row(rec))
+        batch.clear()
+
+    with open_binary(source.url) as fh:
+        at = start
+        if start > 0:
+            fh.seek(start - 1)
+            if fh.read(1) != b"\n":
+                at = start + len(fh.readline())  # that line belongs to the chunk before
+        try:
+            while at < end:
+                line = fh.readline()
+                if not line:
+                    break
+                offset, at = at, at + len(line)
+                if not line.strip():
+                    continue
+                if not line.endswith(b"\n") and not is_json(line):
+                    break  # the last line, unfinished: a write in progress or cut by a crash
+                out.lines += 1
+                batch.append((offset, line))
+                if len(batch) == BATCH_LINES:
+                    flush()
+            flush()
+        except LineError as e:
+            out.error = (e.lineno, e.text)
+    out.records = len(rows)
+    out.frame = frame_of(src, locators, rows)
+    return out
+
+
+def chunks(sources: Sequence[Source]) -> list[tuple[int, int, int]]:
+    """`(src, start, end)` byte ranges of the JSON Lines sources, `CHUNK_BYTES` each."""
+    out = []
+    for src, source in enumerate(sources):
+        if source.kind != JSONL:
+            continue
+        size = max(source.size, 1)
+        for start in range(0, size, CHUNK_BYTES):
+            out.append((src, start, min(start + CHUNK_BYTES, size)))
+    return out

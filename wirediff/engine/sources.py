@@ -1,0 +1,188 @@
+"""Where the records come from: `wirediff/1` JSON Lines files (each session with all its
+parts) and Parquet datasets written by `wirediff export` — on this machine or at any fsspec
+URL (`s3://…`, `file://…`, whatever filesystem is installed) — and how a record is read back
+from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file and a row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from wirediff._types import Record
+from wirediff.errors import CaptureError
+from wirediff.record.parts import expand_parts
+from wirediff.record.store import Shared, read_depth, share_repeats
+
+__all__ = [
+    "DATASET_MARK",
+    "Source",
+    "is_url",
+    "open_binary",
+    "parse_texts",
+    "read_records",
+    "read_texts",
+    "resolve",
+]
+
+DATASET_MARK = "wirediff-dataset.json"
+"""The file at the root of a dataset `wirediff export` wrote: its format and schema."""
+JSONL, PARQUET = "jsonl", "parquet"
+
+
+def is_url(text: str) -> bool:
+    return "://" in text
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One input: a JSON Lines file, or a Parquet dataset (its files of exchanges)."""
+
+    kind: str
+    url: str
+    files: tuple[str, ...] = ()
+    """A dataset's files of exchanges, in order."""
+    size: int = 0
+    """A JSON Lines file's size in bytes."""
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def open_binary(url: str) -> IO[bytes]:
+    """A file or a URL, opened for reading bytes."""
+    if not is_url(url):
+        return open(url, "rb")
+    import fsspec
+
+    handle: IO[bytes] = fsspec.open(url, "rb").open()
+    return handle
+
+
+def _dataset(arg: str) -> Source | None:
+    """The dataset `arg` names, if it is one."""
+    if is_url(arg):
+        fs, path = _fs(arg)
+        if not fs.isfile(f"{path.rstrip('/')}/{DATASET_MARK}"):
+            return None
+        protocol, base = arg.split("://", 1)[0], path.rstrip("/")
+        found = fs.glob(f"{base}/exchanges/**/*.parquet")
+        return Source(PARQUET, arg, tuple(f"{protocol}://{p}" for p in sorted(found)))
+    root = Path(arg)
+    if not (root / DATASET_MARK).is_file():
+        return None
+    files = sorted(str(p) for p in (root / "exchanges").rglob("*.parquet"))
+    return Source(PARQUET, arg, tuple(files))
+
+
+def _jsonl(url: str) -> list[Source]:
+    if not is_url(url):
+        out = []
+        for part in expand_parts([url]):
+            try:
+                size = part.stat().st_size
+            except OSError as e:
+                raise CaptureError(f"{part}: cannot read capture ({e.strerror or e})") from None
+            if part.is_dir():
+                raise CaptureError(f"{part}: cannot read capture (Is a directory)")
+            out.append(Source(JSONL, str(part), size=size))
+        return out
+    fs, path = _fs(url)
+    try:
+        size = int(fs.size(path))
+    except (OSError, FileNotFoundError) as e:
+        raise CaptureError(f"{url}: cannot read capture ({e})") from None
+    return [Source(JSONL, url, size=size)]
+
+
+def resolve(args: Sequence[str]) -> list[list[Source]]:
+    """The sources of each argument: a dataset, or a capture file with its parts."""
+    return [[ds] if (ds := _dataset(str(a))) is not None else _jsonl(str(a)) for a in args]
+
+
+def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+    """The bytes at `(offset, length)` spans of a file, read in offset order."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    out: list[bytes] = [b""] * len(spans)
+    with open_binary(url) as fh:
+        for i in order:
+            offset, length = spans[i]
+            fh.seek(offset)
+            out[i] = fh.read(length)
+    return out
+
+
+def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
+    """The `record` text of rows of one dataset file (each row group read once)."""
+    import pyarrow.parquet as pq
+
+    with open_binary(url) as fh:
+        pf = pq.ParquetFile(fh)
+        starts = np.cumsum(
+            [0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
+        )
+        wanted = np.asarray(rows, dtype=np.int64)
+        groups = np.searchsorted(starts, wanted, side="right") - 1
+        out: list[bytes] = [b""] * len(rows)
+        for g in np.unique(groups).tolist():
+            column = pf.read_row_group(g, columns=["record"]).column(0)
+            at = np.flatnonzero(groups == g)
+            texts = column.take(wanted[at] - starts[g]).to_pylist()
+            for i, text in zip(at.tolist(), texts, strict=True):
+                out[i] = text.encode("utf-8", "surrogatepass")
+    return out
+
+
+def read_records(
+    sources: Sequence[Source], src: Iterable[int], a: Iterable[int], b: Iterable[int]
+) -> list[Record]:
+    """The records at these locators, in their order, as loading them whole would give
+    them (bodies nested too deeply as text, repeated headers shared)."""
+    return parse_texts(read_texts(sources, src, a, b))
+
+
+def read_texts(
+    sources: Sequence[Source], src: Iterable[int], a: Iterable[int], b: Iterable[int]
+) -> list[bytes]:
+    """The JSON text of the records at these locators, in their order."""
+    wanted = list(zip(src, a, b, strict=True))
+    texts: list[bytes] = [b""] * len(wanted)
+    by_file: dict[tuple[int, int], list[int]] = {}
+    for i, (s, x, _) in enumerate(wanted):
+        source = sources[s]
+        by_file.setdefault((s, x if source.kind == PARQUET else -1), []).append(i)
+    for (s, file), positions in by_file.items():
+        source = sources[s]
+        if source.kind == PARQUET:
+            got = _read_rows(source.files[file], [wanted[i][2] for i in positions])
+        else:
+            got = _read_ranges(source.url, [(wanted[i][1], wanted[i][2]) for i in positions])
+        for i, text in zip(positions, got, strict=True):
+            texts[i] = text
+    return texts
+
+
+def parse_texts(texts: Sequence[bytes]) -> list[Record]:
+    """Records from their JSON text (already read once and found readable)."""
+    shared: Shared = {}
+    out: list[Record] = []
+    for start in range(0, len(texts), 1000):
+        batch = texts[start : start + 1000]
+        try:
+            values = json.loads(b"[" + b",".join(batch) + b"]")
+        except RecursionError:
+            values = [json.loads(t) for t in batch]
+        for text, rec in zip(batch, values, strict=True):
+            rec = read_depth(text, rec)
+            share_repeats(rec, shared)
+            out.append(rec)
+    return out

@@ -1,0 +1,122 @@
+"""Rows that every table lists (each finding, each diagnosis) kept on disk while the
+analysis runs, then read back in order: findings merged by their place among all the
+captures' findings (each partition's rows are in order already), diagnoses batch by batch."""
+
+from __future__ import annotations
+
+import heapq
+import pickle
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
+from wirediff.reports.rows import Rows
+
+__all__ = ["Spill", "write_rows"]
+
+CHUNK = 20_000
+"""Rows per frame handed out."""
+PICKLED = 1000
+"""Rows pickled together: reading the files back merges them holding one such chunk per
+file (one file per partition), so this bounds the merge's memory."""
+
+
+def write_rows(path: Path, rows: list[Any]) -> None:
+    """`rows` to a file of pickled chunks (a worker on this machine writes its own)."""
+    with path.open("wb") as fh:
+        for start in range(0, len(rows), PICKLED):
+            pickle.dump(rows[start : start + PICKLED], fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class Spill:
+    """A directory of row files for one command; removed on `close`."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="wirediff-")
+        self._n = 0
+        self.findings: list[tuple[Path, int]] = []
+        self.diagnoses: list[tuple[Any, Path, int]] = []
+
+    @property
+    def directory(self) -> str:
+        return self._dir.name
+
+    def _write(self, rows: list[Any]) -> Path:
+        path = Path(self._dir.name) / f"{self._n}.pickle"
+        self._n += 1
+        write_rows(path, rows)
+        return path
+
+    def add_findings(self, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
+        """One partition's findings, `(place, row)`, in order."""
+        if rows:
+            self.findings.append((self._write(rows), len(rows)))
+
+    def add_findings_file(self, path: str, count: int) -> None:
+        """One partition's findings, written by its worker into `directory`."""
+        if count:
+            self.findings.append((Path(path), count))
+
+    def add_diagnoses(self, first: Any, rows: list[dict[str, Any]]) -> None:
+        """One batch of diagnosis rows; batches are read back by `first`."""
+        if rows:
+            self.diagnoses.append((first, self._write(rows), len(rows)))
+
+    def finding_rows(self) -> Rows:
+        files = [p for p, _ in self.findings]
+        count = sum(n for _, n in self.findings)
+
+        def frames() -> Iterator[pd.DataFrame]:
+            merged = heapq.merge(*(_read(p) for p in files), key=lambda r: r[0])
+            yield from _frames((row for _, row in merged), _findings_frame)
+
+        return Rows(count, frames)
+
+    def diagnosis_rows(self) -> Rows:
+        files = [p for _, p, _ in sorted(self.diagnoses, key=lambda d: d[0])]
+        count = sum(n for _, _, n in self.diagnoses)
+
+        def frames() -> Iterator[pd.DataFrame]:  # a batch's chains whole in one frame
+            for p in files:
+                yield diagnosis_frame(list(_read(p)))
+            if not files:
+                yield diagnosis_frame([])
+
+        return Rows(count, frames)
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+
+def _read(path: Path) -> Iterator[Any]:
+    with path.open("rb") as fh:
+        while True:
+            try:
+                chunk = pickle.load(fh)
+            except EOFError:
+                return
+            yield from chunk
+
+
+def _findings_frame(rows: list[tuple[str, ...]]) -> pd.DataFrame:
+    return pd.DataFrame.from_records(rows, columns=DIVERGENCE_COLUMNS)
+
+
+def _frames(
+    rows: Iterable[Any], make: Callable[[list[Any]], pd.DataFrame]
+) -> Iterator[pd.DataFrame]:
+    """Frames of `CHUNK` rows; one empty frame when there are none."""
+    batch: list[Any] = []
+    made = False
+    for row in rows:
+        batch.append(row)
+        if len(batch) == CHUNK:
+            yield make(batch)
+            made, batch = True, []
+    if batch or not made:
+        yield make(batch)

@@ -1,0 +1,173 @@
+"""The functions the engine runs on its workers (a local process pool, or a Dask cluster):
+each reads its own records from the sources by their locators and returns a small result.
+They take and return only picklable values, and import nothing but what they use."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wirediff._support import paused_gc
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.comparison.noise import group_sample_noise
+from wirediff.analysis.comparison.pairing import UNMATCHED_COLUMNS, ContentLinks
+from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
+from wirediff.analysis.diagnosis.diagnose import (
+    Backends,
+    diagnose_chain,
+    diagnosis_frame,
+)
+from wirediff.analysis.diagnosis.provider import Provider, identify
+from wirediff.analysis.diagnosis.view import view
+from wirediff.engine.scan import Scanned, scan_chunk
+from wirediff.engine.sources import Source, read_records
+from wirediff.engine.spill import write_rows
+from wirediff.reports.chains import ChainCounts, collect_chains
+from wirediff.reports.partial import Partial, collect
+
+__all__ = [
+    "Locators",
+    "compare_part",
+    "diagnose_batch",
+    "fetch",
+    "learn_noise",
+    "providers",
+    "scan",
+]
+
+Locators = tuple[list[int], list[int], list[int]]
+"""`(src, a, b)` of each record, in order (`wirediff.engine.sources`)."""
+
+
+def scan(sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
+    with paused_gc():
+        return scan_chunk(sources[src], src, start, end)
+
+
+def fetch(sources: Sequence[Source], where: Locators) -> list[Record]:
+    with paused_gc():
+        return read_records(sources, *where)
+
+
+def learn_noise(
+    sources: Sequence[Source], samples: Sequence[tuple[int, Locators]]
+) -> dict[int, set[str]]:
+    """The noise of each repeated request, from its first repeats (`noise_samples`)."""
+    out: dict[int, set[str]] = {}
+    with paused_gc():
+        for request, where in samples:
+            paths = group_sample_noise(read_records(sources, *where))
+            if paths:
+                out[request] = paths
+    return out
+
+
+@dataclass
+class Compared:
+    """A comparison partition's result: its `Partial`, and every finding row with its
+    place (`(order, row)`, in order) when the tables that list them all are wanted."""
+
+    part: Partial
+    rows: list[tuple[Any, tuple[str, ...]]]
+    exchanges: int
+    spilled: tuple[str, int] | None = None
+    """Where the worker wrote `rows` itself, and how many (then `rows` is empty)."""
+
+
+def compare_part(
+    sources: Sequence[Source],
+    where: tuple[Iterable[int], Iterable[int], Iterable[int]],
+    positions: Iterable[int],
+    *,
+    ignore: Sequence[str],
+    noise: Mapping[int, set[str]],
+    max_examples: int,
+    report: bool,
+    rows: bool,
+    links: Sequence[tuple[str, str, int]] = (),
+    spill_to: str | None = None,
+) -> Compared:
+    """Pair, diff, validate and judge one partition: originals with all their replays, and
+    the originals paired by content with the baseline's here (`links`: candidate id,
+    baseline id and the link's place among all, made over all the captures; what found no
+    counterpart is listed once, from there, not per partition).
+    `spill_to`: a directory this worker shares with the command, where it writes the
+    finding rows itself (they never travel back)."""
+    with paused_gc():
+        src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
+        places = [int(p) for p in positions]
+        records = read_records(sources, src, a, b)
+        # no baseline label: it was chosen over all the captures (a part may hold none of its
+        # originals), and the links given are all that pairing by content needs
+        content = ContentLinks(
+            [(cand, base) for cand, base, _ in links], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+        )
+        analysis = analyze(
+            records, ignore=ignore, content=content, repeat_noise=noise, judge_cells=False
+        )
+        part, ffr, order = collect(
+            analysis,
+            places,
+            max_examples=max_examples,
+            report=report,
+            linked={c: n for c, _, n in links},
+        )
+        out = []
+        if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
+            values = zip(*(ffr[c].tolist() for c in ffr.columns), strict=True)
+            out = list(zip(order, values, strict=True))
+        out.sort(key=lambda r: r[0])
+        if spill_to is not None and out:
+            path = Path(spill_to) / f"findings-{uuid.uuid4().hex}.pickle"
+            write_rows(path, out)
+            return Compared(part, [], len(records), (str(path), len(out)))
+        return Compared(part, out, len(records))
+
+
+def providers(
+    sources: Sequence[Source], backends: Sequence[tuple[tuple[Any, Any], Locators]]
+) -> dict[tuple[Any, Any], Provider]:
+    """Each backend's provider, from its first exchanges (`Backends`)."""
+    out = {}
+    with paused_gc():
+        for key, where in backends:
+            out[key] = identify([], (view(r) for r in read_records(sources, *where)))
+    return out
+
+
+@dataclass
+class Diagnosed:
+    """A batch of failing chains: their diagnosis rows, and the chains as the report folds
+    them (when it is wanted)."""
+
+    rows: list[dict[str, Any]]
+    chains: ChainCounts
+    count: int
+
+
+def diagnose_batch(
+    sources: Sequence[Source],
+    chains: Sequence[tuple[Any, ...]],
+    where: Locators,
+    served: Mapping[str, set[str]],
+    known: Mapping[tuple[Any, Any], Provider],
+    first: int,
+    report: bool,
+) -> Diagnosed:
+    """Diagnose failing chains (`chain_rows` tuples) whose records are at `where`."""
+    with paused_gc():
+        records = read_records(sources, *where)
+        by_id = {r["id"]: r for r in records}
+        backends = Backends.identified(known)
+        rows: list[dict[str, Any]] = []
+        for row in chains:
+            chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
+            rows.extend(diagnose_chain(chain, by_id, served, backends))
+        counts = collect_chains(diagnosis_frame(rows), by_id, first) if report else {}
+        return Diagnosed(rows, counts, len(chains))

@@ -1,0 +1,114 @@
+"""A session's capture as parts: `<session>.jsonl`, then `<session>.1.jsonl`, `<session>.2.jsonl`…
+
+`capture_rotate` (a size such as `100MB`, or a duration such as `1h`) makes the capture start
+a new part when the current one is that big or that old; a record never spans parts. The
+first part keeps the plain name, so nothing changes without rotation. Every loader reads a
+session as all its parts, in order, given any one of them. A part's suffix is all digits:
+replay outputs (`<session>.<label>.jsonl`) never are, as a numeric label is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Rotation", "capture_parts", "expand_parts", "parse_rotation", "part_path"]
+
+SUFFIX = ".jsonl"
+_PART = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
+_SPEC = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]+)\s*$")
+SIZES = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+}
+DURATIONS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """When a capture starts its next part: at a size in bytes, or at an age in seconds."""
+
+    max_bytes: int | None = None
+    max_seconds: float | None = None
+
+    def due(self, size: int, age: float) -> bool:
+        """The current part (`size` bytes, opened `age` seconds ago) is full."""
+        if self.max_bytes is not None:
+            return size >= self.max_bytes
+        return self.max_seconds is not None and size > 0 and age >= self.max_seconds
+
+
+def parse_rotation(text: str) -> Rotation | None:
+    """`100MB`, `512KiB` (KB, MB, GB are powers of 1000; KiB, MiB, GiB of 1024) or `1h`,
+    `30m`, `90s`, `1d`; empty: no rotation. Anything else is a `ValueError`."""
+    if not text.strip():
+        return None
+    m = _SPEC.match(text)
+    unit = m["unit"].lower() if m else ""
+    if m is None or (unit not in SIZES and unit not in DURATIONS):
+        raise ValueError(
+            f"capture_rotate must be a size (100MB, 512KiB) or a duration (1h, 30m), not {text!r}"
+        )
+    amount = float(m["n"])
+    if amount <= 0:
+        raise ValueError(f"capture_rotate must be more than nothing, not {text!r}")
+    if unit in SIZES:
+        return Rotation(max_bytes=max(1, int(amount * SIZES[unit])))
+    return Rotation(max_seconds=amount * DURATIONS[unit])
+
+
+def part_path(base: Path, n: int) -> Path:
+    """Part `n` of the capture whose first part is `base` (`s.jsonl` → `s.3.jsonl`)."""
+    if n == 0:
+        return base
+    return base.with_name(f"{base.name[: -len(SUFFIX)]}.{n}{SUFFIX}")
+
+
+def _first_part(path: Path) -> Path:
+    """The first part of the session `path` belongs to (`s.2.jsonl` → `s.jsonl`, when
+    `s.jsonl` is there), else `path` itself."""
+    if not path.name.endswith(SUFFIX):
+        return path
+    m = _PART.match(path.name[: -len(SUFFIX)])
+    if m is not None:
+        base = path.with_name(m["base"] + SUFFIX)
+        if base.is_file():
+            return base
+    return path
+
+
+def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
+    """Every part of the session `path` is a part of, in order (`path` alone when it has
+    none, or is no `.jsonl`)."""
+    first = _first_part(Path(path))
+    if not first.name.endswith(SUFFIX) or not first.parent.is_dir():
+        return [first]
+    stem = first.name[: -len(SUFFIX)]
+    numbered: list[tuple[int, Path]] = []
+    for p in first.parent.glob(f"{glob_escape(stem)}.*{SUFFIX}"):
+        m = _PART.match(p.name[: -len(SUFFIX)])
+        if m is not None and m["base"] == stem and p.is_file():
+            numbered.append((int(m["n"]), p))
+    return [first, *(p for _, p in sorted(numbered))]
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def expand_parts(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The files of several captures, each session as all its parts, each file once (a glob
+    such as `captures/*.jsonl` names the parts too)."""
+    out: dict[Path, None] = {}
+    for p in paths:
+        for part in capture_parts(p):
+            out.setdefault(part, None)
+    return list(out)
