@@ -32,6 +32,7 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
     sys.path.insert(0, str(_CHECKOUT))
 
 from wirediff._types import Record  # noqa: E402
+from wirediff.addons._options import take_unparsable  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.build import (  # noqa: E402
     build_record,
@@ -174,26 +175,11 @@ class Capture:
         )
         master = getattr(loader, "master", None)  # none: `wirediff capture --help` reading
         if master is not None:
-            self._take_unparsable(master.options)
-
-    def _take_unparsable(self, options: Any) -> None:
-        """`--set` values of a script's options wait until it registers them, and one that
-        does not parse (`capture_body_cap=abc`) would abort loading this script without a
-        word: take those out and report them instead."""
-        for name in (*_INT_OPTIONS, *_BOOL_OPTIONS):
-            values = getattr(options.deferred.get(name), "val", None)
-            if not values:
-                continue
-            value = values[-1]
-            if name in _INT_OPTIONS:
-                ok = len(values) == 1 and value.strip().lstrip("-").isdigit()
-                want = "a whole number of bytes"
-            else:
-                ok = len(values) == 1 and value in ("true", "false", "toggle")
-                want = "true or false"
-            if not ok:
-                del options.deferred[name]
-                self.problems.append(f"{name} must be {want}, not {value!r}")
+            self.problems += take_unparsable(
+                master.options,
+                {name: "a whole number of bytes" for name in _INT_OPTIONS},
+                _BOOL_OPTIONS,
+            )
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options

@@ -39,6 +39,7 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in sys.path:
     sys.path.insert(0, str(_CHECKOUT))
 
+from wirediff.addons._options import take_unparsable  # noqa: E402
 from wirediff.errors import PlanError  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.exchange import exchange_state  # noqa: E402
@@ -150,24 +151,9 @@ class Shadow:
         )
         master = getattr(loader, "master", None)  # none: an options listing
         if master is not None:
-            self._take_unparsable(master.options)
-
-    def _take_unparsable(self, options: Any) -> None:
-        """`--set` values that do not parse as the option's type would abort loading this
-        script without a word: take them out and say why."""
-        for name in (*_INT_OPTIONS, *_BOOL_OPTIONS):
-            values = getattr(options.deferred.get(name), "val", None)
-            if not values:
-                continue
-            value = values[-1]
-            if name in _INT_OPTIONS:
-                ok, want = len(values) == 1 and value.strip().isdigit(), "a whole number"
-            else:
-                ok = len(values) == 1 and value in ("true", "false", "toggle")
-                want = "true or false"
-            if not ok:
-                del options.deferred[name]
-                self.problems.append(f"{name} must be {want}, not {value!r}")
+            self.problems += take_unparsable(
+                master.options, {name: "a whole number" for name in _INT_OPTIONS}, _BOOL_OPTIONS
+            )
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith(("shadow_", "capture_")) for name in updated):
