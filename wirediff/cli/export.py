@@ -9,7 +9,7 @@ from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import named_captures
-from wirediff.cli.runner import EXIT_OK, exit_codes
+from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 
 __all__ = ["register"]
@@ -42,7 +42,13 @@ def register(sub: Any) -> None:
     e = sub.add_parser(
         "export",
         help="write captures as a Parquet dataset",
-        epilog=exit_codes({EXIT_OK: "the dataset written"}),
+        epilog=exit_codes(
+            {
+                EXIT_OK: "the dataset written",
+                EXIT_ERROR: "bad usage or unreadable input, or a --parquet target that exists "
+                "and is not empty (one line on stderr says why)",
+            }
+        ),
     )
     e.add_argument(
         "captures",

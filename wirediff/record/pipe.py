@@ -1,7 +1,7 @@
 """A pipe of `marshal` frames to a child process that never blocks an event loop.
 
 Whoever hands work to a process of its own (the capture addon's recorder, the replayer's
-and the shadow's spool) sends plain values down this pipe: length-prefixed `marshal` frames,
+spool, the shadow's mirror process) sends plain values down this pipe: length-prefixed `marshal` frames,
 queued and written in batches (at once after a pause, then at most every `FLUSH_SECONDS`
 while more keep coming: every write wakes the child, and a wake-up per item costs more than
 the item), a full pipe written when it drains (`loop.add_writer`). The child reads batches

@@ -1,9 +1,8 @@
 """The spool: records of exchanges built and appended in a process of their own.
 
-The replayer and the shadow addon send what they sent and got back as an `Exchange`. Building
-its record (decoding, parsing, redacting, tagging, encoding JSON) costs about as much client
-CPU as sending it did; on the sender's event loop it is time taken from sending (and, in the
-shadow, from the proxy). So each answered exchange goes down a pipe (`wirediff.record.pipe`)
+The replayer sends what it sent and got back as an `Exchange`. Building its record
+(decoding, parsing, redacting, tagging, encoding JSON) costs about as much client CPU as
+sending it did; on the sender's event loop it is time taken from sending. So each answered exchange goes down a pipe (`wirediff.record.pipe`)
 as plain values (`exchange_state`) with where its record goes and what it is, and
 `python -m wirediff.record.spool` builds the records with the same `build_record` and
 appends them, one writer per file, in the order sent. A record the sender built itself (one
