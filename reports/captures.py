@@ -36,7 +36,6 @@ __all__ = [
     "collect_skipped",
     "finish_captures",
     "finish_skipped",
-    "merge_captures",
     "merge_skipped",
     "skipped_groups",
     "unmatched_groups",
@@ -181,16 +180,6 @@ def collect_captures(
             )
         seen[1].exchanges += 1
     return out
-
-
-def merge_captures(into: CaptureCounts, other: CaptureCounts) -> CaptureCounts:
-    for key, seen in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = seen
-        else:
-            mine.merge(seen)
-    return into
 
 
 def finish_captures(counts: CaptureCounts) -> dict[str, list[Capture]]:

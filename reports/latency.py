@@ -28,7 +28,6 @@ __all__ = [
     "collect_latency",
     "finish_latency",
     "latency",
-    "merge_latency",
 ]
 
 QUANTILES = (5, 25, 50, 75, 90, 95, 99)
@@ -163,16 +162,6 @@ def collect_latency(ex: pd.DataFrame, events: pd.DataFrame) -> LatencyCounts:
         values = {m: Quantiles(part[m].to_numpy()) for m in METRICS}
         out[(str(lab), str(fam))] = Measures(len(part), values)
     return out
-
-
-def merge_latency(into: LatencyCounts, other: LatencyCounts) -> LatencyCounts:
-    for key, measures in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = measures
-        else:
-            mine.merge(measures)
-    return into
 
 
 def _merged(parts: Iterable[Quantiles]) -> Quantiles:

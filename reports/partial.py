@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from wirediff._support import error_kind
+from wirediff._support import error_kind, merge_by_key
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import findings_of
 from wirediff.analysis.comparison.kinds import severity_rank
@@ -26,7 +26,6 @@ from wirediff.analysis.comparison.pairing import CONTENT, Baseline
 from wirediff.analysis.comparison.verdicts import (
     Cells,
     exchange_outcomes,
-    merge_cells,
     verdict_cells,
 )
 from wirediff.reports.captures import (
@@ -35,12 +34,11 @@ from wirediff.reports.captures import (
     Skips,
     collect_captures,
     collect_skipped,
-    merge_captures,
     merge_skipped,
 )
 from wirediff.reports.chains import NO_ENDPOINT
 from wirediff.reports.findings import Folds, collect_folds, findings_frame, merge_folds
-from wirediff.reports.latency import LatencyCounts, collect_latency, merge_latency
+from wirediff.reports.latency import LatencyCounts, collect_latency
 from wirediff.reports.timeline import Alignments, collect_alignments, merge_alignments
 
 __all__ = ["AnalysisLike", "Partial", "collect", "finding_order", "gate_counts", "pair_places"]
@@ -119,16 +117,16 @@ class Partial:
         self.status_mix.update(other.status_mix)
         self.kinds.update(other.kinds)
         self.paired.update(other.paired)
-        merge_cells(self.family_cells, other.family_cells)
-        merge_cells(self.endpoint_cells, other.endpoint_cells)
+        merge_by_key(self.family_cells, other.family_cells)
+        merge_by_key(self.endpoint_cells, other.endpoint_cells)
         for key, (rank, kinds) in other.gate.items():
             mine = self.gate.get(key)
             self.gate[key] = (
                 (rank, kinds) if mine is None else (min(mine[0], rank), mine[1] | kinds)
             )
-        merge_captures(self.captures, other.captures)
+        merge_by_key(self.captures, other.captures)
         merge_skipped(self.skipped, other.skipped, n)
-        merge_latency(self.latency, other.latency)
+        merge_by_key(self.latency, other.latency)
         merge_alignments(self.alignments, other.alignments, n)
         merge_folds(self.folds, other.folds, n)
         return self

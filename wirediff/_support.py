@@ -5,11 +5,20 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 from wirediff._types import Record
 
-__all__ = ["clip", "error_kind", "is_2xx", "paused_gc", "response_status", "statuses_2xx"]
+__all__ = [
+    "Mergeable",
+    "clip",
+    "error_kind",
+    "is_2xx",
+    "merge_by_key",
+    "paused_gc",
+    "response_status",
+    "statuses_2xx",
+]
 
 
 def is_2xx(status: Any) -> bool:
@@ -53,3 +62,22 @@ def paused_gc(*, freeze: bool = False) -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+class Mergeable(Protocol):
+    def merge(self, other: Self) -> None: ...
+
+
+K = TypeVar("K")
+M = TypeVar("M", bound=Mergeable)
+
+
+def merge_by_key(into: dict[K, M], other: dict[K, M]) -> dict[K, M]:
+    """Results of two parts of the captures, merged per key (`into` changed and returned)."""
+    for key, value in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = value
+        else:
+            mine.merge(value)
+    return into

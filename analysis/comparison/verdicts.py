@@ -31,7 +31,6 @@ __all__ = [
     "VERDICT_COLUMNS",
     "Cell",
     "exchange_outcomes",
-    "merge_cells",
     "roles",
     "roles_of",
     "route_failure",
@@ -221,16 +220,6 @@ class Cell:
 
 
 Cells = dict[tuple[Hashable, ...], Cell]
-
-
-def merge_cells(into: Cells, other: Cells) -> Cells:
-    for key, cell in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = cell
-        else:
-            mine.merge(cell)
-    return into
 
 
 def _answer_text(record: Record | None) -> tuple[str, str]:

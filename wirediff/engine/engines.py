@@ -30,7 +30,6 @@ class Engine(Protocol):
     ) -> Iterator[tuple[int, Any]]:
         """`fn(*args, **kwargs)` for each call, yielded `(index, result)` as they finish;
         `small`: little work, which a local engine does in this process."""
-        ...
 
     def close(self) -> None: ...
 
