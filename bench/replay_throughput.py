@@ -14,9 +14,10 @@ share the client's interpreter) by:
 Both run at the same concurrency; each round runs both, in alternating order, and the ratio
 of the round's rates is taken: the median over the rounds is what to read (target:
 replayer >= 0.90 x direct at concurrency 8), with the range. A third loop, for information,
-sends through the httpx transport directly as the replayer does (no redirects, cookies or
-auth flow). The CPU time per exchange of the client process (and of the spool process) is
-printed too: on a busy machine it is steadier than the rates.
+sends through one httpx transport and its connection pool (no redirects, cookies or auth
+flow; the replayer gives each request in flight a connection of its own). The CPU time per
+exchange of the client process (and of the spool process) is printed too: on a busy machine
+it is steadier than the rates.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.exchange import Exchange  # noqa: E402
 from wirediff.record.spool import RecordMeta, Spool  # noqa: E402
 from wirediff.record.store import load_records  # noqa: E402
+from wirediff.replay.connections import Connections  # noqa: E402
 from wirediff.replay.engine import TargetRun  # noqa: E402
 from wirediff.replay.output import Writers  # noqa: E402
 from wirediff.replay.plan import Node, Plan, make_plan  # noqa: E402
@@ -171,11 +173,10 @@ async def replayer(plan: Plan, target: Target, out: Path, concurrency: int) -> f
         concurrency=concurrency,
         offload=offload,
     )
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncHTTPTransport(limits=limits, trust_env=False) as transport:
+    async with Connections.to_network(concurrency) as connections:
         t0 = time.perf_counter()
         try:
-            counts = await run.run(transport)
+            counts = await run.run(connections)
         finally:
             writers.close()
         rate = len(plan) / (time.perf_counter() - t0)

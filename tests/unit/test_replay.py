@@ -21,6 +21,7 @@ from wirediff.errors import PlanError
 from wirediff.record.store import RecordWriter, latest_replays, load_records
 from wirediff.record.tags import route
 from wirediff.replay.config import Options
+from wirediff.replay.connections import Connections
 from wirediff.replay.engine import TargetRun, TokenBucket
 from wirediff.replay.filters import parse_filter
 from wirediff.replay.output import replay_history
@@ -31,6 +32,13 @@ from wirediff.replay.slots import produced_slots
 from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 
 T = Target("tgt", "http://target.test:9000/v1")
+
+
+def mock(handler: Callable[[httpx.Request], Any]) -> Connections:
+    """The target as `handler` answers, over as many connections as a run asks for."""
+    return Connections(64, lambda: httpx.MockTransport(handler))
+
+
 _clock = iter(range(1, 10_000))
 
 
@@ -713,7 +721,7 @@ def engine(
     plan = make_plan(records, allow_unsafe=allow_unsafe)
     run = TargetRun(plan, target, "sk-target", out.append, dict(done or {}),
                     concurrency=concurrency)  # fmt: skip
-    asyncio.run(run.run(httpx.MockTransport(fake)))
+    asyncio.run(run.run(mock(fake)))
     return out, run
 
 
@@ -817,8 +825,7 @@ def test_engine_records_garbage_as_it_came() -> None:
 
     plan = make_plan([rec("a", body={"model": "m"})])
     out: list[Record] = []
-    asyncio.run(TargetRun(plan, T, None, out.append, {}, concurrency=1).run(
-        httpx.MockTransport(handler)))  # fmt: skip
+    asyncio.run(TargetRun(plan, T, None, out.append, {}, concurrency=1).run(mock(handler)))  # fmt: skip
     assert answer(out[0])["text"] == "<html>oops</html>" and answer(out[0])["complete"]
 
 
@@ -1214,7 +1221,7 @@ def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt
 
     async def interrupt() -> None:
         run = TargetRun(plan, T, None, out.append, {}, concurrency=1)
-        task = asyncio.create_task(run.run(httpx.MockTransport(never_answers)))
+        task = asyncio.create_task(run.run(mock(never_answers)))
         await on_the_wire.wait()
         task.cancel()  # what Ctrl-C does to asyncio.run's task
         with pytest.raises(asyncio.CancelledError):
@@ -1226,5 +1233,5 @@ def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt
     assert resumed(plan, {"a": first}) == {}  # sent again by the next run…
     again: list[Record] = []
     run = TargetRun(plan, T, None, again.append, {}, concurrency=1, attempts={"a": 1})
-    asyncio.run(run.run(httpx.MockTransport(lambda r: as_json({"id": "x"}))))
+    asyncio.run(run.run(mock(lambda r: as_json({"id": "x"}))))
     assert again[0]["attempt"] == 2 and again[0]["error"] is None  # …and says so

@@ -105,7 +105,7 @@ class Rig:
         self.tmp, self.candidates = tmp_path, {c.label: c for c in candidates}
         self.capture, self.shadow = Capture(), Shadow()
         self.mirroring = Mirroring(
-            lambda t, n: httpx.MockTransport(self.candidates[t.label]), logging.info
+            lambda t: httpx.MockTransport(self.candidates[t.label]), logging.info
         )
         self.shadow.pipe_for = lambda: InProcess(self.mirroring)
 
@@ -321,7 +321,7 @@ async def test_a_bad_option_is_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, options: dict[str, Any], says: str
 ) -> None:
     sh = Shadow()
-    mirroring = Mirroring(lambda t, n: httpx.MockTransport(lambda r: httpx.Response(200)))
+    mirroring = Mirroring(lambda t: httpx.MockTransport(lambda r: httpx.Response(200)))
     sh.pipe_for = lambda: InProcess(mirroring)
     with taddons.context(Capture(), sh) as tctx:
         tctx.configure(sh, **options)  # at startup: logged, and mitmdump stops

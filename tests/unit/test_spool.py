@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.test_replay import Fake, T, as_json, rec, session, sse, streamed
+from tests.unit.test_replay import Fake, T, as_json, mock, rec, session, sse, streamed
 from wirediff._types import Record
 from wirediff.cli.replay import main_replay
 from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
@@ -41,7 +41,7 @@ def sent_exchanges(
     run = TargetRun(
         make_plan(records), T, "sk-target", built.append, {}, concurrency=2, offload=offload
     )
-    asyncio.run(run.run(httpx.MockTransport(fake)))
+    asyncio.run(run.run(mock(fake)))
     return handed, built, run
 
 

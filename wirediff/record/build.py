@@ -211,7 +211,8 @@ def build_record(
     fields = _request_secrets(req_content, req_type)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket.events)
-    secrets = secret_values([*sent, *upstream, *resp_headers], req.url, redact, fields)
+    forwarded = upstream if sent is not upstream else []
+    secrets = secret_values([*sent, *forwarded, *resp_headers], req.url, redact, fields)
     req_body = encode_body(req_content, req_type, body_cap, secrets)
     request: RecordRequest = {
         "method": req.method,

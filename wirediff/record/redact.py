@@ -89,13 +89,13 @@ def redact_value(value: str) -> str:
 
 
 def is_secret_header(name: str, extra: frozenset[str] = frozenset()) -> bool:
-    low = name.lower()
-    return low in extra or _secret_name(low)
+    return _secret_name(name) or (bool(extra) and name.lower() in extra)
 
 
 @functools.lru_cache(maxsize=4096)
-def _secret_name(low: str) -> bool:
+def _secret_name(name: str) -> bool:
     """Header names repeat from exchange to exchange: decide each once."""
+    low = name.lower()
     return low in SECRET_HEADERS or bool(SECRET_HEADER_NAME.search(low))
 
 
@@ -169,14 +169,21 @@ def secret_values(
     found.update(
         v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in SECRET_QUERY
     )
+    return dict(_forms(frozenset(found)))
+
+
+@functools.lru_cache(maxsize=256)
+def _forms(found: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """Every form of every secret in `found` with its secret's fingerprint, longest first
+    (so a key is replaced before any secret that is a part of it). The same keys come with
+    exchange after exchange: worked out once."""
     forms: dict[str, str] = {}
-    for secret in found:
+    for secret in sorted(found):
         if secret and not secret.isspace():
             fp = fingerprint(secret)
             for form in secret_forms(secret) if len(secret) >= MIN_SECRET else (secret,):
                 forms.setdefault(form, fp)
-    # Longest first, so a key is replaced before any secret that is a part of it.
-    return dict(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
+    return tuple(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
 
 
 @functools.lru_cache(maxsize=256)
@@ -276,6 +283,9 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     """`[[name, value]]` with echoed secrets fingerprinted in the values (flat, cheap)."""
     if not secrets:
         return headers
+    joined = "\n".join(v for _, v in headers)
+    if not any(secret in joined for secret in secrets) and "\\u00" not in joined:
+        return headers  # no echo in any value: one look at all of them
     return [[k, scrub_text(v, secrets)] for k, v in headers]
 
 

@@ -28,6 +28,7 @@ from wirediff.record.exchange import Error, Exchange
 from wirediff.record.spool import RecordMeta, build_item
 from wirediff.record.tags import is_error_body
 from wirediff.replay.config import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Options
+from wirediff.replay.connections import Connections
 from wirediff.replay.output import Writers
 from wirediff.replay.plan import Node, Plan, resolve
 from wirediff.replay.request import Outgoing, prepare
@@ -201,8 +202,8 @@ class TargetRun:
         self.counts = Counts(total=len(plan), resumed=sum(1 for n in plan.nodes if n.id in done))
 
     # -- scheduling --
-    async def run(self, transport: httpx.AsyncBaseTransport) -> Counts:
-        """Replay every node not already done; returns the counts.
+    async def run(self, connections: Connections) -> Counts:
+        """Replay every node not already done, over `connections`; returns the counts.
 
         A received answer is recorded from the event loop's next turn, while the worker
         already has its next request on the wire: the CPU spent on the record overlaps the
@@ -259,7 +260,7 @@ class TargetRun:
             while True:
                 _, nid = await queue.get()
                 node = self.plan.by_id[nid]
-                got = await self.process(transport, node)
+                got = await self.process(connections, node)
                 if isinstance(got, Sent):
                     pending[nid] = got
                     loop.call_soon(record_pending, node)
@@ -284,7 +285,7 @@ class TargetRun:
             raise errors[0]
         return self.counts
 
-    async def process(self, transport: httpx.AsyncBaseTransport, node: Node) -> Record | Sent:
+    async def process(self, connections: Connections, node: Node) -> Record | Sent:
         """A skipped record, or what the target answered (recorded by `finalize`)."""
         if node.skip is not None:
             return self.skipped(node, node.skip, {})
@@ -300,7 +301,8 @@ class TargetRun:
         if self.bucket is not None:
             await self.bucket.take()
         try:
-            return await send(transport, request, out.content, self.body_cap)
+            async with connections.one() as transport:
+                return await send(transport, request, out.content, self.body_cap)
         except asyncio.CancelledError:
             self.interrupted.append(node)
             raise
@@ -370,9 +372,6 @@ async def replay_all(
     """Replay the plan to every target in turn; `runs` fills as they start (for Ctrl-C).
     `progress(label, total, already_done)` makes a progress display per target."""
     timeout = httpx.Timeout(opts.timeout, connect=min(CONNECT_TIMEOUT, opts.timeout))
-    limits = httpx.Limits(
-        max_connections=opts.concurrency, max_keepalive_connections=opts.concurrency
-    )
     try:
         for t in opts.targets:
             dest = {n.id: path_of(n.rec, t) for n in plan.nodes}
@@ -402,10 +401,9 @@ async def replay_all(
             if progress is not None:
                 run.progress, bar = progress(t.label, run.counts.total, run.counts.resumed)
             runs.append(run)
-            # trust_env: SSL_CERT_FILE / SSL_CERT_DIR for targets behind a private CA
-            async with httpx.AsyncHTTPTransport(limits=limits, trust_env=True) as transport:
+            async with Connections.to_network(opts.concurrency) as connections:
                 try:
-                    await run.run(transport)
+                    await run.run(connections)
                 finally:
                     if bar is not None:
                         bar.close()

@@ -41,6 +41,7 @@ from wirediff.record.exchange import Error, Exchange, Request, Timings
 from wirediff.record.spool import RecordMeta, build_item
 from wirediff.record.tags import route
 from wirediff.replay.config import CONNECT_TIMEOUT, DEFAULT_TIMEOUT
+from wirediff.replay.connections import Connections
 from wirediff.replay.engine import Counts, counted
 from wirediff.replay.plan import Node, resolve
 from wirediff.replay.request import prepare
@@ -82,15 +83,11 @@ class Live:
 class Candidate:
     target: Target
     api_key: str | None
-    transport: httpx.AsyncBaseTransport
-    concurrency: int
+    connections: Connections
     counts: Counts = field(default_factory=Counts)
     dropped: int = 0
     pending: int = 0
     full: bool = False
-
-    def __post_init__(self) -> None:
-        self.slots = asyncio.Semaphore(self.concurrency)
 
     @property
     def label(self) -> str:
@@ -268,9 +265,9 @@ class Mirror:
                 error = Error(reason or "not sent", "skipped")
                 outcome = self._unsent(rec, cand, mapping, error)
             else:
-                async with cand.slots:
+                async with cand.connections.one() as transport:
                     try:
-                        sent = await send(cand.transport, request, out.content, self.body_cap)
+                        sent = await send(transport, request, out.content, self.body_cap)
                     except asyncio.CancelledError:
                         outcome = self._unsent(rec, cand, mapping, Error(STOPPED, "interrupted"))
                         self._record(step, cand, outcome, False)
@@ -370,7 +367,7 @@ class Mirror:
             await asyncio.gather(*late, return_exceptions=True)
         for cand in self.candidates:
             with contextlib.suppress(Exception):
-                await cand.transport.aclose()
+                await cand.connections.aclose()
 
     def summary(self) -> list[str]:
         """One line per candidate: what was mirrored, dropped and cancelled."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from wirediff.record.exchange import Exchange, HeaderPairs, Request, exchange_fr
 from wirediff.record.pipe import READ_SIZE, FramePipe, FrameReader
 from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, build_item
 from wirediff.record.store import RecordWriter
+from wirediff.replay.connections import Connections
 from wirediff.replay.mirror import Candidate, Live, Mirror
 from wirediff.replay.targets import Target
 
@@ -78,7 +80,7 @@ class Mirroring:
 
     def __init__(
         self,
-        transport_for: Callable[[Target, int], httpx.AsyncBaseTransport] | None = None,
+        transport_for: Callable[[Target], httpx.AsyncBaseTransport] | None = None,
         log: Callable[[str], None] = say,
     ) -> None:
         self.transport_for, self.log = transport_for, log
@@ -95,8 +97,13 @@ class Mirroring:
         for label, url, var, model_map in config["candidates"]:
             key = os.environ.get(var) if var else None
             target = Target(label, url, var, model_map)
-            transport = (self.transport_for or _pool)(target, concurrency)
-            candidates.append(Candidate(target, key, transport, concurrency))
+            make = self.transport_for
+            connections = (
+                Connections.to_network(concurrency)
+                if make is None
+                else Connections(concurrency, functools.partial(make, target))
+            )
+            candidates.append(Candidate(target, key, connections))
         directory = Path(config["capture_dir"])
         cap, redact = int(config["body_cap"]), frozenset(config["redact"])
 
@@ -163,12 +170,6 @@ def header_pairs(fields: Any) -> HeaderPairs:
         (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
         for k, v in fields
     ]
-
-
-def _pool(target: Target, concurrency: int) -> httpx.AsyncBaseTransport:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    # trust_env: SSL_CERT_FILE / SSL_CERT_DIR for candidates behind a private CA
-    return httpx.AsyncHTTPTransport(limits=limits, trust_env=True)
 
 
 async def serve(fd: int = 0) -> None:

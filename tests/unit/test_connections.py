@@ -1,0 +1,133 @@
+"""Connections to a target: one per request in flight, kept alive, at most `size` at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+
+from wirediff.replay.connections import Connections
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """A transport that knows how many requests it carries at once, and whether it closed."""
+
+    def __init__(self, gate: asyncio.Event, busy: list[int]) -> None:
+        self.gate, self.busy = gate, busy
+        self.now = self.most = self.served = 0
+        self.closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.now += 1
+        self.busy[0] += 1
+        self.most = max(self.most, self.now)
+        self.busy[1] = max(self.busy[1], self.busy[0])
+        await self.gate.wait()
+        self.now -= 1
+        self.busy[0] -= 1
+        self.served += 1
+        return httpx.Response(200)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_each_request_in_flight_has_a_transport_of_its_own_and_at_most_size_run() -> None:
+    made: list[Counting] = []
+    busy = [0, 0]  # in flight now, most at once
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        def make() -> Counting:
+            made.append(Counting(gate, busy))
+            return made[-1]
+
+        async with Connections(3, make) as connections:
+
+            async def one() -> None:
+                async with connections.one() as t:
+                    await t.handle_async_request(httpx.Request("GET", "http://t.test/"))
+
+            tasks = [asyncio.create_task(one()) for _ in range(10)]
+            while busy[0] < 3:  # three in flight; the others wait for a connection
+                await asyncio.sleep(0)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert busy[0] == 3
+            gate.set()
+            await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert len(made) == 3 and busy[1] == 3
+    assert all(t.most == 1 for t in made)  # never two requests on one connection
+    assert sum(t.served for t in made) == 10 and all(t.closed for t in made)
+
+
+def test_a_connection_is_kept_for_the_next_request() -> None:
+    made: list[Counting] = []
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        gate.set()
+
+        def make() -> Counting:
+            made.append(Counting(gate, [0, 0]))
+            return made[-1]
+
+        connections = Connections(8, make)
+        for _ in range(5):
+            async with connections.one() as t:
+                await t.handle_async_request(httpx.Request("GET", "http://t.test/"))
+        await connections.aclose()
+
+    asyncio.run(main())
+    assert len(made) == 1 and made[0].served == 5 and made[0].closed
+
+
+@asynccontextmanager
+async def _serve(counts: list[int]) -> AsyncIterator[str]:
+    """A loopback HTTP/1.1 server that keeps connections alive and counts them."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        counts[0] += 1
+        writers.append(writer)
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    server = await asyncio.start_server(client, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.close()
+        for w in writers:
+            w.close()
+            await w.wait_closed()
+        await server.wait_closed()
+
+
+def test_real_connections_are_reused_and_bounded() -> None:
+    counts = [0]
+
+    async def main() -> list[int]:
+        async with _serve(counts) as url, Connections.to_network(4) as connections:
+
+            async def get() -> int:
+                async with connections.one() as t:
+                    resp = await t.handle_async_request(httpx.Request("GET", url))
+                    await resp.aread()
+                    return resp.status_code
+
+            return await asyncio.gather(*(get() for _ in range(40)))
+
+    statuses = asyncio.run(main())
+    assert statuses == [200] * 40
+    assert 1 <= counts[0] <= 4  # 40 requests over at most four kept-alive connections
