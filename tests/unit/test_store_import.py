@@ -18,8 +18,9 @@ from wirediff._types import ExchangeError, Record, RecordResponse, Sdk
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.cli import main
 from wirediff.errors import CaptureError
+from wirediff.record.body import parse_json
 from wirediff.record.importer import import_flows
-from wirediff.record.store import RecordWriter, load_records
+from wirediff.record.store import RecordWriter, encode_record, load_records
 
 REC = bare_record("a")
 RESPONSE: RecordResponse = {
@@ -57,6 +58,20 @@ def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
         w.write({**REC, "request": {**REC["request"], "path": "/caf\udce9"}})
     (rec,) = load_records([p])
     assert rec["request"]["path"] == "/caf\udce9"
+
+
+def test_a_record_line_reads_back_as_the_record_whatever_its_values() -> None:
+    odd: list[Any] = [10**30, -(2**63), 2**64, 1e-05, 1e16, -0.0, 5e-324, "\u2028é\x00", [], {}]
+    rec = cast(Record, {**REC, "request": {**REC["request"], "body": {"odd": odd}}})
+    line = encode_record(rec)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == rec  # an integer past 64 bits is kept exact (the fallback)
+
+
+@pytest.mark.parametrize("body", ['{"x": NaN}', '{"x": -Infinity}', '{"x": 1e400}', "[1, 2"])
+def test_what_is_not_json_text_is_kept_as_text(body: str) -> None:
+    assert parse_json(body) == (None, body, False)
+    assert parse_json('{"x": 1e308}') == ({"x": 1e308}, None, False)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
@@ -78,11 +79,27 @@ def encode_body(
     return out
 
 
+def _not_json(token: str) -> float:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise ValueError(f"{token} is past a double's range")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
+"""JSON as RFC 8259 has it: `NaN`, `Infinity` and numbers no double holds are not JSON
+(Python's own parser takes them, and a record holding them would not be JSON)."""
+
+
 def parse_json(text: str) -> tuple[JSON, str | None, bool]:
     """`(value, None, False)` for JSON text; `(None, text, deep)` when it is not
-    JSON or nests deeper than `MAX_DEPTH` (`deep`)."""
+    JSON (`_STRICT`) or nests deeper than `MAX_DEPTH` (`deep`)."""
     try:
-        value = json.loads(text)
+        value = _STRICT.decode(text)
     except RecursionError:
         return None, text, True
     except ValueError:
