@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpcore
 import httpx
 
-from wirediff.replay.connections import Connections
+from wirediff.replay.connections import HOLD_AT_MOST, Connections, OneWriteStream
 
 
 class Counting(httpx.AsyncBaseTransport):
@@ -131,3 +132,36 @@ def test_real_connections_are_reused_and_bounded() -> None:
     statuses = asyncio.run(main())
     assert statuses == [200] * 40
     assert 1 <= counts[0] <= 4  # 40 requests over at most four kept-alive connections
+
+
+class Wire(httpcore.AsyncNetworkStream):
+    """What reached the socket, send by send."""
+
+    def __init__(self) -> None:
+        self.sends: list[bytes] = []
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.sends.append(buffer)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+
+
+def test_a_request_leaves_in_one_send_with_the_same_bytes() -> None:
+    async def main() -> tuple[Wire, bytes]:
+        wire = Wire()
+        conn = OneWriteStream(wire)
+        parts = [b"POST /v1/chat HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n", b"{}", b""]
+        for part in parts:
+            await conn.write(part)
+        assert wire.sends == []  # held until the answer is read
+        head = await conn.read(65536)
+        assert wire.sends == [b"".join(parts)]
+        big = b"x" * HOLD_AT_MOST
+        await conn.write(b"PUT / HTTP/1.1\r\n\r\n")
+        await conn.write(big)  # past the bound: written at once, with what was held
+        assert wire.sends[1:] == [b"PUT / HTTP/1.1\r\n\r\n" + big]
+        return wire, head
+
+    wire, head = asyncio.run(main())
+    assert head.startswith(b"HTTP/1.1 200") and len(wire.sends) == 2

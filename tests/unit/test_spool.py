@@ -22,6 +22,7 @@ from wirediff.record.pipe import can_fork
 from wirediff.record.spool import RecordMeta, Spool, build_item
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.replay import engine as engine_module
+from wirediff.replay.connections import Connections
 from wirediff.replay.engine import Counts, TargetRun, counted
 from wirediff.replay.plan import make_plan
 
@@ -148,7 +149,8 @@ def test_a_replay_through_the_spool_writes_what_an_in_process_one_does(
     def replay(spool_at: int, out: Path) -> list[Record]:
         monkeypatch.setattr(engine_module, "SPOOL_AT", spool_at)
         monkeypatch.setattr("wirediff.cli.replay.SPOOL_AT", spool_at)
-        monkeypatch.setattr(httpx, "AsyncHTTPTransport", lambda **kw: httpx.MockTransport(Fake()))
+        to_fake = classmethod(lambda cls, size: cls(size, lambda: httpx.MockTransport(Fake())))
+        monkeypatch.setattr(Connections, "to_network", to_fake)
         assert main_replay([str(cap), "--to", T.url, "-o", str(out), "--allow-unsafe"]) == 0
         return load_records([out])
 

@@ -1,23 +1,120 @@
 """Connections to one target: at most `size` requests at once, each on a connection of its
-own.
+own, sending a request in one write.
 
 httpx's connection pool looks at every connection it holds each time a request starts or
 ends, and asks each idle one's socket whether it is readable: its cost per request grows
 with the pool (at concurrency 8, about a quarter of the replayer's CPU). Here a request
 takes a transport that holds one connection, kept alive for the next request that takes it,
-so that check sees one connection.
+so that check sees one connection. And httpcore writes a request's head, its body and its
+end separately: held until the answer is read, they leave in one send, which spares the
+client and the target a wake-up each (about a tenth of both's CPU per exchange).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from types import TracebackType
+from typing import Any
 
+import httpcore
 import httpx
 
-__all__ = ["Connections"]
+__all__ = ["HOLD_AT_MOST", "Connections", "OneWriteStream"]
+
+HOLD_AT_MOST = 64 << 10
+"""Bytes a connection holds back before it writes them anyway (a large upload goes out as
+it is written)."""
+
+
+class OneWriteStream(httpcore.AsyncNetworkStream):
+    """A connection that holds what is written until the next read (or `HOLD_AT_MOST`
+    bytes): the bytes sent are the same, in fewer sends."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._held: list[bytes] = []
+        self._size = 0
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            self._held.append(buffer)
+            self._size += len(buffer)
+            if self._size >= HOLD_AT_MOST:
+                await self._flush(timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._held:
+            await self._flush(timeout)
+        return await self._stream.read(max_bytes, timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        data = b"".join(self._held)
+        self._held.clear()
+        self._size = 0
+        await self._stream.write(data, timeout)
+
+    async def aclose(self) -> None:
+        self._held.clear()
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return OneWriteStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _OneWrite(httpcore.AsyncNetworkBackend):
+    """httpcore's own backend, its connections as `OneWriteStream`s."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
+        return OneWriteStream(stream)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        return OneWriteStream(
+            await self._backend.connect_unix_socket(path, timeout, socket_options)
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class _Transport(httpx.AsyncHTTPTransport):
+    """httpx's transport over one connection that sends each request in one write."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        super().__init__(limits=one, verify=context, trust_env=True)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=context,
+            max_connections=1,
+            max_keepalive_connections=1,
+            keepalive_expiry=one.keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=_OneWrite(),
+        )
 
 
 class Connections:
@@ -35,12 +132,7 @@ class Connections:
         """Real connections: one SSL context for all of them (making one reads the CA
         bundle), which honours SSL_CERT_FILE / SSL_CERT_DIR for targets behind a private CA."""
         context = httpx.create_ssl_context(trust_env=True)
-        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-
-        def make() -> httpx.AsyncBaseTransport:
-            return httpx.AsyncHTTPTransport(limits=one, verify=context, trust_env=True)
-
-        return cls(size, make)
+        return cls(size, lambda: _Transport(context))
 
     @asynccontextmanager
     async def one(self) -> AsyncIterator[httpx.AsyncBaseTransport]:
