@@ -195,7 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--requests", type=int, default=400, help="exchanges per run (default 400)")
     ap.add_argument("--concurrency", default="1,8,32", help="comma-separated (default 1,8,32)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per level (default 5)")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds per level (default 15)")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
 

@@ -103,8 +103,13 @@ def redact_headers(
     headers: Iterable[tuple[str, str]], extra: frozenset[str] = frozenset()
 ) -> HeaderList:
     """Lower-case names, wire order kept, secret values fingerprinted."""
+    if extra:
+        return [
+            [name.lower(), redact_value(value) if is_secret_header(name, extra) else value]
+            for name, value in headers
+        ]
     return [
-        [name.lower(), redact_value(value) if is_secret_header(name, extra) else value]
+        [name.lower(), redact_value(value) if _secret_name(name) else value]
         for name, value in headers
     ]
 

@@ -165,11 +165,13 @@ def is_error_body(body: JSON) -> bool:
     A Responses object carries `"error": null` — and a failed one a populated `error`
     beside `object: "response"` — so only bodies without `object`/`id` count.
     """
-    if isinstance(body, dict) and body.get("error"):
+    if not isinstance(body, dict):
+        return False
+    if body.get("error"):
         return "object" not in body and "id" not in body
-    if isinstance(body, dict) and set(body) == {"detail"}:
+    if len(body) == 1 and "detail" in body:
         return bool(body["detail"])
-    return isinstance(body, dict) and body.get("object") == "error"
+    return body.get("object") == "error"
 
 
 def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -> bool:
