@@ -2,12 +2,13 @@
 
 Usage: python bench/replay_throughput.py [--requests N] [--concurrency 1,8,32] [--rounds R]
 
-A session of N independent exchanges (chat, chat stream, responses, responses stream in
-turn) is captured through mitmdump + addons/capture.py from the `openai` stand-in. It is then
+A session of N independent exchanges (default 1000: a run of about a second, in which what
+each run pays once, the spool's fork and its last batch, the connections' set-up, weighs
+little; chat, chat stream, responses, responses stream in turn) is captured through mitmdump + addons/capture.py from the `openai` stand-in. It is then
 sent to a second `openai` stand-in running in its own process (so that the server does not
 share the client's interpreter) by:
-  direct   — an asyncio httpx loop (`httpx.AsyncClient`): N workers, the same prepared
-             requests, bodies read whole;
+  direct   — an asyncio httpx loop (`httpx.AsyncClient`): one worker per request in
+             flight, the same prepared requests, bodies read whole;
   replayer — the replay engine as `wirediff replay` runs it: dependency scheduling, a
              `StreamTap` per answer, every record built by `build_record` and appended by the
              spool process, the time taken until the last record is on disk.
@@ -193,7 +194,7 @@ def children_cpu() -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--requests", type=int, default=400, help="exchanges per run (default 400)")
+    ap.add_argument("--requests", type=int, default=1000, help="exchanges per run (default 1000)")
     ap.add_argument("--concurrency", default="1,8,32", help="comma-separated (default 1,8,32)")
     ap.add_argument("--rounds", type=int, default=15, help="rounds per level (default 15)")
     args = ap.parse_args()
