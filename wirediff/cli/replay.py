@@ -89,6 +89,7 @@ from wirediff.record.spool import Spool
 from wirediff.replay.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
+    Options,
     api_key_for,
     options_from_args,
 )
@@ -145,6 +146,17 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 def main_replay_args(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
+    # The spool process is forked before the captures are read: the pages of records this
+    # process then reads stay its own, instead of being copied on its every write to them.
+    spool = None if opts.dry_run else Spool(opts.body_cap)
+    try:
+        return _replay(args, opts, spool)
+    finally:
+        if spool is not None:
+            spool.close()  # a no-op when the writers closed it
+
+
+def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int:
     env = os.environ
     paths = [str(p) for p in args.captures]
     capture_of: dict[str, Path] = {}
@@ -190,9 +202,9 @@ def main_replay_args(args: argparse.Namespace) -> int:
     runs: list[TargetRun] = []
     progress = _progress_bar if sys.stderr.isatty() else None
     to_send = sum(len(plan) - len(done_of[t.label]) for t in opts.targets)
-    spool = Spool(opts.body_cap) if to_send >= SPOOL_AT else None
     writers = Writers(
-        sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}), spool=spool
+        sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}),
+        spool=spool if to_send >= SPOOL_AT else None,
     )
     try:
         asyncio.run(
