@@ -108,3 +108,42 @@ def test_deep_json_data_stays_text_marked() -> None:
     deep = "[" * 5000 + "]" * 5000
     (ev,) = feed_all([f"data: {deep}\n\n".encode()])
     assert ev == {"event": None, "data": deep, "depth_limited": True}
+
+
+def _random_stream(rnd: random.Random) -> tuple[bytes, list[int]]:
+    """SSE text of every kind of line, and the offsets where its events end."""
+    out, ends = b"", []
+    for _ in range(rnd.randint(1, 12)):
+        for _ in range(rnd.randint(0, 4)):
+            out += rnd.choice(
+                [
+                    b"data: " + rnd.choice([b"", b"x", b'{"a":1}', "é✓".encode(), b" two"]),
+                    b"data:" + rnd.choice([b"tight", b"", b":colon"]),
+                    b"data",
+                    b"event: " + rnd.choice([b"e", b"", b"response.created"]),
+                    b"id: " + rnd.choice([b"7", b""]),
+                    b": a comment",
+                    b"retry: 10",
+                    b"other: field",
+                ]
+            )
+            out += b"\n"
+        out += b"\n" * rnd.choice([1, 1, 1, 2, 3])
+        ends.append(len(out))
+    return out, ends
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_every_kind_of_line_splits_alike_in_whole_events_or_byte_by_byte(seed: int) -> None:
+    rnd = random.Random(seed)
+    raw, ends = _random_stream(rnd)
+    cuts = sorted(set(rnd.sample(ends, rnd.randint(1, len(ends)))) | {len(raw)})
+    whole = [raw[a:b] for a, b in zip([0, *cuts], cuts, strict=False) if b > a]
+
+    def split(chunks: list[bytes], max_event: int = 1 << 20) -> list[Event]:
+        sp = SSESplitter(max_event)
+        return [ev for c in chunks for ev in sp.feed(c)] + sp.close()
+
+    by_byte = split([raw[i : i + 1] for i in range(len(raw))])
+    assert split(whole) == by_byte
+    assert split(whole, max_event=8) == split([raw[i : i + 1] for i in range(len(raw))], 8)
