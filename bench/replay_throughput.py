@@ -133,8 +133,8 @@ async def direct(requests: list[Outgoing], concurrency: int) -> float:
 
 
 async def direct_transport(requests: list[Outgoing], concurrency: int) -> float:
-    """The same loop one layer down (the httpx transport, as the replayer sends): what is
-    left between this and the replayer is the recording itself."""
+    """The same loop one layer down: one httpx transport and its pool of connections (no
+    redirects, cookies or auth flow), for information."""
     queue: asyncio.Queue[Outgoing] = asyncio.Queue()
     for r in requests:
         queue.put_nowait(r)

@@ -205,3 +205,43 @@ def test_a_records_capture_error_has_the_secrets_fingerprinted() -> None:
         "kind": "capture_error",
         "message": f"ValueError: cannot parse {fingerprint(KEY)}",
     }
+
+
+ANSWER_TOKEN = "at-CANARY-8c7b6a"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"access_token": "%s", "score": NaN}',
+        '{"refresh_token": "%s", "logprob": -Infinity}',
+        '{"id_token": "%s", "big": 1e400}',
+        "[" * 300 + '{"api_key": "%s"}' + "]" * 300,  # deeper than the record keeps as JSON
+    ],
+)
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+def test_a_credential_field_in_json_kept_as_text_is_fingerprinted(
+    text: str, content_type: str
+) -> None:
+    body = text % ANSWER_TOKEN
+    content = f"data: {body}\n\n" if content_type == "text/event-stream" else body
+    ex = Exchange(
+        request=Request(
+            method="GET",
+            url="http://h/v1/x",
+            path="/v1/x",
+            http_version="HTTP/1.1",
+            headers=[],
+            content=None,
+        ),
+        response=Response(
+            status=200,
+            reason="OK",
+            http_version="HTTP/1.1",
+            headers=[("content-type", content_type)],
+            content=content.encode(),
+        ),
+        timings=Timings(1.0, 1.1, 1.2),
+    )
+    line = encode_record(build_record(ex, session="s", label="l", seq=0)).decode()
+    assert ANSWER_TOKEN not in line and fingerprint(ANSWER_TOKEN) in line

@@ -16,7 +16,7 @@ import pytest
 
 from tests.unit.test_replay import Fake, T, as_json, mock, rec, session, sse, streamed
 from wirediff._types import Record
-from wirediff.cli.replay import main_replay
+from wirediff.cli.replay import EARLY_SPOOL_BYTES, main_replay
 from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
 from wirediff.record.pipe import can_fork
 from wirediff.record.spool import RecordMeta, Spool, build_item
@@ -162,3 +162,39 @@ def test_a_replay_through_the_spool_writes_what_an_in_process_one_does(
     spooled, here = replay(1, tmp_path / "spooled.jsonl"), replay(10**9, tmp_path / "here.jsonl")
     assert sorted(map(shape, spooled)) == sorted(map(shape, here))
     assert len(spooled) == len(session())
+
+
+@pytest.mark.parametrize("how", ["few to send", "nothing to replay", "an error"])
+def test_a_replay_that_stops_early_leaves_no_spool_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A capture this size gets its spool before it is read; every way out closes it."""
+    cap = tmp_path / "s.jsonl"
+    with RecordWriter(cap) as w:
+        for i in range(40):
+            w.write(rec(f"q{i}", body={"model": "m", "input": "x" * 2000}, resp={"id": f"r{i}"}))
+    assert cap.stat().st_size >= EARLY_SPOOL_BYTES
+    to_fake = classmethod(lambda cls, size: cls(size, lambda: httpx.MockTransport(Fake())))
+    monkeypatch.setattr(Connections, "to_network", to_fake)
+    forked: list[Spool] = []
+
+    def spool(body_cap: int) -> Spool:
+        forked.append(Spool(body_cap))
+        return forked[-1]
+
+    monkeypatch.setattr("wirediff.cli.replay.Spool", spool)
+    args = [str(cap), "--to", T.url, "-o", str(tmp_path / "out.jsonl")]
+    if how == "few to send":
+        assert main_replay([*args, "--only", "id=q1"]) == 0
+        assert len(load_records([tmp_path / "out.jsonl"])) == 1
+    elif how == "nothing to replay":
+        assert main_replay([*args, "--only", "family=embeddings"]) == 0
+    else:
+
+        async def broken(*a: Any) -> None:
+            raise RuntimeError("broken")
+
+        monkeypatch.setattr("wirediff.cli.replay.replay_all", broken)
+        assert main_replay(args) != 0
+    (early,) = forked
+    assert early.proc.returncode == 0  # closed, and waited for

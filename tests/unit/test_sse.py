@@ -70,7 +70,7 @@ def test_invalid_json_stays_text() -> None:
 
 
 def test_split_events_whole_body() -> None:
-    events = split_events(STREAM, 5.0)
+    events = parse_events(split_events(STREAM, 5.0))
     assert [e["t_ms"] for e in events] == [5.0] * 4
     assert json.dumps(events[0]["data"]) == '{"type": "response.created", "sequence_number": 0}'
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -66,6 +67,24 @@ def test_a_record_line_reads_back_as_the_record_whatever_its_values() -> None:
     line = encode_record(rec)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == rec  # an integer past 64 bits is kept exact (the fallback)
+    assert math.copysign(1, json.loads(line)["request"]["body"]["odd"][5]) == -1
+
+
+async def test_a_har_timing_that_is_not_a_finite_number_counts_as_none(tmp_path: Path) -> None:
+    with taddons.context():
+        har = SaveHar().make_har([chat_flow()])
+
+    def imported(timings: dict[str, Any]) -> Record:
+        for entry in har["log"]["entries"]:
+            entry["timings"] = timings
+        p = tmp_path / "s.har"
+        p.write_text(json.dumps(har))
+        (rec,) = import_flows(p)
+        return rec
+
+    odd = imported({"wait": "NaN", "receive": "Infinity", "blocked": "x"})
+    assert odd["ttfb_ms"] == imported({})["ttfb_ms"] and math.isfinite(odd["duration_ms"] or 0)
+    assert b"NaN" not in encode_record(odd)
 
 
 @pytest.mark.parametrize("body", ['{"x": NaN}', '{"x": -Infinity}', '{"x": 1e400}', "[1, 2"])

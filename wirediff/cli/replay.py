@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -146,14 +147,28 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 def main_replay_args(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
-    # The spool process is forked before the captures are read: the pages of records this
-    # process then reads stay its own, instead of being copied on its every write to them.
-    spool = None if opts.dry_run else Spool(opts.body_cap)
+    # For captures that will need it, the spool process is forked before they are read: the
+    # pages of the records this process then reads stay its own, instead of being copied
+    # on its every write to them.
+    early = not opts.dry_run and _capture_bytes(args.captures) >= EARLY_SPOOL_BYTES
+    spool = Spool(opts.body_cap) if early else None
     try:
         return _replay(args, opts, spool)
     finally:
         if spool is not None:
             spool.close()  # a no-op when the writers closed it
+
+
+EARLY_SPOOL_BYTES = 64 << 10
+"""Captures from this size on hold about `SPOOL_AT` exchanges or more."""
+
+
+def _capture_bytes(paths: list[str]) -> int:
+    size = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            size += os.stat(p).st_size
+    return size
 
 
 def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int:
@@ -202,9 +217,12 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     runs: list[TargetRun] = []
     progress = _progress_bar if sys.stderr.isatty() else None
     to_send = sum(len(plan) - len(done_of[t.label]) for t in opts.targets)
+    if to_send < SPOOL_AT:
+        spool = None  # recorded here; an early one is closed on the way out
+    elif spool is None:
+        spool = Spool(opts.body_cap)
     writers = Writers(
-        sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}),
-        spool=spool if to_send >= SPOOL_AT else None,
+        sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}), spool=spool
     )
     try:
         asyncio.run(

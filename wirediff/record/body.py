@@ -9,7 +9,13 @@ from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
 from wirediff.record.decode import decode_bounded
-from wirediff.record.redact import may_hold_secret_fields, redact_fields, scrub_text
+from wirediff.record.redact import (
+    json_secrets,
+    may_hold_secret_fields,
+    redact_fields,
+    scrub_text,
+    with_fields,
+)
 from wirediff.record.validate import MAX_DEPTH, depth_exceeds
 
 __all__ = ["DEFAULT_BODY_CAP", "EncodedBody", "decode_body", "encode_body", "parse_json"]
@@ -103,12 +109,19 @@ def parse_json(text: str) -> tuple[JSON, str | None, bool]:
     except RecursionError:
         return None, text, True
     except ValueError:
-        return None, text, False
+        return None, _fields_scrubbed(text), False
     if text.count("{") + text.count("[") > MAX_DEPTH and depth_exceeds(value):
-        return None, text, True
+        return None, _fields_scrubbed(text), True
     if may_hold_secret_fields(text):
         value = redact_fields(value)
     return value, None, False
+
+
+def _fields_scrubbed(text: str) -> str:
+    """JSON-like text kept as text, the values of its credential-named fields fingerprinted
+    wherever Python's lenient parser finds them (beside a `NaN`, say)."""
+    found = json_secrets(text)
+    return scrub_text(text, with_fields({}, found)) if found else text
 
 
 def _cut_text(kept: bytes) -> str | None:

@@ -20,11 +20,13 @@ from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.redact import (
     form_secrets,
     json_secrets,
+    may_hold_secret_fields,
     redact_headers,
     redact_url,
     scrub_headers,
     scrub_text,
     secret_values,
+    with_fields,
 )
 from wirediff.record.sse import parse_events, split_events
 from wirediff.record.tags import route, tag_exchange
@@ -92,6 +94,15 @@ def exchange_secrets(ex: Exchange, redact: frozenset[str] = frozenset()) -> dict
     return secret_values([*sent, *req.headers, *resp_headers], req.url, redact, fields)
 
 
+def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes) -> dict[str, str]:
+    """`secrets` and the values of the credential-named fields in the events' data: the
+    events have them fingerprinted as they are parsed, the stream's text must too."""
+    if not may_hold_secret_fields(kept.decode("utf-8", "replace")):
+        return secrets
+    found = [v for ev in events if isinstance(ev["data"], str) for v in json_secrets(ev["data"])]
+    return with_fields(secrets, found) if found else secrets
+
+
 def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
     """Values of the request body's credential-named fields (JSON or a form)."""
     if not content:
@@ -149,6 +160,7 @@ def _response(
     if tap is not None:
         tap.close()
         if tap.sse:
+            secrets = _with_event_fields(secrets, tap.events, tap.kept())
             events = parse_events(tap.events, secrets)
         body = encode_body(tap.kept(), ctype, body_cap, secrets, truncated=tap.body_truncated)
         size = tap.wire_size
@@ -160,13 +172,15 @@ def _response(
         sse = is_sse(ctype)
         limit = max(MAX_STREAM_BYTES, body_cap) + 1 if sse else body_cap + 1
         content = _decoded(resp, limit)
+        if sse and content is not None:
+            events = split_events(content[: limit - 1], None, body_cap)
+            secrets = _with_event_fields(secrets, events, content[:body_cap])
+            events = parse_events(events, secrets)
         body = encode_body(content, ctype, body_cap, secrets)
         size = len(resp.content or b"")
         complete = resp.content is not None and ex.error is None
-        if sse and content is not None:
-            events = split_events(content[: limit - 1], None, body_cap, secrets)
-            if len(content) >= limit:
-                body["truncated"] = True
+        if sse and content is not None and len(content) >= limit:
+            body["truncated"] = True
     response: RecordResponse = {
         "status": resp.status,
         "reason": resp.reason,

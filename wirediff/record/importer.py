@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,15 @@ HAR_WAITS = ("blocked", "connect", "send", "wait")
 """HAR `timings` phases before the first byte of the answer (`dns` lies inside `connect`)."""
 
 
+def _ms(value: Any) -> float:
+    """A HAR timing in milliseconds; what is not a finite, positive number counts as 0."""
+    try:
+        ms = float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return ms if math.isfinite(ms) and ms > 0 else 0.0
+
+
 def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
     """One HAR entry as an exchange, and the upstream it went to.
 
@@ -38,7 +48,7 @@ def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
     flow = request_to_flow(entry)
     ex = exchange_from_flow(flow)
     timings = entry.get("timings") or {}
-    waited = sum(max(float(timings.get(k) or 0), 0.0) for k in HAR_WAITS)
+    waited = sum(_ms(timings.get(k)) for k in HAR_WAITS)
     if ex.response is None or not waited:
         return ex, upstream_label(flow)
     first_byte = ex.timings.started + waited / 1000.0

@@ -45,6 +45,7 @@ __all__ = [
     "scrub_text",
     "secret_values",
     "split_scheme",
+    "with_fields",
 ]
 
 SECRET_HEADERS = frozenset(
@@ -175,6 +176,12 @@ def secret_values(
         v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() in SECRET_QUERY
     )
     return dict(_forms(frozenset(found)))
+
+
+def with_fields(secrets: dict[str, str], fields: Iterable[str]) -> dict[str, str]:
+    """`secrets` (`secret_values`) and every form of each of `fields`, longest first."""
+    forms = {**secret_values([], "", fields=fields), **secrets}
+    return dict(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
 
 
 @functools.lru_cache(maxsize=256)

@@ -159,11 +159,9 @@ class SSESplitter:
 
 
 def split_events(
-    raw: bytes,
-    t_ms: float | None = None,
-    max_event: int = DEFAULT_MAX_EVENT,
-    secrets: dict[str, str] | None = None,
+    raw: bytes, t_ms: float | None = None, max_event: int = DEFAULT_MAX_EVENT
 ) -> list[Event]:
-    """Split a whole (decoded) SSE body, e.g. from a flow file or HAR; one timestamp for all."""
+    """Split a whole (decoded) SSE body, e.g. from a flow file or HAR, one timestamp for
+    all; the data stays text (`parse_events`)."""
     sp = SSESplitter(max_event)
-    return parse_events([{"t_ms": t_ms, **ev} for ev in sp.feed(raw) + sp.close()], secrets)
+    return [{"t_ms": t_ms, **ev} for ev in sp.feed(raw) + sp.close()]

@@ -55,7 +55,9 @@ def _after_last_newline(fh: IO[bytes], size: int, block: int = 1 << 16) -> int:
 
 def encode_record(record: Record) -> bytes:
     """One capture line: compact JSON and a newline (orjson: a quarter of the time of the
-    standard library's encoder, on the recorder's and the spool's path for every record)."""
+    standard library's encoder, on the recorder's and the spool's path for every record).
+    orjson would write NaN and Infinity as null: no record holds them (`body.parse_json`
+    keeps such bodies as text; timings are finite)."""
     try:
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:  # an integer past 64 bits, lone surrogates

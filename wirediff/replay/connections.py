@@ -5,7 +5,8 @@ httpx's connection pool looks at every connection it holds each time a request s
 ends, and asks each idle one's socket whether it is readable: its cost per request grows
 with the pool (at concurrency 8, about a quarter of the replayer's CPU). Here a request
 takes a transport that holds one connection, kept alive for the next request that takes it,
-so that check sees one connection. And httpcore writes a request's head, its body and its
+so that check sees one connection (an idle one the server closed is found when its transport
+is next taken, or at `aclose`). And httpcore writes a request's head, its body and its
 end separately: held until the answer is read, they leave in one send, which spares the
 client and the target a wake-up each (about 5% of both's CPU per exchange on loopback).
 """
@@ -13,6 +14,7 @@ client and the target a wake-up each (about 5% of both's CPU per exchange on loo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -39,18 +41,26 @@ class OneWriteStream(httpcore.AsyncNetworkStream):
         self._size = 0
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            self._held.append(buffer)
-            self._size += len(buffer)
-            if self._size >= HOLD_AT_MOST:
-                await self._flush(timeout)
+        if self._size + len(buffer) < HOLD_AT_MOST:
+            if buffer:
+                self._held.append(buffer)
+                self._size += len(buffer)
+            return
+        await self._flush(timeout)
+        await self._stream.write(buffer, timeout)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """What was held goes out first, with this read's timeout; a server may close its
+        end and answer before it reads a request (a 413, say), so, as httpcore does with its
+        own writes, a failed write leaves the answer to be read."""
         if self._held:
-            await self._flush(timeout)
+            with contextlib.suppress(httpcore.WriteError):
+                await self._flush(timeout)
         return await self._stream.read(max_bytes, timeout)
 
     async def _flush(self, timeout: float | None) -> None:
+        if not self._held:
+            return
         data = b"".join(self._held)
         self._held.clear()
         self._size = 0
@@ -72,7 +82,7 @@ class OneWriteStream(httpcore.AsyncNetworkStream):
         return self._stream.get_extra_info(info)
 
 
-class _OneWrite(httpcore.AsyncNetworkBackend):
+class _OneWriteBackend(httpcore.AsyncNetworkBackend):
     """httpcore's own backend, its connections as `OneWriteStream`s."""
 
     def __init__(self) -> None:
@@ -100,7 +110,7 @@ class _OneWrite(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-class _Transport(httpx.AsyncHTTPTransport):
+class _OneConnectionTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over one connection that sends each request in one write."""
 
     def __init__(self, context: ssl.SSLContext) -> None:
@@ -113,7 +123,7 @@ class _Transport(httpx.AsyncHTTPTransport):
             keepalive_expiry=one.keepalive_expiry,
             http1=True,
             http2=False,
-            network_backend=_OneWrite(),
+            network_backend=_OneWriteBackend(),
         )
 
 
@@ -132,7 +142,7 @@ class Connections:
         """Real connections: one SSL context for all of them (making one reads the CA
         bundle), which honours SSL_CERT_FILE / SSL_CERT_DIR for targets behind a private CA."""
         context = httpx.create_ssl_context(trust_env=True)
-        return cls(size, lambda: _Transport(context))
+        return cls(size, lambda: _OneConnectionTransport(context))
 
     @asynccontextmanager
     async def one(self) -> AsyncIterator[httpx.AsyncBaseTransport]:
@@ -151,9 +161,16 @@ class Connections:
                 self._free.append(transport)
 
     async def aclose(self) -> None:
+        """Close every transport made (the first failure is raised once all are closed)."""
         made, self._made, self._free = self._made, [], []
+        failed: list[Exception] = []
         for transport in made:
-            await transport.aclose()
+            try:
+                await transport.aclose()
+            except Exception as e:
+                failed.append(e)
+        if failed:
+            raise failed[0]
 
     async def __aenter__(self) -> Connections:
         return self
