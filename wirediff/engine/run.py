@@ -262,7 +262,7 @@ def diagnose(
     bar = progress.phase("diagnose", len(chains), "chains", len(calls))
     for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
         if spill is not None:
-            spill.add_diagnoses(calls[i][0][5], result.rows)
+            spill.add_diagnoses(calls[i][0][5], result.rows, result.texts)
         out.rows += len(result.rows)
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)
