@@ -22,9 +22,18 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
+from wirediff.engine.decode import loads
 from wirediff.engine.sources import JSONL, Source, open_binary
 from wirediff.record.keys import digest, digests, request_fingerprint
-from wirediff.record.store import BATCH_LINES, LineError, Torn, checked, is_json, parse_batch
+from wirediff.record.store import (
+    BATCH_LINES,
+    LineError,
+    Parsed,
+    Torn,
+    checked,
+    is_json,
+    parse_batch,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -149,6 +158,15 @@ def frame_of(
     return frame
 
 
+def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
+    """`parse_batch`, each line read by `loads`; a batch with a line that is no JSON is left
+    to `parse_batch` (which says which, and how)."""
+    try:
+        return [(offset, line, loads(line)) for offset, line in batch]
+    except (ValueError, RecursionError):
+        return parse_batch(p, batch, torn)
+
+
 def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     """Index the lines of a JSON Lines file that start in `[start, end)`."""
     p = Path(source.url)
@@ -159,7 +177,7 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
 
     def flush() -> None:
         lengths = {offset: len(line) for offset, line in batch}
-        parsed = parse_batch(p, batch, out.torn)
+        parsed = _parse(p, batch, out.torn)
         for offset, text, rec in checked(p, parsed):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
             locators.append((offset + skipped, len(text)))

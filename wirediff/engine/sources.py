@@ -6,7 +6,6 @@ from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import IO, Any
 import numpy as np
 
 from wirediff._types import Record
+from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError
 from wirediff.record.parts import expand_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
@@ -175,14 +175,8 @@ def parse_texts(texts: Sequence[bytes]) -> list[Record]:
     """Records from their JSON text (already read once and found readable)."""
     shared: Shared = {}
     out: list[Record] = []
-    for start in range(0, len(texts), 1000):
-        batch = texts[start : start + 1000]
-        try:
-            values = json.loads(b"[" + b",".join(batch) + b"]")
-        except RecursionError:
-            values = [json.loads(t) for t in batch]
-        for text, rec in zip(batch, values, strict=True):
-            rec = read_depth(text, rec)
-            share_repeats(rec, shared)
-            out.append(rec)
+    for text in texts:
+        rec = read_depth(text, loads(text))
+        share_repeats(rec, shared)
+        out.append(rec)
     return out
