@@ -167,7 +167,7 @@ def build_index(
 def _empty() -> pd.DataFrame:
     from wirediff.engine.scan import INDEX_COLUMNS
 
-    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS])
+    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"])
 
 
 def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> np.ndarray:

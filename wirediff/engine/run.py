@@ -134,6 +134,7 @@ def compare(
     for n, ((cand, base), p) in enumerate(zip(links, link_part.tolist(), strict=True)):
         links_of.setdefault(p, []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
+    deep = frame["deep"].to_numpy(dtype=bool)
     calls: list[Call] = []
     for p in range(count):
         rows = np.flatnonzero(part_of == p)
@@ -150,6 +151,7 @@ def compare(
             "report": report,
             "rows": spill is not None,
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
+            "shallow": not bool(deep[rows].any()),
         }
         part = frame.iloc[rows]  # arrays, not lists: a million positions held until sent
         where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())

@@ -146,15 +146,21 @@ class Scanned:
 
 
 def frame_of(
-    src: int, locators: list[tuple[int, int]], rows: list[tuple[Any, ...]]
+    src: int,
+    locators: list[tuple[int, int]],
+    rows: list[tuple[Any, ...]],
+    deep: list[bool] | bool = True,
 ) -> pd.DataFrame:
-    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`."""
+    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`, and
+    `deep`: whether a body or event nested too deeply was kept as text (when unknown, True:
+    reading the record again checks)."""
     frame = pd.DataFrame.from_records(rows, columns=INDEX_COLUMNS)
     frame.insert(0, "src", src)
     frame.insert(1, "a", [a for a, _ in locators])
     frame.insert(2, "b", [b for _, b in locators])
     frame.insert(3, "nbytes", [b for _, b in locators])
     frame.insert(4, "ordinal", frame["a"])
+    frame["deep"] = deep
     return frame
 
 
@@ -173,15 +179,17 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     out = Scanned(src, start, pd.DataFrame())
     locators: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []
+    deep: list[bool] = []
     batch: list[tuple[int, bytes]] = []
 
     def flush() -> None:
         lengths = {offset: len(line) for offset, line in batch}
         parsed = _parse(p, batch, out.torn)
-        for offset, text, rec in checked(p, parsed):
+        for offset, text, rec, limited in checked(p, parsed):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
             locators.append((offset + skipped, len(text)))
             rows.append(index_row(rec))
+            deep.append(limited)
         batch.clear()
 
     with open_binary(source.url) as fh:
@@ -208,7 +216,7 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
         except LineError as e:
             out.error = (e.lineno, e.text)
     out.records = len(rows)
-    out.frame = frame_of(src, locators, rows)
+    out.frame = frame_of(src, locators, rows, deep)
     return out
 
 

@@ -143,11 +143,17 @@ def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
 
 
 def read_records(
-    sources: Sequence[Source], src: Iterable[int], a: Iterable[int], b: Iterable[int]
+    sources: Sequence[Source],
+    src: Iterable[int],
+    a: Iterable[int],
+    b: Iterable[int],
+    *,
+    shallow: bool = False,
 ) -> list[Record]:
     """The records at these locators, in their order, as loading them whole would give
-    them (bodies nested too deeply as text, repeated headers shared)."""
-    return parse_texts(read_texts(sources, src, a, b))
+    them (bodies nested too deeply as text, repeated headers shared); `shallow`: the scan
+    found none of them nested too deeply, so that is not looked for again."""
+    return parse_texts(read_texts(sources, src, a, b), shallow=shallow)
 
 
 def read_texts(
@@ -171,12 +177,12 @@ def read_texts(
     return texts
 
 
-def parse_texts(texts: Sequence[bytes]) -> list[Record]:
+def parse_texts(texts: Sequence[bytes], *, shallow: bool = False) -> list[Record]:
     """Records from their JSON text (already read once and found readable)."""
     shared: Shared = {}
     out: list[Record] = []
     for text in texts:
-        rec = read_depth(text, loads(text))
+        rec = loads(text) if shallow else read_depth(text, loads(text))
         share_repeats(rec, shared)
         out.append(rec)
     return out

@@ -94,17 +94,19 @@ def compare_part(
     rows: bool,
     links: Sequence[tuple[str, str, int]] = (),
     spill_to: str | None = None,
+    shallow: bool = False,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
     the originals paired by content with the baseline's here (`links`: candidate id,
     baseline id and the link's place among all, made over all the captures; what found no
     counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
-    finding rows itself (they never travel back)."""
+    finding rows itself (they never travel back). `shallow`: no record here nests too
+    deeply (the scan found none)."""
     with paused_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
-        records = read_records(sources, src, a, b)
+        records = read_records(sources, src, a, b, shallow=shallow)
         # no baseline label: it was chosen over all the captures (a part may hold none of its
         # originals), and the links given are all that pairing by content needs
         content = ContentLinks(
