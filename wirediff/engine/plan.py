@@ -217,12 +217,27 @@ def partition_of(root: np.ndarray, count: int) -> np.ndarray:
     return ((root >> np.uint64(32)) * np.uint64(count) >> np.uint64(32)).astype(np.int64)
 
 
+PAIRING_INPUTS = [
+    "id",
+    "label",
+    "session",
+    "seq",
+    "started",
+    "retry",
+    "replay_of",
+    "method",
+    "endpoint",
+    "fingerprint",
+]
+"""The index columns `choose_baseline` and `content_links` read."""
+
+
 def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ContentLinks]:
     """The baseline label (`choose_baseline`) and the originals of other labels paired with
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched)."""
-    ex = frame.drop_duplicates("id")
+    ex = frame[PAIRING_INPUTS].drop_duplicates("id")  # what pairing reads, not the whole index
     chosen = choose_baseline(ex, requested)
     if chosen.label is None:
         return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
