@@ -42,7 +42,14 @@ from wirediff import FORMAT, __version__
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.engine.decode import loads
-from wirediff.engine.scan import FROM_EXCHANGES, INDEX_COLUMNS, Scanned, frame_of, index_row
+from wirediff.engine.scan import (
+    FROM_EXCHANGES,
+    INDEX_COLUMNS,
+    Scanned,
+    compact,
+    frame_of,
+    index_row,
+)
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
 from wirediff.errors import CaptureError
 from wirediff.record.store import read_depth
@@ -287,6 +294,7 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
             frame.insert(1, "a", file)
             frame.insert(2, "b", np.arange(len(frame)))
             frame["deep"] = True
+            frame = compact(frame)
         else:
             table = pf.read(columns=["ordinal", "record"])
             texts = [t.encode("utf-8") for t in table.column("record").to_pylist()]

@@ -26,7 +26,7 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
-from wirediff.engine.scan import Scanned
+from wirediff.engine.scan import CATEGORIES, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
@@ -146,7 +146,11 @@ def build_index(
     for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
         for name in DIGESTS:  # would make float64, and lose their low bits)
             f[name] = f[name].astype(np.uint64)
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:
+        _same_categories(frames)
+        frame = pd.concat(frames, ignore_index=True)
+    else:
+        frame = frames[0]
     del frames
     src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
     if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
@@ -162,6 +166,16 @@ def build_index(
     if not keep.all():
         frame, scope = frame[keep].reset_index(drop=True), scope[keep]
     return Index(sources, frame, scope)
+
+
+def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
+    """The chunks' categories made one (concatenating others would give plain objects)."""
+    for name in CATEGORIES:
+        values = list(dict.fromkeys(v for f in frames for v in f[name].cat.categories.tolist()))
+        strings = all(isinstance(v, str) for v in values)
+        categories = pd.Index(values, dtype="str" if strings else object)
+        for f in frames:
+            f[name] = f[name].cat.set_categories(categories)
 
 
 def _empty() -> pd.DataFrame:
@@ -237,7 +251,7 @@ def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baselin
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched)."""
-    ex = frame[PAIRING_INPUTS].drop_duplicates("id")  # what pairing reads, not the whole index
+    ex = plain(frame, PAIRING_INPUTS).drop_duplicates("id")  # what pairing reads, not all
     chosen = choose_baseline(ex, requested)
     if chosen.label is None:
         return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))

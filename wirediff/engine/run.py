@@ -35,7 +35,7 @@ from wirediff.engine.plan import (
     root_digests,
 )
 from wirediff.engine.progress import Progress
-from wirediff.engine.scan import chunks
+from wirediff.engine.scan import chunks, plain
 from wirediff.engine.sources import PARQUET, Source, resolve
 from wirediff.engine.spill import Spill
 from wirediff.record.keys import digest
@@ -227,7 +227,7 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
     frame = index.frame
-    backend = frame[["label", "listener"]]
+    backend = plain(frame, ["label", "listener"])
     rank = backend.groupby(["label", "listener"], dropna=False, sort=False).cumcount()
     heads = np.flatnonzero(rank.to_numpy() < BACKEND_SCAN)
     head = backend.take(heads)
@@ -249,7 +249,7 @@ def failing_chains(index: Index) -> list[tuple[Any, ...]]:
         return []
     body = frame["body_digest"].tolist()
     return chain_rows_from(
-        frame[CHAIN_INPUTS],  # a copy of what chains read, not of the whole index
+        plain(frame, CHAIN_INPUTS),  # a copy of what chains read, not of the whole index
         frame["hop_digest"].tolist(),
         [loc if isinstance(loc, str) else None for loc in frame["location"].tolist()],
         frame["ok"].tolist(),

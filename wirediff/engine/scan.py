@@ -36,13 +36,16 @@ from wirediff.record.store import (
 )
 
 __all__ = [
+    "CATEGORIES",
     "CHUNK_BYTES",
     "FROM_EXCHANGES",
     "INDEX_COLUMNS",
     "Scanned",
     "chunks",
+    "compact",
     "fingerprint_digest",
     "index_row",
+    "plain",
     "scan_chunk",
 ]
 
@@ -93,6 +96,17 @@ candidate, else 0), `fingerprint` only for an original (`fingerprint_digest`, el
 `models` only for a `/v1/models` answer."""
 _INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
 _INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
+CATEGORIES = [
+    *_INTERNED,
+    "prefix",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "auth_fingerprint",
+    "error_kind",
+]
+"""Index columns of few distinct values, kept as categories (a small code a row, each
+value once): most of what the index of a million exchanges would hold is these strings."""
 
 
 def fingerprint_digest(rec: Record) -> int:
@@ -161,7 +175,26 @@ def frame_of(
     frame.insert(3, "nbytes", [b for _, b in locators])
     frame.insert(4, "ordinal", frame["a"])
     frame["deep"] = deep
+    return compact(frame)
+
+
+def compact(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with the `CATEGORIES` columns as categories (`plain` gives them back)."""
+    for name in CATEGORIES:
+        frame[name] = frame[name].astype("category")
     return frame
+
+
+def plain(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """A copy of these columns of an index frame, categories as the values they stand for
+    (strings as pandas reads them, missing ones NaN)."""
+    out = frame[list(columns)]
+    for name in columns:
+        column = out[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            strings = all(isinstance(c, str) for c in column.cat.categories.tolist())
+            out[name] = column.astype("str" if strings else object)
+    return out
 
 
 def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
