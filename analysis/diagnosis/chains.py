@@ -301,7 +301,10 @@ def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
     if not sources:
         return []
     target_paths = {urlsplit(t).path for _, t in sources}
-    cand = f[f["path"].map(lambda p: isinstance(p, str) and p.split("?", 1)[0] in target_paths)]
+    targeted = [
+        isinstance(p, str) and p.split("?", 1)[0] in target_paths for p in f["path"].tolist()
+    ]
+    cand = f[np.array(targeted, dtype=bool)]
     by_url: dict[str, list[tuple[float, int]]] = {}
     for pos, url, t in zip(cand["pos"], cand["url"], cand["started"], strict=True):
         by_url.setdefault(normalize_url(str(url)), []).append((float(t), int(pos)))

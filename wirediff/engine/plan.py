@@ -162,7 +162,7 @@ def build_index(
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
-        keep[mine] = _kept(frame.iloc[mine])
+        keep[mine] = _kept(frame[["replay_of", "started", "label", "error_kind"]].iloc[mine])
     if not keep.all():
         frame, scope = frame[keep].reset_index(drop=True), scope[keep]
     return Index(sources, frame, scope)

@@ -249,7 +249,7 @@ def failing_chains(index: Index) -> list[tuple[Any, ...]]:
         return []
     body = frame["body_digest"].tolist()
     return chain_rows_from(
-        plain(frame, CHAIN_INPUTS),  # a copy of what chains read, not of the whole index
+        frame[CHAIN_INPUTS],  # a copy of what chains read (categories as they are)
         frame["hop_digest"].tolist(),
         [loc if isinstance(loc, str) else None for loc in frame["location"].tolist()],
         frame["ok"].tolist(),
