@@ -113,3 +113,31 @@ def test_the_scan_marks_records_nested_too_deeply_and_partitions_read_them_as_lo
     part = [[w[i] for i in plain.tolist()] for w in where]
     got = read_records(index.sources, *part, shallow=True)
     assert got == [r for r in loaded.values() if not marked[r["id"]]]
+
+
+def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(
+    tmp_path: Path,
+) -> None:
+    """As `load_records` leaves them out (`drop_retried`): a replay attempt that got no
+    answer is dropped when the same original was replayed to the same label later; an
+    original stays whatever its error, however many originals the label has."""
+    base = openai_session()
+    lost: Any = copy.deepcopy(base[0])
+    lost["id"], lost["started"] = "lost", base[0]["started"]  # not the label's newest
+    lost["response"] = None
+    lost["error"] = {"kind": "timeout", "message": "no answer"}
+    first: Any = replay(base[0], id="first")
+    first["response"] = None
+    first["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+    again: Any = replay(base[0], id="again")
+    again["started"] = first["started"] + 5
+    other: Any = replay(base[1], id="other")
+    other["response"] = None
+    other["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+    path = tmp_path / "r.jsonl"
+    with RecordWriter(path) as w:
+        for rec in [*base, lost, first, again, other]:
+            w.write(rec)
+    ids = scan_inputs(LocalEngine(1), [str(path)], Progress(False)).frame["id"].tolist()
+    assert ids == [r["id"] for r in load_records([path])]
+    assert "first" not in ids and {"lost", "again", "other"} <= set(ids)

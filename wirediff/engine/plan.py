@@ -84,24 +84,22 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
 
 def _kept(frame: pd.DataFrame) -> np.ndarray:
     """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
-    tried again later are left out (the newest attempt at an original and label stays)."""
-    replay = frame["replay_of"].map(lambda r: bool(r)).to_numpy(dtype=bool)
+    tried again later are left out (the newest attempt at an original and label stays);
+    originals all stay. Vectorised: no Python object a row."""
+    of = frame["replay_of"]
+    replay = (of.astype("str").str.len().fillna(0) > 0).to_numpy(dtype=bool)
     if not replay.any():
         return np.ones(len(frame), dtype=bool)
-    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()
-    order = pd.DataFrame(
-        {
-            "of": frame["replay_of"].astype(str),
-            "label": frame["label"],
-            "started": started,
-            "i": np.arange(len(frame)),
-        }
-    )[replay]
-    newest = order.sort_values(["of", "label", "started", "i"], kind="stable").drop_duplicates(
-        ["of", "label"], keep="last"
-    )
+    rows = np.flatnonzero(replay)
+    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()[rows]
+    of_code = pd.factorize(of.take(rows), use_na_sentinel=False)[0]
+    label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
+    key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
+    order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
+    last = np.r_[key[order][1:] != key[order][:-1], True]
+    newest = rows[order[last]]
     latest = np.zeros(len(frame), dtype=bool)
-    latest[newest["i"].to_numpy()] = True
+    latest[newest] = True
     retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy()
     return ~replay | latest | ~retried
 
