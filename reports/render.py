@@ -13,24 +13,23 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from functools import cache
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
-from wirediff.analysis.diagnosis.diagnose import CODES, DIAGNOSIS_COLUMNS
+from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.chains import MAX_CHAIN_GROUPS
 from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
-from wirediff.reports.formatters import FILTERS, missing, redact
+from wirediff.reports.formatters import FILTERS
+from wirediff.reports.items import diagnosis_rows, finding_text, item_text, write_list
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
@@ -97,37 +96,6 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 
 
 # --- summary.json -----------------------------------------------------------------------
-
-
-def jsonable(value: Any) -> Any:
-    """pandas/numpy scalars and containers as plain JSON values (NaN and NA become null)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
-        return [jsonable(v) for v in value]
-    if missing(value):
-        return None
-    if isinstance(value, np.bool_ | bool):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
-def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every diagnosis in `DIAGNOSIS_COLUMNS`, strings scrubbed of credentials."""
-    rows = []
-    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"):
-        item = {str(k): jsonable(v) for k, v in row.items()}
-        item["exchange_ids"] = [str(i) for i in item["exchange_ids"] or []]
-        item["evidence"] = [redact(e) for e in item["evidence"] or []]
-        for key in ("summary", "remedy", "title"):
-            if isinstance(item.get(key), str):
-                item[key] = redact(item[key])
-        rows.append(item)
-    return rows
 
 
 def verdict_item(v: Verdict) -> dict[str, Any]:
@@ -247,7 +215,28 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
     return out
 
 
-_STREAMED = {"divergences": finding_items, "diagnoses": diagnosis_items}
+def finding_texts(model: ReportModel) -> Iterator[str]:
+    """Every finding's item text (`wirediff.reports.items`): as the engine's workers wrote
+    them, or made here from the rows."""
+    rows = model.findings_rows
+    if rows.texts is not None:
+        yield from rows.texts()
+        return
+    for frame in rows.frames():
+        if len(frame):
+            columns = [frame[c].tolist() for c in DIVERGENCE_COLUMNS]
+            yield from map(finding_text, zip(*columns, strict=True))
+
+
+def diagnosis_texts(model: ReportModel) -> Iterator[str]:
+    rows = model.diagnoses
+    if rows.texts is not None:
+        yield from rows.texts()
+        return
+    yield from map(item_text, diagnosis_items(model))
+
+
+_STREAMED = {"divergences": finding_texts, "diagnoses": diagnosis_texts}
 
 
 def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
@@ -263,43 +252,9 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
         for key, items in _STREAMED.items():
             head, text = text.split(json.dumps(marks[key]), 1)
             fh.write(head)
-            _write_list(fh, items(model))
+            write_list(fh, items(model))
         fh.write(text + "\n")
     return out
-
-
-_FLAT = json.JSONEncoder(ensure_ascii=False)
-_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
-_KEYS: dict[str, str] = {}
-
-
-def _item_text(item: dict[str, Any]) -> str:
-    """`json.dumps(item, ensure_ascii=False, indent=1)`, byte for byte, the scalar values
-    encoded by the C encoder (indenting makes json encode in Python, value by value)."""
-    if not item or not all(type(k) is str for k in item):
-        return _INDENTED.encode(item)
-    lines = []
-    for k, v in item.items():
-        head = _KEYS.get(k)
-        if head is None:
-            head = _KEYS[k] = f" {encode_basestring(k)}: "
-        if type(v) is str:
-            lines.append(head + encode_basestring(v))
-        elif isinstance(v, dict | list | tuple) and v:
-            lines.append(head + _INDENTED.encode(v).replace("\n", "\n "))
-        else:
-            lines.append(head + _FLAT.encode(v))
-    return "{\n" + ",\n".join(lines) + "\n}"
-
-
-def _write_list(fh: IO[str], items: Iterable[dict[str, Any]]) -> None:
-    """A list as `json.dump(..., indent=1)` writes one that is a top-level key's value."""
-    sep = "[\n  "
-    for item in items:
-        fh.write(sep)
-        fh.write(_item_text(item).replace("\n", "\n  "))
-        sep = ",\n  "
-    fh.write("[]" if sep.startswith("[") else "\n ]")
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:

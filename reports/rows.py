@@ -15,9 +15,17 @@ __all__ = ["Rows"]
 class Rows:
     """`count` rows, as frames of the same columns, in order."""
 
-    def __init__(self, count: int, frames: Callable[[], Iterator[pd.DataFrame]]) -> None:
+    def __init__(
+        self,
+        count: int,
+        frames: Callable[[], Iterator[pd.DataFrame]],
+        texts: Callable[[], Iterator[str]] | None = None,
+    ) -> None:
         self.count = count
         self._frames = frames
+        self.texts = texts
+        """Each row's item text in `summary.json` (`wirediff.reports.items`), in order, when
+        it was written beforehand (by the engine's workers)."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> Rows:

@@ -301,7 +301,10 @@ def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
     if not sources:
         return []
     target_paths = {urlsplit(t).path for _, t in sources}
-    cand = f[f["path"].map(lambda p: isinstance(p, str) and p.split("?", 1)[0] in target_paths)]
+    targeted = [
+        isinstance(p, str) and p.split("?", 1)[0] in target_paths for p in f["path"].tolist()
+    ]
+    cand = f[np.array(targeted, dtype=bool)]
     by_url: dict[str, list[tuple[float, int]]] = {}
     for pos, url, t in zip(cand["pos"], cand["url"], cand["started"], strict=True):
         by_url.setdefault(normalize_url(str(url)), []).append((float(t), int(pos)))
@@ -449,7 +452,6 @@ def chain_rows_from(
     n = len(exchanges)
     if n == 0:
         return []
-    ids = exchanges["id"].tolist()
     f = exchanges.reset_index(drop=True)
     f = f.assign(
         pos=np.arange(n),
@@ -468,28 +470,40 @@ def chain_rows_from(
     uf = _UnionFind(n)
     for _, a, b in links:
         uf.union(a, b)
-    roots = [uf.find(i) for i in range(n)]
-
-    started = f["started"].to_numpy()
+    roots = np.fromiter((uf.find(i) for i in range(n)), dtype=np.int64, count=n)
+    # the exchanges of the chains to list, in start order: the lists below hold only those
+    keep = np.lexsort((np.arange(n), f["started"].to_numpy()))
+    ok = np.fromiter(oks, dtype=bool, count=n)
+    if failing_only:
+        failing = np.zeros(n, dtype=bool)
+        failing[roots[~ok]] = True
+        keep = keep[failing[roots[keep]]]
+    at = np.full(n, -1, dtype=np.int64)
+    at[keep] = np.arange(len(keep))
     members: dict[int, list[int]] = {}
-    for i in np.lexsort((np.arange(n), started)).tolist():
-        members.setdefault(roots[i], []).append(i)
+    for k, root in enumerate(roots[keep].tolist()):
+        members.setdefault(root, []).append(k)
     chain_links: dict[int, Links] = {}
     inner: set[int] = set()
-    for link in links:
-        chain_links.setdefault(roots[link[1]], []).append(link)
-        if link[0] == "hop":
+    for kind, a, b in links:
+        if at[a] < 0:
+            continue
+        link = (kind, int(at[a]), int(at[b]))
+        chain_links.setdefault(int(roots[a]), []).append(link)
+        if kind == "hop":
             inner.add(link[2])
 
-    labels, sessions = f["label"].tolist(), f["session"].tolist()
-    methods, paths = f["method"].tolist(), f["path"].tolist()
-    statuses, errors = f["status"].tolist(), f["error_kind"].tolist()
+    def column(name: str) -> list[Any]:
+        return f[name].take(keep).tolist()
+
+    ids, labels, sessions = column("id"), column("label"), column("session")
+    methods, paths = column("method"), column("path")
+    statuses, errors = column("status"), column("error_kind")
+    oks = ok[keep].tolist()
     rows: list[tuple[Any, ...]] = []
     for root, mem in members.items():
         if len(mem) == 1:  # most chains: one exchange, no links
             (i,) = mem
-            if failing_only and oks[i]:
-                continue
             rid = ids[i]
             title = _step(methods[i], paths[i], statuses[i], errors[i])
             failed = [] if oks[i] else [rid]
@@ -497,13 +511,10 @@ def chain_rows_from(
                 (f"ch-{rid}", [rid], [], labels[i], oks[i], sessions[i], rid, failed, [], title)
             )
             continue
-        if failing_only and all(oks[i] for i in mem):
-            continue
         final = next(i for i in reversed(mem) if i not in inner)
         lk = chain_links.get(root, [])
-        if len(lk) > 1:
-            rank = {i: r for r, i in enumerate(mem)}
-            lk.sort(key=lambda link: (rank[link[1]], rank[link[2]]))
+        if len(lk) > 1:  # by the places of their ends in the chain (start order)
+            lk.sort(key=lambda link: (link[1], link[2]))
         steps = [i for i in mem if i not in inner] if len(mem) > 1 else mem
         if len(steps) == 1:
             title = _step(methods[final], paths[final], statuses[final], errors[final])

@@ -30,10 +30,16 @@ from wirediff.analysis.diagnosis.chains import (
     stream_end,
     stream_problem,
 )
+from wirediff.engine.scan import CATEGORIES
 
 
 def chains(records: list[Record]) -> pd.DataFrame:
-    rows = chain_rows(exchanges_frame(records), {r["id"]: r for r in records})
+    ex, by_id = exchanges_frame(records), {r["id"]: r for r in records}
+    rows = chain_rows(ex, by_id)
+    # the engine's index keeps its columns of few values as categories: the same chains
+    kept = ex.astype({c: "category" for c in CATEGORIES if c in ex.columns})
+    assert chain_rows(kept, by_id) == rows
+    assert chain_rows(kept, by_id, failing_only=True) == chain_rows(ex, by_id, failing_only=True)
     return pd.DataFrame.from_records(rows, columns=CHAIN_COLUMNS)
 
 

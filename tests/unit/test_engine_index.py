@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -13,8 +14,10 @@ from wirediff.engine.engines import LocalEngine
 from wirediff.engine.plan import content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
+from wirediff.engine.sources import read_records
 from wirediff.record.keys import digest
-from wirediff.record.store import RecordWriter
+from wirediff.record.store import RecordWriter, load_records
+from wirediff.record.validate import MAX_DEPTH
 
 
 def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Path) -> None:
@@ -73,3 +76,68 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
     )
     assert all(part[b["id"]] == part[c["id"]] for b, c in zip(base, cand, strict=True))
     assert part["vllm-0"] == part[base[0]["id"]]
+
+
+def test_the_scan_marks_records_nested_too_deeply_and_partitions_read_them_as_loading_does(
+    tmp_path: Path,
+) -> None:
+    """Only a record with a body or an event's data past `MAX_DEPTH` is marked `deep`;
+    a partition without one skips looking again (`shallow`), one with it keeps the body
+    as text: either way the records are those `load_records` gives."""
+    base = openai_session()
+    deep: object = {}
+    for _ in range(MAX_DEPTH + 1):
+        deep = {"a": deep}
+    nested = copy.deepcopy(base[0])
+    nested["id"], nested["request"]["body"] = "deep-1", deep
+    events: Any = copy.deepcopy(base[1])
+    events["id"] = "deep-2"
+    events["response"]["events"] = [
+        {"event": None, "data": {"ok": [1, 2]}},
+        {"event": None, "data": deep},
+    ]
+    path = tmp_path / "d.jsonl"
+    with RecordWriter(path) as w:
+        for rec in [*base, nested, events]:
+            w.write(rec)
+    index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
+    frame = index.frame
+    marked = dict(zip(frame["id"].tolist(), frame["deep"].tolist(), strict=True))
+    assert {i for i, d in marked.items() if d} == {"deep-1", "deep-2"}
+    loaded: dict[str, Any] = {r["id"]: r for r in load_records([path])}
+    assert loaded["deep-1"]["request"]["depth_limited"]
+    assert loaded["deep-2"]["response"]["events"][1]["depth_limited"]
+    where = (frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist())
+    assert read_records(index.sources, *where) == list(loaded.values())
+    plain = np.flatnonzero(~frame["deep"].to_numpy(dtype=bool))
+    part = [[w[i] for i in plain.tolist()] for w in where]
+    got = read_records(index.sources, *part, shallow=True)
+    assert got == [r for r in loaded.values() if not marked[r["id"]]]
+
+
+def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(
+    tmp_path: Path,
+) -> None:
+    """As `load_records` leaves them out (`drop_retried`): a replay attempt that got no
+    answer is dropped when the same original was replayed to the same label later; an
+    original stays whatever its error, however many originals the label has."""
+    base = openai_session()
+    lost: Any = copy.deepcopy(base[0])
+    lost["id"], lost["started"] = "lost", base[0]["started"]  # not the label's newest
+    lost["response"] = None
+    lost["error"] = {"kind": "timeout", "message": "no answer"}
+    first: Any = replay(base[0], id="first")
+    first["response"] = None
+    first["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+    again: Any = replay(base[0], id="again")
+    again["started"] = first["started"] + 5
+    other: Any = replay(base[1], id="other")
+    other["response"] = None
+    other["error"] = {"kind": "upstream_unreachable", "message": "connection refused"}
+    path = tmp_path / "r.jsonl"
+    with RecordWriter(path) as w:
+        for rec in [*base, lost, first, again, other]:
+            w.write(rec)
+    ids = scan_inputs(LocalEngine(1), [str(path)], Progress(False)).frame["id"].tolist()
+    assert ids == [r["id"] for r in load_records([path])]
+    assert "first" not in ids and {"lost", "again", "other"} <= set(ids)

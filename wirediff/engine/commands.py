@@ -17,6 +17,7 @@ from wirediff.analysis.comparison.pairing import CONTENT, REPLAY
 from wirediff.engine import parquet, run
 from wirediff.engine.engines import Call, open_engine
 from wirediff.engine.progress import Progress
+from wirediff.engine.scan import plain
 from wirediff.engine.spill import Spill
 from wirediff.errors import UsageError
 from wirediff.reports.examples import lay_out
@@ -135,7 +136,7 @@ class Run:
         # every file read (and its records checked) before any is judged
         index = run.scan_inputs(self.engine, [baseline, *candidates], self.progress)
         frame, scope = index.frame, index.scope
-        mine = frame.loc[scope == 0]
+        mine = plain(frame.loc[scope == 0], ["label", "replay_of"])
         originals = Counter(mine.loc[mine["replay_of"].isna(), "label"].fillna("").astype(str))
         if not originals:
             raise UsageError(f"{baseline}: no original exchange to compare with (only replays)")
@@ -187,7 +188,9 @@ class Run:
         explains one backend's own chain, whichever the baseline)."""
         index = run.scan_inputs(self.engine, args, self.progress)
         if baseline is not None:
-            labels = list(dict.fromkeys(index.frame["label"].fillna("").astype(str)))
+            labels = list(
+                dict.fromkeys(plain(index.frame, ["label"])["label"].fillna("").astype(str))
+            )
             if baseline not in labels:
                 raise UsageError(
                     f"--baseline {baseline}: no capture has that label "

@@ -41,7 +41,15 @@ import pyarrow.parquet as pq
 from wirediff import FORMAT, __version__
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
-from wirediff.engine.scan import FROM_EXCHANGES, INDEX_COLUMNS, Scanned, frame_of, index_row
+from wirediff.engine.decode import loads
+from wirediff.engine.scan import (
+    FROM_EXCHANGES,
+    INDEX_COLUMNS,
+    Scanned,
+    compact,
+    frame_of,
+    index_row,
+)
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
 from wirediff.errors import CaptureError
 from wirediff.record.store import read_depth
@@ -178,7 +186,7 @@ def export_part(
     texts = read_texts(sources, *where)
     groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
     for ordinal, root, text in zip(ordinals, roots, texts, strict=True):
-        rec = read_depth(text, json.loads(text))
+        rec = read_depth(text, loads(text))
         key = (rec.get("session"), rec.get("label"))
         groups.setdefault(key, []).append((root, ordinal, text, rec))
     n_events = 0
@@ -285,13 +293,15 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
             frame.insert(0, "src", src)
             frame.insert(1, "a", file)
             frame.insert(2, "b", np.arange(len(frame)))
+            frame["deep"] = True
+            frame = compact(frame)
         else:
             table = pf.read(columns=["ordinal", "record"])
             texts = [t.encode("utf-8") for t in table.column("record").to_pylist()]
-            rows = [index_row(read_depth(t, json.loads(t))) for t in texts]
+            rows = [index_row(read_depth(t, loads(t))) for t in texts]
             frame = frame_of(src, [(file, i) for i in range(len(rows))], rows)
             frame["nbytes"] = [len(t) for t in texts]
             frame["ordinal"] = table.column("ordinal").to_pylist()
-            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS]]
+            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"]]
     scanned = Scanned(src, file, frame, lines=len(frame), records=len(frame))
     return scanned

@@ -26,7 +26,7 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
-from wirediff.engine.scan import Scanned
+from wirediff.engine.scan import CATEGORIES, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
@@ -84,24 +84,22 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
 
 def _kept(frame: pd.DataFrame) -> np.ndarray:
     """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
-    tried again later are left out (the newest attempt at an original and label stays)."""
-    replay = frame["replay_of"].map(lambda r: bool(r)).to_numpy(dtype=bool)
+    tried again later are left out (the newest attempt at an original and label stays);
+    originals all stay. Vectorised: no Python object a row."""
+    of = frame["replay_of"]
+    replay = (of.astype("str").str.len().fillna(0) > 0).to_numpy(dtype=bool)
     if not replay.any():
         return np.ones(len(frame), dtype=bool)
-    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()
-    order = pd.DataFrame(
-        {
-            "of": frame["replay_of"].astype(str),
-            "label": frame["label"],
-            "started": started,
-            "i": np.arange(len(frame)),
-        }
-    )[replay]
-    newest = order.sort_values(["of", "label", "started", "i"], kind="stable").drop_duplicates(
-        ["of", "label"], keep="last"
-    )
+    rows = np.flatnonzero(replay)
+    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()[rows]
+    of_code = pd.factorize(of.take(rows), use_na_sentinel=False)[0]
+    label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
+    key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
+    order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
+    last = np.r_[key[order][1:] != key[order][:-1], True]
+    newest = rows[order[last]]
     latest = np.zeros(len(frame), dtype=bool)
-    latest[newest["i"].to_numpy()] = True
+    latest[newest] = True
     retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy()
     return ~replay | latest | ~retried
 
@@ -146,7 +144,11 @@ def build_index(
     for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
         for name in DIGESTS:  # would make float64, and lose their low bits)
             f[name] = f[name].astype(np.uint64)
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:
+        _same_categories(frames)
+        frame = pd.concat(frames, ignore_index=True)
+    else:
+        frame = frames[0]
     del frames
     src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
     if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
@@ -158,16 +160,26 @@ def build_index(
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
-        keep[mine] = _kept(frame.iloc[mine])
+        keep[mine] = _kept(frame[["replay_of", "started", "label", "error_kind"]].iloc[mine])
     if not keep.all():
         frame, scope = frame[keep].reset_index(drop=True), scope[keep]
     return Index(sources, frame, scope)
 
 
+def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
+    """The chunks' categories made one (concatenating others would give plain objects)."""
+    for name in CATEGORIES:
+        values = list(dict.fromkeys(v for f in frames for v in f[name].cat.categories.tolist()))
+        strings = all(isinstance(v, str) for v in values)
+        categories = pd.Index(values, dtype="str" if strings else object)
+        for f in frames:
+            f[name] = f[name].cat.set_categories(categories)
+
+
 def _empty() -> pd.DataFrame:
     from wirediff.engine.scan import INDEX_COLUMNS
 
-    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS])
+    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"])
 
 
 def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> np.ndarray:
@@ -217,12 +229,27 @@ def partition_of(root: np.ndarray, count: int) -> np.ndarray:
     return ((root >> np.uint64(32)) * np.uint64(count) >> np.uint64(32)).astype(np.int64)
 
 
+PAIRING_INPUTS = [
+    "id",
+    "label",
+    "session",
+    "seq",
+    "started",
+    "retry",
+    "replay_of",
+    "method",
+    "endpoint",
+    "fingerprint",
+]
+"""The index columns `choose_baseline` and `content_links` read."""
+
+
 def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ContentLinks]:
     """The baseline label (`choose_baseline`) and the originals of other labels paired with
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched)."""
-    ex = frame.drop_duplicates("id")
+    ex = plain(frame, PAIRING_INPUTS).drop_duplicates("id")  # what pairing reads, not all
     chosen = choose_baseline(ex, requested)
     if chosen.label is None:
         return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))

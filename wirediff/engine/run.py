@@ -35,7 +35,7 @@ from wirediff.engine.plan import (
     root_digests,
 )
 from wirediff.engine.progress import Progress
-from wirediff.engine.scan import chunks
+from wirediff.engine.scan import chunks, plain
 from wirediff.engine.sources import PARQUET, Source, resolve
 from wirediff.engine.spill import Spill
 from wirediff.record.keys import digest
@@ -59,6 +59,29 @@ PART_BYTES = 48 << 20
 """Bytes of records a comparison partition holds, about: its memory is a few times that."""
 BATCH_RECORDS = 4000
 """Records of the failing chains one diagnosis task reads, about."""
+CHAIN_INPUTS = [
+    "id",
+    "session",
+    "label",
+    "listener",
+    "replay_of",
+    "started",
+    "duration_ms",
+    "retry",
+    "method",
+    "path",
+    "url",
+    "status",
+    "error_kind",
+    "family",
+    "soft_error",
+    "model",
+    "prefix",
+    "sdk_lang",
+    "sdk_version",
+    "auth_fingerprint",
+]
+"""The index columns `chain_rows_from` reads."""
 
 
 def locators(frame: pd.DataFrame, rows: np.ndarray | Sequence[int] | None = None) -> tasks.Locators:
@@ -134,6 +157,7 @@ def compare(
     for n, ((cand, base), p) in enumerate(zip(links, link_part.tolist(), strict=True)):
         links_of.setdefault(p, []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
+    deep = frame["deep"].to_numpy(dtype=bool)
     calls: list[Call] = []
     for p in range(count):
         rows = np.flatnonzero(part_of == p)
@@ -150,6 +174,7 @@ def compare(
             "report": report,
             "rows": spill is not None,
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
+            "shallow": not bool(deep[rows].any()),
         }
         part = frame.iloc[rows]  # arrays, not lists: a million positions held until sent
         where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
@@ -202,12 +227,14 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
     frame = index.frame
-    keys = list(zip(frame["label"].tolist(), frame["listener"].tolist(), strict=True))
+    backend = plain(frame, ["label", "listener"])
+    rank = backend.groupby(["label", "listener"], dropna=False, sort=False).cumcount()
+    heads = np.flatnonzero(rank.to_numpy() < BACKEND_SCAN)
+    head = backend.take(heads)
+    keys = zip(head["label"].tolist(), head["listener"].tolist(), strict=True)
     first: dict[tuple[Any, Any], list[int]] = {}
-    for i, key in enumerate(keys):
-        rows = first.setdefault(key, [])
-        if len(rows) < BACKEND_SCAN:
-            rows.append(i)
+    for i, key in zip(heads.tolist(), keys, strict=True):
+        first.setdefault(key, []).append(i)
     work = [(key, locators(frame, rows)) for key, rows in first.items()]
     known: dict[tuple[Any, Any], Any] = {}
     for _, found in engine.run(tasks.providers, [((index.sources, work), {})], small=True):
@@ -222,7 +249,7 @@ def failing_chains(index: Index) -> list[tuple[Any, ...]]:
         return []
     body = frame["body_digest"].tolist()
     return chain_rows_from(
-        frame,
+        frame[CHAIN_INPUTS],  # a copy of what chains read (categories as they are)
         frame["hop_digest"].tolist(),
         [loc if isinstance(loc, str) else None for loc in frame["location"].tolist()],
         frame["ok"].tolist(),
@@ -246,7 +273,9 @@ def diagnose(
         return out
     served = _served(index.frame)
     known = _backends(engine, index)
-    row_of = pd.Series(np.arange(len(index.frame)), index=index.frame["id"]).groupby(level=0).last()
+    wanted = {i for chain in chains for i in chain[1]}
+    places = np.flatnonzero(index.frame["id"].isin(wanted).to_numpy())
+    row_of = dict(zip(index.frame["id"].take(places).tolist(), places.tolist(), strict=True))
     calls: list[Call] = []
     batch: list[tuple[Any, ...]] = []
     ids: list[str] = []
@@ -255,14 +284,14 @@ def diagnose(
         batch.append(chain)
         ids += chain[1]
         if len(ids) >= BATCH_RECORDS or n == len(chains) - 1:
-            rows = row_of.loc[list(dict.fromkeys(ids))].to_numpy()
+            rows = np.array([row_of[i] for i in dict.fromkeys(ids)], dtype=np.int64)
             args = (index.sources, batch, locators(index.frame, rows), served, known, first, report)
             calls.append((args, {}))
             first, batch, ids = n + 1, [], []
     bar = progress.phase("diagnose", len(chains), "chains", len(calls))
     for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
         if spill is not None:
-            spill.add_diagnoses(calls[i][0][5], result.rows)
+            spill.add_diagnoses(calls[i][0][5], result.rows, result.texts)
         out.rows += len(result.rows)
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)

@@ -22,18 +22,30 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
+from wirediff.engine.decode import loads
 from wirediff.engine.sources import JSONL, Source, open_binary
 from wirediff.record.keys import digest, digests, request_fingerprint
-from wirediff.record.store import BATCH_LINES, LineError, Torn, checked, is_json, parse_batch
+from wirediff.record.store import (
+    BATCH_LINES,
+    LineError,
+    Parsed,
+    Torn,
+    checked,
+    is_json,
+    parse_batch,
+)
 
 __all__ = [
+    "CATEGORIES",
     "CHUNK_BYTES",
     "FROM_EXCHANGES",
     "INDEX_COLUMNS",
     "Scanned",
     "chunks",
+    "compact",
     "fingerprint_digest",
     "index_row",
+    "plain",
     "scan_chunk",
 ]
 
@@ -84,6 +96,17 @@ candidate, else 0), `fingerprint` only for an original (`fingerprint_digest`, el
 `models` only for a `/v1/models` answer."""
 _INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
 _INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
+CATEGORIES = [
+    *_INTERNED,
+    "prefix",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "auth_fingerprint",
+    "error_kind",
+]
+"""Index columns of few distinct values, kept as categories (a small code a row, each
+value once): most of what the index of a million exchanges would hold is these strings."""
 
 
 def fingerprint_digest(rec: Record) -> int:
@@ -137,16 +160,50 @@ class Scanned:
 
 
 def frame_of(
-    src: int, locators: list[tuple[int, int]], rows: list[tuple[Any, ...]]
+    src: int,
+    locators: list[tuple[int, int]],
+    rows: list[tuple[Any, ...]],
+    deep: list[bool] | bool = True,
 ) -> pd.DataFrame:
-    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`."""
+    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`, and
+    `deep`: whether a body or event nested too deeply was kept as text (when unknown, True:
+    reading the record again checks)."""
     frame = pd.DataFrame.from_records(rows, columns=INDEX_COLUMNS)
     frame.insert(0, "src", src)
     frame.insert(1, "a", [a for a, _ in locators])
     frame.insert(2, "b", [b for _, b in locators])
     frame.insert(3, "nbytes", [b for _, b in locators])
     frame.insert(4, "ordinal", frame["a"])
+    frame["deep"] = deep
+    return compact(frame)
+
+
+def compact(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with the `CATEGORIES` columns as categories (`plain` gives them back)."""
+    for name in CATEGORIES:
+        frame[name] = frame[name].astype("category")
     return frame
+
+
+def plain(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """A copy of these columns of an index frame, categories as the values they stand for
+    (strings as pandas reads them, missing ones NaN)."""
+    out = frame[list(columns)]
+    for name in columns:
+        column = out[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            strings = all(isinstance(c, str) for c in column.cat.categories.tolist())
+            out[name] = column.astype("str" if strings else object)
+    return out
+
+
+def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
+    """`parse_batch`, each line read by `loads`; a batch with a line that is no JSON is left
+    to `parse_batch` (which says which, and how)."""
+    try:
+        return [(offset, line, loads(line)) for offset, line in batch]
+    except (ValueError, RecursionError):
+        return parse_batch(p, batch, torn)
 
 
 def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
@@ -155,15 +212,17 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     out = Scanned(src, start, pd.DataFrame())
     locators: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []
+    deep: list[bool] = []
     batch: list[tuple[int, bytes]] = []
 
     def flush() -> None:
         lengths = {offset: len(line) for offset, line in batch}
-        parsed = parse_batch(p, batch, out.torn)
-        for offset, text, rec in checked(p, parsed):
+        parsed = _parse(p, batch, out.torn)
+        for offset, text, rec, limited in checked(p, parsed):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
             locators.append((offset + skipped, len(text)))
             rows.append(index_row(rec))
+            deep.append(limited)
         batch.clear()
 
     with open_binary(source.url) as fh:
@@ -190,7 +249,7 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
         except LineError as e:
             out.error = (e.lineno, e.text)
     out.records = len(rows)
-    out.frame = frame_of(src, locators, rows)
+    out.frame = frame_of(src, locators, rows, deep)
     return out
 
 

@@ -6,7 +6,6 @@ from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import IO, Any
 import numpy as np
 
 from wirediff._types import Record
+from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError
 from wirediff.record.parts import expand_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
@@ -143,11 +143,17 @@ def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
 
 
 def read_records(
-    sources: Sequence[Source], src: Iterable[int], a: Iterable[int], b: Iterable[int]
+    sources: Sequence[Source],
+    src: Iterable[int],
+    a: Iterable[int],
+    b: Iterable[int],
+    *,
+    shallow: bool = False,
 ) -> list[Record]:
     """The records at these locators, in their order, as loading them whole would give
-    them (bodies nested too deeply as text, repeated headers shared)."""
-    return parse_texts(read_texts(sources, src, a, b))
+    them (bodies nested too deeply as text, repeated headers shared); `shallow`: the scan
+    found none of them nested too deeply, so that is not looked for again."""
+    return parse_texts(read_texts(sources, src, a, b), shallow=shallow)
 
 
 def read_texts(
@@ -171,18 +177,12 @@ def read_texts(
     return texts
 
 
-def parse_texts(texts: Sequence[bytes]) -> list[Record]:
+def parse_texts(texts: Sequence[bytes], *, shallow: bool = False) -> list[Record]:
     """Records from their JSON text (already read once and found readable)."""
     shared: Shared = {}
     out: list[Record] = []
-    for start in range(0, len(texts), 1000):
-        batch = texts[start : start + 1000]
-        try:
-            values = json.loads(b"[" + b",".join(batch) + b"]")
-        except RecursionError:
-            values = [json.loads(t) for t in batch]
-        for text, rec in zip(batch, values, strict=True):
-            rec = read_depth(text, rec)
-            share_repeats(rec, shared)
-            out.append(rec)
+    for text in texts:
+        rec = loads(text) if shallow else read_depth(text, loads(text))
+        share_repeats(rec, shared)
+        out.append(rec)
     return out

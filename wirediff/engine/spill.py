@@ -1,10 +1,14 @@
 """Rows that every table lists (each finding, each diagnosis) kept on disk while the
 analysis runs, then read back in order: findings merged by their place among all the
-captures' findings (each partition's rows are in order already), diagnoses batch by batch."""
+captures' findings (each partition's rows are in order already), diagnoses batch by batch.
+
+A finding is kept as the text `summary.json` lists it (`wirediff.reports.items`), written
+where it was found: `summary.json` copies the texts, the other tables read them back."""
 
 from __future__ import annotations
 
 import heapq
+import json
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -40,7 +44,7 @@ class Spill:
         self._dir = tempfile.TemporaryDirectory(prefix="wirediff-")
         self._n = 0
         self.findings: list[tuple[Path, int]] = []
-        self.diagnoses: list[tuple[Any, Path, int]] = []
+        self.diagnoses: list[tuple[Any, Path, Path | None, int]] = []
 
     @property
     def directory(self) -> str:
@@ -52,8 +56,8 @@ class Spill:
         write_rows(path, rows)
         return path
 
-    def add_findings(self, rows: list[tuple[Any, tuple[str, ...]]]) -> None:
-        """One partition's findings, `(place, row)`, in order."""
+    def add_findings(self, rows: list[tuple[Any, str]]) -> None:
+        """One partition's findings, `(place, text)`, in order."""
         if rows:
             self.findings.append((self._write(rows), len(rows)))
 
@@ -62,32 +66,44 @@ class Spill:
         if count:
             self.findings.append((Path(path), count))
 
-    def add_diagnoses(self, first: Any, rows: list[dict[str, Any]]) -> None:
-        """One batch of diagnosis rows; batches are read back by `first`."""
+    def add_diagnoses(self, first: Any, rows: list[dict[str, Any]], texts: list[str]) -> None:
+        """One batch of diagnosis rows, and their texts in `summary.json` when the report
+        is wanted; batches are read back by `first`."""
         if rows:
-            self.diagnoses.append((first, self._write(rows), len(rows)))
+            written = self._write(texts) if texts else None
+            self.diagnoses.append((first, self._write(rows), written, len(rows)))
 
     def finding_rows(self) -> Rows:
         files = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)
 
-        def frames() -> Iterator[pd.DataFrame]:
+        def texts() -> Iterator[str]:
             merged = heapq.merge(*(_read(p) for p in files), key=lambda r: r[0])
-            yield from _frames((row for _, row in merged), _findings_frame)
+            return (text for _, text in merged)
 
-        return Rows(count, frames)
+        def frames() -> Iterator[pd.DataFrame]:
+            rows = (list(json.loads(text).values()) for text in texts())
+            yield from _frames(rows, _findings_frame)
+
+        return Rows(count, frames, texts)
 
     def diagnosis_rows(self) -> Rows:
-        files = [p for _, p, _ in sorted(self.diagnoses, key=lambda d: d[0])]
-        count = sum(n for _, _, n in self.diagnoses)
+        batches = sorted(self.diagnoses, key=lambda d: d[0])
+        count = sum(n for *_, n in batches)
 
         def frames() -> Iterator[pd.DataFrame]:  # a batch's chains whole in one frame
-            for p in files:
+            for _, p, _, _ in batches:
                 yield diagnosis_frame(list(_read(p)))
-            if not files:
+            if not batches:
                 yield diagnosis_frame([])
 
-        return Rows(count, frames)
+        def texts() -> Iterator[str]:
+            for _, _, p, _ in batches:
+                if p is not None:
+                    yield from _read(p)
+
+        complete = all(p is not None for _, _, p, _ in batches)
+        return Rows(count, frames, texts if complete else None)
 
     def close(self) -> None:
         self._dir.cleanup()

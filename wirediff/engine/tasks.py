@@ -15,6 +15,7 @@ import pandas as pd
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.noise import group_sample_noise
 from wirediff.analysis.comparison.pairing import UNMATCHED_COLUMNS, ContentLinks
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
@@ -29,6 +30,7 @@ from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import write_rows
 from wirediff.reports.chains import ChainCounts, collect_chains
+from wirediff.reports.items import diagnosis_texts, finding_text
 from wirediff.reports.partial import Partial, collect
 
 __all__ = [
@@ -71,10 +73,10 @@ def learn_noise(
 @dataclass
 class Compared:
     """A comparison partition's result: its `Partial`, and every finding row with its
-    place (`(order, row)`, in order) when the tables that list them all are wanted."""
+    place (`(order, text)`, in order: the text `summary.json` lists, `finding_text`) when the tables that list them all are wanted."""
 
     part: Partial
-    rows: list[tuple[Any, tuple[str, ...]]]
+    rows: list[tuple[Any, str]]
     exchanges: int
     spilled: tuple[str, int] | None = None
     """Where the worker wrote `rows` itself, and how many (then `rows` is empty)."""
@@ -92,17 +94,19 @@ def compare_part(
     rows: bool,
     links: Sequence[tuple[str, str, int]] = (),
     spill_to: str | None = None,
+    shallow: bool = False,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
     the originals paired by content with the baseline's here (`links`: candidate id,
     baseline id and the link's place among all, made over all the captures; what found no
     counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
-    finding rows itself (they never travel back)."""
+    finding rows itself (they never travel back). `shallow`: no record here nests too
+    deeply (the scan found none)."""
     with paused_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
-        records = read_records(sources, src, a, b)
+        records = read_records(sources, src, a, b, shallow=shallow)
         # no baseline label: it was chosen over all the captures (a part may hold none of its
         # originals), and the links given are all that pairing by content needs
         content = ContentLinks(
@@ -120,8 +124,8 @@ def compare_part(
         )
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
-            values = zip(*(ffr[c].tolist() for c in ffr.columns), strict=True)
-            out = list(zip(order, values, strict=True))
+            values = zip(*(ffr[c].tolist() for c in DIVERGENCE_COLUMNS), strict=True)
+            out = list(zip(order, map(finding_text, values), strict=True))
         out.sort(key=lambda r: r[0])
         if spill_to is not None and out:
             path = Path(spill_to) / f"findings-{uuid.uuid4().hex}.pickle"
@@ -143,10 +147,11 @@ def providers(
 
 @dataclass
 class Diagnosed:
-    """A batch of failing chains: their diagnosis rows, and the chains as the report folds
-    them (when it is wanted)."""
+    """A batch of failing chains: their diagnosis rows; and when the report is wanted, the
+    rows as `summary.json` lists them (`diagnosis_texts`) and the chains as it folds them."""
 
     rows: list[dict[str, Any]]
+    texts: list[str]
     chains: ChainCounts
     count: int
 
@@ -169,5 +174,8 @@ def diagnose_batch(
         for row in chains:
             chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
             rows.extend(diagnose_chain(chain, by_id, served, backends))
-        counts = collect_chains(diagnosis_frame(rows), by_id, first) if report else {}
-        return Diagnosed(rows, counts, len(chains))
+        if not report:
+            return Diagnosed(rows, [], {}, len(chains))
+        frame = diagnosis_frame(rows)
+        counts = collect_chains(frame, by_id, first)
+        return Diagnosed(rows, diagnosis_texts(frame), counts, len(chains))

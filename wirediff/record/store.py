@@ -279,23 +279,26 @@ def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
     return out
 
 
-def checked(p: Path, parsed: Parsed) -> Iterator[tuple[int, bytes, Record]]:
-    """Each `(lineno, text, value)` once the value is a readable `wirediff/1` record;
+def checked(p: Path, parsed: Parsed) -> Iterator[tuple[int, bytes, Record, bool]]:
+    """Each `(lineno, text, value, deep)` once the value is a readable `wirediff/1` record;
     bodies nested too deeply become text (`limit_depth`, for lines with brackets enough to
-    nest that deep)."""
+    nest that deep), `deep` says whether there were any."""
     for lineno, line, rec in parsed:
         found = problem(rec)
         if found:
             if found.startswith("not a"):
                 raise LineError(p, lineno, found)
             raise LineError(p, lineno, f"malformed {FORMAT} record ({found})")
-        yield lineno, line, read_depth(line, rec)
+        yield lineno, line, rec, _limited(line, rec)
+
+
+def _limited(line: bytes, rec: Record) -> bool:
+    return line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
 
 
 def read_depth(line: bytes, rec: Record) -> Record:
     """`rec`, parsed from `line`, with bodies nested too deeply kept as text."""
-    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
-        limit_depth(rec)
+    _limited(line, rec)
     return rec
 
 
@@ -326,7 +329,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
             for lineno, why in torn:
                 log.warning(f"{p}:{lineno}: {why}")
             torn.clear()
-        for _, _, rec in checked(p, parsed):
+        for _, _, rec, _ in checked(p, parsed):
             records += 1
             yield rec
 

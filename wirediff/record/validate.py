@@ -54,17 +54,23 @@ MAX_DEPTH = 64
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests lists and objects more than `limit` levels deep (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
-    return False
+    """Whether `value` nests lists and objects more than `limit` levels deep (no recursion:
+    level by level)."""
+    if limit < 1:
+        return True
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        if not level:
+            return False
+        below: list[Any] = []
+        for node in level:
+            below += [
+                v
+                for v in (node.values() if isinstance(node, dict) else node)
+                if isinstance(v, dict | list)
+            ]
+        level = below
+    return bool(level)
 
 
 def _as_text(part: dict[str, Any], key: str, text_key: str) -> None:
@@ -73,20 +79,29 @@ def _as_text(part: dict[str, Any], key: str, text_key: str) -> None:
     part["depth_limited"] = True
 
 
-def limit_depth(rec: Record) -> None:
-    """Bodies and event data nested beyond `MAX_DEPTH` become their JSON text, marked."""
+def limit_depth(rec: Record) -> bool:
+    """Bodies and event data nested beyond `MAX_DEPTH` become their JSON text, marked;
+    whether there were any."""
+    limited = False
     for name in ("request", "response"):
         part = rec.get(name)
         if not isinstance(part, dict):
             continue
         if depth_exceeds(part.get("body")):
             _as_text(part, "body", "text")
+            limited = True
         events = part.get("events")
-        if isinstance(events, list):
-            for ev in events:
-                if isinstance(ev, dict) and depth_exceeds(ev.get("data")):
-                    ev["data"] = json.dumps(ev["data"], ensure_ascii=False)
-                    ev["depth_limited"] = True
+        if not isinstance(events, list):
+            continue
+        data = [ev.get("data") for ev in events if isinstance(ev, dict)]
+        if not depth_exceeds(data, MAX_DEPTH + 1):  # all events at once: the list is a level
+            continue
+        for ev in events:
+            if isinstance(ev, dict) and depth_exceeds(ev.get("data")):
+                ev["data"] = json.dumps(ev["data"], ensure_ascii=False)
+                ev["depth_limited"] = True
+                limited = True
+    return limited
 
 
 _NULL = frozenset({type(None)})

@@ -1,0 +1,114 @@
+"""The items of `summary.json`'s long lists (every finding, every diagnosis) as the text
+`json.dumps(summary, ensure_ascii=False, indent=1)` gives them, one item at a time: so that
+the workers of the partitioned engine write a finding's text once, where it is found, and
+the command only copies texts into place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
+from wirediff.reports.formatters import missing, redact
+
+__all__ = [
+    "diagnosis_rows",
+    "diagnosis_texts",
+    "finding_text",
+    "item_text",
+    "jsonable",
+    "write_list",
+]
+
+_FLAT = json.JSONEncoder(ensure_ascii=False)
+_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
+_KEYS: dict[str, str] = {}
+_HEADS = [f"{encode_basestring(k)}: " for k in DIVERGENCE_COLUMNS]
+
+
+def _text(item: dict[str, Any]) -> str:
+    """`json.dumps(item, ensure_ascii=False, indent=1)`, byte for byte, the scalar values
+    encoded by the C encoder (indenting makes json encode in Python, value by value)."""
+    if not item or not all(type(k) is str for k in item):
+        return _INDENTED.encode(item)
+    lines = []
+    for k, v in item.items():
+        head = _KEYS.get(k)
+        if head is None:
+            head = _KEYS[k] = f" {encode_basestring(k)}: "
+        if type(v) is str:
+            lines.append(head + encode_basestring(v))
+        elif isinstance(v, dict | list | tuple) and v:
+            lines.append(head + _INDENTED.encode(v).replace("\n", "\n "))
+        else:
+            lines.append(head + _FLAT.encode(v))
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def item_text(item: dict[str, Any]) -> str:
+    """An item of a list that is a top-level key's value, indented as it is written there."""
+    return _text(item).replace("\n", "\n  ")
+
+
+def finding_text(values: Sequence[Any]) -> str:
+    """`item_text` of a finding row (`DIVERGENCE_COLUMNS` values, strings: a finding's
+    columns all are) without making its dict."""
+    if all(type(v) is str for v in values):
+        fields = ",\n   ".join(
+            h + encode_basestring(v) for h, v in zip(_HEADS, values, strict=True)
+        )
+        return "{\n   " + fields + "\n  }"
+    return item_text(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
+
+
+def write_list(fh: IO[str], texts: Iterable[str]) -> None:
+    """A list as `json.dump(..., indent=1)` writes one that is a top-level key's value,
+    from its items' texts (`item_text`)."""
+    sep = "[\n  "
+    for text in texts:
+        fh.write(sep)
+        fh.write(text)
+        sep = ",\n  "
+    fh.write("[]" if sep.startswith("[") else "\n ]")
+
+
+def jsonable(value: Any) -> Any:
+    """pandas/numpy scalars and containers as plain JSON values (NaN and NA become null)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [jsonable(v) for v in value]
+    if missing(value):
+        return None
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every diagnosis in `DIAGNOSIS_COLUMNS`, strings scrubbed of credentials."""
+    rows = []
+    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"):
+        item = {str(k): jsonable(v) for k, v in row.items()}
+        item["exchange_ids"] = [str(i) for i in item["exchange_ids"] or []]
+        item["evidence"] = [redact(e) for e in item["evidence"] or []]
+        for key in ("summary", "remedy", "title"):
+            if isinstance(item.get(key), str):
+                item[key] = redact(item[key])
+        rows.append(item)
+    return rows
+
+
+def diagnosis_texts(diagnoses: pd.DataFrame) -> list[str]:
+    """`item_text` of every diagnosis (`diagnosis_rows`)."""
+    return [item_text(item) for item in diagnosis_rows(diagnoses)]

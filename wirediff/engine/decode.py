@@ -1,0 +1,32 @@
+"""JSON text to values as `json.loads` gives them, by orjson (several times faster on
+records) wherever it gives the same value, else by `json`: reading records is what the
+engine spends most of its time on besides analysing them.
+
+orjson differs on integers beyond 64 bits (it gives floats: a text with a run of 19
+digits is left to `json`), and refuses what `json` accepts — NaN, infinities, lone
+surrogates, other encodings, nesting past 1024 levels — which `json` then reads as it
+always does (or refuses with its own error).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+__all__ = ["loads"]
+
+_DIGITS = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
+"""Every digit as `0`, every other byte as a space."""
+_LONG_NUMBER = b"0" * 19
+
+
+def loads(text: bytes) -> Any:
+    """`json.loads(text)`: the same value, or the same error."""
+    if _LONG_NUMBER not in text.translate(_DIGITS):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
