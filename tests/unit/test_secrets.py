@@ -62,6 +62,35 @@ def session(echo: str) -> WebSocketTap:
     return tap
 
 
+def answered(
+    method: str,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    status: int,
+    content_type: str,
+    answer: bytes,
+) -> Exchange:
+    """A request to `/v1/responses` and its answer."""
+    return Exchange(
+        request=Request(
+            method=method,
+            url="https://api.test/v1/responses",
+            path="/v1/responses",
+            http_version="HTTP/1.1",
+            headers=headers,
+            content=body,
+        ),
+        response=Response(
+            status=status,
+            reason="OK" if status < 400 else "Unauthorized",
+            http_version="HTTP/1.1",
+            headers=[("content-type", content_type)],
+            content=answer,
+        ),
+        timings=Timings(1.0, 1.1, 1.2),
+    )
+
+
 def exchange(echo: str, *, content_type: str = "application/json") -> Exchange:
     basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     body = json.dumps({"model": "m", "api_key": FIELD, "input": "hi"}).encode()
@@ -155,23 +184,13 @@ def test_a_short_secret_is_scrubbed_where_it_stands_alone(short: str) -> None:
     said = json.dumps(
         {"error": {"message": f"password {short} rejected", "echo": short, "next": f"?p={short}"}}
     )
-    ex = Exchange(
-        request=Request(
-            method="POST",
-            url="https://api.test/v1/responses",
-            path="/v1/responses",
-            http_version="HTTP/1.1",
-            headers=[("authorization", f"Basic {basic}"), ("content-type", "application/json")],
-            content=json.dumps({"model": "m", "api_key": short}).encode(),
-        ),
-        response=Response(
-            status=401,
-            reason="Unauthorized",
-            http_version="HTTP/1.1",
-            headers=[("content-type", "application/json")],
-            content=said.encode(),
-        ),
-        timings=Timings(1.0, 1.1, 1.2),
+    ex = answered(
+        "POST",
+        [("authorization", f"Basic {basic}"), ("content-type", "application/json")],
+        json.dumps({"model": "m", "api_key": short}).encode(),
+        401,
+        "application/json",
+        said.encode(),
     )
     rec = build_record(ex, session="s", label="l", seq=0)
     error = answer(rec)["body"]["error"]
@@ -225,23 +244,6 @@ def test_a_credential_field_in_json_kept_as_text_is_fingerprinted(
 ) -> None:
     body = text % ANSWER_TOKEN
     content = f"data: {body}\n\n" if content_type == "text/event-stream" else body
-    ex = Exchange(
-        request=Request(
-            method="GET",
-            url="http://h/v1/x",
-            path="/v1/x",
-            http_version="HTTP/1.1",
-            headers=[],
-            content=None,
-        ),
-        response=Response(
-            status=200,
-            reason="OK",
-            http_version="HTTP/1.1",
-            headers=[("content-type", content_type)],
-            content=content.encode(),
-        ),
-        timings=Timings(1.0, 1.1, 1.2),
-    )
+    ex = answered("GET", [], None, 200, content_type, content.encode())
     line = encode_record(build_record(ex, session="s", label="l", seq=0)).decode()
     assert ANSWER_TOKEN not in line and fingerprint(ANSWER_TOKEN) in line
