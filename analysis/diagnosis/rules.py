@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from wirediff.analysis.diagnosis.chains import stream_problem
+from wirediff.analysis.diagnosis.outcome import stream_problem
 from wirediff.analysis.diagnosis.subject import (
     context_exceeded,
     echoes_route,

@@ -20,7 +20,7 @@ from typing import Any
 
 from wirediff._support import clip, is_2xx
 from wirediff._types import Event, Record
-from wirediff.analysis.diagnosis.chains import (
+from wirediff.analysis.diagnosis.outcome import (
     FAILED_TERMINALS,
     StreamEnd,
     exchange_ok,

@@ -23,13 +23,8 @@ from tests.fixtures.chain_records import (
 )
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.frames import exchanges_frame
-from wirediff.analysis.diagnosis.chains import (
-    CHAIN_COLUMNS,
-    chain_rows,
-    exchange_ok,
-    stream_end,
-    stream_problem,
-)
+from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
+from wirediff.analysis.diagnosis.outcome import exchange_ok, stream_end, stream_problem
 from wirediff.engine.scan import CATEGORIES
 
 

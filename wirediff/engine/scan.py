@@ -20,8 +20,9 @@ import pandas as pd
 
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
-from wirediff.analysis.diagnosis.chains import exchange_ok, redirect_location
+from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
+from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.engine.decode import loads
 from wirediff.engine.sources import JSONL, Source, open_binary
 from wirediff.record.keys import digest, digests, request_fingerprint

@@ -1,0 +1,135 @@
+"""How an exchange ended: an SSE stream's terminal event or its cut, and whether the
+exchange succeeded as the client sees it (what chains and rules judge by)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wirediff._support import error_kind, is_2xx
+from wirediff._types import Event, Record
+from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
+from wirediff.record.tags import header_get
+from wirediff.record.websocket import is_websocket, turns
+
+__all__ = [
+    "FAILED_TERMINALS",
+    "StreamEnd",
+    "exchange_ok",
+    "is_sse_response",
+    "stream_end",
+    "stream_problem",
+]
+
+FAILED_TERMINALS = frozenset({"response.failed", "error"})
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """How an SSE response ended: its terminal event (if any) and a half-received tail."""
+
+    terminal: str | None
+    partial: bool
+    n_events: int
+
+
+def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]:
+    """The server events that answer what was asked, and whether anything was asked.
+
+    An SSE stream answers its request; a WebSocket session its last client message (a
+    session with no client message asked nothing)."""
+    resp = record.get("response")
+    events: Sequence[Event] = (resp["events"] if resp is not None else None) or ()
+    if not is_websocket(record):
+        return events, True
+    asked = any(ev.get("direction") == "client" for ev in events)
+    last = turns(events)[-1] if asked else []
+    return last, asked
+
+
+def is_sse_response(response: Mapping[str, Any] | None) -> bool:
+    if not response:
+        return False
+    if response.get("events") is not None:
+        return True
+    ctype = header_get(response.get("headers") or (), "content-type") or ""
+    return ctype.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
+    data = ev.get("data")
+    if data == DONE:
+        return DONE if family != "responses" else None
+    if family in ("chat.completions", "completions"):
+        return None
+    name = data.get("type") if isinstance(data, dict) else None
+    name = name if isinstance(name, str) else ev.get("event")
+    return name if name in RESPONSE_TERMINALS else None
+
+
+def stream_end(record: Record) -> StreamEnd | None:
+    """The end of the record's event stream; `None` when the response is not SSE (or is a
+    WebSocket session in which the client asked nothing).
+
+    Chat and completions streams end with `[DONE]`; Responses streams with
+    `response.completed|failed|incomplete` or an `error` event; a WebSocket session with
+    the terminal event of its last turn.
+    """
+    resp = record.get("response")
+    if not is_sse_response(resp):
+        return None
+    events, asked = _answered_events(record)
+    if not asked:
+        return None
+    family = (record.get("tags") or {}).get("family")
+    terminal = None
+    for ev in reversed(events):
+        terminal = _terminal_of(ev, family)
+        if terminal is not None:
+            break
+    partial = bool(events) and bool(events[-1].get("partial"))
+    if partial and terminal is not None and _terminal_of(events[-1], family) is not None:
+        partial = False  # the terminal event itself, merely missing its blank line
+    return StreamEnd(terminal, partial, len(events))
+
+
+def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
+    """Why an SSE stream is cut short, or `None` when it ended properly.
+
+    The SDK closes the connection after `[DONE]`, so a `client_disconnect` *after* the
+    terminal event is normal.
+    """
+    if end is None:
+        return None
+    family = (record.get("tags") or {}).get("family")
+    if end.terminal is None:
+        want = "response.completed" if family == "responses" else "[DONE]"
+        return f"no {want} after {end.n_events} events"
+    if end.partial:
+        return "last event cut mid-frame"
+    resp, kind = record.get("response"), error_kind(record)
+    if resp is not None and resp.get("complete") is False and kind != "client_disconnect":
+        return f"response incomplete ({kind or 'connection ended early'})"
+    return None
+
+
+def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
+    """The exchange succeeded: 2xx (101 for a WebSocket session), no error body, no
+    transport error, and a stream when one was asked for, complete."""
+    resp = record.get("response")
+    if not resp:
+        return False
+    status = resp.get("status")
+    if not (is_2xx(status) or (status == 101 and is_websocket(record))):
+        return False
+    tags = record.get("tags") or {}
+    if tags.get("soft_error"):
+        return False
+    end = end if end is not None else stream_end(record)
+    err = record.get("error")
+    if end is None:  # not SSE: a streamed request got no stream
+        return err is None and resp.get("complete") is not False and not tags.get("stream")
+    if stream_problem(record, end) is not None or end.terminal in FAILED_TERMINALS:
+        return False
+    return err is None or err.get("kind") == "client_disconnect"
