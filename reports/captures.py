@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import merge_earliest
 from wirediff._types import Record
 from wirediff.reports.formatters import anchor, id_free, redact
 
@@ -263,20 +264,15 @@ def collect_skipped(
 
 
 def merge_skipped(into: Skips, other: Skips, max_examples: int) -> Skips:
-    for key, (first, group) in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = (first, group)
-            continue
-        g = mine[1]
-        if first < mine[0]:
+    def merge(g: SkippedGroup, group: SkippedGroup, theirs_first: bool) -> None:
+        if theirs_first:
             g.reason = group.reason
-            into[key] = (first, g)
         g.count += group.count
         g.streamed += group.streamed
         both = sorted(zip(g.places + group.places, g.ids + group.ids, strict=True))[:max_examples]
         g.places, g.ids = [p for p, _ in both], [i for _, i in both]
-    return into
+
+    return merge_earliest(into, other, merge)
 
 
 def finish_skipped(groups: Skips) -> list[SkippedGroup]:

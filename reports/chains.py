@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from wirediff._support import error_kind
+from wirediff._support import error_kind, merge_earliest
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.diagnose import CODES
 from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
@@ -309,26 +309,21 @@ def collect_chains(
 
 
 def merge_chains(into: ChainCounts, other: ChainCounts) -> ChainCounts:
-    for key, (first, group) in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = (first, group)
-            continue
-        g = mine[1]
-        if first < mine[0]:
+    def merge(g: ChainGroup, group: ChainGroup, theirs_first: bool) -> None:
+        if theirs_first:
             g.title, g.evidence, g.hops, g.diagnoses = (
                 group.title,
                 group.evidence,
                 group.hops,
                 group.diagnoses,
             )
-            into[key] = (first, g)
         g.count += group.count
         g.recovered += group.recovered
         both = sorted(zip(g.places + group.places, g.chains + group.chains, strict=True))
         g.places = [p for p, _ in both[:MAX_LISTED]]
         g.chains = [c for _, c in both[:MAX_LISTED]]
-    return into
+
+    return merge_earliest(into, other, merge)
 
 
 def finish_chains(groups: ChainCounts) -> list[ChainGroup]:

@@ -33,7 +33,6 @@ __all__ = [
     "finish_folds",
     "group_findings",
     "kind_order",
-    "merge_folds",
 ]
 
 KINDS = kind_names()
@@ -228,16 +227,6 @@ def collect_folds(
     for g, key, row, first in zip(group[heads].tolist(), key_rows, rows, firsts, strict=True):
         out[key] = Fold(first, row, int(sizes[g]), examples[g], evidence[g])
     return out
-
-
-def merge_folds(into: Folds, other: Folds, max_examples: int) -> Folds:
-    for key, fold in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = fold
-        else:
-            mine.merge(fold, max_examples)
-    return into
 
 
 def finish_folds(folds: Folds, timeline_anchor: Mapping[Any, str]) -> list[Finding]:

@@ -37,9 +37,9 @@ from wirediff.reports.captures import (
     merge_skipped,
 )
 from wirediff.reports.chains import NO_ENDPOINT
-from wirediff.reports.findings import Folds, collect_folds, findings_frame, merge_folds
+from wirediff.reports.findings import Folds, collect_folds, findings_frame
 from wirediff.reports.latency import LatencyCounts, collect_latency
-from wirediff.reports.timeline import Alignments, collect_alignments, merge_alignments
+from wirediff.reports.timeline import Alignments, collect_alignments
 
 __all__ = ["AnalysisLike", "Partial", "collect", "finding_order", "gate_counts", "pair_places"]
 
@@ -127,8 +127,8 @@ class Partial:
         merge_by_key(self.captures, other.captures)
         merge_skipped(self.skipped, other.skipped, n)
         merge_by_key(self.latency, other.latency)
-        merge_alignments(self.alignments, other.alignments, n)
-        merge_folds(self.folds, other.folds, n)
+        merge_by_key(self.alignments, other.alignments, lambda a, b: a.merge(b, n))
+        merge_by_key(self.folds, other.folds, lambda a, b: a.merge(b, n))
         return self
 
 

@@ -27,7 +27,6 @@ __all__ = [
     "Timeline",
     "collect_alignments",
     "finish_alignments",
-    "merge_alignments",
     "timelines",
 ]
 
@@ -254,16 +253,6 @@ def collect_alignments(
             group.pair_ids.append((place, pid))
         by_pair[pid] = key
     return groups, by_pair
-
-
-def merge_alignments(into: Alignments, other: Alignments, max_examples: int) -> Alignments:
-    for key, group in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = group
-        else:
-            mine.merge(group, max_examples)
-    return into
 
 
 def finish_alignments(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
-from typing import Any, Protocol, Self, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, Self, TypeVar, overload
 
 from wirediff._types import Record
 
@@ -15,6 +15,7 @@ __all__ = [
     "error_kind",
     "is_2xx",
     "merge_by_key",
+    "merge_earliest",
     "paused_gc",
     "response_status",
     "statuses_2xx",
@@ -70,14 +71,43 @@ class Mergeable(Protocol):
 
 K = TypeVar("K")
 M = TypeVar("M", bound=Mergeable)
+V = TypeVar("V")
+F = TypeVar("F", int, float)
 
 
-def merge_by_key(into: dict[K, M], other: dict[K, M]) -> dict[K, M]:
-    """Results of two parts of the captures, merged per key (`into` changed and returned)."""
+def merge_earliest(
+    into: dict[K, tuple[F, V]], other: dict[K, tuple[F, V]], merge: Callable[[V, V, bool], object]
+) -> dict[K, tuple[F, V]]:
+    """Per key, `(first, group)` pairs merged: the earlier `first` stays, and
+    `merge(mine, theirs, theirs_first)` folds their group into mine (`into` changed and
+    returned). The groups that say what was seen first take it from the earliest part."""
+    for key, (first, group) in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = (first, group)
+            continue
+        earlier = first < mine[0]
+        merge(mine[1], group, earlier)
+        if earlier:
+            into[key] = (first, mine[1])
+    return into
+
+
+@overload
+def merge_by_key(into: dict[K, M], other: dict[K, M]) -> dict[K, M]: ...
+@overload
+def merge_by_key(
+    into: dict[K, V], other: dict[K, V], merge: Callable[[V, V], object]
+) -> dict[K, V]: ...
+def merge_by_key(into: dict[Any, Any], other: dict[Any, Any], merge: Any = None) -> dict[Any, Any]:
+    """Results of two parts of the captures, merged per key (`into` changed and returned);
+    `merge(mine, theirs)` where a value's own `merge` needs more than the other value."""
     for key, value in other.items():
         mine = into.get(key)
         if mine is None:
             into[key] = value
+        elif merge is not None:
+            merge(mine, value)
         else:
             mine.merge(value)
     return into

@@ -26,7 +26,7 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
-from wirediff.engine.scan import CATEGORIES, Scanned, plain
+from wirediff.engine.scan import CATEGORIES, DIGESTS, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
@@ -115,16 +115,6 @@ class Index:
 
     def __len__(self) -> int:
         return len(self.frame)
-
-
-DIGESTS = (
-    "id_digest",
-    "replay_digest",
-    "request_digest",
-    "body_digest",
-    "hop_digest",
-    "fingerprint",
-)
 
 
 def build_index(

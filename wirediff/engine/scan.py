@@ -39,6 +39,7 @@ from wirediff.record.store import (
 __all__ = [
     "CATEGORIES",
     "CHUNK_BYTES",
+    "DIGESTS",
     "FROM_EXCHANGES",
     "INDEX_COLUMNS",
     "Scanned",
@@ -79,14 +80,18 @@ FROM_EXCHANGES = [
 """The columns of `exchanges_frame` that pairing (by replay and by content), chains and
 backends need."""
 _PICK = [EXCHANGE_COLUMNS.index(c) for c in FROM_EXCHANGES]
-INDEX_COLUMNS = [
-    *FROM_EXCHANGES,
+DIGESTS = (
     "id_digest",
     "replay_digest",
     "request_digest",
     "body_digest",
     "hop_digest",
     "fingerprint",
+)
+"""The index's 64-bit digest columns."""
+INDEX_COLUMNS = [
+    *FROM_EXCHANGES,
+    *DIGESTS,
     "location",
     "ok",
     "models",
