@@ -65,7 +65,11 @@ def findings_frame(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.D
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIVERGENCE_COLUMNS})
     df = pd.concat([f.reindex(columns=DIVERGENCE_COLUMNS) for f in frames], ignore_index=True)
     for col in DIVERGENCE_COLUMNS:
-        df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+        column = df[col]
+        if column.dtype != "str":
+            df[col] = column.astype(object).where(column.notna(), "").astype(str)
+        elif column.hasnans:
+            df[col] = column.fillna("")
     for col in ("baseline", "candidate", "message", "path"):
         df[col] = redact_series(df[col])
     df["endpoint"] = df["endpoint"].replace("", NO_ENDPOINT)

@@ -8,6 +8,7 @@ the rest return plain strings that the Environment's autoescape escapes on outpu
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -63,7 +64,14 @@ ANCHOR_HASH = 6
 
 def redact(text: object) -> str:
     """Replace anything shaped like a credential (a key echoed by a server, a bearer token)."""
-    return redact_patterns("" if text is None else str(text))
+    text = "" if text is None else str(text)
+    return _redacted(text) if len(text) <= REMEMBERED else redact_patterns(text)
+
+
+REMEMBERED = 512
+"""Characters of a text whose scrubbed form is remembered: evidence, titles and messages
+repeat across exchanges, and the patterns cost more than a lookup."""
+_redacted = functools.lru_cache(maxsize=4096)(redact_patterns)
 
 
 _ID = re.compile(

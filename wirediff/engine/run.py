@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import paused_gc
+from wirediff._support import task_gc
 from wirediff.analysis.diagnosis.chains import chain_rows_from
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN
 from wirediff.engine import tasks
@@ -124,7 +124,7 @@ def scan_inputs(
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    with paused_gc():
+    with task_gc():
         return fn(*args)
 
 

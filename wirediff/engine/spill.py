@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import pickle
+import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -21,13 +22,27 @@ from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
 from wirediff.reports.rows import Rows
 
-__all__ = ["Spill", "write_rows"]
+__all__ = ["Spill", "place_bytes", "write_rows"]
 
 CHUNK = 20_000
 """Rows per frame handed out."""
 PICKLED = 1000
 """Rows pickled together: reading the files back merges them holding one such chunk per
 file (one file per partition), so this bounds the merge's memory."""
+
+
+_PLACE = struct.Struct(">BBQBQQ")
+
+
+def place_bytes(place: tuple[Any, ...]) -> bytes:
+    """A finding's place among all (`wirediff.reports.partial.finding_order`: its group,
+    two places — of a pair, `(0 | 1, n)`, or of a record, `n` — and its row) as bytes that
+    sort as the tuples do: merging the partitions' rows then unpickles and compares bytes,
+    not nested tuples."""
+    group, first, second, row = place
+    a, b = first if type(first) is tuple else (0, first)
+    c, d = second if type(second) is tuple else (0, second)
+    return _PLACE.pack(group, a, b, c, d, row)
 
 
 def write_rows(path: Path, rows: list[Any]) -> None:
@@ -56,8 +71,8 @@ class Spill:
         write_rows(path, rows)
         return path
 
-    def add_findings(self, rows: list[tuple[Any, str]]) -> None:
-        """One partition's findings, `(place, text)`, in order."""
+    def add_findings(self, rows: list[tuple[bytes, str]]) -> None:
+        """One partition's findings, `(place_bytes(place), text)`, in order."""
         if rows:
             self.findings.append((self._write(rows), len(rows)))
 
@@ -78,7 +93,7 @@ class Spill:
         count = sum(n for _, n in self.findings)
 
         def texts() -> Iterator[str]:
-            merged = heapq.merge(*(_read(p) for p in files), key=lambda r: r[0])
+            merged = heapq.merge(*(_read(p) for p in files))  # by place: no two are equal
             return (text for _, text in merged)
 
         def frames() -> Iterator[pd.DataFrame]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import paused_gc
+from wirediff._support import task_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
@@ -28,7 +28,7 @@ from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.view import view
 from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
-from wirediff.engine.spill import write_rows
+from wirediff.engine.spill import place_bytes, write_rows
 from wirediff.reports.chains import ChainCounts, collect_chains
 from wirediff.reports.items import diagnosis_texts, finding_text
 from wirediff.reports.partial import Partial, collect
@@ -48,12 +48,12 @@ Locators = tuple[list[int], list[int], list[int]]
 
 
 def scan(sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
-    with paused_gc():
+    with task_gc():
         return scan_chunk(sources[src], src, start, end)
 
 
 def fetch(sources: Sequence[Source], where: Locators) -> list[Record]:
-    with paused_gc():
+    with task_gc():
         return read_records(sources, *where)
 
 
@@ -62,7 +62,7 @@ def learn_noise(
 ) -> dict[int, set[str]]:
     """The noise of each repeated request, from its first repeats (`noise_samples`)."""
     out: dict[int, set[str]] = {}
-    with paused_gc():
+    with task_gc():
         for request, where in samples:
             paths = group_sample_noise(read_records(sources, *where))
             if paths:
@@ -72,11 +72,12 @@ def learn_noise(
 
 @dataclass
 class Compared:
-    """A comparison partition's result: its `Partial`, and every finding row with its
-    place (`(order, text)`, in order: the text `summary.json` lists, `finding_text`) when the tables that list them all are wanted."""
+    """A comparison partition's result: its `Partial`, and when the tables that list every
+    finding are wanted, each with its place, in order: `(place_bytes(place), text)`, the
+    text `summary.json` lists (`finding_text`)."""
 
     part: Partial
-    rows: list[tuple[Any, str]]
+    rows: list[tuple[bytes, str]]
     exchanges: int
     spilled: tuple[str, int] | None = None
     """Where the worker wrote `rows` itself, and how many (then `rows` is empty)."""
@@ -103,7 +104,7 @@ def compare_part(
     `spill_to`: a directory this worker shares with the command, where it writes the
     finding rows itself (they never travel back). `shallow`: no record here nests too
     deeply (the scan found none)."""
-    with paused_gc():
+    with task_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
         records = read_records(sources, src, a, b, shallow=shallow)
@@ -125,7 +126,7 @@ def compare_part(
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in DIVERGENCE_COLUMNS), strict=True)
-            out = list(zip(order, map(finding_text, values), strict=True))
+            out = list(zip(map(place_bytes, order), map(finding_text, values), strict=True))
         out.sort(key=lambda r: r[0])
         if spill_to is not None and out:
             path = Path(spill_to) / f"findings-{uuid.uuid4().hex}.pickle"
@@ -139,7 +140,7 @@ def providers(
 ) -> dict[tuple[Any, Any], Provider]:
     """Each backend's provider, from its first exchanges (`Backends`)."""
     out = {}
-    with paused_gc():
+    with task_gc():
         for key, where in backends:
             out[key] = identify([], (view(r) for r in read_records(sources, *where)))
     return out
@@ -166,7 +167,7 @@ def diagnose_batch(
     report: bool,
 ) -> Diagnosed:
     """Diagnose failing chains (`chain_rows` tuples) whose records are at `where`."""
-    with paused_gc():
+    with task_gc():
         records = read_records(sources, *where)
         by_id = {r["id"]: r for r in records}
         backends = Backends.identified(known)

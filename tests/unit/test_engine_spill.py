@@ -1,0 +1,75 @@
+"""What the engine keeps on disk and how it reads it back: findings merged by their places,
+lists written as `json.dump` writes them, and each task's objects left out of collections."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import random
+from typing import Any
+
+from wirediff._support import task_gc
+from wirediff.engine.spill import Spill, place_bytes
+from wirediff.reports.items import item_text, write_list
+
+
+def _place(rng: random.Random) -> tuple[Any, ...]:
+    """A place as `finding_order` makes them: a divergence, a client row, a conformance row."""
+    pair = (rng.randint(0, 1), rng.randint(0, 1 << 40))
+    at, row = rng.randint(0, 1 << 40), rng.randint(0, 5000)
+    return rng.choice(
+        [(0, pair, (rng.randint(0, 1), rng.randint(0, 9)), row), (1, pair, at, row), (2, at, at, row)]
+    )
+
+
+def test_places_as_bytes_sort_as_the_places_do() -> None:
+    rng = random.Random(7)
+    places = [_place(rng) for _ in range(5000)]
+    places += [(0, (0, 3), (0, 3), 1), (0, (0, 3), (0, 3), 0), (1, (1, 0), 2, 0), (2, 2, 2, 0)]
+    assert sorted(places, key=place_bytes) == sorted(places)
+
+
+def test_findings_come_back_merged_by_place_across_partitions() -> None:
+    rng = random.Random(3)
+    places = sorted({_place(rng) for _ in range(3000)})
+    parts: list[list[tuple[bytes, str]]] = [[], [], []]
+    for n, place in enumerate(places):
+        parts[rng.randrange(3)].append((place_bytes(place), f"finding {n}"))
+    spill = Spill()
+    try:
+        for rows in parts:
+            spill.add_findings(rows)
+        rows = spill.finding_rows()
+        assert rows.count == len(places)
+        assert rows.texts is not None
+        assert list(rows.texts()) == [f"finding {n}" for n in range(len(places))]
+    finally:
+        spill.close()
+
+
+def test_a_list_is_written_as_json_dump_writes_it() -> None:
+    for count in (0, 1, 2, 2500):
+        items = [{"kind": "value", "path": f"$.choices[{n}]", "n": n} for n in range(count)]
+        fh = io.StringIO()
+        fh.write('{\n "findings": ')
+        write_list(fh, (item_text(i) for i in items))
+        fh.write("\n}")
+        assert fh.getvalue() == json.dumps({"findings": items}, ensure_ascii=False, indent=1)
+
+
+def test_a_task_leaves_what_it_made_out_of_the_next_collections() -> None:
+    """Without this, the first allocation after a task walks every object the task made and
+    still holds; with it, the collector counts from nothing, and is on again."""
+    assert gc.isenabled()
+    try:
+        with task_gc():
+            assert not gc.isenabled()
+            held = [{"n": n} for n in range(50_000)]
+        assert gc.isenabled()
+        assert gc.get_count()[0] < 100
+        assert gc.get_freeze_count() >= len(held)
+        with task_gc():  # what earlier tasks left frozen goes back to the collector
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
