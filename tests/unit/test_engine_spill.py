@@ -19,7 +19,11 @@ def _place(rng: random.Random) -> tuple[Any, ...]:
     pair = (rng.randint(0, 1), rng.randint(0, 1 << 40))
     at, row = rng.randint(0, 1 << 40), rng.randint(0, 5000)
     return rng.choice(
-        [(0, pair, (rng.randint(0, 1), rng.randint(0, 9)), row), (1, pair, at, row), (2, at, at, row)]
+        [
+            (0, pair, (rng.randint(0, 1), rng.randint(0, 9)), row),
+            (1, pair, at, row),
+            (2, at, at, row),
+        ]
     )
 
 
