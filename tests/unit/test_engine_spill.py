@@ -42,8 +42,8 @@ def test_findings_come_back_merged_by_place_across_partitions() -> None:
         parts[rng.randrange(3)].append((place_bytes(place), f"finding {n}"))
     spill = Spill()
     try:
-        for rows in parts:
-            spill.add_findings(rows)
+        for part in parts:
+            spill.add_findings(part)
         rows = spill.finding_rows()
         assert rows.count == len(places)
         assert rows.texts is not None
