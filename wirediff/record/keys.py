@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
+
 from wirediff.record.redact import SECRET_QUERY
 from wirediff.record.tags import route
 
@@ -37,8 +39,13 @@ HOP_LOOKBACK = 16  # equal requests on one listener an inner hop looks back thro
 
 
 def canonical(value: Any) -> str:
-    """JSON text that is equal for equal values (key order ignored)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    """JSON text that is equal for equal values (key order ignored): by orjson, else (for
+    what it refuses: integers beyond 64 bits, lone surrogates, keys that are not strings)
+    by `json`. Either text only ever meets others made in the same run."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def digest(text: str) -> int:
