@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import IO, Any
 
@@ -19,6 +19,7 @@ from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
 from wirediff.reports.formatters import missing, redact
 
 __all__ = [
+    "diagnosis_items",
     "diagnosis_rows",
     "diagnosis_texts",
     "finding_text",
@@ -106,18 +107,23 @@ def jsonable(value: Any) -> Any:
 
 def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
     """Every diagnosis in `DIAGNOSIS_COLUMNS`, strings scrubbed of credentials."""
-    rows = []
-    for row in diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"):
-        item = {str(k): jsonable(v) for k, v in row.items()}
+    return diagnosis_items(diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"))
+
+
+def diagnosis_items(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`diagnosis_rows` of diagnoses as `diagnose_chain` gives them (dicts, not a frame)."""
+    out = []
+    for row in rows:
+        item = {k: jsonable(row.get(k)) for k in DIAGNOSIS_COLUMNS}
         item["exchange_ids"] = [str(i) for i in item["exchange_ids"] or []]
         item["evidence"] = [redact(e) for e in item["evidence"] or []]
         for key in ("summary", "remedy", "title"):
             if isinstance(item.get(key), str):
                 item[key] = redact(item[key])
-        rows.append(item)
-    return rows
+        out.append(item)
+    return out
 
 
-def diagnosis_texts(diagnoses: pd.DataFrame) -> list[str]:
-    """`item_text` of every diagnosis (`diagnosis_rows`)."""
-    return [item_text(item) for item in diagnosis_rows(diagnoses)]
+def diagnosis_texts(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """`item_text` of every diagnosis (`diagnosis_items`)."""
+    return [item_text(item) for item in diagnosis_items(rows)]

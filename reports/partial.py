@@ -194,14 +194,18 @@ def gate_counts(findings: pd.DataFrame, exchanges: pd.DataFrame) -> GateCounts:
     located = findings.drop(columns=["family"]).merge(
         place, left_on="candidate_id", right_index=True, how="inner"
     )
-    ranks = located["severity"].map(severity_rank)
-    cells = zip(
-        *(located[c].astype(str).tolist() for c in ("label", "family", "transport", "kind")),
-        ranks.tolist(),
-        strict=True,
+    keys = ["label", "family", "transport", "kind"]
+    severity = located["severity"]
+    rank_of = {s: severity_rank(s) for s in severity.unique().tolist()}
+    kinds = (  # each cell's kinds with their worst rank: a few rows, whatever the findings
+        located[keys]
+        .astype(str)
+        .assign(rank=severity.map(rank_of))
+        .groupby(keys, sort=False)["rank"]
+        .min()
     )
-    for label, family, transport, kind, rank in cells:
-        key = (label, family, transport)
+    for (label, family, transport, kind), worst in kinds.items():
+        key, rank = (label, family, transport), int(worst)
         mine = out.get(key)
         out[key] = (
             (rank, frozenset({kind})) if mine is None else (min(mine[0], rank), mine[1] | {kind})

@@ -179,4 +179,4 @@ def diagnose_batch(
             return Diagnosed(rows, [], {}, len(chains))
         frame = diagnosis_frame(rows)
         counts = collect_chains(frame, by_id, first)
-        return Diagnosed(rows, diagnosis_texts(frame), counts, len(chains))
+        return Diagnosed(rows, diagnosis_texts(rows), counts, len(chains))
