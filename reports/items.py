@@ -110,7 +110,7 @@ def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
     return diagnosis_items(diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"))
 
 
-def diagnosis_items(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """`diagnosis_rows` of diagnoses as `diagnose_chain` gives them (dicts, not a frame)."""
     out = []
     for row in rows:
@@ -124,6 +124,6 @@ def diagnosis_items(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def diagnosis_texts(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+def diagnosis_texts(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
     """`item_text` of every diagnosis (`diagnosis_items`)."""
     return [item_text(item) for item in diagnosis_items(rows)]

@@ -204,7 +204,7 @@ def gate_counts(findings: pd.DataFrame, exchanges: pd.DataFrame) -> GateCounts:
         .groupby(keys, sort=False)["rank"]
         .min()
     )
-    for (label, family, transport, kind), worst in kinds.items():
+    for (label, family, transport, kind), worst in zip(kinds.index, kinds.tolist(), strict=True):
         key, rank = (label, family, transport), int(worst)
         mine = out.get(key)
         out[key] = (
