@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 from wirediff._support import task_gc
-from wirediff.engine.spill import Spill, place_bytes
+from wirediff.engine.spill import Spill, merge_runs, place_bytes
 from wirediff.reports.items import item_text, write_list
 
 
@@ -50,6 +50,23 @@ def test_findings_come_back_merged_by_place_across_partitions() -> None:
         assert list(rows.texts()) == [f"finding {n}" for n in range(len(places))]
     finally:
         spill.close()
+
+
+def test_sorted_runs_of_any_chunks_merge_into_one_order() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        places = rng.sample(range(10_000), rng.randint(0, 300))
+        runs: list[list[tuple[bytes, int]]] = [[] for _ in range(rng.randint(1, 6))]
+        for p in sorted(places):
+            runs[rng.randrange(len(runs))].append((p.to_bytes(2), p))
+        chunked = []
+        for run in runs:
+            cuts = sorted(rng.sample(range(1, len(run)), min(len(run) - 1, 4))) if run else []
+            chunked.append(
+                iter([run[a:b] for a, b in zip([0, *cuts], [*cuts, len(run)], strict=True)])
+            )
+        blocks = list(merge_runs(chunked))
+        assert [p for block in blocks for _, p in block] == sorted(places)
 
 
 def test_a_list_is_written_as_json_dump_writes_it() -> None:
