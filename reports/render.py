@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -252,7 +253,13 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
         for key, items in _STREAMED.items():
             head, text = text.split(json.dumps(marks[key]), 1)
             fh.write(head)
-            write_list(fh, items(model))
+            listed = model.findings_rows.listed if key == "divergences" else None
+            if listed is None:
+                write_list(fh, items(model))
+                continue
+            fh.flush()
+            with listed().open("rb") as src:
+                shutil.copyfileobj(src, fh.buffer, 1 << 20)
         fh.write(text + "\n")
     return out
 

@@ -6,6 +6,7 @@ partitioned engine (`wirediff.engine`) frames read back from disk."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pandas as pd
 
@@ -20,12 +21,16 @@ class Rows:
         count: int,
         frames: Callable[[], Iterator[pd.DataFrame]],
         texts: Callable[[], Iterator[str]] | None = None,
+        listed: Callable[[], Path] | None = None,
     ) -> None:
         self.count = count
         self._frames = frames
         self.texts = texts
         """Each row's item text in `summary.json` (`wirediff.reports.items`), in order, when
         it was written beforehand (by the engine's workers)."""
+        self.listed = listed
+        """A file with the whole list of `texts` as `summary.json` holds it (`write_list`),
+        when one is being written (the call waits for it)."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> Rows:

@@ -7,6 +7,8 @@ import gc
 import io
 import json
 import random
+import threading
+from pathlib import Path
 from typing import Any
 
 from wirediff._support import task_gc
@@ -94,3 +96,32 @@ def test_a_task_leaves_what_it_made_out_of_the_next_collections() -> None:
             assert gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
+
+
+def test_the_findings_list_is_written_beside_as_write_list_writes_it() -> None:
+    rng = random.Random(5)
+    places = sorted({_place(rng) for _ in range(2500)})
+    parts: list[list[tuple[bytes, str]]] = [[], []]
+    for n, place in enumerate(places):
+        parts[rng.randrange(2)].append((place_bytes(place), item_text({"n": n})))
+    spill = Spill()
+    try:
+        for part in parts:
+            spill.add_findings(part)
+        spill.list_findings()
+        rows = spill.finding_rows()
+        assert rows.listed is not None and rows.texts is not None
+        expected = io.StringIO()
+        write_list(expected, rows.texts())
+        assert rows.listed().read_text(encoding="utf-8") == expected.getvalue()
+    finally:
+        spill.close()
+
+
+def test_closing_stops_the_findings_list_being_written() -> None:
+    spill = Spill()
+    spill.add_findings([(place_bytes((2, n, n, 0)), "x" * 100) for n in range(100_000)])
+    spill.list_findings()
+    spill.close()
+    assert not any(t.name == "wirediff-findings" for t in threading.enumerate())
+    assert not Path(spill.directory).exists()

@@ -112,6 +112,8 @@ class Run:
             part_bytes=self.part_bytes,
             links=content.links,
         )
+        if rows:
+            self.spill.list_findings()
         diagnosed = run.diagnose(self.engine, index, self.progress, spill=spill)
         findings = self.spill.finding_rows() if rows else _none(0)
         diagnoses = self.spill.diagnosis_rows() if rows else _none(diagnosed.rows)

@@ -12,6 +12,7 @@ import json
 import pickle
 import struct
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
@@ -22,6 +23,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
+from wirediff.reports.items import write_list
 from wirediff.reports.rows import Rows
 
 __all__ = ["Spill", "merge_runs", "place_bytes", "write_rows"]
@@ -62,6 +64,7 @@ class Spill:
         self._n = 0
         self.findings: list[tuple[Path, int]] = []
         self.diagnoses: list[tuple[Any, Path, Path | None, int]] = []
+        self._listing: _Listing | None = None
 
     @property
     def directory(self) -> str:
@@ -90,19 +93,26 @@ class Spill:
             written = self._write(texts) if texts else None
             self.diagnoses.append((first, self._write(rows), written, len(rows)))
 
+    def list_findings(self) -> None:
+        """Start writing, in the background, the list of every finding as `summary.json`
+        holds it (`write_list`): merging the partitions' rows is the longest step left to
+        the command once they are all in, and this way it overlaps the diagnoses."""
+        files = [p for p, _ in self.findings]
+        path = Path(self._dir.name) / "findings.list"
+        self._listing = _Listing(path, lambda stop: _merged_texts(files, stop))
+
     def finding_rows(self) -> Rows:
         files = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)
 
         def texts() -> Iterator[str]:
-            for block in merge_runs([_chunks(p) for p in files]):
-                yield from map(itemgetter(1), block)
+            return _merged_texts(files)
 
         def frames() -> Iterator[pd.DataFrame]:
             rows = (list(json.loads(text).values()) for text in texts())
             yield from _frames(rows, _findings_frame)
 
-        return Rows(count, frames, texts)
+        return Rows(count, frames, texts, self._listing.result if self._listing else None)
 
     def diagnosis_rows(self) -> Rows:
         batches = sorted(self.diagnoses, key=lambda d: d[0])
@@ -123,7 +133,48 @@ class Spill:
         return Rows(count, frames, texts if complete else None)
 
     def close(self) -> None:
+        if self._listing is not None:
+            self._listing.stop()
         self._dir.cleanup()
+
+
+class _Listing:
+    """A list of texts written to `path` by a thread (`Spill.list_findings`)."""
+
+    def __init__(self, path: Path, texts: Callable[[threading.Event], Iterator[str]]) -> None:
+        self.path = path
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._write, args=(texts,), name="wirediff-findings", daemon=True
+        )
+        self._thread.start()
+
+    def _write(self, texts: Callable[[threading.Event], Iterator[str]]) -> None:
+        try:
+            with self.path.open("w", encoding="utf-8") as fh:
+                write_list(fh, texts(self._stop))
+        except BaseException as e:  # handed to the caller of `result`
+            self._error = e
+
+    def result(self) -> Path:
+        """The file, once written (the thread's error, if it failed)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.path
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _merged_texts(files: list[Path], stop: threading.Event | None = None) -> Iterator[str]:
+    """The findings' texts of the partitions' files, merged by place (until `stop`)."""
+    for block in merge_runs([_chunks(p) for p in files]):
+        if stop is not None and stop.is_set():
+            return
+        yield from map(itemgetter(1), block)
 
 
 def _chunks(path: Path) -> Iterator[list[Any]]:
