@@ -28,7 +28,16 @@ from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
 
-__all__ = ["CHAIN_COLUMNS", "chain_rows", "chain_rows_from", "redirect_location"]
+__all__ = [
+    "CHAIN_COLUMNS",
+    "assemble",
+    "chain_links",
+    "chain_roots",
+    "chain_rows",
+    "chain_rows_from",
+    "prepared",
+    "redirect_location",
+]
 
 CHAIN_COLUMNS = [
     "chain_id",
@@ -122,7 +131,7 @@ def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links
     return [("retry", int(pos[a]), int(pos[b])) for a, b in zip(prev[hit], order[hit], strict=True)]
 
 
-def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
+def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Links:
     """Outer → inner for each exchange that a gateway made while serving another one.
 
     The inner exchange came through another listener, asked the same thing (`hop_key`),
@@ -135,20 +144,26 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
     """
     n = len(f)
     listener = f["listener"].tolist()
-    replay = f["is_replay"].tolist()
+    replay = f["is_replay"].to_numpy(dtype=bool)
+    named = np.fromiter((isinstance(x, str) for x in listener), dtype=bool, count=n)
     started = f["started"].to_numpy(dtype=np.float64)
-    dur = f["duration_s"].to_numpy(dtype=np.float64)
-    outer_end = (started + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
-    inner_end = (started + np.where(np.isnan(dur), 0.0, dur)).tolist()
-    start = started.tolist()
+    order = np.lexsort((np.arange(n), started))
+    cand = order[(named & ~replay)[order]]  # the candidates, in start order
+    if not len(cand):
+        return []
+    keys = content[cand].tolist() if isinstance(content, np.ndarray) else [content[i] for i in cand]
+    where = [listener[i] for i in cand.tolist()]
+    dur = f["duration_s"].to_numpy(dtype=np.float64)[cand]
+    begun = started[cand]
+    outer_end = (begun + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
+    inner_end = (begun + np.where(np.isnan(dur), 0.0, dur)).tolist()
+    start = begun.tolist()
     seen: dict[Hashable, dict[str, list[int]]] = {}
-    has_inner = [False] * n
-    links: Links = []
-    for i in np.lexsort((np.arange(n), started)).tolist():
-        here = listener[i]
-        if not isinstance(here, str) or replay[i]:
-            continue
-        by_listener = seen.setdefault(content[i], {})
+    has_inner = [False] * len(cand)
+    found: list[tuple[int, int]] = []
+    for i in range(len(cand)):
+        here = where[i]
+        by_listener = seen.setdefault(keys[i], {})
         best, best_free = -1, False
         for other, prior in by_listener.items():
             if other == here:
@@ -162,20 +177,22 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
                 if free:
                     break  # the latest free container on this listener
         if best >= 0:
-            links.append(("hop", best, i))
+            found.append((best, i))
             has_inner[best] = True
         by_listener.setdefault(here, []).append(i)
-    return links
+    at = cand.tolist()
+    return [("hop", at[j], at[i]) for j, i in found]
 
 
 def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
-    sources = [
-        (i, normalize_url(urljoin(str(url), loc)))
-        for i, (url, loc) in enumerate(zip(f["url"].tolist(), locations, strict=True))
-        if loc
-    ]
-    if not sources:
+    at = [i for i, loc in enumerate(locations) if loc]
+    if not at:
         return []
+    urls = f["url"].take(at).tolist()
+    sources = [
+        (i, normalize_url(urljoin(str(url), str(locations[i]))))
+        for i, url in zip(at, urls, strict=True)
+    ]
     target_paths = {urlsplit(t).path for _, t in sources}
     targeted = [
         isinstance(p, str) and p.split("?", 1)[0] in target_paths for p in f["path"].tolist()
@@ -325,28 +342,66 @@ def chain_rows_from(
     records themselves are not at hand): its `hop_key` (None: no hop candidate), its
     redirect location, whether it succeeded, and the `body_key` of the exchange at a
     position."""
-    n = len(exchanges)
-    if n == 0:
+    if len(exchanges) == 0:
         return []
+    f = prepared(exchanges)
+    links = chain_links(f, contents, locations, body_keys)
+    return assemble(f, links, oks, failing_only=failing_only)
+
+
+def prepared(exchanges: pd.DataFrame, replay: Any = None) -> pd.DataFrame:
+    """The exchanges as links are found between them: numbered (`pos`), missing start
+    times 0, durations in seconds, retry counts 0 when missing, and whether each is a
+    replay (`replay`, else it has a `replay_of`)."""
     f = exchanges.reset_index(drop=True)
-    f = f.assign(
-        pos=np.arange(n),
+    is_replay = f["replay_of"].notna() if replay is None else np.asarray(replay, dtype=bool)
+    return f.assign(
+        pos=np.arange(len(f)),
         started=f["started"].astype("float64").fillna(0.0),
         duration_s=f["duration_ms"].astype("float64") / 1000.0,
         retry=f["retry"].fillna(0).astype("int64"),
-        is_replay=f["replay_of"].notna(),
+        is_replay=is_replay,
     )
-    links = (
+
+
+def chain_links(
+    f: pd.DataFrame,
+    contents: Sequence[Hashable] | np.ndarray,
+    locations: Sequence[str | None],
+    body_keys: Callable[[int], Hashable],
+) -> Links:
+    """Every link between the `prepared` exchanges, `(kind, from, to)` by position."""
+    return (
         _retry_links(f, body_keys)
         + _hop_links(f, contents)
         + _redirect_links(f, locations)
         + _fallback_links(f)
     )
 
-    uf = _UnionFind(n)
-    for _, a, b in links:
+
+def chain_roots(n: int, links: Links) -> np.ndarray:
+    """Each of `n` exchanges' chain, as the first position in it."""
+    roots = np.arange(n, dtype=np.int64)
+    if not links:
+        return roots
+    ends = np.array([(a, b) for _, a, b in links], dtype=np.int64)
+    nodes, at = np.unique(ends, return_inverse=True)
+    at = at.reshape(ends.shape)
+    uf = _UnionFind(len(nodes))
+    for a, b in zip(at[:, 0].tolist(), at[:, 1].tolist(), strict=True):
         uf.union(a, b)
-    roots = np.fromiter((uf.find(i) for i in range(n)), dtype=np.int64, count=n)
+    roots[nodes] = nodes[[uf.find(i) for i in range(len(nodes))]]
+    return roots
+
+
+def assemble(
+    f: pd.DataFrame, links: Links, oks: Sequence[bool], *, failing_only: bool = False
+) -> list[tuple[Any, ...]]:
+    """The chains of the `prepared` exchanges `f` joined by `links`, in `CHAIN_COLUMNS`
+    order, by their first exchange's start (reads `id`, `label`, `session`, `method`,
+    `path`, `status`, `error_kind`)."""
+    n = len(f)
+    roots = chain_roots(n, links)
     # the exchanges of the chains to list, in start order: the lists below hold only those
     keep = np.lexsort((np.arange(n), f["started"].to_numpy()))
     ok = np.fromiter(oks, dtype=bool, count=n)
@@ -359,13 +414,13 @@ def chain_rows_from(
     members: dict[int, list[int]] = {}
     for k, root in enumerate(roots[keep].tolist()):
         members.setdefault(root, []).append(k)
-    chain_links: dict[int, Links] = {}
+    by_root: dict[int, Links] = {}
     inner: set[int] = set()
     for kind, a, b in links:
         if at[a] < 0:
             continue
         link = (kind, int(at[a]), int(at[b]))
-        chain_links.setdefault(int(roots[a]), []).append(link)
+        by_root.setdefault(int(roots[a]), []).append(link)
         if kind == "hop":
             inner.add(link[2])
 
@@ -388,7 +443,7 @@ def chain_rows_from(
             )
             continue
         final = next(i for i in reversed(mem) if i not in inner)
-        lk = chain_links.get(root, [])
+        lk = by_root.get(root, [])
         if len(lk) > 1:  # by the places of their ends in the chain (start order)
             lk.sort(key=lambda link: (link[1], link[2]))
         steps = [i for i in mem if i not in inner] if len(mem) > 1 else mem

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from wirediff import FORMAT
@@ -22,20 +23,22 @@ from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.analysis.comparison.pairing import (
     UNMATCHED_COLUMNS,
     Baseline,
-    ContentLinks,
     choose_baseline,
     content_links,
 )
-from wirediff.engine.scan import CATEGORIES, DIGESTS, Scanned, plain
+from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
-from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS
 
 __all__ = [
+    "LEAN_COLUMNS",
+    "NO_LINKS",
+    "ByContent",
     "Index",
     "build_index",
     "content_pairing",
+    "lean",
     "line_number",
     "noise_samples",
     "partition_of",
@@ -45,6 +48,40 @@ __all__ = [
 
 log = logging.getLogger("wirediff.record.store")
 SKIPPED = "skipped"
+LEAN_CATEGORIES = ("location", "models")
+"""Index columns of few values besides `CATEGORIES`: redirect targets, models listed."""
+LEAN_COLUMNS = [
+    "src",
+    "a",
+    "b",
+    "nbytes",
+    "ordinal",
+    *(c for c in INDEX_COLUMNS if c not in ("id", "replay_of")),
+    "replay",
+    "deep",
+]
+"""The index as the command holds it (`lean`)."""
+NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
+
+
+def lean(scanned: Scanned) -> Scanned:
+    """A chunk's index rows as the command keeps them, made where they were scanned: ids
+    and `replay_of` only as their digests (a string a row is most of what the index of
+    every exchange would hold) and whether a record is a replay; redirect targets and the
+    models a `/v1/models` answer lists (as JSON) in categories."""
+    frame = scanned.frame
+    if not len(frame):
+        scanned.frame = pd.DataFrame(columns=LEAN_COLUMNS)
+        return scanned
+    frame["replay"] = frame["replay_of"].notna().to_numpy()
+    listed = [
+        orjson.dumps(list(m)).decode() if isinstance(m, (list, tuple, np.ndarray)) else None
+        for m in frame["models"].tolist()
+    ]
+    frame["models"] = pd.Series(listed, index=frame.index, dtype=object).astype("category")
+    frame["location"] = frame["location"].astype("category")
+    scanned.frame = frame[LEAN_COLUMNS]
+    return scanned
 
 
 def line_number(url: str, offset: int) -> int:
@@ -86,13 +123,13 @@ def _kept(frame: pd.DataFrame) -> np.ndarray:
     """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
     tried again later are left out (the newest attempt at an original and label stays);
     originals all stay. Vectorised: no Python object a row."""
-    of = frame["replay_of"]
-    replay = (of.astype("str").str.len().fillna(0) > 0).to_numpy(dtype=bool)
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replay = of != 0  # a `replay_of` that is a string, not empty
     if not replay.any():
         return np.ones(len(frame), dtype=bool)
     rows = np.flatnonzero(replay)
     started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()[rows]
-    of_code = pd.factorize(of.take(rows), use_na_sentinel=False)[0]
+    of_code = pd.factorize(of[rows], use_na_sentinel=False)[0]
     label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
     key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
     order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
@@ -100,8 +137,8 @@ def _kept(frame: pd.DataFrame) -> np.ndarray:
     newest = rows[order[last]]
     latest = np.zeros(len(frame), dtype=bool)
     latest[newest] = True
-    retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy()
-    return ~replay | latest | ~retried
+    retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+    return np.asarray(~replay | latest | ~retried, dtype=bool)
 
 
 @dataclass
@@ -150,7 +187,7 @@ def build_index(
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
-        keep[mine] = _kept(frame[["replay_of", "started", "label", "error_kind"]].iloc[mine])
+        keep[mine] = _kept(frame[["replay_digest", "started", "label", "error_kind"]].iloc[mine])
     if not keep.all():
         frame, scope = frame[keep].reset_index(drop=True), scope[keep]
     return Index(sources, frame, scope)
@@ -158,7 +195,7 @@ def build_index(
 
 def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
     """The chunks' categories made one (concatenating others would give plain objects)."""
-    for name in CATEGORIES:
+    for name in (*CATEGORIES, *LEAN_CATEGORIES):
         values = list(dict.fromkeys(v for f in frames for v in f[name].cat.categories.tolist()))
         strings = all(isinstance(v, str) for v in values)
         categories = pd.Index(values, dtype="str" if strings else object)
@@ -167,21 +204,19 @@ def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
 
 
 def _empty() -> pd.DataFrame:
-    from wirediff.engine.scan import INDEX_COLUMNS
-
-    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"])
+    return pd.DataFrame(columns=LEAN_COLUMNS)
 
 
-def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> np.ndarray:
+def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
     """Per record, the digest of the original it goes back to through `replay_of` (itself
     for an original; a replay of a replay goes back further; a missing original's id); for
-    an original paired by content (`links`: candidate id, baseline id) and its replays, the
-    baseline's original, so that both sides of a pair land in one partition."""
+    an original paired by content (`links`: candidate and baseline id digests, a row each)
+    and its replays, the baseline's original, so that both sides of a pair land in one
+    partition."""
     root = _replay_roots(frame)
-    if not links:
+    if not len(links):
         return root
-    cand = np.fromiter((digest(c) for c, _ in links), dtype=np.uint64, count=len(links))
-    base = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
+    cand, base = links[:, 0], links[:, 1]
     order = np.argsort(cand, kind="stable")
     cand, base = cand[order], base[order]
     at = np.clip(np.searchsorted(cand, root), 0, len(cand) - 1)
@@ -191,7 +226,7 @@ def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> 
 def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     own = frame["id_digest"].to_numpy(dtype=np.uint64)
     parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = frame["replay_of"].notna().to_numpy() & (parent != 0)
+    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
     root = np.where(replay, parent, own)
     ids, parents = own[replay], parent[replay]
     if not len(ids):
@@ -207,9 +242,7 @@ def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     return root
 
 
-def partitions(
-    frame: pd.DataFrame, count: int, links: Sequence[tuple[str, str]] = ()
-) -> np.ndarray:
+def partitions(frame: pd.DataFrame, count: int, links: np.ndarray = NO_LINKS) -> np.ndarray:
     """Each record's comparison partition, of `count`: a range of its root's digest."""
     return partition_of(root_digests(frame, links), count)
 
@@ -220,35 +253,49 @@ def partition_of(root: np.ndarray, count: int) -> np.ndarray:
 
 
 PAIRING_INPUTS = [
-    "id",
     "label",
     "session",
     "seq",
     "started",
     "retry",
-    "replay_of",
     "method",
     "endpoint",
     "fingerprint",
 ]
-"""The index columns `choose_baseline` and `content_links` read."""
+"""The index columns `choose_baseline` and `content_links` read, besides ids."""
 
 
-def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ContentLinks]:
+@dataclass
+class ByContent:
+    """Originals of independent captures paired by content (`content_links`), by digest."""
+
+    links: np.ndarray
+    """Candidate and baseline id digests, a row each (uint64)."""
+    unmatched: pd.DataFrame
+    """`UNMATCHED_COLUMNS`, each `id` the digest of one (`Run` names them)."""
+
+
+def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ByContent]:
     """The baseline label (`choose_baseline`) and the originals of other labels paired with
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
-    whose counterpart is in another part as unmatched)."""
-    ex = plain(frame, PAIRING_INPUTS).drop_duplicates("id")  # what pairing reads, not all
+    whose counterpart is in another part as unmatched). Ids are their digests here."""
+    ex = plain(frame, PAIRING_INPUTS)  # what pairing reads, not all
+    replay = frame["replay"].to_numpy(dtype=bool)
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    ex.insert(0, "id", frame["id_digest"].to_numpy(dtype=np.uint64))
+    ex["replay_of"] = pd.arrays.IntegerArray(np.where(replay, of, 0), ~replay)
+    ex = ex.drop_duplicates("id")
     chosen = choose_baseline(ex, requested)
     if chosen.label is None:
-        return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
-    return chosen, content_links(ex, chosen.label)
+        return chosen, ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
+    found = content_links(ex, chosen.label)
+    links = np.array([[int(c), int(b)] for c, b in found.links], dtype=np.uint64)
+    unmatched = found.unmatched.assign(id=[int(i) for i in found.unmatched["id"].tolist()])
+    return chosen, ByContent(links.reshape(-1, 2), unmatched)
 
 
-def noise_samples(
-    frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()
-) -> list[tuple[int, list[int]]]:
+def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
     compared originals repeat — in the order a whole analysis meets them (by the first
@@ -258,14 +305,13 @@ def noise_samples(
         return []
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    sent = frame["replay_of"].notna().to_numpy() & (frame["error_kind"] != SKIPPED).to_numpy()
+    sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
     order = np.argsort(ids, kind="stable")
     by_id = ids[order]
     last = np.r_[np.flatnonzero(by_id[1:] != by_id[:-1]), len(ids) - 1]
     unique_ids, row_of = by_id[last], order[last]  # an id's last row, as loading keeps it
     known = sent & (of != 0) & np.isin(of, unique_ids)
-    linked = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
-    linked = linked[np.isin(linked, unique_ids)]
+    linked = links[:, 1][np.isin(links[:, 1], unique_ids)]
     if not known.any() and not len(linked):
         return []
     at = np.r_[np.flatnonzero(known), len(frame) + np.arange(len(linked))]
