@@ -14,6 +14,7 @@ bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -143,23 +144,35 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     to several targets at once is the same prompt on several listeners, nested in time.
     """
     n = len(f)
-    listener = f["listener"].tolist()
+    # listeners by code: a category's values made into a string a row would be most of
+    # the memory the chains take over a million exchanges
+    codes, values = pd.factorize(f["listener"], use_na_sentinel=True)
+    named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
+    named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(values) else codes < -1
     replay = f["is_replay"].to_numpy(dtype=bool)
-    named = np.fromiter((isinstance(x, str) for x in listener), dtype=bool, count=n)
     started = f["started"].to_numpy(dtype=np.float64)
     order = np.lexsort((np.arange(n), started))
     cand = order[(named & ~replay)[order]]  # the candidates, in start order
     if not len(cand):
         return []
-    keys = content[cand].tolist() if isinstance(content, np.ndarray) else [content[i] for i in cand]
-    where = [listener[i] for i in cand.tolist()]
+    # compact columns of the candidates only (a million exchanges' floats as objects
+    # would be most of the memory the chains take)
+    keys: Any = (
+        array("Q", content[cand].astype(np.uint64).tobytes())
+        if isinstance(content, np.ndarray)
+        else [content[i] for i in cand.tolist()]
+    )
+    where = codes[cand].tolist()
     dur = f["duration_s"].to_numpy(dtype=np.float64)[cand]
     begun = started[cand]
-    outer_end = (begun + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
-    inner_end = (begun + np.where(np.isnan(dur), 0.0, dur)).tolist()
-    start = begun.tolist()
-    seen: dict[Hashable, dict[str, list[int]]] = {}
-    has_inner = [False] * len(cand)
+    outer_end = array(
+        "d", (begun + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tobytes()
+    )
+    inner_end = array("d", (begun + np.where(np.isnan(dur), 0.0, dur)).tobytes())
+    start = array("d", begun.tobytes())
+    del dur, begun
+    seen: dict[Hashable, dict[int, list[int]]] = {}
+    has_inner = bytearray(len(cand))
     found: list[tuple[int, int]] = []
     for i in range(len(cand)):
         here = where[i]
@@ -168,7 +181,7 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
         for other, prior in by_listener.items():
             if other == here:
                 continue
-            for j in reversed(prior[-HOP_LOOKBACK:]):
+            for j in reversed(prior):
                 if inner_end[i] > outer_end[j]:
                     continue
                 free = not has_inner[j]
@@ -179,7 +192,10 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
         if best >= 0:
             found.append((best, i))
             has_inner[best] = True
-        by_listener.setdefault(here, []).append(i)
+        mine = by_listener.setdefault(here, [])
+        mine.append(i)
+        if len(mine) > HOP_LOOKBACK:  # only the last ones are ever looked back at
+            del mine[0]
     at = cand.tolist()
     return [("hop", at[j], at[i]) for j, i in found]
 
@@ -228,20 +244,20 @@ def _origin(url: Any) -> str:
 
 def _fallback_links(f: pd.DataFrame) -> Links:
     status = f["status"].astype("float64").to_numpy()
-    family = f["family"].to_numpy(dtype=object)
+    responses = (f["family"] == "responses").to_numpy(dtype=bool)
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
     # A replayer sends what was recorded, in its own order: its next call is no fallback.
     original = ~f["is_replay"].to_numpy(dtype=bool)
     source = (
         original
-        & (family == "responses")
+        & responses
         & (np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status)))
     )
     if not source.any():
         return []
     # The same client on the same base URL: origin and API prefix (a later call to another
     # server is no fallback, whatever the labels say).
-    f = f.assign(origin=[_origin(u) for u in f["url"].tolist()])
+    f = f.assign(origin=f["url"].map(_origin))  # a category's once
     keys = [
         "session",
         "label",
@@ -257,18 +273,19 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
     gs = g[order]
     started = f["started"].to_numpy(dtype=np.float64)
-    model = f["model"].to_numpy(dtype=object)
+    chat = (f["family"] == "chat.completions").to_numpy(dtype=bool)
+    model = pd.factorize(f["model"], use_na_sentinel=True)[0]  # equal models, equal codes
     links: Links = []
     done = ~source[order]
     for k in range(1, FALLBACK_LOOKAHEAD + 1):
         if len(order) <= k:
             break
         a, b = order[:-k], order[k:]
-        same_model = pd.isna(model[a]) | pd.isna(model[b]) | (model[a] == model[b])
+        same_model = (model[a] < 0) | (model[b] < 0) | (model[a] == model[b])
         hit = (
             ~done[:-k]
             & (gs[:-k] == gs[k:])
-            & (family[b] == "chat.completions")
+            & chat[b]
             & (started[b] - started[a] <= FOLLOW_WINDOW_S)
             & same_model
         )

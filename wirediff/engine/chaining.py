@@ -62,7 +62,7 @@ def failing_chains(frame: pd.DataFrame, batch_records: int) -> Failing:
     n = len(frame)
     if not n:
         return Failing(0, [])
-    f = prepared(pd.DataFrame({c: frame[c] for c in CHAIN_INPUTS}), frame["replay"])
+    f = prepared(pd.DataFrame({c: frame[c] for c in CHAIN_INPUTS}, copy=False), frame["replay"])
     locations: list[str | None] = [None] * n
     codes = frame["location"].cat.codes.to_numpy()
     targets = frame["location"].cat.categories.tolist()

@@ -166,6 +166,8 @@ def build_index(
     all of them else) unless `retried`."""
     _say(sources, scans)
     frames = [s.frame for s in sorted(scans, key=lambda s: (s.src, s.start)) if len(s.frame)]
+    for s in scans:  # each chunk's rows held once: by `frames`, until concatenated
+        s.frame = _EMPTY
     if not frames:
         return Index(sources, _empty(), np.zeros(0, dtype=np.int64))
     for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
@@ -205,6 +207,9 @@ def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
 
 def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=LEAN_COLUMNS)
+
+
+_EMPTY = pd.DataFrame()
 
 
 def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
@@ -280,19 +285,64 @@ def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baselin
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched). Ids are their digests here."""
-    ex = plain(frame, PAIRING_INPUTS)  # what pairing reads, not all
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
     replay = frame["replay"].to_numpy(dtype=bool)
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    ex.insert(0, "id", frame["id_digest"].to_numpy(dtype=np.uint64))
-    ex["replay_of"] = pd.arrays.IntegerArray(np.where(replay, of, 0), ~replay)
-    ex = ex.drop_duplicates("id")
-    chosen = choose_baseline(ex, requested)
-    if chosen.label is None:
-        return chosen, ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
-    found = content_links(ex, chosen.label)
+    once = np.zeros(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
+    once[np.unique(ids, return_index=True)[1]] = True
+    original = once & ~replay
+    label = _label_codes(frame["label"])
+    chosen = choose_baseline(
+        _pairing_frame(frame, _deciding(frame, once, original, label)), requested
+    )
+    none = ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
+    if chosen.label is None or len(np.unique(label[original])) < 2:
+        return chosen, none  # one label of originals: nothing to pair by content
+    found = content_links(_pairing_frame(frame, np.flatnonzero(original)), chosen.label)
     links = np.array([[int(c), int(b)] for c, b in found.links], dtype=np.uint64)
     unmatched = found.unmatched.assign(id=[int(i) for i in found.unmatched["id"].tolist()])
     return chosen, ByContent(links.reshape(-1, 2), unmatched)
+
+
+def _label_codes(labels: pd.Series) -> np.ndarray:
+    """Each row's label as pairing compares them (missing as empty, as text), by code."""
+    values = ["" if pd.isna(v) else str(v) for v in labels.cat.categories.tolist()]
+    same = pd.factorize(pd.Index([*values, ""], dtype=object))[0]
+    return np.asarray(same[labels.cat.codes.to_numpy()], dtype=np.int64)  # -1: the last
+
+
+def _deciding(
+    frame: pd.DataFrame, once: np.ndarray, original: np.ndarray, label: np.ndarray
+) -> np.ndarray:
+    """The rows `choose_baseline` decides from alike, in order: of the originals, each
+    label's first and its first one replayed, with a replay of each replayed one taken."""
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
+    replayed = original & np.isin(ids, of[replays])
+    rows = [
+        _first_per(np.flatnonzero(original), label),
+        _first_per(np.flatnonzero(replayed), label),
+    ]
+    taken = np.unique(np.concatenate(rows))
+    asked = ids[taken[replayed[taken]]]
+    mine = replays[np.isin(of[replays], asked)]
+    rows.append(mine[np.unique(of[mine], return_index=True)[1]])
+    return np.unique(np.concatenate(rows))
+
+
+def _first_per(rows: np.ndarray, label: np.ndarray) -> np.ndarray:
+    return rows[np.unique(label[rows], return_index=True)[1]]
+
+
+def _pairing_frame(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """These rows as pairing reads them, ids and `replay_of` as digests."""
+    part = frame.iloc[rows]
+    ex = plain(part, PAIRING_INPUTS)
+    replay = part["replay"].to_numpy(dtype=bool)
+    of = part["replay_digest"].to_numpy(dtype=np.uint64)
+    ex.insert(0, "id", part["id_digest"].to_numpy(dtype=np.uint64))
+    ex["replay_of"] = pd.arrays.IntegerArray(np.where(replay, of, 0), ~replay)
+    return ex
 
 
 def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:

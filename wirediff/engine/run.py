@@ -235,10 +235,10 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
     frame = index.frame
-    backend = plain(frame, ["label", "listener"])
+    backend = frame[["label", "listener"]]  # by category: no string a row
     rank = backend.groupby(["label", "listener"], dropna=False, sort=False).cumcount()
     heads = np.flatnonzero(rank.to_numpy() < BACKEND_SCAN)
-    head = backend.take(heads)
+    head = plain(backend.take(heads), ["label", "listener"])
     keys = zip(head["label"].tolist(), head["listener"].tolist(), strict=True)
     first: dict[tuple[Any, Any], list[int]] = {}
     for i, key in zip(heads.tolist(), keys, strict=True):
