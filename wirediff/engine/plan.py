@@ -62,6 +62,9 @@ LEAN_COLUMNS = [
 ]
 """The index as the command holds it (`lean`)."""
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
+NARROWED = ("src", "a", "b", "nbytes", "ordinal", "retry", "seq")
+"""Integer columns kept in the narrowest type that holds a chunk's values (the index
+widens them as it concatenates chunks)."""
 
 
 def lean(scanned: Scanned) -> Scanned:
@@ -80,8 +83,23 @@ def lean(scanned: Scanned) -> Scanned:
     ]
     frame["models"] = pd.Series(listed, index=frame.index, dtype=object).astype("category")
     frame["location"] = frame["location"].astype("category")
-    scanned.frame = frame[LEAN_COLUMNS]
+    for name in NARROWED:
+        if frame[name].dtype.kind in "iu":
+            frame[name] = pd.to_numeric(frame[name], downcast="integer")
+    scanned.frame = _apart(frame[LEAN_COLUMNS])
     return scanned
+
+
+def _apart(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each column an array of its own (not a block of many), so that
+    `build_index` lets each go as soon as it has copied it."""
+    columns = {
+        c: frame[c].array
+        if isinstance(frame[c].dtype, pd.CategoricalDtype)
+        else frame[c].to_numpy(copy=True)
+        for c in frame.columns
+    }
+    return pd.DataFrame(columns, copy=False)
 
 
 def line_number(url: str, offset: int) -> int:
@@ -175,9 +193,7 @@ def build_index(
             f[name] = f[name].astype(np.uint64)
     if len(frames) > 1:
         _same_categories(frames)
-        frame = pd.concat(frames, ignore_index=True)
-    else:
-        frame = frames[0]
+    frame = _concatenated(frames)
     del frames
     src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
     if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
@@ -191,8 +207,20 @@ def build_index(
         mine = np.flatnonzero(scope == s)
         keep[mine] = _kept(frame[["replay_digest", "started", "label", "error_kind"]].iloc[mine])
     if not keep.all():
-        frame, scope = frame[keep].reset_index(drop=True), scope[keep]
+        frame, scope = _concatenated([frame], keep), scope[keep]
     return Index(sources, frame, scope)
+
+
+def _concatenated(frames: list[pd.DataFrame], keep: np.ndarray | None = None) -> pd.DataFrame:
+    """The frames one after the other (their rows at `keep`), a column at a time, each
+    frame's column let go once copied: the rows are held once, not twice."""
+    columns = {}
+    for name in list(frames[0].columns):
+        column = pd.concat([f[name] for f in frames], ignore_index=True)
+        for f in frames:
+            del f[name]
+        columns[name] = column if keep is None else column[keep].reset_index(drop=True)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
