@@ -299,14 +299,21 @@ def diagnose(
         batch = chain_batch(frame, rows, links)
         _, at = np.unique(batch.ids, return_index=True)
         where = locators(frame, last_of_id(rows[np.sort(at)]))
-        return (index.sources, batch, where, served, known, first, report), {}
+        spill_to = spill.directory if spill is not None and engine.shares_disk else None
+        return (index.sources, batch, where, served, known, first, report, spill_to), {}
 
     calls = Calls(len(failing.batches), call)
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))
     for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
-        if spill is not None:
-            spill.add_diagnoses(failing.batches[i][0], result.rows, result.texts)
-        out.rows += len(result.rows)
+        first = failing.batches[i][0]
+        if result.spilled is not None and spill is not None:
+            spill.add_diagnoses_file(first, *result.spilled)
+            out.rows += result.spilled[2]
+        elif spill is not None:
+            spill.add_diagnoses(first, result.rows, result.texts)
+            out.rows += len(result.rows)
+        else:
+            out.rows += len(result.rows)
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)
     bar.close()

@@ -73,6 +73,10 @@ class Spill:
             written = self._write(texts) if texts else None
             self.diagnoses.append((first, self._write(rows), written, len(rows)))
 
+    def add_diagnoses_file(self, first: Any, rows: str, texts: str | None, count: int) -> None:
+        """One batch of diagnosis rows (and texts), written by its worker into `directory`."""
+        self.diagnoses.append((first, Path(rows), None if texts is None else Path(texts), count))
+
     def finding_rows(self) -> Rows:
         files = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)

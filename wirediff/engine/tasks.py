@@ -158,6 +158,9 @@ class Diagnosed:
     texts: list[str]
     chains: ChainCounts
     count: int
+    spilled: tuple[str, str | None, int] | None = None
+    """Where the worker wrote `rows` and `texts` itself, and how many rows (then both are
+    empty)."""
 
 
 def diagnose_batch(
@@ -168,8 +171,10 @@ def diagnose_batch(
     known: Mapping[tuple[Any, Any], Provider],
     first: int,
     report: bool,
+    spill_to: str | None = None,
 ) -> Diagnosed:
-    """Diagnose a batch of failing chains whose records are at `where`."""
+    """Diagnose a batch of failing chains whose records are at `where`; `spill_to`: a
+    directory this worker shares with the command, where it writes the rows itself."""
     with paused_gc():
         records = read_records(sources, *where)
         chains = batch.rows(records)
@@ -179,8 +184,19 @@ def diagnose_batch(
         for row in chains:
             chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
             rows.extend(diagnose_chain(chain, by_id, served, backends))
-        if not report:
-            return Diagnosed(rows, [], {}, len(chains))
-        frame = diagnosis_frame(rows)
-        counts = collect_chains(frame, by_id, first)
-        return Diagnosed(rows, diagnosis_texts(frame), counts, len(chains))
+        texts: list[str] = []
+        counts: ChainCounts = {}
+        if report:
+            frame = diagnosis_frame(rows)
+            counts = collect_chains(frame, by_id, first)
+            texts = diagnosis_texts(frame)
+        if spill_to is None or not rows:
+            return Diagnosed(rows, texts, counts, len(chains))
+        path = Path(spill_to) / f"diagnoses-{uuid.uuid4().hex}.pickle"
+        write_rows(path, rows)
+        written = None
+        if texts:
+            written = path.with_suffix(".texts.pickle")
+            write_rows(written, texts)
+        spilled = (str(path), None if written is None else str(written), len(rows))
+        return Diagnosed([], [], counts, len(chains), spilled)
