@@ -12,8 +12,6 @@ partitions in flight, never the captures.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from wirediff.engine.plan import (
     ByContent,
     Index,
     build_index,
+    give_back,
     lean,
     noise_samples,
     partition_of,
@@ -109,14 +108,6 @@ def scan_inputs(
     return index
 
 
-def give_back() -> None:
-    """Hand the memory freed so far back to the system (glibc keeps it else: the scanned
-    chunks' many small arrays, once copied into the index, would stay resident through
-    the phases that follow)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def _scan(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     with paused_gc():
         return lean(fn(*args))
@@ -172,6 +163,7 @@ def compare(
     if engine.workers > 1 and total > SMALL_BYTES:
         count = max(count, engine.workers)
     noise = _noise(engine, index, links)
+    give_back()
     part_of = partitions(frame, count, links) if count > 1 else np.zeros(len(frame), dtype=np.int64)
     link_part = partition_of(links[:, 1], count).tolist()
     links_of: dict[int, list[tuple[int, int, int]]] = {}
@@ -179,11 +171,11 @@ def compare(
         links_of.setdefault(link_part[n], []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
     deep = frame["deep"].to_numpy(dtype=bool)
-    calls: list[Call] = []
-    for p in range(count):
+    parts = np.flatnonzero(np.bincount(part_of, minlength=count)).tolist()
+
+    def call(i: int) -> Call:  # made as a worker takes it: positions of one partition held
+        p = parts[i]
         rows = np.flatnonzero(part_of == p)
-        if not len(rows):
-            continue
         mine = {
             int(r): noise[int(r)] for r in np.unique(requests[rows]).tolist() if int(r) in noise
         }
@@ -197,9 +189,11 @@ def compare(
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
             "shallow": not bool(deep[rows].any()),
         }
-        part = frame.iloc[rows]  # arrays, not lists: a million positions held until sent
+        part = frame.iloc[rows]
         where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
-        calls.append(((sources, where, rows), kwargs))
+        return (sources, where, rows), kwargs
+
+    calls = Calls(len(parts), call)
     merged = Partial(max_examples)
     bar = progress.phase("compare", len(frame), "ex", len(calls))
     for _, result in engine.run(tasks.compare_part, calls):
@@ -287,6 +281,7 @@ def diagnose(
     """Every failing chain diagnosed, in batches; rows into `spill`."""
     frame = index.frame
     failing = failing_chains(frame, BATCH_RECORDS)
+    give_back()
     out = Diagnosed()
     if not failing.count:
         return out
