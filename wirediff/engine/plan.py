@@ -140,26 +140,29 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
             raise CaptureError(f"{url}: not a {FORMAT} capture (no line is a JSON record)")
 
 
+_KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]
+
+
 def _kept(frame: pd.DataFrame) -> np.ndarray:
     """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
     tried again later are left out (the newest attempt at an original and label stays);
-    originals all stay. Vectorised: no Python object a row."""
+    originals all stay. Vectorised: no Python object a row, and only the attempts at the
+    originals with such an attempt sorted."""
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replay = of != 0  # a `replay_of` that is a string, not empty
-    if not replay.any():
+    retried = replay & frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+    if not retried.any():
         return np.ones(len(frame), dtype=bool)
-    rows = np.flatnonzero(replay)
-    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()[rows]
+    rows = np.flatnonzero(replay & np.isin(of, np.unique(of[retried])))
+    started = pd.to_numeric(frame["started"].take(rows), errors="coerce").fillna(0.0).to_numpy()
     of_code = pd.factorize(of[rows], use_na_sentinel=False)[0]
     label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
     key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
     order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
     last = np.r_[key[order][1:] != key[order][:-1], True]
-    newest = rows[order[last]]
     latest = np.zeros(len(frame), dtype=bool)
-    latest[newest] = True
-    retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
-    return np.asarray(~replay | latest | ~retried, dtype=bool)
+    latest[rows[order[last]]] = True
+    return np.asarray(~retried | latest, dtype=bool)
 
 
 @dataclass
@@ -208,7 +211,8 @@ def build_index(
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
-        keep[mine] = _kept(frame[["replay_digest", "started", "label", "error_kind"]].iloc[mine])
+        part = frame if len(mine) == len(frame) else frame[_KEPT_INPUTS].iloc[mine]
+        keep[mine] = _kept(part)
     if not keep.all():
         frame, scope = _concatenated([frame], keep), scope[keep]
     return Index(sources, frame, scope)
@@ -394,27 +398,41 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
     if not len(frame):
         return []
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    order = np.argsort(ids, kind="stable")
+    unique_ids = ids[order]
+    ends = np.flatnonzero(unique_ids[1:] != unique_ids[:-1])
+    row_of = order  # an id's last row, as loading keeps it
+    if len(ends) < len(ids) - 1:
+        last = np.r_[ends, len(ids) - 1]
+        unique_ids, row_of = unique_ids[last], order[last]
+    del order, ends
+
+    def known(values: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(unique_ids, values), len(unique_ids) - 1)
+        return np.asarray(unique_ids[at] == values, dtype=bool)
+
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
-    order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    last = np.r_[np.flatnonzero(by_id[1:] != by_id[:-1]), len(ids) - 1]
-    unique_ids, row_of = by_id[last], order[last]  # an id's last row, as loading keeps it
-    known = sent & (of != 0) & np.isin(of, unique_ids)
-    linked = links[:, 1][np.isin(links[:, 1], unique_ids)]
-    if not known.any() and not len(linked):
+    replays = np.flatnonzero(sent & (of != 0))
+    del sent
+    replays = replays[known(of[replays])]
+    linked = links[:, 1][known(links[:, 1])]
+    if not len(replays) and not len(linked):
         return []
-    at = np.r_[np.flatnonzero(known), len(frame) + np.arange(len(linked))]
-    compared = np.r_[of[known], linked]
+    at = np.r_[replays, len(frame) + np.arange(len(linked))]
+    compared = np.r_[of[replays], linked]
     originals, first = np.unique(compared, return_index=True)  # each one's first pair
     rows = row_of[np.searchsorted(unique_ids, originals)]
-    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
     by_first = np.argsort(at[first], kind="stable")
-    groups: dict[int, list[int]] = {}
-    for request, row in zip(requests[by_first].tolist(), rows[by_first].tolist(), strict=True):
-        groups.setdefault(request, []).append(row)
+    rows = rows[by_first]
+    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
+    code, request = pd.factorize(requests)  # by each request's first original
+    sizes = np.bincount(code)
+    grouped = np.argsort(code, kind="stable")
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
     return [
-        (request, members[: 1 + NOISE_SAMPLES])
-        for request, members in groups.items()
-        if len(members) >= 2
+        (int(request[c]), rows[grouped[starts[c] : starts[c] + min(n, 1 + NOISE_SAMPLES)]].tolist())
+        for c, n in zip(
+            np.flatnonzero(sizes >= 2).tolist(), sizes[sizes >= 2].tolist(), strict=True
+        )
     ]

@@ -1,13 +1,15 @@
 """The analysis as partition functions: scan, then compare partitions and diagnose batches of
 failing chains on an engine, merging results as they come (`Partial.merge`, the chains'
-merge), every row that tables list spilled to disk — so memory holds the index and the
-partitions in flight, never the captures.
+merge), every row that tables list spilled to disk — so memory holds the index (no string a
+row: ids as digests) and the tasks in flight, never the captures.
 
     scan      chunks of each file (or a dataset's files) → the index (`plan.build_index`)
     noise     the first repeats of each repeated request → its noise (one task)
     compare   partitions: originals with all their replays → `Partial` (+ finding rows)
-    chains    built once over the index (they may span sessions: two proxies' hops)
-    diagnose  batches of failing chains → diagnosis rows (+ the report's chain groups)
+    chains    linked once over the index, as positions (they may span sessions: two
+              proxies' hops; `chaining`)
+    diagnose  batches of whole failing chains → named from their records, diagnosed →
+              diagnosis rows (+ the report's chain groups)
 """
 
 from __future__ import annotations
