@@ -330,10 +330,12 @@ def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baselin
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched). Ids are their digests here."""
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    replay = frame["replay"].to_numpy(dtype=bool)
-    once = np.zeros(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
-    once[np.unique(ids, return_index=True)[1]] = True
-    original = once & ~replay
+    order = np.argsort(ids, kind="stable")
+    repeated = np.flatnonzero(ids[order[1:]] == ids[order[:-1]])
+    once = np.ones(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
+    once[order[repeated + 1]] = False
+    del order, repeated
+    original = once & ~frame["replay"].to_numpy(dtype=bool)
     label = _label_codes(frame["label"])
     chosen = choose_baseline(
         _pairing_frame(frame, _deciding(frame, once, original, label)), requested
@@ -351,7 +353,7 @@ def _label_codes(labels: pd.Series) -> np.ndarray:
     """Each row's label as pairing compares them (missing as empty, as text), by code."""
     values = ["" if pd.isna(v) else str(v) for v in labels.cat.categories.tolist()]
     same = pd.factorize(pd.Index([*values, ""], dtype=object))[0]
-    return np.asarray(same[labels.cat.codes.to_numpy()], dtype=np.int64)  # -1: the last
+    return same.astype(np.int32)[labels.cat.codes.to_numpy()]  # -1: the last
 
 
 def _deciding(
@@ -362,7 +364,10 @@ def _deciding(
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
-    replayed = original & np.isin(ids, of[replays])
+    asked = np.unique(of[replays])
+    at = np.minimum(np.searchsorted(asked, ids), max(len(asked) - 1, 0))
+    replayed = original & (asked[at] == ids) if len(asked) else np.zeros_like(original)
+    del at
     rows = [
         _first_per(np.flatnonzero(original), label),
         _first_per(np.flatnonzero(replayed), label),

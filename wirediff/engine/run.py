@@ -206,6 +206,7 @@ def compare(
             spill.add_findings(result.rows)
         bar.done(1, result.exchanges)
     bar.close()
+    give_back()
     return merged
 
 
