@@ -123,6 +123,7 @@ def content_pairing(
     if len(found.unmatched):
         names = _names(engine, index, found.unmatched["id"].tolist())
         found.unmatched["id"] = [names[d] for d in found.unmatched["id"].tolist()]
+    give_back()
     return chosen, found
 
 
