@@ -14,6 +14,7 @@ bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -28,7 +29,16 @@ from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
 from wirediff.record.tags import header_get
 
-__all__ = ["CHAIN_COLUMNS", "chain_rows", "chain_rows_from", "redirect_location"]
+__all__ = [
+    "CHAIN_COLUMNS",
+    "assemble",
+    "chain_links",
+    "chain_roots",
+    "chain_rows",
+    "chain_rows_from",
+    "prepared",
+    "redirect_location",
+]
 
 CHAIN_COLUMNS = [
     "chain_id",
@@ -122,7 +132,7 @@ def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links
     return [("retry", int(pos[a]), int(pos[b])) for a, b in zip(prev[hit], order[hit], strict=True)]
 
 
-def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
+def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Links:
     """Outer → inner for each exchange that a gateway made while serving another one.
 
     The inner exchange came through another listener, asked the same thing (`hop_key`),
@@ -134,26 +144,44 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
     to several targets at once is the same prompt on several listeners, nested in time.
     """
     n = len(f)
-    listener = f["listener"].tolist()
-    replay = f["is_replay"].tolist()
+    # listeners by code: a category's values made into a string a row would be most of
+    # the memory the chains take over a million exchanges
+    codes, values = pd.factorize(f["listener"], use_na_sentinel=True)
+    named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
+    named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(values) else codes < -1
+    replay = f["is_replay"].to_numpy(dtype=bool)
     started = f["started"].to_numpy(dtype=np.float64)
-    dur = f["duration_s"].to_numpy(dtype=np.float64)
-    outer_end = (started + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tolist()
-    inner_end = (started + np.where(np.isnan(dur), 0.0, dur)).tolist()
-    start = started.tolist()
-    seen: dict[Hashable, dict[str, list[int]]] = {}
-    has_inner = [False] * n
-    links: Links = []
-    for i in np.lexsort((np.arange(n), started)).tolist():
-        here = listener[i]
-        if not isinstance(here, str) or replay[i]:
-            continue
-        by_listener = seen.setdefault(content[i], {})
+    order = np.lexsort((np.arange(n), started))
+    cand = order[(named & ~replay)[order]]  # the candidates, in start order
+    if not len(cand):
+        return []
+    # compact columns of the candidates only (a million exchanges' floats as objects
+    # would be most of the memory the chains take)
+    keys: Any = (
+        array("Q", content[cand].astype(np.uint64).tobytes())
+        if isinstance(content, np.ndarray)
+        else [content[i] for i in cand.tolist()]
+    )
+    where = codes[cand].tolist()
+    dur = f["duration_s"].to_numpy(dtype=np.float64)[cand]
+    begun = started[cand]
+    outer_end = array(
+        "d", (begun + np.where(np.isnan(dur), HOP_WINDOW_S, dur) + HOP_SLACK_S).tobytes()
+    )
+    inner_end = array("d", (begun + np.where(np.isnan(dur), 0.0, dur)).tobytes())
+    start = array("d", begun.tobytes())
+    del dur, begun
+    seen: dict[Hashable, dict[int, list[int]]] = {}
+    has_inner = bytearray(len(cand))
+    found: list[tuple[int, int]] = []
+    for i in range(len(cand)):
+        here = where[i]
+        by_listener = seen.setdefault(keys[i], {})
         best, best_free = -1, False
         for other, prior in by_listener.items():
             if other == here:
                 continue
-            for j in reversed(prior[-HOP_LOOKBACK:]):
+            for j in reversed(prior):
                 if inner_end[i] > outer_end[j]:
                     continue
                 free = not has_inner[j]
@@ -162,20 +190,25 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable]) -> Links:
                 if free:
                     break  # the latest free container on this listener
         if best >= 0:
-            links.append(("hop", best, i))
+            found.append((best, i))
             has_inner[best] = True
-        by_listener.setdefault(here, []).append(i)
-    return links
+        mine = by_listener.setdefault(here, [])
+        mine.append(i)
+        if len(mine) > HOP_LOOKBACK:  # only the last ones are ever looked back at
+            del mine[0]
+    at = cand.tolist()
+    return [("hop", at[j], at[i]) for j, i in found]
 
 
 def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
-    sources = [
-        (i, normalize_url(urljoin(str(url), loc)))
-        for i, (url, loc) in enumerate(zip(f["url"].tolist(), locations, strict=True))
-        if loc
-    ]
-    if not sources:
+    at = [i for i, loc in enumerate(locations) if loc]
+    if not at:
         return []
+    urls = f["url"].take(at).tolist()
+    sources = [
+        (i, normalize_url(urljoin(str(url), str(locations[i]))))
+        for i, url in zip(at, urls, strict=True)
+    ]
     target_paths = {urlsplit(t).path for _, t in sources}
     targeted = [
         isinstance(p, str) and p.split("?", 1)[0] in target_paths for p in f["path"].tolist()
@@ -211,20 +244,20 @@ def _origin(url: Any) -> str:
 
 def _fallback_links(f: pd.DataFrame) -> Links:
     status = f["status"].astype("float64").to_numpy()
-    family = f["family"].to_numpy(dtype=object)
+    responses = (f["family"] == "responses").to_numpy(dtype=bool)
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
     # A replayer sends what was recorded, in its own order: its next call is no fallback.
     original = ~f["is_replay"].to_numpy(dtype=bool)
     source = (
         original
-        & (family == "responses")
+        & responses
         & (np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status)))
     )
     if not source.any():
         return []
     # The same client on the same base URL: origin and API prefix (a later call to another
     # server is no fallback, whatever the labels say).
-    f = f.assign(origin=[_origin(u) for u in f["url"].tolist()])
+    f = f.assign(origin=f["url"].map(_origin))  # a category's once
     keys = [
         "session",
         "label",
@@ -240,18 +273,19 @@ def _fallback_links(f: pd.DataFrame) -> Links:
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
     gs = g[order]
     started = f["started"].to_numpy(dtype=np.float64)
-    model = f["model"].to_numpy(dtype=object)
+    chat = (f["family"] == "chat.completions").to_numpy(dtype=bool)
+    model = pd.factorize(f["model"], use_na_sentinel=True)[0]  # equal models, equal codes
     links: Links = []
     done = ~source[order]
     for k in range(1, FALLBACK_LOOKAHEAD + 1):
         if len(order) <= k:
             break
         a, b = order[:-k], order[k:]
-        same_model = pd.isna(model[a]) | pd.isna(model[b]) | (model[a] == model[b])
+        same_model = (model[a] < 0) | (model[b] < 0) | (model[a] == model[b])
         hit = (
             ~done[:-k]
             & (gs[:-k] == gs[k:])
-            & (family[b] == "chat.completions")
+            & chat[b]
             & (started[b] - started[a] <= FOLLOW_WINDOW_S)
             & same_model
         )
@@ -325,28 +359,66 @@ def chain_rows_from(
     records themselves are not at hand): its `hop_key` (None: no hop candidate), its
     redirect location, whether it succeeded, and the `body_key` of the exchange at a
     position."""
-    n = len(exchanges)
-    if n == 0:
+    if len(exchanges) == 0:
         return []
+    f = prepared(exchanges)
+    links = chain_links(f, contents, locations, body_keys)
+    return assemble(f, links, oks, failing_only=failing_only)
+
+
+def prepared(exchanges: pd.DataFrame, replay: Any = None) -> pd.DataFrame:
+    """The exchanges as links are found between them: numbered (`pos`), missing start
+    times 0, durations in seconds, retry counts 0 when missing, and whether each is a
+    replay (`replay`, else it has a `replay_of`)."""
     f = exchanges.reset_index(drop=True)
-    f = f.assign(
-        pos=np.arange(n),
+    is_replay = f["replay_of"].notna() if replay is None else np.asarray(replay, dtype=bool)
+    return f.assign(
+        pos=np.arange(len(f)),
         started=f["started"].astype("float64").fillna(0.0),
         duration_s=f["duration_ms"].astype("float64") / 1000.0,
         retry=f["retry"].fillna(0).astype("int64"),
-        is_replay=f["replay_of"].notna(),
+        is_replay=is_replay,
     )
-    links = (
+
+
+def chain_links(
+    f: pd.DataFrame,
+    contents: Sequence[Hashable] | np.ndarray,
+    locations: Sequence[str | None],
+    body_keys: Callable[[int], Hashable],
+) -> Links:
+    """Every link between the `prepared` exchanges, `(kind, from, to)` by position."""
+    return (
         _retry_links(f, body_keys)
         + _hop_links(f, contents)
         + _redirect_links(f, locations)
         + _fallback_links(f)
     )
 
-    uf = _UnionFind(n)
-    for _, a, b in links:
+
+def chain_roots(n: int, links: Links) -> np.ndarray:
+    """Each of `n` exchanges' chain, as the first position in it."""
+    roots = np.arange(n, dtype=np.int64)
+    if not links:
+        return roots
+    ends = np.array([(a, b) for _, a, b in links], dtype=np.int64)
+    nodes, at = np.unique(ends, return_inverse=True)
+    at = at.reshape(ends.shape)
+    uf = _UnionFind(len(nodes))
+    for a, b in zip(at[:, 0].tolist(), at[:, 1].tolist(), strict=True):
         uf.union(a, b)
-    roots = np.fromiter((uf.find(i) for i in range(n)), dtype=np.int64, count=n)
+    roots[nodes] = nodes[[uf.find(i) for i in range(len(nodes))]]
+    return roots
+
+
+def assemble(
+    f: pd.DataFrame, links: Links, oks: Sequence[bool], *, failing_only: bool = False
+) -> list[tuple[Any, ...]]:
+    """The chains of the `prepared` exchanges `f` joined by `links`, in `CHAIN_COLUMNS`
+    order, by their first exchange's start (reads `id`, `label`, `session`, `method`,
+    `path`, `status`, `error_kind`)."""
+    n = len(f)
+    roots = chain_roots(n, links)
     # the exchanges of the chains to list, in start order: the lists below hold only those
     keep = np.lexsort((np.arange(n), f["started"].to_numpy()))
     ok = np.fromiter(oks, dtype=bool, count=n)
@@ -359,13 +431,13 @@ def chain_rows_from(
     members: dict[int, list[int]] = {}
     for k, root in enumerate(roots[keep].tolist()):
         members.setdefault(root, []).append(k)
-    chain_links: dict[int, Links] = {}
+    by_root: dict[int, Links] = {}
     inner: set[int] = set()
     for kind, a, b in links:
         if at[a] < 0:
             continue
         link = (kind, int(at[a]), int(at[b]))
-        chain_links.setdefault(int(roots[a]), []).append(link)
+        by_root.setdefault(int(roots[a]), []).append(link)
         if kind == "hop":
             inner.add(link[2])
 
@@ -388,7 +460,7 @@ def chain_rows_from(
             )
             continue
         final = next(i for i in reversed(mem) if i not in inner)
-        lk = chain_links.get(root, [])
+        lk = by_root.get(root, [])
         if len(lk) > 1:  # by the places of their ends in the chain (start order)
             lk.sort(key=lambda link: (link[1], link[2]))
         steps = [i for i in mem if i not in inner] if len(mem) > 1 else mem

@@ -11,7 +11,7 @@ import numpy as np
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
 from wirediff.engine.engines import LocalEngine
-from wirediff.engine.plan import content_pairing, partitions, root_digests
+from wirediff.engine.plan import Index, content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
 from wirediff.engine.sources import read_records
@@ -20,22 +20,35 @@ from wirediff.record.store import RecordWriter, load_records
 from wirediff.record.validate import MAX_DEPTH
 
 
+def records_of(index: Index) -> list[Any]:
+    """The records of the index's rows, in its order (the index holds no id)."""
+    frame = index.frame
+    return read_records(
+        index.sources, frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist()
+    )
+
+
+def ids_of(index: Index) -> list[str]:
+    return [r["id"] for r in records_of(index)]
+
+
 def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Path) -> None:
     """An originals-only file (every `replay_digest` 0) and files of replays (64-bit
     digests) together: the digests stay exact, so each replay's root is its original's."""
     files = [str(p) for p in write_fixtures(tmp_path)]
-    frame = scan_inputs(LocalEngine(1), files, Progress(False)).frame
-    replays = frame["replay_of"].notna().to_numpy()
+    index = scan_inputs(LocalEngine(1), files, Progress(False))
+    frame, records = index.frame, records_of(index)
+    replays = frame["replay"].to_numpy()
+    assert replays.tolist() == [r.get("replay_of") is not None for r in records]
     assert replays.any() and not replays.all()
-    expected = [digest(r) for r in frame.loc[replays, "replay_of"]]
-    assert frame.loc[replays, "replay_digest"].tolist() == expected
+    of = [r["replay_of"] for r in records if r.get("replay_of") is not None]
+    assert frame.loc[replays, "replay_digest"].tolist() == [digest(r) for r in of]
+    assert frame["id_digest"].tolist() == [digest(r["id"]) for r in records]
     root = root_digests(frame)
-    by_id = dict(zip(frame["id"].tolist(), frame["id_digest"].tolist(), strict=True))
-    originals = [by_id[r] for r in frame.loc[replays, "replay_of"]]
-    assert root[replays].tolist() == originals
+    assert root[replays].tolist() == [digest(r) for r in of]
     part = partitions(frame, 7)
-    place = dict(zip(frame["id"].tolist(), part.tolist(), strict=True))
-    assert [place[r] for r in frame.loc[replays, "replay_of"]] == part[replays].tolist()
+    place = dict(zip([r["id"] for r in records], part.tolist(), strict=True))
+    assert [place[r] for r in of] == part[replays].tolist()
     assert len(np.unique(part)) > 1
 
 
@@ -57,23 +70,22 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
     with RecordWriter(path) as w:
         for rec in [*base, *cand, mirrored, again]:
             w.write(rec)
-    frame = scan_inputs(LocalEngine(1), [str(path)], Progress(False)).frame
-    prints = dict(zip(frame["id"].tolist(), frame["fingerprint"].tolist(), strict=True))
+    index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
+    frame, ids = index.frame, ids_of(index)
+    prints = dict(zip(ids, frame["fingerprint"].tolist(), strict=True))
     assert prints["vllm-0"] == prints["lm-1"] == 0
     assert all(prints[c["id"]] == prints[b["id"]] != 0 for b, c in zip(base, cand, strict=True))
 
     chosen, content = content_pairing(frame, None)
     assert (chosen.label, chosen.chosen_by) == ("openai", "replays")
-    pairs = sorted((c["id"], b["id"]) for b, c in zip(base, cand, strict=True))
-    assert sorted(content.links) == pairs
+    pairs = sorted((digest(c["id"]), digest(b["id"])) for b, c in zip(base, cand, strict=True))
+    assert sorted(map(tuple, content.links.tolist())) == pairs
     assert content.unmatched.empty
-    root = dict(zip(frame["id"].tolist(), root_digests(frame, content.links).tolist(), strict=True))
+    root = dict(zip(ids, root_digests(frame, content.links).tolist(), strict=True))
     assert all(root[c["id"]] == digest(b["id"]) for b, c in zip(base, cand, strict=True))
     assert root["vllm-0"] == digest(base[0]["id"])
     assert root["lm-1"] == digest(base[1]["id"])
-    part = dict(
-        zip(frame["id"].tolist(), partitions(frame, 5, content.links).tolist(), strict=True)
-    )
+    part = dict(zip(ids, partitions(frame, 5, content.links).tolist(), strict=True))
     assert all(part[b["id"]] == part[c["id"]] for b, c in zip(base, cand, strict=True))
     assert part["vllm-0"] == part[base[0]["id"]]
 
@@ -102,7 +114,7 @@ def test_the_scan_marks_records_nested_too_deeply_and_partitions_read_them_as_lo
             w.write(rec)
     index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
     frame = index.frame
-    marked = dict(zip(frame["id"].tolist(), frame["deep"].tolist(), strict=True))
+    marked = dict(zip(ids_of(index), frame["deep"].tolist(), strict=True))
     assert {i for i, d in marked.items() if d} == {"deep-1", "deep-2"}
     loaded: dict[str, Any] = {r["id"]: r for r in load_records([path])}
     assert loaded["deep-1"]["request"]["depth_limited"]
@@ -138,6 +150,6 @@ def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(
     with RecordWriter(path) as w:
         for rec in [*base, lost, first, again, other]:
             w.write(rec)
-    ids = scan_inputs(LocalEngine(1), [str(path)], Progress(False)).frame["id"].tolist()
+    ids = ids_of(scan_inputs(LocalEngine(1), [str(path)], Progress(False)))
     assert ids == [r["id"] for r in load_records([path])]
     assert "first" not in ids and {"lost", "again", "other"} <= set(ids)

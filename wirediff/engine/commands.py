@@ -97,7 +97,7 @@ class Run:
         index = run.scan_inputs(self.engine, args, self.progress)
         if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
-        chosen, content = run.content_pairing(index.frame, baseline)
+        chosen, content = run.content_pairing(self.engine, index, baseline)
         if chosen.chosen_by == "first capture" and index.frame["label"].nunique() > 1:
             print(
                 f"wirediff: baseline: {chosen.label} (the first capture's label; "
@@ -141,8 +141,8 @@ class Run:
         # every file read (and its records checked) before any is judged
         index = run.scan_inputs(self.engine, [baseline, *candidates], self.progress)
         frame, scope = index.frame, index.scope
-        mine = plain(frame.loc[scope == 0], ["label", "replay_of"])
-        originals = Counter(mine.loc[mine["replay_of"].isna(), "label"].fillna("").astype(str))
+        mine = plain(frame.loc[scope == 0], ["label", "replay"])
+        originals = Counter(mine.loc[~mine["replay"], "label"].fillna("").astype(str))
         if not originals:
             raise UsageError(f"{baseline}: no original exchange to compare with (only replays)")
         base_label = originals.most_common(1)[0][0]
@@ -154,10 +154,12 @@ class Run:
                     f"(labels: {', '.join(labels)})"
                 )
             base_label = label
-        _, content = run.content_pairing(frame, base_label)
-        ids = set(frame["id"].tolist())
-        by_content = {c for c, _ in content.links}
-        paired = (frame["replay_of"].isin(ids) | frame["id"].isin(by_content)).to_numpy()
+        _, content = run.content_pairing(self.engine, index, base_label)
+        ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+        replays = frame["replay_digest"].to_numpy(dtype=np.uint64)
+        paired = (frame["replay"].to_numpy(dtype=bool) & np.isin(replays, ids)) | np.isin(
+            ids, content.links[:, 0]
+        )
         for n, path in enumerate(candidates, 1):
             if not paired[scope == n].any():
                 raise UsageError(

@@ -10,14 +10,37 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from wirediff.errors import UsageError
 
-__all__ = ["ENGINES", "Call", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
+__all__ = ["ENGINES", "Call", "Calls", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
 
 ENGINES = ("local", "dask")
 Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class Calls(Sequence[Call]):
+    """Calls whose arguments are made when the engine takes them (a local engine takes
+    them as workers free up), so that the command holds the arguments of the tasks in
+    flight, not of all."""
+
+    def __init__(self, count: int, make: Callable[[int], Call]) -> None:
+        self._count, self._make = count, make
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> Call: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Call]: ...
+    def __getitem__(self, i: int | slice) -> Call | Sequence[Call]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._count))]
+        if not -self._count <= i < self._count:
+            raise IndexError(i)
+        return self._make(i % self._count)
 
 
 class Engine(Protocol):
@@ -53,11 +76,13 @@ class LocalEngine:
         if self._pool is None:
             context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
-        waiting = list(enumerate(calls))[::-1]
+        waiting = iter(enumerate(calls))
         running: dict[Future[Any], int] = {}
-        while waiting or running:
-            while waiting and len(running) < self.workers + 1:
-                i, (args, kwargs) = waiting.pop()
+        left = len(calls)
+        while left or running:
+            while left and len(running) < self.workers + 1:
+                i, (args, kwargs) = next(waiting)
+                left -= 1
                 running[self._pool.submit(fn, *args, **kwargs)] = i
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:

@@ -10,11 +10,14 @@ digest (`wirediff export`) is read a few row groups per partition.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from wirediff import FORMAT
@@ -22,20 +25,23 @@ from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.analysis.comparison.pairing import (
     UNMATCHED_COLUMNS,
     Baseline,
-    ContentLinks,
     choose_baseline,
     content_links,
 )
-from wirediff.engine.scan import CATEGORIES, DIGESTS, Scanned, plain
+from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
-from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS
 
 __all__ = [
+    "LEAN_COLUMNS",
+    "NO_LINKS",
+    "ByContent",
     "Index",
     "build_index",
     "content_pairing",
+    "give_back",
+    "lean",
     "line_number",
     "noise_samples",
     "partition_of",
@@ -45,6 +51,58 @@ __all__ = [
 
 log = logging.getLogger("wirediff.record.store")
 SKIPPED = "skipped"
+LEAN_CATEGORIES = ("location", "models")
+"""Index columns of few values besides `CATEGORIES`: redirect targets, models listed."""
+LEAN_COLUMNS = [
+    "src",
+    "a",
+    "b",
+    "nbytes",
+    "ordinal",
+    *(c for c in INDEX_COLUMNS if c not in ("id", "replay_of")),
+    "replay",
+    "deep",
+]
+"""The index as the command holds it (`lean`)."""
+NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
+NARROWED = ("src", "a", "b", "nbytes", "ordinal", "retry", "seq")
+"""Integer columns kept in the narrowest type that holds a chunk's values (the index
+widens them as it concatenates chunks)."""
+
+
+def lean(scanned: Scanned) -> Scanned:
+    """A chunk's index rows as the command keeps them, made where they were scanned: ids
+    and `replay_of` only as their digests (a string a row is most of what the index of
+    every exchange would hold) and whether a record is a replay; redirect targets and the
+    models a `/v1/models` answer lists (as JSON) in categories."""
+    frame = scanned.frame
+    if not len(frame):
+        scanned.frame = pd.DataFrame(columns=LEAN_COLUMNS)
+        return scanned
+    frame["replay"] = frame["replay_of"].notna().to_numpy()
+    listed = [
+        orjson.dumps(list(m)).decode() if isinstance(m, (list, tuple, np.ndarray)) else None
+        for m in frame["models"].tolist()
+    ]
+    frame["models"] = pd.Series(listed, index=frame.index, dtype=object).astype("category")
+    frame["location"] = frame["location"].astype("category")
+    for name in NARROWED:
+        if frame[name].dtype.kind in "iu":
+            frame[name] = pd.to_numeric(frame[name], downcast="integer")
+    scanned.frame = _apart(frame[LEAN_COLUMNS])
+    return scanned
+
+
+def _apart(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each column an array of its own (not a block of many), so that
+    `build_index` lets each go as soon as it has copied it."""
+    columns = {
+        c: frame[c].array
+        if isinstance(frame[c].dtype, pd.CategoricalDtype)
+        else frame[c].to_numpy(copy=True)
+        for c in frame.columns
+    }
+    return pd.DataFrame(columns, copy=False)
 
 
 def line_number(url: str, offset: int) -> int:
@@ -82,26 +140,29 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
             raise CaptureError(f"{url}: not a {FORMAT} capture (no line is a JSON record)")
 
 
+_KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]
+
+
 def _kept(frame: pd.DataFrame) -> np.ndarray:
     """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
     tried again later are left out (the newest attempt at an original and label stays);
-    originals all stay. Vectorised: no Python object a row."""
-    of = frame["replay_of"]
-    replay = (of.astype("str").str.len().fillna(0) > 0).to_numpy(dtype=bool)
-    if not replay.any():
+    originals all stay. Vectorised: no Python object a row, and only the attempts at the
+    originals with such an attempt sorted."""
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replay = of != 0  # a `replay_of` that is a string, not empty
+    retried = replay & frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+    if not retried.any():
         return np.ones(len(frame), dtype=bool)
-    rows = np.flatnonzero(replay)
-    started = pd.to_numeric(frame["started"], errors="coerce").fillna(0.0).to_numpy()[rows]
-    of_code = pd.factorize(of.take(rows), use_na_sentinel=False)[0]
+    rows = np.flatnonzero(replay & np.isin(of, np.unique(of[retried])))
+    started = pd.to_numeric(frame["started"].take(rows), errors="coerce").fillna(0.0).to_numpy()
+    of_code = pd.factorize(of[rows], use_na_sentinel=False)[0]
     label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
     key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
     order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
     last = np.r_[key[order][1:] != key[order][:-1], True]
-    newest = rows[order[last]]
     latest = np.zeros(len(frame), dtype=bool)
-    latest[newest] = True
-    retried = frame["error_kind"].isin(RETRIED_KINDS).to_numpy()
-    return ~replay | latest | ~retried
+    latest[rows[order[last]]] = True
+    return np.asarray(~retried | latest, dtype=bool)
 
 
 @dataclass
@@ -129,6 +190,8 @@ def build_index(
     all of them else) unless `retried`."""
     _say(sources, scans)
     frames = [s.frame for s in sorted(scans, key=lambda s: (s.src, s.start)) if len(s.frame)]
+    for s in scans:  # each chunk's rows held once: by `frames`, until concatenated
+        s.frame = _EMPTY
     if not frames:
         return Index(sources, _empty(), np.zeros(0, dtype=np.int64))
     for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
@@ -136,9 +199,7 @@ def build_index(
             f[name] = f[name].astype(np.uint64)
     if len(frames) > 1:
         _same_categories(frames)
-        frame = pd.concat(frames, ignore_index=True)
-    else:
-        frame = frames[0]
+    frame = _concatenated(frames)
     del frames
     src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
     if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
@@ -150,15 +211,37 @@ def build_index(
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
-        keep[mine] = _kept(frame[["replay_of", "started", "label", "error_kind"]].iloc[mine])
+        part = frame if len(mine) == len(frame) else frame[_KEPT_INPUTS].iloc[mine]
+        keep[mine] = _kept(part)
     if not keep.all():
-        frame, scope = frame[keep].reset_index(drop=True), scope[keep]
+        frame, scope = _concatenated([frame], keep), scope[keep]
     return Index(sources, frame, scope)
+
+
+def _concatenated(frames: list[pd.DataFrame], keep: np.ndarray | None = None) -> pd.DataFrame:
+    """The frames one after the other (their rows at `keep`), a column at a time, each
+    frame's column let go once copied: the rows are held once, not twice."""
+    columns = {}
+    for name in list(frames[0].columns):
+        column = pd.concat([f[name] for f in frames], ignore_index=True)
+        for f in frames:
+            del f[name]
+        columns[name] = column if keep is None else column[keep].reset_index(drop=True)
+        give_back()
+    return pd.DataFrame(columns, copy=False)
+
+
+def give_back() -> None:
+    """Hand the memory freed so far back to the system: glibc would keep it (the scanned
+    chunks' small arrays, once copied into the index's large ones, would stay resident
+    beside them, through the phases that follow)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
     """The chunks' categories made one (concatenating others would give plain objects)."""
-    for name in CATEGORIES:
+    for name in (*CATEGORIES, *LEAN_CATEGORIES):
         values = list(dict.fromkeys(v for f in frames for v in f[name].cat.categories.tolist()))
         strings = all(isinstance(v, str) for v in values)
         categories = pd.Index(values, dtype="str" if strings else object)
@@ -167,21 +250,22 @@ def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
 
 
 def _empty() -> pd.DataFrame:
-    from wirediff.engine.scan import INDEX_COLUMNS
-
-    return pd.DataFrame(columns=["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"])
+    return pd.DataFrame(columns=LEAN_COLUMNS)
 
 
-def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> np.ndarray:
+_EMPTY = pd.DataFrame()
+
+
+def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
     """Per record, the digest of the original it goes back to through `replay_of` (itself
     for an original; a replay of a replay goes back further; a missing original's id); for
-    an original paired by content (`links`: candidate id, baseline id) and its replays, the
-    baseline's original, so that both sides of a pair land in one partition."""
+    an original paired by content (`links`: candidate and baseline id digests, a row each)
+    and its replays, the baseline's original, so that both sides of a pair land in one
+    partition."""
     root = _replay_roots(frame)
-    if not links:
+    if not len(links):
         return root
-    cand = np.fromiter((digest(c) for c, _ in links), dtype=np.uint64, count=len(links))
-    base = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
+    cand, base = links[:, 0], links[:, 1]
     order = np.argsort(cand, kind="stable")
     cand, base = cand[order], base[order]
     at = np.clip(np.searchsorted(cand, root), 0, len(cand) - 1)
@@ -191,7 +275,7 @@ def root_digests(frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()) -> 
 def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     own = frame["id_digest"].to_numpy(dtype=np.uint64)
     parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = frame["replay_of"].notna().to_numpy() & (parent != 0)
+    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
     root = np.where(replay, parent, own)
     ids, parents = own[replay], parent[replay]
     if not len(ids):
@@ -207,9 +291,7 @@ def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     return root
 
 
-def partitions(
-    frame: pd.DataFrame, count: int, links: Sequence[tuple[str, str]] = ()
-) -> np.ndarray:
+def partitions(frame: pd.DataFrame, count: int, links: np.ndarray = NO_LINKS) -> np.ndarray:
     """Each record's comparison partition, of `count`: a range of its root's digest."""
     return partition_of(root_digests(frame, links), count)
 
@@ -220,35 +302,99 @@ def partition_of(root: np.ndarray, count: int) -> np.ndarray:
 
 
 PAIRING_INPUTS = [
-    "id",
     "label",
     "session",
     "seq",
     "started",
     "retry",
-    "replay_of",
     "method",
     "endpoint",
     "fingerprint",
 ]
-"""The index columns `choose_baseline` and `content_links` read."""
+"""The index columns `choose_baseline` and `content_links` read, besides ids."""
 
 
-def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ContentLinks]:
+@dataclass
+class ByContent:
+    """Originals of independent captures paired by content (`content_links`), by digest."""
+
+    links: np.ndarray
+    """Candidate and baseline id digests, a row each (uint64)."""
+    unmatched: pd.DataFrame
+    """`UNMATCHED_COLUMNS`, each `id` the digest of one (`Run` names them)."""
+
+
+def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ByContent]:
     """The baseline label (`choose_baseline`) and the originals of other labels paired with
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
-    whose counterpart is in another part as unmatched)."""
-    ex = plain(frame, PAIRING_INPUTS).drop_duplicates("id")  # what pairing reads, not all
-    chosen = choose_baseline(ex, requested)
-    if chosen.label is None:
-        return chosen, ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
-    return chosen, content_links(ex, chosen.label)
+    whose counterpart is in another part as unmatched). Ids are their digests here."""
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    order = np.argsort(ids, kind="stable")
+    repeated = np.flatnonzero(ids[order[1:]] == ids[order[:-1]])
+    once = np.ones(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
+    once[order[repeated + 1]] = False
+    del order, repeated
+    original = once & ~frame["replay"].to_numpy(dtype=bool)
+    label = _label_codes(frame["label"])
+    chosen = choose_baseline(
+        _pairing_frame(frame, _deciding(frame, once, original, label)), requested
+    )
+    none = ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
+    if chosen.label is None or len(np.unique(label[original])) < 2:
+        return chosen, none  # one label of originals: nothing to pair by content
+    found = content_links(_pairing_frame(frame, np.flatnonzero(original)), chosen.label)
+    links = np.array([[int(c), int(b)] for c, b in found.links], dtype=np.uint64)
+    unmatched = found.unmatched.assign(id=[int(i) for i in found.unmatched["id"].tolist()])
+    return chosen, ByContent(links.reshape(-1, 2), unmatched)
 
 
-def noise_samples(
-    frame: pd.DataFrame, links: Sequence[tuple[str, str]] = ()
-) -> list[tuple[int, list[int]]]:
+def _label_codes(labels: pd.Series) -> np.ndarray:
+    """Each row's label as pairing compares them (missing as empty, as text), by code."""
+    values = ["" if pd.isna(v) else str(v) for v in labels.cat.categories.tolist()]
+    same = pd.factorize(pd.Index([*values, ""], dtype=object))[0]
+    return same.astype(np.int32)[labels.cat.codes.to_numpy()]  # -1: the last
+
+
+def _deciding(
+    frame: pd.DataFrame, once: np.ndarray, original: np.ndarray, label: np.ndarray
+) -> np.ndarray:
+    """The rows `choose_baseline` decides from alike, in order: of the originals, each
+    label's first and its first one replayed, with a replay of each replayed one taken."""
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
+    asked = np.unique(of[replays])
+    at = np.minimum(np.searchsorted(asked, ids), max(len(asked) - 1, 0))
+    replayed = original & (asked[at] == ids) if len(asked) else np.zeros_like(original)
+    del at
+    rows = [
+        _first_per(np.flatnonzero(original), label),
+        _first_per(np.flatnonzero(replayed), label),
+    ]
+    taken = np.unique(np.concatenate(rows))
+    asked = ids[taken[replayed[taken]]]
+    mine = replays[np.isin(of[replays], asked)]
+    rows.append(mine[np.unique(of[mine], return_index=True)[1]])
+    return np.unique(np.concatenate(rows))
+
+
+def _first_per(rows: np.ndarray, label: np.ndarray) -> np.ndarray:
+    return rows[np.unique(label[rows], return_index=True)[1]]
+
+
+def _pairing_frame(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """These rows as pairing reads them, ids and `replay_of` as digests."""
+    part = frame.iloc[rows]
+    ex = plain(part, PAIRING_INPUTS)
+    replay = part["replay"].to_numpy(dtype=bool)
+    of = part["replay_digest"].to_numpy(dtype=np.uint64)
+    ex.insert(0, "id", part["id_digest"].to_numpy(dtype=np.uint64))
+    ex["replay_of"] = pd.arrays.IntegerArray(np.where(replay, of, 0), ~replay)
+    return ex
+
+
+def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
     compared originals repeat — in the order a whole analysis meets them (by the first
@@ -257,28 +403,41 @@ def noise_samples(
     if not len(frame):
         return []
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    sent = frame["replay_of"].notna().to_numpy() & (frame["error_kind"] != SKIPPED).to_numpy()
     order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    last = np.r_[np.flatnonzero(by_id[1:] != by_id[:-1]), len(ids) - 1]
-    unique_ids, row_of = by_id[last], order[last]  # an id's last row, as loading keeps it
-    known = sent & (of != 0) & np.isin(of, unique_ids)
-    linked = np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links))
-    linked = linked[np.isin(linked, unique_ids)]
-    if not known.any() and not len(linked):
+    unique_ids = ids[order]
+    ends = np.flatnonzero(unique_ids[1:] != unique_ids[:-1])
+    row_of = order  # an id's last row, as loading keeps it
+    if len(ends) < len(ids) - 1:
+        last = np.r_[ends, len(ids) - 1]
+        unique_ids, row_of = unique_ids[last], order[last]
+    del order, ends
+
+    def known(values: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(unique_ids, values), len(unique_ids) - 1)
+        return np.asarray(unique_ids[at] == values, dtype=bool)
+
+    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
+    replays = np.flatnonzero(sent & (of != 0))
+    del sent
+    replays = replays[known(of[replays])]
+    linked = links[:, 1][known(links[:, 1])]
+    if not len(replays) and not len(linked):
         return []
-    at = np.r_[np.flatnonzero(known), len(frame) + np.arange(len(linked))]
-    compared = np.r_[of[known], linked]
+    at = np.r_[replays, len(frame) + np.arange(len(linked))]
+    compared = np.r_[of[replays], linked]
     originals, first = np.unique(compared, return_index=True)  # each one's first pair
     rows = row_of[np.searchsorted(unique_ids, originals)]
-    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
     by_first = np.argsort(at[first], kind="stable")
-    groups: dict[int, list[int]] = {}
-    for request, row in zip(requests[by_first].tolist(), rows[by_first].tolist(), strict=True):
-        groups.setdefault(request, []).append(row)
+    rows = rows[by_first]
+    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
+    code, request = pd.factorize(requests)  # by each request's first original
+    sizes = np.bincount(code)
+    grouped = np.argsort(code, kind="stable")
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
     return [
-        (request, members[: 1 + NOISE_SAMPLES])
-        for request, members in groups.items()
-        if len(members) >= 2
+        (int(request[c]), rows[grouped[starts[c] : starts[c] + min(n, 1 + NOISE_SAMPLES)]].tolist())
+        for c, n in zip(
+            np.flatnonzero(sizes >= 2).tolist(), sizes[sizes >= 2].tolist(), strict=True
+        )
     ]

@@ -1,13 +1,15 @@
 """The analysis as partition functions: scan, then compare partitions and diagnose batches of
 failing chains on an engine, merging results as they come (`Partial.merge`, the chains'
-merge), every row that tables list spilled to disk — so memory holds the index and the
-partitions in flight, never the captures.
+merge), every row that tables list spilled to disk — so memory holds the index (no string a
+row: ids as digests) and the tasks in flight, never the captures.
 
     scan      chunks of each file (or a dataset's files) → the index (`plan.build_index`)
     noise     the first repeats of each repeated request → its noise (one task)
     compare   partitions: originals with all their replays → `Partial` (+ finding rows)
-    chains    built once over the index (they may span sessions: two proxies' hops)
-    diagnose  batches of failing chains → diagnosis rows (+ the report's chain groups)
+    chains    linked once over the index, as positions (they may span sessions: two
+              proxies' hops; `chaining`)
+    diagnose  batches of whole failing chains → named from their records, diagnosed →
+              diagnosis rows (+ the report's chain groups)
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from wirediff._support import task_gc
-from wirediff.analysis.diagnosis.chains import chain_rows_from
+from wirediff.analysis.comparison.pairing import Baseline
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN
-from wirediff.engine import tasks
-from wirediff.engine.engines import Call, Engine
+from wirediff.engine import plan, tasks
+from wirediff.engine.chaining import chain_batch, failing_chains
+from wirediff.engine.engines import Call, Calls, Engine
 from wirediff.engine.plan import (
+    NO_LINKS,
+    ByContent,
     Index,
     build_index,
-    content_pairing,
+    give_back,
+    lean,
     noise_samples,
     partition_of,
     partitions,
@@ -59,29 +66,6 @@ PART_BYTES = 48 << 20
 """Bytes of records a comparison partition holds, about: its memory is a few times that."""
 BATCH_RECORDS = 4000
 """Records of the failing chains one diagnosis task reads, about."""
-CHAIN_INPUTS = [
-    "id",
-    "session",
-    "label",
-    "listener",
-    "replay_of",
-    "started",
-    "duration_ms",
-    "retry",
-    "method",
-    "path",
-    "url",
-    "status",
-    "error_kind",
-    "family",
-    "soft_error",
-    "model",
-    "prefix",
-    "sdk_lang",
-    "sdk_version",
-    "auth_fingerprint",
-]
-"""The index columns `chain_rows_from` reads."""
 
 
 def locators(frame: pd.DataFrame, rows: np.ndarray | Sequence[int] | None = None) -> tasks.Locators:
@@ -116,16 +100,49 @@ def scan_inputs(
     )
     bar = progress.phase("scan", None, "ex", len(calls))
     scans = []
-    for _, result in engine.run(_call, [((fn, a), {}) for fn, a in calls], small=small):
+    for _, result in engine.run(_scan, [((fn, a), {}) for fn, a in calls], small=small):
         scans.append(result)
         bar.done(1, len(result.frame))
     bar.close()
-    return build_index(sources, scopes, scans, retried=retried)
+    index = build_index(sources, scopes, scans, retried=retried)
+    del scans
+    give_back()
+    return index
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _scan(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     with task_gc():
-        return fn(*args)
+        return lean(fn(*args))
+
+
+def content_pairing(
+    engine: Engine, index: Index, requested: str | None
+) -> tuple[Baseline, ByContent]:
+    """`plan.content_pairing`, the exchanges it found unmatched named by their ids."""
+    chosen, found = plan.content_pairing(index.frame, requested)
+    if len(found.unmatched):
+        names = _names(engine, index, found.unmatched["id"].tolist())
+        found.unmatched["id"] = [names[d] for d in found.unmatched["id"].tolist()]
+    give_back()
+    return chosen, found
+
+
+FETCHED = 2000
+"""Records one task reads to name ids."""
+
+
+def _names(engine: Engine, index: Index, digests: Sequence[int]) -> dict[int, str]:
+    """The id of each of these id digests (read from the records)."""
+    ids = index.frame["id_digest"].to_numpy(dtype=np.uint64)
+    rows = np.flatnonzero(np.isin(ids, np.unique(np.asarray(digests, dtype=np.uint64))))
+    calls: list[Call] = [
+        ((index.sources, locators(index.frame, rows[i : i + FETCHED])), {})
+        for i in range(0, len(rows), FETCHED)
+    ]
+    out: dict[int, str] = {}
+    for _, records in engine.run(tasks.fetch, calls, small=len(calls) < 3):
+        out.update((digest(r["id"]), r["id"]) for r in records)
+    return out
 
 
 def compare(
@@ -138,31 +155,30 @@ def compare(
     report: bool = True,
     spill: Spill | None = None,
     part_bytes: int = PART_BYTES,
-    links: Sequence[tuple[str, str]] = (),
+    links: np.ndarray = NO_LINKS,
 ) -> Partial:
     """Every partition (about `part_bytes` of records) compared and merged; finding rows
     into `spill` when given. `links`: the originals paired by content over all the captures
-    (`content_pairing`), each compared in its baseline original's partition."""
+    (`content_pairing`, by id digest), each compared in its baseline original's partition."""
     frame, sources = index.frame, index.sources
     total = int(frame["nbytes"].sum()) if len(frame) else 0
     count = max(1, math.ceil(total / part_bytes))
     if engine.workers > 1 and total > SMALL_BYTES:
         count = max(count, engine.workers)
     noise = _noise(engine, index, links)
+    give_back()
     part_of = partitions(frame, count, links) if count > 1 else np.zeros(len(frame), dtype=np.int64)
-    link_part = partition_of(
-        np.fromiter((digest(b) for _, b in links), dtype=np.uint64, count=len(links)), count
-    )
-    links_of: dict[int, list[tuple[str, str, int]]] = {}
-    for n, ((cand, base), p) in enumerate(zip(links, link_part.tolist(), strict=True)):
-        links_of.setdefault(p, []).append((cand, base, n))
+    link_part = partition_of(links[:, 1], count).tolist()
+    links_of: dict[int, list[tuple[int, int, int]]] = {}
+    for n, (cand, base) in enumerate(links.tolist()):
+        links_of.setdefault(link_part[n], []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
     deep = frame["deep"].to_numpy(dtype=bool)
-    calls: list[Call] = []
-    for p in range(count):
+    parts = np.flatnonzero(np.bincount(part_of, minlength=count)).tolist()
+
+    def call(i: int) -> Call:  # made as a worker takes it: positions of one partition held
+        p = parts[i]
         rows = np.flatnonzero(part_of == p)
-        if not len(rows):
-            continue
         mine = {
             int(r): noise[int(r)] for r in np.unique(requests[rows]).tolist() if int(r) in noise
         }
@@ -176,9 +192,11 @@ def compare(
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
             "shallow": not bool(deep[rows].any()),
         }
-        part = frame.iloc[rows]  # arrays, not lists: a million positions held until sent
+        part = frame.iloc[rows]
         where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
-        calls.append(((sources, where, rows), kwargs))
+        return (sources, where, rows), kwargs
+
+    calls = Calls(len(parts), call)
     merged = Partial(max_examples)
     bar = progress.phase("compare", len(frame), "ex", len(calls))
     for _, result in engine.run(tasks.compare_part, calls):
@@ -189,10 +207,11 @@ def compare(
             spill.add_findings(result.rows)
         bar.done(1, result.exchanges)
     bar.close()
+    give_back()
     return merged
 
 
-def _noise(engine: Engine, index: Index, links: Sequence[tuple[str, str]]) -> dict[int, set[str]]:
+def _noise(engine: Engine, index: Index, links: np.ndarray) -> dict[int, set[str]]:
     samples = noise_samples(index.frame, links)
     if not samples:
         return {}
@@ -219,18 +238,18 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
     ]
     out: dict[str, set[str]] = {}
     for label, models in zip(hit["label"].tolist(), hit["models"].tolist(), strict=True):
-        if isinstance(models, (list, tuple, np.ndarray)):
-            out.setdefault(str(label), set()).update(models)
+        if isinstance(models, str):  # as JSON (`lean`)
+            out.setdefault(str(label), set()).update(orjson.loads(models))
     return out
 
 
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
     frame = index.frame
-    backend = plain(frame, ["label", "listener"])
+    backend = frame[["label", "listener"]]  # by category: no string a row
     rank = backend.groupby(["label", "listener"], dropna=False, sort=False).cumcount()
     heads = np.flatnonzero(rank.to_numpy() < BACKEND_SCAN)
-    head = backend.take(heads)
+    head = plain(backend.take(heads), ["label", "listener"])
     keys = zip(head["label"].tolist(), head["listener"].tolist(), strict=True)
     first: dict[tuple[Any, Any], list[int]] = {}
     for i, key in zip(heads.tolist(), keys, strict=True):
@@ -242,20 +261,17 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     return known
 
 
-def failing_chains(index: Index) -> list[tuple[Any, ...]]:
-    """`chain_rows(..., failing_only=True)` over the whole index."""
-    frame = index.frame
-    if not len(frame):
-        return []
-    body = frame["body_digest"].tolist()
-    return chain_rows_from(
-        frame[CHAIN_INPUTS],  # a copy of what chains read (categories as they are)
-        frame["hop_digest"].tolist(),
-        [loc if isinstance(loc, str) else None for loc in frame["location"].tolist()],
-        frame["ok"].tolist(),
-        body.__getitem__,
-        failing_only=True,
-    )
+def _last_of_id(frame: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
+    """Rows to the last row of the index with the same id (as loading keeps it by id)."""
+    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
+    order = np.argsort(ids, kind="stable")
+    by_id = ids[order]
+    ends = np.flatnonzero(by_id[1:] != by_id[:-1])
+    if len(ends) == len(ids) - 1:  # every id once
+        return lambda rows: rows
+    last = np.r_[ends, len(ids) - 1]
+    unique_ids, last_row = by_id[last], order[last]
+    return lambda rows: last_row[np.searchsorted(unique_ids, ids[rows])]
 
 
 def diagnose(
@@ -267,32 +283,36 @@ def diagnose(
     spill: Spill | None,
 ) -> Diagnosed:
     """Every failing chain diagnosed, in batches; rows into `spill`."""
-    chains = failing_chains(index)
+    frame = index.frame
+    failing = failing_chains(frame, BATCH_RECORDS)
+    give_back()
     out = Diagnosed()
-    if not chains:
+    if not failing.count:
         return out
-    served = _served(index.frame)
+    served = _served(frame)
     known = _backends(engine, index)
-    wanted = {i for chain in chains for i in chain[1]}
-    places = np.flatnonzero(index.frame["id"].isin(wanted).to_numpy())
-    row_of = dict(zip(index.frame["id"].take(places).tolist(), places.tolist(), strict=True))
-    calls: list[Call] = []
-    batch: list[tuple[Any, ...]] = []
-    ids: list[str] = []
-    first = 0
-    for n, chain in enumerate(chains):
-        batch.append(chain)
-        ids += chain[1]
-        if len(ids) >= BATCH_RECORDS or n == len(chains) - 1:
-            rows = np.array([row_of[i] for i in dict.fromkeys(ids)], dtype=np.int64)
-            args = (index.sources, batch, locators(index.frame, rows), served, known, first, report)
-            calls.append((args, {}))
-            first, batch, ids = n + 1, [], []
-    bar = progress.phase("diagnose", len(chains), "chains", len(calls))
+    last_of_id = _last_of_id(frame)
+
+    def call(i: int) -> Call:
+        first, rows, links = failing.batches[i]
+        batch = chain_batch(frame, rows, links)
+        _, at = np.unique(batch.ids, return_index=True)
+        where = locators(frame, last_of_id(rows[np.sort(at)]))
+        spill_to = spill.directory if spill is not None and engine.shares_disk else None
+        return (index.sources, batch, where, served, known, first, report, spill_to), {}
+
+    calls = Calls(len(failing.batches), call)
+    bar = progress.phase("diagnose", failing.count, "chains", len(calls))
     for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
-        if spill is not None:
-            spill.add_diagnoses(calls[i][0][5], result.rows, result.texts)
-        out.rows += len(result.rows)
+        first = failing.batches[i][0]
+        if result.spilled is not None and spill is not None:
+            spill.add_diagnoses_file(first, *result.spilled)
+            out.rows += result.spilled[2]
+        elif spill is not None:
+            spill.add_diagnoses(first, result.rows, result.texts)
+            out.rows += len(result.rows)
+        else:
+            out.rows += len(result.rows)
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)
     bar.close()
@@ -304,10 +324,13 @@ def fetch(engine: Engine, index: Index, ids: Sequence[str]) -> Mapping[str, Any]
     if not ids:
         return {}
     frame = index.frame
-    rows = np.flatnonzero(frame["id"].isin(list(ids)).to_numpy())
+    wanted = np.fromiter((digest(i) for i in ids), dtype=np.uint64, count=len(ids))
+    rows = np.flatnonzero(np.isin(frame["id_digest"].to_numpy(dtype=np.uint64), wanted))
     out: dict[str, Any] = {}
     calls: list[Call] = [((index.sources, locators(frame, rows)), {})]
+    named = set(ids)
     for _, records in engine.run(tasks.fetch, calls, small=True):
         for rec in records:
-            out[rec["id"]] = rec
+            if rec["id"] in named:
+                out[rec["id"]] = rec
     return out

@@ -93,6 +93,10 @@ class Spill:
             written = self._write(texts) if texts else None
             self.diagnoses.append((first, self._write(rows), written, len(rows)))
 
+    def add_diagnoses_file(self, first: Any, rows: str, texts: str | None, count: int) -> None:
+        """One batch of diagnosis rows (and texts), written by its worker into `directory`."""
+        self.diagnoses.append((first, Path(rows), None if texts is None else Path(texts), count))
+
     def list_findings(self) -> None:
         """Start writing, in the background, the list of every finding as `summary.json`
         holds it (`write_list`): merging the partitions' rows is the longest step left to

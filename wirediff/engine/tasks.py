@@ -26,9 +26,11 @@ from wirediff.analysis.diagnosis.diagnose import (
 )
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.view import view
+from wirediff.engine.chaining import ChainBatch
 from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import place_bytes, write_rows
+from wirediff.record.keys import digest
 from wirediff.reports.chains import ChainCounts, collect_chains
 from wirediff.reports.items import diagnosis_texts, finding_text
 from wirediff.reports.partial import Partial, collect
@@ -93,13 +95,13 @@ def compare_part(
     max_examples: int,
     report: bool,
     rows: bool,
-    links: Sequence[tuple[str, str, int]] = (),
+    links: Sequence[tuple[int, int, int]] = (),
     spill_to: str | None = None,
     shallow: bool = False,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
-    the originals paired by content with the baseline's here (`links`: candidate id,
-    baseline id and the link's place among all, made over all the captures; what found no
+    the originals paired by content with the baseline's here (`links`: candidate and
+    baseline id digests and the link's place among all, made over all the captures; what found no
     counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
     finding rows itself (they never travel back). `shallow`: no record here nests too
@@ -108,10 +110,12 @@ def compare_part(
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
         records = read_records(sources, src, a, b, shallow=shallow)
+        named = {digest(r["id"]): r["id"] for r in records} if links else {}
+        paired = [(named[cand], named[base], n) for cand, base, n in links]
         # no baseline label: it was chosen over all the captures (a part may hold none of its
         # originals), and the links given are all that pairing by content needs
         content = ContentLinks(
-            [(cand, base) for cand, base, _ in links], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+            [(cand, base) for cand, base, _ in paired], pd.DataFrame(columns=UNMATCHED_COLUMNS)
         )
         analysis = analyze(
             records, ignore=ignore, content=content, repeat_noise=noise, judge_cells=False
@@ -121,7 +125,7 @@ def compare_part(
             places,
             max_examples=max_examples,
             report=report,
-            linked={c: n for c, _, n in links},
+            linked={c: n for c, _, n in paired},
         )
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
@@ -155,28 +159,45 @@ class Diagnosed:
     texts: list[str]
     chains: ChainCounts
     count: int
+    spilled: tuple[str, str | None, int] | None = None
+    """Where the worker wrote `rows` and `texts` itself, and how many rows (then both are
+    empty)."""
 
 
 def diagnose_batch(
     sources: Sequence[Source],
-    chains: Sequence[tuple[Any, ...]],
+    batch: ChainBatch,
     where: Locators,
     served: Mapping[str, set[str]],
     known: Mapping[tuple[Any, Any], Provider],
     first: int,
     report: bool,
+    spill_to: str | None = None,
 ) -> Diagnosed:
-    """Diagnose failing chains (`chain_rows` tuples) whose records are at `where`."""
+    """Diagnose a batch of failing chains whose records are at `where`; `spill_to`: a
+    directory this worker shares with the command, where it writes the rows itself."""
     with task_gc():
         records = read_records(sources, *where)
+        chains = batch.rows(records)
         by_id = {r["id"]: r for r in records}
         backends = Backends.identified(known)
         rows: list[dict[str, Any]] = []
         for row in chains:
             chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
             rows.extend(diagnose_chain(chain, by_id, served, backends))
-        if not report:
-            return Diagnosed(rows, [], {}, len(chains))
-        frame = diagnosis_frame(rows)
-        counts = collect_chains(frame, by_id, first)
-        return Diagnosed(rows, diagnosis_texts(rows), counts, len(chains))
+        texts: list[str] = []
+        counts: ChainCounts = {}
+        if report:
+            frame = diagnosis_frame(rows)
+            counts = collect_chains(frame, by_id, first)
+            texts = diagnosis_texts(rows)
+        if spill_to is None or not rows:
+            return Diagnosed(rows, texts, counts, len(chains))
+        path = Path(spill_to) / f"diagnoses-{uuid.uuid4().hex}.pickle"
+        write_rows(path, rows)
+        written = None
+        if texts:
+            written = path.with_suffix(".texts.pickle")
+            write_rows(written, texts)
+        spilled = (str(path), None if written is None else str(written), len(rows))
+        return Diagnosed([], [], counts, len(chains), spilled)
