@@ -48,6 +48,8 @@ def _text(item: dict[str, Any]) -> str:
             head = _KEYS[k] = f" {encode_basestring(k)}: "
         if type(v) is str:
             lines.append(head + encode_basestring(v))
+        elif type(v) is list and v and all(type(x) is str for x in v):  # ids, evidence
+            lines.append(head + "[\n  " + ",\n  ".join(map(encode_basestring, v)) + "\n ]")
         elif isinstance(v, dict | list | tuple) and v:
             lines.append(head + _INDENTED.encode(v).replace("\n", "\n "))
         else:

@@ -8,8 +8,11 @@ import io
 import json
 import random
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from wirediff._support import task_gc
 from wirediff.engine.spill import Spill, merge_runs, place_bytes
@@ -125,3 +128,41 @@ def test_closing_stops_the_findings_list_being_written() -> None:
     spill.close()
     assert not any(t.name == "wirediff-findings" for t in threading.enumerate())
     assert not Path(spill.directory).exists()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_cycles_tasks_leave_are_collected_once_there_are_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Frozen garbage is out of reach of the collector: past `LEFT_BY_TASKS` objects left
+    by earlier tasks, the next task starts with a collection."""
+    import wirediff._support as support
+
+    monkeypatch.setattr(support, "LEFT_BY_TASKS", 10_000)
+    try:
+        with task_gc():
+            node = _Node()
+            gone = weakref.ref(node)
+            del node
+            held = [{"n": n} for n in range(20_000)]
+        del held
+        assert gone() is not None  # a cycle: reference counting does not free it
+        with task_gc():
+            assert gone() is None
+    finally:
+        gc.unfreeze()
+
+
+def test_items_are_written_as_json_dumps_writes_them() -> None:
+    rng = random.Random(2)
+    texts = ["a", 'b"', "c\n", "\\", "ü", "\u2028", ""]
+    items: list[dict[str, Any]] = [{"evidence": ["x"], "ids": [], "n": [1, "a"], "d": {"k": ["v"]}}]
+    for _ in range(300):
+        items.append({f"k{i}": rng.sample(texts, rng.randint(0, 4)) for i in range(3)})
+    for item in items:
+        expected = json.dumps({"items": [item]}, ensure_ascii=False, indent=1)
+        assert expected == '{\n "items": [\n  ' + item_text(item) + "\n ]\n}"
