@@ -196,16 +196,9 @@ def _read(path: Path) -> Iterator[Any]:
         yield from chunk
 
 
-_PLACE_OF = itemgetter(0)
-
-
-def _next_chunk(run: Iterator[list[Placed]]) -> list[Placed]:
-    """The run's next chunk with rows in it (none left: empty)."""
-    return next((chunk for chunk in run if chunk), [])
-
-
 Placed = tuple[bytes, Any]
 """A row with its place (`place_bytes`)."""
+_PLACE_OF = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -213,6 +206,11 @@ class _Run:
     chunk: list[Placed]
     at: int
     rest: Iterator[list[Placed]]
+
+
+def _next_chunk(run: Iterator[list[Placed]]) -> list[Placed]:
+    """The run's next chunk with rows in it (none left: empty)."""
+    return next((chunk for chunk in run if chunk), [])
 
 
 def merge_runs(runs: list[Iterator[list[Placed]]]) -> Iterator[list[Placed]]:
