@@ -41,6 +41,7 @@ __all__ = [
     "build_index",
     "content_pairing",
     "give_back",
+    "last_rows",
     "lean",
     "line_number",
     "noise_samples",
@@ -394,6 +395,17 @@ def _pairing_frame(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     return ex
 
 
+def last_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct id digest, in order, and its last row (as loading keeps an id)."""
+    order = np.argsort(ids, kind="stable")
+    by_id = ids[order]
+    ends = np.flatnonzero(by_id[1:] != by_id[:-1])
+    if len(ends) >= len(ids) - 1:  # every id once
+        return by_id, order
+    last = np.r_[ends, len(ids) - 1]
+    return by_id[last], order[last]
+
+
 def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
@@ -402,15 +414,7 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
     content, `links`, in their order)."""
     if not len(frame):
         return []
-    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    order = np.argsort(ids, kind="stable")
-    unique_ids = ids[order]
-    ends = np.flatnonzero(unique_ids[1:] != unique_ids[:-1])
-    row_of = order  # an id's last row, as loading keeps it
-    if len(ends) < len(ids) - 1:
-        last = np.r_[ends, len(ids) - 1]
-        unique_ids, row_of = unique_ids[last], order[last]
-    del order, ends
+    unique_ids, row_of = last_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
 
     def known(values: np.ndarray) -> np.ndarray:
         at = np.minimum(np.searchsorted(unique_ids, values), len(unique_ids) - 1)

@@ -35,6 +35,7 @@ from wirediff.engine.plan import (
     Index,
     build_index,
     give_back,
+    last_rows,
     lean,
     noise_samples,
     partition_of,
@@ -264,13 +265,9 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
 def _last_of_id(frame: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
     """Rows to the last row of the index with the same id (as loading keeps it by id)."""
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    ends = np.flatnonzero(by_id[1:] != by_id[:-1])
-    if len(ends) == len(ids) - 1:  # every id once
+    unique_ids, last_row = last_rows(ids)
+    if len(unique_ids) == len(ids):  # every id once
         return lambda rows: rows
-    last = np.r_[ends, len(ids) - 1]
-    unique_ids, last_row = by_id[last], order[last]
     return lambda rows: last_row[np.searchsorted(unique_ids, ids[rows])]
 
 
@@ -305,14 +302,11 @@ def diagnose(
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))
     for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
         first = failing.batches[i][0]
-        if result.spilled is not None and spill is not None:
+        if spill is not None and result.spilled is not None:
             spill.add_diagnoses_file(first, *result.spilled)
-            out.rows += result.spilled[2]
         elif spill is not None:
             spill.add_diagnoses(first, result.rows, result.texts)
-            out.rows += len(result.rows)
-        else:
-            out.rows += len(result.rows)
+        out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)
     bar.close()
