@@ -33,7 +33,12 @@ WRITTEN = 1000
 _FLAT = json.JSONEncoder(ensure_ascii=False)
 _INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
 _KEYS: dict[str, str] = {}
-_HEADS = [f"{encode_basestring(k)}: " for k in DIVERGENCE_COLUMNS]
+_FINDING = (
+    "{\n   "
+    + ",\n   ".join(encode_basestring(k).replace("%", "%%") + ": %s" for k in DIVERGENCE_COLUMNS)
+    + "\n  }"
+)
+"""A finding's item with its values left to fill in (as JSON strings)."""
 
 
 def _text(item: dict[str, Any]) -> str:
@@ -65,12 +70,10 @@ def item_text(item: dict[str, Any]) -> str:
 def finding_text(values: Sequence[Any]) -> str:
     """`item_text` of a finding row (`DIVERGENCE_COLUMNS` values, strings: a finding's
     columns all are) without making its dict."""
-    if all(type(v) is str for v in values):
-        fields = ",\n   ".join(
-            h + encode_basestring(v) for h, v in zip(_HEADS, values, strict=True)
-        )
-        return "{\n   " + fields + "\n  }"
-    return item_text(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
+    try:
+        return _FINDING % tuple(map(encode_basestring, values))
+    except TypeError:  # a value that is no string (or a column too many or too few)
+        return item_text(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
 
 
 def write_list(fh: IO[str], texts: Iterable[str]) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from wirediff._support import task_gc
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.engine.spill import Spill, merge_runs, place_bytes
-from wirediff.reports.items import item_text, write_list
+from wirediff.reports.items import finding_text, item_text, write_list
 
 
 def _place(rng: random.Random) -> tuple[Any, ...]:
@@ -166,3 +167,16 @@ def test_items_are_written_as_json_dumps_writes_them() -> None:
     for item in items:
         expected = json.dumps({"items": [item]}, ensure_ascii=False, indent=1)
         assert expected == '{\n "items": [\n  ' + item_text(item) + "\n ]\n}"
+
+
+def test_a_finding_row_is_written_as_json_dumps_writes_its_dict() -> None:
+    rng = random.Random(3)
+    values: list[Any] = ["a", 'b"', "c\n%s", "\\", "ü", "\u2028", "", "\x00", "%"]
+    rows = [[rng.choice(values) for _ in DIVERGENCE_COLUMNS] for _ in range(200)]
+    rows += [[*row[:-1], odd] for row, odd in zip(rows, [None, 3, 1.5, ["x"]], strict=False)]
+    for row in rows:
+        item = dict(zip(DIVERGENCE_COLUMNS, row, strict=True))
+        expected = json.dumps({"items": [item]}, ensure_ascii=False, indent=1)
+        assert expected == '{\n "items": [\n  ' + finding_text(row) + "\n ]\n}"
+    with pytest.raises(ValueError):
+        finding_text(rows[0][:-1])
