@@ -298,22 +298,24 @@ def verdict_cells(
         answer.original_ok |= baseline_of.get(rid) in baseline_ok
     if len(findings):
         order = list(range(len(findings))) if finding_order is None else finding_order
-        texts = findings["evidence"].where(findings["evidence"] != "", findings["message"])
         rows = zip(
             findings["candidate_id"].tolist(),
             findings["severity"].tolist(),
             findings["kind"].tolist(),
             findings["path"].tolist(),
-            texts.tolist(),
+            findings["evidence"].tolist(),
+            findings["message"].tolist(),
             order,
             strict=True,
         )
-        for cid, severity, kind, path, text, first in rows:
+        for cid, severity, kind, path, evidence, message, first in rows:
+            text = evidence if evidence != "" else message
             rank = RANKS.get(severity, len(SEVERITIES))
+            counted = rank < len(SEVERITIES)
+            key = (float(rank), kind == "header", kind, path)
             for cell in place.get(cid, ()):
-                if rank < len(SEVERITIES):
+                if counted:
                     cell.counts[rank] += 1
-                key = (float(rank), kind == "header", kind, path)
                 reason = cell.reasons.get(key)
                 if reason is None:
                     cell.reasons[key] = Reason(1, text, first)
