@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
+from wirediff.engine import plan, run
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.plan import Index, content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
@@ -153,3 +156,43 @@ def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(
     ids = ids_of(scan_inputs(LocalEngine(1), [str(path)], Progress(False)))
     assert ids == [r["id"] for r in load_records([path])]
     assert "first" not in ids and {"lost", "again", "other"} <= set(ids)
+
+
+def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(4)
+    monkeypatch.setattr(run, "PIECE", 7)  # groups cut across many pieces
+    for n, labels, listeners, limit in [
+        (0, 1, 1, 3),
+        (40, 1, 1, 3),
+        (500, 3, 4, 5),
+        (300, 2, 2, 400),
+    ]:
+        a = rng.integers(-1, labels, n).astype(np.int8)  # -1: a missing value
+        b = rng.integers(-1, listeners, n).astype(np.int16)
+        frame = pd.DataFrame(
+            {
+                "a": pd.Categorical.from_codes(a, pd.Index([f"l{i}" for i in range(labels)])),
+                "b": pd.Categorical.from_codes(b, pd.Index([f"h{i}" for i in range(listeners)])),
+            }
+        )
+        rank = frame.groupby(["a", "b"], dropna=False, sort=False).cumcount().to_numpy()
+        assert run.first_rows(a, b, limit).tolist() == np.flatnonzero(rank < limit).tolist()
+
+
+def test_replays_of_replays_go_back_to_their_original_across_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(plan, "PIECE", 2)
+    of = {"r3": "r2", "r2": "r1", "r1": "o1", "s1": "o2", "x1": "gone"}  # "gone": not captured
+    ids = ["r3", "o1", "s1", "r2", "o2", "r1", "x1"]
+    frame = pd.DataFrame(
+        {
+            "id_digest": np.array([digest(i) for i in ids], dtype=np.uint64),
+            "replay_digest": np.array([digest(of[i]) if i in of else 0 for i in ids], np.uint64),
+            "replay": [i in of for i in ids],
+        }
+    )
+    root = {"r3": "o1", "r2": "o1", "r1": "o1", "o1": "o1", "s1": "o2", "o2": "o2", "x1": "gone"}
+    assert root_digests(frame).tolist() == [digest(root[i]) for i in ids]

@@ -66,6 +66,9 @@ LEAN_COLUMNS = [
 ]
 """The index as the command holds it (`lean`)."""
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
+PIECE = 1 << 16
+"""Rows a step that works row by row takes at once: it holds a few arrays of a piece, not
+of the whole index."""
 NARROWED = ("src", "a", "b", "nbytes", "ordinal", "retry", "seq")
 """Integer columns kept in the narrowest type that holds a chunk's values (the index
 widens them as it concatenates chunks)."""
@@ -283,12 +286,16 @@ def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
         return root
     order = np.argsort(ids, kind="stable")
     ids, parents = ids[order], parents[order]
-    for _ in range(64):  # a chain of replays of replays, followed to its original
-        at = np.clip(np.searchsorted(ids, root), 0, len(ids) - 1)
-        hit = (ids[at] == root) & (parents[at] != root)
-        if not hit.any():
-            break
-        root = np.where(hit, parents[at], root)
+    del order
+    for start in range(0, len(root), PIECE):  # a row's root depends on it alone: by pieces
+        piece = root[start : start + PIECE]
+        for _ in range(64):  # a chain of replays of replays, followed to its original
+            at = np.searchsorted(ids, piece)
+            np.minimum(at, len(ids) - 1, out=at)
+            hit = (ids[at] == piece) & (parents[at] != piece)
+            if not hit.any():
+                break
+            piece[hit] = parents[at[hit]]
     return root
 
 
@@ -299,7 +306,10 @@ def partitions(frame: pd.DataFrame, count: int, links: np.ndarray = NO_LINKS) ->
 
 def partition_of(root: np.ndarray, count: int) -> np.ndarray:
     """The partition, of `count`, of each root digest."""
-    return ((root >> np.uint64(32)) * np.uint64(count) >> np.uint64(32)).astype(np.int64)
+    part = root >> np.uint64(32)
+    part *= np.uint64(count)
+    part >>= np.uint64(32)
+    return part.view(np.int64)  # below `count`: the same bits
 
 
 PAIRING_INPUTS = [
@@ -332,7 +342,9 @@ def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baselin
     whose counterpart is in another part as unmatched). Ids are their digests here."""
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
     order = np.argsort(ids, kind="stable")
-    repeated = np.flatnonzero(ids[order[1:]] == ids[order[:-1]])
+    by_id = ids[order]
+    repeated = np.flatnonzero(by_id[1:] == by_id[:-1])
+    del by_id
     once = np.ones(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
     once[order[repeated + 1]] = False
     del order, repeated
@@ -366,7 +378,8 @@ def _deciding(
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
     asked = np.unique(of[replays])
-    at = np.minimum(np.searchsorted(asked, ids), max(len(asked) - 1, 0))
+    at = np.searchsorted(asked, ids)
+    np.minimum(at, max(len(asked) - 1, 0), out=at)
     replayed = original & (asked[at] == ids) if len(asked) else np.zeros_like(original)
     del at
     rows = [
