@@ -143,7 +143,6 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     Replays are never hops: the replayer records its own requests, and one original sent
     to several targets at once is the same prompt on several listeners, nested in time.
     """
-    n = len(f)
     # listeners by code: a category's values made into a string a row would be most of
     # the memory the chains take over a million exchanges
     codes, values = pd.factorize(f["listener"], use_na_sentinel=True)
@@ -151,8 +150,8 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(values) else codes < -1
     replay = f["is_replay"].to_numpy(dtype=bool)
     started = f["started"].to_numpy(dtype=np.float64)
-    order = np.lexsort((np.arange(n), started))
-    cand = order[(named & ~replay)[order]]  # the candidates, in start order
+    cand = np.flatnonzero(named & ~replay)
+    cand = cand[np.argsort(started[cand], kind="stable")]  # in start order, ties by row
     if not len(cand):
         return []
     # compact columns of the candidates only (a million exchanges' floats as objects
