@@ -23,9 +23,7 @@ For each size, each measurement in its own fresh process:
                process, as the analysis ran before the engine: time and peak RSS
                (`getrusage`).
 Targets: 1M exchanges reported in under 10 minutes and 4 GB on 2 cores; memory flat from 10k
-to 1M; time per exchange no worse than the in-memory analysis measured beside it (245 µs at
-100k on 2026-11-30; the ~190 µs of the analysis before conformance sources and the SDK impact
-harness were added).
+to 1M; time per exchange no worse than the in-memory analysis measured beside it.
 """
 
 from __future__ import annotations

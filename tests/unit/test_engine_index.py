@@ -12,7 +12,7 @@ import pytest
 
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
-from wirediff.engine import plan, run
+from wirediff.engine import plan
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.plan import Index, content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
@@ -162,7 +162,7 @@ def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(4)
-    monkeypatch.setattr(run, "PIECE", 7)  # groups cut across many pieces
+    monkeypatch.setattr(plan, "PIECE", 7)  # groups cut across many pieces
     for n, labels, listeners, limit in [
         (0, 1, 1, 3),
         (40, 1, 1, 3),
@@ -178,7 +178,7 @@ def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
             }
         )
         rank = frame.groupby(["a", "b"], dropna=False, sort=False).cumcount().to_numpy()
-        assert run.first_rows(a, b, limit).tolist() == np.flatnonzero(rank < limit).tolist()
+        assert plan.first_rows(a, b, limit).tolist() == np.flatnonzero(rank < limit).tolist()
 
 
 def test_replays_of_replays_go_back_to_their_original_across_pieces(
@@ -196,3 +196,22 @@ def test_replays_of_replays_go_back_to_their_original_across_pieces(
     )
     root = {"r3": "o1", "r2": "o1", "r1": "o1", "o1": "o1", "s1": "o2", "o2": "o2", "x1": "gone"}
     assert root_digests(frame).tolist() == [digest(root[i]) for i in ids]
+
+
+def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_chains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    of = {f"r{i}": f"r{i - 1}" for i in range(1, 100)}  # a chain longer than it is followed
+    of |= {"c1": "c2", "c2": "c3", "c3": "c1"}  # a cycle: no original at all
+    ids = list(reversed([*of, "r0"]))
+    frame = pd.DataFrame(
+        {
+            "id_digest": np.array([digest(i) for i in ids], dtype=np.uint64),
+            "replay_digest": np.array([digest(of[i]) if i in of else 0 for i in ids], np.uint64),
+            "replay": [i in of for i in ids],
+        }
+    )
+    whole = root_digests(frame).tolist()
+    assert whole[ids.index("r50")] == digest("r0")  # within the steps followed: the original
+    monkeypatch.setattr(plan, "PIECE", 3)
+    assert root_digests(frame).tolist() == whole

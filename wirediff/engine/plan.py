@@ -40,6 +40,7 @@ __all__ = [
     "Index",
     "build_index",
     "content_pairing",
+    "first_rows",
     "give_back",
     "last_rows",
     "lean",
@@ -406,6 +407,30 @@ def _pairing_frame(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     ex.insert(0, "id", part["id_digest"].to_numpy(dtype=np.uint64))
     ex["replay_of"] = pd.arrays.IntegerArray(np.where(replay, of, 0), ~replay)
     return ex
+
+
+def first_rows(a: np.ndarray, b: np.ndarray, limit: int) -> np.ndarray:
+    """The rows, in order, that are among the first `limit` of those with their pair of
+    category codes (`a`, `b`; -1: missing) — a `groupby(...).cumcount() < limit` made
+    in pieces of `PIECE` rows, which holds a few arrays of a piece, not of the index, and
+    a count per pair of codes (categories of few values: labels, listeners)."""
+    width = int(b.max(initial=-1)) + 2
+    seen = np.zeros((int(a.max(initial=-1)) + 2) * width, dtype=np.int64)
+    out = []
+    for start in range(0, len(a), PIECE):
+        key = (a[start : start + PIECE].astype(np.int64) + 1) * width
+        key += b[start : start + PIECE].astype(np.int64) + 1
+        if (seen[key] >= limit).all():
+            continue
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        begins = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
+        lengths = np.diff(np.r_[begins, len(ordered)])
+        rank = np.arange(len(ordered)) - np.repeat(begins, lengths)
+        taken = np.sort(order[rank + seen[ordered] < limit])
+        out.append(taken + start)
+        seen += np.bincount(key, minlength=len(seen))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
 def last_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,6 @@ from wirediff.engine.chaining import chain_batch, failing_chains
 from wirediff.engine.engines import Call, Calls, Engine
 from wirediff.engine.plan import (
     NO_LINKS,
-    PIECE,
     ByContent,
     Index,
     build_index,
@@ -58,7 +57,6 @@ __all__ = [
     "diagnose",
     "failing_chains",
     "fetch",
-    "first_rows",
     "locators",
     "partitions",
     "root_digests",
@@ -251,7 +249,7 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     frame = index.frame
     backend = frame[["label", "listener"]]  # by category: no string a row
     labels, listeners = (backend[c].cat.codes.to_numpy() for c in ("label", "listener"))
-    heads = first_rows(labels, listeners, BACKEND_SCAN)
+    heads = plan.first_rows(labels, listeners, BACKEND_SCAN)
     head = plain(backend.take(heads), ["label", "listener"])
     keys = zip(head["label"].tolist(), head["listener"].tolist(), strict=True)
     first: dict[tuple[Any, Any], list[int]] = {}
@@ -262,29 +260,6 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     for _, found in engine.run(tasks.providers, [((index.sources, work), {})], small=True):
         known.update(found)
     return known
-
-
-def first_rows(a: np.ndarray, b: np.ndarray, limit: int) -> np.ndarray:
-    """The rows, in order, that are among the first `limit` of those with their pair of
-    category codes (`a`, `b`; -1: missing) — a `groupby(...).cumcount() < limit` made
-    in pieces of `PIECE` rows, which holds a few arrays of a piece, not of the index."""
-    width = int(b.max(initial=-1)) + 2
-    seen = np.zeros((int(a.max(initial=-1)) + 2) * width, dtype=np.int64)
-    out = []
-    for start in range(0, len(a), PIECE):
-        key = (a[start : start + PIECE].astype(np.int64) + 1) * width
-        key += b[start : start + PIECE] + 1
-        if (seen[key] >= limit).all():
-            continue
-        order = np.argsort(key, kind="stable")
-        ordered = key[order]
-        begins = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
-        lengths = np.diff(np.r_[begins, len(ordered)])
-        rank = np.arange(len(ordered)) - np.repeat(begins, lengths)
-        taken = np.sort(order[rank + seen[ordered] < limit])
-        out.append(taken + start)
-        seen += np.bincount(key, minlength=len(seen))
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
 def _last_of_id(frame: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:

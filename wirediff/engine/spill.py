@@ -34,7 +34,7 @@ PICKLED = 100
 """Rows pickled together: reading the files back merges them holding one such chunk per
 file (one file per partition) and a block of about as many, so this bounds the merge's
 memory, which grows with the partitions (a million exchanges: about a hundred, 15 MB of
-findings held; chunks of 1000 held 90 MB); smaller chunks cost the merge more steps."""
+findings held; chunks of 1000 would hold 90 MB); smaller chunks cost the merge more steps."""
 
 
 _PLACE = struct.Struct(">BBQBQQ")
