@@ -145,8 +145,12 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     """
     # listeners by code: a category's values made into a string a row would be most of
     # the memory the chains take over a million exchanges
-    codes, values = pd.factorize(f["listener"], use_na_sentinel=True)
-    named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
+    listener = f["listener"]
+    if isinstance(listener.dtype, pd.CategoricalDtype):  # the engine's index: codes made
+        codes, values = listener.cat.codes.to_numpy(), listener.cat.categories
+    else:
+        codes, values = pd.factorize(listener, use_na_sentinel=True)
+    named_code = np.array([isinstance(v, str) for v in values.tolist()], dtype=bool)
     named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(values) else codes < -1
     replay = f["is_replay"].to_numpy(dtype=bool)
     started = f["started"].to_numpy(dtype=np.float64)

@@ -65,7 +65,7 @@ LEAN_COLUMNS = [
     "replay",
     "deep",
 ]
-"""The index as the command holds it (`lean`)."""
+"""The index as the command holds it (`lean`; `ordinal` only until its rows are in order)."""
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
 PIECE = 1 << 16
 """Rows a step that works row by row takes at once: it holds a few arrays of a piece, not
@@ -207,8 +207,11 @@ def build_index(
     frame = _concatenated(frames)
     del frames
     src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
-    if not ((src > 0) | ((src == 0) & (ordinal >= 0))).all():  # a dataset's rows: by root
+    in_order = bool(((src > 0) | ((src == 0) & (ordinal >= 0))).all())
+    del src, ordinal
+    if not in_order:  # a dataset's rows: by root
         frame = frame.sort_values(["src", "ordinal"], kind="stable").reset_index(drop=True)
+    del frame["ordinal"]  # the rows' order, once they are in it
     frame["status"] = frame["status"].astype("Int64")
     for name in DIGESTS:
         frame[name] = frame[name].astype(np.uint64)
