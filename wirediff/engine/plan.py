@@ -276,8 +276,16 @@ def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarra
     cand, base = links[:, 0], links[:, 1]
     order = np.argsort(cand, kind="stable")
     cand, base = cand[order], base[order]
-    at = np.clip(np.searchsorted(cand, root), 0, len(cand) - 1)
-    return np.where(cand[at] == root, base[at], root)
+    at, hit = looked_up(cand, root)
+    return np.where(hit, base[at], root)
+
+
+def looked_up(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of `values` looked up in `keys` (sorted, not empty): its place there, and
+    whether it is there — a dict lookup over digests, in arrays."""
+    at = np.searchsorted(keys, values)
+    np.minimum(at, len(keys) - 1, out=at)
+    return at, keys[at] == values
 
 
 def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
@@ -294,9 +302,8 @@ def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     for start in range(0, len(root), PIECE):  # a row's root depends on it alone: by pieces
         piece = root[start : start + PIECE]
         for _ in range(64):  # a chain of replays of replays, followed to its original
-            at = np.searchsorted(ids, piece)
-            np.minimum(at, len(ids) - 1, out=at)
-            hit = (ids[at] == piece) & (parents[at] != piece)
+            at, hit = looked_up(ids, piece)
+            hit &= parents[at] != piece
             if not hit.any():
                 break
             piece[hit] = parents[at[hit]]
@@ -382,10 +389,7 @@ def _deciding(
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
     asked = np.unique(of[replays])
-    at = np.searchsorted(asked, ids)
-    np.minimum(at, max(len(asked) - 1, 0), out=at)
-    replayed = original & (asked[at] == ids) if len(asked) else np.zeros_like(original)
-    del at
+    replayed = original & looked_up(asked, ids)[1] if len(asked) else np.zeros_like(original)
     rows = [
         _first_per(np.flatnonzero(original), label),
         _first_per(np.flatnonzero(replayed), label),
@@ -456,17 +460,12 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
     if not len(frame):
         return []
     unique_ids, row_of = last_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
-
-    def known(values: np.ndarray) -> np.ndarray:
-        at = np.minimum(np.searchsorted(unique_ids, values), len(unique_ids) - 1)
-        return np.asarray(unique_ids[at] == values, dtype=bool)
-
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
     replays = np.flatnonzero(sent & (of != 0))
     del sent
-    replays = replays[known(of[replays])]
-    linked = links[:, 1][known(links[:, 1])]
+    replays = replays[looked_up(unique_ids, of[replays])[1]]
+    linked = links[:, 1][looked_up(unique_ids, links[:, 1])[1]]
     if not len(replays) and not len(linked):
         return []
     at = np.r_[replays, len(frame) + np.arange(len(linked))]
