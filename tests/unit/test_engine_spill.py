@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import os
 import random
 import threading
 import weakref
@@ -18,6 +19,7 @@ from wirediff._support import task_gc
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.engine.spill import Spill, merge_runs, place_bytes
 from wirediff.reports.items import finding_text, item_text, write_list
+from wirediff.reports.render import copy_file
 
 
 def _place(rng: random.Random) -> tuple[Any, ...]:
@@ -120,6 +122,34 @@ def test_the_findings_list_is_written_beside_as_write_list_writes_it() -> None:
         assert rows.listed().read_text(encoding="utf-8") == expected.getvalue()
     finally:
         spill.close()
+
+
+@pytest.mark.parametrize("kernel", ["copies", "refuses", "stops halfway"])
+def test_the_findings_list_is_appended_whole_whoever_copies_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    """`write_summary` appends the list after the head it wrote: from where the source
+    stands to its end, after what the destination holds, through the kernel or not."""
+    data = random.Random(3).randbytes(3 << 20)
+    (tmp_path / "src").write_bytes(data)
+    real = os.copy_file_range
+    calls = []
+
+    def copy_file_range(src: int, dst: int, count: int) -> int:
+        calls.append(count)
+        if kernel == "refuses" or (kernel == "stops halfway" and len(calls) > 1):
+            raise OSError(18, "Invalid cross-device link")
+        return real(src, dst, min(count, 1 << 20))
+
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    with (tmp_path / "src").open("rb") as src, (tmp_path / "dst").open("wb") as dst:
+        src.seek(7)
+        dst.write(b"head")
+        dst.flush()
+        copy_file(src, dst)
+        dst.write(b"tail")
+    assert (tmp_path / "dst").read_bytes() == b"head" + data[7:] + b"tail"
+    assert calls
 
 
 def test_closing_stops_the_findings_list_being_written() -> None:
