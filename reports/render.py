@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ import shutil
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -264,22 +265,20 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def copy_file(src: BinaryIO, dst: BinaryIO) -> None:
+class _Sink(Protocol):
+    def fileno(self) -> int: ...
+    def write(self, data: bytes, /) -> object: ...
+
+
+def copy_file(src: BinaryIO, dst: _Sink) -> None:
     """The rest of `src` appended to `dst` (flushed), copied by the kernel where it can
     (`os.copy_file_range`: a third of the CPU of copying through Python at 3 GB)."""
     left = os.fstat(src.fileno()).st_size - src.tell()
-    try:
-        while left > 0:
-            done = os.copy_file_range(src.fileno(), dst.fileno(), left)
-            if not done:
-                break
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not these two files
+        while left > 0 and (done := os.copy_file_range(src.fileno(), dst.fileno(), left)):
             left -= done
-    except (AttributeError, OSError):  # not Linux, or not between these two files
-        pass
-    else:
-        if left <= 0:
-            return
-    shutil.copyfileobj(src, dst, 1 << 20)
+    if left > 0:
+        shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
