@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 from urllib.parse import quote, quote_plus
 
@@ -15,7 +16,7 @@ from wsproto.frame_protocol import Opcode
 from tests.fixtures.records import answer, events_of, websocket_of
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange, Request, Response, Timings
-from wirediff.record.redact import fingerprint
+from wirediff.record.redact import SECRET_PATTERNS, fingerprint, redact_patterns
 from wirediff.record.store import encode_record
 from wirediff.record.websocket import WebSocketTap
 
@@ -247,3 +248,54 @@ def test_a_credential_field_in_json_kept_as_text_is_fingerprinted(
     ex = answered("GET", [], None, 200, content_type, content.encode())
     line = encode_record(build_record(ex, session="s", label="l", seq=0)).decode()
     assert ANSWER_TOKEN not in line and fingerprint(ANSWER_TOKEN) in line
+
+
+def _every_pattern(text: str) -> str:
+    for rx, repl in SECRET_PATTERNS:
+        text = rx.sub(repl, text)
+    return text
+
+
+_FRAGMENTS = [
+    "API key provided: sk-abc123def",
+    "Authorization: Bearer abcdef123456",
+    "basic dXNlcjpwYXNz",
+    "TOKEN  abcdefgh",
+    "token sha256:abcdef",
+    "lm-studio1234",
+    "rk-ABCDEFGH",
+    "?api_key=secret123",
+    "&access_token=xyz98765",
+    '"x-api-key": "k3y-value-1"',
+    "apiKey=abcdef99",
+    "API-KEY:'zzzzzzzz'",
+    "Api Key Provided:",
+    "bAsIc",
+    "key=",
+    "sk-",
+    " ",
+    "\n",
+    "chatcmpl-zqL9UaIx6EdbfxWUBj1x83Ul",
+    '{"error":{"message":"Unexpected endpoint or method. (POST /v1/responses)"}}',
+    "\u0131",  # dotless i: `(?i)` matches it with i, lowercasing does not
+    "\u017f",  # long s: likewise with s
+    "\u212a",  # the Kelvin sign: likewise with k
+    "é",
+]
+
+
+def test_a_text_without_the_patterns_words_is_as_the_patterns_leave_it() -> None:
+    """`redact_patterns` skips the patterns for an ASCII text without the words they need:
+    on every mix of credentials, near misses and non-ASCII look-alikes it gives what
+    applying each pattern gives."""
+    rng = random.Random(11)
+    texts = ["".join(rng.choices(_FRAGMENTS, k=rng.randrange(1, 6))) for _ in range(4000)]
+    texts += [t.replace("i", "\u0131") for t in texts[:500]] + [t.upper() for t in texts[:500]]
+    changed = 0
+    for text in texts:
+        assert redact_patterns(text) == _every_pattern(text), text
+        changed += redact_patterns(text) != text
+    assert changed > len(texts) // 2
+    dotless = "ap\u0131 key prov\u0131ded: sk-x1234567"
+    assert redact_patterns(dotless) != dotless
+    assert redact_patterns("Ba\u017fic dXNlcjpwYXNz") == "Ba\u017fic <redacted>"
