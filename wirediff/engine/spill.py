@@ -31,10 +31,10 @@ __all__ = ["Spill", "merge_runs", "place_bytes", "write_rows"]
 CHUNK = 20_000
 """Rows per frame handed out."""
 PICKLED = 100
-"""Rows pickled together: reading the files back merges them holding one such chunk per
-file (one file per partition) and a block of about as many, so this bounds the merge's
-memory, which grows with the partitions (a million exchanges: about a hundred, 15 MB of
-findings held; chunks of 1000 would hold 90 MB); smaller chunks cost the merge more steps."""
+"""Rows pickled together: reading the files back merges them holding one or two such
+chunks per file (one file per partition) and a block of about one per file, so this bounds
+the merge's memory, which grows with the partitions (a million exchanges: about a hundred
+files, some 20 MB of findings held; chunks of 1000 would hold ten times as much)."""
 
 
 _PLACE = struct.Struct(">BBQBQQ")
@@ -218,19 +218,25 @@ def _next_chunk(run: Iterator[list[Placed]]) -> list[Placed]:
 def merge_runs(runs: list[Iterator[list[Placed]]]) -> Iterator[list[Placed]]:
     """Runs of `(place, row)` in order of their places (no two equal), read chunk by
     chunk, merged into blocks in order: each block is what every run holds up to the
-    smallest of the chunks' last places, sorted — a merge of sorted runs, which the sort
-    does at C speed, where merging row by row (`heapq.merge`) costs a Python step each."""
-    heads = [_Run(chunk, 0, run) for run in runs if (chunk := _next_chunk(run))]
-    while heads:
+    smallest of their last places read, sorted — a merge of sorted runs, which the sort
+    does at C speed, where merging row by row (`heapq.merge`) costs a Python step each.
+    Each run is kept `PICKLED` rows ahead at least, so that every block takes about as
+    many of each run: with a hundred runs, a block of one run's chunk would cost a
+    hundred searches for a hundred rows."""
+    heads = [_Run([], 0, run) for run in runs]
+    while True:
+        for head in heads:
+            while len(head.chunk) - head.at < PICKLED and (more := _next_chunk(head.rest)):
+                head.chunk, head.at = head.chunk[head.at :] + more, 0
+        heads = [head for head in heads if head.at < len(head.chunk)]
+        if not heads:
+            return
         bound = min(head.chunk[-1][0] for head in heads)
         block: list[Placed] = []
         for head in heads:
             cut = bisect.bisect_right(head.chunk, bound, lo=head.at, key=_PLACE_OF)
             block += head.chunk[head.at : cut]
             head.at = cut
-            if cut == len(head.chunk):
-                head.chunk, head.at = _next_chunk(head.rest), 0
-        heads = [head for head in heads if head.chunk]
         block.sort(key=_PLACE_OF)
         yield block
 
