@@ -10,15 +10,13 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -254,31 +252,15 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
         for key, items in _STREAMED.items():
             head, text = text.split(json.dumps(marks[key]), 1)
             fh.write(head)
-            listed = model.findings_rows.listed if key == "divergences" else None
-            if listed is None:
+            list_into = model.findings_rows.list_into if key == "divergences" else None
+            if list_into is None:
                 write_list(fh, items(model))
                 continue
             fh.flush()
-            with listed().open("rb") as src:
-                copy_file(src, fh.buffer)
+            list_into(str(out), fh.tell())  # write-only UTF-8: the byte it is at
+            fh.seek(0, os.SEEK_END)
         fh.write(text + "\n")
     return out
-
-
-class _Sink(Protocol):
-    def fileno(self) -> int: ...
-    def write(self, data: bytes, /) -> object: ...
-
-
-def copy_file(src: BinaryIO, dst: _Sink) -> None:
-    """The rest of `src` appended to `dst` (flushed), copied by the kernel where it can
-    (`os.copy_file_range`: a third of the CPU of copying through Python at 3 GB)."""
-    left = os.fstat(src.fileno()).st_size - src.tell()
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not these two files
-        while left > 0 and (done := os.copy_file_range(src.fileno(), dst.fileno(), left)):
-            left -= done
-    if left > 0:
-        shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:

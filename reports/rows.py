@@ -6,7 +6,6 @@ partitioned engine (`wirediff.engine`) frames read back from disk."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pandas as pd
 
@@ -21,16 +20,17 @@ class Rows:
         count: int,
         frames: Callable[[], Iterator[pd.DataFrame]],
         texts: Callable[[], Iterator[str]] | None = None,
-        listed: Callable[[], Path] | None = None,
+        list_into: Callable[[str, int], int] | None = None,
     ) -> None:
         self.count = count
         self._frames = frames
         self.texts = texts
         """Each row's item text in `summary.json` (`wirediff.reports.items`), in order, when
         it was written beforehand (by the engine's workers)."""
-        self.listed = listed
-        """A file with the whole list of `texts` as `summary.json` holds it (`write_list`),
-        when one is being written (the call waits for it)."""
+        self.list_into = list_into
+        """`list_into(path, at)` writes the whole list of `texts` as `summary.json` holds it
+        (`write_list`) at byte `at` of the file at `path`, and says where it ends, when
+        that can be done without the texts passing through here."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> Rows:

@@ -58,7 +58,7 @@ def ten_k(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def summary_of(run: Run, paths: list[Path], out: Path) -> Any:
-    model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True, summary=True)
+    model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
     return masked(json.loads(write_summary(model, out).read_text()))
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import gc
 import io
 import json
-import os
 import random
-import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -17,9 +15,9 @@ import pytest
 
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.engine.spill import Spill, merge_runs, place_bytes
+from wirediff.engine.listing import list_range, merged_texts, plan_ranges, write_findings
+from wirediff.engine.spill import Spill, place_bytes
 from wirediff.reports.items import finding_text, item_text, write_list
-from wirediff.reports.render import copy_file
 
 
 def _place(rng: random.Random) -> tuple[Any, ...]:
@@ -60,21 +58,44 @@ def test_findings_come_back_merged_by_place_across_partitions() -> None:
         spill.close()
 
 
-def test_sorted_runs_of_any_chunks_merge_into_one_order() -> None:
-    rng = random.Random(11)
-    for _ in range(200):
-        places = rng.sample(range(10_000), rng.randint(0, 300))
-        runs: list[list[tuple[bytes, int]]] = [[] for _ in range(rng.randint(1, 6))]
-        for p in sorted(places):
-            runs[rng.randrange(len(runs))].append((p.to_bytes(2), p))
-        chunked = []
-        for run in runs:
-            cuts = sorted(rng.sample(range(1, len(run)), min(len(run) - 1, 4))) if run else []
-            chunked.append(
-                iter([run[a:b] for a, b in zip([0, *cuts], [*cuts, len(run)], strict=True)])
-            )
-        blocks = list(merge_runs(chunked))
-        assert [p for block in blocks for _, p in block] == sorted(places)
+@pytest.mark.parametrize("range_bytes", [1, 700, 5000, 1 << 30])
+def test_ranges_of_any_size_cover_the_list_in_order_and_in_place(
+    tmp_path: Path, range_bytes: int
+) -> None:
+    """Cut anywhere, the ranges hold every row once, in order of places, each range where
+    the rows before it end: together, the list `write_list` writes."""
+    rng = random.Random(range_bytes)
+    places = sorted({_place(rng) for _ in range(3000)})
+    parts: list[list[tuple[bytes, str]]] = [[] for _ in range(7)]
+    for n, place in enumerate(places):  # texts of any size, some not ASCII
+        text = item_text({"n": n, "s": "é" * rng.randrange(0, 3) + "x" * rng.randrange(0, 200)})
+        parts[rng.randrange(len(parts) - 1)].append((place_bytes(place), text))
+    stems = []
+    for k, part in enumerate(parts):  # the last partition found nothing
+        stems.append(tmp_path / f"part-{k}")
+        write_findings(stems[-1], part)
+    ranges = plan_ranges(stems, range_bytes)
+    if range_bytes == 1:
+        assert len(ranges) > 5  # a cut at every place sampled
+    out = tmp_path / "list"
+    out.write_bytes(b"")
+    at = 0
+    for i, r in enumerate(ranges):
+        assert r.at == at
+        at += list_range(r.pieces, str(out), r.at, i == 0)
+        assert at == r.at + r.size
+    expected = io.StringIO()
+    texts = [text for part in parts for _, text in part]
+    order = sorted(range(len(texts)), key=[p for part in parts for p, _ in part].__getitem__)
+    write_list(expected, [texts[i] for i in order])
+    assert out.read_bytes() + b"\n ]" == expected.getvalue().encode()
+    assert list(merged_texts(stems)) == [texts[i] for i in order]
+
+
+def test_no_findings_make_no_range(tmp_path: Path) -> None:
+    write_findings(tmp_path / "none", [])
+    assert plan_ranges([tmp_path / "none"]) == []
+    assert list(merged_texts([tmp_path / "none"])) == []
 
 
 def test_a_list_is_written_as_json_dump_writes_it() -> None:
@@ -104,9 +125,12 @@ def test_a_task_leaves_what_it_made_out_of_the_next_collections() -> None:
         gc.unfreeze()
 
 
-def test_the_findings_list_is_written_beside_as_write_list_writes_it() -> None:
+@pytest.mark.parametrize("count", [0, 1, 2500])
+def test_the_findings_list_is_written_into_the_file_as_write_list_writes_it(
+    tmp_path: Path, count: int
+) -> None:
     rng = random.Random(5)
-    places = sorted({_place(rng) for _ in range(2500)})
+    places = sorted({_place(rng) for _ in range(count)})
     parts: list[list[tuple[bytes, str]]] = [[], []]
     for n, place in enumerate(places):
         parts[rng.randrange(2)].append((place_bytes(place), item_text({"n": n})))
@@ -114,50 +138,24 @@ def test_the_findings_list_is_written_beside_as_write_list_writes_it() -> None:
     try:
         for part in parts:
             spill.add_findings(part)
-        spill.list_findings()
         rows = spill.finding_rows()
-        assert rows.listed is not None and rows.texts is not None
+        assert rows.list_into is not None and rows.texts is not None
         expected = io.StringIO()
+        expected.write('{\n "divergences": ')
         write_list(expected, rows.texts())
-        assert rows.listed().read_text(encoding="utf-8") == expected.getvalue()
+        out = tmp_path / "summary.json"
+        out.write_text('{\n "divergences": ', encoding="utf-8")
+        end = rows.list_into(str(out), len('{\n "divergences": '))
+        assert out.read_text(encoding="utf-8") == expected.getvalue()
+        assert end == len(expected.getvalue().encode())
     finally:
         spill.close()
 
 
-@pytest.mark.parametrize("kernel", ["copies", "refuses", "stops halfway"])
-def test_the_findings_list_is_appended_whole_whoever_copies_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
-) -> None:
-    """`write_summary` appends the list after the head it wrote: from where the source
-    stands to its end, after what the destination holds, through the kernel or not."""
-    data = random.Random(3).randbytes(3 << 20)
-    (tmp_path / "src").write_bytes(data)
-    real = os.copy_file_range
-    calls = []
-
-    def copy_file_range(src: int, dst: int, count: int) -> int:
-        calls.append(count)
-        if kernel == "refuses" or (kernel == "stops halfway" and len(calls) > 1):
-            raise OSError(18, "Invalid cross-device link")
-        return real(src, dst, min(count, 1 << 20))
-
-    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
-    with (tmp_path / "src").open("rb") as src, (tmp_path / "dst").open("wb") as dst:
-        src.seek(7)
-        dst.write(b"head")
-        dst.flush()
-        copy_file(src, dst)
-        dst.write(b"tail")
-    assert (tmp_path / "dst").read_bytes() == b"head" + data[7:] + b"tail"
-    assert calls
-
-
-def test_closing_stops_the_findings_list_being_written() -> None:
+def test_closing_removes_the_files() -> None:
     spill = Spill()
-    spill.add_findings([(place_bytes((2, n, n, 0)), "x" * 100) for n in range(100_000)])
-    spill.list_findings()
+    spill.add_findings([(place_bytes((2, n, n, 0)), "x" * 100) for n in range(1000)])
     spill.close()
-    assert not any(t.name == "wirediff-findings" for t in threading.enumerate())
     assert not Path(spill.directory).exists()
 
 

@@ -504,10 +504,8 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         max_examples: int,
         rows: bool,
         baseline: str | None,
-        summary: bool,
     ) -> ReportModel:
         seen["ignore"], seen["captures"], seen["rows"] = ignore, captures, rows
-        seen["summary"] = summary
         return build(analysis, diagnoses, max_examples=max_examples)
 
     monkeypatch.setattr(Run, "report", fake_report)
@@ -528,7 +526,6 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         "ignore": ("usage.*", "system_fingerprint"),
         "captures": [str(capture)],
         "rows": True,
-        "summary": True,
     }
     assert (out / "r.html").stat().st_size > 10_000
     validate(json.loads((out / "s.json").read_text()), schema(), schema())

@@ -51,7 +51,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             max_examples=args.max_examples,
             rows=bool(args.json or args.csv),
             baseline=args.baseline,
-            summary=bool(args.json),
         )
         written = [render_html(model, args.output)]
         if args.json:

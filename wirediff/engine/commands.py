@@ -86,12 +86,10 @@ class Run:
         max_examples: int,
         rows: bool,
         baseline: str | None = None,
-        summary: bool = False,
     ) -> ReportModel:
         """The report's model; with `rows`, every finding and diagnosis kept for
-        `summary.json` and the CSV (on disk, until the run closes); with `summary` too, the
-        list of every finding as `summary.json` holds it is written while the diagnoses
-        are made (`Spill.list_findings`). `baseline`: the label
+        `summary.json` and the CSV (on disk, until the run closes: the list of findings is
+        merged into `summary.json` by the workers, `Spill.finding_rows`). `baseline`: the label
         independent captures are compared with (`--baseline`); when the captures did not
         imply one and none was asked for, stderr says which it is."""
         index = run.scan_inputs(self.engine, args, self.progress)
@@ -115,10 +113,8 @@ class Run:
             part_bytes=self.part_bytes,
             links=content.links,
         )
-        if rows and summary:
-            self.spill.list_findings()
         diagnosed = run.diagnose(self.engine, index, self.progress, spill=spill)
-        findings = self.spill.finding_rows() if rows else _none(0)
+        findings = self.spill.finding_rows(self.engine) if rows else _none(0)
         diagnoses = self.spill.diagnosis_rows() if rows else _none(diagnosed.rows)
         model = finish(
             part,

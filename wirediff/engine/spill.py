@@ -1,40 +1,38 @@
 """Rows that every table lists (each finding, each diagnosis) kept on disk while the
 analysis runs, then read back in order: findings merged by their place among all the
-captures' findings (each partition's rows are in order already), diagnoses batch by batch.
+captures' findings (each partition's rows are in order already: `wirediff.engine.listing`),
+diagnoses batch by batch.
 
 A finding is kept as the text `summary.json` lists it (`wirediff.reports.items`), written
-where it was found: `summary.json` copies the texts, the other tables read them back."""
+where it was found: `summary.json` gets the texts merged into it, the other tables read
+them back."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import pickle
 import struct
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
-from wirediff.reports.items import write_list
+from wirediff.engine.listing import list_range, merged_texts, plan_ranges, write_findings
 from wirediff.reports.rows import Rows
 
-__all__ = ["Spill", "merge_runs", "place_bytes", "write_rows"]
+if TYPE_CHECKING:
+    from wirediff.engine.engines import Call, Engine
+
+__all__ = ["Spill", "place_bytes", "write_rows"]
 
 CHUNK = 20_000
 """Rows per frame handed out."""
 PICKLED = 100
-"""Rows pickled together: reading the files back merges them holding one or two such
-chunks per file (one file per partition) and a block of about one per file, so this bounds
-the merge's memory, which grows with the partitions (a million exchanges: about a hundred
-files, some 20 MB of findings held; chunks of 1000 would hold ten times as much)."""
+"""Rows pickled together (a diagnosis batch's file is read back a chunk at a time)."""
 
 
 _PLACE = struct.Struct(">BBQBQQ")
@@ -66,7 +64,6 @@ class Spill:
         self._n = 0
         self.findings: list[tuple[Path, int]] = []
         self.diagnoses: list[tuple[Any, Path, Path | None, int]] = []
-        self._listing: _Listing | None = None
 
     @property
     def directory(self) -> str:
@@ -81,12 +78,16 @@ class Spill:
     def add_findings(self, rows: list[tuple[bytes, str]]) -> None:
         """One partition's findings, `(place_bytes(place), text)`, in order."""
         if rows:
-            self.findings.append((self._write(rows), len(rows)))
+            stem = Path(self._dir.name) / f"findings-{self._n}"
+            self._n += 1
+            write_findings(stem, rows)
+            self.findings.append((stem, len(rows)))
 
-    def add_findings_file(self, path: str, count: int) -> None:
-        """One partition's findings, written by its worker into `directory`."""
+    def add_findings_file(self, stem: str, count: int) -> None:
+        """One partition's findings, written by its worker into `directory`
+        (`wirediff.engine.listing.write_findings`)."""
         if count:
-            self.findings.append((Path(path), count))
+            self.findings.append((Path(stem), count))
 
     def add_diagnoses(self, first: Any, rows: list[dict[str, Any]], texts: list[str]) -> None:
         """One batch of diagnosis rows, and their texts in `summary.json` when the report
@@ -99,26 +100,37 @@ class Spill:
         """One batch of diagnosis rows (and texts), written by its worker into `directory`."""
         self.diagnoses.append((first, Path(rows), None if texts is None else Path(texts), count))
 
-    def list_findings(self) -> None:
-        """Start writing, in the background, the list of every finding as `summary.json`
-        holds it (`write_list`): merging the partitions' rows is the longest step left to
-        the command once they are all in, and this way it overlaps the diagnoses."""
-        files = [p for p, _ in self.findings]
-        path = Path(self._dir.name) / "findings.list"
-        self._listing = _Listing(path, lambda stop: _merged_texts(files, stop))
-
-    def finding_rows(self) -> Rows:
-        files = [p for p, _ in self.findings]
+    def finding_rows(self, engine: Engine | None = None) -> Rows:
+        """The findings; their list is written into `summary.json` range by range on the
+        `engine`'s workers when they share this disk, else here."""
+        stems = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)
 
         def texts() -> Iterator[str]:
-            return _merged_texts(files)
+            return merged_texts(stems)
 
         def frames() -> Iterator[pd.DataFrame]:
             rows = (list(json.loads(text).values()) for text in texts())
             yield from _frames(rows, _findings_frame)
 
-        return Rows(count, frames, texts, self._listing.result if self._listing else None)
+        def list_into(path: str, at: int) -> int:
+            ranges = plan_ranges(stems)
+            calls: list[Call] = [
+                ((r.pieces, path, at + r.at, i == 0), {}) for i, r in enumerate(ranges)
+            ]
+            if engine is not None and engine.shares_disk:
+                for _ in engine.run(list_range, calls, small=len(calls) < 2):
+                    pass
+            else:
+                for args, _ in calls:
+                    list_range(*args)
+            end = at + (ranges[-1].at + ranges[-1].size if ranges else 0)
+            with open(path, "r+b") as fh:
+                fh.seek(end)
+                fh.write(b"\n ]" if ranges else b"[]")
+            return end + (3 if ranges else 2)
+
+        return Rows(count, frames, texts, list_into)
 
     def diagnosis_rows(self) -> Rows:
         batches = sorted(self.diagnoses, key=lambda d: d[0])
@@ -139,48 +151,7 @@ class Spill:
         return Rows(count, frames, texts if complete else None)
 
     def close(self) -> None:
-        if self._listing is not None:
-            self._listing.stop()
         self._dir.cleanup()
-
-
-class _Listing:
-    """A list of texts written to `path` by a thread (`Spill.list_findings`)."""
-
-    def __init__(self, path: Path, texts: Callable[[threading.Event], Iterator[str]]) -> None:
-        self.path = path
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._write, args=(texts,), name="wirediff-findings", daemon=True
-        )
-        self._thread.start()
-
-    def _write(self, texts: Callable[[threading.Event], Iterator[str]]) -> None:
-        try:
-            with self.path.open("w", encoding="utf-8") as fh:
-                write_list(fh, texts(self._stop))
-        except BaseException as e:  # handed to the caller of `result`
-            self._error = e
-
-    def result(self) -> Path:
-        """The file, once written (the thread's error, if it failed)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self.path
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _merged_texts(files: list[Path], stop: threading.Event | None = None) -> Iterator[str]:
-    """The findings' texts of the partitions' files, merged by place (until `stop`)."""
-    for block in merge_runs([_chunks(p) for p in files]):
-        if stop is not None and stop.is_set():
-            return
-        yield from map(itemgetter(1), block)
 
 
 def _chunks(path: Path) -> Iterator[list[Any]]:
@@ -196,49 +167,6 @@ def _chunks(path: Path) -> Iterator[list[Any]]:
 def _read(path: Path) -> Iterator[Any]:
     for chunk in _chunks(path):
         yield from chunk
-
-
-Placed = tuple[bytes, Any]
-"""A row with its place (`place_bytes`)."""
-_PLACE_OF = itemgetter(0)
-
-
-@dataclass(slots=True)
-class _Run:
-    chunk: list[Placed]
-    at: int
-    rest: Iterator[list[Placed]]
-
-
-def _next_chunk(run: Iterator[list[Placed]]) -> list[Placed]:
-    """The run's next chunk with rows in it (none left: empty)."""
-    return next((chunk for chunk in run if chunk), [])
-
-
-def merge_runs(runs: list[Iterator[list[Placed]]]) -> Iterator[list[Placed]]:
-    """Runs of `(place, row)` in order of their places (no two equal), read chunk by
-    chunk, merged into blocks in order: each block is what every run holds up to the
-    smallest of their last places read, sorted — a merge of sorted runs, which the sort
-    does at C speed, where merging row by row (`heapq.merge`) costs a Python step each.
-    Each run is kept `PICKLED` rows ahead at least, so that every block takes about as
-    many of each run: with a hundred runs, a block of one run's chunk would cost a
-    hundred searches for a hundred rows."""
-    heads = [_Run([], 0, run) for run in runs]
-    while True:
-        for head in heads:
-            while len(head.chunk) - head.at < PICKLED and (more := _next_chunk(head.rest)):
-                head.chunk, head.at = head.chunk[head.at :] + more, 0
-        heads = [head for head in heads if head.at < len(head.chunk)]
-        if not heads:
-            return
-        bound = min(head.chunk[-1][0] for head in heads)
-        block: list[Placed] = []
-        for head in heads:
-            cut = bisect.bisect_right(head.chunk, bound, lo=head.at, key=_PLACE_OF)
-            block += head.chunk[head.at : cut]
-            head.at = cut
-        block.sort(key=_PLACE_OF)
-        yield block
 
 
 def _findings_frame(rows: list[tuple[str, ...]]) -> pd.DataFrame:

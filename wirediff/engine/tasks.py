@@ -27,6 +27,7 @@ from wirediff.analysis.diagnosis.diagnose import (
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.view import view
 from wirediff.engine.chaining import ChainBatch
+from wirediff.engine.listing import write_findings
 from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import place_bytes, write_rows
@@ -133,9 +134,9 @@ def compare_part(
             out = list(zip(map(place_bytes, order), map(finding_text, values), strict=True))
         out.sort(key=lambda r: r[0])
         if spill_to is not None and out:
-            path = Path(spill_to) / f"findings-{uuid.uuid4().hex}.pickle"
-            write_rows(path, out)
-            return Compared(part, [], len(records), (str(path), len(out)))
+            stem = Path(spill_to) / f"findings-{uuid.uuid4().hex}"
+            write_findings(stem, out)
+            return Compared(part, [], len(records), (str(stem), len(out)))
         return Compared(part, out, len(records))
 
 

@@ -1,0 +1,198 @@
+"""The list of every finding, as `summary.json` holds it, made from the partitions' files.
+
+Each partition keeps its findings in two files: their places (`place_bytes`, with the size
+of each text) in order, and their texts (UTF-8, one after the other). The list is cut into
+ranges of places of about `RANGE_BYTES`; since every text's size is known, so is where each
+range stands in the list, and each is merged and written there on its own (`list_range`):
+side by side on the engine's workers, into the summary itself, never copied.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "RANGE_BYTES",
+    "Piece",
+    "Range",
+    "list_range",
+    "merged_texts",
+    "plan_ranges",
+    "write_findings",
+]
+
+RANGE_BYTES = 32 << 20
+"""Bytes of the list merged by one task (held while it is, with a view of each item)."""
+SAMPLE = 512
+"""Rows of a partition between two of the places the ranges are cut at."""
+_RECORD = np.dtype([("place", "S27"), ("size", "<u4")])
+"""A finding's place (`place_bytes`: fixed width, so bytes order is place order) and the
+size of its text."""
+_OPEN, _NEXT = b"[\n  ", b",\n  "
+"""What comes before the first item of a list, and before each other (`write_list`)."""
+
+
+def _places(stem: Path) -> Path:
+    return stem.with_suffix(".places")
+
+
+def _texts(stem: Path) -> Path:
+    return stem.with_suffix(".texts")
+
+
+def write_findings(stem: Path, rows: Sequence[tuple[bytes, str]]) -> None:
+    """A partition's findings, `(place_bytes(place), text)` in order, as its two files."""
+    texts = [text.encode("utf-8") for _, text in rows]
+    records = np.empty(len(rows), dtype=_RECORD)
+    records["place"] = [place for place, _ in rows]
+    records["size"] = [len(t) for t in texts]
+    with _places(stem).open("wb") as fh:
+        records.tofile(fh)
+    with _texts(stem).open("wb") as fh:
+        fh.writelines(texts)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One partition's rows in one range: rows `[first, last)`, whose texts are bytes
+    `[start, end)` of its texts' file."""
+
+    stem: str
+    first: int
+    last: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Rows of places in a range, from every partition: where their items stand in the
+    list (`at`, from the list's first byte) and how many bytes they take."""
+
+    pieces: tuple[Piece, ...]
+    at: int
+    size: int
+
+
+def _read(stem: Path) -> np.ndarray:
+    return np.fromfile(_places(stem), dtype=_RECORD)
+
+
+def plan_ranges(stems: Sequence[Path], range_bytes: int = RANGE_BYTES) -> list[Range]:
+    """The list's ranges, in order, none empty: cut at places sampled from every partition
+    so that each holds about `range_bytes`."""
+    samples, weights = [], []
+    total = 0
+    for stem in stems:
+        records = _read(stem)
+        if not len(records):
+            continue
+        items = records["size"].astype(np.int64) + len(_NEXT)
+        total += int(items.sum())
+        samples.append(records["place"][::SAMPLE])
+        weights.append(np.add.reduceat(items, np.arange(0, len(items), SAMPLE)))
+    if not total:
+        return []
+    count = math.ceil(total / range_bytes)
+    cuts = np.zeros(0, dtype=_RECORD["place"])
+    if count > 1:
+        places = np.concatenate(samples)
+        order = np.argsort(places, kind="stable")
+        held = np.cumsum(np.concatenate(weights)[order])
+        wanted = np.arange(1, count) * (total / count)
+        cuts = np.unique(places[order][np.searchsorted(held, wanted)])
+    rows: list[np.ndarray] = []  # per partition, the row each range starts at (and its end)
+    spans: list[np.ndarray] = []
+    for stem in stems:
+        records = _read(stem)
+        rows.append(np.concatenate([[0], np.searchsorted(records["place"], cuts), [len(records)]]))
+        ends = np.concatenate([[0], np.cumsum(records["size"], dtype=np.int64)])
+        spans.append(ends[rows[-1]])
+    out: list[Range] = []
+    at = 0
+    for k in range(len(cuts) + 1):
+        pieces = tuple(
+            Piece(str(stem), int(r[k]), int(r[k + 1]), int(s[k]), int(s[k + 1]))
+            for stem, r, s in zip(stems, rows, spans, strict=True)
+            if r[k + 1] > r[k]
+        )
+        if pieces:
+            size = sum(p.end - p.start + len(_NEXT) * (p.last - p.first) for p in pieces)
+            out.append(Range(pieces, at, size))
+            at += size
+    return out
+
+
+def _merged(pieces: Sequence[Piece]) -> tuple[memoryview, list[int], list[int]]:
+    """The texts of the pieces in one buffer, and where each row's text starts and ends
+    in it, in order of their places."""
+    buffer = bytearray(sum(p.end - p.start for p in pieces))
+    view = memoryview(buffer)
+    places, starts, sizes = [], [], []
+    held = 0
+    for p in pieces:
+        records = np.fromfile(
+            _places(Path(p.stem)),
+            dtype=_RECORD,
+            count=p.last - p.first,
+            offset=p.first * _RECORD.itemsize,
+        )
+        with _texts(Path(p.stem)).open("rb") as fh:
+            fh.seek(p.start)
+            fh.readinto(view[held : held + p.end - p.start])
+        size = records["size"].astype(np.int64)
+        places.append(records["place"])
+        starts.append(held + np.cumsum(size) - size)
+        sizes.append(size)
+        held += p.end - p.start
+    order = np.argsort(np.concatenate(places), kind="stable")
+    start = np.concatenate(starts)[order]
+    end = start + np.concatenate(sizes)[order]
+    return view, start.tolist(), end.tolist()
+
+
+_IOV = 1024
+"""Buffers a `pwritev` takes at most (`IOV_MAX` on Linux and macOS)."""
+
+
+def list_range(pieces: Sequence[Piece], path: str, at: int, first: bool) -> int:
+    """One range of the list written at byte `at` of the file at `path` (the first range
+    opens the list); how many bytes. The items go from where they were read to the file
+    as they are, a separator before each: no copy of the range is made."""
+    buffer, starts, ends = _merged(pieces)
+    parts: list[bytes | memoryview] = [_NEXT] * (2 * len(starts))
+    parts[1::2] = [buffer[a:b] for a, b in zip(starts, ends, strict=True)]
+    if first:
+        parts[0] = _OPEN
+    size = len(_NEXT) * len(starts) + len(buffer)
+    with open(path, "r+b") as fh:  # each task its own bytes: no two write the same
+        if not hasattr(os, "pwritev"):
+            fh.seek(at)
+            fh.write(b"".join(parts))
+            return size
+        fd, end = fh.fileno(), at
+        for k in range(0, len(parts), _IOV):
+            batch = parts[k : k + _IOV]
+            done = os.pwritev(fd, batch, end)
+            whole = sum(map(len, batch))
+            if done < whole:  # cut short (a signal, a full disk: then the next write says)
+                rest = memoryview(b"".join(batch))[done:]
+                while rest:
+                    n = os.pwrite(fd, rest, end + done)
+                    rest, done = rest[n:], done + n
+            end += whole
+    return size
+
+
+def merged_texts(stems: Sequence[Path]) -> Iterator[str]:
+    """Every finding's text, in order of their places."""
+    for r in plan_ranges(stems):
+        buffer, starts, ends = _merged(r.pieces)
+        for a, b in zip(starts, ends, strict=True):
+            yield str(buffer[a:b], "utf-8")
