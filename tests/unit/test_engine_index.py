@@ -93,12 +93,13 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
     assert part["vllm-0"] == part[base[0]["id"]]
 
 
-def test_the_scan_marks_records_nested_too_deeply_and_partitions_read_them_as_loading_does(
+def test_the_scan_marks_records_to_read_carefully_and_partitions_read_them_as_loading_does(
     tmp_path: Path,
 ) -> None:
-    """Only a record with a body or an event's data past `MAX_DEPTH` is marked `deep`;
-    a partition without one skips looking again (`shallow`), one with it keeps the body
-    as text: either way the records are those `load_records` gives."""
+    """Only a record with a body or an event's data past `MAX_DEPTH`, or a number orjson
+    would not read as `json` does, is marked `careful`; a partition without one reads by
+    orjson alone (`plain`), one with it keeps the body as text and the number whole:
+    either way the records are those `load_records` gives."""
     base = openai_session()
     deep: object = {}
     for _ in range(MAX_DEPTH + 1):
@@ -111,22 +112,25 @@ def test_the_scan_marks_records_nested_too_deeply_and_partitions_read_them_as_lo
         {"event": None, "data": {"ok": [1, 2]}},
         {"event": None, "data": deep},
     ]
+    big = copy.deepcopy(base[0])
+    big["id"], big["request"]["body"]["seed"] = "big-1", 18446744073709551616  # past 64 bits
     path = tmp_path / "d.jsonl"
     with RecordWriter(path) as w:
-        for rec in [*base, nested, events]:
+        for rec in [*base, nested, events, big]:
             w.write(rec)
     index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
     frame = index.frame
-    marked = dict(zip(ids_of(index), frame["deep"].tolist(), strict=True))
-    assert {i for i, d in marked.items() if d} == {"deep-1", "deep-2"}
+    marked = dict(zip(ids_of(index), frame["careful"].tolist(), strict=True))
+    assert {i for i, d in marked.items() if d} == {"deep-1", "deep-2", "big-1"}
     loaded: dict[str, Any] = {r["id"]: r for r in load_records([path])}
     assert loaded["deep-1"]["request"]["depth_limited"]
     assert loaded["deep-2"]["response"]["events"][1]["depth_limited"]
+    assert loaded["big-1"]["request"]["body"]["seed"] == 18446744073709551616
     where = (frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist())
     assert read_records(index.sources, *where) == list(loaded.values())
-    plain = np.flatnonzero(~frame["deep"].to_numpy(dtype=bool))
+    plain = np.flatnonzero(~frame["careful"].to_numpy(dtype=bool))
     part = [[w[i] for i in plain.tolist()] for w in where]
-    got = read_records(index.sources, *part, shallow=True)
+    got = read_records(index.sources, *part, plain=True)
     assert got == [r for r in loaded.values() if not marked[r["id"]]]
 
 

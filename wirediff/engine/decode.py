@@ -15,18 +15,24 @@ from typing import Any
 
 import orjson
 
-__all__ = ["loads"]
+__all__ = ["loads", "parse"]
 
 _DIGITS = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
 """Every digit as `0`, every other byte as a space."""
 _LONG_NUMBER = b"0" * 19
 
 
-def loads(text: bytes) -> Any:
-    """`json.loads(text)`: the same value, or the same error."""
+def parse(text: bytes) -> tuple[Any, bool]:
+    """`json.loads(text)` (the same value, or the same error), and whether orjson read it:
+    then `orjson.loads` alone reads this text to the same value."""
     if _LONG_NUMBER not in text.translate(_DIGITS):
         try:
-            return orjson.loads(text)
+            return orjson.loads(text), True
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    return json.loads(text), False
+
+
+def loads(text: bytes) -> Any:
+    """`json.loads(text)`: the same value, or the same error."""
+    return parse(text)[0]

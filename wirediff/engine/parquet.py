@@ -293,7 +293,7 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
             frame.insert(0, "src", src)
             frame.insert(1, "a", file)
             frame.insert(2, "b", np.arange(len(frame)))
-            frame["deep"] = True
+            frame["careful"] = True
             frame = compact(frame)
         else:
             table = pf.read(columns=["ordinal", "record"])
@@ -302,6 +302,6 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
             frame = frame_of(src, [(file, i) for i in range(len(rows))], rows)
             frame["nbytes"] = [len(t) for t in texts]
             frame["ordinal"] = table.column("ordinal").to_pylist()
-            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "deep"]]
+            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "careful"]]
     scanned = Scanned(src, file, frame, lines=len(frame), records=len(frame))
     return scanned

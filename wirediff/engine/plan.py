@@ -63,7 +63,7 @@ LEAN_COLUMNS = [
     "ordinal",
     *(c for c in INDEX_COLUMNS if c not in ("id", "replay_of")),
     "replay",
-    "deep",
+    "careful",
 ]
 """The index as the command holds it (`lean`; `ordinal` only until its rows are in order)."""
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)

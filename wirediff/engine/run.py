@@ -174,7 +174,7 @@ def compare(
     for n, (cand, base) in enumerate(links.tolist()):
         links_of.setdefault(link_part[n], []).append((cand, base, n))
     requests = frame["request_digest"].to_numpy()
-    deep = frame["deep"].to_numpy(dtype=bool)
+    careful = frame["careful"].to_numpy(dtype=bool)
     parts = np.flatnonzero(np.bincount(part_of, minlength=count)).tolist()
 
     def call(i: int) -> Call:  # made as a worker takes it: positions of one partition held
@@ -191,7 +191,7 @@ def compare(
             "report": report,
             "rows": spill is not None,
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
-            "shallow": not bool(deep[rows].any()),
+            "plain": not bool(careful[rows].any()),
         }
         part = frame.iloc[rows]
         where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
@@ -289,15 +289,17 @@ def diagnose(
     served = _served(frame)
     known = _backends(engine, index)
     last_of_id = _last_of_id(frame)
+    careful = frame["careful"].to_numpy(dtype=bool)
     give_back()
 
     def call(i: int) -> Call:
         first, rows, links = failing.batches[i]
         batch = chain_batch(frame, rows, links)
         _, at = np.unique(batch.ids, return_index=True)
-        where = locators(frame, last_of_id(rows[np.sort(at)]))
+        read = last_of_id(rows[np.sort(at)])
         spill_to = spill.directory if spill is not None and engine.shares_disk else None
-        return (index.sources, batch, where, served, known, first, report, spill_to), {}
+        args = (index.sources, batch, locators(frame, read), served, known, first, report)
+        return (*args, spill_to), {"plain": not bool(careful[read].any())}
 
     calls = Calls(len(failing.batches), call)
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))

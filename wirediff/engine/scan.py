@@ -23,7 +23,7 @@ from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.diagnose import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
-from wirediff.engine.decode import loads
+from wirediff.engine.decode import parse
 from wirediff.engine.sources import JSONL, Source, open_binary
 from wirediff.record.keys import digest, digests, request_fingerprint
 from wirediff.record.store import (
@@ -169,18 +169,19 @@ def frame_of(
     src: int,
     locators: list[tuple[int, int]],
     rows: list[tuple[Any, ...]],
-    deep: list[bool] | bool = True,
+    careful: list[bool] | bool = True,
 ) -> pd.DataFrame:
     """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`, and
-    `deep`: whether a body or event nested too deeply was kept as text (when unknown, True:
-    reading the record again checks)."""
+    `careful`: whether reading the record again must check it as the scan did — a body or
+    event nested too deeply was kept as text, or orjson would not read it as `json` does
+    (when unknown, True)."""
     frame = pd.DataFrame.from_records(rows, columns=INDEX_COLUMNS)
     frame.insert(0, "src", src)
     frame.insert(1, "a", [a for a, _ in locators])
     frame.insert(2, "b", [b for _, b in locators])
     frame.insert(3, "nbytes", [b for _, b in locators])
     frame.insert(4, "ordinal", frame["a"])
-    frame["deep"] = deep
+    frame["careful"] = careful
     return compact(frame)
 
 
@@ -203,13 +204,16 @@ def plain(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return out
 
 
-def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
-    """`parse_batch`, each line read by `loads`; a batch with a line that is no JSON is left
-    to `parse_batch` (which says which, and how)."""
+def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
+    """`parse_batch`, each line read by `parse`, and whether orjson read each; a batch with
+    a line that is no JSON is left to `parse_batch` (which says which, and how)."""
     try:
-        return [(offset, line, loads(line)) for offset, line in batch]
+        read = [parse(line) for _, line in batch]
     except (ValueError, RecursionError):
-        return parse_batch(p, batch, torn)
+        parsed = parse_batch(p, batch, torn)
+        return parsed, [False] * len(parsed)
+    parsed = [(offset, line, value) for (offset, line), (value, _) in zip(batch, read, strict=True)]
+    return parsed, [exact for _, exact in read]
 
 
 def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
@@ -218,17 +222,17 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     out = Scanned(src, start, pd.DataFrame())
     locators: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []
-    deep: list[bool] = []
+    careful: list[bool] = []
     batch: list[tuple[int, bytes]] = []
 
     def flush() -> None:
         lengths = {offset: len(line) for offset, line in batch}
-        parsed = _parse(p, batch, out.torn)
-        for offset, text, rec, limited in checked(p, parsed):
+        parsed, exact = _parse(p, batch, out.torn)
+        for (offset, text, rec, limited), by_orjson in zip(checked(p, parsed), exact, strict=True):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
             locators.append((offset + skipped, len(text)))
             rows.append(index_row(rec))
-            deep.append(limited)
+            careful.append(limited or not by_orjson)
         batch.clear()
 
     with open_binary(source.url) as fh:
@@ -255,7 +259,7 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
         except LineError as e:
             out.error = (e.lineno, e.text)
     out.records = len(rows)
-    out.frame = frame_of(src, locators, rows, deep)
+    out.frame = frame_of(src, locators, rows, careful)
     return out
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 from wirediff._types import Record
 from wirediff.engine.decode import loads
@@ -156,12 +157,13 @@ def read_records(
     a: Iterable[int],
     b: Iterable[int],
     *,
-    shallow: bool = False,
+    plain: bool = False,
 ) -> list[Record]:
     """The records at these locators, in their order, as loading them whole would give
-    them (bodies nested too deeply as text, repeated headers shared); `shallow`: the scan
-    found none of them nested too deeply, so that is not looked for again."""
-    return parse_texts(read_texts(sources, src, a, b), shallow=shallow)
+    them (bodies nested too deeply as text, repeated headers shared); `plain`: the scan
+    found that orjson reads each as `json` does and none nests too deeply, so neither is
+    looked for again."""
+    return parse_texts(read_texts(sources, src, a, b), plain=plain)
 
 
 def read_texts(
@@ -185,12 +187,12 @@ def read_texts(
     return texts
 
 
-def parse_texts(texts: Sequence[bytes], *, shallow: bool = False) -> list[Record]:
+def parse_texts(texts: Sequence[bytes], *, plain: bool = False) -> list[Record]:
     """Records from their JSON text (already read once and found readable)."""
     shared: Shared = {}
     out: list[Record] = []
     for text in texts:
-        rec = loads(text) if shallow else read_depth(text, loads(text))
+        rec = orjson.loads(text) if plain else read_depth(text, loads(text))
         share_repeats(rec, shared)
         out.append(rec)
     return out
