@@ -13,10 +13,11 @@ import base64
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -253,7 +254,7 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
             head, text = text.split(json.dumps(marks[key]), 1)
             fh.write(head)
             list_into = model.findings_rows.list_into if key == "divergences" else None
-            if list_into is None:
+            if list_into is None or not _regular(fh):
                 write_list(fh, items(model))
                 continue
             fh.flush()
@@ -261,6 +262,11 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
             fh.seek(0, os.SEEK_END)
         fh.write(text + "\n")
     return out
+
+
+def _regular(fh: TextIO) -> bool:
+    """A file written in place (not a pipe, a terminal or `/dev/stdout`)."""
+    return fh.seekable() and stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:

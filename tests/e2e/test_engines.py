@@ -125,7 +125,16 @@ def test_summary_is_the_same_on_either_engine_on_a_10k_set(
         assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
     with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
-        assert summary_of(run, ten_k, tmp_path / "pool.json") == reference
+        model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3, rows=True)
+        written = write_summary(model, tmp_path / "pool.json").read_bytes()
+        assert masked(json.loads(written)) == reference
+        pipe, got = tmp_path / "pipe", []  # `--json /dev/stdout | jq`: written in order
+        os.mkfifo(pipe)
+        reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+        reader.start()
+        write_summary(model, pipe)
+        reader.join(timeout=120)
+        assert got == [written]
 
 
 def _independent_captures(tmp_path: Path) -> list[str]:

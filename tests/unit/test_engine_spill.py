@@ -92,6 +92,17 @@ def test_ranges_of_any_size_cover_the_list_in_order_and_in_place(
     assert list(merged_texts(stems)) == [texts[i] for i in order]
 
 
+def test_a_texts_file_cut_short_is_an_error_not_a_hole(tmp_path: Path) -> None:
+    rows = [(place_bytes((2, n, n, 0)), item_text({"n": n})) for n in range(50)]
+    write_findings(tmp_path / "part", rows)
+    texts = (tmp_path / "part").with_suffix(".texts")
+    texts.write_bytes(texts.read_bytes()[:-10])
+    (tmp_path / "list").write_bytes(b"")
+    (r,) = plan_ranges([tmp_path / "part"])
+    with pytest.raises(OSError, match="shorter than its places say"):
+        list_range(r.pieces, str(tmp_path / "list"), 0, True)
+
+
 def test_no_findings_make_no_range(tmp_path: Path) -> None:
     write_findings(tmp_path / "none", [])
     assert plan_ranges([tmp_path / "none"]) == []

@@ -24,11 +24,12 @@ __all__ = [
     "list_range",
     "merged_texts",
     "plan_ranges",
+    "write_at",
     "write_findings",
 ]
 
-RANGE_BYTES = 32 << 20
-"""Bytes of the list merged by one task (held while it is, with a view of each item)."""
+RANGE_BYTES = 16 << 20
+"""Bytes of the list merged by one task (held while it is)."""
 SAMPLE = 512
 """Rows of a partition between two of the places the ranges are cut at."""
 _RECORD = np.dtype([("place", "S27"), ("size", "<u4")])
@@ -145,7 +146,8 @@ def _merged(pieces: Sequence[Piece]) -> tuple[memoryview, list[int], list[int]]:
         )
         with _texts(Path(p.stem)).open("rb") as fh:
             fh.seek(p.start)
-            fh.readinto(view[held : held + p.end - p.start])
+            if fh.readinto(view[held : held + p.end - p.start]) != p.end - p.start:
+                raise OSError(f"{_texts(Path(p.stem))}: shorter than its places say")
         size = records["size"].astype(np.int64)
         places.append(records["place"])
         starts.append(held + np.cumsum(size) - size)
@@ -157,8 +159,9 @@ def _merged(pieces: Sequence[Piece]) -> tuple[memoryview, list[int], list[int]]:
     return view, start.tolist(), end.tolist()
 
 
-_IOV = 1024
-"""Buffers a `pwritev` takes at most (`IOV_MAX` on Linux and macOS)."""
+_BATCH = 512
+"""Items written by one `pwritev` (with their separators, within `IOV_MAX`: 1024 on Linux
+and macOS)."""
 
 
 def list_range(pieces: Sequence[Piece], path: str, at: int, first: bool) -> int:
@@ -166,28 +169,32 @@ def list_range(pieces: Sequence[Piece], path: str, at: int, first: bool) -> int:
     opens the list); how many bytes. The items go from where they were read to the file
     as they are, a separator before each: no copy of the range is made."""
     buffer, starts, ends = _merged(pieces)
-    parts: list[bytes | memoryview] = [_NEXT] * (2 * len(starts))
-    parts[1::2] = [buffer[a:b] for a, b in zip(starts, ends, strict=True)]
-    if first:
-        parts[0] = _OPEN
-    size = len(_NEXT) * len(starts) + len(buffer)
-    with open(path, "r+b") as fh:  # each task its own bytes: no two write the same
-        if not hasattr(os, "pwritev"):
-            fh.seek(at)
-            fh.write(b"".join(parts))
-            return size
-        fd, end = fh.fileno(), at
-        for k in range(0, len(parts), _IOV):
-            batch = parts[k : k + _IOV]
-            done = os.pwritev(fd, batch, end)
-            whole = sum(map(len, batch))
-            if done < whole:  # cut short (a signal, a full disk: then the next write says)
-                rest = memoryview(b"".join(batch))[done:]
-                while rest:
-                    n = os.pwrite(fd, rest, end + done)
-                    rest, done = rest[n:], done + n
-            end += whole
-    return size
+    fd = os.open(path, os.O_WRONLY)  # each task its own bytes: no two write the same
+    try:
+        end = at
+        for k in range(0, len(starts), _BATCH):
+            batch = zip(starts[k : k + _BATCH], ends[k : k + _BATCH], strict=True)
+            views = [buffer[a:b] for a, b in batch]
+            parts: list[bytes | memoryview] = [_NEXT] * (2 * len(views))
+            parts[1::2] = views
+            if first and not k:
+                parts[0] = _OPEN
+            end = write_at(fd, parts, end)
+    finally:
+        os.close(fd)
+    return end - at
+
+
+def write_at(fd: int, parts: Sequence[bytes | memoryview], at: int) -> int:
+    """`parts` one after the other from byte `at` of the file `fd`; where they end."""
+    whole = sum(map(len, parts))
+    done = os.pwritev(fd, parts, at) if hasattr(os, "pwritev") else 0
+    if done < whole:  # cut short (by a signal; a full disk: then the next write says)
+        rest = memoryview(b"".join(parts))[done:]
+        while rest:
+            n = os.pwrite(fd, rest, at + done)
+            rest, done = rest[n:], done + n
+    return at + whole
 
 
 def merged_texts(stems: Sequence[Path]) -> Iterator[str]:

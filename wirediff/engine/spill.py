@@ -10,6 +10,7 @@ them back."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import struct
 import tempfile
@@ -21,7 +22,13 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
-from wirediff.engine.listing import list_range, merged_texts, plan_ranges, write_findings
+from wirediff.engine.listing import (
+    list_range,
+    merged_texts,
+    plan_ranges,
+    write_at,
+    write_findings,
+)
 from wirediff.reports.rows import Rows
 
 if TYPE_CHECKING:
@@ -114,21 +121,23 @@ class Spill:
             yield from _frames(rows, _findings_frame)
 
         def list_into(path: str, at: int) -> int:
+            path = os.path.abspath(path)  # as the workers find it
             ranges = plan_ranges(stems)
             calls: list[Call] = [
                 ((r.pieces, path, at + r.at, i == 0), {}) for i, r in enumerate(ranges)
             ]
-            if engine is not None and engine.shares_disk:
-                for _ in engine.run(list_range, calls, small=len(calls) < 2):
+            if engine is not None and engine.shares_disk:  # a few: here, no pool started
+                for _ in engine.run(list_range, calls, small=len(calls) <= 2):
                     pass
             else:
                 for args, _ in calls:
                     list_range(*args)
             end = at + (ranges[-1].at + ranges[-1].size if ranges else 0)
-            with open(path, "r+b") as fh:
-                fh.seek(end)
-                fh.write(b"\n ]" if ranges else b"[]")
-            return end + (3 if ranges else 2)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                return write_at(fd, [b"\n ]" if ranges else b"[]"], end)
+            finally:
+                os.close(fd)
 
         return Rows(count, frames, texts, list_into)
 
