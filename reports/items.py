@@ -1,7 +1,7 @@
 """The items of `summary.json`'s long lists (every finding, every diagnosis) as the text
 `json.dumps(summary, ensure_ascii=False, indent=1)` gives them, one item at a time: so that
 the workers of the partitioned engine write a finding's text once, where it is found, and
-the command only copies texts into place."""
+then merge the texts into place."""
 
 from __future__ import annotations
 

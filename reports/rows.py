@@ -29,8 +29,8 @@ class Rows:
         it was written beforehand (by the engine's workers)."""
         self.list_into = list_into
         """`list_into(path, at)` writes the whole list of `texts` as `summary.json` holds it
-        (`write_list`) at byte `at` of the file at `path`, and says where it ends, when
-        that can be done without the texts passing through here."""
+        (`write_list`) at byte `at` of the regular file at `path`, and says where it ends
+        (the engine's workers write it side by side, where they share this disk)."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> Rows:

@@ -89,7 +89,7 @@ class Run:
     ) -> ReportModel:
         """The report's model; with `rows`, every finding and diagnosis kept for
         `summary.json` and the CSV (on disk, until the run closes: the list of findings is
-        merged into `summary.json` by the workers, `Spill.finding_rows`). `baseline`: the label
+        merged into `summary.json` range by range, `Spill.finding_rows`). `baseline`: the label
         independent captures are compared with (`--baseline`); when the captures did not
         imply one and none was asked for, stderr says which it is."""
         index = run.scan_inputs(self.engine, args, self.progress)
