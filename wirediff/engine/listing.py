@@ -35,6 +35,9 @@ SAMPLE = 512
 _RECORD = np.dtype([("place", "S27"), ("size", "<u4")])
 """A finding's place (`place_bytes`: fixed width, so bytes order is place order) and the
 size of its text."""
+_BATCH = 512
+"""Items encoded, or written by one `pwritev` (with their separators, within `IOV_MAX`:
+1024 on Linux and macOS), at a time."""
 _OPEN, _NEXT = b"[\n  ", b",\n  "
 """What comes before the first item of a list, and before each other (`write_list`)."""
 
@@ -48,15 +51,17 @@ def _texts(stem: Path) -> Path:
 
 
 def write_findings(stem: Path, rows: Sequence[tuple[bytes, str]]) -> None:
-    """A partition's findings, `(place_bytes(place), text)` in order, as its two files."""
-    texts = [text.encode("utf-8") for _, text in rows]
+    """A partition's findings, `(place_bytes(place), text)` in order, as its two files
+    (the texts encoded a batch at a time: a partition's are tens of MB)."""
     records = np.empty(len(rows), dtype=_RECORD)
     records["place"] = [place for place, _ in rows]
-    records["size"] = [len(t) for t in texts]
+    with _texts(stem).open("wb") as fh:
+        for k in range(0, len(rows), _BATCH):
+            texts = [text.encode("utf-8") for _, text in rows[k : k + _BATCH]]
+            records["size"][k : k + len(texts)] = [len(t) for t in texts]
+            fh.writelines(texts)
     with _places(stem).open("wb") as fh:
         records.tofile(fh)
-    with _texts(stem).open("wb") as fh:
-        fh.writelines(texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,11 +162,6 @@ def _merged(pieces: Sequence[Piece]) -> tuple[memoryview, list[int], list[int]]:
     start = np.concatenate(starts)[order]
     end = start + np.concatenate(sizes)[order]
     return view, start.tolist(), end.tolist()
-
-
-_BATCH = 512
-"""Items written by one `pwritev` (with their separators, within `IOV_MAX`: 1024 on Linux
-and macOS)."""
 
 
 def list_range(pieces: Sequence[Piece], path: str, at: int, first: bool) -> int:

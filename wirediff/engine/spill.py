@@ -42,6 +42,11 @@ PICKLED = 100
 """Rows pickled together (a diagnosis batch's file is read back a chunk at a time)."""
 
 
+SMALL_LIST = 4
+"""Ranges of the findings list (`wirediff.engine.listing.RANGE_BYTES` each) written in the
+command rather than on a pool started for them."""
+
+
 _PLACE = struct.Struct(">BBQBQQ")
 
 
@@ -127,7 +132,7 @@ class Spill:
                 ((r.pieces, path, at + r.at, i == 0), {}) for i, r in enumerate(ranges)
             ]
             if engine is not None and engine.shares_disk:  # a few: here, no pool started
-                for _ in engine.run(list_range, calls, small=len(calls) <= 2):
+                for _ in engine.run(list_range, calls, small=len(calls) <= SMALL_LIST):
                     pass
             else:
                 for args, _ in calls:
