@@ -114,7 +114,7 @@ class Run:
             links=content.links,
         )
         diagnosed = run.diagnose(self.engine, index, self.progress, spill=spill)
-        findings = self.spill.finding_rows(self.engine) if rows else _none(0)
+        findings = self.spill.finding_rows(self.engine, self.progress) if rows else _none(0)
         diagnoses = self.spill.diagnosis_rows() if rows else _none(diagnosed.rows)
         model = finish(
             part,

@@ -29,6 +29,7 @@ from wirediff.engine.listing import (
     write_at,
     write_findings,
 )
+from wirediff.engine.progress import Progress
 from wirediff.reports.rows import Rows
 
 if TYPE_CHECKING:
@@ -112,9 +113,9 @@ class Spill:
         """One batch of diagnosis rows (and texts), written by its worker into `directory`."""
         self.diagnoses.append((first, Path(rows), None if texts is None else Path(texts), count))
 
-    def finding_rows(self, engine: Engine | None = None) -> Rows:
+    def finding_rows(self, engine: Engine | None = None, progress: Progress | None = None) -> Rows:
         """The findings; their list is written into `summary.json` range by range on the
-        `engine`'s workers when they share this disk, else here."""
+        `engine`'s workers when they share this disk, else here (a `progress` bar)."""
         stems = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)
 
@@ -131,12 +132,14 @@ class Spill:
             calls: list[Call] = [
                 ((r.pieces, path, at + r.at, i == 0), {}) for i, r in enumerate(ranges)
             ]
+            bar = (progress or Progress(False)).phase("summary", count, "findings", len(calls))
             if engine is not None and engine.shares_disk:  # a few: here, no pool started
-                for _ in engine.run(list_range, calls, small=len(calls) <= SMALL_LIST):
-                    pass
+                done = engine.run(list_range, calls, small=len(calls) <= SMALL_LIST)
             else:
-                for args, _ in calls:
-                    list_range(*args)
+                done = ((i, list_range(*args)) for i, (args, _) in enumerate(calls))
+            for i, _ in done:
+                bar.done(1, sum(p.last - p.first for p in ranges[i].pieces))
+            bar.close()
             end = at + (ranges[-1].at + ranges[-1].size if ranges else 0)
             fd = os.open(path, os.O_WRONLY)
             try:
