@@ -15,8 +15,14 @@ import pytest
 
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.engine.listing import list_range, merged_texts, plan_ranges, write_findings
-from wirediff.engine.spill import Spill, place_bytes
+from wirediff.engine.listing import (
+    list_range,
+    merged_texts,
+    place_bytes,
+    plan_ranges,
+    write_findings,
+)
+from wirediff.engine.spill import Spill
 from wirediff.reports.items import finding_text, item_text, write_list
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,7 @@ __all__ = [
     "Range",
     "list_range",
     "merged_texts",
+    "place_bytes",
     "plan_ranges",
     "write_at",
     "write_findings",
@@ -32,7 +35,8 @@ RANGE_BYTES = 16 << 20
 """Bytes of the list merged by one task (held while it is)."""
 SAMPLE = 512
 """Rows of a partition between two of the places the ranges are cut at."""
-_RECORD = np.dtype([("place", "S27"), ("size", "<u4")])
+_PLACE = struct.Struct(">BBQBQQ")
+_RECORD = np.dtype([("place", f"S{_PLACE.size}"), ("size", "<u4")])
 """A finding's place (`place_bytes`: fixed width, so bytes order is place order) and the
 size of its text."""
 _BATCH = 512
@@ -40,6 +44,17 @@ _BATCH = 512
 1024 on Linux and macOS), at a time."""
 _OPEN, _NEXT = b"[\n  ", b",\n  "
 """What comes before the first item of a list, and before each other (`write_list`)."""
+
+
+def place_bytes(place: tuple[Any, ...]) -> bytes:
+    """A finding's place among all (`wirediff.reports.partial.finding_order`: its group,
+    two places — of a pair, `(0 | 1, n)`, or of a record, `n` — and its row) as bytes of
+    one width that sort as the tuples do: the ranges are cut and merged over bytes, not
+    nested tuples."""
+    group, first, second, row = place
+    a, b = first if type(first) is tuple else (0, first)
+    c, d = second if type(second) is tuple else (0, second)
+    return _PLACE.pack(group, a, b, c, d, row)
 
 
 def _places(stem: Path) -> Path:

@@ -115,18 +115,20 @@ def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
     """The bytes at `(offset, length)` spans of a file, read in offset order."""
     order = sorted(range(len(spans)), key=lambda i: spans[i][0])
     out: list[bytes] = [b""] * len(spans)
-    if not is_url(url) and hasattr(os, "pread"):  # one `pread` a span: no buffer to drop
-        with open(url, "rb", buffering=0) as raw:
-            fd = raw.fileno()
-            for i in order:
-                offset, length = spans[i]
-                out[i] = os.pread(fd, length, offset)
-        return out
     with open_binary(url) as fh:
+        if not is_url(url) and hasattr(os, "pread"):  # one `pread` a span: no buffer to drop
+            fd = fh.fileno()
+
+            def read(offset: int, length: int) -> bytes:
+                return os.pread(fd, length, offset)
+        else:
+
+            def read(offset: int, length: int) -> bytes:
+                fh.seek(offset)
+                return fh.read(length)
+
         for i in order:
-            offset, length = spans[i]
-            fh.seek(offset)
-            out[i] = fh.read(length)
+            out[i] = read(*spans[i])
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,7 +34,7 @@ from wirediff.reports.rows import Rows
 if TYPE_CHECKING:
     from wirediff.engine.engines import Call, Engine
 
-__all__ = ["Spill", "place_bytes", "write_rows"]
+__all__ = ["Spill", "write_rows"]
 
 CHUNK = 20_000
 """Rows per frame handed out."""
@@ -46,20 +45,6 @@ PICKLED = 100
 SMALL_LIST = 4
 """Ranges of the findings list (`wirediff.engine.listing.RANGE_BYTES` each) written in the
 command rather than on a pool started for them."""
-
-
-_PLACE = struct.Struct(">BBQBQQ")
-
-
-def place_bytes(place: tuple[Any, ...]) -> bytes:
-    """A finding's place among all (`wirediff.reports.partial.finding_order`: its group,
-    two places — of a pair, `(0 | 1, n)`, or of a record, `n` — and its row) as bytes that
-    sort as the tuples do: merging the partitions' rows then unpickles and compares bytes,
-    not nested tuples."""
-    group, first, second, row = place
-    a, b = first if type(first) is tuple else (0, first)
-    c, d = second if type(second) is tuple else (0, second)
-    return _PLACE.pack(group, a, b, c, d, row)
 
 
 def write_rows(path: Path, rows: list[Any]) -> None:

@@ -27,10 +27,10 @@ from wirediff.analysis.diagnosis.diagnose import (
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.view import view
 from wirediff.engine.chaining import ChainBatch
-from wirediff.engine.listing import write_findings
+from wirediff.engine.listing import place_bytes, write_findings
 from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
-from wirediff.engine.spill import place_bytes, write_rows
+from wirediff.engine.spill import write_rows
 from wirediff.record.keys import digest
 from wirediff.reports.chains import ChainCounts, collect_chains
 from wirediff.reports.items import diagnosis_texts, finding_text
