@@ -116,7 +116,7 @@ def plan_ranges(stems: Sequence[Path], range_bytes: int = RANGE_BYTES) -> list[R
             continue
         items = records["size"].astype(np.int64) + len(_NEXT)
         total += int(items.sum())
-        samples.append(records["place"][::SAMPLE])
+        samples.append(records["place"][::SAMPLE].copy())  # not a view: holds all the records
         weights.append(np.add.reduceat(items, np.arange(0, len(items), SAMPLE)))
     if not total:
         return []

@@ -189,11 +189,13 @@ def read_texts(
     return texts
 
 
-def parse_texts(texts: Sequence[bytes], *, plain: bool = False) -> list[Record]:
-    """Records from their JSON text (already read once and found readable)."""
+def parse_texts(texts: list[bytes], *, plain: bool = False) -> list[Record]:
+    """Records from their JSON text (already read once and found readable), each text let
+    go once read: a partition's records are held, not their text beside them."""
     shared: Shared = {}
     out: list[Record] = []
-    for text in texts:
+    for i, text in enumerate(texts):
+        texts[i] = b""
         rec = orjson.loads(text) if plain else read_depth(text, loads(text))
         share_repeats(rec, shared)
         out.append(rec)

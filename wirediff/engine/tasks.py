@@ -128,6 +128,8 @@ def compare_part(
             report=report,
             linked={c: n for c, _, n in paired},
         )
+        count = len(records)
+        del records, named, analysis  # the rows' texts are made without them
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in DIVERGENCE_COLUMNS), strict=True)
@@ -136,8 +138,8 @@ def compare_part(
         if spill_to is not None and out:
             stem = Path(spill_to) / f"findings-{uuid.uuid4().hex}"
             write_findings(stem, out)
-            return Compared(part, [], len(records), (str(stem), len(out)))
-        return Compared(part, out, len(records))
+            return Compared(part, [], count, (str(stem), len(out)))
+        return Compared(part, out, count)
 
 
 def providers(
