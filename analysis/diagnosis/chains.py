@@ -165,7 +165,7 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
         if isinstance(content, np.ndarray)
         else [content[i] for i in cand.tolist()]
     )
-    where = codes[cand].tolist()
+    where = array("i", codes[cand].astype(np.int32).tobytes())
     dur = f["duration_s"].to_numpy(dtype=np.float64)[cand]
     begun = started[cand]
     outer_end = array(
@@ -199,12 +199,13 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
         mine.append(i)
         if len(mine) > HOP_LOOKBACK:  # only the last ones are ever looked back at
             del mine[0]
-    at = cand.tolist()
-    return [("hop", at[j], at[i]) for j, i in found]
+    ends = np.asarray(found, dtype=np.int64).reshape(-1, 2)
+    outer, inner = cand[ends[:, 0]].tolist(), cand[ends[:, 1]].tolist()
+    return [("hop", j, i) for j, i in zip(outer, inner, strict=True)]
 
 
-def _redirect_links(f: pd.DataFrame, locations: Sequence[str | None]) -> Links:
-    at = [i for i, loc in enumerate(locations) if loc]
+def _redirect_links(f: pd.DataFrame, locations: Mapping[int, str]) -> Links:
+    at = sorted(i for i, loc in locations.items() if loc)
     if not at:
         return []
     urls = f["url"].take(at).tolist()
@@ -365,7 +366,8 @@ def chain_rows_from(
     if len(exchanges) == 0:
         return []
     f = prepared(exchanges)
-    links = chain_links(f, contents, locations, body_keys)
+    targets = {i: loc for i, loc in enumerate(locations) if loc}
+    links = chain_links(f, contents, targets, body_keys)
     return assemble(f, links, oks, failing_only=failing_only)
 
 
@@ -387,10 +389,11 @@ def prepared(exchanges: pd.DataFrame, replay: Any = None) -> pd.DataFrame:
 def chain_links(
     f: pd.DataFrame,
     contents: Sequence[Hashable] | np.ndarray,
-    locations: Sequence[str | None],
+    locations: Mapping[int, str],
     body_keys: Callable[[int], Hashable],
 ) -> Links:
-    """Every link between the `prepared` exchanges, `(kind, from, to)` by position."""
+    """Every link between the `prepared` exchanges, `(kind, from, to)` by position;
+    `locations`: the redirect target of each exchange that has one, by position."""
     return (
         _retry_links(f, body_keys)
         + _hop_links(f, contents)

@@ -63,17 +63,17 @@ def failing_chains(frame: pd.DataFrame, batch_records: int) -> Failing:
     if not n:
         return Failing(0, [])
     f = prepared(pd.DataFrame({c: frame[c] for c in CHAIN_INPUTS}, copy=False), frame["replay"])
-    locations: list[str | None] = [None] * n
     codes = frame["location"].cat.codes.to_numpy()
     targets = frame["location"].cat.categories.tolist()
     at = np.flatnonzero(codes >= 0)
-    for i, code in zip(at.tolist(), codes[at].tolist(), strict=True):
-        locations[i] = targets[code]
+    locations = {i: targets[c] for i, c in zip(at.tolist(), codes[at].tolist(), strict=True)}
     bodies = frame["body_digest"].to_numpy(dtype=np.uint64)
     hops = frame["hop_digest"].to_numpy(dtype=np.uint64)
     links = chain_links(f, hops, locations, lambda i: int(bodies[i]))
-    keep = np.lexsort((np.arange(n), f["started"].to_numpy()))
+    started = f["started"].to_numpy()
     del f, locations
+    keep = np.lexsort((np.arange(n), started))
+    del started
     roots = chain_roots(n, links)
     failing = np.zeros(n, dtype=bool)
     failing[roots[~frame["ok"].to_numpy(dtype=bool)]] = True

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY
-from wirediff.engine import parquet, run
+from wirediff.engine import parquet, plan, run
 from wirediff.engine.engines import Call, open_engine
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import plain
@@ -102,6 +102,7 @@ class Run:
                 "--baseline LABEL chooses another)",
                 file=sys.stderr,
             )
+        index.let_go(*plan.PAIRING_ONLY)
         spill = self.spill if rows else None
         part = run.compare(
             self.engine,
@@ -113,6 +114,7 @@ class Run:
             part_bytes=self.part_bytes,
             links=content.links,
         )
+        index.let_go(*plan.COMPARING_ONLY)
         diagnosed = run.diagnose(self.engine, index, self.progress, spill=spill)
         findings = self.spill.finding_rows(self.engine, self.progress) if rows else _none(0)
         diagnoses = self.spill.diagnosis_rows() if rows else _none(diagnosed.rows)
@@ -199,6 +201,7 @@ class Run:
                     f"--baseline {baseline}: no capture has that label "
                     f"(labels: {', '.join(labels)})"
                 )
+        index.let_go(*plan.PAIRING_ONLY, *plan.COMPARING_ONLY)
         run.diagnose(self.engine, index, self.progress, report=False, spill=self.spill)
         return self.spill.diagnosis_rows()
 

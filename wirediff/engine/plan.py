@@ -34,8 +34,10 @@ from wirediff.errors import CaptureError
 from wirediff.record.store import RETRIED_KINDS
 
 __all__ = [
+    "COMPARING_ONLY",
     "LEAN_COLUMNS",
     "NO_LINKS",
+    "PAIRING_ONLY",
     "ByContent",
     "Index",
     "build_index",
@@ -182,6 +184,13 @@ class Index:
     def __len__(self) -> int:
         return len(self.frame)
 
+    def let_go(self, *names: str) -> None:
+        """Columns no step ahead reads, freed: the steps that come later hold less."""
+        for name in names:
+            if name in self.frame:
+                del self.frame[name]
+        give_back()
+
 
 def build_index(
     sources: list[Source],
@@ -215,7 +224,8 @@ def build_index(
     frame["status"] = frame["status"].astype("Int64")
     for name in DIGESTS:
         frame[name] = frame[name].astype(np.uint64)
-    scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
+    kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
+    scope = np.asarray(scopes, dtype=kind)[frame["src"].to_numpy()]
     keep = np.ones(len(frame), dtype=bool)
     for s in [] if retried else np.unique(scope).tolist():
         mine = np.flatnonzero(scope == s)
@@ -334,6 +344,10 @@ PAIRING_INPUTS = [
     "fingerprint",
 ]
 """The index columns `choose_baseline` and `content_links` read, besides ids."""
+PAIRING_ONLY = ("fingerprint", "seq")
+"""Index columns only pairing by content reads."""
+COMPARING_ONLY = ("nbytes", "request_digest", "replay_digest")
+"""Index columns only the comparison (its partitions, its noise) reads, after pairing."""
 
 
 @dataclass
@@ -470,10 +484,13 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
         return []
     at = np.r_[replays, len(frame) + np.arange(len(linked))]
     compared = np.r_[of[replays], linked]
+    del replays, linked
     originals, first = np.unique(compared, return_index=True)  # each one's first pair
+    del compared
     rows = row_of[np.searchsorted(unique_ids, originals)]
-    by_first = np.argsort(at[first], kind="stable")
-    rows = rows[by_first]
+    del unique_ids, row_of, originals
+    rows = rows[np.argsort(at[first], kind="stable")]
+    del at, first
     requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
     code, request = pd.factorize(requests)  # by each request's first original
     sizes = np.bincount(code)
