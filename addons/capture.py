@@ -48,7 +48,7 @@ from wirediff.record.flow import (  # noqa: E402
     snapshot,
     upstream_label,
 )
-from wirediff.record.parts import Rotation, parse_rotation  # noqa: E402
+from wirediff.record.parts import Rotation, names_a_part, parse_rotation  # noqa: E402
 from wirediff.record.recorder import Job, Recorder, build_job  # noqa: E402
 from wirediff.record.redact import (  # noqa: E402
     json_secrets,
@@ -197,6 +197,11 @@ class Capture:
         reopen = bool(updated & {"capture_dir", "capture_session", "capture_rotate"})
         if reopen and ("/" in session or "\0" in session or session.startswith(".")):
             problems.append(f"capture_session is a file name, not a path: {session!r}")
+        elif reopen and names_a_part(session):
+            problems.append(
+                f"capture_session {session!r} would read as part of the session "
+                f"{session.rsplit('.', 1)[0]!r} (`.<n>` names a part of a rotated capture)"
+            )
         writer = None
         if reopen and not problems and not self.problems:
             writer, problem = self._writable(Path(opts.capture_dir), session, rotation)

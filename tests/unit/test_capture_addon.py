@@ -192,6 +192,7 @@ async def test_seq_follows_request_order_and_records_append(tmp_path: Path) -> N
 
 BAD_OPTIONS = [
     ({"capture_session": "../escape"}, "capture_session is a file name, not a path"),
+    ({"capture_session": "gateway.2"}, "would read as part of the session 'gateway'"),
     ({"capture_body_cap": -1}, "capture_body_cap must be 0 or more bytes, not -1"),
     ({"capture_dir": "FILE"}, "is a file, not a directory"),
     ({"capture_rotate": "soon"}, "capture_rotate must be a size"),

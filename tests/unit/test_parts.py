@@ -101,3 +101,60 @@ def test_a_numeric_replay_label_is_refused(tmp_path: Path) -> None:
         w.write(fx.chat_record())
     code = main_replay([str(capture), "--to", "http://127.0.0.1:9/v1", "--label", "2"])
     assert code == 2
+
+
+def _session(folder: Path, parts: int) -> list[Path]:
+    """A session of `parts` parts, two records each."""
+    recs = records(2 * parts)
+    base = folder / "s.jsonl"
+    with RecordWriter(base, Rotation(max_bytes=2 * len(encode_record(recs[0])))) as w:
+        for rec in recs:
+            w.write(rec)
+    found = capture_parts(base)
+    assert len(found) == parts
+    return found
+
+
+def test_the_engine_reads_a_session_once_whichever_of_its_parts_are_named(
+    tmp_path: Path,
+) -> None:
+    from wirediff.cli import main
+
+    parts = _session(tmp_path, 3)
+    counts = []
+    for named in ([parts[1]], parts, [*parts, parts[0]]):  # one part; a glob's worth
+        out = tmp_path / "summary.json"
+        assert (
+            main(["report", *map(str, named), "-o", str(tmp_path / "r.html"), "--json", str(out)])
+            == 0
+        )
+        counts.append(json.loads(out.read_text())["totals"]["exchanges"])
+    assert counts == [6, 6, 6]
+
+
+def test_a_part_at_a_url_names_the_whole_session(tmp_path: Path) -> None:
+    from wirediff.engine.sources import resolve
+
+    parts = _session(tmp_path, 3)
+    (found,) = resolve([f"file://{parts[2]}"])
+    assert [s.url for s in found] == [f"file://{p}" for p in parts]
+    assert [s.size for s in found] == [p.stat().st_size for p in parts]
+
+
+def test_files_are_read_at_absolute_paths_and_shown_as_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Dask worker runs in a folder of its own: it is sent where the file is, while
+    messages name it as the command line did."""
+    from wirediff.cli import main
+    from wirediff.engine.sources import resolve
+
+    parts = _session(tmp_path, 2)
+    with parts[1].open("ab") as fh:
+        fh.write(b'{"torn\n')
+    monkeypatch.chdir(tmp_path)
+    (found,) = resolve(["s.jsonl"])
+    assert [(s.url, s.name) for s in found] == [(str(p), p.name) for p in parts]
+    assert main(["report", "s.1.jsonl", "-o", "r.html", "--json", "r.json"]) == 0
+    assert "s.1.jsonl:3: not a JSON record (a torn write): skipped" in caplog.text
+    assert str(tmp_path) not in caplog.text

@@ -133,18 +133,18 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
     for s in scans:
         by_src.setdefault(s.src, []).append(s)
     for src, parts in sorted(by_src.items()):
-        url = sources[src].url
+        url, name = sources[src].url, sources[src].name
         error = next((s.error for s in parts if s.error is not None), None)
         torn = [t for s in parts for t in s.torn]
         if error is not None:
             torn = [t for t in torn if t[0] < error[0]]
         if any(s.records for s in parts):
             for offset, why in torn:
-                log.warning(f"{url}:{line_number(url, offset)}: {why}")
+                log.warning(f"{name}:{line_number(url, offset)}: {why}")
         if error is not None:
-            raise CaptureError(f"{url}:{line_number(url, error[0])}: {error[1]}")
+            raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
         if sum(s.lines for s in parts) and not sum(s.records for s in parts):
-            raise CaptureError(f"{url}: not a {FORMAT} capture (no line is a JSON record)")
+            raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
 
 
 _KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]

@@ -218,7 +218,7 @@ def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed,
 
 def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     """Index the lines of a JSON Lines file that start in `[start, end)`."""
-    p = Path(source.url)
+    p = Path(source.name)  # in messages
     out = Scanned(src, start, pd.DataFrame())
     locators: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []

@@ -18,7 +18,7 @@ import orjson
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError
-from wirediff.record.parts import expand_parts
+from wirediff.record.parts import expand_parts, session_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
 
 __all__ = [
@@ -47,10 +47,17 @@ class Source:
 
     kind: str
     url: str
+    """Where it is read: a URL, or an absolute path (a worker may run in another folder)."""
     files: tuple[str, ...] = ()
     """A dataset's files of exchanges, in order."""
     size: int = 0
     """A JSON Lines file's size in bytes."""
+    shown: str = ""
+    """How the arguments named it, for messages (`url` when empty)."""
+
+    @property
+    def name(self) -> str:
+        return self.shown or self.url
 
 
 def _fs(url: str) -> tuple[Any, str]:
@@ -82,8 +89,8 @@ def _dataset(arg: str) -> Source | None:
     root = Path(arg)
     if not (root / DATASET_MARK).is_file():
         return None
-    files = sorted(str(p) for p in (root / "exchanges").rglob("*.parquet"))
-    return Source(PARQUET, arg, tuple(files))
+    files = sorted(str(p.absolute()) for p in (root / "exchanges").rglob("*.parquet"))
+    return Source(PARQUET, str(root.absolute()), tuple(files), shown=arg)
 
 
 def _jsonl(url: str) -> list[Source]:
@@ -96,19 +103,32 @@ def _jsonl(url: str) -> list[Source]:
                 raise CaptureError(f"{part}: cannot read capture ({e.strerror or e})") from None
             if part.is_dir():
                 raise CaptureError(f"{part}: cannot read capture (Is a directory)")
-            out.append(Source(JSONL, str(part), size=size))
+            out.append(Source(JSONL, str(part.absolute()), size=size, shown=str(part)))
         return out
     fs, path = _fs(url)
-    try:
-        size = int(fs.size(path))
-    except (OSError, FileNotFoundError) as e:
-        raise CaptureError(f"{url}: cannot read capture ({e})") from None
-    return [Source(JSONL, url, size=size)]
+    protocol = url.split("://", 1)[0]
+    out = []
+    for found in session_parts(path, fs.isfile, lambda d, pattern: fs.glob(f"{d}/{pattern}")):
+        where = f"{protocol}://{found}" if found != path else url
+        try:
+            size = int(fs.size(found))
+        except (OSError, FileNotFoundError) as e:
+            raise CaptureError(f"{where}: cannot read capture ({e})") from None
+        out.append(Source(JSONL, where, size=size))
+    return out
 
 
 def resolve(args: Sequence[str]) -> list[list[Source]]:
-    """The sources of each argument: a dataset, or a capture file with its parts."""
-    return [[ds] if (ds := _dataset(str(a))) is not None else _jsonl(str(a)) for a in args]
+    """The sources of each argument: a dataset, or a capture file with its parts; a file
+    two arguments name (two parts of one session: `captures/*.jsonl`) is the first's."""
+    seen: set[str] = set()
+    out = []
+    for arg in args:
+        ds = _dataset(str(arg))
+        found = [ds] if ds is not None else _jsonl(str(arg))
+        out.append([s for s in found if s.url not in seen])
+        seen.update(s.url for s in found)
+    return out
 
 
 def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Rotation", "capture_parts", "expand_parts", "parse_rotation", "part_path"]
+__all__ = [
+    "Rotation",
+    "capture_parts",
+    "expand_parts",
+    "names_a_part",
+    "parse_rotation",
+    "part_path",
+    "session_parts",
+]
 
 SUFFIX = ".jsonl"
 _PART = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
@@ -65,6 +73,11 @@ def parse_rotation(text: str) -> Rotation | None:
     return Rotation(max_seconds=amount * DURATIONS[unit])
 
 
+def names_a_part(stem: str) -> bool:
+    """A session named so (`s.2`) would read as a part of another (`s`)."""
+    return _PART.match(stem) is not None
+
+
 def part_path(base: Path, n: int) -> Path:
     """Part `n` of the capture whose first part is `base` (`s.jsonl` → `s.3.jsonl`)."""
     if n == 0:
@@ -72,31 +85,38 @@ def part_path(base: Path, n: int) -> Path:
     return base.with_name(f"{base.name[: -len(SUFFIX)]}.{n}{SUFFIX}")
 
 
-def _first_part(path: Path) -> Path:
-    """The first part of the session `path` belongs to (`s.2.jsonl` → `s.jsonl`, when
-    `s.jsonl` is there), else `path` itself."""
-    if not path.name.endswith(SUFFIX):
-        return path
-    m = _PART.match(path.name[: -len(SUFFIX)])
-    if m is not None:
-        base = path.with_name(m["base"] + SUFFIX)
-        if base.is_file():
-            return base
-    return path
-
-
 def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     """Every part of the session `path` is a part of, in order (`path` alone when it has
     none, or is no `.jsonl`)."""
-    first = _first_part(Path(path))
-    if not first.name.endswith(SUFFIX) or not first.parent.is_dir():
-        return [first]
-    stem = first.name[: -len(SUFFIX)]
-    numbered: list[tuple[int, Path]] = []
-    for p in first.parent.glob(f"{glob_escape(stem)}.*{SUFFIX}"):
-        m = _PART.match(p.name[: -len(SUFFIX)])
-        if m is not None and m["base"] == stem and p.is_file():
-            numbered.append((int(m["n"]), p))
+    here = Path(path)
+    return [
+        Path(p)
+        for p in session_parts(
+            str(here),
+            lambda p: Path(p).is_file(),
+            lambda d, pattern: map(str, Path(d).glob(pattern)),
+        )
+    ]
+
+
+def session_parts(
+    path: str, is_file: Callable[[str], bool], glob: Callable[[str, str], Iterable[str]]
+) -> list[str]:
+    """`capture_parts` on any filesystem (this machine's, or an fsspec one at a URL): its
+    paths as text, `is_file(path)` and `glob(folder, pattern)` (the matching paths) its own."""
+    folder, name = os.path.split(path)
+    if not name.endswith(SUFFIX):
+        return [path]
+    stem = name[: -len(SUFFIX)]
+    m = _PART.match(stem)
+    if m is not None and is_file(os.path.join(folder, m["base"] + SUFFIX)):
+        stem = m["base"]  # `s.2.jsonl` → `s.jsonl`, when there is one
+    first = os.path.join(folder, stem + SUFFIX)
+    numbered: list[tuple[int, str]] = []
+    for p in glob(folder or ".", f"{glob_escape(stem)}.*{SUFFIX}"):
+        m = _PART.match(os.path.basename(p)[: -len(SUFFIX)])
+        if m is not None and m["base"] == stem and is_file(p):
+            numbered.append((int(m["n"]), os.path.join(folder, os.path.basename(p))))
     return [first, *(p for _, p in sorted(numbered))]
 
 
