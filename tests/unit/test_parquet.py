@@ -107,3 +107,20 @@ def test_export_never_writes_over_something(
     assert "keep me" in (
         target.read_text() if target.is_file() else (target / "keep.txt").read_text()
     )
+
+
+def test_a_broken_dataset_file_or_an_unknown_url_is_one_clear_line(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = tmp_path / "dataset"
+    export(captures[:1], str(dataset), capsys)
+    (broken,) = sorted((dataset / "exchanges").rglob("*.parquet"))[:1]
+    broken.write_bytes(broken.read_bytes()[:100])  # cut short: no footer
+    assert main(["report", str(dataset), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"wirediff: error: {broken}: not a Parquet file (")
+    assert "\n" not in err and "unexpected" not in err
+    assert main(["report", "nosuchfs://bucket/s.jsonl", "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("wirediff: error: nosuchfs://bucket/s.jsonl: ")
+    assert "\n" not in err and "unexpected" not in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -98,7 +99,9 @@ class DaskEngine:
     """The same tasks on a `dask.distributed` cluster. The workers need wirediff installed
     and must reach the inputs (a shared path, or a URL such as `s3://…`)."""
 
-    def __init__(self, scheduler: str | None = None, workers: int | None = None) -> None:
+    def __init__(
+        self, scheduler: str | None = None, workers: int | None = None, connect_s: float = 30.0
+    ) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
@@ -108,7 +111,7 @@ class DaskEngine:
         self._cluster = None
         self.shares_disk = False
         if scheduler:
-            self._client = Client(scheduler)  # type: ignore[no-untyped-call]
+            self._client = _connected(scheduler, connect_s)
         else:
             n = max(1, workers or os.cpu_count() or 1)
             self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
@@ -141,6 +144,29 @@ class DaskEngine:
         self._client.close()  # type: ignore[no-untyped-call]
         if self._cluster is not None:
             self._cluster.close()  # type: ignore[no-untyped-call]
+
+
+def _connected(scheduler: str, connect_s: float) -> Any:
+    """A client of the scheduler at `scheduler`, or a usage error within `connect_s`: a
+    port that accepts and never answers as a scheduler would hold `Client` for good, its
+    own timeout notwithstanding (so it waits in a thread the process can leave)."""
+    from distributed import Client
+
+    got: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            got["client"] = Client(scheduler, timeout=connect_s)  # type: ignore[no-untyped-call]
+        except (OSError, ValueError, TypeError) as e:  # no such host, no port, a bad scheme
+            got["error"] = e
+
+    waiting = threading.Thread(target=connect, name="wirediff-dask-connect", daemon=True)
+    waiting.start()
+    waiting.join(connect_s + 1)  # its own timeout first, when it keeps it
+    if "client" in got:
+        return got["client"]
+    why = got.get("error") or f"nothing answered as a Dask scheduler in {connect_s:.0f} s"
+    raise UsageError(f"--scheduler {scheduler}: {why} (a scheduler's address: tcp://HOST:8786)")
 
 
 def open_engine(name: str, scheduler: str | None = None, workers: int | None = None) -> Engine:

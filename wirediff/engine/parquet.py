@@ -277,7 +277,10 @@ def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
     """The index rows of one file of a dataset: from its columns when they hold every
     value as it is (`wirediff.exact`), else from its records."""
     with open_binary(sources[src].files[file]) as fh:
-        pf = pq.ParquetFile(fh)
+        try:
+            pf = pq.ParquetFile(fh)
+        except pa.ArrowException as e:  # cut short, or no Parquet at all
+            raise CaptureError(f"{sources[src].files[file]}: not a Parquet file ({e})") from None
         meta = pf.schema_arrow.metadata or {}
         exact = (
             meta.get(b"wirediff.exact") == b"1"

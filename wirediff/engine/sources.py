@@ -17,7 +17,7 @@ import orjson
 
 from wirediff._types import Record
 from wirediff.engine.decode import loads
-from wirediff.errors import CaptureError
+from wirediff.errors import CaptureError, UsageError
 from wirediff.record.parts import expand_parts, session_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
 
@@ -63,7 +63,10 @@ class Source:
 def _fs(url: str) -> tuple[Any, str]:
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as e:  # its filesystem not installed, or no such
+        raise UsageError(f"{url}: {e}") from None
     return fs, path
 
 
@@ -73,7 +76,10 @@ def open_binary(url: str) -> IO[bytes]:
         return open(url, "rb")
     import fsspec
 
-    handle: IO[bytes] = fsspec.open(url, "rb").open()
+    try:
+        handle: IO[bytes] = fsspec.open(url, "rb").open()
+    except (ImportError, ValueError) as e:
+        raise UsageError(f"{url}: {e}") from None
     return handle
 
 

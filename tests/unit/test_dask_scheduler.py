@@ -1,0 +1,49 @@
+"""`--engine dask --scheduler ADDRESS`: an address that is none, or a port that accepts and
+never answers as a scheduler, is one usage error (exit 2) in bounded time, not a hang."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from wirediff.engine.engines import DaskEngine
+from wirediff.errors import UsageError
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts connections and never says anything."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:  # closed
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_port_that_never_answers_is_a_usage_error_in_bounded_time(silent_port: int) -> None:
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="nothing answered as a Dask scheduler in 1 s"):
+        DaskEngine(f"tcp://127.0.0.1:{silent_port}", connect_s=1)
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("address", ["foo", "file:///x"])
+def test_an_address_that_is_none_says_what_one_looks_like(address: str) -> None:
+    with pytest.raises(UsageError, match=r"a scheduler's address: tcp://HOST:8786"):
+        DaskEngine(address, connect_s=5)
