@@ -78,6 +78,9 @@ def test_a_dataset_at_an_fsspec_url_reads_like_the_captures(
 ) -> None:
     url = f"file://{tmp_path / 'remote' / 'all'}"
     export(captures, url, capsys)
+    written = list((tmp_path / "remote" / "all" / "exchanges").rglob("*.parquet"))
+    mark = json.loads((tmp_path / "remote" / "all" / DATASET_MARK).read_text())
+    assert mark["files"] == len(written) > 1, "a file per session and label"
     part = next((tmp_path / "remote" / "all" / "exchanges").glob("session=*/label=*/*.parquet"))
     assert pq.read_schema(part).names == EXCHANGE_SCHEMA.names
     events = next((tmp_path / "remote" / "all" / "events").rglob("*.parquet"))

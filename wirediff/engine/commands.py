@@ -225,10 +225,12 @@ class Run:
                 args_ = (index.sources, where, rows.tolist(), roots[rows].tolist(), out, p)
                 calls.append((args_, {}))
         bar = self.progress.phase("export", len(frame), "ex", len(calls))
-        exchanges = events = 0
-        for _, (n, m) in self.engine.run(parquet.export_part, calls, small=total < run.SMALL_BYTES):
-            exchanges, events = exchanges + n, events + m
+        exchanges = events = files = 0
+        for _, (n, m, f) in self.engine.run(
+            parquet.export_part, calls, small=total < run.SMALL_BYTES
+        ):
+            exchanges, events, files = exchanges + n, events + m, files + f
             bar.done(1, n)
         bar.close()
-        parquet.mark(out, exchanges, events, len(calls))
+        parquet.mark(out, exchanges, events, files)
         return exchanges, events

@@ -180,9 +180,9 @@ def export_part(
     roots: Sequence[int],
     out: str,
     task: int,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Write one range of roots: a file of exchanges and one of events per session and
-    label. Returns how many exchanges and events."""
+    label. Returns how many exchanges, events and files of exchanges."""
     texts = read_texts(sources, *where)
     groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
     for ordinal, root, text in zip(ordinals, roots, texts, strict=True):
@@ -221,7 +221,7 @@ def export_part(
         if events["id"]:
             n_events += len(events["id"])
             _write(pa.table(events, schema=EVENT_SCHEMA), f"{out}/events/{where_to}")
-    return len(texts), n_events
+    return len(texts), n_events, len(groups)
 
 
 def _events(rec: Record, out: dict[str, list[Any]]) -> None:
@@ -252,7 +252,8 @@ def export_tasks(count_bytes: int, workers: int) -> int:
 
 
 def mark(out: str, exchanges: int, events: int, files: int) -> None:
-    """The dataset's mark: what it is, written last (a dataset without one is unfinished)."""
+    """The dataset's mark: what it is, written last (a dataset without one is unfinished);
+    `files`: its files of exchanges."""
     doc = {
         "format": DATASET_FORMAT,
         "record_format": FORMAT,
