@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -242,26 +243,36 @@ _STREAMED = {"divergences": finding_texts, "diagnoses": diagnosis_texts}
 
 def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """`write_json(summary_from(model))`, byte for byte, with the lists of every finding and
-    every diagnosis streamed: never all in memory."""
+    every diagnosis streamed: never all in memory. `-`: to stdout."""
+    if str(out_path) == "-":
+        _summary_into(model, sys.stdout, None)
+        sys.stdout.flush()
+        return Path("-")
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        _summary_into(model, fh, str(out) if _regular(fh) else None)
+    return out
+
+
+def _summary_into(model: ReportModel, fh: TextIO, path: str | None) -> None:
+    """The summary written to `fh`; the findings list merged straight into the file at
+    `path` when it is one written in place (`Rows.list_into`)."""
     summary = summary_from(model, rows=False)
     marks = {key: f"\x00{key}\x00" for key in _STREAMED}
     summary.update(marks)
     text = json.dumps(summary, ensure_ascii=False, indent=1)
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        for key, items in _STREAMED.items():
-            head, text = text.split(json.dumps(marks[key]), 1)
-            fh.write(head)
-            list_into = model.findings_rows.list_into if key == "divergences" else None
-            if list_into is None or not _regular(fh):
-                write_list(fh, items(model))
-                continue
-            fh.flush()
-            list_into(str(out), fh.tell())  # write-only UTF-8: the byte it is at
-            fh.seek(0, os.SEEK_END)
-        fh.write(text + "\n")
-    return out
+    for key, items in _STREAMED.items():
+        head, text = text.split(json.dumps(marks[key]), 1)
+        fh.write(head)
+        list_into = model.findings_rows.list_into if key == "divergences" else None
+        if list_into is None or path is None:
+            write_list(fh, items(model))
+            continue
+        fh.flush()
+        list_into(path, fh.tell())  # write-only UTF-8: the byte it is at
+        fh.seek(0, os.SEEK_END)
+    fh.write(text + "\n")
 
 
 def _regular(fh: TextIO) -> bool:

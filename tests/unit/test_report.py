@@ -672,3 +672,22 @@ def test_a_baseline_that_breaks_a_reference_is_flagged_first(tmp_path: Path) -> 
         html = render(analysis, diagnoses, tmp_path / "r.html").read_text()
         assert summary_json(analysis, diagnoses)["baseline_flawed"] is expected
         assert ("The baseline is not spec-clean" in html) is expected
+
+
+def test_the_summary_to_stdout_is_the_file_and_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json -`: a pipeline reads the summary from stdout (`| jq`); the paths of what
+    else was written go to stderr."""
+    from tests.fixtures.sessions import masked, write_fixtures
+    from wirediff.cli import main
+
+    (tmp_path / "captures").mkdir()
+    captures = write_fixtures(tmp_path / "captures")
+    argv = ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
+    assert main([*argv, "--json", str(tmp_path / "s.json")]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert masked(json.loads(out)) == masked(json.loads((tmp_path / "s.json").read_text()))
+    assert str(tmp_path / "r.html") in err

@@ -64,8 +64,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"({time.monotonic() - t0:.1f}s)",
         file=sys.stderr,
     )
-    for path in written:
-        print(path)
+    for path in written:  # on stderr when the summary takes stdout (`--json -`)
+        if str(path) != "-":
+            print(path, file=sys.stderr if args.json == "-" else sys.stdout)
     return 0
 
 
@@ -86,7 +87,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "-o", "--output", default="report.html", help="HTML report (default: report.html)"
     )
-    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON (-: to stdout)")
     p.add_argument("--csv", metavar="FILE", help="also write the divergence table as CSV")
     p.add_argument(
         "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
