@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import stat
@@ -245,8 +246,13 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """`write_json(summary_from(model))`, byte for byte, with the lists of every finding and
     every diagnosis streamed: never all in memory. `-`: to stdout."""
     if str(out_path) == "-":
-        _summary_into(model, sys.stdout, None)
         sys.stdout.flush()
+        utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+        try:
+            _summary_into(model, utf8, None)
+            utf8.flush()
+        finally:
+            utf8.detach()  # stdout stays open
         return Path("-")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -47,3 +47,36 @@ def test_a_port_that_never_answers_is_a_usage_error_in_bounded_time(silent_port:
 def test_an_address_that_is_none_says_what_one_looks_like(address: str) -> None:
     with pytest.raises(UsageError, match=r"a scheduler's address: tcp://HOST:8786"):
         DaskEngine(address, connect_s=5)
+
+
+def test_a_client_that_connects_once_given_up_on_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import distributed
+
+    late = threading.Event()
+    closed = threading.Event()
+
+    class SlowClient:
+        def __init__(self, address: str, timeout: float) -> None:
+            late.wait(10)
+
+        def close(self) -> None:
+            closed.set()
+
+    monkeypatch.setattr(distributed, "Client", SlowClient)
+    with pytest.raises(UsageError, match="nothing answered"):
+        DaskEngine("tcp://127.0.0.1:8786", connect_s=0.1)
+    late.set()
+    assert closed.wait(10)
+
+
+def test_whatever_the_client_raises_is_the_one_line_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    import distributed
+
+    def refused(address: str, timeout: float) -> None:
+        raise RuntimeError("handshake refused")
+
+    monkeypatch.setattr(distributed, "Client", refused)
+    with pytest.raises(UsageError, match="handshake refused"):
+        DaskEngine("tcp://127.0.0.1:8786", connect_s=5)

@@ -158,3 +158,33 @@ def test_files_are_read_at_absolute_paths_and_shown_as_named(
     assert main(["report", "s.1.jsonl", "-o", "r.html", "--json", "r.json"]) == 0
     assert "s.1.jsonl:3: not a JSON record (a torn write): skipped" in caplog.text
     assert str(tmp_path) not in caplog.text
+
+
+def test_check_keeps_each_named_file_with_its_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A candidate's parts named by a glob, or replay labels one of which reads as a part
+    of the other (`qwen2`, `qwen2.5`): each argument keeps the file it names."""
+    from tests.fixtures.sessions import fixture_sessions, write
+    from wirediff.cli import main
+
+    base, replays = fixture_sessions()
+    write(tmp_path / "s.jsonl", base)
+    candidate = replays["ollama"]
+    write(tmp_path / "s.qwen2.jsonl", candidate[:10])
+    write(tmp_path / "s.qwen2.5.jsonl", candidate[10:])
+    for named in (["s.qwen2.jsonl", "s.qwen2.5.jsonl"], ["s.qwen2.5.jsonl", "s.qwen2.jsonl"]):
+        code = main(["check", str(tmp_path / "s.jsonl"), *(str(tmp_path / n) for n in named)])
+        err = capsys.readouterr().err
+        assert code in (0, 1) and "no exchange pairs" not in err, err
+
+
+def test_two_urls_of_one_session_read_it_once(tmp_path: Path) -> None:
+    from wirediff.engine.sources import resolve
+
+    folder = tmp_path / "run[1]"  # glob characters in the folder
+    folder.mkdir()
+    parts = _session(folder, 3)
+    found = resolve([f"file://{parts[0]}", f"file://{parts[2]}"])
+    urls = [s.url for sources in found for s in sources]
+    assert sorted(urls) == sorted(f"file://{p}" for p in parts)

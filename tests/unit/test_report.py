@@ -691,3 +691,23 @@ def test_the_summary_to_stdout_is_the_file_and_nothing_else(
     out, err = capsys.readouterr()
     assert masked(json.loads(out)) == masked(json.loads((tmp_path / "s.json").read_text()))
     assert str(tmp_path / "r.html") in err
+
+
+def test_the_summary_on_stdout_is_utf8_whatever_the_locale(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    from tests.fixtures.sessions import write_fixtures
+    from wirediff.reports.render import write_summary
+
+    (tmp_path / "captures").mkdir()
+    files = [str(p) for p in write_fixtures(tmp_path / "captures")]
+    with Run("local") as run:
+        model = run.report(files, ignore=(), max_examples=1, rows=True)
+        ascii_out = io.TextIOWrapper(sys.stdout.buffer, encoding="ascii")
+        monkeypatch.setattr(sys, "stdout", ascii_out)
+        write_summary(model, "-")
+        write_summary(model, tmp_path / "s.json")
+    assert capsysbinary.readouterr().out == (tmp_path / "s.json").read_bytes()

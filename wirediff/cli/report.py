@@ -53,7 +53,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             baseline=args.baseline,
         )
         written = [render_html(model, args.output)]
-        if args.json:
+        if args.json == "-":  # stdout: for a pipeline
+            write_summary(model, "-")
+        elif args.json:
             written.append(write_summary(model, args.json))
         if args.csv:
             written.append(write_csv(model, args.csv))
@@ -64,9 +66,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"({time.monotonic() - t0:.1f}s)",
         file=sys.stderr,
     )
-    for path in written:  # on stderr when the summary takes stdout (`--json -`)
-        if str(path) != "-":
-            print(path, file=sys.stderr if args.json == "-" else sys.stdout)
+    paths_to = sys.stderr if args.json == "-" else sys.stdout  # stdout may be the summary's
+    for path in written:
+        print(path, file=paths_to)
     return 0
 
 

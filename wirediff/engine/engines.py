@@ -149,22 +149,32 @@ class DaskEngine:
 def _connected(scheduler: str, connect_s: float) -> Any:
     """A client of the scheduler at `scheduler`, or a usage error within `connect_s`: a
     port that accepts and never answers as a scheduler would hold `Client` for good, its
-    own timeout notwithstanding (so it waits in a thread the process can leave)."""
+    own timeout notwithstanding (so it waits in a thread the process can leave; a client
+    that connects once given up on is closed)."""
     from distributed import Client
 
     got: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def connect() -> None:
         try:
-            got["client"] = Client(scheduler, timeout=connect_s)  # type: ignore[no-untyped-call]
-        except (OSError, ValueError, TypeError) as e:  # no such host, no port, a bad scheme
+            client = Client(scheduler, timeout=connect_s)  # type: ignore[no-untyped-call]
+        except Exception as e:  # no such host, no port, a bad scheme, a refused handshake
             got["error"] = e
+            return
+        with lock:
+            if "abandoned" not in got:
+                got["client"] = client
+                return
+        client.close()  # type: ignore[no-untyped-call]
 
     waiting = threading.Thread(target=connect, name="wirediff-dask-connect", daemon=True)
     waiting.start()
     waiting.join(connect_s + 1)  # its own timeout first, when it keeps it
-    if "client" in got:
-        return got["client"]
+    with lock:
+        if "client" in got:
+            return got["client"]
+        got["abandoned"] = True
     why = got.get("error") or f"nothing answered as a Dask scheduler in {connect_s:.0f} s"
     raise UsageError(f"--scheduler {scheduler}: {why} (a scheduler's address: tcp://HOST:8786)")
 

@@ -18,7 +18,7 @@ import orjson
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
-from wirediff.record.parts import expand_parts, session_parts
+from wirediff.record.parts import expand_parts, glob_escape, session_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
 
 __all__ = [
@@ -95,8 +95,16 @@ def _dataset(arg: str) -> Source | None:
     root = Path(arg)
     if not (root / DATASET_MARK).is_file():
         return None
-    files = sorted(str(p.absolute()) for p in (root / "exchanges").rglob("*.parquet"))
-    return Source(PARQUET, str(root.absolute()), tuple(files), shown=arg)
+    files = sorted(os.path.realpath(p) for p in (root / "exchanges").rglob("*.parquet"))
+    return Source(PARQUET, _named(arg), tuple(files), shown=arg)
+
+
+def _named(arg: str) -> str:
+    """The file or dataset an argument names, as its `Source.url` says it."""
+    if is_url(arg):
+        fs, path = _fs(arg)
+        return str(fs.unstrip_protocol(path))
+    return os.path.realpath(arg)
 
 
 def _jsonl(url: str) -> list[Source]:
@@ -109,31 +117,42 @@ def _jsonl(url: str) -> list[Source]:
                 raise CaptureError(f"{part}: cannot read capture ({e.strerror or e})") from None
             if part.is_dir():
                 raise CaptureError(f"{part}: cannot read capture (Is a directory)")
-            out.append(Source(JSONL, str(part.absolute()), size=size, shown=str(part)))
+            out.append(Source(JSONL, os.path.realpath(part), size=size, shown=str(part)))
         return out
     fs, path = _fs(url)
-    protocol = url.split("://", 1)[0]
+
+    def listed(folder: str, pattern: str) -> list[str]:
+        try:
+            return list(fs.glob(f"{glob_escape(folder)}/{pattern}"))
+        except Exception:  # a folder that cannot be listed (an HTTP server's): no parts
+            return []
+
     out = []
-    for found in session_parts(path, fs.isfile, lambda d, pattern: fs.glob(f"{d}/{pattern}")):
-        where = f"{protocol}://{found}" if found != path else url
+    for found in session_parts(path, fs.isfile, listed):
+        where = str(fs.unstrip_protocol(found))
+        shown = url if found == path else where
         try:
             size = int(fs.size(found))
-        except (OSError, FileNotFoundError) as e:
-            raise CaptureError(f"{where}: cannot read capture ({e})") from None
-        out.append(Source(JSONL, where, size=size))
+        except OSError as e:
+            raise CaptureError(f"{shown}: cannot read capture ({e})") from None
+        out.append(Source(JSONL, where, size=size, shown=shown))
     return out
 
 
 def resolve(args: Sequence[str]) -> list[list[Source]]:
-    """The sources of each argument: a dataset, or a capture file with its parts; a file
-    two arguments name (two parts of one session: `captures/*.jsonl`) is the first's."""
+    """The sources of each argument: a dataset, or a capture file with its parts — each
+    file once: a file an argument names is its own, the other parts of its session go to
+    the first argument that reaches them (`captures/*.jsonl` names every part)."""
+    named = {_named(str(a)) for a in args}
     seen: set[str] = set()
     out = []
     for arg in args:
         ds = _dataset(str(arg))
         found = [ds] if ds is not None else _jsonl(str(arg))
-        out.append([s for s in found if s.url not in seen])
-        seen.update(s.url for s in found)
+        own = _named(str(arg))
+        mine = [s for s in found if s.url not in seen and (s.url == own or s.url not in named)]
+        out.append(mine)
+        seen.update(s.url for s in mine)
     return out
 
 

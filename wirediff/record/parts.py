@@ -19,6 +19,7 @@ __all__ = [
     "Rotation",
     "capture_parts",
     "expand_parts",
+    "glob_escape",
     "names_a_part",
     "parse_rotation",
     "part_path",
