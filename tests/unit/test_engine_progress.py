@@ -46,3 +46,17 @@ def test_writing_the_findings_into_summary_json_has_its_bar(
         write_summary(model, tmp_path / "s.json")
     err = capsys.readouterr().err
     assert "summary" in err and "findings" in err, err
+
+
+def test_a_terminal_that_says_it_has_no_rows_still_gets_its_bars(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pseudo-terminal without a size (`script -qc …`) says 0 rows: tqdm would hide every
+    bar below that."""
+    import tqdm.std
+
+    monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: lambda fp: (-1, -1))
+    files = [str(p) for p in write_fixtures(tmp_path)]
+    with Run("local", progress=True, part_bytes=16 << 10) as run:
+        run.check(files[0], files[1:])
+    assert "ex/s" in capsys.readouterr().err

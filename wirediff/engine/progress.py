@@ -47,6 +47,7 @@ class Progress:
             unit_scale=True,
             file=sys.stderr,
             ncols=size.columns,
+            nrows=size.lines,  # a terminal that says 0 rows would hide every bar
             leave=False,
         )
         return _Phase(bar, tasks)
