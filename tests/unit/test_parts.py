@@ -188,3 +188,18 @@ def test_two_urls_of_one_session_read_it_once(tmp_path: Path) -> None:
     found = resolve([f"file://{parts[0]}", f"file://{parts[2]}"])
     urls = [s.url for sources in found for s in sources]
     assert sorted(urls) == sorted(f"file://{p}" for p in parts)
+
+
+def test_replay_outputs_named_like_parts_are_no_parts(tmp_path: Path) -> None:
+    """Labels `qwen2` and `qwen2.5` give `s.qwen2.jsonl` and `s.qwen2.5.jsonl`: a replay's
+    output is never rotated, so neither is a part of the other; a capture's parts are."""
+    from tests.fixtures.sessions import fixture_sessions, write
+
+    base, replays = fixture_sessions()
+    write(tmp_path / "s.qwen2.jsonl", replays["ollama"][:10])
+    write(tmp_path / "s.qwen2.5.jsonl", replays["ollama"][10:])
+    assert [p.name for p in capture_parts(tmp_path / "s.qwen2.jsonl")] == ["s.qwen2.jsonl"]
+    assert [p.name for p in capture_parts(tmp_path / "s.qwen2.5.jsonl")] == ["s.qwen2.5.jsonl"]
+    write(tmp_path / "c.jsonl", base[:10])  # a capture's parts: originals
+    write(tmp_path / "c.1.jsonl", base[10:])
+    assert [p.name for p in capture_parts(tmp_path / "c.1.jsonl")] == ["c.jsonl", "c.1.jsonl"]

@@ -18,7 +18,7 @@ import orjson
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
-from wirediff.record.parts import expand_parts, glob_escape, session_parts
+from wirediff.record.parts import HEAD_BYTES, expand_parts, glob_escape, session_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
 
 __all__ = [
@@ -127,8 +127,13 @@ def _jsonl(url: str) -> list[Source]:
         except Exception:  # a folder that cannot be listed (an HTTP server's): no parts
             return []
 
+    def head(found: str) -> bytes:
+        with fs.open(found, "rb") as fh:
+            data: bytes = fh.read(HEAD_BYTES)
+        return data
+
     out = []
-    for found in session_parts(path, fs.isfile, listed):
+    for found in session_parts(path, fs.isfile, listed, head):
         where = str(fs.unstrip_protocol(found))
         shown = url if found == path else where
         try:

@@ -3,8 +3,9 @@
 `capture_rotate` (a size such as `100MB`, or a duration such as `1h`) makes the capture start
 a new part when the current one is that big or that old; a record never spans parts. The
 first part keeps the plain name, so nothing changes without rotation. Every loader reads a
-session as all its parts, in order, given any one of them. A part's suffix is all digits:
-replay outputs (`<session>.<label>.jsonl`) never are, as a numeric label is refused.
+session as all its parts, in order, given any one of them. A part's suffix is all digits,
+and a replay's or a mirror's output (`<session>.<label>.jsonl`, its records replays) is never
+one, whatever its label (`llama3` and `llama3.1`): those are never rotated.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "HEAD_BYTES",
     "Rotation",
     "capture_parts",
     "expand_parts",
@@ -89,6 +91,11 @@ def part_path(base: Path, n: int) -> Path:
 def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
     """Every part of the session `path` is a part of, in order (`path` alone when it has
     none, or is no `.jsonl`)."""
+
+    def head(p: str) -> bytes:
+        with open(p, "rb") as fh:
+            return fh.read(HEAD_BYTES)
+
     here = Path(path)
     return [
         Path(p)
@@ -96,28 +103,48 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
             str(here),
             lambda p: Path(p).is_file(),
             lambda d, pattern: map(str, Path(d).glob(pattern)),
+            head,
         )
     ]
 
 
+HEAD_BYTES = 4096
+"""Bytes of a file read to tell a replay's output from a capture's part."""
+_REPLAY_OF = re.compile(rb'"replay_of"\s*:\s*"')
+
+
+def _replays(head: bytes) -> bool:
+    """The first record is a replay: a replay's or a mirror's output (never rotated, so no
+    part, however it is named: labels `llama3` and `llama3.1`)."""
+    return _REPLAY_OF.search(head.split(b"\n", 1)[0]) is not None
+
+
 def session_parts(
-    path: str, is_file: Callable[[str], bool], glob: Callable[[str, str], Iterable[str]]
+    path: str,
+    is_file: Callable[[str], bool],
+    glob: Callable[[str, str], Iterable[str]],
+    head: Callable[[str], bytes],
 ) -> list[str]:
     """`capture_parts` on any filesystem (this machine's, or an fsspec one at a URL): its
-    paths as text, `is_file(path)` and `glob(folder, pattern)` (the matching paths) its own."""
+    paths as text, `is_file(path)`, `glob(folder, pattern)` (the matching paths) and
+    `head(path)` (a file's first bytes) its own."""
     folder, name = os.path.split(path)
     if not name.endswith(SUFFIX):
         return [path]
     stem = name[: -len(SUFFIX)]
     m = _PART.match(stem)
     if m is not None and is_file(os.path.join(folder, m["base"] + SUFFIX)):
+        if is_file(path) and _replays(head(path)):
+            return [path]
         stem = m["base"]  # `s.2.jsonl` → `s.jsonl`, when there is one
     first = os.path.join(folder, stem + SUFFIX)
     numbered: list[tuple[int, str]] = []
     for p in glob(folder or ".", f"{glob_escape(stem)}.*{SUFFIX}"):
         m = _PART.match(os.path.basename(p)[: -len(SUFFIX)])
-        if m is not None and m["base"] == stem and is_file(p):
+        if m is not None and m["base"] == stem and is_file(p) and not _replays(head(p)):
             numbered.append((int(m["n"]), os.path.join(folder, os.path.basename(p))))
+    if numbered and is_file(first) and _replays(head(first)):
+        return [first]
     return [first, *(p for _, p in sorted(numbered))]
 
 
