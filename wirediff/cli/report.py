@@ -53,10 +53,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             baseline=args.baseline,
         )
         written = [render_html(model, args.output)]
-        if args.json == "-":  # stdout: for a pipeline
-            write_summary(model, "-")
-        elif args.json:
-            written.append(write_summary(model, args.json))
+        if args.json:
+            summary = write_summary(model, args.json)
+            if args.json != "-":  # `-`: on stdout, for a pipeline
+                written.append(summary)
         if args.csv:
             written.append(write_csv(model, args.csv))
     t = model.totals

@@ -148,13 +148,13 @@ def resolve(args: Sequence[str]) -> list[list[Source]]:
     """The sources of each argument: a dataset, or a capture file with its parts — each
     file once: a file an argument names is its own, the other parts of its session go to
     the first argument that reaches them (`captures/*.jsonl` names every part)."""
-    named = {_named(str(a)) for a in args}
+    owns = [_named(str(a)) for a in args]
+    named = set(owns)
     seen: set[str] = set()
     out = []
-    for arg in args:
+    for arg, own in zip(args, owns, strict=True):
         ds = _dataset(str(arg))
         found = [ds] if ds is not None else _jsonl(str(arg))
-        own = _named(str(arg))
         mine = [s for s in found if s.url not in seen and (s.url == own or s.url not in named)]
         out.append(mine)
         seen.update(s.url for s in mine)

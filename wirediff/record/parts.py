@@ -96,11 +96,10 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
         with open(p, "rb") as fh:
             return fh.read(HEAD_BYTES)
 
-    here = Path(path)
     return [
         Path(p)
         for p in session_parts(
-            str(here),
+            os.fspath(path),
             lambda p: Path(p).is_file(),
             lambda d, pattern: map(str, Path(d).glob(pattern)),
             head,
