@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
@@ -15,13 +16,17 @@ from mitmproxy.test import taddons, tflow
 
 from tests.fixtures.records import answer, bare_record, events_of, websocket_of
 from tests.unit.test_capture_addon import KEY, chat_flow, flow_response
-from wirediff._types import ExchangeError, Record, RecordResponse, Sdk
+from wirediff._types import ExchangeError, Record, RecordRequest, RecordResponse, Sdk
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.cli import main
+from wirediff.cli.inputs import iter_capture
 from wirediff.errors import CaptureError
 from wirediff.record.body import parse_json
 from wirediff.record.importer import import_flows
 from wirediff.record.store import RecordWriter, encode_record, load_records
+from wirediff.replay.request import prepare
+from wirediff.replay.targets import Target
+from wirediff.replay.wire import to_httpx
 
 REC = bare_record("a")
 RESPONSE: RecordResponse = {
@@ -53,12 +58,29 @@ def test_writer_after_a_cut_line_moves_the_fragment_aside(tmp_path: Path) -> Non
     assert (tmp_path / "c.jsonl.fragments").read_text() == '{"format": "wiredi\n'
 
 
-def test_writer_escapes_lone_surrogates(tmp_path: Path) -> None:
+def test_lone_surrogates_are_replayed_as_their_bytes_and_analysed_as_escapes(
+    tmp_path: Path,
+) -> None:
+    """The recorder keeps a header's undecodable bytes as lone surrogates: a replay sends
+    the bytes back; the analysis, whose frames hold only UTF-8, reads their escapes."""
     p = tmp_path / "s.jsonl"
+    request: RecordRequest = {
+        **REC["request"], "path": "/caf\udce9", "headers": [["x-name", "caf\udce9"]]
+    }  # fmt: skip
     with RecordWriter(p) as w:
-        w.write({**REC, "request": {**REC["request"], "path": "/caf\udce9"}})
+        w.write({**REC, "request": request})
+    (sent,) = iter_capture(p)
+    assert sent["request"]["path"] == "/caf\udce9"
+    out = prepare(sent, Target("t", "http://t:1/v1"), None, {})
+    assert ("x-name", "caf\udce9") in out.headers
+    request_sent = to_httpx(out, {})
+    assert request_sent.headers.raw[-1] == (b"x-name", b"caf\xe9")
+    assert request_sent.url.raw_path == b"/caf%E9"
+    mixed = dataclasses.replace(out, headers=[("x-odd", "\udce9\ud800")])
+    assert to_httpx(mixed, {}).headers.raw[-1] == (b"x-odd", b"\xe9\xed\xa0\x80")
     (rec,) = load_records([p])
-    assert rec["request"]["path"] == "/caf\udce9"
+    assert rec["request"]["path"] == "/caf\\udce9"
+    assert rec["request"]["headers"] == [["x-name", "caf\\udce9"]]
 
 
 def test_a_record_line_reads_back_as_the_record_whatever_its_values() -> None:

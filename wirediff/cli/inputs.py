@@ -132,12 +132,12 @@ def read_captures(paths: Sequence[str | os.PathLike[str]]) -> list[Record]:
 
 
 def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """The records of one capture named on a command line, as `iter_records` yields them;
-    a capture without any is an error."""
+    """The records of one capture named on a command line, as sent (`iter_records`), to
+    be replayed; a capture without any is an error."""
     p = capture_file(path)
     n = 0
     with _import_hint([p]):
-        for rec in iter_records(p):
+        for rec in iter_records(p, as_sent=True):
             n += 1
             yield rec
     _warn_unfinished([p])

@@ -279,25 +279,68 @@ def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
     return out
 
 
-def checked(p: Path, parsed: Parsed) -> Iterator[tuple[int, bytes, Record, bool]]:
-    """Each `(lineno, text, value, deep)` once the value is a readable `wirediff/1` record;
-    bodies nested too deeply become text (`limit_depth`, for lines with brackets enough to
-    nest that deep), `deep` says whether there were any."""
+def checked(
+    p: Path, parsed: Parsed, *, as_sent: bool = False
+) -> Iterator[tuple[int, bytes, Record, bool]]:
+    """Each `(lineno, text, value, changed)` once the value is a readable `wirediff/1`
+    record, as the analysis reads it (`_limited`, `changed` says whether it did anything);
+    `as_sent` keeps lone surrogates, which a replay sends as the bytes they stand for."""
     for lineno, line, rec in parsed:
         found = problem(rec)
         if found:
             if found.startswith("not a"):
                 raise LineError(p, lineno, found)
             raise LineError(p, lineno, f"malformed {FORMAT} record ({found})")
-        yield lineno, line, rec, _limited(line, rec)
+        yield lineno, line, rec, _limited(line, rec, as_sent=as_sent)
 
 
-def _limited(line: bytes, rec: Record) -> bool:
-    return line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
+def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
+    """Whether `rec` was changed as the analysis reads it: bodies nested too deeply kept
+    as text, lone surrogates as their escapes."""
+    deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
+    odd = (
+        not as_sent
+        and (b"\\ud" in line or b"\\uD" in line or b"\xed" in line)
+        and _escape_surrogates(rec)
+    )
+    return deep or odd
+
+
+def _escape_surrogates(value: Any) -> bool:
+    """Each lone surrogate in `value`'s strings and keys (the recorder keeps a header's
+    undecodable bytes so, and JSON readers take them) made its escape, `\\udc80`: no
+    UTF-8 text, nor a frame's strings, holds one. Whether there was any."""
+    found = False
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, v in items:
+        if isinstance(v, str):
+            if not v.isascii() and not _utf8(v):
+                value[key] = _escaped(v)
+                found = True
+        elif isinstance(v, dict | list):
+            found = _escape_surrogates(v) or found
+    if isinstance(value, dict) and not all(k.isascii() or _utf8(k) for k in value):
+        renamed = {(k if k.isascii() or _utf8(k) else _escaped(k)): v for k, v in value.items()}
+        value.clear()
+        value.update(renamed)  # in their order
+        found = True
+    return found
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def read_depth(line: bytes, rec: Record) -> Record:
-    """`rec`, parsed from `line`, with bodies nested too deeply kept as text."""
+    """`rec`, parsed from `line`, as the analysis reads it (`_limited`)."""
     _limited(line, rec)
     return rec
 
@@ -310,10 +353,10 @@ def is_json(line: bytes) -> bool:
     return True
 
 
-def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """Records of one capture file; torn lines are skipped with a warning (file:line), an
-    unfinished last line silently, but a file without a single JSON record is not a
-    capture."""
+def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
+    """Records of one capture file, as the analysis reads them unless `as_sent` (`checked`);
+    torn lines are skipped with a warning (file:line), an unfinished last line silently,
+    but a file without a single JSON record is not a capture."""
     p = Path(path)
     try:
         fh = p.open("rb")
@@ -329,7 +372,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
             for lineno, why in torn:
                 log.warning(f"{p}:{lineno}: {why}")
             torn.clear()
-        for _, _, rec, _ in checked(p, parsed):
+        for _, _, rec, _ in checked(p, parsed, as_sent=as_sent):
             records += 1
             yield rec
 
@@ -407,8 +450,10 @@ def load_records(
 
 
 def _started(rec: Record) -> float:
+    """A record's start time, 0 when it has none (or NaN, which orders against nothing)."""
     t = rec.get("started")
-    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0.0
+    ok = isinstance(t, int | float) and not isinstance(t, bool) and t == t
+    return float(t) if ok else 0.0
 
 
 def latest_replays(records: Iterable[Record]) -> list[Record]:

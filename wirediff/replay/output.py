@@ -34,7 +34,7 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
         rec
         for p in paths
         if p.exists()
-        for rec in iter_records(p)
+        for rec in iter_records(p, as_sent=True)
         if rec.get("label") == label and rec.get("replay_of")
     ]
     newest = {str(rec["replay_of"]): rec for rec in latest_replays(found)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -28,11 +29,28 @@ __all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
 
 def to_httpx(out: Outgoing, timeout: Mapping[str, Any]) -> httpx.Request:
     """The httpx request for `out`; header values as the capture decoded them (UTF-8,
-    undecodable bytes as surrogates), so a non-ASCII value goes out as it came in."""
-    headers = [(k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in out.headers]
+    undecodable bytes as surrogates), so a non-ASCII value goes out as it came in, and
+    such bytes in the URL percent-encoded, as httpx sends any non-ASCII there."""
+    headers = [(k.encode("ascii"), _as_bytes(v)) for k, v in out.headers]
+    url = _SURROGATE.sub(lambda m: "".join(f"%{b:02X}" for b in _as_bytes(m[0])), out.url)
     return httpx.Request(
-        out.method, out.url, headers=headers, content=out.content, extensions={"timeout": timeout}
+        out.method, url, headers=headers, content=out.content, extensions={"timeout": timeout}
     )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _as_bytes(text: str) -> bytes:
+    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
+    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b"".join(
+            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
+            for c in text
+        )
 
 
 def unsent_exchange(
