@@ -10,7 +10,7 @@ from typing import Any, NotRequired, TypedDict
 import pytest
 
 from tests.fixtures import chain_records
-from tests.fixtures.records import bare_record, openai_session
+from tests.fixtures.records import answer, bare_record, chat_record, openai_session
 from wirediff import _types
 from wirediff._types import Record
 from wirediff.record import validate
@@ -173,6 +173,13 @@ def test_the_test_fixtures_are_whole_records() -> None:
         assert problem(rec) is None, rec["id"]
 
 
+STATUS = "response.status must be an HTTP status, from 0 to 999"
+
+
+def answered(status: int) -> Any:
+    return answer(chat_record(status=status))
+
+
 @pytest.mark.parametrize(
     ("change", "found"),
     [
@@ -182,6 +189,9 @@ def test_the_test_fixtures_are_whole_records() -> None:
         (lambda r: r.update(attempt=None), None),  # an optional key may be null
         (lambda r: r.update(extra={"any": 1}), None),  # keys of no concern are left alone
         (lambda r: r["tags"].update(retry=True), "tags.retry must be an integer, not bool"),
+        (lambda r: r.update(response=answered(2**63)), STATUS),  # no frame's integer holds it
+        (lambda r: r.update(response=answered(-1)), STATUS),
+        (lambda r: r.update(response=answered(999)), None),
     ],
 )
 def test_a_record_is_its_keys_with_their_types(change: Any, found: str | None) -> None:

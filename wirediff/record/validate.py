@@ -207,6 +207,8 @@ def _response(resp: dict[str, Any]) -> str | None:
     found = _fields("response.", resp, RESPONSE)
     if found:
         return found
+    if not 0 <= resp["status"] <= 999:  # an HTTP status has three digits
+        return "response.status must be an HTTP status, from 0 to 999"
     for i, ev in enumerate(resp["events"] or ()):
         if not isinstance(ev, dict):
             return f"response.events[{i}] must be an object"
