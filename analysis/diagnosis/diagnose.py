@@ -27,6 +27,7 @@ __all__ = [
     "CODES",
     "DIAGNOSIS_COLUMNS",
     "Backends",
+    "backend_key",
     "diagnose",
     "diagnose_chain",
     "diagnosis_frame",
@@ -118,6 +119,15 @@ def _merge(findings: list[Finding], order: list[str]) -> list[Finding]:
     return [by_code[c] for c in CODES if c in by_code]
 
 
+def backend_key(label: Any, listener: Any) -> tuple[str | None, str | None]:
+    """A backend's label and listener, each a string or None: a missing one reads as None
+    from a record and as NaN from a frame, and both must name the same backend."""
+    return (
+        label if isinstance(label, str) else None,
+        listener if isinstance(listener, str) else None,
+    )
+
+
 class Backends:
     """The exchanges of each backend (label and listener), for naming its provider when a
     failing chain carries no mark of it; identified once per backend."""
@@ -128,7 +138,7 @@ class Backends:
         for rid, label, listener in zip(
             exchanges["id"], exchanges["label"], exchanges["listener"], strict=True
         ):
-            ids = self.ids.setdefault((label, listener), [])
+            ids = self.ids.setdefault(backend_key(label, listener), [])
             if len(ids) < BACKEND_SCAN:
                 ids.append(rid)
         self.known: dict[tuple[Any, Any], Provider] = {}
@@ -142,7 +152,7 @@ class Backends:
         return out
 
     def provider(self, x: ExchangeView) -> Provider:
-        key = (x.label, x.rec.get("listener"))
+        key = backend_key(x.label, x.rec.get("listener"))
         if key not in self.known:
             others = (view(self.records_by_id[i]) for i in self.ids.get(key, ()))
             self.known[key] = identify([], others)

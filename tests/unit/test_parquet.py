@@ -127,3 +127,46 @@ def test_a_broken_dataset_file_or_an_unknown_url_is_one_clear_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("wirediff: error: nosuchfs://bucket/s.jsonl: ")
     assert "\n" not in err and "unexpected" not in err
+    assert main(["export", str(captures[0]), "--parquet", "nosuchfs://bucket/ds"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("wirediff: error: nosuchfs://bucket/ds: ")
+    assert "\n" not in err and "unexpected" not in err
+
+
+def test_a_dataset_at_a_url_whose_path_a_glob_would_read_is_read_whole(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"file://{tmp_path / 'runs[1]*?'}"
+    export(captures, url, capsys)
+    outs = []
+    for inputs in ([url], [str(p) for p in captures]):
+        assert main(["diagnose", *inputs, "--json"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and json.loads(outs[0])
+
+
+def test_numbers_a_column_cannot_hold_exactly_are_read_from_the_records(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Start times in nanoseconds and sizes past 64 bits (another tool's records): the
+    exchanges' columns hold them as null, the file is marked inexact, and the analysis
+    reads those files' records instead, as it reads the captures."""
+    lines = captures[0].read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    records[0]["started"] = 2**60 + 1
+    records[1]["request"]["size"] = 2**64
+    captures[0].write_text("".join(json.dumps(r) + "\n" for r in records))
+    dataset = tmp_path / "dataset"
+    export(captures, str(dataset), capsys)
+    table = pq.read_table(dataset / "exchanges")
+    inexact = [
+        pq.read_schema(p).metadata[b"wirediff.exact"]
+        for p in (dataset / "exchanges").rglob("*.parquet")
+    ]
+    assert b"0" in inexact
+    assert 2**60 + 1 not in table.column("started").to_pylist()
+    outs = []
+    for inputs in ([str(dataset)], [str(p) for p in captures]):
+        assert main(["diagnose", *inputs, "--json"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]

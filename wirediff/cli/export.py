@@ -18,9 +18,9 @@ __all__ = ["register"]
 def _empty_target(out: str) -> None:
     """Datasets are never written over: the target must not exist, or be empty."""
     if "://" in out:
-        import fsspec
+        from wirediff.engine.sources import filesystem
 
-        fs, path = fsspec.core.url_to_fs(out)
+        fs, path = filesystem(out)
         if fs.exists(path) and fs.ls(path):
             raise UsageError(f"{out} exists and is not empty: choose another --parquet")
         return

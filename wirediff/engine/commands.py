@@ -62,8 +62,12 @@ class Run:
         part_bytes: int = run.PART_BYTES,
     ) -> None:
         self.engine = open_engine(engine, scheduler, workers)
-        self.progress = Progress(progress)
-        self.spill = Spill()
+        try:
+            self.progress = Progress(progress)
+            self.spill = Spill()
+        except BaseException:
+            self.engine.close(now=True)
+            raise
         self.part_bytes = part_bytes
 
     def __enter__(self) -> Run:
@@ -72,11 +76,13 @@ class Run:
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        self.close(now=kind is not None)
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
+        """The engine first (its workers may still write into the spill), then the spill;
+        `now`: the run was cut short, its tasks are stopped, not waited for."""
+        self.engine.close(now)
         self.spill.close()
-        self.engine.close()
 
     def report(
         self,
@@ -137,7 +143,7 @@ class Run:
         of whose exchanges pairs with one of the captures (by replay or by content) is a
         usage error."""
         # every file read (and its records checked) before any is judged
-        index = run.scan_inputs(self.engine, [baseline, *candidates], self.progress)
+        index = run.scan_inputs(self.engine, [baseline, *candidates], self.progress, scoped=True)
         frame, scope = index.frame, index.scope
         mine = plain(frame.loc[scope == 0], ["label", "replay"])
         originals = Counter(mine.loc[~mine["replay"], "label"].fillna("").astype(str))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +56,8 @@ class Engine(Protocol):
         """`fn(*args, **kwargs)` for each call, yielded `(index, result)` as they finish;
         `small`: little work, which a local engine does in this process."""
 
-    def close(self) -> None: ...
+    def close(self, now: bool = False) -> None:
+        """`now`: the run was cut short; its tasks are stopped, not waited for."""
 
 
 class LocalEngine:
@@ -76,7 +78,9 @@ class LocalEngine:
             return
         if self._pool is None:
             context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_leave_interrupts
+            )
         waiting = iter(enumerate(calls))
         running: dict[Future[Any], int] = {}
         left = len(calls)
@@ -89,10 +93,20 @@ class LocalEngine:
             for future in done:
                 yield running.pop(future), future.result()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+    def close(self, now: bool = False) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if now:  # no result will be read: the partitions in flight are not waited for
+            for process in list(pool._processes.values()):
+                process.terminate()
+        pool.shutdown(cancel_futures=True)
+
+
+def _leave_interrupts() -> None:
+    """Ctrl-C reaches every process of the terminal's group: a worker leaves it to the
+    command, which stops it (`close`), instead of dying with a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskEngine:
@@ -117,7 +131,11 @@ class DaskEngine:
             self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
             )
-            self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
+            try:
+                self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
+            except BaseException:
+                self._cluster.close()  # type: ignore[no-untyped-call]
+                raise
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
 
     def run(
@@ -140,7 +158,7 @@ class DaskEngine:
             for future in futures:
                 future.release()  # type: ignore[no-untyped-call]
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
         if self._cluster is not None:
             self._cluster.close()  # type: ignore[no-untyped-call]

@@ -128,14 +128,14 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
     """`value` is stored as it is in a column of `kind` (else it is stored as null)."""
     if value is None:
         return True
-    if kind == _STR:
-        return isinstance(value, str)
+    if kind == _STR:  # Arrow's strings are UTF-8: a lone surrogate is none
+        return isinstance(value, str) and (value.isascii() or _utf8(value))
     if kind == _BOOL:
         return isinstance(value, bool)
     if isinstance(value, bool):
         return False
-    if kind == _F64:
-        return isinstance(value, int | float)
+    if kind == _F64:  # an integer only where a double holds it exactly
+        return isinstance(value, float) or (isinstance(value, int) and abs(value) <= 1 << 53)
     if kind == _I64:
         return isinstance(value, int) and -(1 << 63) <= value < (1 << 63)
     if kind == _U64:
@@ -143,12 +143,20 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
     return isinstance(value, list) and all(isinstance(x, str) for x in value)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"
 _KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
 
 
 def _segment(value: Any) -> str:
-    return NULL_SEGMENT if value is None else quote(str(value), safe="")
+    return NULL_SEGMENT if value is None else quote(str(value), safe="", errors="surrogatepass")
 
 
 def partition_keys(url: str) -> tuple[str | None, str | None]:
@@ -156,7 +164,9 @@ def partition_keys(url: str) -> tuple[str | None, str | None]:
     m = _KEYS.search(url)
     if m is None:
         raise CaptureError(f"{url}: not in a wirediff dataset's session=…/label=… directories")
-    session, label = (None if v == NULL_SEGMENT else unquote(v) for v in m.groups())
+    session, label = (
+        None if v == NULL_SEGMENT else unquote(v, errors="surrogatepass") for v in m.groups()
+    )
     return session, label
 
 
@@ -204,7 +214,7 @@ def export_part(
                     strict=True,
                 )
             )
-            values.update(ordinal=ordinal, root=root, nbytes=len(text), record=text.decode("utf-8"))
+            values.update(ordinal=ordinal, root=root, nbytes=len(text), record=_text(text))
             for name, kind in zip(EXCHANGE_SCHEMA.names, EXCHANGE_SCHEMA.types, strict=True):
                 value = values[name]
                 if not _fits(value, kind):
@@ -222,6 +232,16 @@ def export_part(
             n_events += len(events["id"])
             _write(pa.table(events, schema=EVENT_SCHEMA), f"{out}/events/{where_to}")
     return len(texts), n_events, len(groups)
+
+
+def _text(line: bytes) -> str:
+    """A record's line as a string: as it is, or where its bytes are no UTF-8 (a lone
+    surrogate's, which JSON readers take) its JSON written again with escapes, which
+    reads back as the same record."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return json.dumps(json.loads(line))
 
 
 def _events(rec: Record, out: dict[str, list[Any]]) -> None:

@@ -31,6 +31,7 @@ from wirediff.analysis.comparison.pairing import (
 from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
 from wirediff.engine.sources import Source, open_binary
 from wirediff.errors import CaptureError
+from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS
 
 __all__ = [
@@ -130,7 +131,7 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
     """Warn about torn lines and raise the first problem, file by file, as loading each
     file whole would (`wirediff.record.store.iter_records`)."""
     by_src: dict[int, list[Scanned]] = {}
-    for s in scans:
+    for s in sorted(scans, key=lambda s: (s.src, s.start)):  # as they come: in any order
         by_src.setdefault(s.src, []).append(s)
     for src, parts in sorted(by_src.items()):
         url, name = sources[src].url, sources[src].name
@@ -148,6 +149,8 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
 
 
 _KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]
+_NO_ORIGINAL = np.uint64(digest(""))
+"""An empty `replay_of`: paired as a replay, never an attempt another one supersedes."""
 
 
 def _kept(frame: pd.DataFrame) -> np.ndarray:
@@ -156,7 +159,7 @@ def _kept(frame: pd.DataFrame) -> np.ndarray:
     originals all stay. Vectorised: no Python object a row, and only the attempts at the
     originals with such an attempt sorted."""
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = of != 0  # a `replay_of` that is a string, not empty
+    replay = (of != 0) & (of != _NO_ORIGINAL)  # a `replay_of` that is a string, not empty
     retried = replay & frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
     if not retried.any():
         return np.ones(len(frame), dtype=bool)
@@ -303,21 +306,46 @@ def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
     parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
     replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
     root = np.where(replay, parent, own)
-    ids, parents = own[replay], parent[replay]
+    ids, up = _replay_ancestors(own[replay], parent[replay])
     if not len(ids):
         return root
+    for start in range(0, len(root), PIECE):  # a row's root depends on it alone: by pieces
+        piece = root[start : start + PIECE]
+        at, hit = looked_up(ids, piece)
+        piece[hit] = up[at[hit]]
+    return root
+
+
+def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each replay's id (sorted; the first row of an id names its parent) and the original
+    it goes back to through replays of replays, however many: pointers doubled until none
+    lands on a replay. A cycle of `replay_of` has no original: its members, and what leads
+    into it, go back to its smallest id, so that they all land in one partition."""
+    if not len(ids):
+        return ids, parents
     order = np.argsort(ids, kind="stable")
     ids, parents = ids[order], parents[order]
     del order
-    for start in range(0, len(root), PIECE):  # a row's root depends on it alone: by pieces
-        piece = root[start : start + PIECE]
-        for _ in range(64):  # a chain of replays of replays, followed to its original
-            at, hit = looked_up(ids, piece)
-            hit &= parents[at] != piece
-            if not hit.any():
-                break
-            piece[hit] = parents[at[hit]]
-    return root
+    first = np.r_[True, ids[1:] != ids[:-1]]
+    ids, parents = ids[first], parents[first]
+    up = parents.copy()
+    for _ in range(64):  # 2**64 steps: what still lands on a replay is in a cycle
+        at, hit = looked_up(ids, up)
+        if not hit.any():
+            return ids, up
+        up[hit] = up[at[hit]]
+    parent_of = dict(zip(ids.tolist(), parents.tolist(), strict=True))
+    smallest: dict[int, int] = {}
+    for k in np.flatnonzero(hit).tolist():
+        on = int(up[k])  # on its cycle, after that many doublings
+        if on not in smallest:
+            cycle, x = [on], parent_of[on]
+            while x != on:
+                cycle.append(x)
+                x = parent_of[x]
+            smallest.update(dict.fromkeys(cycle, min(cycle)))
+        up[k] = smallest[on]
+    return ids, up
 
 
 def partitions(frame: pd.DataFrame, count: int, links: np.ndarray = NO_LINKS) -> np.ndarray:

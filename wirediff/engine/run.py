@@ -25,7 +25,7 @@ import pandas as pd
 
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.pairing import Baseline
-from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN
+from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN, backend_key
 from wirediff.engine import plan, tasks
 from wirediff.engine.chaining import chain_batch, failing_chains
 from wirediff.engine.engines import Call, Calls, Engine
@@ -79,17 +79,23 @@ SMALL_BYTES = 64 << 20
 
 
 def scan_inputs(
-    engine: Engine, args: Sequence[str], progress: Progress, *, retried: bool = False
+    engine: Engine,
+    args: Sequence[str],
+    progress: Progress,
+    *,
+    retried: bool = False,
+    scoped: bool = False,
 ) -> Index:
-    """Every record of the inputs (each argument a scope), indexed; failed replay attempts
-    tried again left out, unless `retried`."""
+    """Every record of the inputs, indexed; failed replay attempts tried again left out
+    (over all the inputs, as loading them together does; with `scoped`, within each
+    argument, as `check` loads each capture on its own), unless `retried`."""
     from wirediff.engine import parquet
 
     sources: list[Source] = []
     scopes: list[int] = []
     for scope, found in enumerate(resolve(args)):
         sources += found
-        scopes += [scope] * len(found)
+        scopes += [scope if scoped else 0] * len(found)
     calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
     for src, start, end in chunks(sources):
         calls.append((tasks.scan, (sources, src, start, end)))
@@ -251,7 +257,7 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     labels, listeners = (backend[c].cat.codes.to_numpy() for c in ("label", "listener"))
     heads = plan.first_rows(labels, listeners, BACKEND_SCAN)
     head = plain(backend.take(heads), ["label", "listener"])
-    keys = zip(head["label"].tolist(), head["listener"].tolist(), strict=True)
+    keys = map(backend_key, head["label"].tolist(), head["listener"].tolist())
     first: dict[tuple[Any, Any], list[int]] = {}
     for i, key in zip(heads.tolist(), keys, strict=True):
         first.setdefault(key, []).append(i)

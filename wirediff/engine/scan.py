@@ -138,11 +138,11 @@ def index_row(rec: Record) -> tuple[Any, ...]:
     return (
         *picked,
         digest(rec["id"]),
-        digest(replay_of) if replay_of else 0,
+        digest(replay_of) if replay_of is not None else 0,  # "" too: pairing pairs it
         request,
         body,
         hop,
-        0 if replay_of else fingerprint_digest(rec),
+        0 if replay_of is not None else fingerprint_digest(rec),
         redirect_location(rec),
         exchange_ok(rec),
         models,

@@ -24,6 +24,7 @@ from wirediff.record.store import Shared, read_depth, share_repeats
 __all__ = [
     "DATASET_MARK",
     "Source",
+    "filesystem",
     "is_url",
     "open_binary",
     "parse_texts",
@@ -60,7 +61,8 @@ class Source:
         return self.shown or self.url
 
 
-def _fs(url: str) -> tuple[Any, str]:
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of a URL and its path there; one line when there is none."""
     import fsspec
 
     try:
@@ -86,11 +88,11 @@ def open_binary(url: str) -> IO[bytes]:
 def _dataset(arg: str) -> Source | None:
     """The dataset `arg` names, if it is one."""
     if is_url(arg):
-        fs, path = _fs(arg)
+        fs, path = filesystem(arg)
         if not fs.isfile(f"{path.rstrip('/')}/{DATASET_MARK}"):
             return None
         protocol, base = arg.split("://", 1)[0], path.rstrip("/")
-        found = fs.glob(f"{base}/exchanges/**/*.parquet")
+        found = fs.glob(f"{glob_escape(base)}/exchanges/**/*.parquet")
         return Source(PARQUET, arg, tuple(f"{protocol}://{p}" for p in sorted(found)))
     root = Path(arg)
     if not (root / DATASET_MARK).is_file():
@@ -102,7 +104,7 @@ def _dataset(arg: str) -> Source | None:
 def _named(arg: str) -> str:
     """The file or dataset an argument names, as its `Source.url` says it."""
     if is_url(arg):
-        fs, path = _fs(arg)
+        fs, path = filesystem(arg)
         return str(fs.unstrip_protocol(path))
     return os.path.realpath(arg)
 
@@ -119,7 +121,7 @@ def _jsonl(url: str) -> list[Source]:
                 raise CaptureError(f"{part}: cannot read capture (Is a directory)")
             out.append(Source(JSONL, os.path.realpath(part), size=size, shown=str(part)))
         return out
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
 
     def listed(folder: str, pattern: str) -> list[str]:
         try:

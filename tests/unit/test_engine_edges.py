@@ -1,0 +1,222 @@
+"""Captures at the edges of the record format give the engine's summary what the whole
+analysis in memory gives, however the engine partitions them: failed attempts in other
+files, missing listeners, start times that are NaN, `replay_of` cycles and empty ids,
+text no UTF-8 can hold; and a malformed capture is named at its first bad line whichever
+chunk finishes first."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.fixtures.sessions import fixture_sessions, masked, replicated
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.engine import run as engine_run
+from wirediff.engine import scan
+from wirediff.engine.commands import Run
+from wirediff.errors import CaptureError
+from wirediff.record.store import load_records
+from wirediff.reports.model import build
+from wirediff.reports.render import write_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dump(path: Path, records: list[Record]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def in_memory(paths: list[Path], out: Path) -> Any:
+    records = load_records(paths)
+    analysis = analyze(records)
+    found = diagnose(records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id)
+    return masked(
+        json.loads(write_summary(build(analysis, found, max_examples=3), out).read_text())
+    )
+
+
+def on_engine(paths: list[Path], out: Path, **kw: Any) -> Any:
+    with Run("local", progress=False, **kw) as run:
+        model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
+        return masked(json.loads(write_summary(model, out).read_text()))
+
+
+def same_everywhere(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The summary in memory, asserted equal to the engine's in one partition and in a
+    pool of two workers with partitions of a few records."""
+    expected = in_memory(paths, tmp / "memory.json")
+    assert on_engine(paths, tmp / "one.json") == expected
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    assert on_engine(paths, tmp / "pool.json", workers=2, part_bytes=2 << 10) == expected
+    return expected
+
+
+def attempt(rec: Record, suffix: str, started: float) -> Record:
+    """A replay attempt at `rec`'s original that got no answer (a resumed run sends it
+    again)."""
+    out = copy.deepcopy(rec)
+    out["id"] += suffix
+    out["started"] = started
+    out["response"] = None
+    out["error"] = {"kind": "timeout", "message": "timed out"}
+    return out
+
+
+def test_a_failed_attempt_in_another_file_is_left_out_as_loading_them_together_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, replays = fixture_sessions()
+    answered = replays["ollama"]
+    first = attempt(answered[0], "-try1", answered[0]["started"] - 50)
+    paths = [
+        dump(tmp_path / "s.jsonl", base),
+        dump(tmp_path / "s.ollama.jsonl", [first]),
+        dump(tmp_path / "s.ollama2.jsonl", answered),
+    ]
+    summary = same_everywhere(paths, tmp_path, monkeypatch)
+    assert summary["totals"]["exchanges"] == len(base) + len(answered)
+
+
+def test_backends_without_a_listener_are_named_by_their_first_exchanges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, replays = fixture_sessions()
+    records = [base, replays["ollama"], replays["lmstudio"]]
+    for rec in (r for recs in records for r in recs):
+        rec["listener"] = None  # as `wirediff import` writes them
+    paths = [dump(tmp_path / f"{n}.jsonl", recs) for n, recs in enumerate(records)]
+    summary = same_everywhere(paths, tmp_path, monkeypatch)
+    providers = {d["provider"] for d in summary["diagnoses"]}
+    assert providers and "unknown" not in providers
+
+
+@pytest.mark.parametrize("times", [(float("nan"), float("nan")), (-5.0, float("nan"))])
+def test_attempts_started_at_nan_keep_the_attempt_loading_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: tuple[float, float]
+) -> None:
+    base, replays = fixture_sessions()
+    answered = replays["ollama"]
+    tried = [attempt(answered[0], "-a", times[0]), attempt(answered[0], "-b", times[1])]
+    paths = [dump(tmp_path / "s.jsonl", base), dump(tmp_path / "o.jsonl", answered[1:] + tried)]
+    summary = same_everywhere(paths, tmp_path, monkeypatch)
+    assert summary["totals"]["exchanges"] == len(base) + len(answered)
+
+
+@pytest.mark.parametrize("how", ["cycle", "self", "empty id"])
+def test_replay_of_cycles_and_an_empty_id_stay_paired_across_partitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    base, replays = fixture_sessions()
+    r = replays["ollama"]
+    if how == "cycle":
+        r[0]["replay_of"], r[1]["replay_of"] = r[1]["id"], r[0]["id"]
+    elif how == "self":
+        r[0]["replay_of"] = r[0]["id"]
+    else:
+        base[0]["id"], r[0]["replay_of"] = "", ""
+    paths = [dump(tmp_path / "s.jsonl", base), dump(tmp_path / "o.jsonl", r)]
+    same_everywhere(paths, tmp_path, monkeypatch)
+
+
+def test_text_no_utf8_holds_is_analysed_and_exported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone surrogate, as the recorder keeps a header's undecodable bytes and as a
+    hostile upstream's JSON may name a key, in the index's strings and in a divergence's
+    path; written as its UTF-8 bytes, which JSON readers take."""
+    base, replays = fixture_sessions()
+    r = replays["ollama"]
+    sdk: Any = r[0]["tags"]["sdk"]
+    sdk["version"] = "1.\udc80"
+    r[1]["request"]["path"] += "\udcff"
+    answer = r[2]["response"]
+    assert answer is not None and isinstance(answer["body"], dict)
+    answer["body"]["\ud800odd"] = 1
+    base[3]["session"] = "s\udc80"
+    paths = [dump(tmp_path / "s.jsonl", base), tmp_path / "o.jsonl"]
+    paths[1].write_bytes(
+        b"".join(
+            json.dumps(x, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n" for x in r
+        )
+    )
+    summary = same_everywhere(paths, tmp_path, monkeypatch)
+    assert any("\\ud800odd" in f["path"] for f in summary["findings"])  # its escape
+    out = tmp_path / "ds"
+    with Run("local", progress=False) as run:
+        run.export([str(p) for p in paths], str(out))
+    assert on_engine([out], tmp_path / "dataset.json") == summary
+
+
+def test_the_first_bad_line_is_named_whichever_chunk_finishes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = replicated(tmp_path, 3000)[0]
+    lines = path.read_bytes().split(b"\n")[:-1]
+    half = len(lines) // 2
+    bad = b'{"format":"wirediff/1","id":"bad"}'
+    lines[half - 2] = lines[half + 3] = bad  # near the end of the first chunk; the second's start
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(CaptureError) as loading:
+        load_records([path])
+    assert f":{half - 1}:" in str(loading.value)
+    monkeypatch.setattr(scan, "CHUNK_BYTES", sum(len(line) + 1 for line in lines[:half]))
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    with Run("local", workers=2, progress=False) as run, pytest.raises(CaptureError) as scanned:
+        run.report([str(path)], ignore=(), max_examples=3, rows=False)
+    assert str(scanned.value) == str(loading.value)
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from wirediff.engine.commands import Run
+
+    def work(i):
+        (Path(sys.argv[1]) / f"started-{i}").touch()
+        time.sleep(120)  # a long partition: only the interrupt ends it
+        return i
+
+    try:
+        with Run("local", workers=2, progress=False) as run:
+            for _ in run.engine.run(work, [((i,), {}) for i in range(4)]):
+                pass
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    """
+)
+
+
+def test_ctrl_c_stops_the_workers_at_once_without_a_traceback_of_theirs(tmp_path: Path) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's Ctrl-C: SIGINT to the whole group
+    )
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("started-*"))) == 2, 60, "two partitions running")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # long before the partitions would end
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert err.strip() == "interrupted"
