@@ -52,7 +52,7 @@ from wirediff.engine.scan import (
 )
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
 from wirediff.errors import CaptureError
-from wirediff.record.store import read_depth
+from wirediff.record.store import is_utf8, read_depth
 
 __all__ = [
     "DATASET_FORMAT",
@@ -129,7 +129,7 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
     if value is None:
         return True
     if kind == _STR:  # Arrow's strings are UTF-8: a lone surrogate is none
-        return isinstance(value, str) and (value.isascii() or _utf8(value))
+        return isinstance(value, str) and is_utf8(value)
     if kind == _BOOL:
         return isinstance(value, bool)
     if isinstance(value, bool):
@@ -141,14 +141,6 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
     if kind == _U64:
         return isinstance(value, int) and 0 <= value < (1 << 64)
     return isinstance(value, list) and all(isinstance(x, str) for x in value)
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"

@@ -314,20 +314,23 @@ def _escape_surrogates(value: Any) -> bool:
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, v in items:
         if isinstance(v, str):
-            if not v.isascii() and not _utf8(v):
+            if not is_utf8(v):
                 value[key] = _escaped(v)
                 found = True
         elif isinstance(v, dict | list):
             found = _escape_surrogates(v) or found
-    if isinstance(value, dict) and not all(k.isascii() or _utf8(k) for k in value):
-        renamed = {(k if k.isascii() or _utf8(k) else _escaped(k)): v for k, v in value.items()}
+    if isinstance(value, dict) and not all(is_utf8(k) for k in value):
+        renamed = {(k if is_utf8(k) else _escaped(k)): v for k, v in value.items()}
         value.clear()
         value.update(renamed)  # in their order
         found = True
     return found
 
 
-def _utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
+    """Whether `text` has a UTF-8 form: it holds no lone surrogate."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
