@@ -189,9 +189,17 @@ def answered(status: int) -> Any:
         (lambda r: r.update(attempt=None), None),  # an optional key may be null
         (lambda r: r.update(extra={"any": 1}), None),  # keys of no concern are left alone
         (lambda r: r["tags"].update(retry=True), "tags.retry must be an integer, not bool"),
-        (lambda r: r.update(response=answered(2**63)), STATUS),  # no frame's integer holds it
+        (lambda r: r.update(response=answered(2**62)), STATUS),
         (lambda r: r.update(response=answered(-1)), STATUS),
         (lambda r: r.update(response=answered(999)), None),
+        # JSON allows any integer; the analysis's times are 64-bit floats
+        (lambda r: r.update(started=10**400), "started must be a number a double holds"),
+        (lambda r: r.update(ttfb_ms=-(10**309)), "ttfb_ms must be a number a double holds"),
+        (lambda r: r.update(started=10**308), None),
+        (lambda r: r.update(seq=2**63), "seq must be an integer of 64 bits"),
+        (lambda r: r.update(attempt=-(2**63) - 1), "attempt must be an integer of 64 bits"),
+        (lambda r: r["tags"].update(retry=2**64), "tags.retry must be an integer of 64 bits"),
+        (lambda r: r.update(seq=-(2**63)), None),
     ],
 )
 def test_a_record_is_its_keys_with_their_types(change: Any, found: str | None) -> None:

@@ -11,6 +11,7 @@ marked `depth_limited`.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from types import UnionType
 from typing import Any, NotRequired, get_args, get_origin, get_type_hints, is_typeddict
@@ -189,18 +190,39 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
         value = obj.get(key, _MISSING)
         if value is _MISSING:
             return f"{where}{key} is missing"
-        if types is not None and type(value) not in types:
-            return f"{where}{key} must be {what}, not {type(value).__name__}"
+        if types is not None and (type(value) not in types or type(value) is int):
+            found = _mistyped(value, types, what)
+            if found:
+                return f"{where}{key} {found}"
     if len(obj) > len(shape.required):  # an optional key (or one of no concern) is there
         for key, types, what in shape.optional:
             value = obj.get(key)
-            if value is not None and types is not None and type(value) not in types:
-                return f"{where}{key} must be {what}, not {type(value).__name__}"
+            if value is None or types is None:
+                continue
+            if type(value) not in types or type(value) is int:
+                found = _mistyped(value, types, what)
+                if found:
+                    return f"{where}{key} {found}"
     for key in shape.pairs:
         value = obj.get(key)
         if value is not None and not _pairs(value):
             return f"{where}{key} must be {_PAIRS}"
     return None
+
+
+def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
+    """How `value` is not of `types`. JSON allows any integer, the analysis's columns do
+    not: an integer must fit 64 bits, one where a number is asked for a double."""
+    if type(value) not in types:
+        return f"must be {what}, not {type(value).__name__}"
+    if type(value) is not int:
+        return None
+    if float in types:
+        return None if -_LARGEST <= value <= _LARGEST else "must be a number a double holds"
+    return None if -(1 << 63) <= value < (1 << 63) else "must be an integer of 64 bits"
+
+
+_LARGEST = sys.float_info.max
 
 
 def _response(resp: dict[str, Any]) -> str | None:
