@@ -148,13 +148,14 @@ def test_a_dataset_at_a_url_whose_path_a_glob_would_read_is_read_whole(
 def test_numbers_a_column_cannot_hold_exactly_are_read_from_the_records(
     tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Start times in nanoseconds and sizes past 64 bits (another tool's records): the
-    exchanges' columns hold them as null, the file is marked inexact, and the analysis
-    reads those files' records instead, as it reads the captures."""
+    """Start times in nanoseconds, integers past what a double holds exactly (another
+    tool's records): the exchanges' columns hold them as null, the file is marked
+    inexact, and the analysis reads those files' records instead, as it reads the
+    captures."""
     lines = captures[0].read_text().splitlines()
     records = [json.loads(line) for line in lines]
     records[0]["started"] = 2**60 + 1
-    records[1]["request"]["size"] = 2**64
+    records[1]["ttfb_ms"] = 2**53 + 1
     captures[0].write_text("".join(json.dumps(r) + "\n" for r in records))
     dataset = tmp_path / "dataset"
     export(captures, str(dataset), capsys)
@@ -169,4 +170,22 @@ def test_numbers_a_column_cannot_hold_exactly_are_read_from_the_records(
     for inputs in ([str(dataset)], [str(p) for p in captures]):
         assert main(["diagnose", *inputs, "--json"]) == 0
         outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+
+
+def test_a_session_or_label_named_as_the_null_directory_reads_back_as_itself(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = captures[0].read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for r in records:
+        r["session"] = "__HIVE_DEFAULT_PARTITION__"
+    captures[0].write_text("".join(json.dumps(r) + "\n" for r in records))
+    dataset = tmp_path / "dataset"
+    export(captures, str(dataset), capsys)
+    assert (dataset / "exchanges" / "session=%5F_HIVE_DEFAULT_PARTITION__").is_dir()
+    outs = []
+    for inputs in ([str(dataset)], [str(p) for p in captures]):
+        assert main(["report", *inputs, "-o", str(tmp_path / "r.html"), "--json", "-"]) == 0
+        outs.append(masked(json.loads(capsys.readouterr().out)))
     assert outs[0] == outs[1]

@@ -148,7 +148,12 @@ _KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
 
 
 def _segment(value: Any) -> str:
-    return NULL_SEGMENT if value is None else quote(str(value), safe="", errors="surrogatepass")
+    """A key's directory name: URL-quoted, and a value that is the null's name quoted
+    further, so that it reads back as itself."""
+    if value is None:
+        return NULL_SEGMENT
+    text = quote(str(value), safe="", errors="surrogatepass")
+    return "%5F" + text[1:] if text == NULL_SEGMENT else text
 
 
 def partition_keys(url: str) -> tuple[str | None, str | None]:
