@@ -329,14 +329,16 @@ def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray,
     first = np.r_[True, ids[1:] != ids[:-1]]
     ids, parents = ids[first], parents[first]
     up = parents.copy()
+    active = np.arange(len(ids))  # the rows whose pointer still lands on a replay
     for _ in range(64):  # 2**64 steps: what still lands on a replay is in a cycle
-        at, hit = looked_up(ids, up)
-        if not hit.any():
+        at, hit = looked_up(ids, up[active])
+        active, at = active[hit], at[hit]
+        if not len(active):
             return ids, up
-        up[hit] = up[at[hit]]
+        up[active] = up[at]
     parent_of = dict(zip(ids.tolist(), parents.tolist(), strict=True))
     smallest: dict[int, int] = {}
-    for k in np.flatnonzero(hit).tolist():
+    for k in active.tolist():
         on = int(up[k])  # on its cycle, after that many doublings
         if on not in smallest:
             cycle, x = [on], parent_of[on]
