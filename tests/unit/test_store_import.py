@@ -23,7 +23,13 @@ from wirediff.cli.inputs import iter_capture
 from wirediff.errors import CaptureError
 from wirediff.record.body import parse_json
 from wirediff.record.importer import import_flows
-from wirediff.record.store import RecordWriter, encode_record, load_records
+from wirediff.record.store import (
+    RecordWriter,
+    _escaped,
+    _lone_surrogates,
+    encode_record,
+    load_records,
+)
 from wirediff.replay.request import prepare
 from wirediff.replay.targets import Target
 from wirediff.replay.wire import to_httpx
@@ -78,9 +84,28 @@ def test_lone_surrogates_are_replayed_as_their_bytes_and_analysed_as_escapes(
     assert request_sent.url.raw_path == b"/caf%E9"
     mixed = dataclasses.replace(out, headers=[("x-odd", "\udce9\ud800")])
     assert to_httpx(mixed, {}).headers.raw[-1] == (b"x-odd", b"\xe9\xed\xa0\x80")
+    # a client's JSON may escape a lone surrogate: it goes back so
+    odd = cast(Record, {**sent, "request": {**sent["request"], "body": {"x": "\ud800é"}}})
+    assert prepare(odd, Target("t", "http://t:1/v1"), None, {}).content == b'{"x":"\\ud800\\u00e9"}'
     (rec,) = load_records([p])
     assert rec["request"]["path"] == "/caf\\udce9"
     assert rec["request"]["headers"] == [["x-name", "caf\\udce9"]]
+
+
+@pytest.mark.parametrize(
+    ("text", "lone"),
+    [
+        ('"한국어"'.encode(), False),  # UTF-8 from ED 95 9C: not a surrogate's bytes
+        (b'"\\ud83d\\ude00 \\uD83D\\uDE00"', False),  # escaped pairs: an emoji
+        (b'"\\ud83d"', True),
+        (b'"x\\uDE00"', True),
+        (b'"\\ude00\\ud83d"', True),  # the wrong way round: two lone ones
+        (b'"\xed\xb3\xa9"', True),  # \udce9 as bytes, which JSON readers take
+    ],
+)
+def test_lone_surrogates_are_told_from_text_that_only_looks_alike(text: bytes, lone: bool) -> None:
+    assert _lone_surrogates(text) is lone
+    assert (_escaped(json.loads(text)) != json.loads(text)) is lone
 
 
 def test_a_record_line_reads_back_as_the_record_whatever_its_values() -> None:

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -298,12 +299,28 @@ def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
     """Whether `rec` was changed as the analysis reads it: bodies nested too deeply kept
     as text, lone surrogates as their escapes."""
     deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
-    odd = (
-        not as_sent
-        and (b"\\ud" in line or b"\\uD" in line or b"\xed" in line)
-        and _escape_surrogates(rec)
-    )
+    odd = not as_sent and _lone_surrogates(line) and _escape_surrogates(rec)
     return deep or odd
+
+
+_SURROGATE_ESCAPES = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|[89a-fA-F][0-9a-fA-F]{2})"
+)
+"""A JSON escape of a surrogate: a pair (12 bytes), or a lone one (6)."""
+
+
+def _lone_surrogates(line: bytes) -> bool:
+    """Whether `line` may hold a lone surrogate: as a JSON escape not in a pair, or as the
+    bytes UTF-8 refuses (a Hangul syllable, or an escaped pair, is none)."""
+    if any(len(m[0]) == 6 for m in _SURROGATE_ESCAPES.finditer(line)):
+        return True
+    if b"\xed" not in line:
+        return False
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _escape_surrogates(value: Any) -> bool:

@@ -28,10 +28,12 @@ __all__ = [
     "FINGERPRINT",
     "HOP_BY_HOP",
     "Outgoing",
+    "as_bytes",
     "merge_query",
     "prepare",
     "rebase",
     "secret_query",
+    "url_bytes_escaped",
 ]
 
 HOP_BY_HOP = frozenset(
@@ -207,9 +209,9 @@ def prepare(
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             body = {**body, "model": target.map_model(body["model"])}
             model = body["model"]
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        content = _json_bytes(body)
     elif req.get("text") is not None:
-        content = str(req["text"]).encode("utf-8")
+        content = as_bytes(str(req["text"]))
     elif (b64 := req.get("b64")) is not None:
         content = base64.b64decode(b64)
     else:
@@ -251,3 +253,32 @@ def prepare(
         stream=is_stream(rec),
         dropped=tuple(dropped),
     )
+
+
+def _json_bytes(body: JSON) -> bytes:
+    """`body` as compact JSON; a lone surrogate (a client's `\\ud800`) as that escape."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def as_bytes(text: str) -> bytes:
+    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
+    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b"".join(
+            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
+            for c in text
+        )
+
+
+def url_bytes_escaped(url: str) -> str:
+    """`url` with the bytes its surrogates stand for percent-encoded, as httpx sends any
+    non-ASCII in a URL."""
+    return _SURROGATE.sub(lambda m: "".join(f"%{b:02X}" for b in as_bytes(m[0])), url)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from wirediff.record.exchange import (
     header_value,
 )
 from wirediff.record.tap import StreamTap, is_sse
-from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, prepare
+from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, as_bytes, prepare, url_bytes_escaped
 from wirediff.replay.targets import Target
 
 __all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
@@ -31,26 +30,11 @@ def to_httpx(out: Outgoing, timeout: Mapping[str, Any]) -> httpx.Request:
     """The httpx request for `out`; header values as the capture decoded them (UTF-8,
     undecodable bytes as surrogates), so a non-ASCII value goes out as it came in, and
     such bytes in the URL percent-encoded, as httpx sends any non-ASCII there."""
-    headers = [(k.encode("ascii"), _as_bytes(v)) for k, v in out.headers]
-    url = _SURROGATE.sub(lambda m: "".join(f"%{b:02X}" for b in _as_bytes(m[0])), out.url)
+    headers = [(k.encode("ascii"), as_bytes(v)) for k, v in out.headers]
+    url = url_bytes_escaped(out.url)
     return httpx.Request(
         out.method, url, headers=headers, content=out.content, extensions={"timeout": timeout}
     )
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _as_bytes(text: str) -> bytes:
-    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
-    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return b"".join(
-            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
-            for c in text
-        )
 
 
 def unsent_exchange(
