@@ -194,6 +194,15 @@ def _lines(*ids: str) -> list[str]:
     return [json.dumps({**REC, "id": i}) for i in ids]
 
 
+RESPONSES_B = json.dumps(
+    {
+        **REC,
+        "id": "b",
+        "request": {**REC["request"], "body": {"text": {"format": {"type": "text"}}}},
+    }
+)
+
+
 @pytest.mark.parametrize(
     ("lines", "expect"),
     [
@@ -207,6 +216,9 @@ def _lines(*ids: str) -> list[str]:
         ([_lines("a")[0] + "," + _lines("b")[0], *_lines("c")], ["b", "c"]),
         # a record appended after a fragment a crash left is recovered
         ([*_lines("a"), '{"format": "wire' + _lines("b")[0], *_lines("c")], ["a", "b", "c"]),
+        # ... whose body has a "format" key of its own (a Responses request's `text`)
+        ([*_lines("a"), '{"format": "wire' + RESPONSES_B, *_lines("c")], ["a", "b", "c"]),
+        ([*_lines("a"), RESPONSES_B[:-9] + RESPONSES_B, *_lines("c")], ["a", "b", "c"]),
     ],
 )
 def test_records_parsed_in_batches_keep_line_numbers(

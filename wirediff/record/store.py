@@ -248,12 +248,13 @@ def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, A
         ) from None
     except ValueError:
         pass
-    at = line.rfind(_RECORD_START)
-    if at > 0:
+    at = line.find(_RECORD_START, 1)
+    while at > 0:  # the record's start, not an object inside it with a "format" key
         with contextlib.suppress(ValueError, RecursionError):
             value = json.loads(line[at:])
             torn.append((lineno, "a torn line before a whole record: the fragment skipped"))
             return line[at:], value
+        at = line.find(_RECORD_START, at + 1)
     torn.append((lineno, "not a JSON record (a torn write): skipped"))
     return line, None
 
