@@ -105,6 +105,25 @@ def test_report_check_and_diagnose_say_the_same_on_either_engine(
     assert said["local"][4][0] == 1, "a chain failed"
 
 
+def test_export_to_a_relative_path_lands_here_whatever_the_workers_directory(
+    cluster: Any,
+    fixtures: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The workers write the files, from a directory of their own: the target is sent as
+    the absolute path it names here, as inputs are."""
+    monkeypatch.chdir(tmp_path)  # the workers were started elsewhere
+    argv = ["export", *map(str, fixtures), "--parquet", "dataset"]
+    code, out = cli([*argv, "--engine", "dask", "--scheduler", cluster.scheduler_address], capsys)
+    assert code == 0 and out.endswith("→ dataset\n")
+    assert (tmp_path / "dataset" / "wirediff-dataset.json").is_file()
+    assert cli(["diagnose", "dataset", "--json"], capsys) == cli(
+        ["diagnose", *map(str, fixtures), "--json"], capsys
+    )
+
+
 def test_summary_is_the_same_on_either_engine_on_a_10k_set(
     cluster: Any, ten_k: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,10 +43,13 @@ def test_a_port_that_never_answers_is_a_usage_error_in_bounded_time(silent_port:
     assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("address", ["foo", "file:///x"])
+@pytest.mark.parametrize("address", ["foo", "file:///x", "", "tcp://127.0.0.1:99999"])
 def test_an_address_that_is_none_says_what_one_looks_like(address: str) -> None:
+    started = time.monotonic()
     with pytest.raises(UsageError, match=r"a scheduler's address: tcp://HOST:8786"):
         DaskEngine(address, connect_s=5)
+    if address != "foo":  # told from the address, without waiting for an answer
+        assert time.monotonic() - started < 5
 
 
 def test_a_client_that_connects_once_given_up_on_is_closed(

@@ -94,22 +94,43 @@ def test_a_dataset_at_an_fsspec_url_reads_like_the_captures(
         assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("existing", ["a file", "a non-empty directory"])
+@pytest.mark.parametrize(
+    ("existing", "said"),
+    [("a file", "is a file: --parquet names a directory to create"),
+     ("an empty file", "is a file: --parquet names a directory to create"),
+     ("a non-empty directory", "exists and is not empty")],
+)  # fmt: skip
 def test_export_never_writes_over_something(
-    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str], existing: str
+    tmp_path: Path,
+    captures: list[Path],
+    capsys: pytest.CaptureFixture[str],
+    existing: str,
+    said: str,
 ) -> None:
     target = tmp_path / "target"
     if existing == "a file":
         target.write_text("keep me")
+    elif existing == "an empty file":
+        target.touch()
     else:
         target.mkdir()
         (target / "keep.txt").write_text("keep me")
     assert main(["export", str(captures[0]), "--parquet", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "exists and is not empty" in err
+    assert err.count("\n") == 1 and said in err
+    if existing == "an empty file":
+        assert target.read_text() == ""
+        return
     assert "keep me" in (
         target.read_text() if target.is_file() else (target / "keep.txt").read_text()
     )
+
+
+def test_an_empty_target_is_one_clear_line(
+    captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", str(captures[0]), "--parquet", ""]) == 2
+    assert capsys.readouterr().err == "wirediff: error: --parquet needs a directory or a URL\n"
 
 
 def test_a_broken_dataset_file_or_an_unknown_url_is_one_clear_line(

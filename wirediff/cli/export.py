@@ -25,16 +25,22 @@ def _empty_target(out: str) -> None:
             raise UsageError(f"{out} exists and is not empty: choose another --parquet")
         return
     p = Path(out)
-    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{out} is a file: --parquet names a directory to create")
+    if p.exists() and any(p.iterdir()):
         raise UsageError(f"{out} exists and is not empty: choose another --parquet")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = str(args.parquet).rstrip("/")
-    _empty_target(out)
+    given = str(args.parquet).rstrip("/") or str(args.parquet)
+    if not given:
+        raise UsageError("--parquet needs a directory or a URL")
+    _empty_target(given)
+    # the tasks write the files, on a cluster's workers too: a path from here, absolute
+    out = given if "://" in given else str(Path(given).absolute())
     with named_captures(args.captures), open_run(args) as run:
         exchanges, events = run.export(args.captures, out)
-    print(f"{exchanges:,} exchanges, {events:,} events → {out}")
+    print(f"{exchanges:,} exchanges, {events:,} events → {given}")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol, overload
+from urllib.parse import urlsplit
 
 from wirediff.errors import UsageError
 
@@ -124,8 +125,8 @@ class DaskEngine:
             ) from None
         self._cluster = None
         self.shares_disk = False
-        if scheduler:
-            self._client = _connected(scheduler, connect_s)
+        if scheduler is not None:
+            self._client = _connected(_address(scheduler), connect_s)
         else:
             n = max(1, workers or os.cpu_count() or 1)
             self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
@@ -164,6 +165,21 @@ class DaskEngine:
             self._cluster.close()  # type: ignore[no-untyped-call]
 
 
+_SHAPE = "a scheduler's address: tcp://HOST:8786"
+
+
+def _address(scheduler: str) -> str:
+    """`scheduler`, if it can be one: a host, and a port if any, that a socket can take."""
+    try:
+        where = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+        where.port  # noqa: B018 (read for its check: a port past 65535 is none)
+    except ValueError as e:
+        raise UsageError(f"--scheduler {scheduler}: {e} ({_SHAPE})") from None
+    if not where.hostname:
+        raise UsageError(f"--scheduler {scheduler!r}: no host ({_SHAPE})")
+    return scheduler
+
+
 def _connected(scheduler: str, connect_s: float) -> Any:
     """A client of the scheduler at `scheduler`, or a usage error within `connect_s`: a
     port that accepts and never answers as a scheduler would hold `Client` for good, its
@@ -194,12 +210,12 @@ def _connected(scheduler: str, connect_s: float) -> Any:
             return got["client"]
         got["abandoned"] = True
     why = got.get("error") or f"nothing answered as a Dask scheduler in {connect_s:.0f} s"
-    raise UsageError(f"--scheduler {scheduler}: {why} (a scheduler's address: tcp://HOST:8786)")
+    raise UsageError(f"--scheduler {scheduler}: {why} ({_SHAPE})")
 
 
 def open_engine(name: str, scheduler: str | None = None, workers: int | None = None) -> Engine:
     if name == "dask":
         return DaskEngine(scheduler, workers)
-    if scheduler:
+    if scheduler is not None:
         raise UsageError("--scheduler names a Dask scheduler: give --engine dask too")
     return LocalEngine(workers)
