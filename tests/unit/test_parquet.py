@@ -5,6 +5,8 @@ fsspec URL."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +144,7 @@ def test_a_broken_dataset_file_or_an_unknown_url_is_one_clear_line(
     broken.write_bytes(broken.read_bytes()[:100])  # cut short: no footer
     assert main(["report", str(dataset), "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"wirediff: error: {broken}: not a Parquet file (")
+    assert err.startswith(f"wirediff: error: {broken}: not a readable Parquet file (")
     assert "\n" not in err and "unexpected" not in err
     assert main(["report", "nosuchfs://bucket/s.jsonl", "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip()
@@ -210,3 +212,59 @@ def test_a_session_or_label_named_as_the_null_directory_reads_back_as_itself(
         assert main(["report", *inputs, "-o", str(tmp_path / "r.html"), "--json", "-"]) == 0
         outs.append(masked(json.loads(capsys.readouterr().out)))
     assert outs[0] == outs[1]
+
+
+def _flip(data: bytes, *offsets: int) -> bytes:
+    out = bytearray(data)
+    for at in offsets:
+        out[at] ^= 0xFF
+    return bytes(out)
+
+
+Damage = tuple[Callable[[Path, Path], object], str]
+DAMAGES: dict[str, Damage] = {
+    "page data damaged": (
+        lambda d, f: f.write_bytes(_flip(f.read_bytes(), 2700, 20000)),
+        "not a readable Parquet file (",
+    ),
+    "a file lost": (
+        lambda d, f: f.unlink(),
+        "{less} files of exchanges where its wirediff-dataset.json says {files}: the dataset "
+        "lost a file",
+    ),
+    "the mark no JSON": (
+        lambda d, f: (d / DATASET_MARK).write_text("{{bad"),
+        "wirediff-dataset.json: not the mark wirediff export writes",
+    ),
+    "the mark's count changed": (
+        lambda d, f: (d / DATASET_MARK).write_text(
+            re.sub(r'"exchanges": \d+', '"exchanges": 1000', (d / DATASET_MARK).read_text())
+        ),
+        "{exchanges} exchanges where its wirediff-dataset.json says 1,000: a file of the "
+        "dataset was changed",
+    ),
+    "no mark": (
+        lambda d, f: (d / DATASET_MARK).unlink(),
+        "a directory, neither a capture file nor a dataset (no wirediff-dataset.json",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_dataset_is_one_line_that_says_how(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """Nothing recorded is lost silently: a dataset that does not hold what its mark says
+    is no input, whichever file is hurt."""
+    dataset = tmp_path / "dataset"
+    export(captures, str(dataset), capsys)
+    files = sorted((dataset / "exchanges").rglob("*.parquet"), key=lambda f: -f.stat().st_size)
+    mark = json.loads((dataset / DATASET_MARK).read_text())
+    assert mark["files"] == len(files) > 1 and 2 < mark["exchanges"] < 1000
+    do, said = DAMAGES[damage]
+    do(dataset, files[0])
+    said = said.format(less=len(files) - 1, files=len(files), exchanges=mark["exchanges"])
+    for command in (["report", "-o", str(tmp_path / "r.html")], ["diagnose"]):
+        assert main([command[0], str(dataset), *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err, err

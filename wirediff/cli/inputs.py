@@ -55,7 +55,12 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
                 return p
             first = next((line for line in fh if line.strip()), None)
     except IsADirectoryError:
-        raise CaptureError(f"{p}: is a directory, not a capture file") from None
+        from wirediff.engine.sources import DATASET_MARK
+
+        raise CaptureError(
+            f"{p}: a directory, neither a capture file nor a dataset (no {DATASET_MARK}, "
+            "which wirediff export writes last)"
+        ) from None
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     if first is None:

@@ -50,7 +50,14 @@ from wirediff.engine.scan import (
     frame_of,
     index_row,
 )
-from wirediff.engine.sources import DATASET_MARK, Source, is_url, open_binary, read_texts
+from wirediff.engine.sources import (
+    DATASET_MARK,
+    Source,
+    is_url,
+    open_binary,
+    read_texts,
+    reading_parquet,
+)
 from wirediff.errors import CaptureError
 from wirediff.record.store import is_utf8, read_depth
 
@@ -294,11 +301,9 @@ def mark(out: str, exchanges: int, events: int, files: int) -> None:
 def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
     """The index rows of one file of a dataset: from its columns when they hold every
     value as it is (`wirediff.exact`), else from its records."""
-    with open_binary(sources[src].files[file]) as fh:
-        try:
-            pf = pq.ParquetFile(fh)
-        except pa.ArrowException as e:  # cut short, or no Parquet at all
-            raise CaptureError(f"{sources[src].files[file]}: not a Parquet file ({e})") from None
+    url = sources[src].files[file]
+    with open_binary(url) as fh, reading_parquet(url):
+        pf = pq.ParquetFile(fh)
         meta = pf.schema_arrow.metadata or {}
         exact = (
             meta.get(b"wirediff.exact") == b"1"

@@ -29,7 +29,7 @@ from wirediff.analysis.comparison.pairing import (
     content_links,
 )
 from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
-from wirediff.engine.sources import Source, open_binary
+from wirediff.engine.sources import DATASET_MARK, Source, open_binary
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS
@@ -146,6 +146,12 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
             raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
         if sum(s.lines for s in parts) and not sum(s.records for s in parts):
             raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
+        said, held = sources[src].exchanges, sum(s.records for s in parts)
+        if said is not None and held != said:
+            raise CaptureError(
+                f"{name}: {held:,} exchanges where its {DATASET_MARK} says {said:,}: "
+                "a file of the dataset was changed"
+            )
 
 
 _KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]

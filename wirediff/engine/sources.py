@@ -6,8 +6,10 @@ from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +32,7 @@ __all__ = [
     "parse_texts",
     "read_records",
     "read_texts",
+    "reading_parquet",
     "resolve",
 ]
 
@@ -55,6 +58,8 @@ class Source:
     """A JSON Lines file's size in bytes."""
     shown: str = ""
     """How the arguments named it, for messages (`url` when empty)."""
+    exchanges: int | None = None
+    """How many exchanges a dataset's mark says it holds (a file lost or cut is told)."""
 
     @property
     def name(self) -> str:
@@ -86,19 +91,47 @@ def open_binary(url: str) -> IO[bytes]:
 
 
 def _dataset(arg: str) -> Source | None:
-    """The dataset `arg` names, if it is one."""
+    """The dataset `arg` names, if it is one: its files of exchanges, as many as its mark
+    says."""
     if is_url(arg):
         fs, path = filesystem(arg)
-        if not fs.isfile(f"{path.rstrip('/')}/{DATASET_MARK}"):
+        base = path.rstrip("/")
+        if not fs.isfile(f"{base}/{DATASET_MARK}"):
             return None
-        protocol, base = arg.split("://", 1)[0], path.rstrip("/")
+        text = fs.cat_file(f"{base}/{DATASET_MARK}")
+        protocol = arg.split("://", 1)[0]
         found = fs.glob(f"{glob_escape(base)}/exchanges/**/*.parquet")
-        return Source(PARQUET, arg, tuple(f"{protocol}://{p}" for p in sorted(found)))
-    root = Path(arg)
-    if not (root / DATASET_MARK).is_file():
-        return None
-    files = sorted(os.path.realpath(p) for p in (root / "exchanges").rglob("*.parquet"))
-    return Source(PARQUET, _named(arg), tuple(files), shown=arg)
+        files = [f"{protocol}://{p}" for p in sorted(found)]
+        url = arg
+    else:
+        root = Path(arg)
+        if not (root / DATASET_MARK).is_file():
+            return None
+        text = (root / DATASET_MARK).read_bytes()
+        files = sorted(os.path.realpath(p) for p in (root / "exchanges").rglob("*.parquet"))
+        url = _named(arg)
+    said = _mark(arg, text)
+    if said["files"] != len(files):
+        raise CaptureError(
+            f"{arg}: {len(files)} files of exchanges where its {DATASET_MARK} says "
+            f"{said['files']}: the dataset lost a file, or another was put there"
+        )
+    return Source(PARQUET, url, tuple(files), shown=arg, exchanges=said["exchanges"])
+
+
+def _mark(arg: str, text: bytes) -> dict[str, int]:
+    """The counts a dataset's mark gives (`wirediff.engine.parquet.mark`)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not (
+        isinstance(doc, dict)
+        and all(type(doc.get(k)) is int for k in ("exchanges", "files"))
+        and str(doc.get("format", "")).startswith("wirediff-dataset/")
+    ):
+        raise CaptureError(f"{arg}/{DATASET_MARK}: not the mark wirediff export writes")
+    return {"exchanges": doc["exchanges"], "files": doc["files"]}
 
 
 def _named(arg: str) -> str:
@@ -184,11 +217,23 @@ def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
     return out
 
 
+@contextlib.contextmanager
+def reading_parquet(url: str) -> Iterator[None]:
+    """A dataset file that is no Parquet, or is damaged, is one line that names it."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        why = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise CaptureError(f"{url}: not a readable Parquet file ({why.strip()})") from None
+
+
 def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
     """The `record` text of rows of one dataset file (each row group read once)."""
     import pyarrow.parquet as pq
 
-    with open_binary(url) as fh:
+    with open_binary(url) as fh, reading_parquet(url):
         pf = pq.ParquetFile(fh)
         starts = np.cumsum(
             [0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
