@@ -9,6 +9,8 @@ import copy
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +124,24 @@ def test_export_to_a_relative_path_lands_here_whatever_the_workers_directory(
     assert cli(["diagnose", "dataset", "--json"], capsys) == cli(
         ["diagnose", *map(str, fixtures), "--json"], capsys
     )
+
+
+def test_an_unreadable_input_on_a_cluster_is_the_one_line_it_is_here(
+    fixtures: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task that meets a damaged file says so as the command would: no worker's log,
+    no traceback, no warning about the tasks cancelled after it (a cluster of the
+    command's own, whose processes write where it does)."""
+    dataset = tmp_path / "dataset"
+    assert main(["export", *map(str, fixtures), "--parquet", str(dataset)]) == 0
+    capsys.readouterr()
+    damaged = max((dataset / "exchanges").rglob("*.parquet"), key=lambda f: f.stat().st_size)
+    damaged.write_bytes(damaged.read_bytes()[:1000])
+    command = [sys.executable, "-m", "wirediff", "diagnose", str(dataset), "--engine", "dask"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"wirediff: error: {damaged}: not a readable Parquet file (")
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 def test_summary_is_the_same_on_either_engine_on_a_10k_set(

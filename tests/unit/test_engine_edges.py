@@ -215,22 +215,27 @@ INTERRUPTED = textwrap.dedent(
         time.sleep(120)  # a long partition: only the interrupt ends it
         return i
 
-    try:
-        with Run("local", workers=2, progress=False) as run:
-            for _ in run.engine.run(work, [((i,), {}) for i in range(4)]):
-                pass
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    if __name__ == "__main__":  # a Dask cluster's processes import this module
+        try:
+            with Run(sys.argv[2], workers=2, progress=False) as run:
+                for _ in run.engine.run(work, [((i,), {}) for i in range(4)]):
+                    pass
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
     """
 )
 
 
-def test_ctrl_c_stops_the_workers_at_once_without_a_traceback_of_theirs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_ctrl_c_stops_the_workers_at_once_without_a_traceback_of_theirs(
+    tmp_path: Path, engine: str
+) -> None:
+    """On a local Dask cluster too: its processes are the command's to stop."""
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED)
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)],
+        [sys.executable, str(script), str(tmp_path), engine],
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,6 +5,8 @@ worker lost mid-task costs Dask a retry of that task, never the run."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -12,10 +14,11 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, Protocol, overload
 from urllib.parse import urlsplit
 
-from wirediff.errors import UsageError
+from wirediff.errors import UsageError, WirediffError
 
 __all__ = ["ENGINES", "Call", "Calls", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
 
@@ -129,9 +132,10 @@ class DaskEngine:
             self._client = _connected(_address(scheduler), connect_s)
         else:
             n = max(1, workers or os.cpu_count() or 1)
-            self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
-            )
+            with _quiet_workers():
+                self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+                )
             try:
                 self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
             except BaseException:
@@ -146,13 +150,15 @@ class DaskEngine:
 
         tag = f"wirediff-{getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex[:8]}"
         futures = [
-            self._client.submit(fn, *args, key=f"{tag}-{i}", pure=False, **kwargs)
+            self._client.submit(_told, fn, *args, key=f"{tag}-{i}", pure=False, **kwargs)
             for i, (args, kwargs) in enumerate(calls)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             done = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]
             for future, result in done:
+                if isinstance(result, _Told):
+                    raise result.error
                 yield index[future.key], result
                 future.release()  # type: ignore[no-untyped-call]
         finally:
@@ -160,9 +166,64 @@ class DaskEngine:
                 future.release()  # type: ignore[no-untyped-call]
 
     def close(self, now: bool = False) -> None:
-        self._client.close()  # type: ignore[no-untyped-call]
-        if self._cluster is not None:
+        if not now or self._cluster is None:
+            self._client.close()  # type: ignore[no-untyped-call]
+            if self._cluster is not None:
+                self._cluster.close()  # type: ignore[no-untyped-call]
+            return
+        # a run cut short, on a cluster of its own: its workers are ended, not asked to
+        # finish (they would be killed after seconds anyway, each with a warning)
+        said = logging.getLogger("distributed")
+        level = said.level
+        said.setLevel(logging.CRITICAL)
+        try:
+            for nanny in list(self._cluster.workers.values()):
+                pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", 0)
+                if pid:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+            self._client.close()  # type: ignore[no-untyped-call]
             self._cluster.close()  # type: ignore[no-untyped-call]
+        finally:
+            said.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet_workers() -> Iterator[None]:
+    """The processes of a cluster started for the command leave Ctrl-C to it (it closes
+    them; else each dies with a traceback), and keep their warnings about the tasks it
+    cancels to themselves: they inherit an ignored SIGINT and the log level."""
+    previous_level = os.environ.get(_LOG_LEVEL)
+    os.environ[_LOG_LEVEL] = "error"
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        if previous_level is None:
+            os.environ.pop(_LOG_LEVEL, None)
+        else:
+            os.environ[_LOG_LEVEL] = previous_level
+
+
+_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
+
+
+@dataclass(frozen=True)
+class _Told:
+    error: WirediffError
+
+
+def _told(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn`'s result, or the user's one line it raised, as a value: a task that fails is
+    logged by its worker with a traceback, and an unreadable input is no failure of the
+    engine's."""
+    try:
+        return fn(*args, **kwargs)
+    except WirediffError as e:
+        return _Told(e)
 
 
 _SHAPE = "a scheduler's address: tcp://HOST:8786"
