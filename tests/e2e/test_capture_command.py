@@ -63,6 +63,31 @@ def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: 
     assert KEY.encode() not in data and TEAM_KEY.encode() not in data  # `--` args reached it
 
 
+def test_the_summary_on_ctrl_c_counts_every_part_of_a_rotated_session(tmp_path: Path) -> None:
+    with standin("openai") as url:
+        cap = WirediffCapture.start(
+            ["--to", url + "/v1", "--port", "0", "--dir", str(tmp_path),
+             "--", "--set", "capture_rotate=1KB"],
+            tmp_path / "out.txt",
+            {**os.environ},
+        )  # fmt: skip
+        try:
+            with openai.OpenAI(
+                base_url=cap.base_url,
+                api_key=KEY,
+                max_retries=0,
+                http_client=openai.DefaultHttpxClient(trust_env=False),
+            ) as client:
+                for _ in range(3):
+                    client.models.list()
+            records = cap.stop()
+        finally:
+            cap.kill()
+    parts = sorted(tmp_path.glob(f"{cap.capture_file.stem}*.jsonl"))
+    assert len(parts) == 3 and len(records) == 3  # a part each: every record is over 1 KB
+    assert f"stopped; {cap.capture_file} and its 2 more parts hold 3 exchanges" in cap.printed
+
+
 def test_each_run_is_a_new_session(tmp_path: Path) -> None:
     runs = []
     with standin("openai") as url:

@@ -27,6 +27,7 @@ from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.netutil import free_port
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standalone
 from wirediff.errors import UsageError
+from wirediff.record.parts import capture_parts
 
 __all__ = [
     "AddonOption",
@@ -203,12 +204,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         status = proxy.proc.wait()
     except KeyboardInterrupt:
         proxy.stop()
-        n = count_lines(proxy.capture_file)
-        print(
-            f"wirediff capture: stopped; {proxy.capture_file} holds {n} "
-            f"exchange{'' if n == 1 else 's'}",
-            file=sys.stderr,
-        )
+        print(f"wirediff capture: stopped; {_held(proxy.capture_file)}", file=sys.stderr)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -256,3 +252,11 @@ def main_capture(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main_capture())
+
+
+def _held(capture: Path) -> str:
+    """What the session holds, in all its parts (`capture_rotate`)."""
+    parts = capture_parts(capture) if capture.exists() else [capture]
+    n = sum(count_lines(p) for p in parts)
+    where = f"{capture}" if len(parts) == 1 else f"{capture} and its {len(parts) - 1} more parts"
+    return f"{where} hold{'s' if len(parts) == 1 else ''} {n} exchange{'' if n == 1 else 's'}"
