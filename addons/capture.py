@@ -33,6 +33,7 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
 
 from wirediff._types import Record  # noqa: E402
 from wirediff.addons._options import take_unparsable  # noqa: E402
+from wirediff.addons._stopping import quiet_cancelled_connections  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.build import (  # noqa: E402
     build_record,
@@ -263,6 +264,7 @@ class Capture:
         server — `capture_lazy_connect=false` keeps eager."""
         self.is_running = True
         self._redact_mitmproxy_log()
+        quiet_cancelled_connections()
         if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")

@@ -40,6 +40,7 @@ if (_CHECKOUT / "wirediff" / "__init__.py").is_file() and str(_CHECKOUT) not in 
     sys.path.insert(0, str(_CHECKOUT))
 
 from wirediff.addons._options import take_unparsable  # noqa: E402
+from wirediff.addons._stopping import quiet_cancelled_connections  # noqa: E402
 from wirediff.errors import PlanError  # noqa: E402
 from wirediff.record.body import DEFAULT_BODY_CAP  # noqa: E402
 from wirediff.record.exchange import exchange_state  # noqa: E402
@@ -211,6 +212,7 @@ class Shadow:
 
     def running(self) -> None:
         self.is_running = True
+        quiet_cancelled_connections()
         self._start()
 
     def _start(self) -> None:

@@ -63,7 +63,9 @@ def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: 
     assert KEY.encode() not in data and TEAM_KEY.encode() not in data  # `--` args reached it
 
 
-def test_the_summary_on_ctrl_c_counts_every_part_of_a_rotated_session(tmp_path: Path) -> None:
+def test_ctrl_c_with_a_client_connected_counts_every_part_and_prints_no_traceback(
+    tmp_path: Path,
+) -> None:
     with standin("openai") as url:
         cap = WirediffCapture.start(
             ["--to", url + "/v1", "--port", "0", "--dir", str(tmp_path),
@@ -80,12 +82,13 @@ def test_the_summary_on_ctrl_c_counts_every_part_of_a_rotated_session(tmp_path: 
             ) as client:
                 for _ in range(3):
                     client.models.list()
-            records = cap.stop()
+                records = cap.stop()  # the client's keep-alive connection still open
         finally:
             cap.kill()
     parts = sorted(tmp_path.glob(f"{cap.capture_file.stem}*.jsonl"))
     assert len(parts) == 3 and len(records) == 3  # a part each: every record is over 1 KB
     assert f"stopped; {cap.capture_file} and its 2 more parts hold 3 exchanges" in cap.printed
+    assert "Traceback" not in cap.printed and "CancelledError" not in cap.printed
 
 
 def test_each_run_is_a_new_session(tmp_path: Path) -> None:
