@@ -190,7 +190,9 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
         value = obj.get(key, _MISSING)
         if value is _MISSING:
             return f"{where}{key} is missing"
-        if types is not None and (type(value) not in types or type(value) is int):
+        if types is not None and (
+            type(value) not in types or (type(value) is int and not _I64 <= value < -_I64)
+        ):
             found = _mistyped(value, types, what)
             if found:
                 return f"{where}{key} {found}"
@@ -199,7 +201,7 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
             value = obj.get(key)
             if value is None or types is None:
                 continue
-            if type(value) not in types or type(value) is int:
+            if type(value) not in types or (type(value) is int and not _I64 <= value < -_I64):
                 found = _mistyped(value, types, what)
                 if found:
                     return f"{where}{key} {found}"
@@ -219,10 +221,12 @@ def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
         return None
     if float in types:
         return None if -_LARGEST <= value <= _LARGEST else "must be a number a double holds"
-    return None if -(1 << 63) <= value < (1 << 63) else "must be an integer of 64 bits"
+    return None if _I64 <= value < -_I64 else "must be an integer of 64 bits"
 
 
 _LARGEST = sys.float_info.max
+_I64 = -(1 << 63)
+"""The smallest 64-bit integer: an integer in `[_I64, -_I64)` fits any column."""
 
 
 def _response(resp: dict[str, Any]) -> str | None:
