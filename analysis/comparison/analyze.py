@@ -25,6 +25,7 @@ from wirediff.analysis.comparison.pairing import (
 from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.comparison.verdicts import verdicts
+from wirediff.record.store import first_of_each_id
 
 __all__ = [
     "LATENCY_COLUMNS",
@@ -102,7 +103,8 @@ def analyze(
     repeat_noise: Mapping[int, set[str]] | None = None,
     judge_cells: bool = True,
 ) -> Analysis:
-    """Pair, diff, validate and judge a set of captures; `ignore` patterns drop paths from
+    """Pair, diff, validate and judge a set of captures (the first record of each id:
+    `first_of_each_id`); `ignore` patterns drop paths from
     the divergences and the conformance rows alike; `baseline` is the label independent
     captures are compared with (`wirediff.analysis.comparison.pairing`), `content` their
     pairs when `records` are a part of the captures (made over all of them). `repeat_noise`:
@@ -115,6 +117,7 @@ def analyze(
     cycles worth collecting, only many objects that live until it returns, over which
     repeated full collections would take a tenth of its time."""
     with paused_gc():
+        records = first_of_each_id(records)
         records_by_id = {r["id"]: r for r in records}
         exchanges = exchanges_frame(records)
         events = events_frame(records)

@@ -21,6 +21,7 @@ from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
 from wirediff.analysis.diagnosis.view import ExchangeView, view
+from wirediff.record.store import first_of_each_id
 
 __all__ = [
     "BACKEND_SCAN",
@@ -232,7 +233,7 @@ def _diagnose(
     records_by_id: Mapping[str, Record] | None,
 ) -> pd.DataFrame:
     if records_by_id is None or exchanges is None:
-        records = list(records)
+        records = first_of_each_id(list(records))
     by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
     ex = exchanges if exchanges is not None else exchanges_frame(records)
     failing = chain_rows(ex, by_id, failing_only=True)

@@ -116,6 +116,36 @@ def test_attempts_started_at_nan_keep_the_attempt_loading_keeps(
     assert summary["totals"]["exchanges"] == len(base) + len(answered)
 
 
+@pytest.mark.parametrize("how", ["same replay twice", "two replays, one id", "replay as original"])
+def test_an_id_read_again_is_left_out_everywhere_with_a_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    """An id is one exchange: its first record is analysed, a later one with that id is
+    left out with one warning, in memory and on the engine alike (before, each path kept
+    a different record of the id and counted, paired or diagnosed one twice)."""
+    base, replays = fixture_sessions()
+    answered = replays["ollama"]
+    again = copy.deepcopy(answered[0])
+    if how == "two replays, one id":
+        assert again["response"] is not None
+        again["response"]["status"] = 500
+    elif how == "replay as original":
+        again = copy.deepcopy(base[1])
+        again["id"] = answered[0]["id"]
+    firsts = [dump(tmp_path / "s.jsonl", base), dump(tmp_path / "o.jsonl", answered)]
+    alone = in_memory(firsts, tmp_path / "alone.json")
+    caplog.clear()
+    summary = same_everywhere([*firsts, dump(tmp_path / "x.jsonl", [again])], tmp_path, monkeypatch)
+    assert summary == alone
+    said = [r.getMessage() for r in caplog.records if "an id read before" in r.getMessage()]
+    assert (
+        said == ["1 record repeats an id read before: the first record of each id is analysed"] * 3
+    )
+
+
 @pytest.mark.parametrize("how", ["cycle", "self", "empty id"])
 def test_replay_of_cycles_and_an_empty_id_stay_paired_across_partitions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str

@@ -20,13 +20,12 @@ from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError
 from wirediff.record.parts import expand_parts
-from wirediff.record.store import iter_records, load_records
+from wirediff.record.store import iter_records
 
 __all__ = [
     "capture_file",
     "iter_capture",
     "named_captures",
-    "read_captures",
     "unfinished_line",
 ]
 
@@ -124,18 +123,6 @@ def _import_hint(paths: Sequence[Path]) -> Iterator[None]:
         raise
 
 
-def read_captures(paths: Sequence[str | os.PathLike[str]]) -> list[Record]:
-    """The records of the captures named on a command line (`load_records`); each must be
-    a capture, and together they must hold an exchange."""
-    files = [capture_file(p) for p in paths]
-    with _import_hint(files):
-        records = load_records(files)
-    _warn_unfinished(files)
-    if not records:
-        raise CaptureError(f"no exchanges in {', '.join(map(str, files))}")
-    return records
-
-
 def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
     """The records of one capture named on a command line, as sent (`iter_records`), to
     be replayed; a capture without any is an error."""
@@ -160,8 +147,8 @@ def _is_dataset(arg: str) -> bool:
 @contextmanager
 def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[None]:
     """Around a command that reads the captures named on its command line itself (on an
-    engine, `wirediff.engine`): each capture file checked as `read_captures` checks it
-    before, its errors worded alike meanwhile, and its unfinished last lines warned
+    engine, `wirediff.engine`): each capture file checked before (`capture_file`), its
+    errors worded alike meanwhile, and its unfinished last lines warned
     about after."""
     files = [capture_file(p) for p in paths if not _is_dataset(str(p))]
     with _import_hint(files):

@@ -32,7 +32,7 @@ from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, pl
 from wirediff.engine.sources import DATASET_MARK, Source, open_binary
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
-from wirediff.record.store import RETRIED_KINDS
+from wirediff.record.store import RETRIED_KINDS, warn_repeated_ids
 
 __all__ = [
     "COMPARING_ONLY",
@@ -43,9 +43,10 @@ __all__ = [
     "Index",
     "build_index",
     "content_pairing",
+    "first_of_each",
     "first_rows",
     "give_back",
-    "last_rows",
+    "id_rows",
     "lean",
     "line_number",
     "noise_samples",
@@ -208,9 +209,10 @@ def build_index(
     *,
     retried: bool = False,
 ) -> Index:
-    """The index of the scanned chunks (in source order, and each source's own order),
-    failed replay attempts tried again left out within each scope (an argument of `check`;
-    all of them else) unless `retried`."""
+    """The index of the scanned chunks (in source order, and each source's own order), the
+    first record of each id over all of them (`first_of_each_id`), failed replay attempts
+    tried again left out within each scope (an argument of `check`; all of them else)
+    unless `retried`."""
     _say(sources, scans)
     frames = [s.frame for s in sorted(scans, key=lambda s: (s.src, s.start)) if len(s.frame)]
     for s in scans:  # each chunk's rows held once: by `frames`, until concatenated
@@ -235,14 +237,25 @@ def build_index(
         frame[name] = frame[name].astype(np.uint64)
     kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
     scope = np.asarray(scopes, dtype=kind)[frame["src"].to_numpy()]
-    keep = np.ones(len(frame), dtype=bool)
+    keep = first_of_each(frame["id_digest"].to_numpy(dtype=np.uint64))
+    if not keep.all():
+        warn_repeated_ids(int(len(keep) - keep.sum()))
     for s in [] if retried else np.unique(scope).tolist():
-        mine = np.flatnonzero(scope == s)
+        mine = np.flatnonzero((scope == s) & keep)
         part = frame if len(mine) == len(frame) else frame[_KEPT_INPUTS].iloc[mine]
         keep[mine] = _kept(part)
     if not keep.all():
         frame, scope = _concatenated([frame], keep), scope[keep]
     return Index(sources, frame, scope)
+
+
+def first_of_each(ids: np.ndarray) -> np.ndarray:
+    """Whether each row is the first with its id digest (`first_of_each_id`)."""
+    order = np.argsort(ids, kind="stable")
+    by_id = ids[order]
+    first = np.ones(len(ids), dtype=bool)
+    first[order[np.flatnonzero(by_id[1:] == by_id[:-1]) + 1]] = False
+    return first
 
 
 def _concatenated(frames: list[pd.DataFrame], keep: np.ndarray | None = None) -> pd.DataFrame:
@@ -401,19 +414,9 @@ def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baselin
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched). Ids are their digests here."""
-    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    repeated = np.flatnonzero(by_id[1:] == by_id[:-1])
-    del by_id
-    once = np.ones(len(frame), dtype=bool)  # each id's first row, as pairing keeps it
-    once[order[repeated + 1]] = False
-    del order, repeated
-    original = once & ~frame["replay"].to_numpy(dtype=bool)
+    original = ~frame["replay"].to_numpy(dtype=bool)
     label = _label_codes(frame["label"])
-    chosen = choose_baseline(
-        _pairing_frame(frame, _deciding(frame, once, original, label)), requested
-    )
+    chosen = choose_baseline(_pairing_frame(frame, _deciding(frame, original, label)), requested)
     none = ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
     if chosen.label is None or len(np.unique(label[original])) < 2:
         return chosen, none  # one label of originals: nothing to pair by content
@@ -430,14 +433,12 @@ def _label_codes(labels: pd.Series) -> np.ndarray:
     return same.astype(np.int32)[labels.cat.codes.to_numpy()]  # -1: the last
 
 
-def _deciding(
-    frame: pd.DataFrame, once: np.ndarray, original: np.ndarray, label: np.ndarray
-) -> np.ndarray:
+def _deciding(frame: pd.DataFrame, original: np.ndarray, label: np.ndarray) -> np.ndarray:
     """The rows `choose_baseline` decides from alike, in order: of the originals, each
     label's first and its first one replayed, with a replay of each replayed one taken."""
     ids = frame["id_digest"].to_numpy(dtype=np.uint64)
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replays = np.flatnonzero(once & frame["replay"].to_numpy(dtype=bool))
+    replays = np.flatnonzero(frame["replay"].to_numpy(dtype=bool))
     asked = np.unique(of[replays])
     replayed = original & looked_up(asked, ids)[1] if len(asked) else np.zeros_like(original)
     rows = [
@@ -490,15 +491,10 @@ def first_rows(a: np.ndarray, b: np.ndarray, limit: int) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
-def last_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each distinct id digest, in order, and its last row (as loading keeps an id)."""
+def id_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each id digest in order and its row (the index holds an id once: `first_of_each`)."""
     order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    ends = np.flatnonzero(by_id[1:] != by_id[:-1])
-    if len(ends) >= len(ids) - 1:  # every id once
-        return by_id, order
-    last = np.r_[ends, len(ids) - 1]
-    return by_id[last], order[last]
+    return ids[order], order
 
 
 def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
@@ -509,7 +505,7 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
     content, `links`, in their order)."""
     if not len(frame):
         return []
-    unique_ids, row_of = last_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
+    unique_ids, row_of = id_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
     replays = np.flatnonzero(sent & (of != 0))

@@ -35,7 +35,6 @@ from wirediff.engine.plan import (
     Index,
     build_index,
     give_back,
-    last_rows,
     lean,
     noise_samples,
     partition_of,
@@ -268,15 +267,6 @@ def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     return known
 
 
-def _last_of_id(frame: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
-    """Rows to the last row of the index with the same id (as loading keeps it by id)."""
-    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    unique_ids, last_row = last_rows(ids)
-    if len(unique_ids) == len(ids):  # every id once
-        return lambda rows: rows
-    return lambda rows: last_row[np.searchsorted(unique_ids, ids[rows])]
-
-
 def diagnose(
     engine: Engine,
     index: Index,
@@ -294,7 +284,6 @@ def diagnose(
         return out
     served = _served(frame)
     known = _backends(engine, index)
-    last_of_id = _last_of_id(frame)
     careful = frame["careful"].to_numpy(dtype=bool)
     give_back()
 
@@ -302,7 +291,7 @@ def diagnose(
         first, rows, links = failing.batches[i]
         batch = chain_batch(frame, rows, links)
         _, at = np.unique(batch.ids, return_index=True)
-        read = last_of_id(rows[np.sort(at)])
+        read = rows[np.sort(at)]
         spill_to = spill.directory if spill is not None and engine.shares_disk else None
         args = (index.sources, batch, locators(frame, read), served, known, first, report)
         return (*args, spill_to), {"plain": not bool(careful[read].any())}
@@ -323,7 +312,7 @@ def diagnose(
 
 
 def fetch(engine: Engine, index: Index, ids: Sequence[str]) -> Mapping[str, Any]:
-    """The records with these ids (the last of each id, as loading keeps it by id)."""
+    """The records with these ids."""
     if not ids:
         return {}
     frame = index.frame

@@ -31,7 +31,15 @@ from wirediff.errors import CaptureError
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
-__all__ = ["RecordWriter", "encode_record", "iter_records", "latest_replays", "load_records"]
+__all__ = [
+    "RecordWriter",
+    "encode_record",
+    "first_of_each_id",
+    "iter_records",
+    "latest_replays",
+    "load_records",
+    "warn_repeated_ids",
+]
 
 log = logging.getLogger(__name__)
 
@@ -467,7 +475,29 @@ def load_records(
             for rec in iter_records(path):
                 share_repeats(rec, shared)
                 out.append(rec)
+    out = first_of_each_id(out)
     return out if superseded else drop_retried(out)
+
+
+def first_of_each_id(records: list[Record]) -> list[Record]:
+    """`records` with only the first record of each id: an id is one exchange, so a record
+    whose id was read before (the same capture given twice, a capture with its export) is
+    left out, with a warning, and every analysis counts and pairs it once."""
+    first: dict[str, int] = {}
+    for i, r in enumerate(records):
+        first.setdefault(r["id"], i)
+    if len(first) == len(records):
+        return records
+    out = [r for i, r in enumerate(records) if first[r["id"]] == i]
+    warn_repeated_ids(len(records) - len(out))
+    return out
+
+
+def warn_repeated_ids(n: int) -> None:
+    log.warning(
+        f"{n:,} record{'s repeat' if n > 1 else ' repeats'} an id read before: "
+        "the first record of each id is analysed"
+    )
 
 
 def _started(rec: Record) -> float:
