@@ -341,10 +341,10 @@ def pretty_json(value: Any, path: str = "") -> Markup:
 
 def nice_ticks(top: float, count: int = 5) -> list[float]:
     """Round axis ticks from 0 to at least `top` (1, 2 or 5 times a power of ten)."""
-    if top <= 0:
-        return [0.0, 1.0]
     raw = top / count
-    mag = 10 ** math.floor(math.log10(raw))
+    if not 1e-300 < raw < 1e300:  # none to draw, or past where a power of ten is a double
+        return [raw * i for i in range(count + 1)] if 0 < raw < math.inf else [0.0, 1.0]
+    mag = 10.0 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     n = math.ceil(top / step)
     return [round(i * step, 6) for i in range(n + 1)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -34,7 +35,7 @@ from wirediff.record.store import RecordWriter
 from wirediff.reports import examples
 from wirediff.reports.examples import MAX_LAID_OUT
 from wirediff.reports.findings import MAX_FINDINGS
-from wirediff.reports.formatters import CONTEXT, MAX_LINES, hits, pretty_json, redact
+from wirediff.reports.formatters import CONTEXT, MAX_LINES, hits, nice_ticks, pretty_json, redact
 from wirediff.reports.model import VERDICTS, ReportModel, build
 from wirediff.reports.render import SCHEMA_PATH, render_html, summary_from, write_csv
 
@@ -711,3 +712,21 @@ def test_the_summary_on_stdout_is_utf8_whatever_the_locale(
         write_summary(model, "-")
         write_summary(model, tmp_path / "s.json")
     assert capsysbinary.readouterr().out == (tmp_path / "s.json").read_bytes()
+
+
+@pytest.mark.parametrize("ms", [1.7e308, 1e-320, 0.0])
+def test_latencies_at_the_ends_of_a_double_are_charted(tmp_path: Path, ms: float) -> None:
+    """A capture may say any time a double holds: the chart's axis ends past the largest
+    and every tick is a finite number, in memory and on the engine."""
+    records = sample_records()
+    for rec in records:
+        rec["ttfb_ms"] = rec["duration_ms"] = ms
+    html = render(*analysed(records), tmp_path / "memory.html").read_text(encoding="utf-8")
+    assert "<svg" in html and "inf" not in re.sub(r"<[^>]*>|[a-z]inf|inf[a-z]", "", html)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with Run("local", progress=False) as run:
+        model = run.report([str(path)], ignore=(), max_examples=3, rows=True)
+    assert "<svg" in render_html(model, tmp_path / "engine.html").read_text(encoding="utf-8")
+    ticks = nice_ticks(ms)
+    assert ticks[0] == 0 and ticks[-1] >= ms and all(math.isfinite(t) for t in ticks)
