@@ -11,6 +11,7 @@ from wirediff._types import Record
 
 __all__ = [
     "Mergeable",
+    "as_bytes",
     "clip",
     "error_kind",
     "is_2xx",
@@ -21,6 +22,18 @@ __all__ = [
     "statuses_2xx",
     "task_gc",
 ]
+
+
+def as_bytes(text: str) -> bytes:
+    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
+    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b"".join(
+            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
+            for c in text
+        )
 
 
 def is_2xx(status: Any) -> bool:

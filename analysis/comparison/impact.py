@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import openai
 
-from wirediff._support import clip, is_2xx
+from wirediff._support import as_bytes, clip, is_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.shapes import structure
 
@@ -131,8 +131,10 @@ def _answer(record: Record) -> httpx.Response | None:
         return None
     if resp.get("truncated") and not isinstance(resp.get("events"), list):
         return None
-    headers = [
-        (str(k), str(v)) for k, v in resp.get("headers") or [] if str(k).lower() not in _HOP_BY_HOP
+    headers = [  # as the bytes they were: a header's text need not be ASCII
+        (as_bytes(str(k)), as_bytes(str(v)))
+        for k, v in resp.get("headers") or []
+        if str(k).lower() not in _HOP_BY_HOP
     ]
     events = resp.get("events")
     if isinstance(events, list):
@@ -140,7 +142,7 @@ def _answer(record: Record) -> httpx.Response | None:
     elif resp.get("body") is not None:
         content = json.dumps(resp["body"]).encode()
     elif isinstance(text := resp.get("text"), str):
-        content = text.encode()
+        content = as_bytes(text)
     elif resp.get("b64") is not None or resp.get("complete") is False:
         return None
     else:
@@ -158,7 +160,7 @@ def _sse(events: list[Any]) -> bytes:
         text = data if isinstance(data, str) else json.dumps(data)
         name = f"event: {ev['event']}\n" if isinstance(ev.get("event"), str) else ""
         frames.append(f"{name}data: {text}\n\n")
-    return "".join(frames).encode()
+    return as_bytes("".join(frames))
 
 
 def _client(answer: httpx.Response) -> openai.OpenAI:

@@ -149,3 +149,19 @@ def test_the_sdk_runs_once_per_answer_skeleton(monkeypatch: pytest.MonkeyPatch) 
 def test_the_skeleton_is_json() -> None:
     key = skeleton(responses_record(stream=True, tool=True))
     assert key is not None and json.loads(key)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["caf\u00e9 \u2603", "caf\udce9", "\ud83d"],
+    ids=["non-ASCII", "an undecodable byte", "a lone escape"],
+)
+def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(text: str) -> None:
+    """A header value or a text body the SDK would never see as such (not ASCII, a byte no
+    UTF-8 decodes, a lone surrogate escape) is served as the bytes it stands for."""
+    rec = chat_record()
+    answer(rec)["headers"] = [*answer(rec)["headers"], ["x-note", text]]
+    assert impact(rec).failures == ()
+    answer(rec)["body"], answer(rec)["text"] = None, text
+    (failure,) = impact(rec).failures  # the SDK parses the text it was sent
+    assert failure.error.startswith("raises JSONDecodeError: Expecting value")

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
+from wirediff._support import as_bytes
 from wirediff._types import JSON, Record
 from wirediff.record.redact import (
     AUTH_HEADERS,
@@ -28,7 +29,6 @@ __all__ = [
     "FINGERPRINT",
     "HOP_BY_HOP",
     "Outgoing",
-    "as_bytes",
     "merge_query",
     "prepare",
     "rebase",
@@ -261,18 +261,6 @@ def _json_bytes(body: JSON) -> bytes:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(body, separators=(",", ":")).encode("ascii")
-
-
-def as_bytes(text: str) -> bytes:
-    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
-    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return b"".join(
-            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
-            for c in text
-        )
 
 
 def url_bytes_escaped(url: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from wirediff._support import as_bytes
 from wirediff._types import Record
 from wirediff.record.exchange import (
     Error,
@@ -20,7 +21,7 @@ from wirediff.record.exchange import (
     header_value,
 )
 from wirediff.record.tap import StreamTap, is_sse
-from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, as_bytes, prepare, url_bytes_escaped
+from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, prepare, url_bytes_escaped
 from wirediff.replay.targets import Target
 
 __all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
