@@ -68,6 +68,9 @@ def test_the_upstream_and_the_clients_path(url: str, upstream: str, path: str) -
         ["--to", "http://127.0.0.1:9/v1", "--session", "../elsewhere"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_session=x"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_dir=/tmp/x"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_label=x"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_rotate=soon"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_rotate=0MB"],
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(

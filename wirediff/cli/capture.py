@@ -27,7 +27,7 @@ from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.netutil import free_port
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.record.parts import capture_parts
+from wirediff.record.parts import capture_parts, parse_rotation
 
 __all__ = [
     "AddonOption",
@@ -142,9 +142,14 @@ def check_extra(extra: list[str]) -> list[str]:
     if extra[:1] == ["--"]:
         extra = extra[1:]
     for arg in extra:
-        name = arg.split("=", 1)[0]
+        name, _, value = arg.removeprefix("--set=").partition("=")
         if name in SET_BY_FLAGS:
             raise UsageError(f"set {name} with {SET_BY_FLAGS[name]}, not with --set")
+        if name == "capture_rotate":  # refused before the proxy starts, not after its banner
+            try:
+                parse_rotation(value)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
     return extra
 
 
