@@ -214,6 +214,29 @@ def test_a_session_or_label_named_as_the_null_directory_reads_back_as_itself(
     assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("long", ["x" * 300, "é" * 120, "a" * 182 + "é" * 40])
+def test_keys_too_long_for_a_directory_name_are_cut_and_read_back_whole(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str], long: str
+) -> None:
+    """A label or session longer than a file system's names (255 bytes) is exported in a
+    directory named by its start and its digest, and analysed as itself."""
+    records = [json.loads(line) for line in captures[0].read_text().splitlines()]
+    for n, r in enumerate(records):
+        r["session"], r["label"] = long, f"{long}{n % 2}"
+    captures[0].write_text("".join(json.dumps(r) + "\n" for r in records))
+    dataset = tmp_path / "dataset"
+    export(captures, str(dataset), capsys)
+    names = {p.name for p in (dataset / "exchanges").rglob("*=*")}
+    assert all(len(n.encode()) <= 255 for n in names), names
+    assert len([n for n in names if "~" in n]) == 3  # the session and both labels
+    outs = []
+    for inputs in ([str(dataset)], [str(p) for p in captures]):
+        assert main(["report", *inputs, "-o", str(tmp_path / "r.html"), "--json", "-"]) == 0
+        outs.append(masked(json.loads(capsys.readouterr().out)))
+    assert outs[0] == outs[1]
+    assert long + "1" in json.dumps(outs[0], ensure_ascii=False)
+
+
 def _flip(data: bytes, *offsets: int) -> bytes:
     out = bytearray(data)
     for at in offsets:

@@ -6,7 +6,8 @@ dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspe
     DIR/events/session=S/label=L/part-NNNNN.parquet    one row per SSE / WebSocket event
 
 `session` and `label` are the directories' keys (hive partitioning, URL-quoted; a missing
-one is `__HIVE_DEFAULT_PARTITION__`), not columns in the files: any Parquet reader (pyarrow,
+one is `__HIVE_DEFAULT_PARTITION__`; one quoted past `SEGMENT_BYTES` is cut and ended with
+`~` and its digest, and its files' keys are read from their records), not columns in the files: any Parquet reader (pyarrow,
 pandas, Dask, DuckDB, Spark) gives them as columns. An exchange row holds the columns of
 `exchanges_frame` (`id`, `seq`,
 `replay_of`, `listener`, `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`,
@@ -59,6 +60,7 @@ from wirediff.engine.sources import (
     reading_parquet,
 )
 from wirediff.errors import CaptureError
+from wirediff.record.keys import digest
 from wirediff.record.store import is_utf8, read_depth
 
 __all__ = [
@@ -154,13 +156,22 @@ NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"
 _KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
 
 
-def _segment(value: Any) -> str:
-    """A key's directory name: URL-quoted, and a value that is the null's name quoted
-    further, so that it reads back as itself."""
+SEGMENT_BYTES = 200
+"""A key's directory name at most (file systems refuse a name past 255 bytes)."""
+
+
+def _segment(value: Any) -> tuple[str, bool]:
+    """A key's directory name, and whether it reads back as the key: URL-quoted, a value
+    that is the null's name quoted further, and one too long cut (not inside an escape)
+    and ended with `~` and its digest, so that two such keys stay apart."""
     if value is None:
-        return NULL_SEGMENT
+        return NULL_SEGMENT, True
     text = quote(str(value), safe="", errors="surrogatepass")
-    return "%5F" + text[1:] if text == NULL_SEGMENT else text
+    if len(text) <= SEGMENT_BYTES:
+        return ("%5F" + text[1:] if text == NULL_SEGMENT else text), True
+    cut = SEGMENT_BYTES - 17
+    cut -= 2 if text[cut - 2] == "%" else 1 if text[cut - 1] == "%" else 0
+    return f"{text[:cut]}~{digest(text):016x}", False
 
 
 def partition_keys(url: str) -> tuple[str | None, str | None]:
@@ -208,7 +219,9 @@ def export_part(
         members.sort(key=lambda m: (m[0], m[1]))
         columns: dict[str, list[Any]] = {name: [] for name in EXCHANGE_SCHEMA.names}
         events: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
-        exact = all(isinstance(k, str) or k is None for k in (session, label))
+        (session_dir, whole_session), (label_dir, whole_label) = map(_segment, (session, label))
+        exact = whole_session and whole_label  # else the keys are read from the records
+        exact &= all(isinstance(k, str) or k is None for k in (session, label))
         for root, ordinal, text, rec in members:
             values = dict(zip(EXCHANGE_COLUMNS, exchange_row(rec), strict=True))
             values.update(
@@ -225,7 +238,7 @@ def export_part(
                     exact, value = False, None
                 columns[name].append(value)
             _events(rec, events)
-        where_to = f"session={_segment(session)}/label={_segment(label)}/part-{task:05d}.parquet"
+        where_to = f"session={session_dir}/label={label_dir}/part-{task:05d}.parquet"
         table = pa.table(columns, schema=EXCHANGE_SCHEMA)
         meta = {
             b"wirediff.exact": b"1" if exact else b"0",
