@@ -345,6 +345,17 @@ def _data_key(data: Any) -> Any:
     return structure(data) if isinstance(data, dict | list) else data
 
 
+def _text_key(text: Any) -> Any:
+    """A text answer as the SDK reads it: it tries JSON first, so a text that parses is keyed
+    as the value it parses to, one that does not by why not."""
+    if not isinstance(text, str) or not text.strip():
+        return _kind_of_text(text)
+    try:
+        return ("json", _data_key(json.loads(as_bytes(text))))
+    except (ValueError, RecursionError) as e:
+        return ("not json", type(e).__name__)
+
+
 def _events_key(events: list[Any]) -> Iterator[Any]:
     """Event names and structures with runs of equal ones collapsed, then each stream's
     joined tool arguments (fragments are not JSON; their concatenation must be)."""
@@ -406,7 +417,7 @@ def _key(record: Record) -> tuple[Any, ...] | None:
     elif resp.get("body") is not None:
         answer = ("body", _data_key(resp["body"]))
     else:
-        answer = ("text", _kind_of_text(resp.get("text")), resp.get("b64") is not None)
+        answer = ("text", _text_key(resp.get("text")), resp.get("b64") is not None)
     return (asked, resp.get("status"), content_type, resp.get("truncated"), answer)
 
 

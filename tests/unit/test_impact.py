@@ -151,17 +151,36 @@ def test_the_skeleton_is_json() -> None:
     assert key is not None and json.loads(key)
 
 
+def test_a_text_answer_is_judged_by_what_it_parses_to() -> None:
+    """The SDK tries a text answer as JSON: one that parses is read as that value, one that
+    does not raises, whatever answer of the same kind was judged before it."""
+    rec = chat_record()
+    answer(rec)["body"], answer(rec)["text"] = None, '{"choices": null}'
+    (parsed,) = impact(rec).failures
+    assert parsed.error.startswith("raises TypeError") and "r.choices[0]" in parsed.where
+    answer(rec)["text"] = "plain words"
+    (unparsed,) = impact(rec).failures
+    assert unparsed.error.startswith("raises JSONDecodeError: Expecting value")
+    assert skeleton(rec) != skeleton({**rec, "response": {**answer(rec), "text": "{}"}})
+
+
 @pytest.mark.parametrize(
-    "text",
-    ["caf\u00e9 \u2603", "caf\udce9", "\ud83d"],
+    ("text", "raised"),
+    [
+        ("caf\u00e9 \u2603", "JSONDecodeError: Expecting value"),
+        ("caf\udce9", "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9"),
+        ("\ud83d", "JSONDecodeError: Expecting value"),  # json reads it back as the escape
+    ],
     ids=["non-ASCII", "an undecodable byte", "a lone escape"],
 )
-def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(text: str) -> None:
+def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(
+    text: str, raised: str
+) -> None:
     """A header value or a text body the SDK would never see as such (not ASCII, a byte no
     UTF-8 decodes, a lone surrogate escape) is served as the bytes it stands for."""
     rec = chat_record()
     answer(rec)["headers"] = [*answer(rec)["headers"], ["x-note", text]]
     assert impact(rec).failures == ()
     answer(rec)["body"], answer(rec)["text"] = None, text
-    (failure,) = impact(rec).failures  # the SDK parses the text it was sent
-    assert failure.error.startswith("raises JSONDecodeError: Expecting value")
+    (failure,) = impact(rec).failures  # the SDK parses the bytes it was sent
+    assert failure.error.startswith(f"raises {raised}")
