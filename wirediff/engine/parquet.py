@@ -7,19 +7,20 @@ dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspe
 
 `session` and `label` are the directories' keys (hive partitioning, URL-quoted; a missing
 one is `__HIVE_DEFAULT_PARTITION__`; one quoted past `SEGMENT_BYTES` is cut and ended with
-`~` and its digest, and its files' keys are read from their records), not columns in the files: any Parquet reader (pyarrow,
-pandas, Dask, DuckDB, Spark) gives them as columns. An exchange row holds the columns of
-`exchanges_frame` (`id`, `seq`,
-`replay_of`, `listener`, `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`,
-`status`, `content_type`, `family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`,
-`sdk_version`, `sdk_async`, `retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`,
-`auth_forwarded`, `soft_error`, `signature`, `error_kind`, `n_events`, `complete`,
-`request_size`, `response_size`, `transport`), the keys pairing and chains need
-(`ordinal`: its place in the exported captures; `root`: the 64-bit digest of the original
-it goes back to; `id_digest`, `replay_digest`, `request_digest`, `body_digest`,
-`hop_digest`; `fingerprint`: an original's request fingerprint as 64 bits, what pairing by
-content compares, 0 for a replay; `location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON
-text, so reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`, `type`, `sequence_number`, `direction`, `partial`.
+`~` and its digest, and its files' keys are read from their records), not columns in the
+files: any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) gives them as columns. An
+exchange row holds the columns of `exchanges_frame` (`id`, `seq`, `replay_of`, `listener`,
+`started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`, `status`, `content_type`,
+`family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`, `sdk_version`, `sdk_async`,
+`retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`, `auth_forwarded`, `soft_error`,
+`signature`, `error_kind`, `n_events`, `complete`, `request_size`, `response_size`,
+`transport`), the keys pairing and chains need (`ordinal`: its place in the exported
+captures; `root`: the 64-bit digest of the original it goes back to; `id_digest`,
+`replay_digest`, `request_digest`, `body_digest`, `hop_digest`; `fingerprint`: an original's
+request fingerprint as 64 bits, what pairing by content compares, 0 for a replay;
+`location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON text, so
+reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`,
+`type`, `sequence_number`, `direction`, `partial`.
 
 Each task writes one file per session and label, rows sorted by `root`: the analysis's
 partitions are ranges of `root`, so each reads a few row groups.
