@@ -357,8 +357,9 @@ def _text_key(text: Any) -> Any:
 
 
 def _events_key(events: list[Any]) -> Iterator[Any]:
-    """Event names and structures with runs of equal ones collapsed, then each stream's
-    joined tool arguments (fragments are not JSON; their concatenation must be)."""
+    """Event names, structures and the positions the stream helpers look their snapshots up
+    by (`_positions`), with runs of equal ones collapsed, then each stream's joined tool
+    arguments (fragments are not JSON; their concatenation must be)."""
     previous: Any = None
     joined: dict[str, str] = {}
     for ev in events:
@@ -367,12 +368,18 @@ def _events_key(events: list[Any]) -> Iterator[Any]:
         data = ev.get("data")
         name = ev.get("event")
         if type(data) is dict:
-            shaped = (name if type(name) is str else None, structure(data))
             if "choices" in data:
-                _chat_arguments(data["choices"], joined)
-            elif type(data.get("delta")) is str and "arguments" in str(data.get("type")):
-                item = str(data.get("item_id"))
-                joined[item] = joined.get(item, "") + data["delta"]
+                positions = _chat_chunk(data["choices"], joined)
+            else:
+                positions = _positions(data.get("output_index"), data.get("content_index"))
+                if type(data.get("delta")) is str and "arguments" in str(data.get("type")):
+                    item = str(data.get("item_id"))
+                    joined[item] = joined.get(item, "") + data["delta"]
+            shaped: tuple[Any, ...] = (
+                name if type(name) is str else None,
+                structure(data),
+                positions,
+            )
         else:
             shaped = (name if type(name) is str else None, _data_key(data))
         if shaped != previous:
@@ -381,17 +388,34 @@ def _events_key(events: list[Any]) -> Iterator[Any]:
     yield ("arguments", tuple(sorted(_kind_of_arguments(v) for v in joined.values())))
 
 
-def _chat_arguments(choices: Any, joined: dict[str, str]) -> None:
-    """Add a chunk's tool-call argument fragments to each call's text so far."""
+def _positions(*values: Any) -> tuple[Any, ...]:
+    """Numbers that count, though structures leave numbers out: the helpers index their
+    snapshots by them (`snapshot.output[event.output_index]`), so a wrong one raises."""
+    return tuple(
+        (type(v).__name__, v if type(v) in (int, float, str, bool) else None) for v in values
+    )
+
+
+def _chat_chunk(choices: Any, joined: dict[str, str]) -> tuple[Any, ...]:
+    """Add a chunk's tool-call argument fragments to each call's text so far; the chunk's
+    choice and tool-call positions."""
+    positions = []
     for choice in choices if type(choices) is list else ():
-        delta = choice.get("delta") if type(choice) is dict else None
+        if type(choice) is not dict:
+            continue
+        positions.append(choice.get("index"))
+        delta = choice.get("delta")
         calls = delta.get("tool_calls") if type(delta) is dict else None
         for call in calls if type(calls) is list else ():
-            fn = call.get("function") if type(call) is dict else None
+            if type(call) is not dict:
+                continue
+            positions.append(call.get("index"))
+            fn = call.get("function")
             fragment = fn.get("arguments") if type(fn) is dict else None
             if type(fragment) is str:
                 index = str(call.get("index"))
                 joined[index] = joined.get(index, "") + fragment
+    return _positions(*positions)
 
 
 def _key(record: Record) -> tuple[Any, ...] | None:

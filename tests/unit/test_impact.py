@@ -151,6 +151,37 @@ def test_the_skeleton_is_json() -> None:
     assert key is not None and json.loads(key)
 
 
+def _set_positions(rec: Record, **values: int) -> None:
+    for data in (ev["data"] for ev in _events(rec) if isinstance(ev["data"], dict)):
+        for key, value in values.items():
+            if key in data:
+                data[key] = value
+        for choice in data.get("choices", []) if "index" in values else []:
+            choice["index"] = values["index"]
+
+
+@pytest.mark.parametrize(
+    ("make", "positions", "where"),
+    [
+        (lambda: responses_record(stream=True), {"output_index": 5}, "snapshot.output[event"),
+        (lambda: responses_record(stream=True), {"content_index": 3}, "output.content[event"),
+        (lambda: chat_record(stream=True), {"index": 2}, "choices[choice.index]"),
+    ],
+    ids=["output_index", "content_index", "a choice's index"],
+)
+def test_a_stream_pointing_past_what_it_sent_breaks_the_helper_whatever_was_judged_before(
+    make: Callable[[], Record], positions: dict[str, int], where: str
+) -> None:
+    """The stream helpers look their snapshots up by these numbers: an answer that differs
+    from one judged before only in them is judged again, and the helper raises."""
+    assert impact(make()).failures == ()
+    rec = make()
+    _set_positions(rec, **positions)
+    (failure,) = impact(rec).failures
+    assert failure.error.startswith("raises IndexError") and where in failure.where
+    assert skeleton(rec) != skeleton(make())
+
+
 def test_a_text_answer_is_judged_by_what_it_parses_to() -> None:
     """The SDK tries a text answer as JSON: one that parses is read as that value, one that
     does not raises, whatever answer of the same kind was judged before it."""
