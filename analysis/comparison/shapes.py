@@ -8,13 +8,17 @@ object where a string belongs, or arguments that no longer parse, show up as sha
 
 Answers of one kind repeat one structure with other words, so a value's structure is
 named once (`structure`) and what depends only on it is worked out once per structure
-(`flat`, and the SDK verdicts in `wirediff.analysis.comparison.conformance`).
+(`flat`, and the verdicts in `wirediff.analysis.comparison.conformance`). A structure keeps
+what a verdict reads of numbers and free text: the values of numbers the OpenAPI document
+bounds (`BOUNDED_NUMBERS`), the length class of free text it bounds (`BOUNDED_TEXT`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import count
@@ -23,6 +27,11 @@ from typing import Any
 from wirediff._types import JSON
 
 __all__ = [
+    "BOUNDED_NUMBERS",
+    "BOUNDED_TEXT",
+    "FREE_TEXT",
+    "NAME_PATTERN",
+    "TEXT_BOUNDS",
     "Frozen",
     "Shape",
     "Values",
@@ -179,6 +188,20 @@ FREE_TEXT = frozenset(
 their value, only that it is a string, and no shape keeps it. (`arguments` is not among
 them: its text is parsed for its shape.)"""
 
+BOUNDED_NUMBERS = frozenset(
+    {"temperature", "top_p", "top_logprobs", "output_compression", "partial_images"}
+)
+"""Keys whose numbers OpenAI's OpenAPI document bounds (`minimum`, `maximum`) in an answer:
+a structure keeps their value, since the schema's verdict depends on it."""
+BOUNDED_TEXT = frozenset(
+    {"call_id", "description", "encrypted_content", "name", "safety_identifier", "text"}
+)
+"""Free-text keys whose length the document bounds (`minLength`, `maxLength`) somewhere in
+an answer: a structure keeps which of `TEXT_BOUNDS` their length stays within, and for
+`name` whether it matches `NAME_PATTERN`."""
+TEXT_BOUNDS = (64, 128, 255, 10_485_760)
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
+
 STRUCTURE_LIMIT = 1 << 14
 STRUCTURE_TOKENS = 1 << 21
 """How many structures are remembered, and how many tokens they may spell together (16 MB
@@ -264,6 +287,12 @@ def _structure(value: JSON) -> int:
     return number
 
 
+def _bounded(key: str, text: str) -> tuple[Any, ...]:
+    mark = _TEXT if text else _EMPTY
+    within = bisect_left(TEXT_BOUNDS, len(text))
+    return (mark, within, NAME_PATTERN.match(text) is not None) if key == "name" else (mark, within)
+
+
 def _tokens(value: JSON, out: list[Any]) -> None:
     """Keys, the text of strings that are not free text (of free text, whether it is empty),
     the type of every other scalar
@@ -276,9 +305,16 @@ def _tokens(value: JSON, out: list[Any]) -> None:
             out.append(key)
             item_kind = type(item)
             if item_kind is str:
-                out.append((_TEXT if item else _EMPTY) if key in FREE_TEXT else item)
+                if key not in FREE_TEXT:
+                    out.append(item)
+                elif key in BOUNDED_TEXT:
+                    out.append(_bounded(key, item))
+                else:
+                    out.append(_TEXT if item else _EMPTY)
             elif item_kind is dict or item_kind is list:
                 _tokens(item, out)
+            elif key in BOUNDED_NUMBERS and (item_kind is int or item_kind is float):
+                out.append((item_kind, item))
             elif item_kind is float:
                 out.append(item.is_integer())
             else:

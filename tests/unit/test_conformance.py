@@ -421,3 +421,25 @@ def test_a_union_no_member_matches_is_one_error() -> None:
         },
     ]
     assert prune_union_errors(errors) == [{"loc": ("item",), "msg": "`type` is none of 'a', 'b'"}]
+
+
+@pytest.mark.parametrize(
+    ("key", "within", "past", "message"),
+    [
+        ("temperature", 0.7, 3.5, "3.5 is greater than the maximum of 2"),
+        ("top_logprobs", 5, 50, "50 is greater than the maximum of 20"),
+        ("safety_identifier", "user-1", "u" * 65, "is too long"),
+    ],
+    ids=["a number", "an integer", "a text's length"],
+)
+def test_a_value_the_document_bounds_is_judged_on_each_answer(
+    key: str, within: Any, past: Any, message: str
+) -> None:
+    """Verdicts are remembered per structure: a value in bounds and one past them, in
+    answers otherwise alike, are each judged on their own, whichever comes first."""
+    ok, bad = responses_record(id="ok"), responses_record(id="bad")
+    body(ok)[key], body(bad)[key] = within, past
+    for session in ([ok, bad], [bad, ok]):
+        frame = conformance(copy.deepcopy(session))
+        assert set(frame["candidate_id"]) == {"bad"}
+        assert frame["message"].str.contains(message, regex=False).all()

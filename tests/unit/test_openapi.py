@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from wirediff.analysis.comparison.openapi import Issue, spec_validator
-from wirediff.analysis.comparison.openapi.validator import ANSWER_SCHEMAS
+from wirediff.analysis.comparison.openapi.validator import ANSWER_SCHEMAS, ERROR_SCHEMA
+from wirediff.analysis.comparison.shapes import (
+    BOUNDED_NUMBERS,
+    BOUNDED_TEXT,
+    FREE_TEXT,
+    NAME_PATTERN,
+    TEXT_BOUNDS,
+)
 
 Change = Callable[[dict[str, Any]], None]
 SCHEMAS = "#/components/schemas"
@@ -327,3 +334,53 @@ def test_every_override_carries_evidence_and_changes_a_verdict() -> None:
     bare = SpecValidator(load_document(), [])
     assert bare.validate("ResponseStreamEvent", created()) != []
     assert v.validate("ResponseStreamEvent", created()) == []
+
+
+def _bounds(schemas: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
+    """Each property an answer can hold, with the bounds on its value the document sets
+    anywhere below the answer schemas."""
+    found: dict[str, list[tuple[str, Any]]] = {}
+    seen: set[tuple[str, str | None]] = set()
+
+    def walk(node: Any, prop: str | None) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, prop)
+            return
+        if not isinstance(node, dict):
+            return
+        if isinstance(ref := node.get("$ref"), str) and (ref, prop) not in seen:
+            seen.add((ref, prop))
+            walk(schemas.get(ref.rsplit("/", 1)[-1]), prop)
+        for word in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                     "multipleOf", "minLength", "maxLength", "pattern"):  # fmt: skip
+            if word in node and prop is not None:
+                found.setdefault(prop, []).append((word, node[word]))
+        for word, value in node.items():
+            if word == "properties" and isinstance(value, dict):
+                for name, sub in value.items():
+                    walk(sub, name)
+            elif word in ("items", "allOf", "anyOf", "oneOf", "prefixItems"):
+                walk(value, prop)
+            elif word == "additionalProperties":
+                walk(value, None)
+
+    for answer, event in [*ANSWER_SCHEMAS.values(), (ERROR_SCHEMA, None)]:
+        for name in filter(None, (answer, event)):
+            walk(schemas[name], None)
+    return found
+
+
+def test_structures_keep_every_value_the_document_bounds() -> None:
+    """Verdicts are remembered per structure, and a structure drops numbers and free text:
+    each bounded number and each bounded free text of an answer must be kept (to its value,
+    its length's bound, its pattern) or the first verdict would stand for the others."""
+    bounds = _bounds(spec_validator().doc["components"]["schemas"])
+    numbers = {p for p, b in bounds.items() if {w for w, _ in b} & {"minimum", "maximum",
+               "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}}  # fmt: skip
+    texts = {p for p, b in bounds.items() if p in FREE_TEXT}
+    assert numbers == BOUNDED_NUMBERS and texts == BOUNDED_TEXT
+    lengths = {v for p in texts for w, v in bounds[p] if w in ("minLength", "maxLength")}
+    assert {n for n in lengths if n > 1} <= set(TEXT_BOUNDS)
+    patterns = {(p, v) for p in texts for w, v in bounds[p] if w == "pattern"}
+    assert patterns == {("name", NAME_PATTERN.pattern)}
