@@ -336,6 +336,9 @@ def test_every_override_carries_evidence_and_changes_a_verdict() -> None:
     assert v.validate("ResponseStreamEvent", created()) == []
 
 
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
 def _bounds(schemas: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
     """Each property an answer can hold, with the bounds on its value the document sets
     anywhere below the answer schemas."""
@@ -352,8 +355,7 @@ def _bounds(schemas: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
         if isinstance(ref := node.get("$ref"), str) and (ref, prop) not in seen:
             seen.add((ref, prop))
             walk(schemas.get(ref.rsplit("/", 1)[-1]), prop)
-        for word in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                     "multipleOf", "minLength", "maxLength", "pattern"):  # fmt: skip
+        for word in (*NUMBER_BOUNDS, "minLength", "maxLength", "pattern"):
             if word in node and prop is not None:
                 found.setdefault(prop, []).append((word, node[word]))
         for word, value in node.items():
@@ -376,8 +378,7 @@ def test_structures_keep_every_value_the_document_bounds() -> None:
     each bounded number and each bounded free text of an answer must be kept (to its value,
     its length's bound, its pattern) or the first verdict would stand for the others."""
     bounds = _bounds(spec_validator().doc["components"]["schemas"])
-    numbers = {p for p, b in bounds.items() if {w for w, _ in b} & {"minimum", "maximum",
-               "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}}  # fmt: skip
+    numbers = {p for p, b in bounds.items() if any(w in NUMBER_BOUNDS for w, _ in b)}
     texts = {p for p, b in bounds.items() if p in FREE_TEXT}
     assert numbers == BOUNDED_NUMBERS and texts == BOUNDED_TEXT
     lengths = {v for p in texts for w, v in bounds[p] if w in ("minLength", "maxLength")}
