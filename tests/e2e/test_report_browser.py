@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import missing
-from tests.unit.test_report import render, sample
+from tests.unit.test_report import analysed, render, sample, sample_records
 
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -266,6 +266,23 @@ def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
 
     browser.click('#filters [data-dim="backend"] button[data-value=""]')
     assert browser.js(visible("table.matrix td[data-backend]")) == matrix
+    assert browser.errors() == []
+
+
+def test_a_backend_named_with_spaces_is_filtered_as_one(browser: DevTools, tmp_path: Path) -> None:
+    """A label is one value, spaces and all (a timeline's kinds are a list; a label is not)."""
+    records = sample_records()
+    for rec in records:
+        if rec.get("label") == "lmstudio":
+            rec["label"] = "LM Studio"
+    browser.open(render(*analysed(records), tmp_path / "report.html").as_uri())
+    cells = browser.js(visible('table.matrix td[data-backend="LM Studio"]'))
+    browser.click('#filters [data-dim="backend"] button[data-value="LM Studio"]')
+    assert browser.js(visible('table.matrix td[data-backend="LM Studio"]')) == cells
+    assert cells[0] > 0 and browser.js(visible('.card[data-backend="LM Studio"]')) == [1, 1]
+    assert (
+        browser.js(visible('table.matrix td[data-backend]:not([data-backend="LM Studio"])'))[1] == 0
+    )
     assert browser.errors() == []
 
 

@@ -8,7 +8,8 @@
     for (var i = 0; i < dims.length; i++) {
       var want = active[dims[i]];
       var have = el.getAttribute("data-" + dims[i]);
-      if (want && have !== null && have.split(" ").indexOf(want) < 0) {
+      var values = dims[i] === "kind" && have !== null ? have.split(" ") : [have];
+      if (want && have !== null && values.indexOf(want) < 0) {
         return false;
       }
     }
