@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, Self, TypeVar, overload
 
@@ -18,6 +19,7 @@ __all__ = [
     "merge_by_key",
     "merge_earliest",
     "paused_gc",
+    "printable",
     "response_status",
     "statuses_2xx",
     "task_gc",
@@ -34,6 +36,21 @@ def as_bytes(text: str) -> bytes:
             c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
             for c in text
         )
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` safe on a terminal and in XML 1.0: control characters (an upstream's ANSI
+    colours, a carriage return, a NUL), lone surrogates and non-characters as `\\x1b`-style
+    escapes, so a server's message can neither restyle the terminal nor break a JUnit file."""
+    return _UNPRINTABLE.sub(_escaped, text)
+
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def is_2xx(status: Any) -> bool:

@@ -20,6 +20,7 @@ from xml.etree import ElementTree as ET
 
 import pandas as pd
 
+from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.cli.engine_options import add_engine_options, open_run
@@ -96,11 +97,11 @@ def write_junit(gated: pd.DataFrame, out: str | os.PathLike[str]) -> Path:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"wirediff.{row['label']}",
-            name=cell_name(row["family"], row["transport"]),
+            classname=printable(f"wirediff.{row['label']}"),
+            name=printable(cell_name(row["family"], row["transport"])),
         )
         if row["fails"]:
-            reasons = row["reasons"] or [row["verdict"]]
+            reasons = [printable(r) for r in row["reasons"] or [row["verdict"]]]
             failure = ET.SubElement(
                 case, "failure", message="; ".join(reasons), type=row["verdict"]
             )
@@ -155,21 +156,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         if n
     ]
     print(
-        f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline exchanges "
-        f"({result.label}); the gate fails on {what}"
+        printable(
+            f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline "
+            f"exchanges ({result.label}); the gate fails on {what}"
+        )
     )
     unmatched = {}
     for label in sorted(set(result.by_content) | set(result.unmatched["label"])):
         unmatched[label] = counts = unmatched_counts(result.unmatched, label)
         paired = result.by_content.get(label, 0)
         sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
-        print(f"  pairs  {label:<12} {paired} by content; {sides}")
+        print(printable(f"  pairs  {label:<12} {paired} by content; {sides}"))
     items = verdict_items(gated)
     for row in items:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
         reason = row["reasons"][0] if row["reasons"] else ""
         name = cell_name(row["family"], row["transport"])
-        print(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}")
+        line = f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}"
+        print(printable(line))
     if args.json:
         doc = {
             "format": CHECK_FORMAT,
@@ -193,7 +197,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for r in items
         if r["fails"]
     ]
-    print("not compatible: " + ", ".join(failing))
+    print(printable("not compatible: " + ", ".join(failing)))
     return EXIT_FOUND
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from wirediff._support import printable
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
@@ -35,7 +36,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             chains = 0
             for frame in rows.frames():
                 if len(frame):
-                    out.write("\n".join(format_chains(frame)) + "\n")
+                    out.write("\n".join(map(printable, format_chains(frame))) + "\n")
                     chains += frame["chain_id"].nunique()
             out.write(f"{len(rows)} diagnoses in {chains} chains\n")
     return EXIT_FOUND if args.fail and len(rows) else EXIT_OK
