@@ -132,6 +132,36 @@ def test_the_engine_reads_a_session_once_whichever_of_its_parts_are_named(
     assert counts == [6, 6, 6]
 
 
+def test_a_session_is_read_in_the_order_of_its_parts_however_they_are_named(
+    tmp_path: Path,
+) -> None:
+    """`captures/*.jsonl` names `s.1.jsonl` before `s.jsonl`: the records are read in the
+    session's order all the same, so the first capture's label (the baseline) and the
+    first record of a repeated id are the session's, as loading them reads them."""
+    from wirediff.cli import main
+    from wirediff.engine.sources import resolve
+
+    recs = records(4)
+    for rec in recs[2:]:
+        rec["label"] = "gateway"
+    recs[3]["id"] = "r0"  # read again in the second part: the first part's is analysed
+    with RecordWriter(tmp_path / "s.jsonl", Rotation(max_bytes=len(encode_record(recs[0])))) as w:
+        for rec in recs:
+            w.write(rec)
+    parts = capture_parts(tmp_path / "s.jsonl")
+    assert [r["label"] for r in load_records(parts[::-1])] == ["openai", "openai", "gateway"]
+    summaries = []
+    for named in (parts[:1], parts[::-1], [parts[2], parts[0]]):
+        (found, *rest) = resolve([str(p) for p in named], scoped=False)
+        assert [s.url for s in found] == [str(p) for p in parts] and not any(rest)
+        out = tmp_path / "summary.json"
+        args = ["report", *map(str, named), "-o", str(tmp_path / "r.html"), "--json", str(out)]
+        assert main(args) == 0
+        summary = json.loads(out.read_text())
+        summaries.append((summary["baseline"], summary["totals"]["exchanges"]))
+    assert summaries == [(["openai"], 3)] * 3
+
+
 def test_a_part_at_a_url_names_the_whole_session(tmp_path: Path) -> None:
     from wirediff.engine.sources import resolve
 

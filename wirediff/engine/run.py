@@ -92,7 +92,7 @@ def scan_inputs(
 
     sources: list[Source] = []
     scopes: list[int] = []
-    for scope, found in enumerate(resolve(args)):
+    for scope, found in enumerate(resolve(args, scoped=scoped)):
         sources += found
         scopes += [scope if scoped else 0] * len(found)
     calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []

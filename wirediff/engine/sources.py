@@ -179,12 +179,15 @@ def _jsonl(url: str) -> list[Source]:
     return out
 
 
-def resolve(args: Sequence[str]) -> list[list[Source]]:
+def resolve(args: Sequence[str], *, scoped: bool = True) -> list[list[Source]]:
     """The sources of each argument: a dataset, or a capture file with its parts — each
-    file once: a file an argument names is its own, the other parts of its session go to
-    the first argument that reaches them (`captures/*.jsonl` names every part)."""
+    file once, a session's parts in their order. With `scoped` (each argument its own
+    capture, as `check` reads them) a file an argument names is its own, the other parts of
+    its session go to the first argument that reaches them; without, a session goes whole
+    to the first argument that reaches it, as loading them together reads them
+    (`captures/*.jsonl` names `s.1.jsonl` before `s.jsonl`)."""
     owns = [_named(str(a)) for a in args]
-    named = set(owns)
+    named = set(owns) if scoped else set()
     seen: set[str] = set()
     out = []
     for arg, own in zip(args, owns, strict=True):
