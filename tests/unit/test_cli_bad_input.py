@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -194,6 +195,45 @@ def test_the_installed_command_says_one_line(tmp_path: Path, argv: list[str], me
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert message in one_error_line(proc.stderr)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "/dev/stdin", "-o", "r.html", "--json", "-"],
+        ["diagnose", "/dev/stdin", "--json"],
+        ["check", "/dev/stdin", "candidate.jsonl"],
+        ["export", "/dev/stdin", "--parquet", "dataset"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> None:
+    """`cat s.jsonl | wirediff report /dev/stdin`, `wirediff check <(zcat s.jsonl.gz) …`:
+    a pipe reads once, so the command copies it to a file the engine reads in ranges."""
+    base = openai_session()
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in base)
+    candidate = b"".join(
+        json.dumps(replay(r, id=f"c{i}", label="vllm")).encode() + b"\n" for i, r in enumerate(base)
+    )
+    (tmp_path / "candidate.jsonl").write_bytes(candidate)
+    (temp := tmp_path / "temp").mkdir()
+    proc = subprocess.run(
+        [WIREDIFF, *argv],
+        input=lines,
+        capture_output=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode()
+    assert {
+        "report": f'"exchanges": {len(base)}' in out,
+        "diagnose": out == "[]\n",
+        "check": out.startswith(f"{len(base)} replayed exchanges compared with {len(base)} "),
+        "export": out.startswith(f"{len(base)} exchanges"),
+    }[argv[0]], out
+    assert not list(temp.iterdir()), "the copy was left behind"
 
 
 # --- lines skipped: one warning each, once ------------------------------------------------

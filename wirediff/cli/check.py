@@ -142,8 +142,8 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    with named_captures([args.baseline, *args.candidates]), open_run(args) as run:
-        result = run.check(args.baseline, args.candidates, args.baseline_label)
+    with named_captures([args.baseline, *args.candidates]) as named, open_run(args) as run:
+        result = run.check(named[0], named[1:], args.baseline_label)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
     what = f"{args.fail_on_severity} findings" + (

@@ -20,8 +20,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from wirediff.analysis.diagnosis.diagnose import format_chains
 
     out = sys.stdout
-    with named_captures(args.captures), open_run(args) as run:
-        rows = run.diagnose(args.captures, baseline=args.baseline)
+    with named_captures(args.captures) as named, open_run(args) as run:
+        rows = run.diagnose(named, baseline=args.baseline)
         if args.json:
             sep = "[\n  "
             for frame in rows.frames():

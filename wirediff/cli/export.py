@@ -38,8 +38,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     _empty_target(given)
     # the tasks write the files, on a cluster's workers too: a path from here, absolute
     out = given if "://" in given else str(Path(given).absolute())
-    with named_captures(args.captures), open_run(args) as run:
-        exchanges, events = run.export(args.captures, out)
+    with named_captures(args.captures) as named, open_run(args) as run:
+        exchanges, events = run.export(named, out)
     print(f"{exchanges:,} exchanges, {events:,} events → {given}")
     return EXIT_OK
 

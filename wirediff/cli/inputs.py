@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,12 +147,38 @@ def _is_dataset(arg: str) -> bool:
 
 
 @contextmanager
-def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[None]:
+def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str]]:
     """Around a command that reads the captures named on its command line itself (on an
-    engine, `wirediff.engine`): each capture file checked before (`capture_file`), its
-    errors worded alike meanwhile, and its unfinished last lines warned
-    about after."""
-    files = [capture_file(p) for p in paths if not _is_dataset(str(p))]
-    with _import_hint(files):
-        yield
-    _warn_unfinished(expand_parts(files))
+    engine, `wirediff.engine`): the paths to read, each capture file checked before
+    (`capture_file`) and a pipe (`<(…)`, `/dev/stdin`) copied once to a file, since an
+    engine reads a file in ranges, from several processes; its errors worded alike
+    meanwhile, and its unfinished last lines warned about after."""
+    folder: list[str] = []
+    try:
+        named = [_spooled(str(p), folder) for p in paths]
+        files = [Path(n) for n, p in zip(named, paths, strict=True) if not _is_dataset(str(p))]
+        with _import_hint(files):
+            yield named
+        _warn_unfinished(expand_parts(files))
+    finally:
+        for made in folder:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def _spooled(arg: str, folder: list[str]) -> str:
+    """`arg` checked as a capture, or a copy of the pipe it names (in a folder made once,
+    into `folder`)."""
+    if _is_dataset(arg):
+        return arg
+    p = capture_file(arg)
+    if p.is_file():
+        return arg
+    if not folder:
+        folder.append(tempfile.mkdtemp(prefix="wirediff-pipe-"))
+    copy = Path(folder[0]) / f"{len(os.listdir(folder[0]))}-{p.name}"
+    try:
+        with p.open("rb") as src, copy.open("wb") as dst:
+            shutil.copyfileobj(src, dst, _BLOCK)
+    except OSError as e:
+        raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+    return str(capture_file(copy))

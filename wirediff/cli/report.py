@@ -44,9 +44,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    with named_captures(args.captures), open_run(args) as run:
+    with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
-            args.captures,
+            named,
             ignore=ignore,
             max_examples=args.max_examples,
             rows=bool(args.json or args.csv),
