@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -244,6 +245,32 @@ def _flip(data: bytes, *offsets: int) -> bytes:
     return bytes(out)
 
 
+def _rewrite(f: Path, change: Callable[[pa.Table], pa.Table]) -> None:
+    """Write `f` again, changed, as another tool might: its schema's marks kept."""
+    table = pq.read_table(f, partitioning=None)
+    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), f)
+
+
+def _records(change: Callable[[list[Any]], list[Any]]) -> Callable[[Path, Path], None]:
+    def rewrite(d: Path, f: Path) -> None:
+        def changed(t: pa.Table) -> pa.Table:
+            texts = change(t.column("record").to_pylist())
+            return t.set_column(t.schema.get_field_index("record"), "record", pa.array(texts))
+
+        _rewrite(f, changed)
+
+    return rewrite
+
+
+def _first(change: Callable[[dict[str, Any]], object]) -> Callable[[list[Any]], list[Any]]:
+    def first(texts: list[Any]) -> list[Any]:
+        rec = json.loads(texts[0])
+        change(rec)
+        return [json.dumps(rec), *texts[1:]]
+
+    return first
+
+
 Damage = tuple[Callable[[Path, Path], object], str]
 DAMAGES: dict[str, Damage] = {
     "page data damaged": (
@@ -270,6 +297,27 @@ DAMAGES: dict[str, Damage] = {
         lambda d, f: (d / DATASET_MARK).unlink(),
         "a directory, neither a capture file nor a dataset (no wirediff-dataset.json",
     ),
+    "a record malformed": (
+        _records(_first(lambda r: r["response"].update(status=5000))),
+        "row 0: malformed wirediff/1 record (response.status must be an HTTP status",
+    ),
+    "a record of another format": (
+        _records(_first(lambda r: r.update(format="other/1"))),
+        "row 0: not a wirediff/1 record",
+    ),
+    "a record null": (_records(lambda texts: [None, *texts[1:]]), "row 0: no record"),
+    "a record no JSON": (
+        _records(lambda texts: ["{bad", *texts[1:]]),
+        "row 0: not a JSON record",
+    ),
+    "the record column dropped": (
+        lambda d, f: _rewrite(f, lambda t: t.drop_columns(["record"])),
+        "not a file of a wirediff dataset (no `record`)",
+    ),
+    "another table": (
+        lambda d, f: _rewrite(f, lambda t: pa.table({"x": range(len(t))})),
+        "not a file of a wirediff dataset (no `ordinal`, `record`)",
+    ),
 }
 
 
@@ -291,3 +339,25 @@ def test_a_damaged_dataset_is_one_line_that_says_how(
         assert main([command[0], str(dataset), *command[1:]]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err, err
+
+
+def _emptied(column: str) -> Callable[[pa.Table], pa.Table]:
+    def empty(t: pa.Table) -> pa.Table:
+        at = t.schema.get_field_index(column)
+        return t.set_column(at, column, pa.nulls(len(t), t.schema.field(at).type))
+
+    return empty
+
+
+def test_index_columns_another_tool_emptied_are_read_from_the_records(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exact file's index columns are a shortcut: with nulls where export writes none,
+    the records say the same."""
+    datasets = [str(tmp_path / f"dataset{n}") for n in range(len(captures))]
+    for capture, dataset in zip(captures, datasets, strict=True):
+        export([capture], dataset, capsys)
+    whole = outputs(datasets, tmp_path / "whole", capsys)
+    for f in (tmp_path / "dataset0" / "exchanges").rglob("*.parquet"):
+        _rewrite(f, _emptied("id_digest"))
+    assert outputs(datasets, tmp_path / "emptied", capsys) == whole

@@ -45,6 +45,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.engine.decode import loads
 from wirediff.engine.scan import (
+    DIGESTS,
     FROM_EXCHANGES,
     INDEX_COLUMNS,
     Scanned,
@@ -55,6 +56,7 @@ from wirediff.engine.scan import (
 from wirediff.engine.sources import (
     DATASET_MARK,
     Source,
+    dataset_record,
     is_url,
     open_binary,
     read_texts,
@@ -312,35 +314,54 @@ def mark(out: str, exchanges: int, events: int, files: int) -> None:
     (Path(out) / DATASET_MARK).write_text(text, encoding="utf-8")
 
 
+def _exact_index(
+    pf: pq.ParquetFile, src: int, file: int, keys: tuple[str | None, str | None]
+) -> pd.DataFrame | None:
+    """The index rows from the file's columns, or None when they cannot be read so (a
+    column missing, nulls where export writes none): the records say the same."""
+    names = ["nbytes", "ordinal", *INDEX_COLUMNS]
+    stored = [n for n in names if n not in PARTITION_KEYS]
+    try:
+        table = pf.read(columns=stored)
+        if any(table.column(n).null_count for n in ("nbytes", "ordinal", *DIGESTS)):
+            return None
+        columns = {n: table.column(n).to_pylist() for n in stored}
+        by_key = dict(zip(PARTITION_KEYS, keys, strict=True))
+        frame = pd.DataFrame({n: columns[n] if n in columns else by_key[n] for n in names})
+        frame.insert(0, "src", src)
+        frame.insert(1, "a", file)
+        frame.insert(2, "b", np.arange(len(frame)))
+        frame["careful"] = True
+        return compact(frame)
+    except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException):
+        return None
+
+
 def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
     """The index rows of one file of a dataset: from its columns when they hold every
-    value as it is (`wirediff.exact`), else from its records."""
+    value as it is (`wirediff.exact`) and can be read so, else from its records."""
     url = sources[src].files[file]
     with open_binary(url) as fh, reading_parquet(url):
         pf = pq.ParquetFile(fh)
+        missing = {"ordinal", "record"} - set(pf.schema_arrow.names)
+        if missing:
+            raise CaptureError(
+                f"{url}: not a file of a wirediff dataset (no `{'`, `'.join(sorted(missing))}`)"
+            )
         meta = pf.schema_arrow.metadata or {}
-        exact = (
+        frame = None
+        if (
             meta.get(b"wirediff.exact") == b"1"
             and meta.get(b"wirediff.version") == __version__.encode()
-        )
-        if exact:
-            names = ["nbytes", "ordinal", *INDEX_COLUMNS]
-            stored = [n for n in names if n not in PARTITION_KEYS]
-            table = pf.read(columns=stored)
-            columns = {n: table.column(n).to_pylist() for n in stored}
-            keys = dict(zip(PARTITION_KEYS, partition_keys(sources[src].files[file]), strict=True))
-            frame = pd.DataFrame({n: columns[n] if n in columns else keys[n] for n in names})
-            frame.insert(0, "src", src)
-            frame.insert(1, "a", file)
-            frame.insert(2, "b", np.arange(len(frame)))
-            frame["careful"] = True
-            frame = compact(frame)
-        else:
+        ):
+            frame = _exact_index(pf, src, file, partition_keys(url))
+        if frame is None:
             table = pf.read(columns=["ordinal", "record"])
-            texts = [t.encode("utf-8") for t in table.column("record").to_pylist()]
-            rows = [index_row(read_depth(t, loads(t))) for t in texts]
+            records = table.column("record").to_pylist()
+            read = [dataset_record(url, i, text) for i, text in enumerate(records)]
+            rows = [index_row(rec) for _, rec in read]
             frame = frame_of(src, [(file, i) for i in range(len(rows))], rows)
-            frame["nbytes"] = [len(t) for t in texts]
+            frame["nbytes"] = [len(text) for text, _ in read]
             frame["ordinal"] = table.column("ordinal").to_pylist()
             frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "careful"]]
     scanned = Scanned(src, file, frame, lines=len(frame), records=len(frame))

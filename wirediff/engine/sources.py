@@ -17,15 +17,18 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
+from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.parts import HEAD_BYTES, expand_parts, glob_escape, session_parts
 from wirediff.record.store import Shared, read_depth, share_repeats
+from wirediff.record.validate import problem
 
 __all__ = [
     "DATASET_MARK",
     "Source",
+    "dataset_record",
     "filesystem",
     "is_url",
     "open_binary",
@@ -249,8 +252,25 @@ def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
             at = np.flatnonzero(groups == g)
             texts = column.take(wanted[at] - starts[g]).to_pylist()
             for i, text in zip(at.tolist(), texts, strict=True):
-                out[i] = text.encode("utf-8", "surrogatepass")
+                out[i], _ = dataset_record(url, rows[i], text)
     return out
+
+
+def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
+    """A dataset row's record, checked as a capture's line is (a dataset is input like
+    any other: another tool may have written it), or one line naming file and row."""
+    if not isinstance(text, str):
+        raise CaptureError(f"{url}: row {row}: no record")
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        rec = read_depth(data, loads(data))
+    except (ValueError, RecursionError):
+        raise CaptureError(f"{url}: row {row}: not a JSON record") from None
+    found = problem(rec)
+    if found:
+        why = found if found.startswith("not a") else f"malformed {FORMAT} record ({found})"
+        raise CaptureError(f"{url}: row {row}: {why}")
+    return data, rec
 
 
 def read_records(
