@@ -286,3 +286,17 @@ def test_a_servers_control_characters_reach_neither_the_terminal_nor_the_junit_f
     [failure] = [r for r in case.result if isinstance(r, Failure)]
     assert case.classname == "wirediff.vllm\\x1b[2J"
     assert "\\x1b[31mengine crashed\\x1b[0m\\x00\\x0dOK" in failure.message
+
+
+def test_json_on_stdout_for_a_pipeline(
+    captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`wirediff check … --json - | jq`: stdout is the JSON alone, the lines go to stderr
+    (as `report --json -` does)."""
+    base, good, bad = captures
+    assert main(["check", base, good, bad, "--json", "-"]) == 1
+    said = capsys.readouterr()
+    doc = json.loads(said.out)
+    assert (doc["format"], doc["passed"]) == ("wirediff-check/1", False)
+    assert said.err.rstrip().splitlines()[-1].startswith("not compatible: lmstudio")
+    assert not Path("-").exists()

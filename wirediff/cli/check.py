@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -146,6 +147,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         result = run.check(named[0], named[1:], args.baseline_label)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
+    lines = sys.stderr if args.json == "-" else sys.stdout  # `--json -`: stdout is the JSON's
+
+    def say(text: str) -> None:
+        print(printable(text), file=lines)
+
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
@@ -155,25 +161,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
         if n
     ]
-    print(
-        printable(
-            f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline "
-            f"exchanges ({result.label}); the gate fails on {what}"
-        )
+    say(
+        f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline "
+        f"exchanges ({result.label}); the gate fails on {what}"
     )
     unmatched = {}
     for label in sorted(set(result.by_content) | set(result.unmatched["label"])):
         unmatched[label] = counts = unmatched_counts(result.unmatched, label)
         paired = result.by_content.get(label, 0)
         sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
-        print(printable(f"  pairs  {label:<12} {paired} by content; {sides}"))
+        say(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
     for row in items:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
         reason = row["reasons"][0] if row["reasons"] else ""
         name = cell_name(row["family"], row["transport"])
-        line = f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}"
-        print(printable(line))
+        say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}")
     if args.json:
         doc = {
             "format": CHECK_FORMAT,
@@ -183,21 +186,23 @@ def cmd_check(args: argparse.Namespace) -> int:
             "verdicts": items,
             "unmatched": unmatched,
         }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(text, encoding="utf-8")
     if args.junit:
         write_junit(gated, args.junit)
     if passed:
-        print("compatible: no candidate fails the gate")
+        say("compatible: no candidate fails the gate")
         return EXIT_OK
     failing = [
         f"{r['label']} {cell_name(r['family'], r['transport'])} ({r['verdict']})"
         for r in items
         if r["fails"]
     ]
-    print(printable("not compatible: " + ", ".join(failing)))
+    say("not compatible: " + ", ".join(failing))
     return EXIT_FOUND
 
 
@@ -235,7 +240,11 @@ def register(sub: Any) -> None:
         metavar="KIND,…",
         help=f"also fail on findings of these kinds, at any severity (known: {','.join(ALL_KINDS)})",
     )
-    c.add_argument("--json", metavar="FILE", help="write the verdicts as JSON")
+    c.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the verdicts as JSON (`-`: on stdout, the lines then on stderr)",
+    )
     c.add_argument(
         "--junit",
         metavar="FILE",
