@@ -79,6 +79,7 @@ def test_bad_usage_is_one_line_and_exit_2(
     assert main_capture(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("wirediff: error: ") and err.count("\n") == 1
+    assert "unexpected" not in err, err
 
 
 async def test_changing_capture_session_live_starts_a_new_file(tmp_path: Path) -> None:

@@ -88,6 +88,10 @@ BAD_USAGE: dict[str, list[str]] = {
     "capture --to not a URL": ["capture", "--to", "api.openai.com"],
     "capture --port not a number": ["capture", "--to", NOWHERE, "--port", "eighty"],
     "capture --session a path": ["capture", "--to", NOWHERE, "--session", "../x"],
+    "capture --port past 65535": ["capture", "--to", NOWHERE, "--port", "99999"],
+    "capture --port negative": ["capture", "--to", NOWHERE, "--port=-1"],
+    "replay --config not UTF-8": ["replay", "GOOD", "--to", NOWHERE, "--config", "BINARY"],
+    "replay --config missing": ["replay", "GOOD", "--to", NOWHERE, "--config", "nosuch.yaml"],
     "replay without a capture": ["replay", "--to", NOWHERE],
     "report without a capture": ["report"],
     "diagnose an unknown option": ["diagnose", "--fial", "x.jsonl"],
@@ -160,7 +164,10 @@ def test_a_capture_given_to_import_is_one_line_and_exit_2(
 def test_bad_usage_is_one_line_and_exit_2(
     good: Path, capsys: pytest.CaptureFixture[str], usage: str
 ) -> None:
-    argv = [str(good) if a == "GOOD" else a for a in BAD_USAGE[usage]]
+    binary = good.with_name("binary.yaml")
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    given = {"GOOD": str(good), "BINARY": str(binary)}
+    argv = [given.get(a, a) for a in BAD_USAGE[usage]]
     assert main(argv) == 2
     stdout, err = capsys.readouterr()
     assert stdout == ""

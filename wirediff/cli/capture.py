@@ -126,6 +126,8 @@ def split_upstream(url: str) -> tuple[str, str]:
 
 def check_port(port: int) -> int:
     """The port to listen on (0: any free one); a port already taken is a usage error."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: a port is from 0 to 65535 (0: any free one)")
     if port == 0:
         return free_port()
     with socket.socket() as s:

@@ -67,6 +67,8 @@ def _load_config(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"{path}: cannot read config ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: cannot read config (not UTF-8 text)") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
