@@ -243,6 +243,34 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
     assert not list(temp.iterdir()), "the copy was left behind"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "GOOD", "-o", "GOOD"],
+        ["report", "GOOD", "-o", "r.html", "--json", "GOOD"],
+        ["report", "GOOD", "-o", "r.html", "--csv", "./good.jsonl"],
+        ["report", "GOOD", "-o", "PART"],
+        ["check", "GOOD", "GOOD", "--junit", "GOOD"],
+        ["check", "GOOD", "GOOD", "--json", "GOOD"],
+        ["replay", "GOOD", "--to", NOWHERE, "-o", "GOOD", "--dry-run"],
+    ],
+    ids=["-o", "--json", "--csv", "-o a part", "check --junit", "check --json", "replay -o"],
+)
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """`wirediff report s.jsonl -o s.jsonl` would write the report over the capture."""
+    monkeypatch.chdir(good.parent)
+    part = good.with_name("good.1.jsonl")
+    part.write_bytes(good.read_bytes())
+    held = good.read_bytes()
+    given = {"GOOD": str(good), "PART": str(part)}
+    assert main([given.get(a, a) for a in argv]) == 2
+    assert "a capture this command reads" in one_error_line(capsys.readouterr().err)
+    assert good.read_bytes() == held and part.read_bytes() == held
+    assert not (good.parent / "r.html").exists()
+
+
 # --- lines skipped: one warning each, once ------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import named_captures
+from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.reports.partial import GateCounts, gate_counts
@@ -143,7 +143,9 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
-    with named_captures([args.baseline, *args.candidates]) as named, open_run(args) as run:
+    inputs = [args.baseline, *args.candidates]
+    distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
+    with named_captures(inputs) as named, open_run(args) as run:
         result = run.check(named[0], named[1:], args.baseline_label)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()

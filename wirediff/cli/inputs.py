@@ -9,6 +9,7 @@ which the store skips silently so that a live capture reads cleanly, is worth a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -17,15 +18,17 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from wirediff import FORMAT
 from wirediff._types import Record
-from wirediff.errors import CaptureError
+from wirediff.errors import CaptureError, UsageError
 from wirediff.record.parts import expand_parts
 from wirediff.record.store import iter_records
 
 __all__ = [
     "capture_file",
+    "distinct_outputs",
     "iter_capture",
     "named_captures",
     "unfinished_line",
@@ -182,3 +185,23 @@ def _spooled(arg: str, folder: list[str]) -> str:
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     return str(capture_file(copy))
+
+
+def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any]) -> None:
+    """Refuse, before anything is read or written, an output (`{"-o": "s.jsonl"}`) that is
+    one of the captures the command reads, a part of their sessions too: writing it would
+    lose what was recorded."""
+    read: list[Path] = []
+    for arg in inputs:
+        p = Path(arg)
+        if p.is_file():
+            read += expand_parts([p])
+    for option, out in outputs.items():
+        if not out or str(out) == "-" or not Path(out).is_file():
+            continue
+        for p in read:
+            with contextlib.suppress(OSError):
+                if os.path.samefile(out, p):
+                    raise UsageError(
+                        f"{option} {out}: a capture this command reads; name another file"
+                    )

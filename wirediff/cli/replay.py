@@ -82,7 +82,7 @@ from typing import Any
 import httpx
 
 from wirediff._types import Record
-from wirediff.cli.inputs import capture_file, iter_capture
+from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
 from wirediff.errors import PlanError, UsageError
 from wirediff.record.parts import expand_parts
@@ -146,6 +146,7 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 
 def main_replay_args(args: argparse.Namespace) -> int:
+    distinct_outputs(args.captures, {"-o": args.output})
     opts = options_from_args(args)
     # For captures that will need it, the spool process is forked before they are read: the
     # pages of the records this process then reads stay its own, instead of being copied

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import named_captures
+from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
@@ -44,6 +44,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
+    distinct_outputs(args.captures, {"-o": args.output, "--json": args.json, "--csv": args.csv})
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
             named,
