@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +59,25 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in value.items()}
 
 
-def _headers(pairs: Mapping[str, str]) -> dict[str, str | None]:
-    return {k.strip().lower(): (v if v != "" else None) for k, v in pairs.items()}
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
+def _headers(pairs: Mapping[str, str], where: str) -> dict[str, str | None]:
+    """Headers to set (an empty value: to drop), refused here when HTTP cannot carry them:
+    sent, every request would fail before it left, and read as the upstream's fault."""
+    out: dict[str, str | None] = {}
+    for key, value in pairs.items():
+        name = key.strip().lower()
+        if not _TOKEN.fullmatch(name):
+            raise UsageError(f"{where}: {key!r} is not a header name")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise UsageError(
+                f"{where}: the value of {name} holds what a header cannot carry "
+                "(a line break, a control character or a character outside ASCII)"
+            )
+        out[name] = value if value != "" else None
+    return out
 
 
 def _load_config(path: str) -> dict[str, Any]:
@@ -129,9 +147,9 @@ def options_from_args(args: argparse.Namespace) -> Options:
                 **_str_map(spec.get("model_map"), f"{where}.model_map"),
             }
             headers = {
-                **_headers(_str_map(d.get("headers"), "defaults.headers")),
-                **_headers(cli_headers),
-                **_headers(_str_map(spec.get("headers"), f"{where}.headers")),
+                **_headers(_str_map(d.get("headers"), "defaults.headers"), "defaults.headers"),
+                **_headers(cli_headers, "--header"),
+                **_headers(_str_map(spec.get("headers"), f"{where}.headers"), f"{where}.headers"),
             }
             key_env = spec.get("api_key_env") or args.api_key_env or d.get("api_key_env")
             targets.append(Target(label, url, key_env or None, models, headers))
