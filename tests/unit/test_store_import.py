@@ -398,6 +398,42 @@ def test_import_bad_input_exits_2_with_one_line(
     assert err.startswith("wirediff: error:") and err.count("\n") == 1
 
 
+def _set(entry: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        entry = entry[key]
+    entry[last] = value
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        ("request.method", 5, "request.method must be a string, not int"),
+        ("request.url", "https://h/caf\u00e9", "request.url must be ASCII"),
+        ("request.headers", [{"name": 5, "value": "x"}], "request.headers: a header's name"),
+        ("response.status", "200", "response.status must be an HTTP status, not str"),
+        ("response.status", 1000, "response.status must be an HTTP status, from 0 to 999"),
+        ("response.status", True, "response.status must be an HTTP status, not bool"),
+        ("response.content", "x", "response.content must be an object, not str"),
+        ("time", "x", "time must be a number, not str"),
+    ],
+)
+async def test_a_har_entry_of_the_wrong_types_is_named_in_har_terms_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str, value: Any, said: str
+) -> None:
+    """Said in the entry's own terms, not as an interpreter's (`'int' object has no
+    attribute 'encode'`); and no record every command would then refuse is written."""
+    with taddons.context():
+        har = SaveHar().make_har([chat_flow()])
+    _set(har["log"]["entries"][0], path, value)
+    p = tmp_path / "s.har"
+    p.write_text(json.dumps(har))
+    assert main(["import", str(p), "-o", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"wirediff: error: {p}: HAR entry 0 is malformed ({said}")
+    assert err.count("\n") == 1 and not (tmp_path / "out.jsonl").exists()
+
+
 def test_import_of_a_file_without_http_exchanges_is_an_error(tmp_path: Path) -> None:
     empty = tmp_path / "empty.flow"
     empty.write_bytes(b"")

@@ -23,6 +23,7 @@ from wirediff.errors import CaptureError
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import exchange_from_flow, upstream_label
+from wirediff.record.validate import problem
 
 __all__ = ["exchange_from_har", "import_flows", "source_kind"]
 
@@ -80,8 +81,72 @@ def _har_entries(path: Path) -> list[Any]:
     return entries
 
 
+def _headers_problem(value: Any, where: str) -> str | None:
+    if not isinstance(value, list):
+        return f"{where} must be a list"
+    for h in value:
+        pair = (h.get("name"), h.get("value")) if isinstance(h, dict) else h
+        if not (isinstance(pair, list | tuple) and len(pair) >= 2):
+            return f"{where} must be name and value pairs"
+        if not all(isinstance(x, str) for x in pair[:2]):
+            return f"{where}: a header's name and value must be strings"
+    return None
+
+
+def _har_problem(entry: Any) -> str | None:
+    """What in a HAR entry is not the type HAR 1.2 gives it, among the fields read; said
+    in the entry's own terms before mitmproxy's reader trips over it."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    req, resp = entry.get("request"), entry.get("response")
+    content = resp.get("content") if isinstance(resp, dict) else None
+    wrong = [
+        ("startedDateTime", entry.get("startedDateTime"), str, "a string"),
+        ("time", entry.get("time"), int | float, "a number"),
+        ("request", req, dict, "an object"),
+        ("response", resp, dict, "an object"),
+    ]
+    if isinstance(req, dict):
+        wrong += [
+            ("request.method", req.get("method"), str, "a string"),
+            ("request.url", req.get("url"), str, "a string"),
+            ("request.httpVersion", req.get("httpVersion"), str, "a string"),
+        ]
+        post = req.get("postData")
+        if post is not None:
+            wrong += [("request.postData", post, dict, "an object")]
+            if isinstance(post, dict):
+                wrong += [("request.postData.text", post.get("text"), str, "a string")]
+    if isinstance(resp, dict):
+        wrong += [
+            ("response.status", resp.get("status"), int, "an HTTP status"),
+            ("response.httpVersion", resp.get("httpVersion"), str, "a string"),
+            ("response.content", content, dict, "an object"),
+        ]
+        for key in ("text", "encoding"):
+            if isinstance(content, dict) and content.get(key) is not None:
+                wrong += [(f"response.content.{key}", content[key], str, "a string")]
+    for name, value, kind, what in wrong:
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return (
+                f"{name} must be {what}, not {'missing' if value is None else type(value).__name__}"
+            )
+    request: dict[str, Any] = entry["request"]
+    response: dict[str, Any] = entry["response"]
+    if not 0 <= response["status"] <= 999:
+        return "response.status must be an HTTP status, from 0 to 999"
+    if not request["url"].isascii():
+        return "request.url must be ASCII (a HAR file holds URLs percent-encoded)"
+    return _headers_problem(request.get("headers"), "request.headers") or _headers_problem(
+        response.get("headers"), "response.headers"
+    )
+
+
 def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
     for i, entry in enumerate(_har_entries(path)):
+        found = _har_problem(entry)
+        if found:
+            raise CaptureError(f"{path}: HAR entry {i} is malformed ({found})")
         try:
             yield exchange_from_har(entry)
         except (KeyError, ValueError, TypeError, AttributeError, exceptions.OptionsError) as e:
@@ -122,10 +187,13 @@ def import_flows(path: str | Path) -> list[Record]:
     without one is a `CaptureError` (there is nothing to import)."""
     p = Path(path)
     exchanges = _from_har(p) if source_kind(p) == "har" else _from_flowfile(p)
-    records = [
-        build_record(ex, session=p.stem, label=label, seq=i, listener=None)
-        for i, (ex, label) in enumerate(exchanges)
-    ]
+    records = []
+    for i, (ex, label) in enumerate(exchanges):
+        rec = build_record(ex, session=p.stem, label=label, seq=i, listener=None)
+        found = problem(rec)
+        if found:
+            raise CaptureError(f"{p}: exchange {i} gives no valid {FORMAT} record ({found})")
+        records.append(rec)
     if not records:
         raise CaptureError(f"{p}: no HTTP exchanges in it, nothing to import")
     return records
