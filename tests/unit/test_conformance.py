@@ -443,3 +443,27 @@ def test_a_value_the_document_bounds_is_judged_on_each_answer(
         frame = conformance(copy.deepcopy(session))
         assert set(frame["candidate_id"]) == {"bad"}
         assert frame["message"].str.contains(message, regex=False).all()
+
+
+def test_an_error_where_a_result_belongs_is_quoted_from_its_own_answer() -> None:
+    """Verdicts are remembered per structure, but the problem quotes the error's message:
+    two such answers alike in structure each get their own."""
+    said = {
+        "a1": "alpha: quota exceeded",
+        "b1": "beta: model not found",
+        "c1": "alpha: quota exceeded",
+    }
+    records = []
+    for rid, message in said.items():
+        rec = responses_record(id=rid)
+        answer(rec)["body"] = {
+            "error": {"message": message, "type": "x", "param": None, "code": None}
+        }
+        records.append(rec)
+    for session in (records, records[::-1]):
+        frame = conformance(copy.deepcopy(session))
+        mine = frame[frame["path"] == "error"]
+        got = dict(zip(mine["candidate_id"], mine["message"], strict=True))
+        assert got == {
+            rid: f"`error`: an error where Response belongs: {m}" for rid, m in said.items()
+        }

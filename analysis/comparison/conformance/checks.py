@@ -14,6 +14,7 @@ from wirediff._support import is_2xx, response_status
 from wirediff._types import Event, Record, RecordResponse
 from wirediff.analysis.comparison import impact as sdk
 from wirediff.analysis.comparison.breaks import Break, implicates, record_breaks
+from wirediff.analysis.comparison.compare import error_message
 from wirediff.analysis.comparison.conformance import (
     grammar,
     open_responses,
@@ -106,17 +107,16 @@ def _stream_of(record: Record) -> list[Event] | None:
 
 def _answer_key(record: Record, resp: RecordResponse) -> tuple[Any, ...]:
     """What the references' verdict on a record depends on: its route, status and the
-    structure of its answer (`resp`), event by event (positions count; texts do not)."""
+    structure of its answer (`resp`), event by event (positions count; texts do not, but
+    for the message of an error where a result belongs, which its problem quotes)."""
     tags = record["tags"]
     events = resp.get("events")
     if events is not None:
         answer: Any = tuple(
-            (structure(d) if type(d) in (dict, list) else d, bool(ev.get("partial")))
-            for ev in events
-            for d in (ev.get("data"),)
+            (_data_key(d), bool(ev.get("partial"))) for ev in events for d in (ev.get("data"),)
         )
     elif resp.get("body") is not None:
-        answer = ("body", structure(resp["body"]))
+        answer = ("body", _data_key(resp["body"]))
     else:
         answer = ("text", resp.get("text"), resp.get("b64") is not None)
     return (
@@ -127,6 +127,12 @@ def _answer_key(record: Record, resp: RecordResponse) -> tuple[Any, ...]:
         transport_of(record),
         answer,
     )
+
+
+def _data_key(data: Any) -> Any:
+    if type(data) not in (dict, list):
+        return data
+    return (structure(data), error_message(data)) if is_error_body(data) else structure(data)
 
 
 def _reference_problems(record: Record, resp: RecordResponse) -> list[Problem]:
