@@ -159,8 +159,14 @@ def load_ignore(path: str | os.PathLike[str]) -> list[str]:
         return []
     try:
         config = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{p}: cannot read ({type(e).__name__})") from None
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: cannot read (not UTF-8 text)") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f":{where.line + 1}" if where is not None else ""
+        raise ValueError(f"{p}{line}: not valid YAML") from None
     if config is None:
         return []
     if not isinstance(config, dict):

@@ -94,6 +94,8 @@ BAD_USAGE: dict[str, list[str]] = {
     "replay --config missing": ["replay", "GOOD", "--to", NOWHERE, "--config", "nosuch.yaml"],
     "replay --header a line break": ["replay", "GOOD", "--to", NOWHERE, "--header", "x=a\nb: c"],
     "replay --header a space in the name": ["replay", "GOOD", "--to", NOWHERE, "--header", "a b=c"],
+    "report --ignore-config not YAML": ["report", "GOOD", "--ignore-config", "BADYAML"],
+    "report --ignore-config not UTF-8": ["report", "GOOD", "--ignore-config", "BINARY"],
     "replay --header not ASCII": ["replay", "GOOD", "--to", NOWHERE, "--header", "x-team=\u00e9"],
     "replay without a capture": ["replay", "--to", NOWHERE],
     "report without a capture": ["report"],
@@ -169,7 +171,9 @@ def test_bad_usage_is_one_line_and_exit_2(
 ) -> None:
     binary = good.with_name("binary.yaml")
     binary.write_bytes(b"\xff\xfe\x00 not text")
-    given = {"GOOD": str(good), "BINARY": str(binary)}
+    bad_yaml = good.with_name("bad.yaml")
+    bad_yaml.write_text("ignore: [unclosed\n")
+    given = {"GOOD": str(good), "BINARY": str(binary), "BADYAML": str(bad_yaml)}
     argv = [given.get(a, a) for a in BAD_USAGE[usage]]
     assert main(argv) == 2
     stdout, err = capsys.readouterr()
