@@ -278,6 +278,26 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
     assert not (good.parent / "r.html").exists()
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`wirediff replay … --dry-run | head -1`: no error about a broken pipe, exit 141."""
+    base = openai_session()
+    capture = tmp_path / "s.jsonl"
+    capture.write_text(
+        "".join(json.dumps({**base[i % len(base)], "id": f"r{i}"}) + "\n" for i in range(3000))
+    )
+    proc = subprocess.Popen(
+        [WIREDIFF, "replay", str(capture), "--to", NOWHERE, "--dry-run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"replay ")
+    proc.stdout.close()  # as `head -1` does, long before the plan's 3,000 lines are out
+    with proc.stderr:
+        assert proc.wait(timeout=120) == 141
+        assert proc.stderr.read() == b""
+
+
 # --- lines skipped: one warning each, once ------------------------------------------------
 
 

@@ -35,6 +35,8 @@ DEBUG_ENV = "WIREDIFF_DEBUG"
 UNEXPECTED_MESSAGE_CHARS = 300
 """An unexpected error's message is cut to this, on one line: it may quote input."""
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_READER_GONE = 141
+"""The reader of the output went away (`… | head`): quiet, as a tool SIGPIPE ends."""
 COMMON_CODES = {
     EXIT_ERROR: "bad usage or unreadable input (one line on stderr says why)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
@@ -94,6 +96,9 @@ def run_command(func: Command, args: argparse.Namespace) -> int:
     except WirediffError as e:
         print(f"wirediff: error: {e}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:  # `… | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return EXIT_READER_GONE
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"wirediff: error: {where}{e.strerror or e}", file=sys.stderr)
