@@ -35,6 +35,9 @@ def encodings(secret: str) -> dict[str, str]:
         "url": quote(secret, safe=""),
         "url lower": re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(secret, safe="")),
         "form": quote_plus(secret),
+        "url, each byte": "".join(f"%{b:02X}" for b in raw),
+        "url, each byte lower": "".join(f"%{b:02x}" for b in raw),
+        "url, a dash too": quote(secret, safe="").replace("-", "%2D"),
     }
     for lead in range(3):  # inside a longer base64 text, at each alignment
         b64 = base64.b64encode(b"x" * lead + raw).decode()

@@ -254,8 +254,8 @@ def form_secrets(text: str) -> list[str]:
 
 
 def scrub_text(text: str, secrets: dict[str, str]) -> str:
-    """`text` with every form of every secret replaced by its fingerprint, also where a
-    JSON encoder escaped any of its characters as `\\u00XX` (keys are ASCII)."""
+    """`text` with every form of every secret replaced by its fingerprint, also where an
+    encoder escaped any of its characters (`\\u00XX`, `%XX`; keys are ASCII)."""
     for secret, fp in secrets.items():
         if secret in text:
             text = (
@@ -263,10 +263,22 @@ def scrub_text(text: str, secrets: dict[str, str]) -> str:
                 if len(secret) >= MIN_SECRET
                 else _token(secret).sub(fp, text)
             )
-    if secrets and "\\u00" in text:
+    if secrets and ("\\u00" in text or _percent_encoded(text, secrets)):
         for secret, fp in secrets.items():
             text = _escaped(secret).sub(fp, text)
     return text
+
+
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _percent_encoded(text: str, secrets: dict[str, str]) -> bool:
+    """Whether a secret is in `text` with characters percent-encoded that need not be
+    (`sk%2Dabc`, `%73%6B…`), which `secret_forms` does not spell out."""
+    if "%" not in text or not _PERCENT_ESCAPE.search(text):
+        return False
+    decoded = unquote(text)
+    return any(secret in decoded for secret in secrets)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -277,10 +289,13 @@ def _token(secret: str) -> re.Pattern[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _escaped(secret: str) -> re.Pattern[str]:
-    """`secret` with each character as it is or JSON-escaped (`\\u00XX`, `\\/`)."""
+    """`secret` with each character as it is, JSON-escaped (`\\u00XX`, `\\/`) or
+    percent-encoded (`%2D`, `%2d`: an encoder may encode what it need not)."""
     parts = []
     for ch in secret:
         alts = [re.escape(ch)]
+        if ord(ch) < 0x80:
+            alts.append(f"%(?i:{ord(ch):02x})")
         if ord(ch) < 0x100:
             alts.append(f"\\\\u00(?i:{ord(ch):02x})")
         if ch == "/":
@@ -296,7 +311,9 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     if not secrets:
         return headers
     joined = "\n".join(v for _, v in headers)
-    if not any(secret in joined for secret in secrets) and "\\u00" not in joined:
+    if not any(secret in joined for secret in secrets) and not (
+        "\\u00" in joined or _percent_encoded(joined, secrets)
+    ):
         return headers  # no echo in any value: one look at all of them
     return [[k, scrub_text(v, secrets)] for k, v in headers]
 
