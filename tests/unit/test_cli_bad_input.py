@@ -401,3 +401,18 @@ def test_every_command_documents_its_exit_codes_in_help_and_readme(
         main(["capture", "--help"])
     assert done.value.code == 0
     assert "exit codes:\n  2    bad usage" in capsys.readouterr().out
+
+
+def test_a_target_url_with_credentials_is_shown_fingerprinted(
+    good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--to http://user:pass@host/v1`: the plan, the notes and the errors show the
+    password's fingerprint, never the password."""
+    secret = "pw-CANARY-to-9876"
+    target = f"http://alice:{secret}@127.0.0.1:9/v1"
+    assert main(["replay", str(good), "--to", target, "--dry-run"]) == 0
+    said = capsys.readouterr()
+    assert "127.0.0.1:9" in said.out and secret not in said.out + said.err
+    assert main(["capture", "--to", target]) == 2
+    err = capsys.readouterr().err
+    assert "without query, fragment or credentials" in err and secret not in err

@@ -538,7 +538,7 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     [
         ("ignore: usage\n", "wirediff.yaml: `ignore` must be a list of path patterns"),
         ("- a\n", "wirediff.yaml: expected a mapping with an `ignore:` list"),
-        ("ignore: [a\n", "wirediff.yaml: cannot read"),
+        ("ignore: [a\n", "wirediff.yaml:2: not valid YAML"),
         (None, "wirediff.yaml: no such ignore config"),
     ],
 )

@@ -4,6 +4,7 @@ holds only its fingerprint."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 import re
@@ -302,3 +303,50 @@ def test_a_text_without_the_patterns_words_is_as_the_patterns_leave_it() -> None
     dotless = "ap\u0131 key prov\u0131ded: sk-x1234567"
     assert redact_patterns(dotless) != dotless
     assert redact_patterns("Ba\u017fic dXNlcjpwYXNz") == "Ba\u017fic <redacted>"
+
+
+BARE = "azCANARYbare0123456789abcdef"
+"""A key of no known shape (Azure's, a gateway's): only where it was sent says it is one."""
+
+
+@pytest.mark.parametrize(
+    ("where", "header", "url"),
+    [
+        ("helicone-auth", ("helicone-auth", f"Bearer {BARE}"), ""),
+        ("Azure API Management", ("ocp-apim-subscription-key", BARE), ""),
+        ("x-openai-key", ("x-openai-key", BARE), ""),
+        ("a scheme of its own", ("authorization", f"ApiKey {BARE}"), ""),
+        ("a tab after the scheme", ("authorization", f"Bearer\t{BARE}"), ""),
+        ("?client_secret=", None, f"?client_secret={BARE}"),
+        ("?password=", None, f"?password={BARE}"),
+        ("?access-token=", None, f"?access-token={BARE}"),
+    ],
+)
+def test_a_key_sent_where_gateways_put_it_never_reaches_the_record(
+    where: str, header: tuple[str, str] | None, url: str
+) -> None:
+    """Sent in a header or a query parameter that names a credential, and quoted back by a
+    401 and its `www-authenticate`: fingerprinted in the request and in every echo."""
+    ex = answered(
+        "POST",
+        [("content-type", "application/json"), *([header] if header else [])],
+        b'{"model": "m"}',
+        401,
+        "application/json",
+        json.dumps({"error": {"message": f"Incorrect API key provided: {BARE}"}}).encode(),
+    )
+    assert ex.response is not None
+    ex = dataclasses.replace(
+        ex,
+        request=dataclasses.replace(
+            ex.request, url=ex.request.url + url, path=ex.request.path + url
+        ),
+        response=dataclasses.replace(
+            ex.response,
+            headers=[*ex.response.headers, ("www-authenticate", f'Bearer error="{BARE}"')],
+        ),
+    )
+    line = encode_record(build_record(ex, session="s", label="l", seq=0)).decode()
+    for how, form in encodings(BARE).items():
+        assert form not in line, f"sent as {where}: its {how} form is on disk"
+    assert fingerprint(BARE) in line

@@ -28,6 +28,7 @@ from wirediff.cli.netutil import free_port
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.record.parts import capture_parts, parse_rotation
+from wirediff.record.redact import redact_url
 
 __all__ = [
     "AddonOption",
@@ -118,9 +119,13 @@ def split_upstream(url: str) -> tuple[str, str]:
     """`(upstream for mitmproxy's reverse mode, path for the client's base URL)`."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--to needs an http(s) URL, e.g. https://api.openai.com/v1: {url!r}")
+        raise UsageError(
+            f"--to needs an http(s) URL, e.g. https://api.openai.com/v1: {redact_url(url)!r}"
+        )
     if parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(f"--to takes a base URL without query, fragment or credentials: {url!r}")
+        raise UsageError(
+            f"--to takes a base URL without query, fragment or credentials: {redact_url(url)!r}"
+        )
     return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or DEFAULT_API_PATH
 
 

@@ -212,7 +212,7 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     keys = {t.label: api_key_for(t, env) for t in opts.targets}
     for t in opts.targets:
         if not httpx.URL(t.url).path.strip("/"):
-            note = f"wirediff: note: {t.url} has no path; an SDK base_url usually ends in /v1"
+            note = f"wirediff: note: {t.shown} has no path; an SDK base_url usually ends in /v1"
             print(note, file=sys.stderr)
 
     runs: list[TargetRun] = []
@@ -258,9 +258,9 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
         r = failed[0]
         c = r.counts
         if c.unreachable == c.sent:
-            what = f"could not connect to {r.target.label} at {r.target.url}: all {c.sent} requests failed (recorded as upstream_unreachable"
+            what = f"could not connect to {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as upstream_unreachable"
         else:
-            what = f"every request to {r.target.label} at {r.target.url} failed at the transport (none of {c.sent} got an answer; recorded"
+            what = f"every request to {r.target.label} at {r.target.shown} failed at the transport (none of {c.sent} got an answer; recorded"
         raise UsageError(f"{what}; run the same command again to retry them)")
     return 0
 

@@ -54,10 +54,17 @@ SECRET_HEADERS = frozenset(
 # Other credential-looking names (x-goog-api-key, x-auth-token, x-client-secret…); not
 # x-ratelimit-*-tokens, whose values are evidence.
 SECRET_HEADER_NAME = re.compile(
-    r"(?i)(authorization|cookie|api[-_]?key|(^|[-_])(auth|access|session|id)?[-_]?token$|secret|password)"
+    r"(?i)(authorization|cookie|api[-_]?key|(^|[-_])(auth|access|session|id)?[-_]?token$|secret"
+    r"|password|subscription[-_]?key|(^|[-_])auth$|(?<!idempotency)(^|[-_])key$)"
 )
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
-SECRET_QUERY = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
+SECRET_QUERY = frozenset(
+    {
+        *("key", "api_key", "api-key", "apikey", "x-api-key", "token", "secret", "signature"),
+        *("access_token", "access-token", "refresh_token", "auth_token", "id_token", "sig"),
+        *("client_secret", "client-secret", "password", "passwd", "private_key"),
+    }
+)
 _SCHEMES = ("bearer", "basic", "token", "key")
 MIN_SECRET = 6
 """Shorter secrets are scrubbed only where they stand as a whole token (not inside a word:
@@ -76,9 +83,9 @@ def fingerprint(secret: str) -> str:
 
 def split_scheme(value: str) -> tuple[str | None, str]:
     """`"Bearer sk-x"` → `("Bearer", "sk-x")`; a bare key has no scheme."""
-    head, sep, rest = value.strip().partition(" ")
-    if sep and head.lower() in _SCHEMES:
-        return head, rest.strip()
+    head, *rest = value.strip().split(None, 1) or [""]
+    if rest and head.lower() in _SCHEMES:
+        return head, rest[0].strip()
     return None, value.strip()
 
 
@@ -167,6 +174,9 @@ def secret_values(
             crumbs = value.split(";") if low == "cookie" else value.split(";", 1)[:1]
             found.update(c.partition("=")[2].strip() for c in crumbs)
         found.add(split_scheme(value)[1])
+        scheme_and_credential = value.split()
+        if len(scheme_and_credential) == 2:  # a scheme this module does not know: `ApiKey k`
+            found.add(scheme_and_credential[1])
         found.update(basic_credentials(value))
     parts = urlsplit(url)
     if "@" in parts.netloc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from wirediff._types import Record
+from wirediff.record.redact import redact_url
 from wirediff.replay.plan import Node, Plan
 from wirediff.replay.request import Outgoing, prepare
 from wirediff.replay.targets import Target
@@ -17,7 +18,7 @@ def describe(node: Node, out: Outgoing, plan: Plan) -> str:
     deps = ", ".join(
         f"{r.where}←#{plan.by_id[r.producer].order}" for r in node.refs if r.producer in plan.by_id
     )
-    bits = [f"#{node.order:<3}", out.method, out.url]
+    bits = [f"#{node.order:<3}", out.method, redact_url(out.url)]
     if out.model:
         bits.append(f"model={out.model}")
     if out.stream:
@@ -52,7 +53,7 @@ def dry_run(
         again = tried_of[t.label]
         tried = f" ({again} tried before)" if again else ""
         yield (
-            f"replay → {t.label} ({t.base}, {_key_source(t, env)}): "
+            f"replay → {t.label} ({t.shown}, {_key_source(t, env)}): "
             f"{len(todo) - skipped} to send, {skipped} to skip{tried}, "
             f"{len(done)} already replayed"
         )

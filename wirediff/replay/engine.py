@@ -198,7 +198,7 @@ class TargetRun:
             timeout or httpx.Timeout(DEFAULT_TIMEOUT, connect=CONNECT_TIMEOUT)
         ).as_dict()
         self.progress = progress
-        self.listener = f"replay:{target.base}"
+        self.listener = f"replay:{target.shown}"
         self.counts = Counts(total=len(plan), resumed=sum(1 for n in plan.nodes if n.id in done))
 
     # -- scheduling --

@@ -348,7 +348,7 @@ class Mirror:
             "session": step.live.session,
             "label": label,
             "seq": step.live.seq,
-            "listener": f"shadow:{cand.target.base}",
+            "listener": f"shadow:{cand.target.shown}",
             "replay_of": step.live.id,
         }
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from wirediff.errors import PlanError
-from wirediff.record.redact import AUTH_HEADERS
+from wirediff.record.redact import AUTH_HEADERS, redact_url
 
 __all__ = ["Target", "default_label", "parse_pairs", "parse_rate"]
 
@@ -29,7 +29,7 @@ class Target:
         object.__setattr__(self, "headers", {k.lower(): v for k, v in self.headers.items()})
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise PlanError(f"target {self.label!r}: not an http(s) URL: {self.url!r}")
+            raise PlanError(f"target {self.label!r}: not an http(s) URL: {redact_url(self.url)!r}")
         bad = sorted(set(self.headers) & (set(AUTH_HEADERS) | {"cookie"}))
         if bad:
             raise PlanError(
@@ -42,6 +42,11 @@ class Target:
         """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
         p = urlsplit(self.url)
         return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/"), "", ""))
+
+    @property
+    def shown(self) -> str:
+        """The base URL as messages and records show it: credentials in it fingerprinted."""
+        return redact_url(self.base)
 
     @property
     def origin(self) -> str:
