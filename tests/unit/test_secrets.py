@@ -39,6 +39,8 @@ def encodings(secret: str) -> dict[str, str]:
         "url, each byte": "".join(f"%{b:02X}" for b in raw),
         "url, each byte lower": "".join(f"%{b:02x}" for b in raw),
         "url, a dash too": quote(secret, safe="").replace("-", "%2D"),
+        "hex": raw.hex(),
+        "HEX": raw.hex().upper(),
     }
     for lead in range(3):  # inside a longer base64 text, at each alignment
         b64 = base64.b64encode(b"x" * lead + raw).decode()

@@ -211,7 +211,7 @@ def _forms(found: frozenset[str]) -> tuple[tuple[str, str], ...]:
 @functools.lru_cache(maxsize=256)
 def secret_forms(secret: str) -> tuple[str, ...]:
     """`secret` as sent and as a server may echo it: JSON-escaped (with and without `\\/`),
-    URL-encoded, and base64 (standard and URL-safe: the characters that only the secret
+    URL-encoded, hex, and base64 (standard and URL-safe: the characters that only the secret
     decides, at each of the three alignments it may have inside a longer base64 text)."""
     forms = {secret}
     for ascii_only in (True, False):
@@ -220,6 +220,7 @@ def secret_forms(secret: str) -> tuple[str, ...]:
     for enc in (quote(secret, safe=""), quote_plus(secret)):
         forms.update((enc, _LOWER_HEX.sub(lambda m: m.group(0).lower(), enc)))
     raw = secret.encode("utf-8", "surrogateescape")
+    forms.update((raw.hex(), raw.hex().upper()))
     for lead in range(3):
         b64 = base64.b64encode(bytes(lead) + raw).decode("ascii")
         core = b64[(8 * lead + 5) // 6 : (8 * (lead + len(raw))) // 6]
