@@ -352,3 +352,28 @@ def test_a_key_sent_where_gateways_put_it_never_reaches_the_record(
     for how, form in encodings(BARE).items():
         assert form not in line, f"sent as {where}: its {how} form is on disk"
     assert fingerprint(BARE) in line
+
+
+def test_a_credential_field_of_a_multipart_upload_is_fingerprinted() -> None:
+    """`/v1/audio/transcriptions` with `api_key` as a form field beside the file (how
+    httpx writes it): the field and its echo become the fingerprint, the file stays."""
+    import httpx
+
+    upload = httpx.Request(
+        "POST",
+        "https://api.test/v1/audio/transcriptions",
+        data={"model": "whisper-1", "api_key": BARE},
+        files={"file": ("a.wav", b"RIFF-audio-bytes", "audio/wav")},
+    )
+    ex = answered(
+        "POST",
+        [("content-type", upload.headers["content-type"])],
+        upload.read(),
+        401,
+        "application/json",
+        json.dumps({"error": {"message": f"bad key {BARE}"}}).encode(),
+    )
+    line = encode_record(build_record(ex, session="s", label="l", seq=0)).decode()
+    for how, form in encodings(BARE).items():
+        assert form not in line, f"its {how} form is on disk"
+    assert fingerprint(BARE) in line and "RIFF-audio-bytes" in line

@@ -21,6 +21,7 @@ from wirediff.record.redact import (
     form_secrets,
     json_secrets,
     may_hold_secret_fields,
+    multipart_secrets,
     redact_headers,
     redact_url,
     scrub_headers,
@@ -104,11 +105,15 @@ def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes
 
 
 def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
-    """Values of the request body's credential-named fields (JSON or a form)."""
+    """Values of the request body's credential-named fields (JSON, a form, or the fields
+    of a multipart form: an upload's `api_key` beside its file)."""
     if not content:
         return []
+    kind = content_type.lower()
+    if "multipart/form-data" in kind:
+        return multipart_secrets(content)
     text = content.decode("utf-8", "replace")
-    if "x-www-form-urlencoded" in content_type.lower():
+    if "x-www-form-urlencoded" in kind:
         return form_secrets(text)
     return json_secrets(text)
 

@@ -35,6 +35,7 @@ __all__ = [
     "is_fingerprint",
     "json_secrets",
     "may_hold_secret_fields",
+    "multipart_secrets",
     "redact_fields",
     "redact_headers",
     "redact_log_text",
@@ -262,6 +263,22 @@ def json_secrets(text: str) -> list[str]:
 def form_secrets(text: str) -> list[str]:
     """Values of credential-named fields of a form-encoded body (`api_key=…&…`)."""
     return [v for k, v in parse_qsl(text, keep_blank_values=True) if SECRET_FIELD.match(k)]
+
+
+_MULTIPART_FIELD = re.compile(
+    rb'(?i)content-disposition:[ \t]*form-data;[ \t]*name="([^"\r\n]{1,100})"[^\r\n]*\r?\n'
+    rb"(?:[^\r\n]+\r?\n)*\r?\n([^\r\n]{0,4096})\r?\n--"
+)
+
+
+def multipart_secrets(content: bytes) -> list[str]:
+    """Values of credential-named fields of a `multipart/form-data` body, each a line
+    (a file part is no credential: its name is not one)."""
+    return [
+        value.decode("utf-8", "replace")
+        for name, value in _MULTIPART_FIELD.findall(content)
+        if SECRET_FIELD.match(name.decode("latin-1"))
+    ]
 
 
 def scrub_text(text: str, secrets: dict[str, str]) -> str:
