@@ -377,3 +377,21 @@ def test_a_credential_field_of_a_multipart_upload_is_fingerprinted() -> None:
     for how, form in encodings(BARE).items():
         assert form not in line, f"its {how} form is on disk"
     assert fingerprint(BARE) in line and "RIFF-audio-bytes" in line
+
+
+def test_a_key_in_the_path_never_reaches_the_record_or_its_route() -> None:
+    """`GET /v1/keys/sk-…` (a gateway's key management): the segment is fingerprinted in the
+    url, the path and the route template the report lists endpoints by."""
+    key = "sk-CANARYpath0123456789abcdef"
+    ex = answered("GET", [], None, 200, "application/json", b'{"object": "key"}')
+    ex = dataclasses.replace(
+        ex,
+        request=dataclasses.replace(
+            ex.request, url=f"https://api.test/v1/keys/{key}", path=f"/v1/keys/{key}"
+        ),
+    )
+    rec = build_record(ex, session="s", label="l", seq=0)
+    line = encode_record(rec).decode()
+    assert key not in line and "CANARYpath" not in line
+    assert rec["tags"]["endpoint"] is None or key not in rec["tags"]["endpoint"]
+    assert rec["request"]["path"] == f"/v1/keys/{fingerprint(key)}"

@@ -267,7 +267,7 @@ def build_record(
     resp_body = response["body"] if response else None
     tags = tag_exchange(
         method=req.method,
-        path=req.path,
+        path=request["path"],
         client_headers=sent,
         upstream_headers=upstream,
         request_body=request["body"],

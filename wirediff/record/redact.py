@@ -124,9 +124,11 @@ def redact_headers(
 
 
 def redact_url(url: str) -> str:
-    """Fingerprint credentials in the query string and userinfo (works on paths too)."""
+    """Fingerprint credentials in the query string, userinfo and path segments shaped as
+    keys (`/v1/keys/sk-…`) (works on paths too)."""
     parts = urlsplit(url)
     netloc = parts.netloc
+    path = _KEY_SEGMENT.sub(lambda m: fingerprint(m.group(0)), parts.path)
     if "@" in netloc:
         userinfo, _, host = netloc.rpartition("@")
         netloc = f"{fingerprint(userinfo)}@{host}"
@@ -137,9 +139,13 @@ def redact_url(url: str) -> str:
             query = urlencode(
                 [(k, fingerprint(v) if k.lower() in SECRET_QUERY else v) for k, v in pairs]
             )
-    if netloc == parts.netloc and query == parts.query:
+    if netloc == parts.netloc and query == parts.query and path == parts.path:
         return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, path, query, parts.fragment))
+
+
+_KEY_SEGMENT = re.compile(r"(?<=/)(?:sk|lm|pk|rk)-[\w\-.]{16,}(?=/|$)")
+"""A path segment shaped as an API key (OpenAI's `sk-…`, LM Studio's `lm-…`)."""
 
 
 def basic_credentials(value: str) -> list[str]:
