@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar, overload
 
 from wirediff._types import Record
@@ -20,6 +22,7 @@ __all__ = [
     "merge_earliest",
     "paused_gc",
     "printable",
+    "read_yaml",
     "response_status",
     "statuses_2xx",
     "task_gc",
@@ -51,6 +54,25 @@ def printable(text: str) -> str:
 def _escaped(m: re.Match[str]) -> str:
     code = ord(m.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def read_yaml(path: str | os.PathLike[str], what: str = "") -> Any:
+    """A YAML file the user wrote, parsed; a `ValueError` with one line that says why not
+    (`wirediff.yaml:2: not valid YAML`, `… cannot read config (not UTF-8 text)`)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read{what} ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: cannot read{what} (not UTF-8 text)") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f":{where.line + 1}" if where is not None else ""
+        raise ValueError(f"{path}{line}: not valid YAML") from None
 
 
 def is_2xx(status: Any) -> bool:

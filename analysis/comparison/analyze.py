@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from wirediff._support import paused_gc
+from wirediff._support import paused_gc, read_yaml
 from wirediff._types import Record
 from wirediff.analysis.comparison.conformance import check_records
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
@@ -157,16 +156,7 @@ def load_ignore(path: str | os.PathLike[str]) -> list[str]:
         p = p / CONFIG_NAME
     if not p.is_file():
         return []
-    try:
-        config = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{p}: cannot read (not UTF-8 text)") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f":{where.line + 1}" if where is not None else ""
-        raise ValueError(f"{p}{line}: not valid YAML") from None
+    config = read_yaml(p)
     if config is None:
         return []
     if not isinstance(config, dict):

@@ -158,7 +158,7 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
     meanwhile, and its unfinished last lines warned about after."""
     folder: list[str] = []
     try:
-        named = [_spooled(str(p), folder) for p in paths]
+        named = [_spooled(str(p), i, folder) for i, p in enumerate(paths)]
         files = [Path(n) for n, p in zip(named, paths, strict=True) if not _is_dataset(str(p))]
         with _import_hint(files):
             yield named
@@ -168,9 +168,9 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
             shutil.rmtree(made, ignore_errors=True)
 
 
-def _spooled(arg: str, folder: list[str]) -> str:
-    """`arg` checked as a capture, or a copy of the pipe it names (in a folder made once,
-    into `folder`)."""
+def _spooled(arg: str, position: int, folder: list[str]) -> str:
+    """`arg` (the `position`th) checked as a capture, or a copy of the pipe it names (in a
+    folder made once, into `folder`)."""
     if _is_dataset(arg):
         return arg
     p = capture_file(arg)
@@ -178,7 +178,7 @@ def _spooled(arg: str, folder: list[str]) -> str:
         return arg
     if not folder:
         folder.append(tempfile.mkdtemp(prefix="wirediff-pipe-"))
-    copy = Path(folder[0]) / f"{len(os.listdir(folder[0]))}-{p.name}"
+    copy = Path(folder[0]) / f"{position}-{p.name}"
     try:
         with p.open("rb") as src, copy.open("wb") as dst:
             shutil.copyfileobj(src, dst, _BLOCK)

@@ -17,13 +17,11 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.parts import HEAD_BYTES, expand_parts, glob_escape, session_parts
-from wirediff.record.store import Shared, read_depth, share_repeats
-from wirediff.record.validate import problem
+from wirediff.record.store import Shared, read_depth, record_problem, share_repeats
 
 __all__ = [
     "DATASET_MARK",
@@ -235,8 +233,9 @@ def reading_parquet(url: str) -> Iterator[None]:
         raise CaptureError(f"{url}: not a readable Parquet file ({why.strip()})") from None
 
 
-def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
-    """The `record` text of rows of one dataset file (each row group read once)."""
+def _read_rows(url: str, rows: Sequence[int]) -> list[tuple[bytes, Record]]:
+    """The `record` text of rows of one dataset file, and the record it was checked as
+    (each row group read once)."""
     import pyarrow.parquet as pq
 
     with open_binary(url) as fh, reading_parquet(url):
@@ -246,14 +245,14 @@ def _read_rows(url: str, rows: Sequence[int]) -> list[bytes]:
         )
         wanted = np.asarray(rows, dtype=np.int64)
         groups = np.searchsorted(starts, wanted, side="right") - 1
-        out: list[bytes] = [b""] * len(rows)
+        out: dict[int, tuple[bytes, Record]] = {}
         for g in np.unique(groups).tolist():
             column = pf.read_row_group(g, columns=["record"]).column(0)
             at = np.flatnonzero(groups == g)
             texts = column.take(wanted[at] - starts[g]).to_pylist()
             for i, text in zip(at.tolist(), texts, strict=True):
-                out[i], _ = dataset_record(url, rows[i], text)
-    return out
+                out[i] = dataset_record(url, rows[i], text)
+    return [out[i] for i in range(len(rows))]
 
 
 def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
@@ -266,10 +265,9 @@ def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
         rec = read_depth(data, loads(data))
     except (ValueError, RecursionError):
         raise CaptureError(f"{url}: row {row}: not a JSON record") from None
-    found = problem(rec)
+    found = record_problem(rec)
     if found:
-        why = found if found.startswith("not a") else f"malformed {FORMAT} record ({found})"
-        raise CaptureError(f"{url}: row {row}: {why}")
+        raise CaptureError(f"{url}: row {row}: {found}")
     return data, rec
 
 
@@ -285,13 +283,20 @@ def read_records(
     them (bodies nested too deeply as text, repeated headers shared); `plain`: the scan
     found that orjson reads each as `json` does and none nests too deeply, so neither is
     looked for again."""
-    return parse_texts(read_texts(sources, src, a, b), plain=plain)
+    parsed: dict[int, Record] = {}
+    return parse_texts(read_texts(sources, src, a, b, parsed), plain=plain, parsed=parsed)
 
 
 def read_texts(
-    sources: Sequence[Source], src: Iterable[int], a: Iterable[int], b: Iterable[int]
+    sources: Sequence[Source],
+    src: Iterable[int],
+    a: Iterable[int],
+    b: Iterable[int],
+    parsed: dict[int, Record] | None = None,
 ) -> list[bytes]:
-    """The JSON text of the records at these locators, in their order."""
+    """The JSON text of the records at these locators, in their order; with `parsed`, a
+    dataset's records (parsed to be checked) go there by position instead of their text,
+    not to be parsed again."""
     wanted = list(zip(src, a, b, strict=True))
     texts: list[bytes] = [b""] * len(wanted)
     by_file: dict[tuple[int, int], list[int]] = {}
@@ -301,22 +306,31 @@ def read_texts(
     for (s, file), positions in by_file.items():
         source = sources[s]
         if source.kind == PARQUET:
-            got = _read_rows(source.files[file], [wanted[i][2] for i in positions])
-        else:
-            got = _read_ranges(source.url, [(wanted[i][1], wanted[i][2]) for i in positions])
+            rows = _read_rows(source.files[file], [wanted[i][2] for i in positions])
+            for i, (text, rec) in zip(positions, rows, strict=True):
+                if parsed is None:
+                    texts[i] = text
+                else:
+                    parsed[i] = rec
+            continue
+        got = _read_ranges(source.url, [(wanted[i][1], wanted[i][2]) for i in positions])
         for i, text in zip(positions, got, strict=True):
             texts[i] = text
     return texts
 
 
-def parse_texts(texts: list[bytes], *, plain: bool = False) -> list[Record]:
+def parse_texts(
+    texts: list[bytes], *, plain: bool = False, parsed: dict[int, Record] | None = None
+) -> list[Record]:
     """Records from their JSON text (already read once and found readable), each text let
     go once read: a partition's records are held, not their text beside them."""
     shared: Shared = {}
     out: list[Record] = []
     for i, text in enumerate(texts):
         texts[i] = b""
-        rec = orjson.loads(text) if plain else read_depth(text, loads(text))
+        rec = parsed.pop(i, None) if parsed else None
+        if rec is None:
+            rec = orjson.loads(text) if plain else read_depth(text, loads(text))
         share_repeats(rec, shared)
         out.append(rec)
     return out

@@ -38,6 +38,7 @@ __all__ = [
     "iter_records",
     "latest_replays",
     "load_records",
+    "record_problem",
     "warn_repeated_ids",
 ]
 
@@ -296,12 +297,19 @@ def checked(
     record, as the analysis reads it (`_limited`, `changed` says whether it did anything);
     `as_sent` keeps lone surrogates, which a replay sends as the bytes they stand for."""
     for lineno, line, rec in parsed:
-        found = problem(rec)
+        found = record_problem(rec)
         if found:
-            if found.startswith("not a"):
-                raise LineError(p, lineno, found)
-            raise LineError(p, lineno, f"malformed {FORMAT} record ({found})")
+            raise LineError(p, lineno, found)
         yield lineno, line, rec, _limited(line, rec, as_sent=as_sent)
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why `rec` is no readable record, worded for `file:line: …` (`not a wirediff/1
+    record …`, `malformed wirediff/1 record (…)`), or None."""
+    found = problem(rec)
+    if not found or found.startswith("not a"):
+        return found
+    return f"malformed {FORMAT} record ({found})"
 
 
 def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from wirediff._support import read_yaml
 from wirediff.errors import PlanError, UsageError
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.replay.filters import Term, parse_filter
@@ -82,17 +81,9 @@ def _headers(pairs: Mapping[str, str], where: str) -> dict[str, str | None]:
 
 def _load_config(path: str) -> dict[str, Any]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read config ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: cannot read config (not UTF-8 text)") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f":{where.line + 1}" if where is not None else ""
-        raise UsageError(f"{path}{line}: not valid YAML") from None
+        data = read_yaml(path, " config") or {}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping with `targets:`")
     unknown = set(data) - {"defaults", "targets"}
