@@ -31,13 +31,18 @@ from wirediff.record.tags import header_get
 
 __all__ = [
     "CHAIN_COLUMNS",
+    "FALLBACK_KEYS",
+    "RETRY_KEYS",
     "assemble",
     "chain_links",
     "chain_roots",
     "chain_rows",
     "chain_rows_from",
+    "fallback_sources",
+    "origin_of",
     "prepared",
     "redirect_location",
+    "redirect_targets",
 ]
 
 CHAIN_COLUMNS = [
@@ -61,6 +66,21 @@ of the first exchange; `ok` whether the exchange the client finally got succeede
 FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
 FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
 FALLBACK_FROM = frozenset({404, 405, 501})
+RETRY_KEYS = ["session", "label", "listener", "is_replay", "method", "path"]
+"""A retry repeats a call of the same client and route (and body)."""
+FALLBACK_KEYS = [
+    "session",
+    "label",
+    "listener",
+    "is_replay",
+    "sdk_lang",
+    "sdk_version",
+    "auth_fingerprint",
+    "origin",
+    "prefix",
+]
+"""A fallback is the same client on the same base URL: origin and API prefix (a later call
+to another server is no fallback, whatever the labels say)."""
 
 
 def normalize_url(url: str) -> str:
@@ -115,7 +135,7 @@ def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.nda
 def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links:
     """Each SDK retry to the attempt before it: same client, route and body, a higher
     `x-stainless-retry-count`. Bodies are compared only where some request is a retry."""
-    keys = ["session", "label", "listener", "is_replay", "method", "path"]
+    keys = RETRY_KEYS
     retried = f["retry"].to_numpy() > 0
     if not retried.any():
         return []
@@ -204,19 +224,21 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     return [("hop", j, i) for j, i in zip(outer, inner, strict=True)]
 
 
+def redirect_targets(urls: Sequence[Any], locations: Sequence[Any]) -> list[str]:
+    """Where each redirect leads: its `Location` against its URL, normalized."""
+    return [
+        normalize_url(urljoin(str(u), str(loc))) for u, loc in zip(urls, locations, strict=True)
+    ]
+
+
 def _redirect_links(f: pd.DataFrame, locations: Mapping[int, str]) -> Links:
     at = sorted(i for i, loc in locations.items() if loc)
     if not at:
         return []
-    urls = f["url"].take(at).tolist()
-    sources = [
-        (i, normalize_url(urljoin(str(url), str(locations[i]))))
-        for i, url in zip(at, urls, strict=True)
-    ]
-    target_paths = {urlsplit(t).path for _, t in sources}
-    targeted = [
-        isinstance(p, str) and p.split("?", 1)[0] in target_paths for p in f["path"].tolist()
-    ]
+    targets = redirect_targets(f["url"].take(at).tolist(), [locations[i] for i in at])
+    sources = list(zip(at, targets, strict=True))
+    wanted = {urlsplit(t).path for t in targets}
+    targeted = [isinstance(p, str) and p.split("?", 1)[0] in wanted for p in f["path"].tolist()]
     cand = f[np.array(targeted, dtype=bool)]
     by_url: dict[str, list[tuple[float, int]]] = {}
     for pos, url, t in zip(cand["pos"], cand["url"], cand["started"], strict=True):
@@ -246,34 +268,29 @@ def _origin(url: Any) -> str:
     return f"{p.scheme}://{p.netloc}"
 
 
-def _fallback_links(f: pd.DataFrame) -> Links:
+def fallback_sources(f: pd.DataFrame) -> np.ndarray:
+    """Whether each exchange (`status`, `family`, `soft_error`, `is_replay`) is one a client
+    may fall back from: an original Responses call refused or answered with a soft error.
+    A replayer sends what was recorded, in its own order: its next call is no fallback."""
     status = f["status"].astype("float64").to_numpy()
     responses = (f["family"] == "responses").to_numpy(dtype=bool)
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
-    # A replayer sends what was recorded, in its own order: its next call is no fallback.
     original = ~f["is_replay"].to_numpy(dtype=bool)
-    source = (
-        original
-        & responses
-        & (np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status)))
-    )
+    refused = np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status))
+    return np.asarray(original & responses & refused, dtype=bool)
+
+
+def origin_of(urls: pd.Series) -> pd.Series:
+    """Each URL's scheme, host and port (a category's values once)."""
+    return urls.map(_origin)
+
+
+def _fallback_links(f: pd.DataFrame) -> Links:
+    source = fallback_sources(f)
     if not source.any():
         return []
-    # The same client on the same base URL: origin and API prefix (a later call to another
-    # server is no fallback, whatever the labels say).
-    f = f.assign(origin=f["url"].map(_origin))  # a category's once
-    keys = [
-        "session",
-        "label",
-        "listener",
-        "is_replay",
-        "sdk_lang",
-        "sdk_version",
-        "auth_fingerprint",
-        "origin",
-        "prefix",
-    ]
-    g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    f = f.assign(origin=origin_of(f["url"]))
+    g = f.groupby(FALLBACK_KEYS, dropna=False, sort=False).ngroup().to_numpy()
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
     gs = g[order]
     started = f["started"].to_numpy(dtype=np.float64)

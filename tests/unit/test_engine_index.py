@@ -25,7 +25,7 @@ from wirediff.record.validate import MAX_DEPTH
 
 def records_of(index: Index) -> list[Any]:
     """The records of the index's rows, in its order (the index holds no id)."""
-    frame = index.frame
+    frame = index.load()
     return read_records(
         index.sources, frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist()
     )
@@ -40,7 +40,7 @@ def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Pat
     digests) together: the digests stay exact, so each replay's root is its original's."""
     files = [str(p) for p in write_fixtures(tmp_path)]
     index = scan_inputs(LocalEngine(1), files, Progress(False))
-    frame, records = index.frame, records_of(index)
+    frame, records = index.load(), records_of(index)
     replays = frame["replay"].to_numpy()
     assert replays.tolist() == [r.get("replay_of") is not None for r in records]
     assert replays.any() and not replays.all()
@@ -74,12 +74,12 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
         for rec in [*base, *cand, mirrored, again]:
             w.write(rec)
     index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
-    frame, ids = index.frame, ids_of(index)
+    frame, ids = index.load(), ids_of(index)
     prints = dict(zip(ids, frame["fingerprint"].tolist(), strict=True))
     assert prints["vllm-0"] == prints["lm-1"] == 0
     assert all(prints[c["id"]] == prints[b["id"]] != 0 for b, c in zip(base, cand, strict=True))
 
-    chosen, content = content_pairing(frame, None)
+    chosen, content = content_pairing(index, None)
     assert (chosen.label, chosen.chosen_by) == ("openai", "replays")
     pairs = sorted((digest(c["id"]), digest(b["id"])) for b, c in zip(base, cand, strict=True))
     assert sorted(map(tuple, content.links.tolist())) == pairs
@@ -119,7 +119,7 @@ def test_the_scan_marks_records_to_read_carefully_and_partitions_read_them_as_lo
         for rec in [*base, nested, events, big]:
             w.write(rec)
     index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
-    frame = index.frame
+    frame = index.load()
     marked = dict(zip(ids_of(index), frame["careful"].tolist(), strict=True))
     assert {i for i, d in marked.items() if d} == {"deep-1", "deep-2", "big-1"}
     loaded: dict[str, Any] = {r["id"]: r for r in load_records([path])}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY
 from wirediff.engine import parquet, plan, run
-from wirediff.engine.engines import Call, open_engine
+from wirediff.engine.engines import Call, Calls, open_engine
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import plain
 from wirediff.engine.spill import Spill
@@ -69,6 +69,13 @@ class Run:
             self.engine.close(now=True)
             raise
         self.part_bytes = part_bytes
+        self._indexes: list[plan.Index] = []
+
+    def _scan(self, args: Sequence[str], **how: bool) -> plan.Index:
+        """`run.scan_inputs`, the index removed when the run closes."""
+        index = run.scan_inputs(self.engine, args, self.progress, **how)
+        self._indexes.append(index)
+        return index
 
     def __enter__(self) -> Run:
         return self
@@ -83,6 +90,8 @@ class Run:
         `now`: the run was cut short, its tasks are stopped, not waited for."""
         self.engine.close(now)
         self.spill.close()
+        for index in self._indexes:
+            index.close()
 
     def report(
         self,
@@ -98,11 +107,11 @@ class Run:
         merged into `summary.json` range by range, `Spill.finding_rows`). `baseline`: the label
         independent captures are compared with (`--baseline`); when the captures did not
         imply one and none was asked for, stderr says which it is."""
-        index = run.scan_inputs(self.engine, args, self.progress)
+        index = self._scan(args)
         if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
         chosen, content = run.content_pairing(self.engine, index, baseline)
-        if chosen.chosen_by == "first capture" and index.frame["label"].nunique() > 1:
+        if chosen.chosen_by == "first capture" and index.column("label").nunique() > 1:
             print(
                 f"wirediff: baseline: {chosen.label} (the first capture's label; "
                 "--baseline LABEL chooses another)",
@@ -143,9 +152,11 @@ class Run:
         of whose exchanges pairs with one of the captures (by replay or by content) is a
         usage error."""
         # every file read (and its records checked) before any is judged
-        index = run.scan_inputs(self.engine, [baseline, *candidates], self.progress, scoped=True)
-        frame, scope = index.frame, index.scope
-        mine = plain(frame.loc[scope == 0], ["label", "replay"])
+        index = self._scan([baseline, *candidates], scoped=True)
+        scope = index.scope
+        mine = plain(
+            index.load("label", "replay", rows=np.flatnonzero(scope == 0)), ["label", "replay"]
+        )
         originals = Counter(mine.loc[~mine["replay"], "label"].fillna("").astype(str))
         if not originals:
             raise UsageError(f"{baseline}: no original exchange to compare with (only replays)")
@@ -159,11 +170,13 @@ class Run:
                 )
             base_label = label
         _, content = run.content_pairing(self.engine, index, base_label)
+        frame = index.load(*plan.ROOT_INPUTS)
         ids = frame["id_digest"].to_numpy(dtype=np.uint64)
         replays = frame["replay_digest"].to_numpy(dtype=np.uint64)
         paired = (frame["replay"].to_numpy(dtype=bool) & np.isin(replays, ids)) | np.isin(
             ids, content.links[:, 0]
         )
+        del frame, ids, replays
         for n, path in enumerate(candidates, 1):
             if not paired[scope == n].any():
                 raise UsageError(
@@ -197,10 +210,10 @@ class Run:
         """Every diagnosis, in frames, in the order `diagnose` gives them; a `baseline`
         label (`--baseline`) is only checked to be one of the captures' (a diagnosis
         explains one backend's own chain, whichever the baseline)."""
-        index = run.scan_inputs(self.engine, args, self.progress)
+        index = self._scan(args)
         if baseline is not None:
             labels = list(
-                dict.fromkeys(plain(index.frame, ["label"])["label"].fillna("").astype(str))
+                dict.fromkeys(plain(index.load("label"), ["label"])["label"].fillna("").astype(str))
             )
             if baseline not in labels:
                 raise UsageError(
@@ -213,24 +226,27 @@ class Run:
 
     def export(self, args: Sequence[str], out: str) -> tuple[int, int]:
         """The captures as a Parquet dataset at `out`; how many exchanges and events."""
-        index = run.scan_inputs(self.engine, args, self.progress, retried=True)
-        frame = index.frame
-        if not len(frame):
+        index = self._scan(args, retried=True)
+        if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
-        total = int(frame["nbytes"].sum()) if len(frame) else 0
+        total = int(index.column("nbytes").sum())
         count = max(1, math.ceil(total / parquet.EXPORT_BYTES))
         if self.engine.workers > 1 and total > run.SMALL_BYTES:
             count = max(count, self.engine.workers)
-        roots = run.root_digests(frame) if len(frame) else np.zeros(0, dtype=np.uint64)
-        part_of = run.partitions(frame, count) if count > 1 else np.zeros(len(frame), dtype=int)
-        calls: list[Call] = []
-        for p in range(count):
-            rows = np.flatnonzero(part_of == p)
-            if len(rows):
-                where = run.locators(frame, rows)
-                args_ = (index.sources, where, rows.tolist(), roots[rows].tolist(), out, p)
-                calls.append((args_, {}))
-        bar = self.progress.phase("export", len(frame), "ex", len(calls))
+        keys = index.load(*plan.ROOT_INPUTS)
+        roots = run.root_digests(keys)
+        part_of = plan.partition_of(roots, count) if count > 1 else np.zeros(len(keys), dtype=int)
+        del keys
+        by_part, parts = plan.split(index, part_of, ["src", "a", "b"])
+
+        def call(k: int) -> Call:  # made as a worker takes it: one partition's rows read
+            part = {name: by_part.piece(name, k).to_numpy() for name in by_part.names}
+            where = (part["src"].tolist(), part["a"].tolist(), part["b"].tolist())
+            rows = part["row"]
+            return (index.sources, where, rows.tolist(), roots[rows].tolist(), out, parts[k]), {}
+
+        calls = Calls(len(parts), call)
+        bar = self.progress.phase("export", len(index), "ex", len(calls))
         exchanges = events = files = 0
         for _, (n, m, f) in self.engine.run(
             parquet.export_part, calls, small=total < run.SMALL_BYTES
@@ -238,5 +254,6 @@ class Run:
             exchanges, events, files = exchanges + n, events + m, files + f
             bar.done(1, n)
         bar.close()
+        by_part.close()
         parquet.mark(out, exchanges, events, files)
         return exchanges, events

@@ -28,6 +28,7 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
+from wirediff.engine.columns import Columns
 from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
 from wirediff.engine.sources import DATASET_MARK, Source, open_binary
 from wirediff.errors import CaptureError
@@ -98,20 +99,8 @@ def lean(scanned: Scanned) -> Scanned:
     for name in NARROWED:
         if frame[name].dtype.kind in "iu":
             frame[name] = pd.to_numeric(frame[name], downcast="integer")
-    scanned.frame = _apart(frame[LEAN_COLUMNS])
+    scanned.frame = frame[LEAN_COLUMNS]
     return scanned
-
-
-def _apart(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with each column an array of its own (not a block of many), so that
-    `build_index` lets each go as soon as it has copied it."""
-    columns = {
-        c: frame[c].array
-        if isinstance(frame[c].dtype, pd.CategoricalDtype)
-        else frame[c].to_numpy(copy=True)
-        for c in frame.columns
-    }
-    return pd.DataFrame(columns, copy=False)
 
 
 def line_number(url: str, offset: int) -> int:
@@ -184,69 +173,139 @@ def _kept(frame: pd.DataFrame) -> np.ndarray:
 
 @dataclass
 class Index:
-    """Every record to analyse, in load order (a row's position is its place among all)."""
+    """Every record to analyse, in load order (a row's position is its place among all),
+    its columns on disk (`Columns`): a step reads the ones it needs."""
 
     sources: list[Source]
-    frame: pd.DataFrame
+    columns: Columns
     scope: np.ndarray
     """The argument each record came from."""
 
     def __len__(self) -> int:
-        return len(self.frame)
+        return len(self.scope)
+
+    def load(self, *names: str, rows: np.ndarray | None = None) -> pd.DataFrame:
+        """These columns (all of them when none is named), at `rows` when given."""
+        return self.columns.frame(names or self.columns.names, rows)
+
+    def column(self, name: str) -> pd.Series:
+        return self.columns.column(name)
 
     def let_go(self, *names: str) -> None:
-        """Columns no step ahead reads, freed: the steps that come later hold less."""
-        for name in names:
-            if name in self.frame:
-                del self.frame[name]
-        give_back()
+        """Columns no step ahead reads, removed."""
+        self.columns.drop(*names)
+
+    def close(self) -> None:
+        self.columns.close()
 
 
 def build_index(
     sources: list[Source],
     scopes: Sequence[int],
     scans: Sequence[Scanned],
+    pieces: Columns,
+    order: Sequence[tuple[int, int]],
     *,
     retried: bool = False,
 ) -> Index:
-    """The index of the scanned chunks (in source order, and each source's own order), the
-    first record of each id over all of them (`first_of_each_id`), failed replay attempts
-    tried again left out within each scope (an argument of `check`; all of them else)
-    unless `retried`."""
-    _say(sources, scans)
-    frames = [s.frame for s in sorted(scans, key=lambda s: (s.src, s.start)) if len(s.frame)]
-    for s in scans:  # each chunk's rows held once: by `frames`, until concatenated
-        s.frame = _EMPTY
-    if not frames:
-        return Index(sources, _empty(), np.zeros(0, dtype=np.int64))
-    for f in frames:  # each chunk's digests exact before concatenating (int64 with uint64
-        for name in DIGESTS:  # would make float64, and lose their low bits)
-            f[name] = f[name].astype(np.uint64)
-    if len(frames) > 1:
-        _same_categories(frames)
-    frame = _concatenated(frames)
-    del frames
-    src, ordinal = np.diff(frame["src"].to_numpy()), np.diff(frame["ordinal"].to_numpy())
-    in_order = bool(((src > 0) | ((src == 0) & (ordinal >= 0))).all())
-    del src, ordinal
-    if not in_order:  # a dataset's rows: by root
-        frame = frame.sort_values(["src", "ordinal"], kind="stable").reset_index(drop=True)
-    del frame["ordinal"]  # the rows' order, once they are in it
-    frame["status"] = frame["status"].astype("Int64")
-    for name in DIGESTS:
-        frame[name] = frame[name].astype(np.uint64)
+    """The index of the scanned chunks (`pieces`, a chunk's rows a piece, the `order` key
+    of each: its source and where it starts) in source order, and each source's own order;
+    the first record of each id over all of them (`first_of_each_id`), failed replay
+    attempts tried again left out within each scope (an argument of `check`; all of them
+    else) unless `retried`. The index is made a column at a time."""
+    index = Columns()
+    try:
+        _say(sources, scans)
+        scope = _columns(index, scopes, pieces, order, retried)
+    except BaseException:
+        index.close()
+        raise
+    finally:
+        pieces.close()
+    return Index(sources, index, scope)
+
+
+def _columns(
+    index: Columns,
+    scopes: Sequence[int],
+    pieces: Columns,
+    order: Sequence[tuple[int, int]],
+    retried: bool,
+) -> np.ndarray:
+    """`index` made from `pieces`; each row's scope."""
+    if not pieces.names:
+        for name in LEAN_COLUMNS[:4] + LEAN_COLUMNS[5:]:  # all but `ordinal`
+            index.put(name, _empty()[name])
+        return np.zeros(0, dtype=np.int64)
+    places = sorted(range(len(order)), key=order.__getitem__)
+    for name in pieces.names:
+        parts = list(pieces.read_pieces(name))
+        parts = [parts[k] for k in places]
+        if name in DIGESTS:  # exact before concatenating: int64 with uint64 would make
+            parts = [p.astype(np.uint64) for p in parts]  # float64, and lose low bits
+        elif name in (*CATEGORIES, *LEAN_CATEGORIES):
+            parts = _same_categories(parts)  # else concatenated as plain objects
+        index.put(name, pd.concat(parts, ignore_index=True))
+        del parts
+        pieces.drop(name)
+        give_back()
+    src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
+    step_src, step = np.diff(src), np.diff(ordinal)
+    if not bool(((step_src > 0) | ((step_src == 0) & (step >= 0))).all()):
+        _take(index, np.lexsort((ordinal, src)))  # a dataset's rows: by root
+        src = index.column("src").to_numpy()
+    del ordinal, step_src, step
+    index.drop("ordinal")  # the rows' order, once they are in it
+    index.put("status", index.column("status").astype("Int64"))
     kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
-    scope = np.asarray(scopes, dtype=kind)[frame["src"].to_numpy()]
-    keep = first_of_each(frame["id_digest"].to_numpy(dtype=np.uint64))
+    scope: np.ndarray = np.asarray(scopes, dtype=kind)[src]
+    del src
+    keep = first_of_each(index.column("id_digest").to_numpy(dtype=np.uint64))
     if not keep.all():
         warn_repeated_ids(int(len(keep) - keep.sum()))
-    for s in [] if retried else np.unique(scope).tolist():
-        mine = np.flatnonzero((scope == s) & keep)
-        part = frame if len(mine) == len(frame) else frame[_KEPT_INPUTS].iloc[mine]
-        keep[mine] = _kept(part)
+    if not retried:
+        inputs = index.frame(_KEPT_INPUTS)
+        for s in np.unique(scope).tolist():
+            mine = np.flatnonzero((scope == s) & keep)
+            keep[mine] = _kept(inputs if len(mine) == len(inputs) else inputs.iloc[mine])
+        del inputs
     if not keep.all():
-        frame, scope = _concatenated([frame], keep), scope[keep]
-    return Index(sources, frame, scope)
+        _take(index, np.flatnonzero(keep))
+        scope = scope[keep]
+    return scope
+
+
+def _take(columns: Columns, rows: np.ndarray) -> None:
+    """Every column made its values at `rows`, in their order, one column at a time."""
+    for name in columns.names:
+        columns.put(name, columns.column(name).take(rows).reset_index(drop=True))
+        give_back()
+
+
+def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) -> Columns:
+    """These columns at each group of rows (and `row`: their places in the index), a piece
+    a group: what each task reads, made a column at a time and kept on disk while the
+    tasks run."""
+    every = np.concatenate(groups) if len(groups) else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([0, *map(len, groups)]).tolist()
+    out = Columns()
+    for name in ["row", *names]:
+        values = pd.Series(every) if name == "row" else index.column(name).take(every)
+        values = values.reset_index(drop=True)
+        for k in range(len(groups)):
+            out.add(name, values.iloc[bounds[k] : bounds[k + 1]].reset_index(drop=True))
+        del values
+    return out
+
+
+def split(index: Index, part_of: np.ndarray, names: Sequence[str]) -> tuple[Columns, list[int]]:
+    """`pieces_of` each partition that has rows (listed), its rows in index order."""
+    order = np.argsort(part_of, kind="stable")
+    sizes = np.bincount(part_of, minlength=1)
+    parts = np.flatnonzero(sizes)
+    bounds = np.r_[0, np.cumsum(sizes[parts])]
+    groups = [order[bounds[k] : bounds[k + 1]] for k in range(len(parts))]
+    return pieces_of(index, groups, names), parts.tolist()
 
 
 def first_of_each(ids: np.ndarray) -> np.ndarray:
@@ -258,19 +317,6 @@ def first_of_each(ids: np.ndarray) -> np.ndarray:
     return first
 
 
-def _concatenated(frames: list[pd.DataFrame], keep: np.ndarray | None = None) -> pd.DataFrame:
-    """The frames one after the other (their rows at `keep`), a column at a time, each
-    frame's column let go once copied: the rows are held once, not twice."""
-    columns = {}
-    for name in list(frames[0].columns):
-        column = pd.concat([f[name] for f in frames], ignore_index=True)
-        for f in frames:
-            del f[name]
-        columns[name] = column if keep is None else column[keep].reset_index(drop=True)
-        give_back()
-    return pd.DataFrame(columns, copy=False)
-
-
 def give_back() -> None:
     """Hand the memory freed so far back to the system: glibc would keep it (the scanned
     chunks' small arrays, once copied into the index's large ones, would stay resident
@@ -279,21 +325,16 @@ def give_back() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _same_categories(frames: Sequence[pd.DataFrame]) -> None:
-    """The chunks' categories made one (concatenating others would give plain objects)."""
-    for name in (*CATEGORIES, *LEAN_CATEGORIES):
-        values = list(dict.fromkeys(v for f in frames for v in f[name].cat.categories.tolist()))
-        strings = all(isinstance(v, str) for v in values)
-        categories = pd.Index(values, dtype="str" if strings else object)
-        for f in frames:
-            f[name] = f[name].cat.set_categories(categories)
+def _same_categories(parts: Sequence[pd.Series]) -> list[pd.Series]:
+    """The chunks' categories of a column made one."""
+    values = list(dict.fromkeys(v for p in parts for v in p.cat.categories.tolist()))
+    strings = all(isinstance(v, str) for v in values)
+    categories = pd.Index(values, dtype="str" if strings else object)
+    return [p.cat.set_categories(categories) for p in parts]
 
 
 def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=LEAN_COLUMNS)
-
-
-_EMPTY = pd.DataFrame()
 
 
 def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
@@ -393,6 +434,8 @@ PAIRING_INPUTS = [
     "fingerprint",
 ]
 """The index columns `choose_baseline` and `content_links` read, besides ids."""
+ROOT_INPUTS = ["id_digest", "replay_digest", "replay"]
+"""The index columns `root_digests` reads."""
 PAIRING_ONLY = ("fingerprint", "seq")
 """Index columns only pairing by content reads."""
 COMPARING_ONLY = ("nbytes", "request_digest", "replay_digest")
@@ -409,18 +452,21 @@ class ByContent:
     """`UNMATCHED_COLUMNS`, each `id` the digest of one (`Run` names them)."""
 
 
-def content_pairing(frame: pd.DataFrame, requested: str | None) -> tuple[Baseline, ByContent]:
+def content_pairing(index: Index, requested: str | None) -> tuple[Baseline, ByContent]:
     """The baseline label (`choose_baseline`) and the originals of other labels paired with
     its own by content (`content_links`), once over the whole index: a partition takes the
     links of its candidates and never aligns a part of the captures (it would list calls
-    whose counterpart is in another part as unmatched). Ids are their digests here."""
+    whose counterpart is in another part as unmatched). Ids are their digests here; what
+    pairing reads besides is read for the rows it decides from."""
+    frame = index.load(*ROOT_INPUTS, "label")
     original = ~frame["replay"].to_numpy(dtype=bool)
     label = _label_codes(frame["label"])
-    chosen = choose_baseline(_pairing_frame(frame, _deciding(frame, original, label)), requested)
+    deciding = _deciding(frame, original, label)
+    chosen = choose_baseline(_pairing_frame(index, frame, deciding), requested)
     none = ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
     if chosen.label is None or len(np.unique(label[original])) < 2:
         return chosen, none  # one label of originals: nothing to pair by content
-    found = content_links(_pairing_frame(frame, np.flatnonzero(original)), chosen.label)
+    found = content_links(_pairing_frame(index, frame, np.flatnonzero(original)), chosen.label)
     links = np.array([[int(c), int(b)] for c, b in found.links], dtype=np.uint64)
     unmatched = found.unmatched.assign(id=[int(i) for i in found.unmatched["id"].tolist()])
     return chosen, ByContent(links.reshape(-1, 2), unmatched)
@@ -456,10 +502,10 @@ def _first_per(rows: np.ndarray, label: np.ndarray) -> np.ndarray:
     return rows[np.unique(label[rows], return_index=True)[1]]
 
 
-def _pairing_frame(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """These rows as pairing reads them, ids and `replay_of` as digests."""
+def _pairing_frame(index: Index, frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """These rows as pairing reads them, ids and `replay_of` (from `frame`) as digests."""
     part = frame.iloc[rows]
-    ex = plain(part, PAIRING_INPUTS)
+    ex = plain(index.load(*PAIRING_INPUTS, rows=rows), PAIRING_INPUTS)
     replay = part["replay"].to_numpy(dtype=bool)
     of = part["replay_digest"].to_numpy(dtype=np.uint64)
     ex.insert(0, "id", part["id_digest"].to_numpy(dtype=np.uint64))
@@ -497,14 +543,15 @@ def id_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids[order], order
 
 
-def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
+def noise_samples(index: Index, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
     compared originals repeat — in the order a whole analysis meets them (by the first
     replay of each original that was sent, then the baseline's originals paired by
     content, `links`, in their order)."""
-    if not len(frame):
+    if not len(index):
         return []
+    frame = index.load(*ROOT_INPUTS, "error_kind")
     unique_ids, row_of = id_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
     of = frame["replay_digest"].to_numpy(dtype=np.uint64)
     sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
@@ -523,7 +570,8 @@ def noise_samples(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> list[tup
     del unique_ids, row_of, originals
     rows = rows[np.argsort(at[first], kind="stable")]
     del at, first
-    requests = frame["request_digest"].to_numpy(dtype=np.uint64)[rows]
+    del frame
+    requests = index.load("request_digest", rows=rows)["request_digest"].to_numpy(dtype=np.uint64)
     code, request = pd.factorize(requests)  # by each request's first original
     sizes = np.bincount(code)
     grouped = np.argsort(code, kind="stable")

@@ -27,7 +27,8 @@ from wirediff._support import task_gc
 from wirediff.analysis.comparison.pairing import Baseline
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN, backend_key
 from wirediff.engine import plan, tasks
-from wirediff.engine.chaining import chain_batch, failing_chains
+from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
+from wirediff.engine.columns import Columns
 from wirediff.engine.engines import Call, Calls, Engine
 from wirediff.engine.plan import (
     NO_LINKS,
@@ -105,15 +106,21 @@ def scan_inputs(
         not any(s.kind == PARQUET for s in sources) and sum(s.size for s in sources) < SMALL_BYTES
     )
     bar = progress.phase("scan", None, "ex", len(calls))
-    scans = []
+    scans, pieces, order = [], Columns(), []
     for _, result in engine.run(_scan, [((fn, a), {}) for fn, a in calls], small=small):
-        scans.append(result)
         bar.done(1, len(result.frame))
+        if len(result.frame):  # on disk as it comes: never every chunk's rows at once
+            pieces.append(result.frame)
+            order.append((result.src, result.start))
+        result.frame = _NOTHING
+        scans.append(result)
     bar.close()
-    index = build_index(sources, scopes, scans, retried=retried)
-    del scans
+    index = build_index(sources, scopes, scans, pieces, order, retried=retried)
     give_back()
     return index
+
+
+_NOTHING = pd.DataFrame()
 
 
 def _scan(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -125,7 +132,7 @@ def content_pairing(
     engine: Engine, index: Index, requested: str | None
 ) -> tuple[Baseline, ByContent]:
     """`plan.content_pairing`, the exchanges it found unmatched named by their ids."""
-    chosen, found = plan.content_pairing(index.frame, requested)
+    chosen, found = plan.content_pairing(index, requested)
     if len(found.unmatched):
         names = _names(engine, index, found.unmatched["id"].tolist())
         found.unmatched["id"] = [names[d] for d in found.unmatched["id"].tolist()]
@@ -139,11 +146,10 @@ FETCHED = 2000
 
 def _names(engine: Engine, index: Index, digests: Sequence[int]) -> dict[int, str]:
     """The id of each of these id digests (read from the records)."""
-    ids = index.frame["id_digest"].to_numpy(dtype=np.uint64)
-    rows = np.flatnonzero(np.isin(ids, np.unique(np.asarray(digests, dtype=np.uint64))))
+    where = _where(index, digests)
     calls: list[Call] = [
-        ((index.sources, locators(index.frame, rows[i : i + FETCHED])), {})
-        for i in range(0, len(rows), FETCHED)
+        ((index.sources, locators(where.iloc[i : i + FETCHED])), {})
+        for i in range(0, len(where), FETCHED)
     ]
     out: dict[int, str] = {}
     for _, records in engine.run(tasks.fetch, calls, small=len(calls) < 3):
@@ -166,45 +172,46 @@ def compare(
     """Every partition (about `part_bytes` of records) compared and merged; finding rows
     into `spill` when given. `links`: the originals paired by content over all the captures
     (`content_pairing`, by id digest), each compared in its baseline original's partition."""
-    frame, sources = index.frame, index.sources
-    total = int(frame["nbytes"].sum()) if len(frame) else 0
+    sources = index.sources
+    total = int(index.column("nbytes").sum()) if len(index) else 0
     count = max(1, math.ceil(total / part_bytes))
     if engine.workers > 1 and total > SMALL_BYTES:
         count = max(count, engine.workers)
     noise = _noise(engine, index, links)
     give_back()
-    part_of = partitions(frame, count, links) if count > 1 else np.zeros(len(frame), dtype=np.int64)
+    part_of = (
+        partitions(index.load(*plan.ROOT_INPUTS), count, links)
+        if count > 1
+        else np.zeros(len(index), dtype=np.int64)
+    )
     link_part = partition_of(links[:, 1], count).tolist()
     links_of: dict[int, list[tuple[int, int, int]]] = {}
     for n, (cand, base) in enumerate(links.tolist()):
         links_of.setdefault(link_part[n], []).append((cand, base, n))
-    requests = frame["request_digest"].to_numpy()
-    careful = frame["careful"].to_numpy(dtype=bool)
-    parts = np.flatnonzero(np.bincount(part_of, minlength=count)).tolist()
+    by_part, parts = plan.split(index, part_of, ["src", "a", "b", "request_digest", "careful"])
+    del part_of
+    give_back()
 
-    def call(i: int) -> Call:  # made as a worker takes it: positions of one partition held
-        p = parts[i]
-        rows = np.flatnonzero(part_of == p)
-        mine = {
-            int(r): noise[int(r)] for r in np.unique(requests[rows]).tolist() if int(r) in noise
-        }
+    def call(i: int) -> Call:  # made as a worker takes it: one partition's rows read
+        part = {name: by_part.piece(name, i).to_numpy() for name in by_part.names}
+        rows, requests = part["row"], part["request_digest"]
+        mine = {int(r): noise[int(r)] for r in np.unique(requests).tolist() if int(r) in noise}
         kwargs = {
             "ignore": tuple(ignore),
             "noise": mine,
-            "links": links_of.get(p, []),
+            "links": links_of.get(parts[i], []),
             "max_examples": max_examples,
             "report": report,
             "rows": spill is not None,
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
-            "plain": not bool(careful[rows].any()),
+            "plain": not bool(part["careful"].any()),
         }
-        part = frame.iloc[rows]
-        where = (part["src"].to_numpy(), part["a"].to_numpy(), part["b"].to_numpy())
+        where = (part["src"], part["a"], part["b"])
         return (sources, where, rows), kwargs
 
     calls = Calls(len(parts), call)
     merged = Partial(max_examples)
-    bar = progress.phase("compare", len(frame), "ex", len(calls))
+    bar = progress.phase("compare", len(index), "ex", len(calls))
     for _, result in engine.run(tasks.compare_part, calls):
         merged.merge(result.part)
         if result.spilled is not None and spill is not None:
@@ -214,14 +221,21 @@ def compare(
         bar.done(1, result.exchanges)
     bar.close()
     give_back()
+    by_part.close()
     return merged
 
 
 def _noise(engine: Engine, index: Index, links: np.ndarray) -> dict[int, set[str]]:
-    samples = noise_samples(index.frame, links)
+    samples = noise_samples(index, links)
     if not samples:
         return {}
-    work = [(request, locators(index.frame, rows)) for request, rows in samples]
+    read = [r for _, rows in samples for r in rows]
+    where = index.load("src", "a", "b", rows=np.asarray(read, dtype=np.int64))
+    starts = np.cumsum([0, *(len(rows) for _, rows in samples)]).tolist()
+    work = [
+        (request, locators(where.iloc[starts[k] : starts[k + 1]]))
+        for k, (request, _) in enumerate(samples)
+    ]
     noise: dict[int, set[str]] = {}
     calls: list[Call] = [((index.sources, work[i : i + 200]), {}) for i in range(0, len(work), 200)]
     for _, found in engine.run(tasks.learn_noise, calls, small=len(work) < 200):
@@ -235,15 +249,17 @@ class Diagnosed:
     rows: int = 0
 
 
-def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
+def _served(index: Index) -> dict[str, set[str]]:
     """`wirediff.analysis.diagnosis.diagnose.served_models`, from the index."""
-    hit = frame[
-        (frame["endpoint"] == "/v1/models")
-        & (frame["method"] == "GET")
-        & (frame["status"].fillna(0) == 200)
-    ]
+    asked = index.load("endpoint", "method", "status")
+    hit = (
+        (asked["endpoint"] == "/v1/models")
+        & (asked["method"] == "GET")
+        & (asked["status"].fillna(0) == 200)
+    )
+    listed = index.load("label", "models", rows=np.flatnonzero(hit.to_numpy(dtype=bool)))
     out: dict[str, set[str]] = {}
-    for label, models in zip(hit["label"].tolist(), hit["models"].tolist(), strict=True):
+    for label, models in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
         if isinstance(models, str):  # as JSON (`lean`)
             out.setdefault(str(label), set()).update(orjson.loads(models))
     return out
@@ -251,16 +267,17 @@ def _served(frame: pd.DataFrame) -> dict[str, set[str]]:
 
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
-    frame = index.frame
-    backend = frame[["label", "listener"]]  # by category: no string a row
+    backend = index.load("label", "listener")  # by category: no string a row
     labels, listeners = (backend[c].cat.codes.to_numpy() for c in ("label", "listener"))
     heads = plan.first_rows(labels, listeners, BACKEND_SCAN)
     head = plain(backend.take(heads), ["label", "listener"])
+    del backend, labels, listeners
+    where = index.load("src", "a", "b", rows=heads)
     keys = map(backend_key, head["label"].tolist(), head["listener"].tolist())
     first: dict[tuple[Any, Any], list[int]] = {}
-    for i, key in zip(heads.tolist(), keys, strict=True):
-        first.setdefault(key, []).append(i)
-    work = [(key, locators(frame, rows)) for key, rows in first.items()]
+    for k, key in enumerate(keys):
+        first.setdefault(key, []).append(k)
+    work = [(key, locators(where, at)) for key, at in first.items()]
     known: dict[tuple[Any, Any], Any] = {}
     for _, found in engine.run(tasks.providers, [((index.sources, work), {})], small=True):
         known.update(found)
@@ -276,25 +293,25 @@ def diagnose(
     spill: Spill | None,
 ) -> Diagnosed:
     """Every failing chain diagnosed, in batches; rows into `spill`."""
-    frame = index.frame
-    failing = failing_chains(frame, BATCH_RECORDS)
+    failing = failing_chains(index, BATCH_RECORDS)
     give_back()
     out = Diagnosed()
     if not failing.count:
         return out
-    served = _served(frame)
+    served = _served(index)
     known = _backends(engine, index)
-    careful = frame["careful"].to_numpy(dtype=bool)
+    batches = plan.pieces_of(index, [rows for _, rows, _ in failing.batches], BATCH_INPUTS)
     give_back()
 
     def call(i: int) -> Call:
-        first, rows, links = failing.batches[i]
-        batch = chain_batch(frame, rows, links)
+        first, _, links = failing.batches[i]
+        part = pd.DataFrame({name: batches.piece(name, i) for name in batches.names})
+        batch = chain_batch(part, links)
         _, at = np.unique(batch.ids, return_index=True)
-        read = rows[np.sort(at)]
+        read = np.sort(at)
         spill_to = spill.directory if spill is not None and engine.shares_disk else None
-        args = (index.sources, batch, locators(frame, read), served, known, first, report)
-        return (*args, spill_to), {"plain": not bool(careful[read].any())}
+        args = (index.sources, batch, locators(part, read), served, known, first, report)
+        return (*args, spill_to), {"plain": not bool(part["careful"].to_numpy()[read].any())}
 
     calls = Calls(len(failing.batches), call)
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))
@@ -308,18 +325,25 @@ def diagnose(
         merge_chains(out.chains, result.chains)
         bar.done(1, result.count)
     bar.close()
+    batches.close()
     return out
+
+
+def _where(index: Index, digests: Sequence[int] | np.ndarray) -> pd.DataFrame:
+    """The locators of the records with these id digests, in index order."""
+    ids = index.column("id_digest").to_numpy(dtype=np.uint64)
+    rows = np.flatnonzero(np.isin(ids, np.unique(np.asarray(digests, dtype=np.uint64))))
+    del ids
+    return index.load("src", "a", "b", rows=rows)
 
 
 def fetch(engine: Engine, index: Index, ids: Sequence[str]) -> Mapping[str, Any]:
     """The records with these ids."""
     if not ids:
         return {}
-    frame = index.frame
     wanted = np.fromiter((digest(i) for i in ids), dtype=np.uint64, count=len(ids))
-    rows = np.flatnonzero(np.isin(frame["id_digest"].to_numpy(dtype=np.uint64), wanted))
     out: dict[str, Any] = {}
-    calls: list[Call] = [((index.sources, locators(frame, rows)), {})]
+    calls: list[Call] = [((index.sources, locators(_where(index, wanted))), {})]
     named = set(ids)
     for _, records in engine.run(tasks.fetch, calls, small=True):
         for rec in records:
