@@ -84,10 +84,15 @@ to another server is no fallback, whatever the labels say)."""
 
 
 def normalize_url(url: str) -> str:
-    """Scheme and host lower-cased, default port dropped: comparable across clients."""
-    p = urlsplit(url)
+    """Scheme and host lower-cased, default port dropped: comparable across clients. A URL
+    that does not parse (a port that is no number, a bracket left open) is kept as it is:
+    it is the same as itself only."""
+    try:
+        p = urlsplit(url)
+        port = p.port
+    except ValueError:
+        return url
     host = (p.hostname or "").lower()
-    port = p.port
     scheme = p.scheme.lower()
     if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
         host = f"{host}:{port}"

@@ -395,3 +395,16 @@ def test_websocket_sessions_end_with_their_last_turn(
     end = stream_end(rec)
     assert (end.terminal if end else None) == terminal
     assert exchange_ok(rec) is ok
+
+
+def test_a_url_that_does_not_parse_is_the_same_as_itself_only() -> None:
+    """A port that is no number: as a redirect's target, and on an exchange beside one."""
+    odd = "http://api.test:abc/v1/chat/completions"
+    recs = [
+        *redirected_post(),
+        record(id="bad", url="http://127.0.0.1:abc/v1/chat/completions", started=T0 + 5),
+        record(id="to-odd", url="http://api.test/v1/x", status=301, content_type=None,
+               resp_body=None, resp_headers=[("location", odd)], started=T0 + 7),
+        record(id="odd", method="GET", body=None, url=odd, started=T0 + 7.1),
+    ]  # fmt: skip
+    assert groups(chains(recs)) == [["bad"], ["p", "g"], ["to-odd", "odd"]]

@@ -43,26 +43,15 @@ def scenes() -> list[Record]:
     404 and another client's call after it, which is no fallback; and, in another session,
     exchanges of one."""
     hop: dict[str, Any] = dict(session="hop", body=asking("hop"), **ERR)
+    again: dict[str, Any] = dict(headers=sdk_headers(retry=1))
     fell: dict[str, Any] = dict(path="/v1/responses", body={"model": "m", "input": "fb"})
     return [
         record(id="outer", label="gateway", duration_ms=200.0, **hop),
         record(id="inner", listener=INNER_LISTENER, started=T0 + 0.02, duration_ms=100.0, **hop),
         record(id="r0", session="retry", body=asking("r"), started=T0 + 1, **ERR),
-        record(
-            id="r1",
-            session="retry",
-            body=asking("r"),
-            headers=sdk_headers(retry=1),
-            started=T0 + 1.5,
-        ),
+        record(id="r1", session="retry", body=asking("r"), started=T0 + 1.5, **again),
         record(id="x0", session="retry", body=asking("x"), started=T0 + 2, **ERR),
-        record(
-            id="x1",
-            session="retry",
-            body=asking("y"),
-            headers=sdk_headers(retry=1),
-            started=T0 + 2.5,
-        ),
+        record(id="x1", session="retry", body=asking("y"), started=T0 + 2.5, **again),
         record(id="resp", session="fb", started=T0 + 3, **fell, **MISSING),
         record(id="chat", session="fb", body=asking("fb"), started=T0 + 3.2),
         record(id="soft", session="soft", started=T0 + 4, **fell, **SOFT),
@@ -129,3 +118,31 @@ def test_no_row_can_be_linked_in_a_capture_of_plain_calls(tmp_path: Path) -> Non
     assert linkable_rows(index).tolist() == []
     found = failing_chains(index, 4000)
     assert found.count == 1 and same(found, failing_chains(index, 4000, np.arange(len(index))))
+
+
+def test_urls_that_do_not_parse_and_missing_keys_are_linked_as_among_all_rows(
+    tmp_path: Path,
+) -> None:
+    """A port that is no number, beside a redirect and as a redirect's target; an exchange
+    without a listener or a key: each the same as itself only, on either path."""
+    odd = "http://api.test:abc/v1/chat/completions"
+    recs = [
+        *redirected_post(),
+        record(id="bad-port", url="http://127.0.0.1:abc/v1/models", path="/v1/models",
+               started=T0 + 5, **ERR),
+        record(id="to-odd", url="http://api.test/v1/x", status=301, content_type=None,
+               resp_body=None, resp_headers=[("location", odd)], started=T0 + 7),
+        record(id="odd", method="GET", body=None, url=odd, started=T0 + 7.1, **ERR),
+        record(id="bare", listener=None, headers=sdk_headers(key=None), body=asking("n"),
+               started=T0 + 9, **ERR),
+    ]  # fmt: skip
+    path = tmp_path / "c.jsonl"
+    with RecordWriter(path) as w:
+        for rec in recs:
+            w.write(rec)
+    index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
+    found = failing_chains(index, 4000)
+    assert same(found, failing_chains(index, 4000, np.arange(len(index))))
+    links = sorted(link for _, _, links in found.batches for link in links)
+    assert links == [("redirect", 0, 1), ("redirect", 3, 4)]
+    assert found.count == 4  # the two redirects, `bad-port`, `bare`

@@ -229,7 +229,7 @@ def _redirected(index: Index) -> np.ndarray:
         return at
     urls = index.load("url", rows=at)["url"].tolist()
     targets = set(redirect_targets(urls, [values[c] for c in codes[at].tolist()]))
-    url = index.column("url")
+    url = index.column("url")  # each URL once: a category
     hit = np.array([normalize_url(str(u)) in targets for u in url.cat.categories], dtype=bool)
     on = url.cat.codes.to_numpy()
     led = np.flatnonzero((on >= 0) & hit[np.maximum(on, 0)]) if len(hit) else on[:0]

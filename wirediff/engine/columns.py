@@ -43,7 +43,7 @@ class Columns:
         for name in map(str, frame.columns):
             self.add(name, frame[name])
 
-    def add(self, name: str, values: pd.Series | np.ndarray) -> None:
+    def add(self, name: str, values: pd.Series) -> None:
         """A piece of column `name`, after its others."""
         if name not in self._files:
             self._files[name] = self._dir / f"{next(self._numbers)}.pickle"

@@ -86,12 +86,15 @@ class Run:
         self.close(now=kind is not None)
 
     def close(self, now: bool = False) -> None:
-        """The engine first (its workers may still write into the spill), then the spill;
-        `now`: the run was cut short, its tasks are stopped, not waited for."""
-        self.engine.close(now)
-        self.spill.close()
-        for index in self._indexes:
-            index.close()
+        """The engine first (its workers may still write into the spill), then the spill
+        and the indexes; `now`: the run was cut short, its tasks are stopped, not waited
+        for."""
+        try:
+            self.engine.close(now)
+        finally:
+            self.spill.close()
+            for index in self._indexes:
+                index.close()
 
     def report(
         self,
@@ -248,12 +251,14 @@ class Run:
         calls = Calls(len(parts), call)
         bar = self.progress.phase("export", len(index), "ex", len(calls))
         exchanges = events = files = 0
-        for _, (n, m, f) in self.engine.run(
-            parquet.export_part, calls, small=total < run.SMALL_BYTES
-        ):
-            exchanges, events, files = exchanges + n, events + m, files + f
-            bar.done(1, n)
+        try:
+            for _, (n, m, f) in self.engine.run(
+                parquet.export_part, calls, small=total < run.SMALL_BYTES
+            ):
+                exchanges, events, files = exchanges + n, events + m, files + f
+                bar.done(1, n)
+        finally:
+            by_part.close()
         bar.close()
-        by_part.close()
         parquet.mark(out, exchanges, events, files)
         return exchanges, events

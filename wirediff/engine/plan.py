@@ -234,7 +234,7 @@ def _columns(
 ) -> np.ndarray:
     """`index` made from `pieces`; each row's scope."""
     if not pieces.names:
-        for name in LEAN_COLUMNS[:4] + LEAN_COLUMNS[5:]:  # all but `ordinal`
+        for name in (c for c in LEAN_COLUMNS if c != "ordinal"):
             index.put(name, _empty()[name])
         return np.zeros(0, dtype=np.int64)
     places = sorted(range(len(order)), key=order.__getitem__)
@@ -283,17 +283,19 @@ def _take(columns: Columns, rows: np.ndarray) -> None:
 
 
 def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) -> Columns:
-    """These columns at each group of rows (and `row`: their places in the index), a piece
-    a group: what each task reads, made a column at a time and kept on disk while the
-    tasks run."""
+    """These columns at each group of rows (`row`: their places in the index), a piece a
+    group: what each task reads, made a column at a time and kept on disk while the tasks
+    run (a piece's categories only those it holds)."""
     every = np.concatenate(groups) if len(groups) else np.zeros(0, dtype=np.int64)
     bounds = np.cumsum([0, *map(len, groups)]).tolist()
     out = Columns()
-    for name in ["row", *names]:
+    for name in names:
         values = pd.Series(every) if name == "row" else index.column(name).take(every)
         values = values.reset_index(drop=True)
+        kept = isinstance(values.dtype, pd.CategoricalDtype)
         for k in range(len(groups)):
-            out.add(name, values.iloc[bounds[k] : bounds[k + 1]].reset_index(drop=True))
+            piece = values.iloc[bounds[k] : bounds[k + 1]].reset_index(drop=True)
+            out.add(name, piece.cat.remove_unused_categories() if kept else piece)
         del values
     return out
 
@@ -305,7 +307,7 @@ def split(index: Index, part_of: np.ndarray, names: Sequence[str]) -> tuple[Colu
     parts = np.flatnonzero(sizes)
     bounds = np.r_[0, np.cumsum(sizes[parts])]
     groups = [order[bounds[k] : bounds[k + 1]] for k in range(len(parts))]
-    return pieces_of(index, groups, names), parts.tolist()
+    return pieces_of(index, groups, ["row", *names]), parts.tolist()
 
 
 def first_of_each(ids: np.ndarray) -> np.ndarray:

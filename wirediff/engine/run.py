@@ -212,16 +212,18 @@ def compare(
     calls = Calls(len(parts), call)
     merged = Partial(max_examples)
     bar = progress.phase("compare", len(index), "ex", len(calls))
-    for _, result in engine.run(tasks.compare_part, calls):
-        merged.merge(result.part)
-        if result.spilled is not None and spill is not None:
-            spill.add_findings_file(*result.spilled)
-        elif spill is not None:
-            spill.add_findings(result.rows)
-        bar.done(1, result.exchanges)
+    try:
+        for _, result in engine.run(tasks.compare_part, calls):
+            merged.merge(result.part)
+            if result.spilled is not None and spill is not None:
+                spill.add_findings_file(*result.spilled)
+            elif spill is not None:
+                spill.add_findings(result.rows)
+            bar.done(1, result.exchanges)
+    finally:
+        by_part.close()
     bar.close()
     give_back()
-    by_part.close()
     return merged
 
 
@@ -315,17 +317,19 @@ def diagnose(
 
     calls = Calls(len(failing.batches), call)
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))
-    for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
-        first = failing.batches[i][0]
-        if spill is not None and result.spilled is not None:
-            spill.add_diagnoses_file(first, *result.spilled)
-        elif spill is not None:
-            spill.add_diagnoses(first, result.rows, result.texts)
-        out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
-        merge_chains(out.chains, result.chains)
-        bar.done(1, result.count)
+    try:
+        for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
+            first = failing.batches[i][0]
+            if spill is not None and result.spilled is not None:
+                spill.add_diagnoses_file(first, *result.spilled)
+            elif spill is not None:
+                spill.add_diagnoses(first, result.rows, result.texts)
+            out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
+            merge_chains(out.chains, result.chains)
+            bar.done(1, result.count)
+    finally:
+        batches.close()
     bar.close()
-    batches.close()
     return out
 
 
