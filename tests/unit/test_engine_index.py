@@ -14,7 +14,8 @@ from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
 from wirediff.engine import plan
 from wirediff.engine.engines import LocalEngine
-from wirediff.engine.plan import Index, content_pairing, partitions, root_digests
+from wirediff.engine.index import Index
+from wirediff.engine.plan import content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
 from wirediff.engine.sources import read_records

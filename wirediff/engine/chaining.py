@@ -26,7 +26,7 @@ from wirediff.analysis.diagnosis.chains import (
     prepared,
     redirect_targets,
 )
-from wirediff.engine.plan import Index
+from wirediff.engine.index import Index
 from wirediff.record.keys import digest
 
 __all__ = [

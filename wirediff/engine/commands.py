@@ -16,6 +16,7 @@ import pandas as pd
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY
 from wirediff.engine import parquet, plan, run
 from wirediff.engine.engines import Call, Calls, open_engine
+from wirediff.engine.index import Index
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import plain
 from wirediff.engine.spill import Spill
@@ -69,9 +70,9 @@ class Run:
             self.engine.close(now=True)
             raise
         self.part_bytes = part_bytes
-        self._indexes: list[plan.Index] = []
+        self._indexes: list[Index] = []
 
-    def _scan(self, args: Sequence[str], **how: bool) -> plan.Index:
+    def _scan(self, args: Sequence[str], **how: bool) -> Index:
         """`run.scan_inputs`, the index removed when the run closes."""
         index = run.scan_inputs(self.engine, args, self.progress, **how)
         self._indexes.append(index)

@@ -1,6 +1,5 @@
-"""From the scanned chunks to the work: the index of every record in load order (failed replay
-attempts tried again left out, as loading leaves them out), the comparison partitions, the
-repeated requests whose noise is learned first, and the failing chains.
+"""From the index to the work: the comparison partitions (and what each partition's task
+reads), content pairing, the repeated requests whose noise is learned first.
 
 Partitions keep each original with all its replays (a replay of a replay too): a record's
 partition is a range of the 64-bit digest of its root id (the original it was replayed from,
@@ -10,17 +9,12 @@ digest (`wirediff export`) is read a few row groups per partition.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 import pandas as pd
 
-from wirediff import FORMAT
 from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.analysis.comparison.pairing import (
     UNMATCHED_COLUMNS,
@@ -29,257 +23,31 @@ from wirediff.analysis.comparison.pairing import (
     content_links,
 )
 from wirediff.engine.columns import Columns
-from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned, plain
-from wirediff.engine.sources import DATASET_MARK, Source, open_binary
-from wirediff.errors import CaptureError
-from wirediff.record.keys import digest
-from wirediff.record.store import RETRIED_KINDS, warn_repeated_ids
+from wirediff.engine.index import Index
+from wirediff.engine.scan import plain
 
 __all__ = [
     "COMPARING_ONLY",
-    "LEAN_COLUMNS",
     "NO_LINKS",
     "PAIRING_ONLY",
+    "ROOT_INPUTS",
     "ByContent",
-    "Index",
-    "build_index",
     "content_pairing",
-    "first_of_each",
     "first_rows",
-    "give_back",
     "id_rows",
-    "lean",
-    "line_number",
     "noise_samples",
     "partition_of",
     "partitions",
+    "pieces_of",
     "root_digests",
+    "split",
 ]
 
-log = logging.getLogger("wirediff.record.store")
 SKIPPED = "skipped"
-LEAN_CATEGORIES = ("location", "models")
-"""Index columns of few values besides `CATEGORIES`: redirect targets, models listed."""
-LEAN_COLUMNS = [
-    "src",
-    "a",
-    "b",
-    "nbytes",
-    "ordinal",
-    *(c for c in INDEX_COLUMNS if c not in ("id", "replay_of")),
-    "replay",
-    "careful",
-]
-"""The index as the command holds it (`lean`; `ordinal` only until its rows are in order)."""
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
 PIECE = 1 << 16
 """Rows a step that works row by row takes at once: it holds a few arrays of a piece, not
 of the whole index."""
-NARROWED = ("src", "a", "b", "nbytes", "ordinal", "retry", "seq")
-"""Integer columns kept in the narrowest type that holds a chunk's values (the index
-widens them as it concatenates chunks)."""
-
-
-def lean(scanned: Scanned) -> Scanned:
-    """A chunk's index rows as the command keeps them, made where they were scanned: ids
-    and `replay_of` only as their digests (a string a row is most of what the index of
-    every exchange would hold) and whether a record is a replay; redirect targets and the
-    models a `/v1/models` answer lists (as JSON) in categories."""
-    frame = scanned.frame
-    if not len(frame):
-        scanned.frame = pd.DataFrame(columns=LEAN_COLUMNS)
-        return scanned
-    frame["replay"] = frame["replay_of"].notna().to_numpy()
-    listed = [
-        orjson.dumps(list(m)).decode() if isinstance(m, (list, tuple, np.ndarray)) else None
-        for m in frame["models"].tolist()
-    ]
-    frame["models"] = pd.Series(listed, index=frame.index, dtype=object).astype("category")
-    frame["location"] = frame["location"].astype("category")
-    for name in NARROWED:
-        if frame[name].dtype.kind in "iu":
-            frame[name] = pd.to_numeric(frame[name], downcast="integer")
-    scanned.frame = frame[LEAN_COLUMNS]
-    return scanned
-
-
-def line_number(url: str, offset: int) -> int:
-    """The line of a file that starts at byte `offset` (counting newlines before it)."""
-    n = 1
-    with open_binary(url) as fh:
-        left = offset
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            n += block.count(b"\n")
-            left -= len(block)
-    return n
-
-
-def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
-    """Warn about torn lines and raise the first problem, file by file, as loading each
-    file whole would (`wirediff.record.store.iter_records`)."""
-    by_src: dict[int, list[Scanned]] = {}
-    for s in sorted(scans, key=lambda s: (s.src, s.start)):  # as they come: in any order
-        by_src.setdefault(s.src, []).append(s)
-    for src, parts in sorted(by_src.items()):
-        url, name = sources[src].url, sources[src].name
-        error = next((s.error for s in parts if s.error is not None), None)
-        torn = [t for s in parts for t in s.torn]
-        if error is not None:
-            torn = [t for t in torn if t[0] < error[0]]
-        if any(s.records for s in parts):
-            for offset, why in torn:
-                log.warning(f"{name}:{line_number(url, offset)}: {why}")
-        if error is not None:
-            raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
-        if sum(s.lines for s in parts) and not sum(s.records for s in parts):
-            raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
-        said, held = sources[src].exchanges, sum(s.records for s in parts)
-        if said is not None and held != said:
-            raise CaptureError(
-                f"{name}: {held:,} exchanges where its {DATASET_MARK} says {said:,}: "
-                "a file of the dataset was changed"
-            )
-
-
-_KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]
-_NO_ORIGINAL = np.uint64(digest(""))
-"""An empty `replay_of`: paired as a replay, never an attempt another one supersedes."""
-
-
-def _kept(frame: pd.DataFrame) -> np.ndarray:
-    """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
-    tried again later are left out (the newest attempt at an original and label stays);
-    originals all stay. Vectorised: no Python object a row, and only the attempts at the
-    originals with such an attempt sorted."""
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = (of != 0) & (of != _NO_ORIGINAL)  # a `replay_of` that is a string, not empty
-    retried = replay & frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
-    if not retried.any():
-        return np.ones(len(frame), dtype=bool)
-    rows = np.flatnonzero(replay & np.isin(of, np.unique(of[retried])))
-    started = pd.to_numeric(frame["started"].take(rows), errors="coerce").fillna(0.0).to_numpy()
-    of_code = pd.factorize(of[rows], use_na_sentinel=False)[0]
-    label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
-    key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
-    order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
-    last = np.r_[key[order][1:] != key[order][:-1], True]
-    latest = np.zeros(len(frame), dtype=bool)
-    latest[rows[order[last]]] = True
-    return np.asarray(~retried | latest, dtype=bool)
-
-
-@dataclass
-class Index:
-    """Every record to analyse, in load order (a row's position is its place among all),
-    its columns on disk (`Columns`): a step reads the ones it needs."""
-
-    sources: list[Source]
-    columns: Columns
-    scope: np.ndarray
-    """The argument each record came from."""
-
-    def __len__(self) -> int:
-        return len(self.scope)
-
-    def load(self, *names: str, rows: np.ndarray | None = None) -> pd.DataFrame:
-        """These columns (all of them when none is named), at `rows` when given."""
-        return self.columns.frame(names or self.columns.names, rows)
-
-    def column(self, name: str) -> pd.Series:
-        return self.columns.column(name)
-
-    def let_go(self, *names: str) -> None:
-        """Columns no step ahead reads, removed."""
-        self.columns.drop(*names)
-
-    def close(self) -> None:
-        self.columns.close()
-
-
-def build_index(
-    sources: list[Source],
-    scopes: Sequence[int],
-    scans: Sequence[Scanned],
-    pieces: Columns,
-    order: Sequence[tuple[int, int]],
-    *,
-    retried: bool = False,
-) -> Index:
-    """The index of the scanned chunks (`pieces`, a chunk's rows a piece, the `order` key
-    of each: its source and where it starts) in source order, and each source's own order;
-    the first record of each id over all of them (`first_of_each_id`), failed replay
-    attempts tried again left out within each scope (an argument of `check`; all of them
-    else) unless `retried`. The index is made a column at a time."""
-    index = Columns()
-    try:
-        _say(sources, scans)
-        scope = _columns(index, scopes, pieces, order, retried)
-    except BaseException:
-        index.close()
-        raise
-    finally:
-        pieces.close()
-    return Index(sources, index, scope)
-
-
-def _columns(
-    index: Columns,
-    scopes: Sequence[int],
-    pieces: Columns,
-    order: Sequence[tuple[int, int]],
-    retried: bool,
-) -> np.ndarray:
-    """`index` made from `pieces`; each row's scope."""
-    if not pieces.names:
-        for name in (c for c in LEAN_COLUMNS if c != "ordinal"):
-            index.put(name, _empty()[name])
-        return np.zeros(0, dtype=np.int64)
-    places = sorted(range(len(order)), key=order.__getitem__)
-    for name in pieces.names:
-        parts = list(pieces.read_pieces(name))
-        parts = [parts[k] for k in places]
-        if name in DIGESTS:  # exact before concatenating: int64 with uint64 would make
-            parts = [p.astype(np.uint64) for p in parts]  # float64, and lose low bits
-        elif name in (*CATEGORIES, *LEAN_CATEGORIES):
-            parts = _same_categories(parts)  # else concatenated as plain objects
-        index.put(name, pd.concat(parts, ignore_index=True))
-        del parts
-        pieces.drop(name)
-        give_back()
-    src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
-    step_src, step = np.diff(src), np.diff(ordinal)
-    if not bool(((step_src > 0) | ((step_src == 0) & (step >= 0))).all()):
-        _take(index, np.lexsort((ordinal, src)))  # a dataset's rows: by root
-        src = index.column("src").to_numpy()
-    del ordinal, step_src, step
-    index.drop("ordinal")  # the rows' order, once they are in it
-    index.put("status", index.column("status").astype("Int64"))
-    kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
-    scope: np.ndarray = np.asarray(scopes, dtype=kind)[src]
-    del src
-    keep = first_of_each(index.column("id_digest").to_numpy(dtype=np.uint64))
-    if not keep.all():
-        warn_repeated_ids(int(len(keep) - keep.sum()))
-    if not retried:
-        inputs = index.frame(_KEPT_INPUTS)
-        for s in np.unique(scope).tolist():
-            mine = np.flatnonzero((scope == s) & keep)
-            keep[mine] = _kept(inputs if len(mine) == len(inputs) else inputs.iloc[mine])
-        del inputs
-    if not keep.all():
-        _take(index, np.flatnonzero(keep))
-        scope = scope[keep]
-    return scope
-
-
-def _take(columns: Columns, rows: np.ndarray) -> None:
-    """Every column made its values at `rows`, in their order, one column at a time."""
-    for name in columns.names:
-        columns.put(name, columns.column(name).take(rows).reset_index(drop=True))
-        give_back()
 
 
 def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) -> Columns:
@@ -308,35 +76,6 @@ def split(index: Index, part_of: np.ndarray, names: Sequence[str]) -> tuple[Colu
     bounds = np.r_[0, np.cumsum(sizes[parts])]
     groups = [order[bounds[k] : bounds[k + 1]] for k in range(len(parts))]
     return pieces_of(index, groups, ["row", *names]), parts.tolist()
-
-
-def first_of_each(ids: np.ndarray) -> np.ndarray:
-    """Whether each row is the first with its id digest (`first_of_each_id`)."""
-    order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    first = np.ones(len(ids), dtype=bool)
-    first[order[np.flatnonzero(by_id[1:] == by_id[:-1]) + 1]] = False
-    return first
-
-
-def give_back() -> None:
-    """Hand the memory freed so far back to the system: glibc would keep it (the scanned
-    chunks' small arrays, once copied into the index's large ones, would stay resident
-    beside them, through the phases that follow)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _same_categories(parts: Sequence[pd.Series]) -> list[pd.Series]:
-    """The chunks' categories of a column made one."""
-    values = list(dict.fromkeys(v for p in parts for v in p.cat.categories.tolist()))
-    strings = all(isinstance(v, str) for v in values)
-    categories = pd.Index(values, dtype="str" if strings else object)
-    return [p.cat.set_categories(categories) for p in parts]
-
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=LEAN_COLUMNS)
 
 
 def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:

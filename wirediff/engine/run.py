@@ -1,13 +1,14 @@
 """The analysis as partition functions: scan, then compare partitions and diagnose batches of
 failing chains on an engine, merging results as they come (`Partial.merge`, the chains'
-merge), every row that tables list spilled to disk — so memory holds the index (no string a
-row: ids as digests) and the tasks in flight, never the captures.
+merge), every row that tables list spilled to disk, and the index on disk too
+(`columns.Columns`, a file a column) — so memory holds the columns a step reads while it
+runs and the tasks in flight, never the captures.
 
-    scan      chunks of each file (or a dataset's files) → the index (`plan.build_index`)
+    scan      chunks of each file (or a dataset's files) → the index (`index.build_index`)
     noise     the first repeats of each repeated request → its noise (one task)
     compare   partitions: originals with all their replays → `Partial` (+ finding rows)
-    chains    linked once over the index, as positions (they may span sessions: two
-              proxies' hops; `chaining`)
+    chains    linked once over the index, as positions, among the rows that can have a
+              link (they may span sessions: two proxies' hops; `chaining`)
     diagnose  batches of whole failing chains → named from their records, diagnosed →
               diagnosis rows (+ the report's chain groups)
 """
@@ -30,13 +31,10 @@ from wirediff.engine import plan, tasks
 from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
 from wirediff.engine.columns import Columns
 from wirediff.engine.engines import Call, Calls, Engine
+from wirediff.engine.index import Index, build_index, give_back, lean
 from wirediff.engine.plan import (
     NO_LINKS,
     ByContent,
-    Index,
-    build_index,
-    give_back,
-    lean,
     noise_samples,
     partition_of,
     partitions,
