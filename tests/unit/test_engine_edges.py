@@ -236,9 +236,13 @@ def test_the_first_bad_line_is_named_whichever_chunk_finishes_first(
 
 INTERRUPTED = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     from pathlib import Path
     from wirediff.engine.commands import Run
+
+    # as a command started from a terminal: a suite run in the background (`make test &`)
+    # would hand it an ignored SIGINT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def work(i):
         (Path(sys.argv[1]) / f"started-{i}").touch()
