@@ -172,10 +172,13 @@ class DaskEngine:
                 self._cluster.close()  # type: ignore[no-untyped-call]
             return
         # a run cut short, on a cluster of its own: its workers are ended, not asked to
-        # finish (they would be killed after seconds anyway, each with a warning)
-        said = logging.getLogger("distributed")
-        level = said.level
-        said.setLevel(logging.CRITICAL)
+        # finish (they would be killed after seconds anyway, each with a warning), and the
+        # results still being fetched for it (`as_completed`) fail on the closed comms
+        # without a traceback from the event loop
+        said = [logging.getLogger(name) for name in ("distributed", "tornado.application")]
+        levels = [logger.level for logger in said]
+        for logger in said:
+            logger.setLevel(logging.CRITICAL)
         try:
             for nanny in list(self._cluster.workers.values()):
                 pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", 0)
@@ -185,7 +188,8 @@ class DaskEngine:
             self._client.close()  # type: ignore[no-untyped-call]
             self._cluster.close()  # type: ignore[no-untyped-call]
         finally:
-            said.setLevel(level)
+            for logger, level in zip(said, levels, strict=True):
+                logger.setLevel(level)
 
 
 @contextlib.contextmanager
