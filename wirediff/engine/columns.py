@@ -1,33 +1,40 @@
-"""The index on disk, a file a column: memory holds the columns a step reads while it reads
-them, never the index of every exchange.
+"""The index on disk, a file a column: memory holds a piece of the columns a step reads
+while it reads them, never the index of every exchange.
 
 A column's file is a sequence of pickled pieces (protocol 5: an array is written and read
-as its bytes). The scan appends a piece a chunk, in the order chunks come; the index is
-then one piece a column, in load order; the comparison's locators a piece a partition."""
+as its bytes). The scan appends a piece a chunk, in the order chunks come; the index keeps
+each column in pieces of `PIECE_ROWS` rows, the same for all its columns, so that a step
+walks the rows a piece at a time (`Columns.pieces`); `Buckets` spreads rows over ranges of
+a digest, so that a step over all the rows (a join, a sort, a count per key) holds one
+bucket at a time."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import pickle
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["Columns"]
+__all__ = ["PIECE_ROWS", "Buckets", "Columns", "bucket_of"]
+
+PIECE_ROWS = 1 << 18
+"""Rows of an index piece: what a step walking the rows holds of a column at once."""
 
 
 class Columns:
-    """Named columns of the same rows, appended in pieces and read whole; the directory is
-    removed on `close` (or when the object is collected)."""
+    """Named columns of the same rows, appended in pieces and read whole or a piece at a
+    time; the directory is removed on `close` (or when the object is collected)."""
 
-    def __init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="wirediff-index-"))
+    def __init__(self, prefix: str = "wirediff-index-") -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=prefix))
         self._removed = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._files: dict[str, Path] = {}
         self._starts: dict[str, list[int]] = {}
@@ -38,12 +45,15 @@ class Columns:
     def names(self) -> list[str]:
         return list(self._files)
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._files
+
     def append(self, frame: pd.DataFrame) -> None:
         """The rows of `frame` after the others, a piece of each of its columns."""
         for name in map(str, frame.columns):
             self.add(name, frame[name])
 
-    def add(self, name: str, values: pd.Series) -> None:
+    def add(self, name: str, values: Any) -> None:
         """A piece of column `name`, after its others."""
         if name not in self._files:
             self._files[name] = self._dir / f"{next(self._numbers)}.pickle"
@@ -53,9 +63,39 @@ class Columns:
             pickle.dump(values, fh, protocol=5)
 
     def put(self, name: str, column: pd.Series) -> None:
-        """`column` as the whole of `name`, in one piece."""
+        """`column` as the whole of `name`, in pieces of `PIECE_ROWS` rows."""
+        self.put_pieces(name, [column])
+
+    def put_pieces(self, name: str, parts: Iterable[pd.Series]) -> None:
+        """The whole of `name` made of `parts` one after the other (they may be read from
+        `name` itself: the new file replaces the old once written), cut into pieces of
+        `PIECE_ROWS` rows; a piece at a time held beside the part being read."""
+        path = self._dir / f"{next(self._numbers)}.pickle"
+        starts: list[int] = []
+        held: list[pd.Series] = []
+        with path.open("wb") as fh:
+
+            def write(piece: pd.Series) -> None:
+                starts.append(fh.tell())
+                pickle.dump(piece.reset_index(drop=True), fh, protocol=5)
+
+            for part in parts:
+                held.append(part)
+                if sum(map(len, held)) < PIECE_ROWS:
+                    continue
+                whole = pd.concat(held, ignore_index=True) if len(held) > 1 else held[0]
+                cut = len(whole) - len(whole) % PIECE_ROWS
+                for at in range(0, cut, PIECE_ROWS):
+                    write(whole.iloc[at : at + PIECE_ROWS])
+                held = [whole.iloc[cut:]] if cut < len(whole) else []
+                del whole
+            rest = [p for p in held if len(p)]
+            if rest:
+                write(pd.concat(rest, ignore_index=True) if len(rest) > 1 else rest[0])
+            elif not starts and held:  # no row at all: one empty piece keeps the type
+                write(held[0])
         self.drop(name)
-        self.add(name, column)
+        self._files[name], self._starts[name] = path, starts
 
     def piece(self, name: str, k: int) -> Any:
         """The `k`th piece of `name`."""
@@ -68,6 +108,15 @@ class Columns:
             for _ in self._starts[name]:
                 yield pickle.load(fh)
 
+    def pieces(self, *names: str) -> Iterator[tuple[int, pd.DataFrame]]:
+        """These columns a piece at a time, with the row each piece starts at: columns put
+        whole (`put`) are cut alike."""
+        start = 0
+        for values in zip(*(self.read_pieces(n) for n in names), strict=True):
+            frame = pd.DataFrame(dict(zip(names, values, strict=True)), copy=False)
+            yield start, frame
+            start += len(frame)
+
     def column(self, name: str) -> pd.Series:
         """The whole column, its pieces one after the other."""
         pieces: list[pd.Series] = list(self.read_pieces(name))
@@ -76,13 +125,28 @@ class Columns:
         return pd.concat(pieces, ignore_index=True)
 
     def frame(self, names: Sequence[str], rows: np.ndarray | None = None) -> pd.DataFrame:
-        """These columns (at `rows`, in their order), read one at a time: a step holds what
-        it asked for, and one whole column while it reads."""
+        """These columns (at `rows`, in their order), read one at a time and, at `rows`, a
+        piece at a time: a step holds what it asked for, and one piece while it reads."""
+        if rows is None:
+            return pd.DataFrame({name: self.column(name) for name in names}, copy=False)
+        rows = np.asarray(rows, dtype=np.int64)
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        back = None if (order[1:] > order[:-1]).all() else np.argsort(order, kind="stable")
+        del order
         out = {}
         for name in names:
-            column = self.column(name)
-            out[name] = column if rows is None else column.take(rows).reset_index(drop=True)
-            del column
+            taken: list[pd.Series] = []
+            start = 0
+            for piece in self.read_pieces(name):
+                lo, hi = np.searchsorted(ordered, [start, start + len(piece)])
+                if hi > lo or not taken:
+                    taken.append(piece.take(ordered[lo:hi] - start))
+                start += len(piece)
+            column = pd.concat(taken, ignore_index=True) if len(taken) > 1 else taken[0]
+            column = column.reset_index(drop=True)
+            out[name] = column if back is None else column.take(back).reset_index(drop=True)
+            del taken, column
         return pd.DataFrame(out, copy=False)
 
     def drop(self, *names: str) -> None:
@@ -95,3 +159,52 @@ class Columns:
 
     def close(self) -> None:
         self._removed()
+
+
+def bucket_of(keys: np.ndarray, count: int) -> np.ndarray:
+    """The bucket, of `count`, of each 64-bit digest: a range of its value, so that the
+    buckets of digests are even."""
+    part = np.asarray(keys, dtype=np.uint64) >> np.uint64(32)
+    part *= np.uint64(count)
+    part >>= np.uint64(32)
+    return part.view(np.int64)  # below `count`: the same bits
+
+
+class Buckets:
+    """Rows spread over buckets by a 64-bit digest (`bucket_of`), each bucket's arrays on
+    disk: a step over all the rows by key (a join, a count) reads a bucket at a time, and
+    every row with a key is in that key's bucket. Within a bucket, rows keep the order
+    they were added in."""
+
+    def __init__(self, rows: int) -> None:
+        self.count = max(1, math.ceil(rows / PIECE_ROWS))
+        """Buckets: about `PIECE_ROWS` rows each for `rows` rows."""
+        self._store = Columns(prefix="wirediff-buckets-")
+
+    def add(self, keys: np.ndarray, **arrays: np.ndarray) -> None:
+        """Rows of these arrays (and `key`), each to the bucket of its key."""
+        where = bucket_of(keys, self.count)
+        order = np.argsort(where, kind="stable")
+        bounds = np.searchsorted(where[order], np.arange(self.count + 1))
+        values = {"key": np.asarray(keys, dtype=np.uint64), **arrays}
+        for b in np.flatnonzero(np.diff(bounds)).tolist():
+            at = order[bounds[b] : bounds[b + 1]]
+            self._store.add(str(b), {n: np.asarray(v)[at] for n, v in values.items()})
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        """Each bucket that has rows: its arrays, `key` among them."""
+        for b in range(self.count):
+            if str(b) not in self._store:
+                continue
+            parts = list(self._store.read_pieces(str(b)))
+            yield {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}
+            del parts
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Buckets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

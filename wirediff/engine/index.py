@@ -7,15 +7,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
 
 from wirediff import FORMAT
-from wirediff.engine.columns import Columns
+from wirediff.engine.columns import Buckets, Columns
 from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned
 from wirediff.engine.sources import DATASET_MARK, Source, open_binary
 from wirediff.errors import CaptureError
@@ -26,10 +27,10 @@ __all__ = [
     "LEAN_COLUMNS",
     "Index",
     "build_index",
-    "first_of_each",
     "give_back",
     "lean",
     "line_number",
+    "repeated_ids",
 ]
 
 log = logging.getLogger("wirediff.record.store")
@@ -115,31 +116,59 @@ def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
             )
 
 
-_KEPT_INPUTS = ["replay_digest", "started", "label", "error_kind"]
 _NO_ORIGINAL = np.uint64(digest(""))
 """An empty `replay_of`: paired as a replay, never an attempt another one supersedes."""
 
 
-def _kept(frame: pd.DataFrame) -> np.ndarray:
-    """`wirediff.record.store.drop_retried`: replay attempts that got no answer and were
-    tried again later are left out (the newest attempt at an original and label stays);
-    originals all stay. Vectorised: no Python object a row, and only the attempts at the
-    originals with such an attempt sorted."""
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = (of != 0) & (of != _NO_ORIGINAL)  # a `replay_of` that is a string, not empty
-    retried = replay & frame["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
-    if not retried.any():
-        return np.ones(len(frame), dtype=bool)
-    rows = np.flatnonzero(replay & np.isin(of, np.unique(of[retried])))
-    started = pd.to_numeric(frame["started"].take(rows), errors="coerce").fillna(0.0).to_numpy()
-    of_code = pd.factorize(of[rows], use_na_sentinel=False)[0]
-    label_code = pd.factorize(frame["label"].take(rows), use_na_sentinel=False)[0]
-    key = of_code.astype(np.int64) * (int(label_code.max()) + 1) + label_code
-    order = np.lexsort((rows, started, key))  # each (original, label): its attempts by time
+def _kept(index: Columns, scope: np.ndarray, keep: np.ndarray) -> None:
+    """`wirediff.record.store.drop_retried` on the rows `keep` holds, within each scope:
+    replay attempts that got no answer and were tried again later are left out of `keep`
+    (the newest attempt at an original and label stays); originals all stay. A piece at a
+    time, and only the attempts at the originals with such an attempt read whole."""
+    retried_of, candidates = [], []
+    for start, f in index.pieces("replay_digest", "error_kind"):
+        of = f["replay_digest"].to_numpy(dtype=np.uint64)
+        replay = (of != 0) & (of != _NO_ORIGINAL)  # a `replay_of` that is a string, not empty
+        replay &= keep[start : start + len(f)]
+        retried = replay & f["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+        if retried.any():
+            retried_of.append(np.unique(of[retried]))
+        candidates.append((start, of, replay))
+    if not retried_of:
+        return
+    asked = np.unique(np.concatenate(retried_of))
+    rows = np.concatenate(
+        [start + np.flatnonzero(replay & np.isin(of, asked)) for start, of, replay in candidates]
+    )
+    del candidates
+    at = index.frame(["replay_digest", "started", "label", "error_kind"], rows)
+    retried = at["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+    started = pd.to_numeric(at["started"], errors="coerce").fillna(0.0).to_numpy()
+    of_code = pd.factorize(at["replay_digest"].to_numpy(dtype=np.uint64))[0]
+    label_code = pd.factorize(at["label"], use_na_sentinel=False)[0]
+    key = scope[rows].astype(np.int64)
+    for code in (of_code, label_code):
+        key = key * (int(code.max(initial=0)) + 1) + code
+    order = np.lexsort((rows, started, key))  # each (scope, original, label): by time
     last = np.r_[key[order][1:] != key[order][:-1], True]
-    latest = np.zeros(len(frame), dtype=bool)
-    latest[rows[order[last]]] = True
-    return np.asarray(~retried | latest, dtype=bool)
+    latest = np.zeros(len(rows), dtype=bool)
+    latest[order[last]] = True
+    keep[rows[retried & ~latest]] = False
+
+
+def repeated_ids(index: Columns, rows: int) -> np.ndarray:
+    """The rows whose id digest an earlier row has (`first_of_each_id` leaves them out),
+    in order: by buckets of the digest, a bucket at a time."""
+    out = [np.zeros(0, dtype=np.int64)]
+    with Buckets(rows) as buckets:
+        for start, f in index.pieces("id_digest"):
+            ids = f["id_digest"].to_numpy(dtype=np.uint64)
+            buckets.add(ids, row=np.arange(start, start + len(ids), dtype=np.int64))
+        for bucket in buckets:
+            order = np.lexsort((bucket["row"], bucket["key"]))
+            key = bucket["key"][order]
+            out.append(bucket["row"][order][1:][key[1:] == key[:-1]])
+    return np.sort(np.concatenate(out))
 
 
 @dataclass
@@ -161,6 +190,10 @@ class Index:
 
     def column(self, name: str) -> pd.Series:
         return self.columns.column(name)
+
+    def pieces(self, *names: str) -> Iterator[tuple[int, pd.DataFrame]]:
+        """These columns a piece at a time (`Columns.pieces`), with each piece's first row."""
+        return self.columns.pieces(*names)
 
     def let_go(self, *names: str) -> None:
         """Columns no step ahead reads, removed."""
@@ -203,47 +236,67 @@ def _columns(
     order: Sequence[tuple[int, int]],
     retried: bool,
 ) -> np.ndarray:
-    """`index` made from `pieces`; each row's scope."""
+    """`index` made from `pieces`, a piece at a time; each row's scope."""
     if not pieces.names:
         for name in (c for c in LEAN_COLUMNS if c != "ordinal"):
             index.put(name, _empty()[name])
         return np.zeros(0, dtype=np.int64)
     places = sorted(range(len(order)), key=order.__getitem__)
     for name in pieces.names:
-        parts = list(pieces.read_pieces(name))
-        parts = [parts[k] for k in places]
+        parts = (pieces.piece(name, k) for k in places)
         if name in DIGESTS:  # exact before concatenating: int64 with uint64 would make
-            parts = [p.astype(np.uint64) for p in parts]  # float64, and lose low bits
-        elif name in (*CATEGORIES, *LEAN_CATEGORIES):
-            parts = _same_categories(parts)  # else concatenated as plain objects
-        index.put(name, pd.concat(parts, ignore_index=True))
-        del parts
+            parts = (p.astype(np.uint64) for p in parts)  # float64, and lose low bits
+        elif name in (*CATEGORIES, *LEAN_CATEGORIES):  # else concatenated as plain objects
+            categories = _categories(pieces.piece(name, k) for k in places)
+            parts = (p.cat.set_categories(categories) for p in parts)
+        elif name == "status":
+            parts = (p.astype("Int64") for p in parts)
+        index.put_pieces(name, parts)
         pieces.drop(name)
         give_back()
-    src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
-    step_src, step = np.diff(src), np.diff(ordinal)
-    if not bool(((step_src > 0) | ((step_src == 0) & (step >= 0))).all()):
-        _take(index, np.lexsort((ordinal, src)))  # a dataset's rows: by root
-        src = index.column("src").to_numpy()
-    del ordinal, step_src, step
+    if not _in_order(index):
+        src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
+        _take(index, np.lexsort((ordinal, src)))  # a dataset's rows: by root, read whole
+        del src, ordinal
     index.drop("ordinal")  # the rows' order, once they are in it
-    index.put("status", index.column("status").astype("Int64"))
     kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
-    scope: np.ndarray = np.asarray(scopes, dtype=kind)[src]
-    del src
-    keep = first_of_each(index.column("id_digest").to_numpy(dtype=np.uint64))
-    if not keep.all():
-        warn_repeated_ids(int(len(keep) - keep.sum()))
+    of_src = np.asarray(scopes, dtype=kind)
+    scope = np.concatenate([of_src[p.to_numpy()] for p in index.read_pieces("src")])
+    keep = np.ones(len(scope), dtype=bool)
+    repeated = repeated_ids(index, len(scope))
+    if len(repeated):
+        keep[repeated] = False
+        warn_repeated_ids(len(repeated))
     if not retried:
-        inputs = index.frame(_KEPT_INPUTS)
-        for s in np.unique(scope).tolist():
-            mine = np.flatnonzero((scope == s) & keep)
-            keep[mine] = _kept(inputs if len(mine) == len(inputs) else inputs.iloc[mine])
-        del inputs
+        _kept(index, scope, keep)
     if not keep.all():
-        _take(index, np.flatnonzero(keep))
+        for name in index.names:
+            index.put_pieces(name, _kept_of(index.pieces(name), name, keep))
+            give_back()
         scope = scope[keep]
     return scope
+
+
+def _kept_of(
+    pieces: Iterator[tuple[int, pd.DataFrame]], name: str, keep: np.ndarray
+) -> Iterator[pd.Series]:
+    for start, f in pieces:
+        yield f[name][keep[start : start + len(f)]]
+
+
+def _in_order(index: Columns) -> bool:
+    """Whether the rows are in source order, and each source's own order."""
+    last = None
+    for _, f in index.pieces("src", "ordinal"):
+        src, ordinal = f["src"].to_numpy(np.int64), f["ordinal"].to_numpy(np.int64)
+        if last is not None:
+            src, ordinal = np.r_[last[0], src], np.r_[last[1], ordinal]
+        step_src, step = np.diff(src), np.diff(ordinal)
+        if not bool(((step_src > 0) | ((step_src == 0) & (step >= 0))).all()):
+            return False
+        if len(src):
+            last = (src[-1], ordinal[-1])
+    return True
 
 
 def _take(columns: Columns, rows: np.ndarray) -> None:
@@ -251,15 +304,6 @@ def _take(columns: Columns, rows: np.ndarray) -> None:
     for name in columns.names:
         columns.put(name, columns.column(name).take(rows).reset_index(drop=True))
         give_back()
-
-
-def first_of_each(ids: np.ndarray) -> np.ndarray:
-    """Whether each row is the first with its id digest (`first_of_each_id`)."""
-    order = np.argsort(ids, kind="stable")
-    by_id = ids[order]
-    first = np.ones(len(ids), dtype=bool)
-    first[order[np.flatnonzero(by_id[1:] == by_id[:-1]) + 1]] = False
-    return first
 
 
 def give_back() -> None:
@@ -270,12 +314,12 @@ def give_back() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _same_categories(parts: Sequence[pd.Series]) -> list[pd.Series]:
-    """The chunks' categories of a column made one."""
+def _categories(parts: Iterable[pd.Series]) -> pd.Index[Any]:
+    """The chunks' categories of a column made one, in the order they come."""
     values = list(dict.fromkeys(v for p in parts for v in p.cat.categories.tolist()))
     strings = all(isinstance(v, str) for v in values)
-    categories = pd.Index(values, dtype="str" if strings else object)
-    return [p.cat.set_categories(categories) for p in parts]
+    categories: pd.Index[Any] = pd.Index(values, dtype="str" if strings else object)
+    return categories
 
 
 def _empty() -> pd.DataFrame:

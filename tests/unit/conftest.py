@@ -1,0 +1,16 @@
+"""Unit tests run the engine's steps over many small pieces and buckets: what walks the
+index a piece at a time (`Columns.pieces`) or a bucket at a time (`Buckets`) is checked
+across their bounds on every fixture, not only on a million rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from wirediff.engine import columns
+
+SMALL_PIECES = 5
+
+
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columns, "PIECE_ROWS", SMALL_PIECES)
