@@ -174,15 +174,9 @@ class Run:
                 )
             base_label = label
         _, content = run.content_pairing(self.engine, index, base_label)
-        frame = index.load(*plan.ROOT_INPUTS)
-        ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-        replays = frame["replay_digest"].to_numpy(dtype=np.uint64)
-        paired = (frame["replay"].to_numpy(dtype=bool) & np.isin(replays, ids)) | np.isin(
-            ids, content.links[:, 0]
-        )
-        del frame, ids, replays
+        paired = plan.paired_scopes(index, content.links)
         for n, path in enumerate(candidates, 1):
-            if not paired[scope == n].any():
+            if n not in paired:
                 raise UsageError(
                     f"{path}: no exchange pairs with {baseline} ({base_label}): none replays "
                     "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
@@ -233,23 +227,19 @@ class Run:
         index = self._scan(args, retried=True)
         if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
-        total = int(index.column("nbytes").sum())
+        total = run.total_bytes(index)
         count = max(1, math.ceil(total / parquet.EXPORT_BYTES))
         if self.engine.workers > 1 and total > run.SMALL_BYTES:
             count = max(count, self.engine.workers)
-        keys = index.load(*plan.ROOT_INPUTS)
-        roots = run.root_digests(keys)
-        part_of = plan.partition_of(roots, count) if count > 1 else np.zeros(len(keys), dtype=int)
-        del keys
-        by_part, parts = plan.split(index, part_of, ["src", "a", "b"])
+        by_part = plan.split(index, count, ["src", "a", "b"], roots=True)
 
         def call(k: int) -> Call:  # made as a worker takes it: one partition's rows read
-            part = {name: by_part.piece(name, k).to_numpy() for name in by_part.names}
+            part = by_part.read(k)
             where = (part["src"].tolist(), part["a"].tolist(), part["b"].tolist())
-            rows = part["row"]
-            return (index.sources, where, rows.tolist(), roots[rows].tolist(), out, parts[k]), {}
+            rows, roots = part["row"].tolist(), part["root"].tolist()
+            return (index.sources, where, rows, roots, out, by_part.parts[k]), {}
 
-        calls = Calls(len(parts), call)
+        calls = Calls(len(by_part.parts), call)
         bar = self.progress.phase("export", len(index), "ex", len(calls))
         exchanges = events = files = 0
         try:

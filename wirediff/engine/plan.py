@@ -9,8 +9,9 @@ digest (`wirediff export`) is read a few row groups per partition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,8 +23,9 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
-from wirediff.engine.columns import Columns
+from wirediff.engine.columns import Buckets, Columns
 from wirediff.engine.index import Index
+from wirediff.engine.joins import deep_replays, replay_join
 from wirediff.engine.scan import plain
 
 __all__ = [
@@ -32,18 +34,19 @@ __all__ = [
     "PAIRING_ONLY",
     "ROOT_INPUTS",
     "ByContent",
+    "Parts",
     "content_pairing",
     "first_rows",
-    "id_rows",
     "noise_samples",
+    "paired_scopes",
     "partition_of",
     "partitions",
     "pieces_of",
     "root_digests",
+    "root_pieces",
     "split",
 ]
 
-SKIPPED = "skipped"
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
 PIECE = 1 << 16
 """Rows a step that works row by row takes at once: it holds a few arrays of a piece, not
@@ -58,8 +61,7 @@ def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) 
     bounds = np.cumsum([0, *map(len, groups)]).tolist()
     out = Columns()
     for name in names:
-        values = pd.Series(every) if name == "row" else index.column(name).take(every)
-        values = values.reset_index(drop=True)
+        values = pd.Series(every) if name == "row" else index.load(name, rows=every)[name]
         kept = isinstance(values.dtype, pd.CategoricalDtype)
         for k in range(len(groups)):
             piece = values.iloc[bounds[k] : bounds[k + 1]].reset_index(drop=True)
@@ -68,14 +70,69 @@ def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) 
     return out
 
 
-def split(index: Index, part_of: np.ndarray, names: Sequence[str]) -> tuple[Columns, list[int]]:
-    """`pieces_of` each partition that has rows (listed), its rows in index order."""
-    order = np.argsort(part_of, kind="stable")
-    sizes = np.bincount(part_of, minlength=1)
-    parts = np.flatnonzero(sizes)
-    bounds = np.r_[0, np.cumsum(sizes[parts])]
-    groups = [order[bounds[k] : bounds[k + 1]] for k in range(len(parts))]
-    return pieces_of(index, groups, ["row", *names]), parts.tolist()
+@dataclass
+class Parts:
+    """What each comparison partition's task reads, on disk: its rows (`row`, in index
+    order) and the columns asked for at them."""
+
+    columns: Columns
+    names: list[str]
+    parts: list[int]
+    """The partitions that have rows."""
+
+    def read(self, k: int) -> dict[str, np.ndarray]:
+        """The `k`th listed partition's columns."""
+        p = self.parts[k]
+        return {n: self.columns.column(f"{n}/{p}").to_numpy() for n in self.names}
+
+    def close(self) -> None:
+        self.columns.close()
+
+
+def split(
+    index: Index,
+    count: int,
+    names: Sequence[str],
+    links: np.ndarray = NO_LINKS,
+    *,
+    roots: bool = False,
+) -> Parts:
+    """Each record's comparison partition, of `count` (a range of its root's digest:
+    `root_pieces`), and what each partition reads (`row` and `names`, with `roots` its
+    rows' `root` digests), written a piece of the index at a time."""
+    out = Columns(prefix="wirediff-parts-")
+    found: set[int] = set()
+    rooted = root_pieces(index, links) if count > 1 or roots else None
+    try:
+        for start, f in index.pieces(*names):
+            root = next(rooted)[1] if rooted is not None else None
+            part = np.zeros(len(f), dtype=np.int64)
+            if root is not None and count > 1:
+                part = partition_of(root, count)
+            order = np.argsort(part, kind="stable")
+            bounds = np.searchsorted(part[order], np.arange(count + 1))
+            for p in np.flatnonzero(np.diff(bounds)).tolist():
+                at = order[bounds[p] : bounds[p + 1]]
+                out.add(f"row/{p}", pd.Series(start + at))
+                for name in names:
+                    out.add(f"{name}/{p}", f[name].iloc[at].reset_index(drop=True))
+                if root is not None and roots:
+                    out.add(f"root/{p}", pd.Series(root[at]))
+                found.add(p)
+    except BaseException:
+        out.close()
+        raise
+    listed = ["row", *names, *(["root"] if roots else [])]
+    return Parts(out, listed, sorted(found))
+
+
+def root_pieces(index: Index, links: np.ndarray = NO_LINKS) -> Iterator[tuple[int, np.ndarray]]:
+    """`root_digests` of the index a piece at a time: the replays in chains of replays
+    found first (`deep_replays`), a bucket at a time."""
+    ids, up = _replay_ancestors(*deep_replays(index))
+    cand, base = _by_candidate(links)
+    for start, f in index.pieces(*ROOT_INPUTS):
+        yield start, _roots(f, ids, up, cand, base)
 
 
 def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
@@ -84,14 +141,33 @@ def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarra
     an original paired by content (`links`: candidate and baseline id digests, a row each)
     and its replays, the baseline's original, so that both sides of a pair land in one
     partition."""
-    root = _replay_roots(frame)
-    if not len(links):
-        return root
-    cand, base = links[:, 0], links[:, 1]
-    order = np.argsort(cand, kind="stable")
-    cand, base = cand[order], base[order]
-    at, hit = looked_up(cand, root)
-    return np.where(hit, base[at], root)
+    own = frame["id_digest"].to_numpy(dtype=np.uint64)
+    parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
+    return _roots(frame, *_replay_ancestors(own[replay], parent[replay]), *_by_candidate(links))
+
+
+def _by_candidate(links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(links[:, 0], kind="stable")
+    return links[order, 0], links[order, 1]
+
+
+def _roots(
+    frame: pd.DataFrame, ids: np.ndarray, up: np.ndarray, cand: np.ndarray, base: np.ndarray
+) -> np.ndarray:
+    """The root digests of these rows, given the replays of chains (`ids`, sorted, and the
+    original each goes back to) and the content links by candidate."""
+    own = frame["id_digest"].to_numpy(dtype=np.uint64)
+    parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
+    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
+    root = np.where(replay, parent, own)
+    if len(ids):
+        at, hit = looked_up(ids, root)
+        root[hit] = up[at[hit]]
+    if len(cand):
+        at, hit = looked_up(cand, root)
+        root = np.where(hit, base[at], root)
+    return root
 
 
 def looked_up(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,21 +176,6 @@ def looked_up(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndar
     at = np.searchsorted(keys, values)
     np.minimum(at, len(keys) - 1, out=at)
     return at, keys[at] == values
-
-
-def _replay_roots(frame: pd.DataFrame) -> np.ndarray:
-    own = frame["id_digest"].to_numpy(dtype=np.uint64)
-    parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
-    root = np.where(replay, parent, own)
-    ids, up = _replay_ancestors(own[replay], parent[replay])
-    if not len(ids):
-        return root
-    for start in range(0, len(root), PIECE):  # a row's root depends on it alone: by pieces
-        piece = root[start : start + PIECE]
-        at, hit = looked_up(ids, piece)
-        piece[hit] = up[at[hit]]
-    return root
 
 
 def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,53 +260,70 @@ def content_pairing(index: Index, requested: str | None) -> tuple[Baseline, ByCo
     links of its candidates and never aligns a part of the captures (it would list calls
     whose counterpart is in another part as unmatched). Ids are their digests here; what
     pairing reads besides is read for the rows it decides from."""
-    frame = index.load(*ROOT_INPUTS, "label")
-    original = ~frame["replay"].to_numpy(dtype=bool)
-    label = _label_codes(frame["label"])
-    deciding = _deciding(frame, original, label)
-    chosen = choose_baseline(_pairing_frame(index, frame, deciding), requested)
+    deciding, labels = _deciding(index)
+    chosen = choose_baseline(_pairing_frame(index, deciding), requested)
     none = ByContent(NO_LINKS, pd.DataFrame(columns=UNMATCHED_COLUMNS))
-    if chosen.label is None or len(np.unique(label[original])) < 2:
+    if chosen.label is None or labels < 2:
         return chosen, none  # one label of originals: nothing to pair by content
-    found = content_links(_pairing_frame(index, frame, np.flatnonzero(original)), chosen.label)
+    originals = np.concatenate(
+        [
+            start + np.flatnonzero(~f["replay"].to_numpy(dtype=bool))
+            for start, f in index.pieces("replay")
+        ]
+    )
+    found = content_links(_pairing_frame(index, originals), chosen.label)
     links = np.array([[int(c), int(b)] for c, b in found.links], dtype=np.uint64)
     unmatched = found.unmatched.assign(id=[int(i) for i in found.unmatched["id"].tolist()])
     return chosen, ByContent(links.reshape(-1, 2), unmatched)
 
 
-def _label_codes(labels: pd.Series) -> np.ndarray:
-    """Each row's label as pairing compares them (missing as empty, as text), by code."""
-    values = ["" if pd.isna(v) else str(v) for v in labels.cat.categories.tolist()]
-    same = pd.factorize(pd.Index([*values, ""], dtype=object))[0]
-    return same.astype(np.int32)[labels.cat.codes.to_numpy()]  # -1: the last
+def _label_codes(categories: pd.Index[Any]) -> np.ndarray:
+    """Each label code's label as pairing compares them (missing as empty, as text), by
+    code: index it with a category's codes (-1, missing, the last)."""
+    values = ["" if pd.isna(v) else str(v) for v in categories.tolist()]
+    return pd.factorize(pd.Index([*values, ""], dtype=object))[0].astype(np.int32)
 
 
-def _deciding(frame: pd.DataFrame, original: np.ndarray, label: np.ndarray) -> np.ndarray:
+def _deciding(index: Index) -> tuple[np.ndarray, int]:
     """The rows `choose_baseline` decides from alike, in order: of the originals, each
-    label's first and its first one replayed, with a replay of each replayed one taken."""
-    ids = frame["id_digest"].to_numpy(dtype=np.uint64)
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replays = np.flatnonzero(frame["replay"].to_numpy(dtype=bool))
-    asked = np.unique(of[replays])
-    replayed = original & looked_up(asked, ids)[1] if len(asked) else np.zeros_like(original)
-    rows = [
-        _first_per(np.flatnonzero(original), label),
-        _first_per(np.flatnonzero(replayed), label),
-    ]
-    taken = np.unique(np.concatenate(rows))
-    asked = ids[taken[replayed[taken]]]
-    mine = replays[np.isin(of[replays], asked)]
-    rows.append(mine[np.unique(of[mine], return_index=True)[1]])
-    return np.unique(np.concatenate(rows))
+    label's first and its first one replayed, with the first replay of each taken; and
+    how many labels the originals have. A piece, then a bucket of the replay join, at a
+    time."""
+    same: np.ndarray | None = None
+    first: dict[int, int] = {}
+    for start, f in index.pieces("replay", "label"):
+        if same is None:
+            same = _label_codes(f["label"].cat.categories)
+        label = same[f["label"].cat.codes.to_numpy()]
+        at = np.flatnonzero(~f["replay"].to_numpy(dtype=bool))
+        codes, place = np.unique(label[at], return_index=True)
+        for code, row in zip(codes.tolist(), (start + at[place]).tolist(), strict=True):
+            first.setdefault(code, row)
+    if same is None:
+        return np.zeros(0, dtype=np.int64), 0
+    replayed: dict[int, int] = {}
+    for join in replay_join(index, ("label",), originals=True):
+        label = same[join.keep["label"]]
+        order = np.lexsort((join.row, label))
+        codes, place = np.unique(label[order], return_index=True)
+        for code, row in zip(codes.tolist(), join.row[order][place].tolist(), strict=True):
+            replayed[code] = min(row, replayed.get(code, row))
+    taken = np.unique(np.array([*first.values(), *replayed.values()], dtype=np.int64))
+    asked = np.unique(index.load("id_digest", rows=taken)["id_digest"].to_numpy(np.uint64))
+    seen: dict[int, int] = {}
+    for start, f in index.pieces("replay_digest", "replay"):
+        of = f["replay_digest"].to_numpy(dtype=np.uint64)
+        at = np.flatnonzero(f["replay"].to_numpy(dtype=bool) & np.isin(of, asked))
+        named, place = np.unique(of[at], return_index=True)
+        for digest_, row in zip(named.tolist(), (start + at[place]).tolist(), strict=True):
+            seen.setdefault(digest_, row)
+    rows = np.array([*taken.tolist(), *seen.values()], dtype=np.int64)
+    return np.unique(rows), len(first)
 
 
-def _first_per(rows: np.ndarray, label: np.ndarray) -> np.ndarray:
-    return rows[np.unique(label[rows], return_index=True)[1]]
-
-
-def _pairing_frame(index: Index, frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """These rows as pairing reads them, ids and `replay_of` (from `frame`) as digests."""
-    part = frame.iloc[rows]
+def _pairing_frame(index: Index, rows: np.ndarray) -> pd.DataFrame:
+    """These rows as pairing reads them, ids and `replay_of` as digests."""
+    part = index.load(*ROOT_INPUTS, rows=rows)
     ex = plain(index.load(*PAIRING_INPUTS, rows=rows), PAIRING_INPUTS)
     replay = part["replay"].to_numpy(dtype=bool)
     of = part["replay_digest"].to_numpy(dtype=np.uint64)
@@ -278,48 +356,39 @@ def first_rows(a: np.ndarray, b: np.ndarray, limit: int) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
-def id_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each id digest in order and its row (the index holds an id once: `first_of_each`)."""
-    order = np.argsort(ids, kind="stable")
-    return ids[order], order
-
-
 def noise_samples(index: Index, links: np.ndarray = NO_LINKS) -> list[tuple[int, list[int]]]:
     """The repeated requests whose noise is learned before comparing: `(request digest,
     rows of its first 1 + NOISE_SAMPLES originals)` for each request that at least two
     compared originals repeat — in the order a whole analysis meets them (by the first
     replay of each original that was sent, then the baseline's originals paired by
-    content, `links`, in their order)."""
-    if not len(index):
-        return []
-    frame = index.load(*ROOT_INPUTS, "error_kind")
-    unique_ids, row_of = id_rows(frame["id_digest"].to_numpy(dtype=np.uint64))
-    of = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    sent = frame["replay"].to_numpy(dtype=bool) & (frame["error_kind"] != SKIPPED).to_numpy()
-    replays = np.flatnonzero(sent & (of != 0))
-    del sent
-    replays = replays[looked_up(unique_ids, of[replays])[1]]
-    linked = links[:, 1][looked_up(unique_ids, links[:, 1])[1]]
-    if not len(replays) and not len(linked):
-        return []
-    at = np.r_[replays, len(frame) + np.arange(len(linked))]
-    compared = np.r_[of[replays], linked]
-    del replays, linked
-    originals, first = np.unique(compared, return_index=True)  # each one's first pair
-    del compared
-    rows = row_of[np.searchsorted(unique_ids, originals)]
-    del unique_ids, row_of, originals
-    rows = rows[np.argsort(at[first], kind="stable")]
-    del at, first
-    del frame
-    requests = index.load("request_digest", rows=rows)["request_digest"].to_numpy(dtype=np.uint64)
-    code, request = pd.factorize(requests)  # by each request's first original
-    sizes = np.bincount(code)
-    grouped = np.argsort(code, kind="stable")
-    starts = np.r_[0, np.cumsum(sizes)[:-1]]
-    return [
-        (int(request[c]), rows[grouped[starts[c] : starts[c] + min(n, 1 + NOISE_SAMPLES)]].tolist())
-        for c, n in zip(
-            np.flatnonzero(sizes >= 2).tolist(), sizes[sizes >= 2].tolist(), strict=True
-        )
-    ]
+    content, `links`, in their order). By buckets of the originals' ids (the replay
+    join), then of their requests."""
+    found: list[tuple[int, int, list[int]]] = []
+    with Buckets(len(index)) as by_request:
+        for join in replay_join(index, ("request_digest",), sent=True, also=links[:, 1]):
+            requests = join.keep["request_digest"].astype(np.uint64)
+            by_request.add(requests, at=join.first, row=join.row)
+        for bucket in by_request:
+            order = np.lexsort((bucket["at"], bucket["key"]))
+            key, at, row = bucket["key"][order], bucket["at"][order], bucket["row"][order]
+            begins = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            sizes = np.diff(np.r_[begins, len(key)])
+            for b, size in zip(
+                begins[sizes >= 2].tolist(), sizes[sizes >= 2].tolist(), strict=True
+            ):
+                end = b + min(size, 1 + NOISE_SAMPLES)
+                found.append((int(at[b]), int(key[b]), row[b:end].tolist()))
+    found.sort()  # by each request's first original
+    return [(request, rows) for _, request, rows in found]
+
+
+def paired_scopes(index: Index, links: np.ndarray = NO_LINKS) -> set[int]:
+    """The scopes (`check`'s arguments) with an exchange that pairs: a replay of a record
+    in the captures, or an original paired by content (`links`)."""
+    paired: set[int] = set()
+    for join in replay_join(index):
+        paired.update(np.unique(index.scope[join.replays]).tolist())
+    for start, f in index.pieces("id_digest"):
+        hit = np.isin(f["id_digest"].to_numpy(dtype=np.uint64), links[:, 0])
+        paired.update(np.unique(index.scope[start + np.flatnonzero(hit)]).tolist())
+    return paired

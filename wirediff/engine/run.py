@@ -32,14 +32,7 @@ from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
 from wirediff.engine.columns import Columns
 from wirediff.engine.engines import Call, Calls, Engine
 from wirediff.engine.index import Index, build_index, give_back, lean
-from wirediff.engine.plan import (
-    NO_LINKS,
-    ByContent,
-    noise_samples,
-    partition_of,
-    partitions,
-    root_digests,
-)
+from wirediff.engine.plan import NO_LINKS, ByContent, noise_samples, partition_of
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import chunks, plain
 from wirediff.engine.sources import PARQUET, Source, resolve
@@ -56,9 +49,8 @@ __all__ = [
     "failing_chains",
     "fetch",
     "locators",
-    "partitions",
-    "root_digests",
     "scan_inputs",
+    "total_bytes",
 ]
 
 PART_BYTES = 48 << 20
@@ -171,33 +163,27 @@ def compare(
     into `spill` when given. `links`: the originals paired by content over all the captures
     (`content_pairing`, by id digest), each compared in its baseline original's partition."""
     sources = index.sources
-    total = int(index.column("nbytes").sum()) if len(index) else 0
+    total = total_bytes(index)
     count = max(1, math.ceil(total / part_bytes))
     if engine.workers > 1 and total > SMALL_BYTES:
         count = max(count, engine.workers)
     noise = _noise(engine, index, links)
     give_back()
-    part_of = (
-        partitions(index.load(*plan.ROOT_INPUTS), count, links)
-        if count > 1
-        else np.zeros(len(index), dtype=np.int64)
-    )
     link_part = partition_of(links[:, 1], count).tolist()
     links_of: dict[int, list[tuple[int, int, int]]] = {}
     for n, (cand, base) in enumerate(links.tolist()):
         links_of.setdefault(link_part[n], []).append((cand, base, n))
-    by_part, parts = plan.split(index, part_of, ["src", "a", "b", "request_digest", "careful"])
-    del part_of
+    by_part = plan.split(index, count, ["src", "a", "b", "request_digest", "careful"], links)
     give_back()
 
     def call(i: int) -> Call:  # made as a worker takes it: one partition's rows read
-        part = {name: by_part.piece(name, i).to_numpy() for name in by_part.names}
+        part = by_part.read(i)
         rows, requests = part["row"], part["request_digest"]
         mine = {int(r): noise[int(r)] for r in np.unique(requests).tolist() if int(r) in noise}
         kwargs = {
             "ignore": tuple(ignore),
             "noise": mine,
-            "links": links_of.get(parts[i], []),
+            "links": links_of.get(by_part.parts[i], []),
             "max_examples": max_examples,
             "report": report,
             "rows": spill is not None,
@@ -207,7 +193,7 @@ def compare(
         where = (part["src"], part["a"], part["b"])
         return (sources, where, rows), kwargs
 
-    calls = Calls(len(parts), call)
+    calls = Calls(len(by_part.parts), call)
     merged = Partial(max_examples)
     bar = progress.phase("compare", len(index), "ex", len(calls))
     try:
@@ -223,6 +209,11 @@ def compare(
     bar.close()
     give_back()
     return merged
+
+
+def total_bytes(index: Index) -> int:
+    """Bytes of every record, a piece at a time."""
+    return sum(int(f["nbytes"].sum()) for _, f in index.pieces("nbytes"))
 
 
 def _noise(engine: Engine, index: Index, links: np.ndarray) -> dict[int, set[str]]:
@@ -333,10 +324,12 @@ def diagnose(
 
 def _where(index: Index, digests: Sequence[int] | np.ndarray) -> pd.DataFrame:
     """The locators of the records with these id digests, in index order."""
-    ids = index.column("id_digest").to_numpy(dtype=np.uint64)
-    rows = np.flatnonzero(np.isin(ids, np.unique(np.asarray(digests, dtype=np.uint64))))
-    del ids
-    return index.load("src", "a", "b", rows=rows)
+    wanted = np.unique(np.asarray(digests, dtype=np.uint64))
+    rows = [
+        start + np.flatnonzero(np.isin(f["id_digest"].to_numpy(dtype=np.uint64), wanted))
+        for start, f in index.pieces("id_digest")
+    ]
+    return index.load("src", "a", "b", rows=np.concatenate(rows) if rows else np.zeros(0, int))
 
 
 def fetch(engine: Engine, index: Index, ids: Sequence[str]) -> Mapping[str, Any]:
