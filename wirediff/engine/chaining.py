@@ -26,7 +26,9 @@ from wirediff.analysis.diagnosis.chains import (
     prepared,
     redirect_targets,
 )
+from wirediff.engine.columns import Buckets
 from wirediff.engine.index import Index
+from wirediff.engine.scan import CATEGORIES
 from wirediff.record.keys import digest
 
 __all__ = [
@@ -89,29 +91,34 @@ def failing_chains(index: Index, batch_records: int, linkable: np.ndarray | None
     if not n:
         return Failing(0, [])
     links = _links(index, linkable_rows(index) if linkable is None else linkable)
-    roots = chain_roots(n, links)
-    failing = np.zeros(n, dtype=bool)
-    failing[roots[~index.column("ok").to_numpy(dtype=bool)]] = True
-    listed = np.flatnonzero(failing[roots])
+    root_of = _chain_roots(links)
+    bad = np.concatenate(
+        [start + np.flatnonzero(~f["ok"].to_numpy(dtype=bool)) for start, f in index.pieces("ok")]
+    )
+    failing = np.unique(root_of(bad))
+    joined, heads = root_of.nodes, root_of.heads
+    alone = bad[~np.isin(bad, joined)]  # its own chain
+    listed = np.union1d(alone, joined[np.isin(heads, failing)])
+    del bad, alone
     if not len(listed):
         return Failing(0, [])
     started = index.load("started", rows=listed)["started"].astype("float64").fillna(0.0)
     keep = listed[np.lexsort((listed, started.to_numpy()))]  # by start, ties by row
     del listed, started
-    heads, first, chain = np.unique(roots[keep], return_index=True, return_inverse=True)
+    heads, first, chain = np.unique(root_of(keep), return_index=True, return_inverse=True)
     rank = np.empty(len(heads), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(heads))
     chain = rank[chain]  # each listed exchange's chain, numbered as chains are listed
-    ends = np.array([a for _, a, _ in links], dtype=np.int64)
-    of = np.searchsorted(heads, roots[ends])
-    listed_links = failing[roots[ends]]
+    ends = root_of(np.array([a for _, a, _ in links], dtype=np.int64))
+    of = np.searchsorted(heads, ends)
+    listed_links = np.isin(ends, failing)
     linked = sorted(  # the links of listed chains, by chain, each chain's in the order found
         (int(rank[c]), k)
         for k, c in zip(
             np.flatnonzero(listed_links).tolist(), of[listed_links].tolist(), strict=True
         )
     )
-    del roots, failing
+    del failing, ends
     sizes = np.bincount(chain, minlength=len(heads)).tolist()
     grouped = np.argsort(chain, kind="stable")  # places in `keep`, chain by chain
     out = Failing(len(heads), [])
@@ -132,6 +139,35 @@ def failing_chains(index: Index, batch_records: int, linkable: np.ndarray | None
     return out
 
 
+@dataclass
+class _ChainRoots:
+    """Each row's chain, as `chain_roots` names it, held for the rows links join only."""
+
+    nodes: np.ndarray
+    """The rows links join, sorted."""
+    heads: np.ndarray
+    """Each one's chain."""
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        out = np.asarray(rows, dtype=np.int64).copy()
+        if len(self.nodes):
+            at = np.minimum(np.searchsorted(self.nodes, out), len(self.nodes) - 1)
+            hit = self.nodes[at] == out
+            out[hit] = self.heads[at[hit]]
+        return out
+
+
+def _chain_roots(links: Links) -> _ChainRoots:
+    """`chain_roots` of the rows links join (the others are each a chain of their own)."""
+    ends = np.array([(a, b) for _, a, b in links], dtype=np.int64).reshape(-1, 2)
+    nodes, at = np.unique(ends, return_inverse=True)
+    at = at.reshape(ends.shape)
+    among = [
+        (kind, int(a), int(b)) for (kind, _, _), (a, b) in zip(links, at.tolist(), strict=True)
+    ]
+    return _ChainRoots(nodes, nodes[chain_roots(len(nodes), among)])
+
+
 def _links(index: Index, rows: np.ndarray) -> Links:
     """`chain_links` among these rows, by row of the index."""
     if not len(rows):
@@ -149,29 +185,41 @@ def _links(index: Index, rows: np.ndarray) -> Links:
     return [(kind, int(rows[a]), int(rows[b])) for kind, a, b in found]
 
 
+_GROUP_INPUTS = list(dict.fromkeys(c for c in (*RETRY_KEYS, *FALLBACK_KEYS) if c in CATEGORIES))
+_LINKABLE_INPUTS = [*_GROUP_INPUTS, "url", "replay", "retry", "status", "family", "soft_error"]
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
 def linkable_rows(index: Index) -> np.ndarray:
-    """The rows a link can join (in order), found from a few columns at a time: every
-    exchange of a client and route that retried, of a client that may have fallen back,
-    each hop candidate whose request was seen on two listeners or more, each redirect and
-    each exchange at a URL one leads to. `chain_links` among these finds every link: what
-    it groups and looks back over is here whole."""
-    n = len(index)
-    replay = index.column("replay").to_numpy(dtype=bool)
-    linkable = np.zeros(n, dtype=bool)
-    retried = (index.column("retry").fillna(0) > 0).to_numpy(dtype=bool)
-    if retried.any():
-        group = _groups(index, RETRY_KEYS, replay)
-        linkable |= np.isin(group, np.unique(group[retried]))
-    asked = index.load("status", "family", "soft_error").assign(is_replay=replay)
-    sources = fallback_sources(asked)
-    del asked
-    if sources.any():
-        group = _groups(index, FALLBACK_KEYS, replay)
-        linkable |= np.isin(group, np.unique(group[sources]))
-    del sources
-    linkable[_hop_candidates(index, replay)] = True
-    linkable[_redirected(index)] = True
-    return np.flatnonzero(linkable)
+    """The rows a link can join (in order), a piece of the index at a time: every exchange
+    of a client and route that retried, of a client that may have fallen back, each hop
+    candidate whose request was seen on two listeners or more, each redirect and each
+    exchange at a URL one leads to. `chain_links` among these finds every link: what it
+    groups and looks back over is here whole. A group is known by a digest of its keys'
+    codes: two groups with one digest only add rows, never leave one out."""
+    retried: list[np.ndarray] = []
+    sources: list[np.ndarray] = []
+    origin: np.ndarray | None = None
+    for _, f in index.pieces(*_LINKABLE_INPUTS):
+        if origin is None:
+            origin = _codes(origin_of(pd.Series(f["url"].cat.categories, dtype=object)))
+        at = (f["retry"].fillna(0) > 0).to_numpy(dtype=bool)
+        if at.any():
+            retried.append(np.unique(_group_digests(f, RETRY_KEYS, origin)[at]))
+        asked = f[["status", "family", "soft_error"]].assign(is_replay=f["replay"])
+        at = fallback_sources(asked)
+        if at.any():
+            sources.append(np.unique(_group_digests(f, FALLBACK_KEYS, origin)[at]))
+    found = [_hop_candidates(index), _redirected(index)]
+    if retried or sources:
+        retry_groups = np.unique(np.concatenate(retried or [np.zeros(0, np.uint64)]))
+        source_groups = np.unique(np.concatenate(sources or [np.zeros(0, np.uint64)]))
+        for start, f in index.pieces(*_LINKABLE_INPUTS):
+            assert origin is not None
+            hit = np.isin(_group_digests(f, RETRY_KEYS, origin), retry_groups)
+            hit |= np.isin(_group_digests(f, FALLBACK_KEYS, origin), source_groups)
+            found.append(start + np.flatnonzero(hit))
+    return np.unique(np.concatenate(found)).astype(np.int64)
 
 
 def _codes(column: pd.Series) -> np.ndarray:
@@ -181,59 +229,74 @@ def _codes(column: pd.Series) -> np.ndarray:
     return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
 
 
-def _groups(index: Index, keys: Sequence[str], replay: np.ndarray) -> np.ndarray:
-    """Each row's group of `keys` (`is_replay`: `replay`; `origin`: the URL's), a column
-    read at a time, as `groupby(keys, dropna=False)` numbers them."""
-    group = np.zeros(len(index), dtype=np.int64)
+def _group_digests(f: pd.DataFrame, keys: Sequence[str], origin: np.ndarray) -> np.ndarray:
+    """Each row's group of `keys` (`is_replay`: `replay`; `origin`: the URL's), as a digest
+    of the keys' codes: a category's codes are the same in every piece of the index."""
+    group = np.zeros(len(f), dtype=np.uint64)
     for key in keys:
         if key == "is_replay":
-            codes = replay.astype(np.int64)
+            codes = f["replay"].to_numpy(dtype=bool).astype(np.int64)
         elif key == "origin":
-            url = index.column("url")
-            of_value = _codes(origin_of(pd.Series(url.cat.categories, dtype=object)))
-            at = url.cat.codes.to_numpy()
-            codes = np.where(at >= 0, of_value[np.maximum(at, 0)] if len(of_value) else -1, -1)
+            at = f["url"].cat.codes.to_numpy()
+            codes = np.where(at >= 0, origin[np.maximum(at, 0)] if len(origin) else -1, -1)
         else:
-            codes = _codes(index.column(key))
-        group = group * (int(codes.max(initial=-1)) + 2) + codes + 1
-        group = pd.factorize(group)[0].astype(np.int64)
+            codes = f[key].cat.codes.to_numpy().astype(np.int64)
+        group = group * _MIX + (codes + 2).astype(np.uint64)
+        group ^= group >> np.uint64(29)
     return group
 
 
-def _hop_candidates(index: Index, replay: np.ndarray) -> np.ndarray:
-    """The originals on named listeners whose hop key is seen on two listeners or more."""
-    listener = index.column("listener")
-    codes = listener.cat.codes.to_numpy()
-    named_code = np.array([isinstance(v, str) for v in listener.cat.categories], dtype=bool)
-    named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(named_code) else codes < -1
-    cand = np.flatnonzero(named & ~replay)
-    if not len(cand):
-        return cand
-    keys = index.column("hop_digest").to_numpy(dtype=np.uint64)[cand]
-    where = codes[cand]
-    order = np.lexsort((where, keys))
-    k, w = keys[order], where[order]
-    pairs = k[np.r_[True, (k[1:] != k[:-1]) | (w[1:] != w[:-1])]]  # a key once a listener
-    shared = pairs[1:][pairs[1:] == pairs[:-1]]
-    return cand[np.isin(keys, shared)]
+def _hop_candidates(index: Index) -> np.ndarray:
+    """The originals on named listeners whose hop key is seen on two listeners or more,
+    by buckets of the hop key."""
+    out = [np.zeros(0, dtype=np.int64)]
+    named_code: np.ndarray | None = None
+    with Buckets(len(index)) as buckets:
+        for start, f in index.pieces("listener", "replay", "hop_digest"):
+            if named_code is None:
+                values = f["listener"].cat.categories
+                named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
+            codes = f["listener"].cat.codes.to_numpy()
+            named = (
+                (codes >= 0) & named_code[np.maximum(codes, 0)] if len(named_code) else codes < -1
+            )
+            cand = np.flatnonzero(named & ~f["replay"].to_numpy(dtype=bool))
+            keys = f["hop_digest"].to_numpy(dtype=np.uint64)[cand]
+            buckets.add(keys, listener=codes[cand].astype(np.int64), row=start + cand)
+        for bucket in buckets:
+            keys, where = bucket["key"], bucket["listener"]
+            order = np.lexsort((where, keys))
+            k, w = keys[order], where[order]
+            pairs = k[np.r_[True, (k[1:] != k[:-1]) | (w[1:] != w[:-1])]]  # a key a listener
+            shared = pairs[1:][pairs[1:] == pairs[:-1]]
+            out.append(bucket["row"][np.isin(keys, shared)])
+    return np.concatenate(out)
 
 
 def _redirected(index: Index) -> np.ndarray:
     """The redirects and the exchanges at the URLs they lead to."""
-    location = index.column("location")
-    codes = location.cat.codes.to_numpy()
-    values = location.cat.categories.tolist()
-    at: np.ndarray = np.flatnonzero(codes >= 0)
-    at = at[np.array([bool(values[c]) for c in codes[at].tolist()], dtype=bool)]
-    if not len(at):
-        return at
-    urls = index.load("url", rows=at)["url"].tolist()
-    targets = set(redirect_targets(urls, [values[c] for c in codes[at].tolist()]))
-    url = index.column("url")  # each URL once: a category
-    hit = np.array([normalize_url(str(u)) in targets for u in url.cat.categories], dtype=bool)
-    on = url.cat.codes.to_numpy()
-    led = np.flatnonzero((on >= 0) & hit[np.maximum(on, 0)]) if len(hit) else on[:0]
-    return np.asarray(np.union1d(at, led), dtype=np.int64)
+    at, values = [], []
+    for start, f in index.pieces("location"):
+        codes = f["location"].cat.codes.to_numpy()
+        values = f["location"].cat.categories.tolist()
+        some = np.flatnonzero(codes >= 0)
+        some = some[np.array([bool(values[c]) for c in codes[some].tolist()], dtype=bool)]
+        at.append(start + some)
+    redirects = np.concatenate(at) if at else np.zeros(0, dtype=np.int64)
+    if not len(redirects):
+        return redirects
+    asked = index.load("url", "location", rows=redirects)
+    targets = set(redirect_targets(asked["url"].tolist(), asked["location"].tolist()))
+    led = [redirects]
+    hit: np.ndarray | None = None
+    for start, f in index.pieces("url"):
+        if hit is None:  # each URL once: a category
+            urls = f["url"].cat.categories
+            hit = np.array([normalize_url(str(u)) in targets for u in urls], dtype=bool)
+        on = f["url"].cat.codes.to_numpy()
+        if len(hit):
+            led.append(start + np.flatnonzero((on >= 0) & hit[np.maximum(on, 0)]))
+    return np.unique(np.concatenate(led)).astype(np.int64)
 
 
 @dataclass
