@@ -183,7 +183,9 @@ def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
             }
         )
         rank = frame.groupby(["a", "b"], dropna=False, sort=False).cumcount().to_numpy()
-        assert plan.first_rows(a, b, limit).tolist() == np.flatnonzero(rank < limit).tolist()
+        pairs = [(a[k : k + 11], b[k : k + 11]) for k in range(0, n, 11)]  # index pieces
+        got = plan.first_rows(pairs, (labels, listeners), limit)
+        assert got.tolist() == np.flatnonzero(rank < limit).tolist()
 
 
 def test_replays_of_replays_go_back_to_their_original_across_pieces(

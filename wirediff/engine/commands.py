@@ -115,7 +115,7 @@ class Run:
         if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
         chosen, content = run.content_pairing(self.engine, index, baseline)
-        if chosen.chosen_by == "first capture" and index.column("label").nunique() > 1:
+        if chosen.chosen_by == "first capture" and len(index.labels(missing=False)) > 1:
             print(
                 f"wirediff: baseline: {chosen.label} (the first capture's label; "
                 "--baseline LABEL chooses another)",
@@ -210,9 +210,7 @@ class Run:
         explains one backend's own chain, whichever the baseline)."""
         index = self._scan(args)
         if baseline is not None:
-            labels = list(
-                dict.fromkeys(plain(index.load("label"), ["label"])["label"].fillna("").astype(str))
-            )
+            labels = index.labels()
             if baseline not in labels:
                 raise UsageError(
                     f"--baseline {baseline}: no capture has that label "

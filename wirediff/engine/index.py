@@ -191,6 +191,25 @@ class Index:
     def column(self, name: str) -> pd.Series:
         return self.columns.column(name)
 
+    def categories(self, name: str) -> pd.Index[Any]:
+        """A category column's categories (every piece has them all)."""
+        categories: pd.Index[Any] = next(self.columns.read_pieces(name)).cat.categories
+        return categories
+
+    def labels(self, *, missing: bool = True) -> list[str]:
+        """The labels, in the order rows first have them (a missing one as empty, or left
+        out without `missing`)."""
+        values = self.categories("label").tolist()
+        seen: dict[int, None] = {}
+        for _, f in self.pieces("label"):
+            seen.update(dict.fromkeys(pd.unique(f["label"].cat.codes.to_numpy()).tolist()))
+        named = [
+            "" if c < 0 or pd.isna(values[c]) else str(values[c])
+            for c in seen
+            if missing or (c >= 0 and not pd.isna(values[c]))
+        ]
+        return list(dict.fromkeys(named))
+
     def pieces(self, *names: str) -> Iterator[tuple[int, pd.DataFrame]]:
         """These columns a piece at a time (`Columns.pieces`), with each piece's first row."""
         return self.columns.pieces(*names)

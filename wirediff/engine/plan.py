@@ -9,7 +9,7 @@ digest (`wirediff export`) is read a few row groups per partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -332,27 +332,33 @@ def _pairing_frame(index: Index, rows: np.ndarray) -> pd.DataFrame:
     return ex
 
 
-def first_rows(a: np.ndarray, b: np.ndarray, limit: int) -> np.ndarray:
+def first_rows(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]], shape: tuple[int, int], limit: int
+) -> np.ndarray:
     """The rows, in order, that are among the first `limit` of those with their pair of
-    category codes (`a`, `b`; -1: missing) — a `groupby(...).cumcount() < limit` made
-    in pieces of `PIECE` rows, which holds a few arrays of a piece, not of the index, and
-    a count per pair of codes (categories of few values: labels, listeners)."""
-    width = int(b.max(initial=-1)) + 2
-    seen = np.zeros((int(a.max(initial=-1)) + 2) * width, dtype=np.int64)
+    category codes (`pairs`: the codes `a`, `b` of a piece of rows after another, -1:
+    missing; `shape`: how many categories each has) — a `groupby(...).cumcount() < limit`
+    made in pieces of at most `PIECE` rows, which holds a few arrays of a piece, and a
+    count per pair of codes (categories of few values: labels, listeners)."""
+    width = shape[1] + 1
+    seen = np.zeros((shape[0] + 1) * width, dtype=np.int64)
     out = []
-    for start in range(0, len(a), PIECE):
-        key = (a[start : start + PIECE].astype(np.int64) + 1) * width
-        key += b[start : start + PIECE].astype(np.int64) + 1
-        if (seen[key] >= limit).all():
-            continue
-        order = np.argsort(key, kind="stable")
-        ordered = key[order]
-        begins = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
-        lengths = np.diff(np.r_[begins, len(ordered)])
-        rank = np.arange(len(ordered)) - np.repeat(begins, lengths)
-        taken = np.sort(order[rank + seen[ordered] < limit])
-        out.append(taken + start)
-        seen += np.bincount(key, minlength=len(seen))
+    offset = 0
+    for a_all, b_all in pairs:
+        for start in range(0, len(a_all), PIECE):
+            key = (a_all[start : start + PIECE].astype(np.int64) + 1) * width
+            key += b_all[start : start + PIECE].astype(np.int64) + 1
+            if (seen[key] >= limit).all():
+                continue
+            order = np.argsort(key, kind="stable")
+            ordered = key[order]
+            begins = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
+            lengths = np.diff(np.r_[begins, len(ordered)])
+            rank = np.arange(len(ordered)) - np.repeat(begins, lengths)
+            taken = np.sort(order[rank + seen[ordered] < limit])
+            out.append(taken + start + offset)
+            seen += np.bincount(key, minlength=len(seen))
+        offset += len(a_all)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 

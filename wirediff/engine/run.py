@@ -242,13 +242,15 @@ class Diagnosed:
 
 def _served(index: Index) -> dict[str, set[str]]:
     """`wirediff.analysis.diagnosis.diagnose.served_models`, from the index."""
-    asked = index.load("endpoint", "method", "status")
-    hit = (
-        (asked["endpoint"] == "/v1/models")
-        & (asked["method"] == "GET")
-        & (asked["status"].fillna(0) == 200)
-    )
-    listed = index.load("label", "models", rows=np.flatnonzero(hit.to_numpy(dtype=bool)))
+    rows = [np.zeros(0, dtype=np.int64)]
+    for start, asked in index.pieces("endpoint", "method", "status"):
+        hit = (
+            (asked["endpoint"] == "/v1/models")
+            & (asked["method"] == "GET")
+            & (asked["status"].fillna(0) == 200)
+        )
+        rows.append(start + np.flatnonzero(hit.to_numpy(dtype=bool)))
+    listed = index.load("label", "models", rows=np.concatenate(rows))
     out: dict[str, set[str]] = {}
     for label, models in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
         if isinstance(models, str):  # as JSON (`lean`)
@@ -258,11 +260,13 @@ def _served(index: Index) -> dict[str, set[str]]:
 
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
     """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
-    backend = index.load("label", "listener")  # by category: no string a row
-    labels, listeners = (backend[c].cat.codes.to_numpy() for c in ("label", "listener"))
-    heads = plan.first_rows(labels, listeners, BACKEND_SCAN)
-    head = plain(backend.take(heads), ["label", "listener"])
-    del backend, labels, listeners
+    codes = (  # by category: no string a row
+        (f["label"].cat.codes.to_numpy(), f["listener"].cat.codes.to_numpy())
+        for _, f in index.pieces("label", "listener")
+    )
+    shape = (len(index.categories("label")), len(index.categories("listener")))
+    heads = plan.first_rows(codes, shape, BACKEND_SCAN)
+    head = plain(index.load("label", "listener", rows=heads), ["label", "listener"])
     where = index.load("src", "a", "b", rows=heads)
     keys = map(backend_key, head["label"].tolist(), head["listener"].tolist())
     first: dict[tuple[Any, Any], list[int]] = {}
