@@ -12,7 +12,9 @@ import pytest
 
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
+from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.engine import plan
+from wirediff.engine.columns import Columns
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.index import Index
 from wirediff.engine.plan import content_pairing, partitions, root_digests
@@ -222,3 +224,104 @@ def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_c
     assert whole[ids.index("r50")] == digest("r0")  # within the steps followed: the original
     monkeypatch.setattr(plan, "PIECE", 3)
     assert root_digests(frame).tolist() == whole
+
+
+def index_of(frame: pd.DataFrame) -> Index:
+    """An index of these columns alone (in pieces of the unit suite's `PIECE_ROWS`)."""
+    columns = Columns()
+    for name in frame.columns:
+        columns.put(str(name), frame[name].reset_index(drop=True))
+    return Index([], columns, np.zeros(len(frame), dtype=np.int8))
+
+
+def random_replays(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """Originals and replays (of originals, of replays, in cycles, of what is not
+    captured), some not sent, a few requests repeated, labels with one missing."""
+    ids = np.unique(rng.integers(1 << 20, np.iinfo(np.uint64).max, 2 * n + 1, dtype=np.uint64))
+    ids = rng.permutation(ids)[:n]  # 64-bit digests: spread over every bucket
+    replay = rng.random(n) < 0.6
+    parent = ids[rng.integers(0, n, n)]
+    parent[rng.random(n) < 0.1] = np.uint64(7)  # an original not captured
+    return pd.DataFrame(
+        {
+            "id_digest": ids,
+            "replay_digest": np.where(replay, parent, np.uint64(0)),
+            "replay": replay,
+            "error_kind": pd.Categorical(rng.choice(np.array(["skipped", "timeout", ""]), n)),
+            "request_digest": rng.integers(1, 6, n).astype(np.uint64),
+            "label": pd.Categorical.from_codes(rng.integers(-1, 3, n), ["a", "b", "c"]),
+        }
+    )
+
+
+def test_replay_roots_a_piece_at_a_time_are_those_of_the_whole_in_cycles_and_chains() -> None:
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 9, 60, 400):
+        frame = random_replays(rng, n)
+        links = frame["id_digest"].to_numpy()[rng.integers(0, n, (3, 2))].astype(np.uint64)
+        index = index_of(frame)
+        try:
+            for with_links in (plan.NO_LINKS, links):
+                whole = root_digests(frame, with_links)
+                got = np.concatenate([r for _, r in plan.root_pieces(index, with_links)])
+                assert got.tolist() == whole.tolist()
+        finally:
+            index.close()
+
+
+def noise_by_groupby(frame: pd.DataFrame, links: np.ndarray) -> list[tuple[int, list[int]]]:
+    """The noise samples as a whole analysis meets them, with pandas: each compared
+    original (one a sent replay names, then a content link's baseline) at its first
+    pair, its requests grouped in that order."""
+    known = set(frame["id_digest"].tolist())
+    row_of = {d: r for r, d in enumerate(frame["id_digest"].tolist())}
+    sent = frame["replay"] & (frame["error_kind"] != "skipped")
+    met = [(r, int(d)) for r, d in frame.loc[sent, "replay_digest"].items() if int(d) in known]
+    met += [(len(frame) + k, int(d)) for k, d in enumerate(links[:, 1].tolist()) if d in known]
+    first = pd.DataFrame(met, columns=["at", "original"]).groupby("original")["at"].min()
+    rows = [row_of[o] for o in first.sort_values(kind="stable").index.tolist()]
+    met_rows = pd.DataFrame({"row": rows, "request": frame["request_digest"].to_numpy()[rows]})
+    out = []
+    for request, group in met_rows.groupby("request", sort=False):
+        if len(group) >= 2:
+            out.append((int(request), group["row"].tolist()[: 1 + NOISE_SAMPLES]))
+    return out
+
+
+def test_noise_samples_by_buckets_are_those_a_whole_analysis_meets_in_its_order() -> None:
+    rng = np.random.default_rng(5)
+    for n in (0, 3, 40, 500):
+        frame = random_replays(rng, n)
+        links = np.zeros((0, 2), dtype=np.uint64)
+        if n:
+            links = frame["id_digest"].to_numpy()[rng.integers(0, n, (6, 2))].astype(np.uint64)
+            links[0, 1] = 7  # a baseline not captured
+        index = index_of(frame)
+        try:
+            assert plan.noise_samples(index, links) == noise_by_groupby(frame, links)
+        finally:
+            index.close()
+
+
+def test_the_rows_pairing_decides_from_are_each_labels_first_and_first_replayed() -> None:
+    rng = np.random.default_rng(8)
+    for n in (1, 30, 300):
+        frame = random_replays(rng, n)
+        label = frame["label"].astype(object).fillna("").to_numpy()
+        original = ~frame["replay"].to_numpy()
+        replays = frame.loc[frame["replay"], "replay_digest"]
+        replayed = original & frame["id_digest"].isin(set(replays.tolist())).to_numpy()
+        taken = set()
+        for mask in (original, replayed):
+            seen = pd.Series(label[mask], index=np.flatnonzero(mask))
+            taken |= set(seen[~seen.duplicated()].index.tolist())
+        asked = set(frame["id_digest"].to_numpy()[sorted(taken)].tolist())
+        mine = replays[replays.isin(asked)]
+        expected = sorted(taken | set(mine[~mine.duplicated()].index.tolist()))
+        index = index_of(frame)
+        try:
+            rows, labels = plan._deciding(index)
+            assert rows.tolist() == expected
+            assert labels == len(set(label[original].tolist()))
+        finally:
+            index.close()
