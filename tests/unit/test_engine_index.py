@@ -249,7 +249,7 @@ def random_replays(rng: np.random.Generator, n: int) -> pd.DataFrame:
             "replay": replay,
             "error_kind": pd.Categorical(rng.choice(np.array(["skipped", "timeout", ""]), n)),
             "request_digest": rng.integers(1, 6, n).astype(np.uint64),
-            "label": pd.Categorical.from_codes(rng.integers(-1, 3, n), ["a", "b", "c"]),
+            "label": pd.Categorical.from_codes(rng.integers(-1, 3, n), pd.Index(["a", "b", "c"])),
         }
     )
 
@@ -284,7 +284,7 @@ def noise_by_groupby(frame: pd.DataFrame, links: np.ndarray) -> list[tuple[int, 
     out = []
     for request, group in met_rows.groupby("request", sort=False):
         if len(group) >= 2:
-            out.append((int(request), group["row"].tolist()[: 1 + NOISE_SAMPLES]))
+            out.append((int(str(request)), group["row"].tolist()[: 1 + NOISE_SAMPLES]))
     return out
 
 

@@ -125,22 +125,20 @@ def _kept(index: Columns, scope: np.ndarray, keep: np.ndarray) -> None:
     replay attempts that got no answer and were tried again later are left out of `keep`
     (the newest attempt at an original and label stays); originals all stay. A piece at a
     time, and only the attempts at the originals with such an attempt read whole."""
-    retried_of, candidates = [], []
+    retried_of = []
     for start, f in index.pieces("replay_digest", "error_kind"):
-        of = f["replay_digest"].to_numpy(dtype=np.uint64)
-        replay = (of != 0) & (of != _NO_ORIGINAL)  # a `replay_of` that is a string, not empty
-        replay &= keep[start : start + len(f)]
+        of, replay = _replays(f, keep[start : start + len(f)])
         retried = replay & f["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
         if retried.any():
             retried_of.append(np.unique(of[retried]))
-        candidates.append((start, of, replay))
     if not retried_of:
         return
     asked = np.unique(np.concatenate(retried_of))
-    rows = np.concatenate(
-        [start + np.flatnonzero(replay & np.isin(of, asked)) for start, of, replay in candidates]
-    )
-    del candidates
+    found = []
+    for start, f in index.pieces("replay_digest"):
+        of, replay = _replays(f, keep[start : start + len(f)])
+        found.append(start + np.flatnonzero(replay & np.isin(of, asked)))
+    rows = np.concatenate(found)
     at = index.frame(["replay_digest", "started", "label", "error_kind"], rows)
     retried = at["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
     started = pd.to_numeric(at["started"], errors="coerce").fillna(0.0).to_numpy()
@@ -154,6 +152,13 @@ def _kept(index: Columns, scope: np.ndarray, keep: np.ndarray) -> None:
     latest = np.zeros(len(rows), dtype=bool)
     latest[order[last]] = True
     keep[rows[retried & ~latest]] = False
+
+
+def _replays(f: pd.DataFrame, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A piece's `replay_of` digests, and which of its kept rows are replays that name
+    an original (a `replay_of` that is a string, not empty)."""
+    of = f["replay_digest"].to_numpy(dtype=np.uint64)
+    return of, (of != 0) & (of != _NO_ORIGINAL) & kept
 
 
 def repeated_ids(index: Columns, rows: int) -> np.ndarray:
