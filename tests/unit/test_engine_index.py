@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
@@ -165,11 +164,8 @@ def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(
     assert "first" not in ids and {"lost", "again", "other"} <= set(ids)
 
 
-def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces() -> None:
     rng = np.random.default_rng(4)
-    monkeypatch.setattr(plan, "PIECE", 7)  # groups cut across many pieces
     for n, labels, listeners, limit in [
         (0, 1, 1, 3),
         (40, 1, 1, 3),
@@ -190,10 +186,7 @@ def test_first_rows_are_those_a_groupby_cumcount_keeps_whatever_the_pieces(
         assert got.tolist() == np.flatnonzero(rank < limit).tolist()
 
 
-def test_replays_of_replays_go_back_to_their_original_across_pieces(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(plan, "PIECE", 2)
+def test_replays_of_replays_go_back_to_their_original() -> None:
     of = {"r3": "r2", "r2": "r1", "r1": "o1", "s1": "o2", "x1": "gone"}  # "gone": not captured
     ids = ["r3", "o1", "s1", "r2", "o2", "r1", "x1"]
     frame = pd.DataFrame(
@@ -207,9 +200,7 @@ def test_replays_of_replays_go_back_to_their_original_across_pieces(
     assert root_digests(frame).tolist() == [digest(root[i]) for i in ids]
 
 
-def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_chains(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_chains() -> None:
     of = {f"r{i}": f"r{i - 1}" for i in range(1, 100)}  # a chain longer than it is followed
     of |= {"c1": "c2", "c2": "c3", "c3": "c1"}  # a cycle: no original at all
     ids = list(reversed([*of, "r0"]))
@@ -222,8 +213,11 @@ def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_c
     )
     whole = root_digests(frame).tolist()
     assert whole[ids.index("r50")] == digest("r0")  # within the steps followed: the original
-    monkeypatch.setattr(plan, "PIECE", 3)
-    assert root_digests(frame).tolist() == whole
+    index = index_of(frame)  # in pieces of 5 rows, the chains found by buckets
+    try:
+        assert np.concatenate([r for _, r in plan.root_pieces(index)]).tolist() == whole
+    finally:
+        index.close()
 
 
 def index_of(frame: pd.DataFrame) -> Index:

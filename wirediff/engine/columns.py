@@ -25,7 +25,7 @@ import pandas as pd
 
 __all__ = ["PIECE_ROWS", "Buckets", "Columns", "bucket_of"]
 
-PIECE_ROWS = 1 << 18
+PIECE_ROWS = 1 << 16
 """Rows of an index piece: what a step walking the rows holds of a column at once."""
 
 

@@ -48,9 +48,6 @@ __all__ = [
 ]
 
 NO_LINKS = np.zeros((0, 2), dtype=np.uint64)
-PIECE = 1 << 16
-"""Rows a step that works row by row takes at once: it holds a few arrays of a piece, not
-of the whole index."""
 
 
 def pieces_of(index: Index, groups: Sequence[np.ndarray], names: Sequence[str]) -> Columns:
@@ -338,27 +335,23 @@ def first_rows(
     """The rows, in order, that are among the first `limit` of those with their pair of
     category codes (`pairs`: the codes `a`, `b` of a piece of rows after another, -1:
     missing; `shape`: how many categories each has) — a `groupby(...).cumcount() < limit`
-    made in pieces of at most `PIECE` rows, which holds a few arrays of a piece, and a
-    count per pair of codes (categories of few values: labels, listeners)."""
+    made a piece at a time, which holds a few arrays of a piece, and a count per pair of
+    codes (categories of few values: labels, listeners)."""
     width = shape[1] + 1
     seen = np.zeros((shape[0] + 1) * width, dtype=np.int64)
     out = []
-    offset = 0
-    for a_all, b_all in pairs:
-        for start in range(0, len(a_all), PIECE):
-            key = (a_all[start : start + PIECE].astype(np.int64) + 1) * width
-            key += b_all[start : start + PIECE].astype(np.int64) + 1
-            if (seen[key] >= limit).all():
-                continue
+    start = 0
+    for a, b in pairs:
+        key = (a.astype(np.int64) + 1) * width + b.astype(np.int64) + 1
+        if not (seen[key] >= limit).all():
             order = np.argsort(key, kind="stable")
             ordered = key[order]
             begins = np.r_[0, np.flatnonzero(ordered[1:] != ordered[:-1]) + 1]
             lengths = np.diff(np.r_[begins, len(ordered)])
             rank = np.arange(len(ordered)) - np.repeat(begins, lengths)
-            taken = np.sort(order[rank + seen[ordered] < limit])
-            out.append(taken + start + offset)
+            out.append(np.sort(order[rank + seen[ordered] < limit]) + start)
             seen += np.bincount(key, minlength=len(seen))
-        offset += len(a_all)
+        start += len(a)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
