@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 
@@ -64,3 +66,18 @@ def test_buckets_hold_every_row_with_its_key_in_that_keys_bucket_in_the_order_ad
             seen += bucket["row"].tolist()
     assert sorted(seen) == list(range(40))
     assert columns.PIECE_ROWS == 5  # the unit suite's small pieces
+
+
+def test_a_column_of_many_distinct_values_holds_them_once_not_once_a_piece() -> None:
+    values = pd.Series([f"https://host/{k}" for k in range(2000)]).astype("category")
+    store = Columns()
+    try:
+        store.put("url", values)  # 400 pieces of 5 rows
+        whole = len(pickle.dumps(values, protocol=5))
+        assert store._files["url"].stat().st_size < 2 * whole
+        pd.testing.assert_series_equal(store.column("url"), values, check_names=False)
+        other = pd.Series(["x", "y"]).astype("category")  # a piece of its own categories
+        store.add("url", other)
+        assert store.column("url").tolist()[-2:] == ["x", "y"]
+    finally:
+        store.close()

@@ -8,18 +8,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
 from wirediff.analysis.comparison.noise import NOISE_SAMPLES
-from wirediff.engine import plan
+from wirediff.engine import plan, scan
 from wirediff.engine.columns import Columns
+from wirediff.engine.commands import Run
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.index import Index
 from wirediff.engine.plan import content_pairing, partitions, root_digests
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
 from wirediff.engine.sources import read_records
+from wirediff.errors import UsageError
 from wirediff.record.keys import digest
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.record.validate import MAX_DEPTH
@@ -319,3 +322,46 @@ def test_the_rows_pairing_decides_from_are_each_labels_first_and_first_replayed(
             assert labels == len(set(label[original].tolist()))
         finally:
             index.close()
+
+
+def test_a_column_has_the_type_every_chunk_together_gives_whatever_the_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start times in integer nanoseconds in one file and a float in another: the index's
+    starts are all floats, as loading makes them, so the newest of two retried attempts
+    one nanosecond apart is the one loading keeps."""
+    from tests.fixtures.sessions import fixture_sessions
+
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 1 << 12)  # a chunk a few records
+    base, replays = fixture_sessions()
+    t = 1_700_000_000_000_000_000
+    original = copy.deepcopy(base[0]) | {"id": "o1", "started": 1.5}
+
+    def attempt(name: str, started: int) -> Any:
+        r = copy.deepcopy(replays["ollama"][0]) | {"id": name, "replay_of": "o1"}
+        return r | {
+            "started": started,
+            "response": None,
+            "error": {"kind": "timeout", "message": "t"},
+        }
+
+    pads = [copy.deepcopy(base[1]) | {"id": f"pad{k}", "started": t + 10 + k} for k in range(6)]
+    files = [tmp_path / "ns.jsonl", tmp_path / "float.jsonl"]
+    written = [[attempt("ra", t + 1), attempt("rb", t), *pads], [original]]
+    for path, records in zip(files, written, strict=True):
+        with RecordWriter(path) as w:
+            for r in records:
+                w.write(r)
+    index = scan_inputs(LocalEngine(1), [str(f) for f in files], Progress(False))
+    try:
+        assert index.column("started").dtype == np.float64
+        assert ids_of(index) == [r["id"] for r in load_records(files)]
+    finally:
+        index.close()
+
+
+def test_no_exchange_at_all_is_a_usage_error_naming_no_label(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with Run("local", progress=False) as run, pytest.raises(UsageError, match=r"\(labels: \)"):
+        run.diagnose([str(empty)], baseline="x")

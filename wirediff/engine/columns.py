@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class Columns:
         self._files: dict[str, Path] = {}
         self._starts: dict[str, list[int]] = {}
         """Where each piece of a column starts in its file."""
+        self._kinds: dict[Path, pd.CategoricalDtype] = {}
+        """A category column's categories, held once: its pieces are stored as codes."""
         self._numbers = itertools.count()
 
     @property
@@ -58,9 +61,26 @@ class Columns:
         if name not in self._files:
             self._files[name] = self._dir / f"{next(self._numbers)}.pickle"
             self._starts[name] = []
-        with self._files[name].open("ab") as fh:
+        path = self._files[name]
+        with path.open("ab") as fh:
             self._starts[name].append(fh.tell())
-            pickle.dump(values, fh, protocol=5)
+            pickle.dump(self._stored(path, values), fh, protocol=5)
+
+    def _stored(self, path: Path, values: Any) -> Any:
+        """What is pickled of a piece: a category piece with the file's categories (its
+        first piece's) as its codes alone, so that a column of many distinct values holds
+        them once, not once a piece."""
+        if not isinstance(values, pd.Series) or not isinstance(values.dtype, pd.CategoricalDtype):
+            return values
+        kind = self._kinds.setdefault(path, values.dtype)
+        if values.dtype is not kind and values.dtype != kind:
+            return values
+        return _Codes(values.cat.codes.to_numpy())
+
+    def _loaded(self, path: Path, stored: Any) -> Any:
+        if isinstance(stored, _Codes):
+            return pd.Series(pd.Categorical.from_codes(stored.codes, dtype=self._kinds[path]))
+        return stored
 
     def put(self, name: str, column: pd.Series) -> None:
         """`column` as the whole of `name`, in pieces of `PIECE_ROWS` rows."""
@@ -72,12 +92,22 @@ class Columns:
         `PIECE_ROWS` rows; a piece at a time held beside the part being read."""
         path = self._dir / f"{next(self._numbers)}.pickle"
         starts: list[int] = []
+        try:
+            self._write_pieces(path, starts, parts)
+        except BaseException:
+            self._kinds.pop(path, None)
+            path.unlink(missing_ok=True)
+            raise
+        self.drop(name)
+        self._files[name], self._starts[name] = path, starts
+
+    def _write_pieces(self, path: Path, starts: list[int], parts: Iterable[pd.Series]) -> None:
         held: list[pd.Series] = []
         with path.open("wb") as fh:
 
             def write(piece: pd.Series) -> None:
                 starts.append(fh.tell())
-                pickle.dump(piece.reset_index(drop=True), fh, protocol=5)
+                pickle.dump(self._stored(path, piece.reset_index(drop=True)), fh, protocol=5)
 
             for part in parts:
                 held.append(part)
@@ -94,19 +124,19 @@ class Columns:
                 write(pd.concat(rest, ignore_index=True) if len(rest) > 1 else rest[0])
             elif not starts and held:  # no row at all: one empty piece keeps the type
                 write(held[0])
-        self.drop(name)
-        self._files[name], self._starts[name] = path, starts
 
     def piece(self, name: str, k: int) -> Any:
         """The `k`th piece of `name`."""
-        with self._files[name].open("rb") as fh:
+        path = self._files[name]
+        with path.open("rb") as fh:
             fh.seek(self._starts[name][k])
-            return pickle.load(fh)
+            return self._loaded(path, pickle.load(fh))
 
     def read_pieces(self, name: str) -> Iterator[Any]:
-        with self._files[name].open("rb") as fh:
+        path = self._files[name]
+        with path.open("rb") as fh:
             for _ in self._starts[name]:
-                yield pickle.load(fh)
+                yield self._loaded(path, pickle.load(fh))
 
     def pieces(self, *names: str) -> Iterator[tuple[int, pd.DataFrame]]:
         """These columns a piece at a time, with the row each piece starts at: columns put
@@ -143,6 +173,8 @@ class Columns:
                 if hi > lo or not taken:
                     taken.append(piece.take(ordered[lo:hi] - start))
                 start += len(piece)
+            if len(ordered) and not 0 <= ordered[0] <= ordered[-1] < start:
+                raise IndexError(f"rows out of {start:,} in {name}")
             column = pd.concat(taken, ignore_index=True) if len(taken) > 1 else taken[0]
             column = column.reset_index(drop=True)
             out[name] = column if back is None else column.take(back).reset_index(drop=True)
@@ -155,10 +187,18 @@ class Columns:
             path = self._files.pop(name, None)
             self._starts.pop(name, None)
             if path is not None:
+                self._kinds.pop(path, None)
                 path.unlink(missing_ok=True)
 
     def close(self) -> None:
         self._removed()
+
+
+@dataclass
+class _Codes:
+    """A category piece as its codes (the categories are its column's)."""
+
+    codes: np.ndarray
 
 
 def bucket_of(keys: np.ndarray, count: int) -> np.ndarray:

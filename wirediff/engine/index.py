@@ -198,12 +198,17 @@ class Index:
 
     def categories(self, name: str) -> pd.Index[Any]:
         """A category column's categories (every piece has them all)."""
-        categories: pd.Index[Any] = next(self.columns.read_pieces(name)).cat.categories
+        first = next(self.columns.read_pieces(name))
+        if not isinstance(first.dtype, pd.CategoricalDtype):  # no row: no category
+            return pd.Index([], dtype=object)
+        categories: pd.Index[Any] = first.cat.categories
         return categories
 
     def labels(self, *, missing: bool = True) -> list[str]:
         """The labels, in the order rows first have them (a missing one as empty, or left
         out without `missing`)."""
+        if not len(self):
+            return []
         values = self.categories("label").tolist()
         seen: dict[int, None] = {}
         for _, f in self.pieces("label"):
@@ -275,6 +280,9 @@ def _columns(
             parts = (p.cat.set_categories(categories) for p in parts)
         elif name == "status":
             parts = (p.astype("Int64") for p in parts)
+        else:  # the type concatenating every chunk gives (a float start in one: all)
+            kind = pd.concat([pieces.piece(name, k).iloc[:1] for k in places]).dtype
+            parts = (p if p.dtype == kind else p.astype(kind) for p in parts)
         index.put_pieces(name, parts)
         pieces.drop(name)
         give_back()
