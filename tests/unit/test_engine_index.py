@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from wirediff.engine.columns import Columns
 from wirediff.engine.commands import Run
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.index import Index
-from wirediff.engine.plan import content_pairing, partitions, root_digests
+from wirediff.engine.plan import NO_LINKS, content_pairing, partition_of, root_pieces
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
 from wirediff.engine.sources import read_records
@@ -34,6 +35,11 @@ def records_of(index: Index) -> list[Any]:
     return read_records(
         index.sources, frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist()
     )
+
+
+def roots_of(index: Index, links: np.ndarray = NO_LINKS) -> np.ndarray:
+    """Every row's root digest, a piece at a time as the partitions take them."""
+    return np.concatenate([np.zeros(0, np.uint64), *(r for _, r in root_pieces(index, links))])
 
 
 def ids_of(index: Index) -> list[str]:
@@ -52,9 +58,9 @@ def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Pat
     of = [r["replay_of"] for r in records if r.get("replay_of") is not None]
     assert frame.loc[replays, "replay_digest"].tolist() == [digest(r) for r in of]
     assert frame["id_digest"].tolist() == [digest(r["id"]) for r in records]
-    root = root_digests(frame)
+    root = roots_of(index)
     assert root[replays].tolist() == [digest(r) for r in of]
-    part = partitions(frame, 7)
+    part = partition_of(root, 7)
     place = dict(zip([r["id"] for r in records], part.tolist(), strict=True))
     assert [place[r] for r in of] == part[replays].tolist()
     assert len(np.unique(part)) > 1
@@ -89,11 +95,12 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
     pairs = sorted((digest(c["id"]), digest(b["id"])) for b, c in zip(base, cand, strict=True))
     assert sorted(map(tuple, content.links.tolist())) == pairs
     assert content.unmatched.empty
-    root = dict(zip(ids, root_digests(frame, content.links).tolist(), strict=True))
+    roots = roots_of(index, content.links)
+    root = dict(zip(ids, roots.tolist(), strict=True))
     assert all(root[c["id"]] == digest(b["id"]) for b, c in zip(base, cand, strict=True))
     assert root["vllm-0"] == digest(base[0]["id"])
     assert root["lm-1"] == digest(base[1]["id"])
-    part = dict(zip(ids, partitions(frame, 5, content.links).tolist(), strict=True))
+    part = dict(zip(ids, partition_of(roots, 5).tolist(), strict=True))
     assert all(part[b["id"]] == part[c["id"]] for b, c in zip(base, cand, strict=True))
     assert part["vllm-0"] == part[base[0]["id"]]
 
@@ -200,10 +207,11 @@ def test_replays_of_replays_go_back_to_their_original() -> None:
         }
     )
     root = {"r3": "o1", "r2": "o1", "r1": "o1", "o1": "o1", "s1": "o2", "o2": "o2", "x1": "gone"}
-    assert root_digests(frame).tolist() == [digest(root[i]) for i in ids]
+    with closing(index_of(frame)) as index:
+        assert roots_of(index).tolist() == [digest(root[i]) for i in ids]
 
 
-def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_chains() -> None:
+def test_replay_roots_go_back_along_long_chains_and_cycles_to_one_digest() -> None:
     of = {f"r{i}": f"r{i - 1}" for i in range(1, 100)}  # a chain longer than it is followed
     of |= {"c1": "c2", "c2": "c3", "c3": "c1"}  # a cycle: no original at all
     ids = list(reversed([*of, "r0"]))
@@ -214,13 +222,10 @@ def test_replay_roots_by_pieces_are_those_of_the_whole_even_in_cycles_and_long_c
             "replay": [i in of for i in ids],
         }
     )
-    whole = root_digests(frame).tolist()
-    assert whole[ids.index("r50")] == digest("r0")  # within the steps followed: the original
-    index = index_of(frame)  # in pieces of 5 rows, the chains found by buckets
-    try:
-        assert np.concatenate([r for _, r in plan.root_pieces(index)]).tolist() == whole
-    finally:
-        index.close()
+    with closing(index_of(frame)) as index:  # in pieces of 5 rows, chains found by buckets
+        root = dict(zip(ids, roots_of(index).tolist(), strict=True))
+    assert {root[f"r{i}"] for i in range(100)} == {digest("r0")}
+    assert {root[c] for c in ("c1", "c2", "c3")} == {min(digest(c) for c in ("c1", "c2", "c3"))}
 
 
 def index_of(frame: pd.DataFrame) -> Index:
@@ -251,19 +256,34 @@ def random_replays(rng: np.random.Generator, n: int) -> pd.DataFrame:
     )
 
 
-def test_replay_roots_a_piece_at_a_time_are_those_of_the_whole_in_cycles_and_chains() -> None:
+def roots_by_walking(frame: pd.DataFrame, links: np.ndarray) -> list[int]:
+    """Each row's root as its `replay_of` pointers lead, followed one by one: the first
+    that is no replay's id, or the smallest id of the cycle they fall into; then the
+    baseline of the first content link whose candidate it is."""
+    replays = frame[frame["replay"] & (frame["replay_digest"] != 0)]
+    parent = dict(zip(replays["id_digest"], replays["replay_digest"], strict=True))
+    base: dict[int, int] = {}
+    for c, b in links.tolist():
+        base.setdefault(c, b)
+    out = []
+    for own, of, named in frame[["id_digest", "replay_digest", "replay"]].itertuples(False):
+        x, path = (of if named and of else own), []
+        while x in parent and x not in path:
+            path.append(x)
+            x = parent[x]
+        root = min(path[path.index(x) :]) if x in path else x
+        out.append(base.get(root, root))
+    return out
+
+
+def test_replay_roots_a_piece_at_a_time_are_the_pointers_followed_one_by_one() -> None:
     rng = np.random.default_rng(11)
     for n in (1, 2, 9, 60, 400):
         frame = random_replays(rng, n)
         links = frame["id_digest"].to_numpy()[rng.integers(0, n, (3, 2))].astype(np.uint64)
-        index = index_of(frame)
-        try:
-            for with_links in (plan.NO_LINKS, links):
-                whole = root_digests(frame, with_links)
-                got = np.concatenate([r for _, r in plan.root_pieces(index, with_links)])
-                assert got.tolist() == whole.tolist()
-        finally:
-            index.close()
+        with closing(index_of(frame)) as index:
+            for with_links in (NO_LINKS, links):
+                assert roots_of(index, with_links).tolist() == roots_by_walking(frame, with_links)
 
 
 def noise_by_groupby(frame: pd.DataFrame, links: np.ndarray) -> list[tuple[int, list[int]]]:
@@ -354,7 +374,7 @@ def test_a_column_has_the_type_every_chunk_together_gives_whatever_the_pieces(
                 w.write(r)
     index = scan_inputs(LocalEngine(1), [str(f) for f in files], Progress(False))
     try:
-        assert index.column("started").dtype == np.float64
+        assert index.load("started")["started"].dtype == np.float64
         assert ids_of(index) == [r["id"] for r in load_records(files)]
     finally:
         index.close()

@@ -5,7 +5,7 @@ which name them (`chain_rows` tuples) from the records they read anyway."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,30 +247,38 @@ def _group_digests(f: pd.DataFrame, keys: Sequence[str], origin: np.ndarray) -> 
 
 
 def _hop_candidates(index: Index) -> np.ndarray:
-    """The originals on named listeners whose hop key is seen on two listeners or more,
-    by buckets of the hop key."""
-    out = [np.zeros(0, dtype=np.int64)]
-    named_code: np.ndarray | None = None
+    """The originals on named listeners whose hop key is seen on two listeners or more:
+    the keys by buckets of the hop key (each key once a listener and piece), then their
+    rows a piece at a time."""
+    shared = [np.zeros(0, dtype=np.uint64)]
     with Buckets(len(index)) as buckets:
-        for start, f in index.pieces("listener", "replay", "hop_digest"):
-            if named_code is None:
-                values = f["listener"].cat.categories
-                named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
-            codes = f["listener"].cat.codes.to_numpy()
-            named = (
-                (codes >= 0) & named_code[np.maximum(codes, 0)] if len(named_code) else codes < -1
-            )
-            cand = np.flatnonzero(named & ~f["replay"].to_numpy(dtype=bool))
-            keys = f["hop_digest"].to_numpy(dtype=np.uint64)[cand]
-            buckets.add(keys, listener=codes[cand].astype(np.int64), row=start + cand)
+        for _, keys, where in _hop_keys(index):
+            pairs = np.unique(np.stack([keys, where.astype(np.uint64)]), axis=1)
+            buckets.add(pairs[0], listener=pairs[1])
         for bucket in buckets:
-            keys, where = bucket["key"], bucket["listener"]
-            order = np.lexsort((where, keys))
-            k, w = keys[order], where[order]
-            pairs = k[np.r_[True, (k[1:] != k[:-1]) | (w[1:] != w[:-1])]]  # a key a listener
-            shared = pairs[1:][pairs[1:] == pairs[:-1]]
-            out.append(bucket["row"][np.isin(keys, shared)])
-    return np.concatenate(out)
+            pairs = np.unique(np.stack([bucket["key"], bucket["listener"]]), axis=1)
+            k = pairs[0]  # a key once a listener, in order
+            shared.append(k[1:][k[1:] == k[:-1]])
+    seen = np.unique(np.concatenate(shared))
+    if not len(seen):
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(
+        [np.zeros(0, np.int64)] + [rows[np.isin(keys, seen)] for rows, keys, _ in _hop_keys(index)]
+    )
+
+
+def _hop_keys(index: Index) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A piece at a time, the originals on named listeners: rows, hop keys, listeners."""
+    named_code: np.ndarray | None = None
+    for start, f in index.pieces("listener", "replay", "hop_digest"):
+        if named_code is None:
+            values = f["listener"].cat.categories
+            named_code = np.array([isinstance(v, str) for v in values], dtype=bool)
+        codes = f["listener"].cat.codes.to_numpy()
+        named = (codes >= 0) & named_code[np.maximum(codes, 0)] if len(named_code) else codes < -1
+        cand = np.flatnonzero(named & ~f["replay"].to_numpy(dtype=bool))
+        keys = f["hop_digest"].to_numpy(dtype=np.uint64)[cand]
+        yield start + cand, keys, codes[cand]
 
 
 def _redirected(index: Index) -> np.ndarray:

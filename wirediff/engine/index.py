@@ -193,9 +193,6 @@ class Index:
         """These columns (all of them when none is named), at `rows` when given."""
         return self.columns.frame(names or self.columns.names, rows)
 
-    def column(self, name: str) -> pd.Series:
-        return self.columns.column(name)
-
     def categories(self, name: str) -> pd.Index[Any]:
         """A category column's categories (every piece has them all)."""
         first = next(self.columns.read_pieces(name))

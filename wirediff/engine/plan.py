@@ -40,9 +40,7 @@ __all__ = [
     "noise_samples",
     "paired_scopes",
     "partition_of",
-    "partitions",
     "pieces_of",
-    "root_digests",
     "root_pieces",
     "split",
 ]
@@ -124,24 +122,16 @@ def split(
 
 
 def root_pieces(index: Index, links: np.ndarray = NO_LINKS) -> Iterator[tuple[int, np.ndarray]]:
-    """`root_digests` of the index a piece at a time: the replays in chains of replays
-    found first (`deep_replays`), a bucket at a time."""
+    """Per record, a piece of the index at a time, the digest of the original it goes
+    back to through `replay_of` (itself for an original; a replay of a replay goes back
+    further, the replays in chains found first by buckets: `deep_replays`; a missing
+    original's id); for an original paired by content (`links`: candidate and baseline id
+    digests, a row each) and its replays, the baseline's original, so that both sides of
+    a pair land in one partition."""
     ids, up = _replay_ancestors(*deep_replays(index))
     cand, base = _by_candidate(links)
     for start, f in index.pieces(*ROOT_INPUTS):
         yield start, _roots(f, ids, up, cand, base)
-
-
-def root_digests(frame: pd.DataFrame, links: np.ndarray = NO_LINKS) -> np.ndarray:
-    """Per record, the digest of the original it goes back to through `replay_of` (itself
-    for an original; a replay of a replay goes back further; a missing original's id); for
-    an original paired by content (`links`: candidate and baseline id digests, a row each)
-    and its replays, the baseline's original, so that both sides of a pair land in one
-    partition."""
-    own = frame["id_digest"].to_numpy(dtype=np.uint64)
-    parent = frame["replay_digest"].to_numpy(dtype=np.uint64)
-    replay = frame["replay"].to_numpy(dtype=bool) & (parent != 0)
-    return _roots(frame, *_replay_ancestors(own[replay], parent[replay]), *_by_candidate(links))
 
 
 def _by_candidate(links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,11 +199,6 @@ def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray,
     return ids, up
 
 
-def partitions(frame: pd.DataFrame, count: int, links: np.ndarray = NO_LINKS) -> np.ndarray:
-    """Each record's comparison partition, of `count`: a range of its root's digest."""
-    return partition_of(root_digests(frame, links), count)
-
-
 def partition_of(root: np.ndarray, count: int) -> np.ndarray:
     """The partition, of `count`, of each root digest."""
     part = root >> np.uint64(32)
@@ -234,7 +219,7 @@ PAIRING_INPUTS = [
 ]
 """The index columns `choose_baseline` and `content_links` read, besides ids."""
 ROOT_INPUTS = ["id_digest", "replay_digest", "replay"]
-"""The index columns `root_digests` reads."""
+"""The index columns `root_pieces` reads."""
 PAIRING_ONLY = ("fingerprint", "seq")
 """Index columns only pairing by content reads."""
 COMPARING_ONLY = ("nbytes", "request_digest", "replay_digest")
@@ -363,22 +348,40 @@ def noise_samples(index: Index, links: np.ndarray = NO_LINKS) -> list[tuple[int,
     content, `links`, in their order). By buckets of the originals' ids (the replay
     join), then of their requests."""
     found: list[tuple[int, int, list[int]]] = []
+    limit = 1 + NOISE_SAMPLES
     with Buckets(len(index)) as by_request:
         for join in replay_join(index, ("request_digest",), sent=True, also=links[:, 1]):
             requests = join.keep["request_digest"].astype(np.uint64)
-            by_request.add(requests, at=join.first, row=join.row)
+            kept, count = _first_by_key(requests, join.first, limit)  # a bucket's first few
+            by_request.add(requests[kept], at=join.first[kept], row=join.row[kept], n=count)
         for bucket in by_request:
-            order = np.lexsort((bucket["at"], bucket["key"]))
-            key, at, row = bucket["key"][order], bucket["at"][order], bucket["row"][order]
+            kept, _ = _first_by_key(bucket["key"], bucket["at"], limit)
+            key, at, row = bucket["key"][kept], bucket["at"][kept], bucket["row"][kept]
+            seen = pd.Series(bucket["n"]).groupby(bucket["key"]).sum()
             begins = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            sizes = np.diff(np.r_[begins, len(key)])
-            for b, size in zip(
-                begins[sizes >= 2].tolist(), sizes[sizes >= 2].tolist(), strict=True
-            ):
-                end = b + min(size, 1 + NOISE_SAMPLES)
-                found.append((int(at[b]), int(key[b]), row[b:end].tolist()))
+            ends = np.r_[begins[1:], len(key)]
+            for b, e in zip(begins.tolist(), ends.tolist(), strict=True):
+                if seen[key[b]] >= 2:
+                    found.append((int(at[b]), int(key[b]), row[b:e].tolist()))
     found.sort()  # by each request's first original
     return [(request, rows) for _, request, rows in found]
+
+
+def _first_by_key(key: np.ndarray, at: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The places of the first `limit` entries of each key by `at`, by key then `at`, and
+    beside each how many entries its key has (on its key's first place, 0 on the others):
+    what a bucket passes on of a key however many entries it has."""
+    order = np.lexsort((at, key))
+    if not len(order):
+        return order, np.zeros(0, dtype=np.int64)
+    ordered = key[order]
+    begins = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[begins, len(ordered)])
+    rank = np.arange(len(ordered)) - np.repeat(begins, sizes)
+    count = np.zeros(len(ordered), dtype=np.int64)
+    count[begins] = sizes
+    kept = rank < limit
+    return order[kept], count[kept]
 
 
 def paired_scopes(index: Index, links: np.ndarray = NO_LINKS) -> set[int]:
