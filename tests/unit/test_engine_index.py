@@ -385,3 +385,29 @@ def test_no_exchange_at_all_is_a_usage_error_naming_no_label(tmp_path: Path) -> 
     empty.write_text("")
     with Run("local", progress=False) as run, pytest.raises(UsageError, match=r"\(labels: \)"):
         run.diagnose([str(empty)], baseline="x")
+
+
+@pytest.mark.parametrize(
+    ("src", "ordinal"),
+    [
+        ([0] * 7, [3, 0, 6, 1, 5, 2, 4]),  # a dataset's places: moved a piece at a time
+        ([0] * 7, [50, 10, 30, 20, 70, 60, 40]),  # ordinals that are no places: sorted
+        ([0, 0, 0, 1, 1, 1, 1, 2, 2], [0, 100, 250, 2, 0, 3, 1, 7, 9]),  # files and a dataset
+        ([0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 0, 2]),  # a place twice: sorted
+    ],
+)
+def test_rows_go_back_to_source_order_and_each_sources_own(
+    src: list[int], ordinal: list[int]
+) -> None:
+    from wirediff.engine.index import _in_order
+
+    columns = Columns()
+    try:
+        columns.put("src", pd.Series(src))
+        columns.put("ordinal", pd.Series(ordinal))
+        columns.put("row", pd.Series(range(len(src))))
+        _in_order(columns)
+        expected = np.lexsort((np.array(ordinal), np.array(src))).tolist()
+        assert columns.column("row").tolist() == expected
+    finally:
+        columns.close()

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+import wirediff.engine.columns as on_disk
 from wirediff import FORMAT
 from wirediff.engine.columns import Buckets, Columns
 from wirediff.engine.scan import CATEGORIES, DIGESTS, INDEX_COLUMNS, Scanned
@@ -283,10 +284,7 @@ def _columns(
         index.put_pieces(name, parts)
         pieces.drop(name)
         give_back()
-    if not _in_order(index):
-        src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
-        _take(index, np.lexsort((ordinal, src)))  # a dataset's rows: by root, read whole
-        del src, ordinal
+    _in_order(index)
     index.drop("ordinal")  # the rows' order, once they are in it
     kind = np.min_scalar_type(max(scopes, default=0))  # an argument's number, a row: small
     of_src = np.asarray(scopes, dtype=kind)
@@ -313,19 +311,48 @@ def _kept_of(
         yield f[name][keep[start : start + len(f)]]
 
 
-def _in_order(index: Columns) -> bool:
-    """Whether the rows are in source order, and each source's own order."""
-    last = None
-    for _, f in index.pieces("src", "ordinal"):
+def _in_order(index: Columns) -> None:
+    """The rows put in source order and each source's own order (`ordinal`). The chunks
+    come by source, so only a dataset's rows (written by root) are out of their order; its
+    ordinals are its rows' places, so each row's place is known and the rows are moved a
+    piece at a time (`_move`). Anything else out of order is sorted whole."""
+    begin: dict[int, int] = {}
+    ordered: dict[int, bool] = {}
+    span: dict[int, tuple[int, int]] = {}
+    last: dict[int, int] = {}
+    for start, f in index.pieces("src", "ordinal"):
         src, ordinal = f["src"].to_numpy(np.int64), f["ordinal"].to_numpy(np.int64)
-        if last is not None:
-            src, ordinal = np.r_[last[0], src], np.r_[last[1], ordinal]
-        step_src, step = np.diff(src), np.diff(ordinal)
-        if not bool(((step_src > 0) | ((step_src == 0) & (step >= 0))).all()):
-            return False
-        if len(src):
-            last = (src[-1], ordinal[-1])
-    return True
+        bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1], True])
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            s, mine = int(src[lo]), ordinal[lo:hi]
+            begin.setdefault(s, start + lo)
+            steps = bool((np.diff(mine) >= 0).all()) and int(mine[0]) >= last.get(s, mine[0])
+            ordered[s] = ordered.get(s, True) and steps
+            low, high = span.get(s, (int(mine.min()), int(mine.max())))
+            span[s] = (min(low, int(mine.min())), max(high, int(mine.max())))
+            last[s] = int(mine[-1])
+    if all(ordered.values()):
+        return
+    rows = sum(len(f) for _, f in index.pieces("src"))
+    sizes = dict(zip(begin, np.diff([*begin.values(), rows]).tolist(), strict=True))
+    moved = [s for s, ok in ordered.items() if not ok]
+    places = all(span[s][0] >= 0 and span[s][1] < sizes[s] for s in moved)
+    if places:  # each row a place of its own: a byte a row, for a moment
+        placed = np.zeros(rows, dtype=bool)
+        for target in _places(index, begin, ordered):
+            if len(np.unique(target)) < len(target) or placed[target].any():
+                places = False
+                break
+            placed[target] = True
+        del placed
+    if not places:
+        src, ordinal = index.column("src").to_numpy(), index.column("ordinal").to_numpy()
+        _take(index, np.lexsort((ordinal, src)))  # ordinals that are no places: whole
+        return
+    for name in index.names:
+        if name != "ordinal":
+            _move(index, name, _places(index, begin, ordered), rows)
+            give_back()
 
 
 def _take(columns: Columns, rows: np.ndarray) -> None:
@@ -333,6 +360,44 @@ def _take(columns: Columns, rows: np.ndarray) -> None:
     for name in columns.names:
         columns.put(name, columns.column(name).take(rows).reset_index(drop=True))
         give_back()
+
+
+def _places(
+    index: Columns, begin: dict[int, int], ordered: dict[int, bool]
+) -> Iterator[np.ndarray]:
+    """Each row's place in source order, a piece at a time: a source in order keeps its
+    rows' places, a dataset's row goes to its ordinal."""
+    for start, f in index.pieces("src", "ordinal"):
+        src, ordinal = f["src"].to_numpy(np.int64), f["ordinal"].to_numpy(np.int64)
+        first = np.array([begin[s] for s in src.tolist()], dtype=np.int64)
+        moved = np.array([not ordered[s] for s in src.tolist()], dtype=bool)
+        yield np.where(moved, first + ordinal, start + np.arange(len(f)))
+
+
+def _move(index: Columns, name: str, places: Iterator[np.ndarray], rows: int) -> None:
+    """Column `name` with each row at its place: each piece's rows sent to the pieces
+    they go to (on disk), then each of those put in order, one at a time."""
+    count = max(1, -(-rows // on_disk.PIECE_ROWS))
+    sent = Columns(prefix="wirediff-order-")
+    try:
+        for (_, f), target in zip(index.pieces(name), places, strict=True):
+            to = target // on_disk.PIECE_ROWS
+            order = np.argsort(to, kind="stable")
+            bounds = np.searchsorted(to[order], np.arange(count + 1))
+            for p in np.flatnonzero(np.diff(bounds)).tolist():
+                at = order[bounds[p] : bounds[p + 1]]
+                sent.add(f"at/{p}", pd.Series(target[at]))
+                sent.add(f"values/{p}", f[name].iloc[at].reset_index(drop=True))
+        index.put_pieces(name, _in_place(sent, count))
+    finally:
+        sent.close()
+
+
+def _in_place(sent: Columns, count: int) -> Iterator[pd.Series]:
+    for p in range(count):
+        if f"at/{p}" in sent:
+            at = sent.column(f"at/{p}").to_numpy()
+            yield sent.column(f"values/{p}").take(np.argsort(at, kind="stable"))
 
 
 def give_back() -> None:
