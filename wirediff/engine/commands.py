@@ -237,10 +237,10 @@ class Run:
             rows, roots = part["row"].tolist(), part["root"].tolist()
             return (index.sources, where, rows, roots, out, by_part.parts[k]), {}
 
-        calls = Calls(len(by_part.parts), call)
-        bar = self.progress.phase("export", len(index), "ex", len(calls))
         exchanges = events = files = 0
         try:
+            calls = Calls(len(by_part.parts), call)
+            bar = self.progress.phase("export", len(index), "ex", len(calls))
             for _, (n, m, f) in self.engine.run(
                 parquet.export_part, calls, small=total < run.SMALL_BYTES
             ):

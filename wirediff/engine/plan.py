@@ -9,7 +9,7 @@ digest (`wirediff export`) is read a few row groups per partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,14 @@ def split(
     except BaseException:
         out.close()
         raise
+    finally:
+        if rooted is not None:
+            rooted.close()
     listed = ["row", *names, *(["root"] if roots else [])]
     return Parts(out, listed, sorted(found))
 
 
-def root_pieces(index: Index, links: np.ndarray = NO_LINKS) -> Iterator[tuple[int, np.ndarray]]:
+def root_pieces(index: Index, links: np.ndarray = NO_LINKS) -> Generator[tuple[int, np.ndarray]]:
     """Per record, a piece of the index at a time, the digest of the original it goes
     back to through `replay_of` (itself for an original; a replay of a replay goes back
     further, the replays in chains found first by buckets: `deep_replays`; a missing

@@ -193,10 +193,10 @@ def compare(
         where = (part["src"], part["a"], part["b"])
         return (sources, where, rows), kwargs
 
-    calls = Calls(len(by_part.parts), call)
     merged = Partial(max_examples)
-    bar = progress.phase("compare", len(index), "ex", len(calls))
     try:
+        calls = Calls(len(by_part.parts), call)
+        bar = progress.phase("compare", len(index), "ex", len(calls))
         for _, result in engine.run(tasks.compare_part, calls):
             merged.merge(result.part)
             if result.spilled is not None and spill is not None:
