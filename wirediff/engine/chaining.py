@@ -119,15 +119,14 @@ def failing_chains(index: Index, batch_records: int, linkable: np.ndarray | None
         )
     )
     del failing, ends
-    sizes = np.bincount(chain, minlength=len(heads)).tolist()
+    ends = np.cumsum(np.bincount(chain, minlength=len(heads)))  # each chain's end, in order
     grouped = np.argsort(chain, kind="stable")  # places in `keep`, chain by chain
+    del chain
     out = Failing(len(heads), [])
-    c0 = taken = held = e = 0
-    for c, size in enumerate(sizes):
-        held += size
-        if held < batch_records and c < len(sizes) - 1:
-            continue
-        rows = keep[np.sort(grouped[taken : taken + held])]
+    c0 = taken = e = 0
+    while c0 < len(heads):  # a batch: whole chains up to `batch_records` exchanges or more
+        c = min(int(np.searchsorted(ends, taken + batch_records)), len(heads) - 1)
+        rows = keep[np.sort(grouped[taken : ends[c]])]
         place = {r: k for k, r in enumerate(rows.tolist())}
         mine = []
         while e < len(linked) and linked[e][0] <= c:
@@ -135,7 +134,7 @@ def failing_chains(index: Index, batch_records: int, linkable: np.ndarray | None
             mine.append((kind, place[a], place[b]))
             e += 1
         out.batches.append((c0, rows, mine))
-        c0, taken, held = c + 1, taken + held, 0
+        c0, taken = c + 1, int(ends[c])
     return out
 
 
