@@ -1,6 +1,7 @@
 """The index of every record to analyse, in load order: built from the scanned chunks a
-column at a time, on disk (`Columns`), the first record of each id kept and failed replay
-attempts tried again left out, as loading leaves them out."""
+column and a piece at a time, on disk (`Columns`, in pieces of `PIECE_ROWS` rows), the
+first record of each id kept (found by buckets of the id digest) and failed replay attempts
+tried again left out, as loading leaves them out."""
 
 from __future__ import annotations
 
@@ -243,7 +244,7 @@ def build_index(
     of each: its source and where it starts) in source order, and each source's own order;
     the first record of each id over all of them (`first_of_each_id`), failed replay
     attempts tried again left out within each scope (an argument of `check`; all of them
-    else) unless `retried`. The index is made a column at a time."""
+    else) unless `retried`. The index is made a column and a piece at a time."""
     index = Columns()
     try:
         _say(sources, scans)
@@ -279,7 +280,7 @@ def _columns(
         elif name == "status":
             parts = (p.astype("Int64") for p in parts)
         else:  # the type concatenating every chunk gives (a float start in one: all)
-            kind = pd.concat([pieces.piece(name, k).iloc[:1] for k in places]).dtype
+            kind = pd.concat([pieces.heads[k][name] for k in places]).dtype
             parts = (p if p.dtype == kind else p.astype(kind) for p in parts)
         index.put_pieces(name, parts)
         pieces.drop(name)

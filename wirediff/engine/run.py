@@ -1,8 +1,8 @@
 """The analysis as partition functions: scan, then compare partitions and diagnose batches of
 failing chains on an engine, merging results as they come (`Partial.merge`, the chains'
 merge), every row that tables list spilled to disk, and the index on disk too
-(`columns.Columns`, a file a column) — so memory holds the columns a step reads while it
-runs and the tasks in flight, never the captures.
+(`columns.Columns`, a file a column, in pieces) — so memory holds a piece or a bucket of
+the columns a step reads while it runs and the tasks in flight, never the captures.
 
     scan      chunks of each file (or a dataset's files) → the index (`index.build_index`)
     noise     the first repeats of each repeated request → its noise (one task)
