@@ -43,8 +43,6 @@ class Columns:
         self._kinds: dict[Path, pd.CategoricalDtype] = {}
         """A category column's categories, held once: its pieces are stored as codes."""
         self._numbers = itertools.count()
-        self.heads: list[pd.DataFrame] = []
-        """The first row of each frame appended: what the types of its columns are."""
 
     @property
     def names(self) -> list[str]:
@@ -55,7 +53,6 @@ class Columns:
 
     def append(self, frame: pd.DataFrame) -> None:
         """The rows of `frame` after the others, a piece of each of its columns."""
-        self.heads.append(frame.iloc[:1].copy())
         for name in map(str, frame.columns):
             self.add(name, frame[name])
 

@@ -280,7 +280,7 @@ def _columns(
         elif name == "status":
             parts = (p.astype("Int64") for p in parts)
         else:  # the type concatenating every chunk gives (a float start in one: all)
-            kind = pd.concat([pieces.heads[k][name] for k in places]).dtype
+            kind = pd.concat([pieces.piece(name, k).iloc[:1] for k in places]).dtype
             parts = (p if p.dtype == kind else p.astype(kind) for p in parts)
         index.put_pieces(name, parts)
         pieces.drop(name)
