@@ -26,7 +26,8 @@ _ORIGINAL, _REPLAY = 0, 1
 class ReplayJoin:
     """One bucket of the join: each original (`row`, `keep`: its columns asked for) named
     by at least one replay, and the first (smallest `at`) replay naming it; `replays`: the
-    rows of the replays whose original is in the captures."""
+    rows of the replays whose original is in the captures (and the places, from the
+    index's length on, of the `also` digests that are)."""
 
     row: np.ndarray
     first: np.ndarray
