@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from wirediff.engine import columns
 from wirediff.engine.columns import Buckets, Columns, bucket_of
@@ -79,5 +80,16 @@ def test_a_column_of_many_distinct_values_holds_them_once_not_once_a_piece() -> 
         other = pd.Series(["x", "y"]).astype("category")  # a piece of its own categories
         store.add("url", other)
         assert store.column("url").tolist()[-2:] == ["x", "y"]
+    finally:
+        store.close()
+
+
+def test_columns_not_cut_alike_are_not_read_side_by_side() -> None:
+    store = Columns()
+    try:
+        store.add("a", pd.Series([1, 2, 3]))
+        store.add("b", pd.Series([1, 2]))
+        with pytest.raises(ValueError, match="not cut alike"):
+            list(store.pieces("a", "b"))
     finally:
         store.close()

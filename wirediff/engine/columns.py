@@ -140,9 +140,11 @@ class Columns:
 
     def pieces(self, *names: str) -> Iterator[tuple[int, pd.DataFrame]]:
         """These columns a piece at a time, with the row each piece starts at: columns put
-        whole (`put`) are cut alike."""
+        whole (`put`, `put_pieces`) are cut alike; others must have been added alike."""
         start = 0
         for values in zip(*(self.read_pieces(n) for n in names), strict=True):
+            if len({len(v) for v in values}) > 1:
+                raise ValueError(f"columns {', '.join(names)} are not cut alike")
             frame = pd.DataFrame(dict(zip(names, values, strict=True)), copy=False)
             yield start, frame
             start += len(frame)
