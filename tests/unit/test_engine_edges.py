@@ -24,7 +24,7 @@ from tests.fixtures.sessions import fixture_sessions, masked, replicated
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.diagnosis.diagnose import diagnose
-from wirediff.engine import plan, scan
+from wirediff.engine import columns, plan, scan
 from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run
 from wirediff.errors import CaptureError
@@ -172,7 +172,7 @@ def test_a_cycle_of_replays_costs_its_own_rows_not_every_replays(
     parents = np.where(ids > 5000, ids - 5000, ids + 20_000).astype(np.uint64)  # chains of 2
     parents[0] = ids[0]
     counted = []
-    original = plan.looked_up
+    original = columns.looked_up
 
     def counting(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         counted.append(len(values))

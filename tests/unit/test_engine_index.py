@@ -15,11 +15,11 @@ from tests.fixtures.records import openai_session, replay
 from tests.fixtures.sessions import write_fixtures
 from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.engine import plan, scan
-from wirediff.engine.columns import Columns
+from wirediff.engine.columns import Columns, bucket_of
 from wirediff.engine.commands import Run
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.index import Index
-from wirediff.engine.plan import NO_LINKS, content_pairing, partition_of, root_pieces
+from wirediff.engine.plan import NO_LINKS, content_pairing, root_pieces
 from wirediff.engine.progress import Progress
 from wirediff.engine.run import scan_inputs
 from wirediff.engine.sources import read_records
@@ -60,7 +60,7 @@ def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Pat
     assert frame["id_digest"].tolist() == [digest(r["id"]) for r in records]
     root = roots_of(index)
     assert root[replays].tolist() == [digest(r) for r in of]
-    part = partition_of(root, 7)
+    part = bucket_of(root, 7)
     place = dict(zip([r["id"] for r in records], part.tolist(), strict=True))
     assert [place[r] for r in of] == part[replays].tolist()
     assert len(np.unique(part)) > 1
@@ -100,7 +100,7 @@ def test_an_original_paired_by_content_and_its_replays_go_back_to_the_baseline_o
     assert all(root[c["id"]] == digest(b["id"]) for b, c in zip(base, cand, strict=True))
     assert root["vllm-0"] == digest(base[0]["id"])
     assert root["lm-1"] == digest(base[1]["id"])
-    part = dict(zip(ids, partition_of(roots, 5).tolist(), strict=True))
+    part = dict(zip(ids, bucket_of(roots, 5).tolist(), strict=True))
     assert all(part[b["id"]] == part[c["id"]] for b, c in zip(base, cand, strict=True))
     assert part["vllm-0"] == part[base[0]["id"]]
 

@@ -26,7 +26,7 @@ from wirediff.analysis.diagnosis.chains import (
     prepared,
     redirect_targets,
 )
-from wirediff.engine.columns import Buckets
+from wirediff.engine.columns import Buckets, looked_up
 from wirediff.engine.index import Index
 from wirediff.engine.scan import CATEGORIES
 from wirediff.record.keys import digest
@@ -150,8 +150,7 @@ class _ChainRoots:
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         out = np.asarray(rows, dtype=np.int64).copy()
         if len(self.nodes):
-            at = np.minimum(np.searchsorted(self.nodes, out), len(self.nodes) - 1)
-            hit = self.nodes[at] == out
+            at, hit = looked_up(self.nodes, out)
             out[hit] = self.heads[at[hit]]
         return out
 

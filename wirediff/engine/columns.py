@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["PIECE_ROWS", "Buckets", "Columns", "bucket_of"]
+__all__ = ["PIECE_ROWS", "Buckets", "Columns", "bucket_of", "looked_up"]
 
 PIECE_ROWS = 1 << 16
 """Rows of an index piece: what a step walking the rows holds of a column at once."""
@@ -210,6 +210,14 @@ def bucket_of(keys: np.ndarray, count: int) -> np.ndarray:
     part *= np.uint64(count)
     part >>= np.uint64(32)
     return part.view(np.int64)  # below `count`: the same bits
+
+
+def looked_up(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of `values` looked up in `keys` (sorted, not empty): its place there, and
+    whether it is there — a dict lookup over digests, in arrays."""
+    at = np.searchsorted(keys, values)
+    np.minimum(at, len(keys) - 1, out=at)
+    return at, keys[at] == values
 
 
 class Buckets:

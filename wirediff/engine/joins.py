@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from wirediff.engine.columns import Buckets
+from wirediff.engine.columns import Buckets, looked_up
 from wirediff.engine.index import Index
 
 __all__ = ["SKIPPED", "ReplayJoin", "deep_replays", "replay_join"]
@@ -96,8 +96,7 @@ def _joined(bucket: dict[str, np.ndarray], keep: tuple[str, ...]) -> ReplayJoin:
     begins = np.r_[True, ref_key[1:] != ref_key[:-1]] if len(ref_key) else ref_key.astype(bool)
     first_key, first_row = ref_key[begins], ref_row[begins]
     if len(first_key):
-        at = np.minimum(np.searchsorted(first_key, orig_key), len(first_key) - 1)
-        hit = first_key[at] == orig_key
+        at, hit = looked_up(first_key, orig_key)
     else:
         at, hit = np.zeros(len(orig_key), dtype=np.int64), np.zeros(len(orig_key), dtype=bool)
     found = np.isin(ref_key, orig_key)

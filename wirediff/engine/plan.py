@@ -23,7 +23,7 @@ from wirediff.analysis.comparison.pairing import (
     choose_baseline,
     content_links,
 )
-from wirediff.engine.columns import Buckets, Columns
+from wirediff.engine.columns import Buckets, Columns, bucket_of, looked_up
 from wirediff.engine.index import Index
 from wirediff.engine.joins import deep_replays, replay_join
 from wirediff.engine.scan import plain
@@ -39,7 +39,6 @@ __all__ = [
     "first_rows",
     "noise_samples",
     "paired_scopes",
-    "partition_of",
     "pieces_of",
     "root_pieces",
     "split",
@@ -103,7 +102,7 @@ def split(
             root = next(rooted)[1] if rooted is not None else None
             part = np.zeros(len(f), dtype=np.int64)
             if root is not None and count > 1:
-                part = partition_of(root, count)
+                part = bucket_of(root, count)
             order = np.argsort(part, kind="stable")
             bounds = np.searchsorted(part[order], np.arange(count + 1))
             for p in np.flatnonzero(np.diff(bounds)).tolist():
@@ -160,14 +159,6 @@ def _roots(
     return root
 
 
-def looked_up(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each of `values` looked up in `keys` (sorted, not empty): its place there, and
-    whether it is there — a dict lookup over digests, in arrays."""
-    at = np.searchsorted(keys, values)
-    np.minimum(at, len(keys) - 1, out=at)
-    return at, keys[at] == values
-
-
 def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each replay's id (sorted; the first row of an id names its parent) and the original
     it goes back to through replays of replays, however many: pointers doubled until none
@@ -200,14 +191,6 @@ def _replay_ancestors(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray,
             smallest.update(dict.fromkeys(cycle, min(cycle)))
         up[k] = smallest[on]
     return ids, up
-
-
-def partition_of(root: np.ndarray, count: int) -> np.ndarray:
-    """The partition, of `count`, of each root digest."""
-    part = root >> np.uint64(32)
-    part *= np.uint64(count)
-    part >>= np.uint64(32)
-    return part.view(np.int64)  # below `count`: the same bits
 
 
 PAIRING_INPUTS = [

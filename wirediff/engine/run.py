@@ -29,10 +29,10 @@ from wirediff.analysis.comparison.pairing import Baseline
 from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN, backend_key
 from wirediff.engine import plan, tasks
 from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
-from wirediff.engine.columns import Columns
+from wirediff.engine.columns import Columns, bucket_of
 from wirediff.engine.engines import Call, Calls, Engine
 from wirediff.engine.index import Index, build_index, give_back, lean
-from wirediff.engine.plan import NO_LINKS, ByContent, noise_samples, partition_of
+from wirediff.engine.plan import NO_LINKS, ByContent, noise_samples
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import chunks, plain
 from wirediff.engine.sources import PARQUET, Source, resolve
@@ -169,7 +169,7 @@ def compare(
         count = max(count, engine.workers)
     noise = _noise(engine, index, links)
     give_back()
-    link_part = partition_of(links[:, 1], count).tolist()
+    link_part = bucket_of(links[:, 1], count).tolist()
     links_of: dict[int, list[tuple[int, int, int]]] = {}
     for n, (cand, base) in enumerate(links.tolist()):
         links_of.setdefault(link_part[n], []).append((cand, base, n))
