@@ -1,5 +1,7 @@
 """A plain `pip install .` (not editable) installs one import name, `wirediff`, and its addon
-records through a real mitmdump: the layout is what users get, not only what a checkout has."""
+records through a real mitmdump; the sdist is a whole checkout, so the README's
+`mitmdump -s addons/capture.py` works from an unpacked one. The layout is what users get,
+not only what a checkout has."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -30,46 +33,67 @@ def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+def _tracked() -> list[str]:
+    return [n for n in _run("git", "ls-files", "-z", cwd=ROOT).split("\0") if n]
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A wheel built from a copy of the tracked files (building writes into its source tree),
-    installed with `--no-deps` into a fresh venv that borrows this environment's dependencies
-    (a .pth file; the editable install's own .pth files are not read from there, so only the
-    wheel provides `wirediff`)."""
-    tmp = tmp_path_factory.mktemp("install")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel and an sdist built from a copy of the tracked files (building writes into its
+    source tree)."""
+    tmp = tmp_path_factory.mktemp("dist")
     source = tmp / "source"
-    tracked = _run("git", "ls-files", "-z", cwd=ROOT).split("\0")
-    for name in filter(None, tracked):
-        src, dst = ROOT / name, source / name
+    for name in _tracked():
+        dst = source / name
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(os.readlink(src))
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    _run(
-        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", source, cwd=tmp
-    )
-    wheel = next((tmp / "dist").glob("wirediff-*.whl"))
+        shutil.copy2(ROOT / name, dst)
+    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", source,
+         cwd=tmp)  # fmt: skip
+    code = f"from setuptools import build_meta as b; print(b.build_sdist({str(tmp / 'dist')!r}))"
+    _run(sys.executable, "-c", code, cwd=source)
+    return tmp / "dist"
+
+
+@pytest.fixture(scope="module")
+def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The wheel installed with `--no-deps` into a fresh venv that borrows this environment's
+    dependencies (a .pth file; the editable install's own .pth files are not read from there,
+    so only the wheel provides `wirediff`)."""
+    tmp = tmp_path_factory.mktemp("install")
+    wheel = next(dist.glob("wirediff-*.whl"))
     venv = tmp / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
     py = venv / "bin" / "python"
     purelib = _run(py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp)
     deps = [p for p in site.getsitepackages() if p.endswith("site-packages")]
     Path(purelib.strip(), "deps.pth").write_text("\n".join(deps) + "\n")
-    target = purelib.strip()
-    _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-deps",
-        "--target",
-        target,
-        wheel,
-        cwd=tmp,
-    )
+    _run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", purelib.strip(),
+         wheel, cwd=tmp)  # fmt: skip
     return wheel, py
+
+
+def test_no_file_of_the_checkout_is_a_link() -> None:
+    modes = _run("git", "ls-files", "-s", cwd=ROOT).splitlines()
+    assert [m for m in modes if m.startswith("120000")] == []
+
+
+def test_the_sdist_is_the_whole_checkout(dist: Path) -> None:
+    sdist = next(dist.glob("wirediff-*.tar.gz"))
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    wanted = {n for n in _tracked() if not n.startswith((".ci/", ".gitignore"))}
+    assert wanted - names == set()
+    assert {"addons/capture.py", "addons/shadow.py", "Makefile"} <= names
+
+
+def test_each_module_is_in_the_wheel_once_at_its_one_path(
+    installed: tuple[Path, Path],
+) -> None:
+    wheel, _ = installed
+    with zipfile.ZipFile(wheel) as z:
+        modules = [n for n in z.namelist() if n.endswith(".py")]
+    tracked = [n for n in _tracked() if n.startswith("wirediff/") and n.endswith(".py")]
+    assert sorted(modules) == sorted(tracked)
 
 
 def test_the_wheel_holds_one_top_level_package_and_every_data_file(
@@ -80,9 +104,9 @@ def test_the_wheel_holds_one_top_level_package_and_every_data_file(
         names = set(z.namelist())
     assert {n.split("/", 1)[0] for n in names if ".dist-info/" not in n} == {"wirediff"}
     package = ROOT / "wirediff"
-    data = {  # through the links to analysis/, reports/, backends/, addons/
+    data = {
         f"wirediff/{Path(d).relative_to(package) / f}".replace("/./", "/")
-        for d, dirs, files in os.walk(package, followlinks=True)
+        for d, dirs, files in os.walk(package)
         if "__pycache__" not in Path(d).parts
         for f in files
         if not f.endswith((".py", ".pyc"))
@@ -112,7 +136,7 @@ def test_only_wirediff_imports_and_the_version_prints(
     assert out.strip() == "wirediff 0.1.0"
 
 
-def test_mitmdump_records_with_the_installed_addon(
+def test_addon_path_names_the_installed_addons(
     installed: tuple[Path, Path], tmp_path: Path
 ) -> None:
     _, py = installed
@@ -120,6 +144,22 @@ def test_mitmdump_records_with_the_installed_addon(
     assert addon.endswith("wirediff/addons/capture.py") and str(ROOT) not in addon
     shadow = Path(_run(py, "-m", "wirediff", "addon-path", "shadow", cwd=tmp_path).strip())
     assert shadow.name == "shadow.py" and shadow.parent == Path(addon).parent and shadow.is_file()
+
+
+@pytest.mark.parametrize("where", ["addon-path", "sdist"])
+def test_mitmdump_records_with_the_installed_addon(
+    installed: tuple[Path, Path], dist: Path, tmp_path: Path, where: str
+) -> None:
+    """Through `mitmdump -s "$(wirediff addon-path)"`, and through the README's
+    `mitmdump -s addons/capture.py` run in an unpacked sdist."""
+    _, py = installed
+    if where == "sdist":
+        with tarfile.open(next(dist.glob("wirediff-*.tar.gz"))) as t:
+            t.extractall(tmp_path / "unpacked", filter="data")
+        top = next((tmp_path / "unpacked").iterdir())
+        addon = str(top / "addons" / "capture.py")
+    else:
+        addon = _run(py, "-m", "wirediff", "addon-path", cwd=tmp_path).strip()
     port = free_port()
     with standin("openai") as upstream:
         mitmdump = "from mitmproxy.tools.main import mitmdump; mitmdump()"

@@ -14,7 +14,7 @@ import wirediff
 ROOT = Path(wirediff.__file__).parent
 MODULES = sorted(
     Path(folder, name)
-    for folder, _, files in os.walk(ROOT, followlinks=True)  # analysis/ and others are links
+    for folder, _, files in os.walk(ROOT)
     for name in files
     if name.endswith(".py") and name != "__main__.py"
 )

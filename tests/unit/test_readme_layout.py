@@ -15,11 +15,11 @@ PACKAGES = {
     "engine/": ROOT / "wirediff" / "engine",
     "replay/": ROOT / "wirediff" / "replay",
     "record/": ROOT / "wirediff" / "record",
-    "addons/": ROOT / "addons",
-    "analysis/comparison/": ROOT / "analysis" / "comparison",
-    "analysis/diagnosis/": ROOT / "analysis" / "diagnosis",
-    "reports/": ROOT / "reports",
-    "backends/": ROOT / "backends",
+    "addons/": ROOT / "wirediff" / "addons",
+    "analysis/comparison/": ROOT / "wirediff" / "analysis" / "comparison",
+    "analysis/diagnosis/": ROOT / "wirediff" / "analysis" / "diagnosis",
+    "reports/": ROOT / "wirediff" / "reports",
+    "backends/": ROOT / "wirediff" / "backends",
 }
 FOLDER = re.compile(r"^ {0,2}(\S+/) {2,}(.*)$")
 
@@ -46,7 +46,7 @@ def modules(package: Path) -> set[str]:
     """Module names in `package`; a sub-package's modules as `sub/name`."""
     names = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
     for sub in package.iterdir():
-        if (sub / "__init__.py").exists() and not sub.is_symlink() and sub.name != "__pycache__":
+        if (sub / "__init__.py").exists() and sub.name != "__pycache__":
             if sub.resolve() in {p.resolve() for p in PACKAGES.values()}:
                 continue
             names |= {f"{sub.name}/{p.stem}" for p in sub.glob("*.py") if p.stem != "__init__"}
