@@ -199,7 +199,7 @@ def measure_engine(path: Path) -> dict[str, Any]:
 def measure_in_memory(path: Path) -> dict[str, Any]:
     """load + analyze + diagnose in this process, the whole captures in memory."""
     from wirediff.analysis.comparison.analyze import analyze
-    from wirediff.analysis.diagnosis.diagnose import diagnose
+    from wirediff.analysis.diagnosis.explain import diagnose
 
     t = time.perf_counter()
     records = load_records([path])

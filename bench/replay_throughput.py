@@ -45,10 +45,10 @@ from wirediff.record.exchange import Exchange  # noqa: E402
 from wirediff.record.spool import RecordMeta, Spool  # noqa: E402
 from wirediff.record.store import load_records  # noqa: E402
 from wirediff.replay.connections import Connections  # noqa: E402
-from wirediff.replay.engine import TargetRun  # noqa: E402
 from wirediff.replay.output import Writers  # noqa: E402
 from wirediff.replay.plan import Node, Plan, make_plan  # noqa: E402
 from wirediff.replay.request import Outgoing, prepare  # noqa: E402
+from wirediff.replay.sender import TargetRun  # noqa: E402
 from wirediff.replay.targets import Target  # noqa: E402
 
 MSG = [{"role": "user", "content": "What is the weather in Paris today?"}]

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import WirediffCapture
 from tests.readme_blocks import readme_command
 from wirediff.backends.standin import standin
-from wirediff.cli.capture import main_capture, new_session
+from wirediff.cli.capture_command import main_capture, new_session
 
 pytestmark = pytest.mark.e2e
 

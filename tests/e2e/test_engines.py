@@ -23,7 +23,7 @@ from tests.fixtures.records import body, chat_record, openai_session, replay, re
 from tests.fixtures.sessions import masked, replicated, write_fixtures
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.cli import main
 from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run

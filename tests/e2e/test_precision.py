@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.conftest import NOT_PROXIED
-from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
+from wirediff.analysis.diagnosis.explain import diagnose, format_diagnoses
 from wirediff.backends.standin import standin
 from wirediff.profiles import profile
 

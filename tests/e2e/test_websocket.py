@@ -15,7 +15,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
-from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.backends.standin import standin
 
 pytestmark = pytest.mark.e2e

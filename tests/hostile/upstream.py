@@ -33,7 +33,7 @@ import zstandard
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, TextMessage
 
-from wirediff.backends.websocket import accept_key
+from wirediff.backends.ws_mode import accept_key
 
 BOMB = 4 << 30
 """Bytes a bomb inflates to: 4 GiB."""

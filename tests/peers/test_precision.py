@@ -18,7 +18,7 @@ from openai.types.responses import ResponseCompletedEvent
 from tests.conftest import Mitmdump
 from tests.fixtures.records import answer
 from tests.peers.conftest import sdk
-from wirediff.analysis.diagnosis.diagnose import diagnose, format_diagnoses
+from wirediff.analysis.diagnosis.explain import diagnose, format_diagnoses
 
 pytestmark = pytest.mark.peers
 

@@ -10,7 +10,7 @@ import pytest
 from mitmproxy.test import taddons, tflow
 
 from wirediff.addons.capture import Capture
-from wirediff.cli.capture import addon_options, main_capture, split_upstream
+from wirediff.cli.capture_command import addon_options, main_capture, split_upstream
 from wirediff.record.store import load_records
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -34,7 +34,7 @@ from tests.fixtures.chain_records import (
     sdk_headers,
 )
 from wirediff._types import Event, Record
-from wirediff.analysis.diagnosis.diagnose import (
+from wirediff.analysis.diagnosis.explain import (
     CODES,
     DIAGNOSIS_COLUMNS,
     diagnose,

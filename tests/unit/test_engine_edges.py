@@ -23,7 +23,7 @@ from tests.conftest import wait_for
 from tests.fixtures.sessions import fixture_sessions, masked, replicated
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.engine import columns, plan, scan
 from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run

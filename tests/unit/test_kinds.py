@@ -22,7 +22,7 @@ from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.conformance import conformance
 from wirediff.analysis.comparison.kinds import KINDS, SEVERITIES, kind_names
 from wirediff.analysis.comparison.verdicts import VERDICTS
-from wirediff.analysis.diagnosis.diagnose import diagnose
+from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.cli import build_parser
 from wirediff.cli.check import parse_kinds
 from wirediff.errors import UsageError

@@ -12,13 +12,13 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
+from wirediff.backends.answers import Plan
 from wirediff.backends.payloads import (
     build_response,
     chat_chunks,
     chat_completion,
     response_events,
 )
-from wirediff.backends.plan import Plan
 from wirediff.backends.server import mask_key
 from wirediff.profiles import (
     ANSWER_KINDS,

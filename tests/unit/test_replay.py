@@ -22,12 +22,12 @@ from wirediff.record.store import RecordWriter, latest_replays, load_records
 from wirediff.record.tags import route
 from wirediff.replay.config import Options
 from wirediff.replay.connections import Connections
-from wirediff.replay.engine import TargetRun, TokenBucket
 from wirediff.replay.filters import parse_filter
 from wirediff.replay.output import replay_history
 from wirediff.replay.plan import Plan, failure, make_plan, resolve, resumed
 from wirediff.replay.request import prepare
 from wirediff.replay.safety import unsafe_reason
+from wirediff.replay.sender import TargetRun, TokenBucket
 from wirediff.replay.slots import produced_slots
 from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 

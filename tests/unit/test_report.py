@@ -26,7 +26,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import Analysis, analyze
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
-from wirediff.analysis.diagnosis.diagnose import CODES, diagnose
+from wirediff.analysis.diagnosis.explain import CODES, diagnose
 from wirediff.cli import report as report_cli
 from wirediff.engine.commands import Run
 from wirediff.errors import UsageError

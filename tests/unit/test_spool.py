@@ -21,10 +21,10 @@ from wirediff.record.exchange import Exchange, exchange_from_state, exchange_sta
 from wirediff.record.pipe import can_fork
 from wirediff.record.spool import RecordMeta, Spool, build_item
 from wirediff.record.store import RecordWriter, load_records
-from wirediff.replay import engine as engine_module
+from wirediff.replay import sender as engine_module
 from wirediff.replay.connections import Connections
-from wirediff.replay.engine import Counts, TargetRun, counted
 from wirediff.replay.plan import make_plan
+from wirediff.replay.sender import Counts, TargetRun, counted
 
 
 def sent_exchanges(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wirediff.backends.plan import Plan
+from wirediff.backends.answers import Plan
 from wirediff.profiles import Profile, fill
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 A stdlib `ThreadingHTTPServer` serves `GET /v1/models`, `POST /v1/chat/completions` and
 `POST /v1/responses` (streamed or not, and over a WebSocket where the profile has that mode:
-`wirediff.backends.websocket`) and answers everything else the way the profile says the
+`wirediff.backends.ws_mode`) and answers everything else the way the profile says the
 real provider does (LM Studio's 200 "Unexpected endpoint", vLLM's
 401-before-404, …). SSE events are written and flushed one by one, `delay` seconds apart.
 Models named `fault-*` break the transport on purpose: see `FAULT_MODELS`.
@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from wirediff.backends.answers import chat_plan, responses_plan
 from wirediff.backends.payloads import (
     build_response,
     chat_chunks,
@@ -34,8 +35,7 @@ from wirediff.backends.payloads import (
     event_frame,
     response_events,
 )
-from wirediff.backends.plan import chat_plan, responses_plan
-from wirediff.backends.websocket import ResponsesSocket, accept_key, supports_websocket
+from wirediff.backends.ws_mode import ResponsesSocket, accept_key, supports_websocket
 from wirediff.profiles import Profile, answer_for, fill, render_answer
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from wirediff import __version__
 from wirediff.cli import (
     addon_path,
-    capture,
+    capture_command,
     check,
     convert,
     demo,
@@ -31,7 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="wirediff", description="OpenAI-API compatibility, visible on the wire.")
     p.add_argument("--version", action="version", version=f"wirediff {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (demo, capture, replay, report, diagnose, check, convert, export, addon_path):
+    for command in (
+        demo,
+        capture_command,
+        replay,
+        report,
+        diagnose,
+        check,
+        convert,
+        export,
+        addon_path,
+    ):
         command.register(sub)
     return p
 

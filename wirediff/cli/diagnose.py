@@ -17,7 +17,7 @@ __all__ = ["register"]
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from wirediff.analysis.diagnosis.diagnose import format_chains
+    from wirediff.analysis.diagnosis.explain import format_chains
 
     out = sys.stdout
     with named_captures(args.captures) as named, open_run(args) as run:

@@ -95,9 +95,9 @@ from wirediff.replay.config import (
     options_from_args,
 )
 from wirediff.replay.dry_run import dry_run
-from wirediff.replay.engine import SPOOL_AT, Counts, TargetRun, replay_all
 from wirediff.replay.output import Writers, output_path, replay_history
 from wirediff.replay.plan import Plan, make_plan, resumed
+from wirediff.replay.sender import SPOOL_AT, Counts, TargetRun, replay_all
 from wirediff.replay.targets import Target
 
 __all__ = ["main_replay", "register"]

@@ -26,7 +26,7 @@ import pandas as pd
 
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.pairing import Baseline
-from wirediff.analysis.diagnosis.diagnose import BACKEND_SCAN, backend_key
+from wirediff.analysis.diagnosis.explain import BACKEND_SCAN, backend_key
 from wirediff.engine import plan, tasks
 from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
 from wirediff.engine.columns import Columns, bucket_of
@@ -38,7 +38,7 @@ from wirediff.engine.scan import chunks, plain
 from wirediff.engine.sources import PARQUET, Source, resolve
 from wirediff.engine.spill import Spill
 from wirediff.record.keys import digest
-from wirediff.reports.chains import ChainCounts, merge_chains
+from wirediff.reports.hops import ChainCounts, merge_chains
 from wirediff.reports.partial import Partial
 
 __all__ = [
@@ -241,7 +241,7 @@ class Diagnosed:
 
 
 def _served(index: Index) -> dict[str, set[str]]:
-    """`wirediff.analysis.diagnosis.diagnose.served_models`, from the index."""
+    """`wirediff.analysis.diagnosis.explain.served_models`, from the index."""
     rows = [np.zeros(0, dtype=np.int64)]
     for start, asked in index.pieces("endpoint", "method", "status"):
         hit = (

@@ -21,7 +21,7 @@ import pandas as pd
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import redirect_location
-from wirediff.analysis.diagnosis.diagnose import models_listed
+from wirediff.analysis.diagnosis.explain import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.engine.decode import parse
 from wirediff.engine.sources import JSONL, Source, open_binary

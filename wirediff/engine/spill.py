@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.diagnosis.diagnose import diagnosis_frame
+from wirediff.analysis.diagnosis.explain import diagnosis_frame
 from wirediff.engine.listing import (
     list_range,
     merged_texts,

@@ -19,7 +19,7 @@ from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.noise import group_sample_noise
 from wirediff.analysis.comparison.pairing import UNMATCHED_COLUMNS, ContentLinks
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
-from wirediff.analysis.diagnosis.diagnose import (
+from wirediff.analysis.diagnosis.explain import (
     Backends,
     diagnose_chain,
     diagnosis_frame,
@@ -32,7 +32,7 @@ from wirediff.engine.scan import Scanned, scan_chunk
 from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import write_rows
 from wirediff.record.keys import digest
-from wirediff.reports.chains import ChainCounts, collect_chains
+from wirediff.reports.hops import ChainCounts, collect_chains
 from wirediff.reports.items import diagnosis_texts, finding_text
 from wirediff.reports.partial import Partial, collect
 

@@ -8,7 +8,7 @@ import math
 from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
-from wirediff.record.decode import decode_bounded
+from wirediff.record.inflate import decode_bounded
 from wirediff.record.redact import (
     json_secrets,
     may_hold_secret_fields,

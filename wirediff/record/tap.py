@@ -16,7 +16,7 @@ from typing import Any
 
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.decode import Decoder, decoder_for
+from wirediff.record.inflate import Decoder, decoder_for
 from wirediff.record.sse import SSESplitter
 
 __all__ = [

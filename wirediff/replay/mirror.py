@@ -42,10 +42,10 @@ from wirediff.record.spool import RecordMeta, build_item
 from wirediff.record.tags import route
 from wirediff.replay.config import CONNECT_TIMEOUT, DEFAULT_TIMEOUT
 from wirediff.replay.connections import Connections
-from wirediff.replay.engine import Counts, counted
 from wirediff.replay.plan import Node, resolve
 from wirediff.replay.request import prepare
 from wirediff.replay.safety import request_problem, unsafe_reason
+from wirediff.replay.sender import Counts, counted
 from wirediff.replay.slots import ESSENTIAL_KEYS, PRODUCERS, Slot, find_refs, produced_slots
 from wirediff.replay.targets import Target
 from wirediff.replay.wire import send, to_httpx, unsent_exchange

@@ -15,8 +15,8 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
-from wirediff.reports.chains import NO_ENDPOINT
 from wirediff.reports.formatters import anchor, redact
+from wirediff.reports.hops import NO_ENDPOINT
 
 if TYPE_CHECKING:
     from wirediff.reports.examples import View

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
+from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
 from wirediff.reports.formatters import missing, redact
 
 __all__ = [

@@ -22,7 +22,7 @@ from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
-from wirediff.analysis.diagnosis.diagnose import DIAGNOSIS_COLUMNS
+from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
 from wirediff.reports.captures import (
     SKIPPED,
     Capture,
@@ -32,7 +32,6 @@ from wirediff.reports.captures import (
     finish_skipped,
     unmatched_groups,
 )
-from wirediff.reports.chains import ChainCounts, ChainGroup, collect_chains, finish_chains
 from wirediff.reports.examples import lay_out
 from wirediff.reports.findings import (
     Finding,
@@ -42,6 +41,7 @@ from wirediff.reports.findings import (
     kind_order,
 )
 from wirediff.reports.formatters import anchor, status_class
+from wirediff.reports.hops import ChainCounts, ChainGroup, collect_chains, finish_chains
 from wirediff.reports.latency import Latency, finish_latency
 from wirediff.reports.partial import AnalysisLike, Partial, collect
 from wirediff.reports.rows import Rows

@@ -36,8 +36,8 @@ from wirediff.reports.captures import (
     collect_skipped,
     merge_skipped,
 )
-from wirediff.reports.chains import NO_ENDPOINT
 from wirediff.reports.findings import Folds, collect_folds, findings_frame
+from wirediff.reports.hops import NO_ENDPOINT
 from wirediff.reports.latency import LatencyCounts, collect_latency
 from wirediff.reports.timeline import Alignments, collect_alignments
 

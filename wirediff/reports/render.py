@@ -26,12 +26,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
-from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
-from wirediff.reports.chains import MAX_CHAIN_GROUPS
 from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS
+from wirediff.reports.hops import MAX_CHAIN_GROUPS
 from wirediff.reports.items import diagnosis_rows, finding_text, item_text, write_list
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,

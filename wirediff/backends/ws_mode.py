@@ -24,8 +24,8 @@ from typing import Any
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Message, Ping, TextMessage
 
+from wirediff.backends.answers import responses_plan
 from wirediff.backends.payloads import build_response, response_events
-from wirediff.backends.plan import responses_plan
 from wirediff.profiles import Profile
 
 __all__ = ["GUID", "ResponsesSocket", "accept_key", "supports_websocket"]

@@ -258,7 +258,7 @@ def register(sub: Any) -> None:
 
 
 def main_capture(argv: Sequence[str] | None = None) -> int:
-    """`wirediff capture …` on its own (tests, `python -m wirediff.cli.capture`)."""
+    """`wirediff capture …` on its own (tests, `python -m wirediff.cli.capture_command`)."""
     return standalone(register, "capture", argv)
 
 

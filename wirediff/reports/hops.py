@@ -21,7 +21,7 @@ import pandas as pd
 
 from wirediff._support import error_kind, merge_earliest
 from wirediff._types import Record
-from wirediff.analysis.diagnosis.diagnose import CODES
+from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
 
 __all__ = [

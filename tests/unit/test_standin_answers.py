@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from wirediff.backends.plan import PLACEHOLDER_TEXT, placeholder_arguments, plan_for
+from wirediff.backends.answers import PLACEHOLDER_TEXT, placeholder_arguments, plan_for
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from wirediff.record.body import decode_body
-from wirediff.record.decode import decoder_for
+from wirediff.record.inflate import decoder_for
 from wirediff.record.tap import CHUNK_BUDGET, CHUNK_RATIO, CLOSE_BUDGET, StreamTap
 
 STREAM = b"".join(b'data: {"n":%d,"pad":"%s"}\n\n' % (i, b"ab" * (i % 50)) for i in range(2000))
