@@ -1,4 +1,5 @@
-"""The README's tested code blocks: a fenced block right after `<!-- tested: NAME -->`.
+"""The README's tested code blocks: a fenced block right after `<!-- tested: NAME -->`, in
+the README or a page of docs/ (each name is tagged once across them).
 
 Tests run these blocks as they stand, with the proxy's real address in place of the README's
 `http://127.0.0.1:8080`, so the README shows exactly what was tried.
@@ -20,30 +21,35 @@ __all__ = [
 ]
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+PAGES = (README, *sorted((README.parent / "docs").glob("*.md")))
 README_PROXY = "http://127.0.0.1:8080"
 """Where the README's examples put the proxy (`wirediff capture`'s default port)."""
 
 
 def readme_block(name: str) -> str:
-    """The body of the fenced block tagged `<!-- tested: name -->` in the README."""
-    text = README.read_text(encoding="utf-8")
-    m = re.search(rf"^<!-- tested: {re.escape(name)} -->\n```\w*\n(.*?)^```$", text, re.M | re.S)
+    """The body of the fenced block tagged `<!-- tested: name -->`."""
+    m = re.search(
+        rf"^<!-- tested: {re.escape(name)} -->\n```\w*\n(.*?)^```$", _pages(), re.M | re.S
+    )
     if m is None:
-        raise LookupError(f"no block tagged `<!-- tested: {name} -->` in {README}")
+        raise LookupError(f"no block tagged `<!-- tested: {name} -->` in the README or docs/")
     return m.group(1)
 
 
 def readme_output(name: str) -> str:
     """The fenced block right after the one tagged `name`: what the README says it prints."""
-    text = README.read_text(encoding="utf-8")
     m = re.search(
         rf"^<!-- tested: {re.escape(name)} -->\n```\w*\n.*?^```\n```\w*\n(.*?)^```$",
-        text,
+        _pages(),
         re.M | re.S,
     )
     if m is None:
-        raise LookupError(f"no output block after `<!-- tested: {name} -->` in {README}")
+        raise LookupError(f"no output block after `<!-- tested: {name} -->` in the README or docs/")
     return m.group(1)
+
+
+def _pages() -> str:
+    return "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 
 
 def readme_command(name: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The README's layout list names every module of the tree, under its folder.
+"""The architecture page's layout list names every module of the tree, under its folder.
 
 A module nobody can find in the layout is one a newcomer cannot place.
 """
@@ -25,11 +25,9 @@ FOLDER = re.compile(r"^ {0,2}(\S+/) {2,}(.*)$")
 
 
 def layout() -> dict[str, str]:
-    """Folder -> the text describing it, from the block after "## Layout and architecture"
-    that lists `wirediff/` first."""
-    section = (
-        (ROOT / "README.md").read_text(encoding="utf-8").split("## Layout and architecture")[1]
-    )
+    """Folder -> the text describing it, from docs/architecture.md's block that lists
+    `wirediff/` first."""
+    section = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     block = next(b for b in section.split("```")[1::2] if b.lstrip().startswith("wirediff/"))
     out: dict[str, str] = {}
     folder = ""
@@ -69,7 +67,7 @@ def test_every_module_is_named_under_its_folder() -> None:
         for module in sorted(modules(package))
         if not named(described.get(folder, ""), module)
     ]
-    assert missing == [], f"the README's layout does not name {missing}"
+    assert missing == [], f"docs/architecture.md's layout does not name {missing}"
 
 
 def test_the_check_would_notice_a_module_the_readme_leaves_out() -> None:
