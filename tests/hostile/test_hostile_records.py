@@ -114,4 +114,11 @@ def test_bodies_nested_deeper_than_the_limit_are_analysed_as_text(
     for name, argv in commands(base, cand).items():
         code = main(argv)
         err = capsys.readouterr().err
-        assert code in (0, 1) and "Traceback" not in err, f"{name}: exit {code}: {err}"
+        assert code == 0 and "Traceback" not in err, f"{name}: exit {code}: {err}"
+    summary = json.loads((base.parent / "s.json").read_text())
+    as_text = [
+        d["message"]
+        for d in summary["divergences"]
+        if records[0]["id"] in (d["baseline_id"], d["candidate_id"]) and d["path"] == "body"
+    ]
+    assert len(as_text) == 1 and "a body that is not JSON" in as_text[0], as_text

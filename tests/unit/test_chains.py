@@ -202,7 +202,9 @@ def test_hop_survives_what_a_gateway_changes(outer: dict[str, Any], inner: dict[
     ],
 )  # fmt: skip
 def test_not_a_hop(outer: dict[str, Any], inner: dict[str, Any]) -> None:
-    assert len(chains(hop(outer, inner))) == 2
+    df = chains(hop(outer, inner))
+    assert groups(df) == [["inner"], ["outer"]]
+    assert all(not any(kind == "hop" for kind, _, _ in links) for links in df["links"])
 
 
 def test_concurrent_equal_calls_each_get_their_own_inner_hop() -> None:
