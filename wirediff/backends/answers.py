@@ -1,6 +1,8 @@
 """What a stand-in answers, decided from the request alone, so output is repeatable.
 
-A request with tools gets one function call; otherwise the answer echoes the input. The
+A request with tools gets one function call; one asking for structured output (a
+`json_schema` response format) gets the schema's placeholder object; otherwise the answer
+echoes the input. The
 call's arguments are fixed placeholder values built from the tool's JSON schema, never
 text from the request: clients execute tool calls (the Codex CLI runs `exec_command` and
 `shell` arguments as commands), so echoing a prompt into them would run it.
@@ -129,6 +131,23 @@ def plan_for(
     return plan
 
 
+def _json_schema(fmt: Any) -> Any:
+    """The schema of a `json_schema` response format (chat's `response_format.json_schema`,
+    Responses' `text.format`), or None."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    inner = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else fmt
+    return inner.get("schema") if isinstance(inner.get("schema"), dict) else None
+
+
+def _structured(plan: Plan, schema: Any) -> Plan:
+    """A text answer in the requested schema: its placeholder object, as JSON."""
+    if schema is None or plan.kind != "text" or plan.text.startswith("Tool said:"):
+        return plan
+    plan.text = json.dumps(_placeholder(schema), separators=(",", ":"))
+    return plan
+
+
 def chat_plan(body: JSONDict, prof: Profile) -> Plan:
     raw = body.get("messages")
     messages: list[Any] = raw if isinstance(raw, list) else []
@@ -141,7 +160,7 @@ def chat_plan(body: JSONDict, prof: Profile) -> Plan:
     ]
     tool_output = _text_of(last.get("content")) if last.get("role") == "tool" else None
     reasoning = bool(prof["streaming"]["chat"].get("reasoning_field"))
-    return plan_for(
+    plan = plan_for(
         _text_of(user[-1].get("content")) if user else "",
         tool_output,
         tools,
@@ -149,6 +168,7 @@ def chat_plan(body: JSONDict, prof: Profile) -> Plan:
         str(body.get("model")),
         reasoning,
     )
+    return _structured(plan, _json_schema(body.get("response_format")))
 
 
 def responses_plan(body: JSONDict) -> Plan:
@@ -167,6 +187,8 @@ def responses_plan(body: JSONDict) -> Plan:
         for t in body.get("tools") or []
         if isinstance(t, dict) and t.get("type") == "function"
     ]
-    return plan_for(
+    plan = plan_for(
         last_text, tool_output, tools, body.get("tool_choice"), str(body.get("model")), False
     )
+    text = body.get("text")
+    return _structured(plan, _json_schema(text.get("format") if isinstance(text, dict) else None))
