@@ -21,6 +21,8 @@ CLIENTS=(
   "codex|npm|@openai/codex@0.171.0|node_modules/.bin/codex"
   "langchain|pip|langchain-openai==1.7.4|bin/python"
   "llamaindex|pip|llama-index-llms-openai-like==0.8.1 llama-index-llms-openai==0.8.3|bin/python"
+  "agents|pip|openai-agents==0.24.0|bin/python"
+  "vercel|npm|ai@7.0.173 @ai-sdk/openai@4.0.118|node_modules/ai/package.json"
 )
 
 die() { echo "install-clients: $*" >&2; exit 1; }

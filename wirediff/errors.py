@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CaptureError", "PlanError", "UsageError", "WirediffError"]
+__all__ = ["CaptureError", "PlanError", "ServerAbsent", "UsageError", "WirediffError"]
 
 
 class WirediffError(Exception):
@@ -19,3 +19,8 @@ class CaptureError(WirediffError, ValueError):
 
 class PlanError(WirediffError, ValueError):
     """A replay that cannot be planned (a bad filter, a record that cannot be sent)."""
+
+
+class ServerAbsent(WirediffError):
+    """A server to probe that is not there: unreachable, not TLS where asked, not HTTP, not an
+    OpenAI-style API, or refusing the key."""

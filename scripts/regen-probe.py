@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Regenerate the probe's bundled session from real client traffic.
+
+Usage: .venv/bin/python scripts/regen-probe.py      (needs scripts/install-clients.sh first)
+
+Each client of the clients tier runs its workload (tests/clients/probe/) through
+`wirediff capture` in front of the `openai` stand-in (tests/clients/probe_workloads.py).
+For each feature of wirediff/probe/data/features.yaml, the first captured request that
+matches it, from the first client in its `from:` list that sent one (with the exchanges it
+continues: a previous response, a function call), goes into probe.jsonl; the feature's
+`exchanges` and `client` are rewritten to name them. clients.yaml gets each client's needs:
+every feature its captured requests exercise. Nothing is typed by hand: run this again after
+changing a workload, a feature or a client's version.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from tests.clients.probe_workloads import (  # noqa: E402
+    KEY,
+    WORKLOAD_LIST,
+    Captured,
+    capture_workload,
+    environment,
+    reference,
+)
+from wirediff._types import Record  # noqa: E402
+from wirediff.probe.clients import CLIENT_NAMES, captured_line  # noqa: E402
+from wirediff.probe.features import (  # noqa: E402
+    CLIENTS_FILE,
+    FEATURES_FILE,
+    SESSION_FILE,
+    Feature,
+    load_features,
+    matches,
+    needs_of,
+)
+from wirediff.record.store import encode_record  # noqa: E402
+from wirediff.replay.plan import make_plan  # noqa: E402
+
+DATA = ROOT / "wirediff" / "probe" / "data"
+CLIENTS_DIR = ROOT / ".clients"
+SESSION = "wirediff-probe"
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"regen-probe: {argv[0]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def capture_all(work: Path) -> list[Captured]:
+    out = []
+    with reference() as url:
+        for w in WORKLOAD_LIST:
+            client = Path() if w.install is None else CLIENTS_DIR / w.install
+            if w.install is not None and not (client / ".installed").is_file():
+                sys.exit(f"regen-probe: {w.name} is not installed: run scripts/install-clients.sh")
+            got = capture_workload(w, client, url, work / w.name, run, environment)
+            print(f"regen-probe: {w.name}: {len(got.records)} exchanges captured", file=sys.stderr)
+            out.append(got)
+    return out
+
+
+def with_deps(rec: Record, records: list[Record]) -> list[Record]:
+    """`rec` and the earlier exchanges of its capture it continues, in capture order."""
+    plan = make_plan(records)
+    want, stack = set(), [str(rec["id"])]
+    while stack:
+        rid = stack.pop()
+        if rid not in want:
+            want.add(rid)
+            stack.extend(plan.by_id[rid].deps)
+    return [r for r in records if str(r["id"]) in want]
+
+
+def select(feature: Feature, captured: list[Captured]) -> tuple[str, list[Record]]:
+    by_name = {c.name: c for c in captured}
+    for name in feature.prefer:
+        records = by_name[name].records
+        hits = [r for r in records if matches(feature.match, r)]
+        if hits:
+            if feature.take_all:
+                return name, hits
+            return name, with_deps(hits[0], records)
+    sys.exit(f"regen-probe: no client of {feature.prefer} sent a request for {feature.id}")
+
+
+def main() -> int:
+    features = load_features((DATA / FEATURES_FILE).read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="wirediff-regen-probe-") as tmp:
+        captured = capture_all(Path(tmp))
+    bundle: dict[str, Record] = {}
+    chosen: dict[str, tuple[str, list[str]]] = {}
+    for f in features:
+        if f.take_all:
+            continue
+        name, records = select(f, captured)
+        for r in records:
+            bundle.setdefault(str(r["id"]), {**r, "session": SESSION, "label": name})
+        chosen[f.id] = (name, [str(r["id"]) for r in records])
+    for f in features:  # `all: true`: every bundled exchange that matches
+        if f.take_all:
+            hits = [rid for rid, r in bundle.items() if matches(f.match, r)]
+            chosen[f.id] = (",".join(sorted({bundle[h]["label"] for h in hits})), hits)
+    ordered = sorted(bundle.values(), key=lambda r: float(r.get("started") or 0.0))
+    lines = []
+    for seq, rec in enumerate(ordered):
+        lines.append(encode_record({**rec, "seq": seq}))
+    data = b"".join(lines)
+    if KEY.encode() in data:
+        sys.exit("regen-probe: the workloads' key reached the bundle: refusing to write it")
+    (DATA / SESSION_FILE).write_bytes(data)
+
+    doc = yaml.safe_load((DATA / FEATURES_FILE).read_text(encoding="utf-8"))
+    for entry in doc["features"]:
+        entry["client"], entry["exchanges"] = chosen[entry["id"]]
+    head = (DATA / FEATURES_FILE).read_text(encoding="utf-8").split("format:", 1)[0]
+    body = yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
+    (DATA / FEATURES_FILE).write_text(head + body, encoding="utf-8")
+
+    clients: list[dict[str, Any]] = []
+    by_name = {c.name: c for c in captured}
+    for cid, name in CLIENT_NAMES.items():
+        got = by_name[cid]
+        clients.append(
+            {
+                "id": cid,
+                "name": name,
+                "needs": needs_of(got.records, features),
+                "captured": captured_line(got.records),
+            }
+        )
+    text = (
+        "# Generated by scripts/regen-probe.py from each client's captured traffic\n"
+        "# (tests/clients/probe/): what it needs is every feature its requests exercise.\n"
+        "# tests/clients/test_probe_needs.py captures the clients again and compares.\n"
+    )
+    text += yaml.safe_dump({"format": "wirediff-probe-clients/1", "clients": clients},
+                           sort_keys=False, width=100)  # fmt: skip
+    (DATA / CLIENTS_FILE).write_text(text, encoding="utf-8")
+    print(f"regen-probe: {len(ordered)} exchanges, {len(features)} features, "
+          f"{len(clients)} clients → {DATA}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

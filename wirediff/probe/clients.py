@@ -1,0 +1,31 @@
+"""The known clients, in the order the readiness rows show them, and how their captures are
+described in `data/clients.yaml`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from wirediff._types import Record
+
+__all__ = ["CLIENT_NAMES", "captured_line"]
+
+CLIENT_NAMES = {
+    "codex": "Codex CLI",
+    "openai-agents": "OpenAI Agents SDK",
+    "vercel-ai": "Vercel AI SDK",
+    "langchain": "LangChain",
+    "llamaindex": "LlamaIndex",
+    "openai-python": "openai-python",
+    "openai-node": "openai-node",
+}
+"""Client id (its workload's name) → the name a readiness row shows."""
+
+
+def captured_line(records: Iterable[Record]) -> str:
+    """`12 calls, as OpenAI/Python 2.54.0`: what a client's needs were derived from."""
+    records = list(records)
+    agents = sorted(
+        {str(((r.get("tags") or {}).get("sdk") or {}).get("user_agent") or "?") for r in records}
+    )
+    shown = ", ".join(a.split(" (", 1)[0] for a in agents)
+    return f"{len(records)} calls, as {shown}"

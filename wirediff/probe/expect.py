@@ -1,0 +1,234 @@
+"""What a feature's answers must show (`expect:` in features.yaml), checked on the records of
+the probe: each check gives its problems, `(severity, evidence)`, or none.
+
+`answered`: every exchange got a whole 2xx answer with no error in it (`exchange_ok`).
+`tool_calls`: the first answer holds at least N calls. `structured`: its text is JSON valid
+under the schema the request gave. `error`: the refusal the request must get.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from wirediff._support import clip, is_2xx, response_status
+from wirediff._types import Record
+from wirediff.analysis.comparison.breaks import server_words
+from wirediff.analysis.diagnosis.outcome import exchange_ok
+from wirediff.record.websocket import is_websocket, server_events
+
+__all__ = ["CHECKS", "Problem", "check", "final_text", "tool_calls"]
+
+EVIDENCE = 160
+"""Characters of a server's words quoted in a problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: str
+    """`breaking`, `deviation`, or `unsupported` / `skipped` (decided with the diagnoses)."""
+    evidence: str
+    record_id: str = ""
+
+
+def _events(rec: Record) -> list[dict[str, Any]]:
+    resp = rec.get("response") or {}
+    return [e for e in server_events(resp.get("events") or ()) if isinstance(e, dict)]
+
+
+def _final_response(rec: Record) -> dict[str, Any] | None:
+    """A Responses answer's Response object: the body, or the stream's last one."""
+    resp = rec.get("response") or {}
+    body = resp.get("body")
+    if isinstance(body, dict) and "output" in body:
+        return body
+    for ev in reversed(_events(rec)):
+        data = ev.get("data")
+        if isinstance(data, dict) and isinstance(data.get("response"), dict):
+            return dict(data["response"])
+    return None
+
+
+def _chat_stream(rec: Record) -> tuple[str, set[Any]]:
+    text, calls = [], set()
+    for ev in _events(rec):
+        data = ev.get("data")
+        for choice in data.get("choices") or () if isinstance(data, dict) else ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            if isinstance(delta.get("content"), str):
+                text.append(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    calls.add(call.get("index", call.get("id")))
+    return "".join(text), calls
+
+
+def _chat_message(rec: Record) -> dict[str, Any]:
+    body = (rec.get("response") or {}).get("body")
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    return message if isinstance(message, dict) else {}
+
+
+def _family(rec: Record) -> str:
+    return str((rec.get("tags") or {}).get("family") or "")
+
+
+def tool_calls(rec: Record) -> int:
+    """The tool calls in an answer (chat or Responses, streamed or not)."""
+    if _family(rec) == "chat.completions":
+        if _events(rec):
+            return len(_chat_stream(rec)[1])
+        return len(_chat_message(rec).get("tool_calls") or ())
+    final = _final_response(rec)
+    output = final.get("output") if final else None
+    return sum(
+        1 for i in output or () if isinstance(i, dict) and i.get("type") == "function_call"
+    )
+
+
+def final_text(rec: Record) -> str | None:
+    """The answer's text as an app reads it (`message.content`, `output_text`)."""
+    if _family(rec) == "chat.completions":
+        if _events(rec):
+            return _chat_stream(rec)[0]
+        content = _chat_message(rec).get("content")
+        return content if isinstance(content, str) else None
+    final = _final_response(rec)
+    if final is None:
+        return None
+    parts = [
+        c.get("text")
+        for item in final.get("output") or ()
+        if isinstance(item, dict) and item.get("type") == "message"
+        for c in item.get("content") or ()
+        if isinstance(c, dict) and c.get("type") == "output_text"
+    ]
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+def _schema(rec: Record) -> Any:
+    body = (rec.get("request") or {}).get("body")
+    if not isinstance(body, dict):
+        return None
+    if _family(rec) == "chat.completions":
+        fmt = body.get("response_format")
+        inner = fmt.get("json_schema") if isinstance(fmt, dict) else None
+        return inner.get("schema") if isinstance(inner, dict) else None
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    return fmt.get("schema") if isinstance(fmt, dict) else None
+
+
+def _words(rec: Record) -> str:
+    said = server_words(rec)
+    return f": {clip(said, EVIDENCE)}" if said else ""
+
+
+def _answer(rec: Record) -> str:
+    """How an exchange ended, in a few words: `404: Invalid URL (…)`, `no answer (timeout)`."""
+    resp = rec.get("response")
+    err = rec.get("error") or {}
+    if resp is None:
+        return f"no answer ({err.get('kind') or 'error'}: {clip(str(err.get('message') or ''), 100)})"
+    status = resp.get("status")
+    if (rec.get("tags") or {}).get("soft_error"):
+        return f"{status} with an error in the body{_words(rec)}"
+    if is_2xx(status) or (status == 101 and is_websocket(rec)):
+        if resp.get("complete") is False or err:
+            return f"{status}, cut before its end ({err.get('kind') or 'incomplete'})"
+        return f"{status}, the stream did not end well{_words(rec)}"
+    return f"{status}{_words(rec)}"
+
+
+def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Problem]:
+    out = []
+    for rec in records:
+        if rec is None:
+            out.append(Problem("breaking", "not sent"))
+            continue
+        err = rec.get("error") or {}
+        if err.get("kind") == "skipped":
+            out.append(Problem("skipped", f"not sent: {err.get('message')}", str(rec["id"])))
+        elif not exchange_ok(rec):
+            out.append(Problem("failed", _answer(rec), str(rec["id"])))
+    return out
+
+
+def _first_answered(records: Sequence[Record | None]) -> Record | None:
+    first = records[0] if records else None
+    return first if first is not None and exchange_ok(first) else None
+
+
+def at_least_calls(records: Sequence[Record | None], args: Mapping[str, Any]) -> list[Problem]:
+    rec = _first_answered(records)
+    if rec is None:
+        return []  # `answered` says why
+    want, got = int(args.get("at_least", 1)), tool_calls(rec)
+    if got >= want:
+        return []
+    what = f"{got} tool call{'s' if got != 1 else ''} where the request asked for {want}"
+    text = final_text(rec)
+    if got == 0 and text:
+        what += f" (it answered in text: {clip(text, 60)!r})"
+    return [Problem(str(args.get("severity", "breaking")), what, str(rec["id"]))]
+
+
+def structured(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Problem]:
+    rec = _first_answered(records)
+    if rec is None:
+        return []
+    schema, text = _schema(rec), final_text(rec) or ""
+    rid = str(rec["id"])
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return [Problem("breaking", f"the answer is not JSON, `.parse()` raises: {clip(text, 60)!r}", rid)]
+    if isinstance(schema, dict):
+        try:
+            jsonschema.validate(value, schema)
+        except jsonschema.ValidationError as e:
+            return [Problem("breaking", f"the JSON breaks the request's schema: {clip(e.message, 100)}", rid)]
+        except jsonschema.SchemaError:
+            return []
+    return []
+
+
+def error(records: Sequence[Record | None], args: Mapping[str, Any]) -> list[Problem]:
+    rec = records[0] if records else None
+    if rec is None or rec.get("response") is None:
+        return [Problem("breaking", "no answer" if rec is None else _answer(rec))]
+    want, status = int(args["status"]), response_status(rec)
+    rid = str(rec["id"])
+    if is_2xx(status):
+        soft = (rec.get("tags") or {}).get("soft_error")
+        what = "with an error in the body" if soft else "as a success"
+        return [Problem(str(args.get("accepted", "breaking")), f"answered {status} {what}{_words(rec) if soft else ''}; OpenAI answers {want}", rid)]
+    if status != want:
+        return [Problem(str(args.get("other_status", "deviation")), f"answered {status}{_words(rec)}; OpenAI answers {want}", rid)]
+    return []
+
+
+CHECKS: dict[str, Callable[[Sequence[Record | None], Mapping[str, Any]], list[Problem]]] = {
+    "answered": answered,
+    "tool_calls": at_least_calls,
+    "structured": structured,
+    "error": error,
+}
+
+
+def check(expect: Mapping[str, Any], records: Sequence[Record | None]) -> list[Problem]:
+    """Every problem the feature's answers show, by its `expect:` checks in order."""
+    out: list[Problem] = []
+    for name, args in expect.items():
+        if name not in CHECKS:
+            raise ValueError(f"features.yaml: unknown check {name!r} (known: {', '.join(CHECKS)})")
+        out += CHECKS[name](records, args or {})
+    return out

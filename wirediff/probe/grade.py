@@ -1,0 +1,72 @@
+"""The probe's grading step: its records through the analysis with no baseline — conformance to
+the OpenAPI document, the SDK types and Open Responses, the stream grammars, severity by
+client impact, and the diagnoses of what failed.
+
+Kept to this one module so that a change in how severity is measured is taken up here alone.
+It uses the in-memory analysis (`analyze`, `diagnose`): a probe is a few dozen exchanges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import Analysis, analyze, findings_of
+from wirediff.analysis.diagnosis.explain import diagnose
+
+__all__ = ["Graded", "grade"]
+
+COUNTED = ("breaking", "deviation")
+"""Severities a feature's status reads (cosmetic findings are shown, never counted)."""
+
+
+@dataclass
+class Graded:
+    """The analysed probe: every finding and diagnosis, looked up by exchange."""
+
+    analysis: Analysis
+    findings: pd.DataFrame
+    """Conformance and client findings (`DIVERGENCE_COLUMNS`), one per problem per exchange."""
+    diagnoses: pd.DataFrame
+    """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+
+    def findings_for(
+        self, ids: Iterable[str], sources: Sequence[str] = ()
+    ) -> list[dict[str, str]]:
+        """The breaking and deviating findings of these exchanges (of `sources` only, when
+        given), worst first."""
+        want = set(ids)
+        f = self.findings
+        rows = f[f["candidate_id"].isin(want) & f["severity"].isin(COUNTED)]
+        if sources:
+            rows = rows[rows["source"].isin(list(sources))]
+        rows = rows.assign(_rank=rows["severity"].map(COUNTED.index)).sort_values(
+            "_rank", kind="stable"
+        )
+        return [
+            {k: str(v) for k, v in r.items() if k != "_rank"} for r in rows.to_dict("records")
+        ]
+
+    def codes_for(self, ids: Iterable[str]) -> list[tuple[str, str]]:
+        """`(code, summary)` of the diagnoses that name any of these exchanges."""
+        want = set(ids)
+        out = []
+        for code, exchange_ids, summary in zip(
+            self.diagnoses["code"], self.diagnoses["exchange_ids"], self.diagnoses["summary"],
+            strict=True,
+        ):  # fmt: skip
+            if want & set(exchange_ids):
+                out.append((str(code), str(summary)))
+        return out
+
+
+def grade(records: list[Record]) -> Graded:
+    """Grade the probe's records (one label: the server probed)."""
+    analysis = analyze(records)
+    diagnoses = diagnose(
+        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
+    )
+    return Graded(analysis, findings_of(analysis.divergences, analysis.conformance), diagnoses)

@@ -1,0 +1,166 @@
+"""The feature matrix and client readiness: each probed feature's status with its evidence in
+one line, and for each known client READY or NOT READY with the features that stop it.
+
+A feature is `unsupported` when the server does not have it (a diagnosis says the route, the
+method, the WebSocket upgrade or a stored response is not there), `breaking` when a client
+breaks on the answer (a breaking finding, a failed answer, a failed check), `deviation` when
+the answers break a reference but clients cope, else `pass`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from wirediff._support import clip
+from wirediff._types import Record
+from wirediff.probe.expect import Problem, check, tool_calls
+from wirediff.probe.features import Client, Feature
+from wirediff.probe.grade import Graded
+
+__all__ = [
+    "STATUSES",
+    "UNSUPPORTED_CODES",
+    "ClientRow",
+    "FeatureRow",
+    "feature_row",
+    "readiness",
+]
+
+STATUSES = ("pass", "deviation", "breaking", "unsupported")
+"""Best to worst; a probe fails on `breaking` and `unsupported` (and `deviation` with --strict)."""
+UNSUPPORTED_CODES = frozenset(
+    {
+        "endpoint_not_implemented",
+        "method_not_allowed",
+        "websocket_not_supported",
+        "previous_response_not_found",
+        "soft_error_200",
+    }
+)
+"""Diagnoses that say the server has no such feature (not that it is broken)."""
+EVIDENCE = 200
+
+
+@dataclass
+class FeatureRow:
+    id: str
+    title: str
+    status: str
+    evidence: str
+    """One line: the worst problem, or what passed."""
+    client: str
+    """Whose traffic it sent."""
+    exchanges: list[str] = field(default_factory=list)
+    """Ids of the probe's records for it."""
+    problems: list[str] = field(default_factory=list)
+    """Every problem found, worst first (the report lists them)."""
+
+    def fails(self, strict: bool) -> bool:
+        return self.status in ("breaking", "unsupported") or (strict and self.status == "deviation")
+
+
+@dataclass
+class ClientRow:
+    id: str
+    name: str
+    ready: bool
+    blocking: list[str]
+    """The features that stop it (their ids)."""
+    needs: list[str]
+    untested: list[str]
+    """What it needs that this probe did not send (`--only`)."""
+    captured: str = ""
+
+
+def _rank(status: str) -> int:
+    return STATUSES.index(status)
+
+
+def _failed(problem: Problem, codes: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """A failed answer: unsupported when a diagnosis says the server has no such feature."""
+    for code, summary in codes:
+        if code in UNSUPPORTED_CODES:
+            return "unsupported", f"{problem.evidence} ({code})"
+    named = next((c for c, _ in codes), "")
+    return "breaking", problem.evidence + (f" ({named})" if named else "")
+
+
+def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
+    first = records[0] if records else None
+    if first is None:
+        return ""
+    resp = first.get("response") or {}
+    status = resp.get("status")
+    parts = [str(status)]
+    if "error" in feature.expect:
+        parts.append("in OpenAI's error shape")
+    calls = tool_calls(first) if "tool_calls" in feature.expect else 0
+    if calls:
+        parts.append(f"{calls} tool call{'s' if calls != 1 else ''}")
+    if "structured" in feature.expect:
+        parts.append("JSON valid under the request's schema")
+    events = resp.get("events")
+    if events:
+        parts.append(f"{len(events)} events")
+    if len(records) > 1:
+        parts.append(f"{len(records)} exchanges")
+    return ", ".join(parts)
+
+
+def feature_row(feature: Feature, records: Sequence[Record | None], graded: Graded) -> FeatureRow:
+    """The status of one feature from its records (in `feature.exchanges` order; None: not
+    recorded) and the analysis of the whole probe."""
+    ids = [str(r["id"]) for r in records if r is not None]
+    found: list[tuple[str, str]] = []
+    earlier_failed = False
+    for p in check(feature.expect, records):
+        codes = graded.codes_for([p.record_id] if p.record_id else ids)
+        if p.severity == "failed":
+            found.append(_failed(p, codes))
+            earlier_failed = True
+        elif p.severity == "skipped":
+            if not earlier_failed:  # what it continues answered: the continuation is the problem
+                found.append(("deviation", p.evidence))
+        else:
+            found.append((p.severity, p.evidence))
+    for row in graded.findings_for(ids, feature.sources):
+        found.append((row["severity"], row["message"] or row["evidence"]))
+    if feature.sources and not any(
+        r is not None and (r.get("response") or {}).get("events") for r in records
+    ):
+        found.append(("unsupported", "no stream came back to check"))
+    found.sort(key=lambda sf: -_rank(sf[0]))
+    status = found[0][0] if found else "pass"
+    evidence = found[0][1] if found else _passed(feature, records)
+    return FeatureRow(
+        feature.id,
+        feature.title,
+        status,
+        clip(" ".join(evidence.split()), EVIDENCE),
+        feature.client,
+        ids,
+        [f"{s}: {clip(' '.join(e.split()), EVIDENCE)}" for s, e in found],
+    )
+
+
+def readiness(
+    clients: Sequence[Client], rows: Mapping[str, FeatureRow], *, strict: bool = False
+) -> list[ClientRow]:
+    """READY or NOT READY per client: it is not when a feature it needs fails."""
+    out = []
+    for c in clients:
+        probed = [n for n in c.needs if n in rows]
+        blocking = [n for n in probed if rows[n].fails(strict)]
+        out.append(
+            ClientRow(
+                c.id,
+                c.name,
+                not blocking,
+                blocking,
+                list(c.needs),
+                [n for n in c.needs if n not in rows],
+                c.captured,
+            )
+        )
+    return out

@@ -1,0 +1,235 @@
+"""A whole probe: is the server there (and which model), then every selected feature sent,
+graded and put in the matrix, with each known client's readiness.
+
+The first request is the models feature's `GET /v1/models`: its answer says whether an
+OpenAI-style API is there at all (else `ServerAbsent`, one line) and, without `--model`,
+which model to probe (the first it lists).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wirediff._support import clip
+from wirediff._types import Record
+from wirediff.analysis.comparison.breaks import server_words
+from wirediff.errors import ServerAbsent, UsageError
+from wirediff.probe.features import Feature, ProbeData, load_probe
+from wirediff.probe.grade import Graded, grade
+from wirediff.probe.matrix import ClientRow, FeatureRow, feature_row, readiness
+from wirediff.probe.send import send_records
+from wirediff.replay.targets import Target, default_label
+
+__all__ = ["ProbeResult", "probe", "select"]
+
+MODELS = "models"
+"""The feature whose request goes first."""
+Progress = Callable[[Feature, int, int], None]
+"""`(feature, done, total)` once all of a feature's exchanges are recorded."""
+
+
+@dataclass
+class ProbeResult:
+    url: str
+    label: str
+    model: str
+    embedding_model: str
+    rows: list[FeatureRow]
+    clients: list[ClientRow]
+    records: list[Record]
+    """The probe's own records (`replay_of`: the bundled original), in the order sent."""
+    graded: Graded
+    seconds: dict[str, float] = field(default_factory=dict)
+    strict: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.fails(self.strict) for r in self.rows)
+
+
+def select(data: ProbeData, only: Sequence[str]) -> list[Feature]:
+    """The features `--only` names (all when none), in the bundle's order."""
+    known = [f.id for f in data.features]
+    unknown = [f for f in only if f not in known]
+    if unknown:
+        raise UsageError(f"--only: unknown feature {', '.join(unknown)}; known: {', '.join(known)}")
+    return [f for f in data.features if not only or f.id in only]
+
+
+def _listed(rec: Record) -> list[str] | None:
+    body = (rec.get("response") or {}).get("body")
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
+    """Why the server is not there to probe, from the answer to `GET /v1/models`."""
+    err = rec.get("error") or {}
+    resp = rec.get("response")
+    where = target.shown
+    if resp is None:
+        message = str(err.get("message") or "")
+        low = message.lower()
+        if "ssl" in low or "tls" in low or "certificate" in low:
+            return f"TLS failed with {where}: {clip(message, 200)}"
+        if err.get("kind") == "upstream_protocol":
+            return f"{where} does not speak HTTP: {clip(message, 200)}"
+        return f"{where} is unreachable: {clip(message, 200)}"
+    status = resp.get("status")
+    if status in (401, 403):
+        said = server_words(rec) or "no reason given"
+        if key_env is None:
+            return f"{where} wants a key ({status}): give it with --api-key-env VAR ({said})"
+        return f"{where} refused the key in ${key_env} ({status}: {said})"
+    return None
+
+
+def _not_openai(rec: Record, target: Target) -> str:
+    resp = rec.get("response") or {}
+    ctype = next(
+        (v for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), "no type"
+    )
+    return (
+        f"{target.shown} does not look like an OpenAI-style API: GET /models answered "
+        f"{resp.get('status')} ({ctype}), not a list of models; give --model to probe it anyway"
+    )
+
+
+def probe(
+    url: str,
+    *,
+    api_key: str | None = None,
+    api_key_env: str | None = None,
+    model: str | None = None,
+    embedding_model: str | None = None,
+    only: Sequence[str] = (),
+    timeout: float = 60.0,
+    concurrency: int = 4,
+    strict: bool = False,
+    progress: Progress | None = None,
+    data: ProbeData | None = None,
+) -> ProbeResult:
+    """Probe the server at `url` (an SDK's base URL, `…/v1`)."""
+    data = data or load_probe()
+    features = select(data, only)
+    target = Target(label=default_label(url), url=url)
+    records: dict[str, Record] = {}
+    t0 = time.monotonic()
+
+    def sink(rec: Record) -> None:
+        records[str(rec["replay_of"])] = rec
+
+    models = data.feature(MODELS)
+    send_records(
+        [data.by_id[i] for i in models.exchanges], target, api_key, timeout=timeout,
+        concurrency=1, sink=sink,
+    )  # fmt: skip
+    first = records[models.exchanges[0]]
+    why = _absent(first, target, api_key_env)
+    if why is not None:
+        raise ServerAbsent(why)
+    listed = _listed(first)
+    if model is None:
+        if listed is None:
+            raise ServerAbsent(_not_openai(first, target))
+        if not listed:
+            raise ServerAbsent(f"{target.shown} lists no model at GET /models; give --model")
+        model = listed[0]
+    embeds = [m for m in listed or () if "embed" in m.lower()]
+    embedding_model = embedding_model or (embeds[0] if embeds else model)
+    to_send: dict[str, Record] = {}
+    for f in features:
+        for i in f.exchanges:
+            if i not in records:
+                to_send[i] = data.by_id[i]
+    bad_key = {i for f in features if f.bad_key for i in f.exchanges}
+    mapped = Target(
+        label=target.label, url=url, model_map=_model_map(data, model, embedding_model)
+    )
+    pending = {f.id: set(f.exchanges) - set(records) for f in features}
+    done = [0]
+
+    def sink_all(rec: Record) -> None:
+        sink(rec)
+        for f in features:
+            left = pending[f.id]
+            if left and str(rec["replay_of"]) in left:
+                left.discard(str(rec["replay_of"]))
+                if not left:
+                    tell(f)
+
+    def tell(f: Feature) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(f, done[0], len(features))
+
+    for f in features:
+        if not pending[f.id]:
+            tell(f)
+    send_records(
+        list(to_send.values()), mapped, api_key, bad_key=bad_key, timeout=timeout,
+        concurrency=concurrency, sink=sink_all,
+    )  # fmt: skip
+    t_sent = time.monotonic()
+    wanted = {i for f in features for i in f.exchanges}
+    sent = [records[i] for i in data.by_id if i in wanted and i in records]
+    graded = grade(sent)
+    rows = [feature_row(f, [records.get(i) for i in f.exchanges], graded) for f in features]
+    by_id = {r.id: r for r in rows}
+    clients = readiness(data.clients, by_id, strict=strict)
+    seconds = {"send": t_sent - t0, "grade": time.monotonic() - t_sent}
+    return ProbeResult(
+        url, target.label, model, embedding_model, rows, clients, sent, graded, seconds, strict
+    )
+
+
+def _model_map(data: ProbeData, model: str, embedding_model: str) -> dict[str, str]:
+    """Every model the bundle names → the probed one (embedding models → `embedding_model`)."""
+    out = {"*": model}
+    for rec in data.records:
+        body = (rec.get("request") or {}).get("body")
+        name = body.get("model") if isinstance(body, dict) else None
+        if isinstance(name, str) and (rec.get("tags") or {}).get("family") == "embeddings":
+            out[name] = embedding_model
+    return out
+
+
+def result_summary(result: ProbeResult) -> dict[str, Any]:
+    """The probe as JSON (the `probe` object of summary.json)."""
+    return {
+        "url": result.url,
+        "label": result.label,
+        "model": result.model,
+        "embedding_model": result.embedding_model,
+        "strict": result.strict,
+        "passed": result.passed,
+        "features": [
+            {
+                "id": r.id,
+                "title": r.title,
+                "status": r.status,
+                "evidence": r.evidence,
+                "client": r.client,
+                "exchanges": r.exchanges,
+                "problems": r.problems,
+            }
+            for r in result.rows
+        ],
+        "clients": [
+            {
+                "id": c.id,
+                "name": c.name,
+                "ready": c.ready,
+                "blocking": c.blocking,
+                "needs": c.needs,
+                "untested": c.untested,
+            }
+            for c in result.clients
+        ],
+        "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
+    }
