@@ -106,17 +106,19 @@ def main() -> int:
         captured = capture_all(Path(tmp))
     bundle: dict[str, Record] = {}
     chosen: dict[str, tuple[str, list[str]]] = {}
+    client_of: dict[str, str] = {}
     for f in features:
         if f.take_all:
             continue
         name, records = select(f, captured)
         for r in records:
-            bundle.setdefault(str(r["id"]), {**r, "session": SESSION, "label": name})
+            client_of[str(r["id"])] = name
+            bundle.setdefault(str(r["id"]), {**r, "session": SESSION})
         chosen[f.id] = (name, [str(r["id"]) for r in records])
     for f in features:  # `all: true`: every bundled exchange that matches
         if f.take_all:
             hits = [rid for rid, r in bundle.items() if matches(f.match, r)]
-            chosen[f.id] = (",".join(sorted({bundle[h]["label"] for h in hits})), hits)
+            chosen[f.id] = (",".join(sorted({client_of[h] for h in hits})), hits)
     ordered = sorted(bundle.values(), key=lambda r: float(r.get("started") or 0.0))
     lines = []
     for seq, rec in enumerate(ordered):
@@ -130,7 +132,9 @@ def main() -> int:
     for entry in doc["features"]:
         entry["client"], entry["exchanges"] = chosen[entry["id"]]
     head = (DATA / FEATURES_FILE).read_text(encoding="utf-8").split("format:", 1)[0]
-    body = yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
+    body = yaml.safe_dump(
+        doc, sort_keys=False, width=100, allow_unicode=True, default_flow_style=None
+    )
     (DATA / FEATURES_FILE).write_text(head + body, encoding="utf-8")
 
     clients: list[dict[str, Any]] = []

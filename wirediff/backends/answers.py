@@ -136,8 +136,9 @@ def _json_schema(fmt: Any) -> Any:
     Responses' `text.format`), or None."""
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return None
-    inner = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else fmt
-    return inner.get("schema") if isinstance(inner.get("schema"), dict) else None
+    inner: dict[str, Any] = fmt["json_schema"] if isinstance(fmt.get("json_schema"), dict) else fmt
+    schema = inner.get("schema")
+    return schema if isinstance(schema, dict) else None
 
 
 def _structured(plan: Plan, schema: Any) -> Plan:

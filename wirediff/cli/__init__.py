@@ -19,6 +19,7 @@ from wirediff.cli import (
     demo,
     diagnose,
     export,
+    probe,
     replay,
     report,
 )
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         report,
         diagnose,
         check,
+        probe,
         convert,
         export,
         addon_path,

@@ -84,12 +84,14 @@ def gate_from(
     return verdicts.assign(fails=fails)
 
 
-def write_junit(gated: pd.DataFrame, out: str | os.PathLike[str]) -> Path:
+def write_junit(
+    gated: pd.DataFrame, out: str | os.PathLike[str], suite_name: str = "wirediff check"
+) -> Path:
     """One testsuite, one testcase per candidate and family (and transport)."""
     rows = gated[gated["role"] == "candidate"]
     suite = ET.Element(
         "testsuite",
-        name="wirediff check",
+        name=suite_name,
         tests=str(len(rows)),
         failures=str(int(rows["fails"].sum())),
         errors="0",

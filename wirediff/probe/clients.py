@@ -4,6 +4,7 @@ described in `data/clients.yaml`."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from wirediff._types import Record
 
@@ -21,11 +22,16 @@ CLIENT_NAMES = {
 """Client id (its workload's name) → the name a readiness row shows."""
 
 
+def sdk_of(record: Record) -> dict[str, Any]:
+    """The record's `tags.sdk`: who sent it (`{}` when nothing said)."""
+    tags = record.get("tags")
+    sdk = tags.get("sdk") if isinstance(tags, dict) else None
+    return dict(sdk) if isinstance(sdk, dict) else {}
+
+
 def captured_line(records: Iterable[Record]) -> str:
     """`12 calls, as OpenAI/Python 2.54.0`: what a client's needs were derived from."""
     records = list(records)
-    agents = sorted(
-        {str(((r.get("tags") or {}).get("sdk") or {}).get("user_agent") or "?") for r in records}
-    )
+    agents = sorted({str(sdk_of(r).get("user_agent") or "?") for r in records})
     shown = ", ".join(a.split(" (", 1)[0] for a in agents)
     return f"{len(records)} calls, as {shown}"

@@ -21,7 +21,7 @@ from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.record.websocket import is_websocket, server_events
 
-__all__ = ["CHECKS", "Problem", "check", "final_text", "tool_calls"]
+__all__ = ["CHECKS", "Problem", "check", "final_text", "part", "tool_calls"]
 
 EVIDENCE = 160
 """Characters of a server's words quoted in a problem."""
@@ -35,14 +35,20 @@ class Problem:
     record_id: str = ""
 
 
+def part(rec: Record, key: str) -> dict[str, Any]:
+    """A record's `response`, `error` or `tags` object, `{}` when it has none."""
+    value = rec.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _events(rec: Record) -> list[dict[str, Any]]:
-    resp = rec.get("response") or {}
+    resp = part(rec, "response")
     return [e for e in server_events(resp.get("events") or ()) if isinstance(e, dict)]
 
 
 def _final_response(rec: Record) -> dict[str, Any] | None:
     """A Responses answer's Response object: the body, or the stream's last one."""
-    resp = rec.get("response") or {}
+    resp = part(rec, "response")
     body = resp.get("body")
     if isinstance(body, dict) and "output" in body:
         return body
@@ -70,7 +76,7 @@ def _chat_stream(rec: Record) -> tuple[str, set[Any]]:
 
 
 def _chat_message(rec: Record) -> dict[str, Any]:
-    body = (rec.get("response") or {}).get("body")
+    body = part(rec, "response").get("body")
     choices = body.get("choices") if isinstance(body, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -78,7 +84,7 @@ def _chat_message(rec: Record) -> dict[str, Any]:
 
 
 def _family(rec: Record) -> str:
-    return str((rec.get("tags") or {}).get("family") or "")
+    return str(part(rec, "tags").get("family") or "")
 
 
 def tool_calls(rec: Record) -> int:
@@ -89,9 +95,7 @@ def tool_calls(rec: Record) -> int:
         return len(_chat_message(rec).get("tool_calls") or ())
     final = _final_response(rec)
     output = final.get("output") if final else None
-    return sum(
-        1 for i in output or () if isinstance(i, dict) and i.get("type") == "function_call"
-    )
+    return sum(1 for i in output or () if isinstance(i, dict) and i.get("type") == "function_call")
 
 
 def final_text(rec: Record) -> str | None:
@@ -135,11 +139,13 @@ def _words(rec: Record) -> str:
 def _answer(rec: Record) -> str:
     """How an exchange ended, in a few words: `404: Invalid URL (…)`, `no answer (timeout)`."""
     resp = rec.get("response")
-    err = rec.get("error") or {}
+    err = part(rec, "error")
     if resp is None:
-        return f"no answer ({err.get('kind') or 'error'}: {clip(str(err.get('message') or ''), 100)})"
+        return (
+            f"no answer ({err.get('kind') or 'error'}: {clip(str(err.get('message') or ''), 100)})"
+        )
     status = resp.get("status")
-    if (rec.get("tags") or {}).get("soft_error"):
+    if part(rec, "tags").get("soft_error"):
         return f"{status} with an error in the body{_words(rec)}"
     if is_2xx(status) or (status == 101 and is_websocket(rec)):
         if resp.get("complete") is False or err:
@@ -154,7 +160,7 @@ def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Pro
         if rec is None:
             out.append(Problem("breaking", "not sent"))
             continue
-        err = rec.get("error") or {}
+        err = part(rec, "error")
         if err.get("kind") == "skipped":
             out.append(Problem("skipped", f"not sent: {err.get('message')}", str(rec["id"])))
         elif not exchange_ok(rec):
@@ -190,12 +196,20 @@ def structured(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[P
     try:
         value = json.loads(text)
     except ValueError:
-        return [Problem("breaking", f"the answer is not JSON, `.parse()` raises: {clip(text, 60)!r}", rid)]
+        return [
+            Problem(
+                "breaking", f"the answer is not JSON, `.parse()` raises: {clip(text, 60)!r}", rid
+            )
+        ]
     if isinstance(schema, dict):
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as e:
-            return [Problem("breaking", f"the JSON breaks the request's schema: {clip(e.message, 100)}", rid)]
+            return [
+                Problem(
+                    "breaking", f"the JSON breaks the request's schema: {clip(e.message, 100)}", rid
+                )
+            ]
         except jsonschema.SchemaError:
             return []
     return []
@@ -208,11 +222,23 @@ def error(records: Sequence[Record | None], args: Mapping[str, Any]) -> list[Pro
     want, status = int(args["status"]), response_status(rec)
     rid = str(rec["id"])
     if is_2xx(status):
-        soft = (rec.get("tags") or {}).get("soft_error")
+        soft = part(rec, "tags").get("soft_error")
         what = "with an error in the body" if soft else "as a success"
-        return [Problem(str(args.get("accepted", "breaking")), f"answered {status} {what}{_words(rec) if soft else ''}; OpenAI answers {want}", rid)]
+        return [
+            Problem(
+                str(args.get("accepted", "breaking")),
+                f"answered {status} {what}{_words(rec) if soft else ''}; OpenAI answers {want}",
+                rid,
+            )
+        ]
     if status != want:
-        return [Problem(str(args.get("other_status", "deviation")), f"answered {status}{_words(rec)}; OpenAI answers {want}", rid)]
+        return [
+            Problem(
+                str(args.get("other_status", "deviation")),
+                f"answered {status}{_words(rec)}; OpenAI answers {want}",
+                rid,
+            )
+        ]
     return []
 
 

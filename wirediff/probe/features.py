@@ -32,7 +32,8 @@ __all__ = [
     "needs_of",
 ]
 
-DATA = "wirediff.probe.data"
+DATA = "data"
+"""The bundled data's folder inside this package."""
 FEATURES_FILE, SESSION_FILE, CLIENTS_FILE = "features.yaml", "probe.jsonl", "clients.yaml"
 _MISSING = object()
 
@@ -100,7 +101,7 @@ class ProbeData:
 
 
 def _text(name: str) -> str:
-    return resources.files(DATA).joinpath(name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath(DATA, name).read_text(encoding="utf-8")
 
 
 def load_features(text: str | None = None) -> tuple[Feature, ...]:
@@ -111,7 +112,9 @@ def load_features(text: str | None = None) -> tuple[Feature, ...]:
 def load_clients(text: str | None = None) -> tuple[Client, ...]:
     doc = yaml.safe_load(text if text is not None else _text(CLIENTS_FILE))
     return tuple(
-        Client(str(c["id"]), str(c["name"]), tuple(c.get("needs") or ()), str(c.get("captured") or ""))
+        Client(
+            str(c["id"]), str(c["name"]), tuple(c.get("needs") or ()), str(c.get("captured") or "")
+        )
         for c in doc["clients"]
     )
 
@@ -119,7 +122,7 @@ def load_clients(text: str | None = None) -> tuple[Client, ...]:
 @cache
 def load_probe() -> ProbeData:
     """The bundled probe: features, their session and the clients."""
-    path = resources.files(DATA).joinpath(SESSION_FILE)
+    path = resources.files(__package__).joinpath(DATA, SESSION_FILE)
     with resources.as_file(path) as p:
         records = tuple(iter_records(p))
     by_id = {str(r["id"]): r for r in records}
@@ -159,9 +162,11 @@ def matches(match: Mapping[str, Any], record: Record) -> bool:
         "with": lambda want: all(_present(_at(body, p)) for p in want),
         "without": lambda want: not any(_present(_at(body, p)) for p in want),
         "equals": lambda want: all(_at(body, p) == v for p, v in want.items()),
-        "input_has": lambda want: isinstance(body, dict)
-        and isinstance(body.get("input"), list)
-        and any(isinstance(i, dict) and i.get("type") == want for i in body["input"]),
+        "input_has": lambda want: (
+            isinstance(body, dict)
+            and isinstance(body.get("input"), list)
+            and any(isinstance(i, dict) and i.get("type") == want for i in body["input"])
+        ),
     }
     for key, want in match.items():
         if key not in checks:

@@ -33,9 +33,7 @@ class Graded:
     diagnoses: pd.DataFrame
     """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
 
-    def findings_for(
-        self, ids: Iterable[str], sources: Sequence[str] = ()
-    ) -> list[dict[str, str]]:
+    def findings_for(self, ids: Iterable[str], sources: Sequence[str] = ()) -> list[dict[str, str]]:
         """The breaking and deviating findings of these exchanges (of `sources` only, when
         given), worst first."""
         want = set(ids)
@@ -47,20 +45,19 @@ class Graded:
             "_rank", kind="stable"
         )
         return [
-            {k: str(v) for k, v in r.items() if k != "_rank"} for r in rows.to_dict("records")
+            {str(k): str(v) for k, v in r.items() if k != "_rank"} for r in rows.to_dict("records")
         ]
 
-    def codes_for(self, ids: Iterable[str]) -> list[tuple[str, str]]:
-        """`(code, summary)` of the diagnoses that name any of these exchanges."""
+    def codes_for(self, ids: Iterable[str]) -> list[str]:
+        """The codes of the diagnoses that name any of these exchanges."""
         want = set(ids)
-        out = []
-        for code, exchange_ids, summary in zip(
-            self.diagnoses["code"], self.diagnoses["exchange_ids"], self.diagnoses["summary"],
-            strict=True,
-        ):  # fmt: skip
-            if want & set(exchange_ids):
-                out.append((str(code), str(summary)))
-        return out
+        return [
+            str(code)
+            for code, exchange_ids in zip(
+                self.diagnoses["code"], self.diagnoses["exchange_ids"], strict=True
+            )
+            if want & set(exchange_ids)
+        ]
 
 
 def grade(records: list[Record]) -> Graded:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from wirediff._support import clip
 from wirediff._types import Record
-from wirediff.probe.expect import Problem, check, tool_calls
+from wirediff.probe.expect import Problem, check, part, tool_calls
 from wirediff.probe.features import Client, Feature
 from wirediff.probe.grade import Graded
 
@@ -77,12 +77,12 @@ def _rank(status: str) -> int:
     return STATUSES.index(status)
 
 
-def _failed(problem: Problem, codes: Sequence[tuple[str, str]]) -> tuple[str, str]:
+def _failed(problem: Problem, codes: Sequence[str]) -> tuple[str, str]:
     """A failed answer: unsupported when a diagnosis says the server has no such feature."""
-    for code, summary in codes:
+    for code in codes:
         if code in UNSUPPORTED_CODES:
             return "unsupported", f"{problem.evidence} ({code})"
-    named = next((c for c, _ in codes), "")
+    named = codes[0] if codes else ""
     return "breaking", problem.evidence + (f" ({named})" if named else "")
 
 
@@ -90,7 +90,7 @@ def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
     first = records[0] if records else None
     if first is None:
         return ""
-    resp = first.get("response") or {}
+    resp = part(first, "response")
     status = resp.get("status")
     parts = [str(status)]
     if "error" in feature.expect:
@@ -127,7 +127,7 @@ def feature_row(feature: Feature, records: Sequence[Record | None], graded: Grad
     for row in graded.findings_for(ids, feature.sources):
         found.append((row["severity"], row["message"] or row["evidence"]))
     if feature.sources and not any(
-        r is not None and (r.get("response") or {}).get("events") for r in records
+        r is not None and part(r, "response").get("events") for r in records
     ):
         found.append(("unsupported", "no stream came back to check"))
     found.sort(key=lambda sf: -_rank(sf[0]))

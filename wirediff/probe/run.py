@@ -11,20 +11,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from wirediff._support import clip
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.errors import ServerAbsent, UsageError
+from wirediff.probe.expect import part
 from wirediff.probe.features import Feature, ProbeData, load_probe
 from wirediff.probe.grade import Graded, grade
 from wirediff.probe.matrix import ClientRow, FeatureRow, feature_row, readiness
 from wirediff.probe.send import send_records
+from wirediff.replay.output import Writers
 from wirediff.replay.targets import Target, default_label
 
-__all__ = ["ProbeResult", "probe", "select"]
+__all__ = ["SESSION", "ProbeResult", "kept_files", "probe", "result_summary", "select"]
 
+SESSION = "wirediff-probe"
+"""The bundled session's name (its records' `session`)."""
 MODELS = "models"
 """The feature whose request goes first."""
 Progress = Callable[[Feature, int, int], None]
@@ -60,7 +65,7 @@ def select(data: ProbeData, only: Sequence[str]) -> list[Feature]:
 
 
 def _listed(rec: Record) -> list[str] | None:
-    body = (rec.get("response") or {}).get("body")
+    body = part(rec, "response").get("body")
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         return None
@@ -69,7 +74,7 @@ def _listed(rec: Record) -> list[str] | None:
 
 def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
     """Why the server is not there to probe, from the answer to `GET /v1/models`."""
-    err = rec.get("error") or {}
+    err = part(rec, "error")
     resp = rec.get("response")
     where = target.shown
     if resp is None:
@@ -90,7 +95,7 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
 
 
 def _not_openai(rec: Record, target: Target) -> str:
-    resp = rec.get("response") or {}
+    resp = part(rec, "response")
     ctype = next(
         (v for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), "no type"
     )
@@ -112,17 +117,80 @@ def probe(
     concurrency: int = 4,
     strict: bool = False,
     progress: Progress | None = None,
+    keep: Path | None = None,
     data: ProbeData | None = None,
 ) -> ProbeResult:
-    """Probe the server at `url` (an SDK's base URL, `…/v1`)."""
+    """Probe the server at `url` (an SDK's base URL, `…/v1`); with `keep`, its records are
+    appended there as they are made (`kept_files`), with the bundled originals they replay."""
     data = data or load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
     records: dict[str, Record] = {}
     t0 = time.monotonic()
+    wanted = {i for f in (data.feature(MODELS), *features) for i in f.exchanges}
+    writers = None
+    if keep is not None:
+        originals, probed = kept_files(keep, target.label)
+        for path in (originals, probed):
+            path.unlink(missing_ok=True)  # a probe is a fresh run, not a resume
+        writers = Writers([originals, probed])
+        for rec in data.records:
+            if str(rec["id"]) in wanted:
+                writers.write(originals, rec)
 
     def sink(rec: Record) -> None:
         records[str(rec["replay_of"])] = rec
+        if writers is not None:
+            writers.write(probed, rec)
+
+    try:
+        return _probe(
+            data,
+            features,
+            target,
+            url,
+            sink,
+            records,
+            wanted,
+            t0,
+            api_key,
+            api_key_env,
+            model,
+            embedding_model,
+            timeout,
+            concurrency,
+            strict,
+            progress,
+        )
+    finally:
+        if writers is not None:
+            writers.close()
+
+
+def kept_files(keep: Path, label: str) -> tuple[Path, Path]:
+    """Where `--keep DIR` puts the bundled originals sent and the probe's records of them
+    (`<session>.<label>.jsonl`, as `wirediff replay` names a replay)."""
+    return keep / f"{SESSION}.jsonl", keep / f"{SESSION}.{label}.jsonl"
+
+
+def _probe(
+    data: ProbeData,
+    features: list[Feature],
+    target: Target,
+    url: str,
+    sink: Callable[[Record], None],
+    records: dict[str, Record],
+    wanted: set[str],
+    t0: float,
+    api_key: str | None,
+    api_key_env: str | None,
+    model: str | None,
+    embedding_model: str | None,
+    timeout: float,
+    concurrency: int,
+    strict: bool,
+    progress: Progress | None,
+) -> ProbeResult:
 
     models = data.feature(MODELS)
     send_records(
@@ -148,9 +216,7 @@ def probe(
             if i not in records:
                 to_send[i] = data.by_id[i]
     bad_key = {i for f in features if f.bad_key for i in f.exchanges}
-    mapped = Target(
-        label=target.label, url=url, model_map=_model_map(data, model, embedding_model)
-    )
+    mapped = Target(label=target.label, url=url, model_map=_model_map(data, model, embedding_model))
     pending = {f.id: set(f.exchanges) - set(records) for f in features}
     done = [0]
 
@@ -176,7 +242,6 @@ def probe(
         concurrency=concurrency, sink=sink_all,
     )  # fmt: skip
     t_sent = time.monotonic()
-    wanted = {i for f in features for i in f.exchanges}
     sent = [records[i] for i in data.by_id if i in wanted and i in records]
     graded = grade(sent)
     rows = [feature_row(f, [records.get(i) for i in f.exchanges], graded) for f in features]
@@ -194,7 +259,7 @@ def _model_map(data: ProbeData, model: str, embedding_model: str) -> dict[str, s
     for rec in data.records:
         body = (rec.get("request") or {}).get("body")
         name = body.get("model") if isinstance(body, dict) else None
-        if isinstance(name, str) and (rec.get("tags") or {}).get("family") == "embeddings":
+        if isinstance(name, str) and part(rec, "tags").get("family") == "embeddings":
             out[name] = embedding_model
     return out
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import httpx
 
 from wirediff._types import Record
+from wirediff.probe.websocket import send_websocket
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.spool import build_item
 from wirediff.record.websocket import is_websocket
@@ -23,7 +24,6 @@ from wirediff.replay.plan import Node, make_plan
 from wirediff.replay.request import Outgoing, prepare
 from wirediff.replay.sender import TargetRun
 from wirediff.replay.targets import Target
-from wirediff.probe.websocket import send_websocket
 
 __all__ = ["BAD_KEY", "send_records"]
 

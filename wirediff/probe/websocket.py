@@ -31,6 +31,7 @@ from wsproto.events import (
 )
 
 from wirediff._types import Record
+from wirediff.probe.expect import part
 from wirediff.record.exchange import Error, Exchange, Response, Timings
 from wirediff.record.exchange import Request as ExchangeRequest
 from wirediff.record.websocket import WebSocketTap
@@ -48,20 +49,24 @@ _HANDSHAKE = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Message:
     """A message as `WebSocketTap.message` reads one."""
 
     from_client: bool
     content: bytes
     timestamp: float
-    is_text: bool = True
+    text: bool = True
+
+    @property
+    def is_text(self) -> bool:
+        return self.text
 
 
 def _client_messages(rec: Record, target: Target) -> list[bytes]:
     """The client's messages of the recorded session, the model mapped."""
     out = []
-    for ev in (rec.get("response") or {}).get("events") or ():
+    for ev in part(rec, "response").get("events") or ():
         if ev.get("direction") != "client":
             continue
         data = ev.get("data")
@@ -114,7 +119,8 @@ async def send_websocket(
         return failed(f"cannot connect to {host}:{port}: {e or type(e).__name__}", kind)
     ws = WSConnection(ConnectionType.CLIENT)
     try:
-        writer.write(ws.send(Request(host=shown_host, target=path, extra_headers=headers)))
+        extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
+        writer.write(ws.send(Request(host=shown_host, target=path, extra_headers=extra)))
         return await asyncio.wait_for(
             _session(ws, reader, writer, request, tap, _client_messages(rec, target), started),
             timeout,
@@ -122,7 +128,9 @@ async def send_websocket(
     except TimeoutError:
         return failed("timed out in the WebSocket session", "timeout")
     except (OSError, ValueError) as e:
-        return failed(f"the WebSocket session failed: {e or type(e).__name__}", "upstream_disconnect")
+        return failed(
+            f"the WebSocket session failed: {e or type(e).__name__}", "upstream_disconnect"
+        )
     finally:
         writer.close()
 

@@ -23,6 +23,7 @@ from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
+from wirediff.probe.run import ProbeResult
 from wirediff.reports.captures import (
     SKIPPED,
     Capture,
@@ -193,6 +194,8 @@ class ReportModel:
     max_examples: int
     verdict_frame: pd.DataFrame
     """The drop-in verdicts as `wirediff.analysis.comparison.verdicts.verdicts` frames them."""
+    probe: ProbeResult | None = None
+    """A probe's feature matrix and client readiness, which the report then opens with."""
 
     def cell(self, label: str, endpoint: str) -> Cell:
         return self.cells[(label, endpoint)]

@@ -27,6 +27,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.explain import CODES
+from wirediff.probe.matrix import STATUSES
+from wirediff.probe.run import result_summary
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
@@ -73,6 +75,7 @@ ENV.globals.update(
     MAX_CARD_CAPTURES=MAX_CARD_CAPTURES,
     MAX_CARD_CLIENTS=MAX_CARD_CLIENTS,
     LAID_OUT=LAID_OUT,
+    PROBE_STATUSES=STATUSES,
 )
 
 
@@ -171,6 +174,7 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
         }
         for f in model.findings
     ]
+    probe = {"probe": result_summary(model.probe)} if model.probe is not None else {}
     return {
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,
@@ -191,6 +195,7 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
             "verdicts": list(VERDICTS[:-1]),
             "severities": list(SEVERITIES),
         },
+        **probe,
     }
 
 

@@ -55,10 +55,17 @@ class City(BaseModel):
 out: dict[str, object] = {}
 out["models"] = [m.id for m in client.models.list()]
 out["chat"] = client.chat.completions.create(model=MODEL, messages=ask).choices[0].message.content
-out["chat_chunks"] = sum(1 for _ in client.chat.completions.create(model=MODEL, messages=ask, stream=True))
+out["chat_chunks"] = sum(
+    1 for _ in client.chat.completions.create(model=MODEL, messages=ask, stream=True)
+)
 both = client.chat.completions.create(
     model=MODEL,
-    messages=[{"role": "user", "content": "What are the weather and the local time in Paris? Call both tools."}],
+    messages=[
+        {
+            "role": "user",
+            "content": "What are the weather and the local time in Paris? Call both tools.",
+        }
+    ],
     tools=[weather, clock],
     tool_choice="required",
     parallel_tool_calls=True,
