@@ -1,0 +1,118 @@
+"""The probe's bundled data and its grading rules, without a server: each feature's requests
+are there and are what the feature says; clients' needs are features; no key in the data;
+the checks and the readiness rules on answers built for them."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any
+
+import pytest
+
+from tests.fixtures.records import make_record
+from wirediff.probe.expect import check, final_text, tool_calls
+from wirediff.probe.features import Client, features_of, load_probe, needs_of
+from wirediff.probe.matrix import FeatureRow, readiness
+
+DATA = load_probe()
+
+
+def test_every_feature_names_requests_of_the_bundle_that_match_it() -> None:
+    for f in DATA.features:
+        assert f.exchanges, f.id
+        records = [DATA.by_id[i] for i in f.exchanges]
+        # the feature's own request (the last: what it continues comes first) matches it
+        assert f.id in features_of(records[-1], [f]), f.id
+        assert f.client.split(",")[0] in f.prefer, f.id
+
+
+def test_clients_need_features_and_their_needs_are_derivable() -> None:
+    needed = {f.id for f in DATA.features if f.need}
+    assert [c.name for c in DATA.clients] == [
+        "Codex CLI", "OpenAI Agents SDK", "Vercel AI SDK", "LangChain", "LlamaIndex",
+        "openai-python", "openai-node",
+    ]  # fmt: skip
+    for c in DATA.clients:
+        assert c.needs and set(c.needs) <= needed, c.id
+    # the bundle's own requests, taken from one client, are needs of that client
+    for f in DATA.features:
+        if f.need and "," not in f.client:
+            own = needs_of([DATA.by_id[f.exchanges[-1]]], DATA.features)
+            client = next(c for c in DATA.clients if c.id == f.client)
+            assert f.id in own and set(own) <= set(client.needs), f.id
+
+
+def test_the_bundle_holds_no_key() -> None:
+    raw = resources.files("wirediff.probe").joinpath("data", "probe.jsonl").read_bytes()
+    assert not re.search(rb"sk-(?!\*)[A-Za-z0-9-]{8,}", raw)  # only masked ones, in messages
+    for rec in DATA.records:
+        for name, value in rec["request"]["headers"]:
+            if name.lower() in ("authorization", "api-key", "x-api-key", "cookie"):
+                assert re.fullmatch(r"(Bearer )?sha256:[0-9a-f]+", value), (name, value)
+
+
+def _chat(body: dict[str, Any], request: dict[str, Any] | None = None) -> Any:
+    return make_record(
+        id="c1", path="/v1/chat/completions", request_body=request or {"messages": []},
+        status=200, body=body,
+    )  # fmt: skip
+
+
+def test_tool_calls_and_structured_output_checks() -> None:
+    two = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+    ]}}]}  # fmt: skip
+    assert tool_calls(_chat(two)) == 2
+    one_call = {"tool_calls": {"at_least": 2, "severity": "deviation"}}
+    assert check(one_call, [_chat(two)]) == []
+    text = _chat({"choices": [{"message": {"role": "assistant", "content": "Echo: x"}}]})
+    [p] = check(one_call, [text])
+    assert p.severity == "deviation" and "0 tool calls where the request asked for 2" in p.evidence
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    asked = {"messages": [], "response_format": {"type": "json_schema",
+             "json_schema": {"name": "x", "schema": schema, "strict": True}}}  # fmt: skip
+    good = _chat({"choices": [{"message": {"content": json.dumps({"n": 1})}}]}, asked)
+    assert final_text(good) == '{"n": 1}' and check({"structured": {}}, [good]) == []
+    [p] = check({"structured": {}}, [_chat(text["response"]["body"], asked)])
+    assert p.severity == "breaking" and "not JSON" in p.evidence
+    wrong = _chat({"choices": [{"message": {"content": '{"n": "one"}'}}]}, asked)
+    [p] = check({"structured": {}}, [wrong])
+    assert "breaks the request's schema" in p.evidence
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "want"),
+    [
+        (404, {"error": {"message": "Invalid URL", "type": "invalid_request_error"}}, None),
+        (200, {"error": "Unexpected endpoint or method."}, "breaking"),
+        (405, {"detail": "Method Not Allowed"}, "deviation"),
+    ],
+)
+def test_the_error_check(status: int, body: Any, want: str | None) -> None:
+    rec = make_record(
+        id="e1", method="GET", path="/v1/wirediff/no-such-route", request_body=None,
+        status=status, body=body,
+    )  # fmt: skip
+    if status == 200:
+        rec["tags"]["soft_error"] = True
+    found = check(
+        {"error": {"status": 404, "accepted": "breaking", "other_status": "deviation"}}, [rec]
+    )
+    assert [p.severity for p in found] == ([want] if want else [])
+
+
+def test_readiness_follows_the_needs_and_strict() -> None:
+    rows = {
+        "a": FeatureRow("a", "A", "pass", "", ""),
+        "b": FeatureRow("b", "B", "deviation", "", ""),
+        "c": FeatureRow("c", "C", "unsupported", "", ""),
+    }
+    mine = [Client("x", "X", ("a", "b")), Client("y", "Y", ("a", "c", "z"))]
+    ready = {c.id: c for c in readiness(mine, rows)}
+    assert ready["x"].ready and not ready["y"].ready and ready["y"].blocking == ["c"]
+    assert ready["y"].untested == ["z"]
+    strict = {c.id: c for c in readiness(mine, rows, strict=True)}
+    assert strict["x"].blocking == ["b"]
