@@ -70,7 +70,8 @@ def terminal_matrix(result: ProbeResult) -> list[str]:
 
 
 def _base_url(url: str) -> str:
-    """The server's base URL; one without a path gets `/v1`, as SDKs' base URLs have."""
+    """The server's base URL, as a client would be given it (one without a path is noted:
+    an SDK's base URL usually ends in `/v1`)."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as e:
@@ -78,8 +79,8 @@ def _base_url(url: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise UsageError(f"not an http(s) URL: {url!r}")
     if not parsed.path.strip("/"):
-        print(f"wirediff: note: {url} has no path; probing {url.rstrip('/')}/v1", file=sys.stderr)
-        return url.rstrip("/") + "/v1"
+        note = f"wirediff: note: {url} has no path; an SDK base_url usually ends in /v1"
+        print(note, file=sys.stderr)
     return url.rstrip("/")
 
 

@@ -99,6 +99,12 @@ def _not_openai(rec: Record, target: Target) -> str:
     ctype = next(
         (v for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), "no type"
     )
+    if isinstance(resp.get("body"), dict):  # an API, without a model list
+        said = server_words(rec) or "no list"
+        return (
+            f"{target.shown} lists no models (GET /models answered {resp.get('status')}: "
+            f"{clip(said, 120)}); give --model"
+        )
     return (
         f"{target.shown} does not look like an OpenAI-style API: GET /models answered "
         f"{resp.get('status')} ({ctype}), not a list of models; give --model to probe it anyway"
