@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) bench/replay_throughput.py
 	$(PY) bench/shadow_latency.py
 	$(PY) bench/analysis_scale.py
+	$(PY) bench/probe_speed.py
 
 clean:
 	rm -rf $(VENV) .peers .clients wirediff-demo captures
