@@ -109,12 +109,22 @@ BAD_USAGE: dict[str, list[str]] = {
     "demo an unknown option": ["demo", "--fast"],
     "addon-path an extra argument": ["addon-path", "extra"],
     "addon-path two addons": ["addon-path", "shadow", "capture"],
+    "probe without a URL": ["probe"],
+    "probe a URL that is not http": ["probe", "ftp://127.0.0.1/v1"],
+    "probe an unknown feature": ["probe", "http://127.0.0.1:9/v1", "--only", "chat.nope"],
+    "probe an unset key variable": [
+        "probe",
+        "http://127.0.0.1:9/v1",
+        "--api-key-env",
+        "WIREDIFF_TEST_UNSET_KEY_VAR",
+    ],
+    "probe a timeout of 0": ["probe", "http://127.0.0.1:9/v1", "--timeout", "0"],
     "report --baseline without a label": ["report", "GOOD", "--baseline"],
     "report --baseline a label no capture has": ["report", "GOOD", "--baseline", "nosuch"],
     "check --baseline a label the baseline lacks": ["check", "GOOD", "GOOD", "--baseline", "x"],
     "diagnose --baseline a label no capture has": ["diagnose", "GOOD", "--baseline", "nosuch"],
 }
-NO_CAPTURE_INPUT = {"capture", "demo", "addon-path"}
+NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe"}
 """Commands that read no capture: bad usage is all they can be given."""
 
 
