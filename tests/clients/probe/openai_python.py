@@ -16,34 +16,29 @@ from pydantic import BaseModel
 BASE, MODEL = os.environ["BASE"], os.environ["MODEL"]
 client = openai.OpenAI(base_url=BASE, max_retries=0)
 ask = [{"role": "user", "content": "Say hi"}]
-weather = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
+
+
+def tool(name: str, description: str) -> dict[str, object]:
+    """A strict function tool taking a city."""
+    parameters = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+            "strict": True,
         },
-        "strict": True,
-    },
-}
-clock = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The local time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-        "strict": True,
-    },
-}
+    }
+
+
+weather = tool("get_weather", "The current weather in a city.")
+clock = tool("get_time", "The local time in a city.")
 
 
 class City(BaseModel):
