@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "wirediff/": ROOT / "wirediff",
     "cli/": ROOT / "wirediff" / "cli",
+    "probe/": ROOT / "wirediff" / "probe",
     "engine/": ROOT / "wirediff" / "engine",
     "replay/": ROOT / "wirediff" / "replay",
     "record/": ROOT / "wirediff" / "record",
