@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import wait_for
-from tests.fixtures.sessions import fixture_sessions, masked, replicated
+from tests.fixtures.sessions import fixture_sessions, replicated, summary_and_lines
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.diagnosis.explain import diagnose
@@ -30,7 +30,6 @@ from wirediff.engine.commands import Run
 from wirediff.errors import CaptureError
 from wirediff.record.store import load_records
 from wirediff.reports.model import build
-from wirediff.reports.render import write_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,15 +43,13 @@ def in_memory(paths: list[Path], out: Path) -> Any:
     records = load_records(paths)
     analysis = analyze(records)
     found = diagnose(records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id)
-    return masked(
-        json.loads(write_summary(build(analysis, found, max_examples=3), out).read_text())
-    )
+    return summary_and_lines(build(analysis, found, max_examples=3), out)
 
 
 def on_engine(paths: list[Path], out: Path, **kw: Any) -> Any:
     with Run("local", progress=False, **kw) as run:
         model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
-        return masked(json.loads(write_summary(model, out).read_text()))
+        return summary_and_lines(model, out)
 
 
 def same_everywhere(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Any:

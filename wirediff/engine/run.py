@@ -316,7 +316,7 @@ def diagnose(
             if spill is not None and result.spilled is not None:
                 spill.add_diagnoses_file(first, *result.spilled)
             elif spill is not None:
-                spill.add_diagnoses(first, result.rows, result.texts)
+                spill.add_diagnoses(first, result.rows, result.lines)
             out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
             merge_chains(out.chains, result.chains)
             bar.done(1, result.count)

@@ -33,7 +33,7 @@ from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import write_rows
 from wirediff.record.keys import digest
 from wirediff.reports.hops import ChainCounts, collect_chains
-from wirediff.reports.items import diagnosis_texts, finding_text
+from wirediff.reports.items import diagnosis_lines, finding_line
 from wirediff.reports.partial import Partial, collect
 
 __all__ = [
@@ -76,8 +76,8 @@ def learn_noise(
 @dataclass
 class Compared:
     """A comparison partition's result: its `Partial`, and when the tables that list every
-    finding are wanted, each with its place, in order: `(place_bytes(place), text)`, the
-    text `summary.json` lists (`finding_text`)."""
+    finding are wanted, each with its place, in order: `(place_bytes(place), line)`, its
+    line of `--findings` (`finding_line`)."""
 
     part: Partial
     rows: list[tuple[bytes, str]]
@@ -129,11 +129,11 @@ def compare_part(
             linked={c: n for c, _, n in paired},
         )
         count = len(records)
-        del records, named, analysis  # the rows' texts are made without them
+        del records, named, analysis  # the rows' lines are made without them
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in DIVERGENCE_COLUMNS), strict=True)
-            out = list(zip(map(place_bytes, order), map(finding_text, values), strict=True))
+            out = list(zip(map(place_bytes, order), map(finding_line, values), strict=True))
         out.sort(key=lambda r: r[0])
         if spill_to is not None and out:
             stem = Path(spill_to) / f"findings-{uuid.uuid4().hex}"
@@ -156,14 +156,14 @@ def providers(
 @dataclass
 class Diagnosed:
     """A batch of failing chains: their diagnosis rows; and when the report is wanted, the
-    rows as `summary.json` lists them (`diagnosis_texts`) and the chains as it folds them."""
+    rows' lines of `--findings` (`diagnosis_lines`) and the chains as it folds them."""
 
     rows: list[dict[str, Any]]
-    texts: list[str]
+    lines: list[str]
     chains: ChainCounts
     count: int
     spilled: tuple[str, str | None, int] | None = None
-    """Where the worker wrote `rows` and `texts` itself, and how many rows (then both are
+    """Where the worker wrote `rows` and `lines` itself, and how many rows (then both are
     empty)."""
 
 
@@ -191,19 +191,19 @@ def diagnose_batch(
         for row in chains:
             chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
             rows.extend(diagnose_chain(chain, by_id, served, backends))
-        texts: list[str] = []
+        lines: list[str] = []
         counts: ChainCounts = {}
         if report:
             frame = diagnosis_frame(rows)
             counts = collect_chains(frame, by_id, first)
-            texts = diagnosis_texts(rows)
+            lines = diagnosis_lines(rows)
         if spill_to is None or not rows:
-            return Diagnosed(rows, texts, counts, len(chains))
+            return Diagnosed(rows, lines, counts, len(chains))
         path = Path(spill_to) / f"diagnoses-{uuid.uuid4().hex}.pickle"
         write_rows(path, rows)
         written = None
-        if texts:
-            written = path.with_suffix(".texts.pickle")
-            write_rows(written, texts)
+        if lines:
+            written = path.with_suffix(".lines.pickle")
+            write_rows(written, lines)
         spilled = (str(path), None if written is None else str(written), len(rows))
         return Diagnosed([], [], counts, len(chains), spilled)
