@@ -12,6 +12,8 @@ from tests.fixtures.sessions import write_fixtures
 from wirediff.cli import main
 from wirediff.engine.commands import Run
 
+pytestmark = pytest.mark.e2e
+
 
 def test_a_terminal_gets_parts_done_and_exchanges_per_second(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
