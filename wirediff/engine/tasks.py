@@ -98,19 +98,19 @@ def compare_part(
     rows: bool,
     links: Sequence[tuple[int, int, int]] = (),
     spill_to: str | None = None,
-    plain: bool = False,
+    careful: Sequence[bool] | None = None,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
     the originals paired by content with the baseline's here (`links`: candidate and
     baseline id digests and the link's place among all, made over all the captures; what found no
     counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
-    finding rows itself (they never travel back). `plain`: orjson reads every record
-    here as `json` does, and none nests too deeply (the scan found so)."""
+    finding rows itself (they never travel back). `careful`: per record, what the scan
+    found (`wirediff.engine.sources.read_records`)."""
     with task_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
-        records = read_records(sources, src, a, b, plain=plain)
+        records = read_records(sources, src, a, b, careful=careful)
         named = {digest(r["id"]): r["id"] for r in records} if links else {}
         paired = [(named[cand], named[base], n) for cand, base, n in links]
         # no baseline label: it was chosen over all the captures (a part may hold none of its
@@ -177,13 +177,13 @@ def diagnose_batch(
     report: bool,
     spill_to: str | None = None,
     *,
-    plain: bool = False,
+    careful: Sequence[bool] | None = None,
 ) -> Diagnosed:
     """Diagnose a batch of failing chains whose records are at `where`; `spill_to`: a
     directory this worker shares with the command, where it writes the rows itself;
-    `plain`: as `compare_part`'s."""
+    `careful`: as `compare_part`'s."""
     with task_gc():
-        records = read_records(sources, *where, plain=plain)
+        records = read_records(sources, *where, careful=careful)
         chains = batch.rows(records)
         by_id = {r["id"]: r for r in records}
         backends = Backends.identified(known)
