@@ -7,11 +7,15 @@ Usage: python bench/analysis_scale.py [--sizes 10000,100000,1000000] [--in-memor
        [--keep DIR]
 
 A seed session is recorded the normal way: the real openai SDK through
-`mitmdump -s addons/capture.py` against the `openai` stand-in (chat, Responses, tool calls,
-each once plain and once streamed), then replayed with `wirediff replay` to the `ollama`
-and `lmstudio` stand-ins (whose quirks and soft errors give divergences, conformance rows
-and failing chains to diagnose). Its baseline + replay records are replicated with fresh
-ids, `replay_of` links and start times to N exchanges, half of them streamed.
+`mitmdump -s addons/capture.py` against the `openai` stand-in (chat and Responses with six
+prompts of 1 to 14 words and two models, each of two tools called, each once plain and once
+streamed, and two calls answered with a fault: a cut stream, an empty body), then replayed
+with `wirediff replay` to the `ollama` and `lmstudio` stand-ins (whose quirks and soft errors
+give divergences, conformance rows and failing chains to diagnose). Its baseline + replay
+records are replicated to N exchanges, each copy a conversation of its own: fresh ids,
+`replay_of` links and start times, the prompts' and answers' words drawn anew, and the
+cities in tool-call arguments; half of them streamed. How many distinct answers the first
+100k hold (what the SDK impact harness tells apart) is printed with the table.
 
 For each size, each measurement in its own fresh process:
   parse      — `json.loads` per line, nothing kept: the floor of any reading of the file;
@@ -22,8 +26,8 @@ For each size, each measurement in its own fresh process:
   in memory  — (up to `--in-memory-up-to`) `load_records` + `analyze` + `diagnose` in one
                process, as the analysis ran before the engine: time and peak RSS
                (`getrusage`).
-Targets: 1M exchanges reported in under 10 minutes and 4 GB on 2 cores; memory flat from 10k
-to 1M; time per exchange no worse than the in-memory analysis measured beside it.
+Targets (issue 30): 1M exchanges reported in at most 1.5 times the parse and 1.5 GB for the
+whole process tree; 100k in at most 1.2 times the parse.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import argparse
 import contextlib
 import io
 import json
+import random
+import re
 import resource
 import shutil
 import subprocess
@@ -51,29 +57,65 @@ from wirediff.cli.mitm import CaptureProxy  # noqa: E402
 from wirediff.cli.replay import main_replay  # noqa: E402
 from wirediff.record.store import RecordWriter, load_records  # noqa: E402
 
-MODEL = "gpt-4o-mini"
+MODELS = ("gpt-4o-mini", "gpt-4.1-mini")
 TARGETS = {"ollama": "llama3.2", "lmstudio": "qwen2.5-7b-instruct"}
-ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
-PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-TOOL_CHAT: Any = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}
-TOOL_RESP: Any = {"type": "function", "name": "get_weather", "parameters": PARAMS}
+PROMPTS = (
+    "Hi",
+    "What is the weather in Paris?",
+    "Tell me a story about a lighthouse keeper and a storm.",
+    "Summarise the plot of a film you like in two sentences, please.",
+    "List three prime numbers",
+    "Why is the sky blue during the day and red at sunset over the sea?",
+)
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TIME = {
+    "type": "object",
+    "properties": {"timezone": {"type": "string"}, "format": {"type": "string"}},
+    "required": ["timezone", "format"],
+}
+TOOLS = {"get_weather": WEATHER, "get_time": TIME}
+FAULTS = ("fault-truncate", "fault-empty")
+"""Models the stand-ins answer with a fault (a stream cut before its end, an empty body)."""
 
 
 def drive(client: Any) -> int:
-    """Chat, chat with a tool, Responses, Responses with a tool: each once plain and once
-    streamed (a stream is read to its end). Returns the number of exchanges."""
-    calls = [
-        (client.chat.completions.create, {"messages": ASK}),
-        (client.chat.completions.create, {"messages": ASK, "tools": [TOOL_CHAT]}),
-        (client.responses.create, {"input": "Tell me a story."}),
-        (client.responses.create, {"input": "Weather in Paris?", "tools": [TOOL_RESP]}),
-    ]
+    """Chat and Responses, plain and streamed (a stream is read to its end): each prompt
+    with one of two models, each tool with a question that calls it, and two calls whose
+    answers fail. Returns the number of exchanges."""
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    for n, prompt in enumerate(PROMPTS):
+        model = MODELS[n % len(MODELS)]
+        calls.append((client.chat.completions.create, {"model": model, "messages": _ask(prompt)}))
+        calls.append((client.responses.create, {"model": model, "input": prompt}))
+    for name, params in TOOLS.items():
+        ask = f"Use {name} for Paris, now"
+        chat_tool = {"type": "function", "function": {"name": name, "parameters": params}}
+        calls.append(
+            (
+                client.chat.completions.create,
+                {"model": MODELS[0], "messages": _ask(ask), "tools": [chat_tool]},
+            )
+        )
+        resp_tool = {"type": "function", "name": name, "parameters": params}
+        calls.append(
+            (client.responses.create, {"model": MODELS[1], "input": ask, "tools": [resp_tool]})
+        )
+    n = 0
     for stream in (False, True):
         for create, kwargs in calls:
-            out = create(model=MODEL, stream=stream, **kwargs)
+            out = create(stream=stream, **kwargs)
             if stream:
                 list(out)
-    return 2 * len(calls)
+            n += 1
+    for model in FAULTS:  # the SDK raises on these: the answer is recorded all the same
+        with contextlib.suppress(openai.APIError):
+            list(client.chat.completions.create(model=model, messages=_ask("Hi"), stream=True))
+        n += 1
+    return n
+
+
+def _ask(text: str) -> Any:
+    return [{"role": "user", "content": text}]
 
 
 def record_seed(tmp: Path) -> list[dict[str, Any]]:
@@ -96,15 +138,81 @@ def record_seed(tmp: Path) -> list[dict[str, Any]]:
         out = capture_dir / f"seed.{label}.jsonl"
         with standin(label, delay=0.0) as url, contextlib.redirect_stdout(io.StringIO()):
             argv = [str(p.capture_file), "--to", url + "/v1", "--label", label, "-o", str(out)]
-            code = main_replay([*argv, "--model-map", f"{MODEL}={model}"])
+            for name in MODELS:
+                argv += ["--model-map", f"{name}={model}"]
+            code = main_replay(argv)
         if code != 0:
             raise RuntimeError(f"replay to {label} failed ({code})")
         replays.append(out)
     return load_records([p.capture_file, *replays])
 
 
+WORDS = [
+    "amber",
+    "river",
+    "quiet",
+    "stone",
+    "window",
+    "garden",
+    "rapid",
+    "silver",
+    "orbit",
+    "cedar",
+    "lantern",
+    "meadow",
+    "harbor",
+    "violet",
+    "thunder",
+    "pebble",
+    "canyon",
+    "falcon",
+    "ember",
+    "willow",
+    "tide",
+    "maple",
+    "comet",
+    "glacier",
+]
+CITIES = ("Paris", "Lyon", "Oslo", "Quito", "Lagos", "Perth", "Hanoi", "Lima", "Bern", "Cairo")
+TEXT_KEYS = frozenset({"content", "text", "delta", "input", "instructions"})
+ID_KEYS = frozenset({"id", "item_id", "call_id", "response_id"})
+
+
+def vary(rec: dict[str, Any], rng: random.Random, copy: int) -> None:
+    """Another conversation of the same kind: the prompt's and the answer's words drawn
+    anew (as many words: the same events), ids minted for this copy (equal ids stay equal),
+    the cities in tool-call arguments drawn anew."""
+    minted: dict[str, str] = {}
+    words: dict[str, str] = {}
+
+    def text(value: str) -> str:
+        return re.sub(r"[A-Za-z]+", lambda m: words.setdefault(m[0], rng.choice(WORDS)), value)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, str) and k in ID_KEYS:
+                    value[k] = minted.setdefault(v, f"{v}-{copy}")
+                elif isinstance(v, str) and k in TEXT_KEYS and v != "[DONE]":
+                    value[k] = text(v)
+                elif isinstance(v, str) and k == "arguments":
+                    value[k] = re.sub("|".join(CITIES), lambda _: rng.choice(CITIES), v)
+                else:
+                    walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        return value
+
+    walk(rec["request"]["body"])
+    if rec["response"] is not None:
+        for part in ("body", "events"):
+            walk(rec["response"][part])
+
+
 def replicate(seed: list[dict[str, Any]], n: int, path: Path) -> None:
-    """N records: copies of the seed with fresh ids and links, each copy later in time."""
+    """N records: copies of the seed with fresh ids and links, each copy later in time and
+    a conversation of its own (`vary`)."""
     t0 = min(r["started"] for r in seed)
     span = max(r["started"] + (r["duration_ms"] or 0) / 1000 for r in seed) - t0 + 1.0
     written = 0
@@ -115,15 +223,32 @@ def replicate(seed: list[dict[str, Any]], n: int, path: Path) -> None:
             for rec in seed:
                 if written == n:
                     break
-                r = dict(rec)
+                r = json.loads(json.dumps(rec))
                 r["id"] = f"{rec['id']}-{copy}"
                 if rec.get("replay_of"):
                     r["replay_of"] = f"{rec['replay_of']}-{copy}"
                 r["started"] = rec["started"] + copy * span
                 r["seq"] = copy * len(seed) + (rec.get("seq") or 0)
+                # an original and its replays were asked the same: the same draws
+                vary(r, random.Random(f"{copy}:{rec.get('replay_of') or rec['id']}"), copy)
                 w.write(r)
                 written += 1
             copy += 1
+
+
+def distinct_answers(path: Path, limit: int = 100_000) -> int:
+    """Distinct answer skeletons among the first `limit` exchanges: what the SDK impact
+    harness tells apart (`impact.skeleton`: the request's options and the answer's
+    structure), so at most this many SDK runs per `limit` exchanges."""
+    from wirediff.analysis.comparison.impact import skeleton
+
+    seen: set[str | None] = set()
+    with path.open("rb") as fh:
+        for k, line in enumerate(fh):
+            if k == limit:
+                break
+            seen.add(skeleton(json.loads(line)))
+    return len(seen)
 
 
 def measure_parse(path: Path) -> dict[str, Any]:
@@ -136,18 +261,6 @@ def measure_parse(path: Path) -> dict[str, Any]:
             n += 1
             streamed += bool((rec.get("tags") or {}).get("stream"))
     return {"parse": time.perf_counter() - t, "n": n, "streamed": streamed}
-
-
-def summary_head(path: Path) -> dict[str, Any]:
-    """`totals` and `verdicts` of a summary.json, read from its start (at 1M exchanges the
-    whole file is gigabytes of findings)."""
-    with path.open("rb") as fh:
-        head = fh.read(1 << 24).decode("utf-8", "replace")
-    decoder, out = json.JSONDecoder(), {}
-    for key in ("totals", "verdicts"):
-        at = head.index(f'"{key}": ') + len(key) + 4
-        out[key] = decoder.raw_decode(head, at)[0]
-    return out
 
 
 def measure_engine(path: Path) -> dict[str, Any]:
@@ -177,7 +290,7 @@ def measure_engine(path: Path) -> dict[str, Any]:
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"wirediff report failed ({proc.returncode}):\n{log.read_text()[-3000:]}")
-    doc = summary_head(summary)
+    doc = json.loads(summary.read_text())
     totals = doc["totals"]
     return {
         "engine": wall,
@@ -211,7 +324,16 @@ def measure_in_memory(path: Path) -> dict[str, Any]:
     }
 
 
-STAGES = {"parse": measure_parse, "engine": measure_engine, "memory": measure_in_memory}
+def measure_shapes(path: Path) -> dict[str, Any]:
+    return {"answers": distinct_answers(path)}
+
+
+STAGES = {
+    "parse": measure_parse,
+    "engine": measure_engine,
+    "memory": measure_in_memory,
+    "shapes": measure_shapes,
+}
 
 
 def run_stage(stage: str, path: Path) -> dict[str, Any]:
@@ -257,6 +379,7 @@ def main() -> None:
             path = tmp / f"scale-{n}.jsonl"
             replicate(seed, n, path)
             row = {**run_stage("parse", path), **run_stage("engine", path)}
+            row.update(run_stage("shapes", path))
             if n <= args.in_memory_up_to:
                 row.update(run_stage("memory", path))
             row["mb"] = path.stat().st_size / 2**20
@@ -295,7 +418,8 @@ def main() -> None:
             f"  {r['n']} exchanges ({r['streamed'] / r['n']:.0%} streamed): {r['pairs']} pairs, "
             f"{r['divergences']} divergences, "
             f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
-            f"report.html {r['report_kb']:,.0f} KB"
+            f"report.html {r['report_kb']:,.0f} KB; "
+            f"{r['answers']} distinct answers in the first {min(r['n'], 100_000):,}"
         )
         print(f"    verdicts: {r['verdicts']}")
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import missing, wait_for
 from tests.fixtures.records import body, chat_record, openai_session, replay, retag
-from tests.fixtures.sessions import masked, replicated, write_fixtures
+from tests.fixtures.sessions import masked, replicated, summary_and_lines, write_fixtures
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.diagnosis.explain import diagnose
@@ -29,7 +29,7 @@ from wirediff.engine import run as engine_run
 from wirediff.engine.commands import Run
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.reports.model import build
-from wirediff.reports.render import write_summary
+from wirediff.reports.render import write_findings
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ def ten_k(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def summary_of(run: Run, paths: list[Path], out: Path) -> Any:
     model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
-    return masked(json.loads(write_summary(model, out).read_text()))
+    return summary_and_lines(model, out)
 
 
 @pytest.fixture
@@ -91,9 +91,11 @@ def test_report_check_and_diagnose_say_the_same_on_either_engine(
     for name, flags in engines.items():
         out = tmp_path / name
         report = ["report", *files, "-o", str(out / "r.html"), "--json", str(out / "s.json")]
+        report += ["--findings", str(out / "f.jsonl")]
         code, _ = cli([*report, "--csv", str(out / "d.csv"), *flags], capsys)
         assert code == 0
         summary = masked(json.loads((out / "s.json").read_text()))
+        summary["lines"] = (out / "f.jsonl").read_text()
         check = cli(["check", *files, "--json", str(out / "check.json"), *flags], capsys)
         diagnosed = cli(["diagnose", *files, "--fail", *flags], capsys)
         as_json = cli(["diagnose", *files, "--json", *flags], capsys)
@@ -157,21 +159,21 @@ def test_summary_is_the_same_on_either_engine_on_a_10k_set(
     diagnoses = diagnose(
         records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
     )
-    in_memory = write_summary(build(analysis, diagnoses, max_examples=3), tmp_path / "mem.json")
-    assert masked(json.loads(in_memory.read_text())) == reference, "as held all in memory"
+    in_memory = summary_and_lines(build(analysis, diagnoses, max_examples=3), tmp_path / "mem")
+    assert in_memory == reference, "as held all in memory"
     del records, analysis, diagnoses
     with Run("dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS) as run:
         assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
     with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
         model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3, rows=True)
-        written = write_summary(model, tmp_path / "pool.json").read_bytes()
-        assert masked(json.loads(written)) == reference
-        pipe, got = tmp_path / "pipe", []  # `--json /dev/stdout | jq`: written in order
+        assert summary_and_lines(model, tmp_path / "pool") == reference
+        written = (tmp_path / "pool" / "findings.jsonl").read_bytes()
+        pipe, got = tmp_path / "pipe", []  # `--findings /dev/stdout | jq`: written in order
         os.mkfifo(pipe)
         reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
         reader.start()
-        write_summary(model, pipe)
+        write_findings(model, pipe)
         reader.join(timeout=120)
         assert got == [written]
 
@@ -223,9 +225,7 @@ def _in_memory(paths: list[str], out: Path) -> Any:
     diagnoses = diagnose(
         records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
     )
-    return masked(
-        json.loads(write_summary(build(analysis, diagnoses, max_examples=3), out).read_text())
-    )
+    return summary_and_lines(build(analysis, diagnoses, max_examples=3), out)
 
 
 def test_independent_captures_and_mirrors_give_the_same_on_either_engine(

@@ -72,6 +72,8 @@ def commands(base: Path, cand: Path) -> dict[str, list[str]]:
             str(out / "r.html"),
             "--json",
             str(out / "s.json"),
+            "--findings",
+            str(out / "f.jsonl"),
             "--csv",
             str(out / "d.csv"),
         ],
@@ -115,10 +117,12 @@ def test_bodies_nested_deeper_than_the_limit_are_analysed_as_text(
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 0 and "Traceback" not in err, f"{name}: exit {code}: {err}"
-    summary = json.loads((base.parent / "s.json").read_text())
+    lines = (base.parent / "f.jsonl").read_text().splitlines()
     as_text = [
         d["message"]
-        for d in summary["divergences"]
-        if records[0]["id"] in (d["baseline_id"], d["candidate_id"]) and d["path"] == "body"
+        for d in map(json.loads, lines)
+        if "kind" in d
+        and records[0]["id"] in (d["baseline_id"], d["candidate_id"])
+        and d["path"] == "body"
     ]
     assert len(as_text) == 1 and "a body that is not JSON" in as_text[0], as_text

@@ -109,9 +109,9 @@ def test_the_scan_marks_records_to_read_carefully_and_partitions_read_them_as_lo
     tmp_path: Path,
 ) -> None:
     """Only a record with a body or an event's data past `MAX_DEPTH`, or a number orjson
-    would not read as `json` does, is marked `careful`; a partition without one reads by
-    orjson alone (`plain`), one with it keeps the body as text and the number whole:
-    either way the records are those `load_records` gives."""
+    would not read as `json` does, is marked `careful`; a record not marked is read again
+    by orjson alone, a marked one keeps the body as text and the number whole: either way
+    the records are those `load_records` gives."""
     base = openai_session()
     deep: object = {}
     for _ in range(MAX_DEPTH + 1):
@@ -126,9 +126,11 @@ def test_the_scan_marks_records_to_read_carefully_and_partitions_read_them_as_lo
     ]
     big = copy.deepcopy(base[0])
     big["id"], big["request"]["body"]["seed"] = "big-1", 18446744073709551616  # past 64 bits
+    long_id = copy.deepcopy(base[0])
+    long_id["id"] = "x12345678901234567890123"  # digits in a string: orjson reads it
     path = tmp_path / "d.jsonl"
     with RecordWriter(path) as w:
-        for rec in [*base, nested, events, big]:
+        for rec in [*base, nested, events, big, long_id]:
             w.write(rec)
     index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
     frame = index.load()
@@ -140,10 +142,8 @@ def test_the_scan_marks_records_to_read_carefully_and_partitions_read_them_as_lo
     assert loaded["big-1"]["request"]["body"]["seed"] == 18446744073709551616
     where = (frame["src"].tolist(), frame["a"].tolist(), frame["b"].tolist())
     assert read_records(index.sources, *where) == list(loaded.values())
-    plain = np.flatnonzero(~frame["careful"].to_numpy(dtype=bool))
-    part = [[w[i] for i in plain.tolist()] for w in where]
-    got = read_records(index.sources, *part, plain=True)
-    assert got == [r for r in loaded.values() if not marked[r["id"]]]
+    got = read_records(index.sources, *where, careful=frame["careful"].tolist())
+    assert got == list(loaded.values())
 
 
 def test_failed_replay_attempts_tried_again_are_left_out_and_originals_all_stay(

@@ -37,7 +37,13 @@ from wirediff.reports.examples import MAX_LAID_OUT
 from wirediff.reports.findings import MAX_FINDINGS
 from wirediff.reports.formatters import CONTEXT, MAX_LINES, hits, nice_ticks, pretty_json, redact
 from wirediff.reports.model import VERDICTS, ReportModel, build
-from wirediff.reports.render import SCHEMA_PATH, render_html, summary_from, write_csv
+from wirediff.reports.render import (
+    SCHEMA_PATH,
+    render_html,
+    summary_from,
+    write_csv,
+    write_findings,
+)
 
 CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
 INJECT = "<script>alert(1)</script></textarea>\"'><img src=x onerror=alert(2)>"
@@ -62,6 +68,12 @@ def render(
 def summary_json(analysis: Analysis, diagnoses: pd.DataFrame) -> dict[str, Any]:
     """`summary.json` as written and read back."""
     return dict(json.loads(json.dumps(summary_from(build(analysis, diagnoses)))))
+
+
+def findings_lines(model: ReportModel, out: Path) -> list[dict[str, Any]]:
+    """The lines of `--findings`, written and read back."""
+    with write_findings(model, out).open(encoding="utf-8") as fh:
+        return [json.loads(text) for text in fh]
 
 
 def no_request_id(rec: Record) -> None:
@@ -317,9 +329,11 @@ def test_canary_key_never_written(tmp_path: Path) -> None:
     html = render_html(model, tmp_path / "report.html").read_text()
     summary = json.dumps(summary_from(model))
     csv_text = write_csv(model, tmp_path / "divergences.csv").read_text()
+    lines = write_findings(model, tmp_path / "findings.jsonl").read_text()
     for name, text in (
         ("report.html", html),
         ("summary.json", summary),
+        ("findings.jsonl", lines),
         ("divergences.csv", csv_text),
     ):
         assert CANARY not in text, name
@@ -327,13 +341,25 @@ def test_canary_key_never_written(tmp_path: Path) -> None:
     assert fingerprint(CANARY) in html  # the fingerprint is the evidence
 
 
-def test_summary_json_matches_its_schema() -> None:
+def line_schema() -> dict[str, Any]:
+    """The schema of one line of `--findings`."""
+    whole = schema()
+    return {"$schema": whole["$schema"], "$defs": whole["$defs"], "$ref": "#/$defs/findings_line"}
+
+
+def test_summary_json_and_findings_lines_match_the_schema(tmp_path: Path) -> None:
     analysis, diagnoses = sample()
     summary = summary_json(analysis, diagnoses)
     validate(summary, schema(), schema())
-    assert len(summary["divergences"]) == len(analysis.divergences) + len(analysis.conformance)
-    assert len(summary["divergences"]) == 15 and len(summary["diagnoses"]) == 3
-    assert {d["code"] for d in summary["diagnoses"]} >= {
+    lines = findings_lines(build(analysis, diagnoses), tmp_path / "findings.jsonl")
+    for item in lines:
+        validate(item, line_schema(), schema())
+    found = [item for item in lines if "kind" in item]
+    diagnosed = [item for item in lines if "code" in item]
+    assert lines == found + diagnosed, "every finding, then every diagnosis"
+    assert len(found) == len(analysis.divergences) + len(analysis.conformance)
+    assert len(found) == 15 and len(diagnosed) == 3
+    assert {d["code"] for d in diagnosed} >= {
         "endpoint_not_implemented",
         "auth_dropped_by_hop",
     }
@@ -387,11 +413,14 @@ def test_schema_enums_are_the_contract() -> None:
     assert defs["verdict"]["enum"] == list(VERDICTS[:-1])
 
 
-def test_schema_rejects_an_unknown_kind() -> None:
-    summary = summary_json(*sample())
-    summary["divergences"][0]["kind"] = "vibes"
+def test_schema_rejects_an_unknown_kind(tmp_path: Path) -> None:
+    item = findings_lines(build(*sample()), tmp_path / "findings.jsonl")[0]
+    item["kind"] = "vibes"
+    with pytest.raises(AssertionError, match="is not valid under any of the given schemas"):
+        validate(item, line_schema(), schema())
+    divergence = {"$defs": schema()["$defs"], "$ref": "#/$defs/divergence"}
     with pytest.raises(AssertionError, match="'vibes' is not one of"):
-        validate(summary, schema(), schema())
+        validate(item, divergence, schema())
 
 
 def moved_in_progress(to: int) -> Any:
@@ -437,7 +466,7 @@ def test_identical_findings_fold_with_counts(tmp_path: Path) -> None:
     assert html.count('class="example"') == 0
     assert all(f"<code>{e.pair_id}</code>" in html for f in model.findings for e in f.examples)
     summary = summary_from(model)
-    assert len(summary["divergences"]) == 29
+    assert len(findings_lines(model, tmp_path / "findings.jsonl")) == 29
     assert [f["count"] for f in summary["findings"]] == [25, 4]
 
 

@@ -176,6 +176,7 @@ def run_demo(out: Path) -> dict[str, Any]:
     paths = {
         "report": out / "report.html",
         "summary": out / "summary.json",
+        "findings": out / "findings.jsonl",
         "divergences": out / "divergences.csv",
     }
     quiet = io.StringIO()
@@ -185,16 +186,18 @@ def run_demo(out: Path) -> dict[str, Any]:
         contextlib.redirect_stderr(quiet),
     ):
         args = [str(capture), *map(str, replays), "-o", str(paths["report"])]
-        args += ["--json", str(paths["summary"]), "--csv", str(paths["divergences"])]
+        args += ["--json", str(paths["summary"]), "--findings", str(paths["findings"])]
+        args += ["--csv", str(paths["divergences"])]
         code = main_report(args)
         if code != 0:
             raise RuntimeError(f"report failed ({code}): {quiet.getvalue().strip()[-LOG_TAIL:]}")
     return {"capture": capture, "replays": replays, "exchanges": n, **paths}
 
 
-def terminal_summary(summary: dict[str, Any]) -> str:
+def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
     """The drop-in verdicts, one line per backend and endpoint family (the baseline's too:
-    it is validated like the others), with the top reason; then the diagnoses' codes."""
+    it is validated like the others), with the top reason; then the codes of the diagnoses
+    among the lines of `--findings` (`lines_of`)."""
     lines = []
     for v in summary.get("verdicts", []):
         name = v["family"] if v["transport"] == "http" else f"{v['family']} ({v['transport']})"
@@ -202,8 +205,11 @@ def terminal_summary(summary: dict[str, Any]) -> str:
         head = f"  {v['label']:<9} {name:<18} {v['verdict']}"
         lines.append(f"{head} — {reason}" if reason else head)
     codes: dict[str, int] = {}
-    for d in summary.get("diagnoses", []):
-        codes[d["code"]] = codes.get(d["code"], 0) + 1
+    with lines_of.open(encoding="utf-8") as fh:
+        for text in fh:
+            code = json.loads(text).get("code")
+            if code is not None:
+                codes[code] = codes.get(code, 0) + 1
     if codes:
         lines.append("  diagnoses: " + ", ".join(f"{c} x{n}" for c, n in sorted(codes.items())))
     return "\n".join(lines)
@@ -222,9 +228,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s"
     )
     print("drop-in verdicts (the report opens with them):")
-    print(terminal_summary(summary))
+    print(terminal_summary(summary, Path(result["findings"])))
     print(f"capture:     {result['capture']}")
     print(f"summary:     {result['summary']}")
+    print(f"findings:    {result['findings']}")
     print(f"divergences: {result['divergences']}")
     size = Path(result["report"]).stat().st_size
     print(f"report:      {result['report']} ({size / 1000:,.0f} KB)")
@@ -237,7 +244,7 @@ def register(sub: Any) -> None:
         help="the whole loop on local stand-in backends",
         epilog=exit_codes(
             {
-                EXIT_OK: "the demo ran: report, summary and divergences written",
+                EXIT_OK: "the demo ran: report, summary, findings and divergences written",
                 EXIT_ERROR: "a step failed (one line says which and why)",
             }
         ),

@@ -1,5 +1,5 @@
-"""`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--csv divergences.csv]
-[--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]
+"""`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--findings FILE]
+[--csv divergences.csv] [--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]
 [--engine local|dask [--scheduler ADDR]]`: the single-file HTML report."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
-from wirediff.reports.render import render_html, write_csv, write_summary
+from wirediff.reports.render import render_html, write_csv, write_findings, write_summary
 
 __all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register"]
 
@@ -44,13 +44,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    distinct_outputs(args.captures, {"-o": args.output, "--json": args.json, "--csv": args.csv})
+    outputs = {"-o": args.output, "--json": args.json, "--findings": args.findings}
+    distinct_outputs(args.captures, {**outputs, "--csv": args.csv})
+    if args.json == "-" and args.findings == "-":
+        raise UsageError("--json - and --findings -: only one of them can go to stdout")
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
             named,
             ignore=ignore,
             max_examples=args.max_examples,
-            rows=bool(args.json or args.csv),
+            rows=bool(args.findings or args.csv),
             baseline=args.baseline,
         )
         written = [render_html(model, args.output)]
@@ -58,6 +61,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             summary = write_summary(model, args.json)
             if args.json != "-":  # `-`: on stdout, for a pipeline
                 written.append(summary)
+        if args.findings:
+            findings = write_findings(model, args.findings)
+            if args.findings != "-":
+                written.append(findings)
         if args.csv:
             written.append(write_csv(model, args.csv))
     t = model.totals
@@ -67,7 +74,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"({time.monotonic() - t0:.1f}s)",
         file=sys.stderr,
     )
-    paths_to = sys.stderr if args.json == "-" else sys.stdout  # stdout may be the summary's
+    piped = "-" in (args.json, args.findings)
+    paths_to = sys.stderr if piped else sys.stdout  # stdout may be the summary's
     for path in written:
         print(path, file=paths_to)
     return 0
@@ -91,6 +99,11 @@ def register(subparsers: Any) -> None:
         "-o", "--output", default="report.html", help="HTML report (default: report.html)"
     )
     p.add_argument("--json", metavar="FILE", help="also write the summary as JSON (-: to stdout)")
+    p.add_argument(
+        "--findings",
+        metavar="FILE",
+        help="also write every finding and diagnosis as JSON Lines (-: to stdout)",
+    )
     p.add_argument("--csv", metavar="FILE", help="also write the divergence table as CSV")
     p.add_argument(
         "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"

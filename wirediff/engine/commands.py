@@ -107,8 +107,7 @@ class Run:
         baseline: str | None = None,
     ) -> ReportModel:
         """The report's model; with `rows`, every finding and diagnosis kept for
-        `summary.json` and the CSV (on disk, until the run closes: the list of findings is
-        merged into `summary.json` range by range, `Spill.finding_rows`). `baseline`: the label
+        `--findings` and the CSV (on disk, until the run closes). `baseline`: the label
         independent captures are compared with (`--baseline`); when the captures did not
         imply one and none was asked for, stderr says which it is."""
         index = self._scan(args)
@@ -135,7 +134,7 @@ class Run:
         )
         index.let_go(*plan.COMPARING_ONLY)
         diagnosed = run.diagnose(self.engine, index, self.progress, spill=spill)
-        findings = self.spill.finding_rows(self.engine, self.progress) if rows else _none(0)
+        findings = self.spill.finding_rows() if rows else _none(0)
         diagnoses = self.spill.diagnosis_rows() if rows else _none(diagnosed.rows)
         model = finish(
             part,

@@ -188,7 +188,7 @@ def compare(
             "report": report,
             "rows": spill is not None,
             "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
-            "plain": not bool(part["careful"].any()),
+            "careful": part["careful"].tolist(),
         }
         where = (part["src"], part["a"], part["b"])
         return (sources, where, rows), kwargs
@@ -306,7 +306,7 @@ def diagnose(
         read = np.sort(at)
         spill_to = spill.directory if spill is not None and engine.shares_disk else None
         args = (index.sources, batch, locators(part, read), served, known, first, report)
-        return (*args, spill_to), {"plain": not bool(part["careful"].to_numpy()[read].any())}
+        return (*args, spill_to), {"careful": part["careful"].to_numpy()[read].tolist()}
 
     calls = Calls(len(failing.batches), call)
     bar = progress.phase("diagnose", failing.count, "chains", len(calls))
@@ -316,7 +316,7 @@ def diagnose(
             if spill is not None and result.spilled is not None:
                 spill.add_diagnoses_file(first, *result.spilled)
             elif spill is not None:
-                spill.add_diagnoses(first, result.rows, result.texts)
+                spill.add_diagnoses(first, result.rows, result.lines)
             out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
             merge_chains(out.chains, result.chains)
             bar.done(1, result.count)

@@ -277,14 +277,15 @@ def read_records(
     a: Iterable[int],
     b: Iterable[int],
     *,
-    plain: bool = False,
+    careful: Sequence[bool] | None = None,
 ) -> list[Record]:
     """The records at these locators, in their order, as loading them whole would give
-    them (bodies nested too deeply as text, repeated headers shared); `plain`: the scan
-    found that orjson reads each as `json` does and none nests too deeply, so neither is
-    looked for again."""
+    them (bodies nested too deeply as text, repeated headers shared); `careful`, by
+    record: what the scan found (a record it is false for is read by orjson alone and not
+    looked into for bodies nested too deeply); by default, all are."""
     parsed: dict[int, Record] = {}
-    return parse_texts(read_texts(sources, src, a, b, parsed), plain=plain, parsed=parsed)
+    texts = read_texts(sources, src, a, b, parsed)
+    return parse_texts(texts, careful=careful, parsed=parsed)
 
 
 def read_texts(
@@ -320,16 +321,21 @@ def read_texts(
 
 
 def parse_texts(
-    texts: list[bytes], *, plain: bool = False, parsed: dict[int, Record] | None = None
+    texts: list[bytes],
+    *,
+    careful: Sequence[bool] | None = None,
+    parsed: dict[int, Record] | None = None,
 ) -> list[Record]:
-    """Records from their JSON text (already read once and found readable), each text let
-    go once read: a partition's records are held, not their text beside them."""
+    """Records from their JSON text (already read once and found readable; `careful`: as
+    `read_records`), each text let go once read: a partition's records are held, not
+    their text beside them."""
     shared: Shared = {}
     out: list[Record] = []
     for i, text in enumerate(texts):
         texts[i] = b""
         rec = parsed.pop(i, None) if parsed else None
         if rec is None:
+            plain = careful is not None and not careful[i]
             rec = orjson.loads(text) if plain else read_depth(text, loads(text))
         share_repeats(rec, shared)
         out.append(rec)

@@ -3,36 +3,24 @@ analysis runs, then read back in order: findings merged by their place among all
 captures' findings (each partition's rows are in order already: `wirediff.engine.listing`),
 diagnoses batch by batch.
 
-A finding is kept as the text `summary.json` lists it (`wirediff.reports.items`), written
-where it was found: `summary.json` gets the texts merged into it, the other tables read
-them back."""
+A finding is kept as its line of `--findings` (`wirediff.reports.items`), written where it
+was found; the other tables read the lines back."""
 
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.explain import diagnosis_frame
-from wirediff.engine.listing import (
-    list_range,
-    merged_texts,
-    plan_ranges,
-    write_at,
-    write_findings,
-)
-from wirediff.engine.progress import Progress
+from wirediff.engine.listing import merged_lines, write_findings
 from wirediff.reports.rows import Rows
-
-if TYPE_CHECKING:
-    from wirediff.engine.engines import Call, Engine
 
 __all__ = ["Spill", "write_rows"]
 
@@ -40,11 +28,6 @@ CHUNK = 20_000
 """Rows per frame handed out."""
 PICKLED = 100
 """Rows pickled together (a diagnosis batch's file is read back a chunk at a time)."""
-
-
-SMALL_LIST = 4
-"""Ranges of the findings list (`wirediff.engine.listing.RANGE_BYTES` each) written in the
-command rather than on a pool started for them."""
 
 
 def write_rows(path: Path, rows: list[Any]) -> None:
@@ -88,51 +71,29 @@ class Spill:
             self.findings.append((Path(stem), count))
 
     def add_diagnoses(self, first: Any, rows: list[dict[str, Any]], texts: list[str]) -> None:
-        """One batch of diagnosis rows, and their texts in `summary.json` when the report
+        """One batch of diagnosis rows, and their lines (`diagnosis_lines`) when the report
         is wanted; batches are read back by `first`."""
         if rows:
             written = self._write(texts) if texts else None
             self.diagnoses.append((first, self._write(rows), written, len(rows)))
 
     def add_diagnoses_file(self, first: Any, rows: str, texts: str | None, count: int) -> None:
-        """One batch of diagnosis rows (and texts), written by its worker into `directory`."""
+        """One batch of diagnosis rows (and lines), written by its worker into `directory`."""
         self.diagnoses.append((first, Path(rows), None if texts is None else Path(texts), count))
 
-    def finding_rows(self, engine: Engine | None = None, progress: Progress | None = None) -> Rows:
-        """The findings; their list is written into `summary.json` range by range on the
-        `engine`'s workers when they share this disk, else here (a `progress` bar)."""
+    def finding_rows(self) -> Rows:
+        """The findings, merged in order of their places."""
         stems = [p for p, _ in self.findings]
         count = sum(n for _, n in self.findings)
 
-        def texts() -> Iterator[str]:
-            return merged_texts(stems)
+        def lines() -> Iterator[str]:
+            return merged_lines(stems)
 
         def frames() -> Iterator[pd.DataFrame]:
-            rows = (list(json.loads(text).values()) for text in texts())
+            rows = (list(json.loads(text).values()) for text in lines())
             yield from _frames(rows, _findings_frame)
 
-        def list_into(path: str, at: int) -> int:
-            path = os.path.abspath(path)  # as the workers find it
-            ranges = plan_ranges(stems)
-            calls: list[Call] = [
-                ((r.pieces, path, at + r.at, i == 0), {}) for i, r in enumerate(ranges)
-            ]
-            bar = (progress or Progress(False)).phase("summary", count, "findings", len(calls))
-            if engine is not None and engine.shares_disk:  # a few: here, no pool started
-                done = engine.run(list_range, calls, small=len(calls) <= SMALL_LIST)
-            else:
-                done = ((i, list_range(*args)) for i, (args, _) in enumerate(calls))
-            for i, _ in done:
-                bar.done(1, sum(p.last - p.first for p in ranges[i].pieces))
-            bar.close()
-            end = at + (ranges[-1].at + ranges[-1].size if ranges else 0)
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                return write_at(fd, [b"\n ]" if ranges else b"[]"], end)
-            finally:
-                os.close(fd)
-
-        return Rows(count, frames, texts, list_into)
+        return Rows(count, frames, lines)
 
     def diagnosis_rows(self) -> Rows:
         batches = sorted(self.diagnoses, key=lambda d: d[0])
@@ -144,13 +105,13 @@ class Spill:
             if not batches:
                 yield diagnosis_frame([])
 
-        def texts() -> Iterator[str]:
+        def lines() -> Iterator[str]:
             for _, _, p, _ in batches:
                 if p is not None:
                     yield from _read(p)
 
         complete = all(p is not None for _, _, p, _ in batches)
-        return Rows(count, frames, texts if complete else None)
+        return Rows(count, frames, lines if complete else None)
 
     def close(self) -> None:
         self._dir.cleanup()

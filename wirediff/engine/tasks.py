@@ -33,7 +33,7 @@ from wirediff.engine.sources import Source, read_records
 from wirediff.engine.spill import write_rows
 from wirediff.record.keys import digest
 from wirediff.reports.hops import ChainCounts, collect_chains
-from wirediff.reports.items import diagnosis_texts, finding_text
+from wirediff.reports.items import diagnosis_lines, finding_line
 from wirediff.reports.partial import Partial, collect
 
 __all__ = [
@@ -76,8 +76,8 @@ def learn_noise(
 @dataclass
 class Compared:
     """A comparison partition's result: its `Partial`, and when the tables that list every
-    finding are wanted, each with its place, in order: `(place_bytes(place), text)`, the
-    text `summary.json` lists (`finding_text`)."""
+    finding are wanted, each with its place, in order: `(place_bytes(place), line)`, its
+    line of `--findings` (`finding_line`)."""
 
     part: Partial
     rows: list[tuple[bytes, str]]
@@ -98,19 +98,19 @@ def compare_part(
     rows: bool,
     links: Sequence[tuple[int, int, int]] = (),
     spill_to: str | None = None,
-    plain: bool = False,
+    careful: Sequence[bool] | None = None,
 ) -> Compared:
     """Pair, diff, validate and judge one partition: originals with all their replays, and
     the originals paired by content with the baseline's here (`links`: candidate and
     baseline id digests and the link's place among all, made over all the captures; what found no
     counterpart is listed once, from there, not per partition).
     `spill_to`: a directory this worker shares with the command, where it writes the
-    finding rows itself (they never travel back). `plain`: orjson reads every record
-    here as `json` does, and none nests too deeply (the scan found so)."""
+    finding rows itself (they never travel back). `careful`: per record, what the scan
+    found (`wirediff.engine.sources.read_records`)."""
     with task_gc():
         src, a, b = ([int(x) for x in column] for column in where)  # arrays, as sent
         places = [int(p) for p in positions]
-        records = read_records(sources, src, a, b, plain=plain)
+        records = read_records(sources, src, a, b, careful=careful)
         named = {digest(r["id"]): r["id"] for r in records} if links else {}
         paired = [(named[cand], named[base], n) for cand, base, n in links]
         # no baseline label: it was chosen over all the captures (a part may hold none of its
@@ -129,11 +129,11 @@ def compare_part(
             linked={c: n for c, _, n in paired},
         )
         count = len(records)
-        del records, named, analysis  # the rows' texts are made without them
+        del records, named, analysis  # the rows' lines are made without them
         out = []
         if rows:  # columns read whole: iterating a frame's Arrow strings row by row is slow
             values = zip(*(ffr[c].tolist() for c in DIVERGENCE_COLUMNS), strict=True)
-            out = list(zip(map(place_bytes, order), map(finding_text, values), strict=True))
+            out = list(zip(map(place_bytes, order), map(finding_line, values), strict=True))
         out.sort(key=lambda r: r[0])
         if spill_to is not None and out:
             stem = Path(spill_to) / f"findings-{uuid.uuid4().hex}"
@@ -156,14 +156,14 @@ def providers(
 @dataclass
 class Diagnosed:
     """A batch of failing chains: their diagnosis rows; and when the report is wanted, the
-    rows as `summary.json` lists them (`diagnosis_texts`) and the chains as it folds them."""
+    rows' lines of `--findings` (`diagnosis_lines`) and the chains as it folds them."""
 
     rows: list[dict[str, Any]]
-    texts: list[str]
+    lines: list[str]
     chains: ChainCounts
     count: int
     spilled: tuple[str, str | None, int] | None = None
-    """Where the worker wrote `rows` and `texts` itself, and how many rows (then both are
+    """Where the worker wrote `rows` and `lines` itself, and how many rows (then both are
     empty)."""
 
 
@@ -177,13 +177,13 @@ def diagnose_batch(
     report: bool,
     spill_to: str | None = None,
     *,
-    plain: bool = False,
+    careful: Sequence[bool] | None = None,
 ) -> Diagnosed:
     """Diagnose a batch of failing chains whose records are at `where`; `spill_to`: a
     directory this worker shares with the command, where it writes the rows itself;
-    `plain`: as `compare_part`'s."""
+    `careful`: as `compare_part`'s."""
     with task_gc():
-        records = read_records(sources, *where, plain=plain)
+        records = read_records(sources, *where, careful=careful)
         chains = batch.rows(records)
         by_id = {r["id"]: r for r in records}
         backends = Backends.identified(known)
@@ -191,19 +191,19 @@ def diagnose_batch(
         for row in chains:
             chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
             rows.extend(diagnose_chain(chain, by_id, served, backends))
-        texts: list[str] = []
+        lines: list[str] = []
         counts: ChainCounts = {}
         if report:
             frame = diagnosis_frame(rows)
             counts = collect_chains(frame, by_id, first)
-            texts = diagnosis_texts(rows)
+            lines = diagnosis_lines(rows)
         if spill_to is None or not rows:
-            return Diagnosed(rows, texts, counts, len(chains))
+            return Diagnosed(rows, lines, counts, len(chains))
         path = Path(spill_to) / f"diagnoses-{uuid.uuid4().hex}.pickle"
         write_rows(path, rows)
         written = None
-        if texts:
-            written = path.with_suffix(".texts.pickle")
-            write_rows(written, texts)
+        if lines:
+            written = path.with_suffix(".lines.pickle")
+            write_rows(written, lines)
         spilled = (str(path), None if written is None else str(written), len(rows))
         return Diagnosed([], [], counts, len(chains), spilled)

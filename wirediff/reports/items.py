@@ -1,96 +1,37 @@
-"""The items of `summary.json`'s long lists (every finding, every diagnosis) as the text
-`json.dumps(summary, ensure_ascii=False, indent=1)` gives them, one item at a time: so that
-the workers of the partitioned engine write a finding's text once, where it is found, and
-then merge the texts into place."""
+"""The JSON Lines of every finding and every diagnosis (`--findings`): one line each, a
+finding with the keys of `DIVERGENCE_COLUMNS`, a diagnosis with those of `DIAGNOSIS_COLUMNS`.
+A line is made where its row is found, so that the partitioned engine's workers write each
+finding's line once and the command only merges lines in order."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
 from wirediff.reports.formatters import missing, redact
 
-__all__ = [
-    "diagnosis_items",
-    "diagnosis_rows",
-    "diagnosis_texts",
-    "finding_text",
-    "item_text",
-    "jsonable",
-    "write_list",
-]
-
-WRITTEN = 1000
-"""Items written together: one write of their joined texts instead of two each."""
-_FLAT = json.JSONEncoder(ensure_ascii=False)
-_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
-_KEYS: dict[str, str] = {}
-_FINDING = (
-    "{\n   "
-    + ",\n   ".join(encode_basestring(k).replace("%", "%%") + ": %s" for k in DIVERGENCE_COLUMNS)
-    + "\n  }"
-)
-"""A finding's item with its values left to fill in (as JSON strings)."""
+__all__ = ["diagnosis_items", "diagnosis_lines", "finding_line", "jsonable", "line"]
 
 
-def _text(item: dict[str, Any]) -> str:
-    """`json.dumps(item, ensure_ascii=False, indent=1)`, byte for byte, the scalar values
-    encoded by the C encoder (indenting makes json encode in Python, value by value)."""
-    if not item or not all(type(k) is str for k in item):
-        return _INDENTED.encode(item)
-    lines = []
-    for k, v in item.items():
-        head = _KEYS.get(k)
-        if head is None:
-            head = _KEYS[k] = f" {encode_basestring(k)}: "
-        if type(v) is str:
-            lines.append(head + encode_basestring(v))
-        elif type(v) is list and v and all(type(x) is str for x in v):  # ids, evidence
-            lines.append(head + "[\n  " + ",\n  ".join(map(encode_basestring, v)) + "\n ]")
-        elif isinstance(v, dict | list | tuple) and v:
-            lines.append(head + _INDENTED.encode(v).replace("\n", "\n "))
-        else:
-            lines.append(head + _FLAT.encode(v))
-    return "{\n" + ",\n".join(lines) + "\n}"
-
-
-def item_text(item: dict[str, Any]) -> str:
-    """An item of a list that is a top-level key's value, indented as it is written there."""
-    return _text(item).replace("\n", "\n  ")
-
-
-def finding_text(values: Sequence[Any]) -> str:
-    """`item_text` of a finding row (`DIVERGENCE_COLUMNS` values, strings: a finding's
-    columns all are) without making its dict."""
+def line(item: Mapping[str, Any]) -> str:
+    """One item as a line of compact JSON, newline included (orjson; the standard library
+    for what orjson refuses: an integer past 64 bits)."""
     try:
-        return _FINDING % tuple(map(encode_basestring, values))
-    except TypeError:  # a value that is no string (or a column too many or too few)
-        return item_text(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
+        return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    except TypeError:
+        return json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def write_list(fh: IO[str], texts: Iterable[str]) -> None:
-    """A list as `json.dump(..., indent=1)` writes one that is a top-level key's value,
-    from its items' texts (`item_text`)."""
-    items = iter(texts)
-    batch = list(itertools.islice(items, WRITTEN))
-    if not batch:
-        fh.write("[]")
-        return
-    fh.write("[\n  ")
-    while batch:
-        fh.write(",\n  ".join(batch))
-        batch = list(itertools.islice(items, WRITTEN))
-        if batch:
-            fh.write(",\n  ")
-    fh.write("\n ]")
+def finding_line(values: Sequence[Any]) -> str:
+    """The line of a finding row (`DIVERGENCE_COLUMNS` values)."""
+    return line(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
 
 
 def jsonable(value: Any) -> Any:
@@ -110,13 +51,9 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def diagnosis_rows(diagnoses: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every diagnosis in `DIAGNOSIS_COLUMNS`, strings scrubbed of credentials."""
-    return diagnosis_items(diagnoses.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records"))
-
-
 def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
-    """`diagnosis_rows` of diagnoses as `diagnose_chain` gives them (dicts, not a frame)."""
+    """Diagnoses (rows of `DIAGNOSIS_COLUMNS`, as dicts) as their items: plain JSON values,
+    strings scrubbed of credentials."""
     out = []
     for row in rows:
         item = {k: jsonable(row.get(k)) for k in DIAGNOSIS_COLUMNS}
@@ -129,6 +66,8 @@ def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def diagnosis_texts(rows: Iterable[Mapping[Any, Any]]) -> list[str]:
-    """`item_text` of every diagnosis (`diagnosis_items`)."""
-    return [item_text(item) for item in diagnosis_items(rows)]
+def diagnosis_lines(rows: Iterable[Mapping[Any, Any]] | pd.DataFrame) -> list[str]:
+    """The lines of these diagnoses (dicts as `diagnose_chain` gives them, or a frame)."""
+    if isinstance(rows, pd.DataFrame):
+        rows = rows.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records")
+    return [line(item) for item in diagnosis_items(rows)]

@@ -3,7 +3,9 @@
 - `report.html`: one file, CSS and JS inlined by `{% include %}`, nothing fetched at view
   time (a Content-Security-Policy with `default-src 'none'` and hashes of the inlined
   style and script says so to the browser, and keeps any injected markup inert).
-- `summary.json`: the summary, every divergence and diagnosis (`summary.schema.json`).
+- `summary.json`: the summary (`summary.schema.json`).
+- `--findings`: every finding and every diagnosis, one JSON line each
+  (`wirediff.reports.items`).
 - `divergences.csv`: the divergence table, conformance rows included.
 """
 
@@ -12,9 +14,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import itertools
 import json
 import os
-import stat
 import sys
 from collections.abc import Iterator
 from functools import cache
@@ -34,7 +36,7 @@ from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS
 from wirediff.reports.hops import MAX_CHAIN_GROUPS
-from wirediff.reports.items import diagnosis_rows, finding_text, item_text, write_list
+from wirediff.reports.items import diagnosis_lines, finding_line
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
@@ -50,12 +52,15 @@ __all__ = [
     "render_html",
     "summary_from",
     "write_csv",
+    "write_findings",
     "write_json",
     "write_summary",
 ]
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
-SUMMARY_FORMAT = "wirediff-summary/1"
+SUMMARY_FORMAT = "wirediff-summary/2"
+WRITTEN = 1000
+"""Lines written together."""
 
 ENV = Environment(
     loader=PackageLoader("wirediff.reports", "templates"),
@@ -120,9 +125,8 @@ def verdict_item(v: Verdict) -> dict[str, Any]:
     }
 
 
-def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
-    """`summary.json` for a built model (see `summary.schema.json`); without `rows`, the
-    `divergences` and `diagnoses` lists are left empty (`write_summary` streams them)."""
+def summary_from(model: ReportModel) -> dict[str, Any]:
+    """`summary.json` for a built model (see `summary.schema.json`)."""
     backends = [
         {
             "label": b.label,
@@ -186,8 +190,6 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
         "backends": backends,
         "matrix": matrix,
         "findings": findings,
-        "divergences": list(finding_items(model)) if rows else [],
-        "diagnoses": list(diagnosis_items(model)) if rows else [],
         "unmatched": model.unmatched_rows,
         "contract": {
             "kinds": list(KINDS),
@@ -199,19 +201,28 @@ def summary_from(model: ReportModel, *, rows: bool = True) -> dict[str, Any]:
     }
 
 
-def finding_items(model: ReportModel) -> Iterator[dict[str, Any]]:
-    """Every finding row as `to_dict("records")` gives it (columns read whole: faster)."""
-    for frame in model.findings_rows.frames():
+def finding_lines(model: ReportModel) -> Iterator[str]:
+    """Every finding's line (`wirediff.reports.items`): as the engine's workers made them,
+    or made here from the rows."""
+    rows = model.findings_rows
+    if rows.lines is not None:
+        yield from rows.lines()
+        return
+    for frame in rows.frames():
         if len(frame):
             columns = [frame[c].tolist() for c in DIVERGENCE_COLUMNS]
-            for values in zip(*columns, strict=True):
-                yield dict(zip(DIVERGENCE_COLUMNS, values, strict=True))
+            yield from map(finding_line, zip(*columns, strict=True))
 
 
-def diagnosis_items(model: ReportModel) -> Iterator[dict[str, Any]]:
-    for frame in model.diagnoses.frames():
+def diagnosis_lines_of(model: ReportModel) -> Iterator[str]:
+    """Every diagnosis's line."""
+    rows = model.diagnoses
+    if rows.lines is not None:
+        yield from rows.lines()
+        return
+    for frame in rows.frames():
         if len(frame):
-            yield from diagnosis_rows(frame)
+            yield from diagnosis_lines(frame)
 
 
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
@@ -223,72 +234,44 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
     return out
 
 
-def finding_texts(model: ReportModel) -> Iterator[str]:
-    """Every finding's item text (`wirediff.reports.items`): as the engine's workers wrote
-    them, or made here from the rows."""
-    rows = model.findings_rows
-    if rows.texts is not None:
-        yield from rows.texts()
-        return
-    for frame in rows.frames():
-        if len(frame):
-            columns = [frame[c].tolist() for c in DIVERGENCE_COLUMNS]
-            yield from map(finding_text, zip(*columns, strict=True))
-
-
-def diagnosis_texts(model: ReportModel) -> Iterator[str]:
-    rows = model.diagnoses
-    if rows.texts is not None:
-        yield from rows.texts()
-        return
-    yield from map(item_text, diagnosis_items(model))
-
-
-_STREAMED = {"divergences": finding_texts, "diagnoses": diagnosis_texts}
-
-
 def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """`write_json(summary_from(model))`, byte for byte, with the lists of every finding and
-    every diagnosis streamed: never all in memory. `-`: to stdout."""
+    """`summary.json` for a built model; `-`: to stdout."""
+    if str(out_path) != "-":
+        return write_json(summary_from(model), out_path)
+    sys.stdout.flush()
+    utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    try:
+        json.dump(summary_from(model), utf8, ensure_ascii=False, indent=1)
+        utf8.write("\n")
+        utf8.flush()
+    finally:
+        utf8.detach()  # stdout stays open
+    return Path("-")
+
+
+def write_findings(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
+    """Every finding, then every diagnosis, one JSON line each, streamed: never all in
+    memory. `-`: to stdout."""
+    lines = itertools.chain(finding_lines(model), diagnosis_lines_of(model))
     if str(out_path) == "-":
         sys.stdout.flush()
         utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
         try:
-            _summary_into(model, utf8, None)
+            _write_lines(utf8, lines)
             utf8.flush()
         finally:
-            utf8.detach()  # stdout stays open
+            utf8.detach()
         return Path("-")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        _summary_into(model, fh, str(out) if _regular(fh) else None)
+    with out.open("w", encoding="utf-8", newline="\n") as fh:
+        _write_lines(fh, lines)
     return out
 
 
-def _summary_into(model: ReportModel, fh: TextIO, path: str | None) -> None:
-    """The summary written to `fh`; the findings list merged straight into the file at
-    `path` when it is one written in place (`Rows.list_into`)."""
-    summary = summary_from(model, rows=False)
-    marks = {key: f"\x00{key}\x00" for key in _STREAMED}
-    summary.update(marks)
-    text = json.dumps(summary, ensure_ascii=False, indent=1)
-    for key, items in _STREAMED.items():
-        head, text = text.split(json.dumps(marks[key]), 1)
-        fh.write(head)
-        list_into = model.findings_rows.list_into if key == "divergences" else None
-        if list_into is None or path is None:
-            write_list(fh, items(model))
-            continue
-        fh.flush()
-        list_into(path, fh.tell())  # write-only UTF-8: the byte it is at
-        fh.seek(0, os.SEEK_END)
-    fh.write(text + "\n")
-
-
-def _regular(fh: TextIO) -> bool:
-    """A file written in place (not a pipe, a terminal or `/dev/stdout`)."""
-    return fh.seekable() and stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+def _write_lines(fh: TextIO, lines: Iterator[str]) -> None:
+    while batch := list(itertools.islice(lines, WRITTEN)):
+        fh.write("".join(batch))
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:

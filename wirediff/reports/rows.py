@@ -1,5 +1,5 @@
-"""Tables that list every row — every finding (`summary.json`'s `divergences`,
-`divergences.csv`), every diagnosis — handed out in frames, in order, so that writing them
+"""Tables that list every row — every finding and every diagnosis (`--findings`, the
+CSV) — handed out in frames, in order, so that writing them
 never needs them all in memory: an analysis held in memory hands out its own frame, the
 partitioned engine (`wirediff.engine`) frames read back from disk."""
 
@@ -19,18 +19,13 @@ class Rows:
         self,
         count: int,
         frames: Callable[[], Iterator[pd.DataFrame]],
-        texts: Callable[[], Iterator[str]] | None = None,
-        list_into: Callable[[str, int], int] | None = None,
+        lines: Callable[[], Iterator[str]] | None = None,
     ) -> None:
         self.count = count
         self._frames = frames
-        self.texts = texts
-        """Each row's item text in `summary.json` (`wirediff.reports.items`), in order, when
-        it was written beforehand (by the engine's workers)."""
-        self.list_into = list_into
-        """`list_into(path, at)` writes the whole list of `texts` as `summary.json` holds it
-        (`write_list`) at byte `at` of the regular file at `path`, and says where it ends
-        (the engine's workers write it side by side, where they share this disk)."""
+        self.lines = lines
+        """Each row's line of `--findings` (`wirediff.reports.items`), in order, when it
+        was made beforehand (by the engine's workers)."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> Rows:

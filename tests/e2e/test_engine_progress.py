@@ -12,6 +12,8 @@ from tests.fixtures.sessions import write_fixtures
 from wirediff.cli import main
 from wirediff.engine.commands import Run
 
+pytestmark = pytest.mark.e2e
+
 
 def test_a_terminal_gets_parts_done_and_exchanges_per_second(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -33,19 +35,6 @@ def test_no_terminal_no_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "exchanges" in err, err
     assert "ex/s" not in err and "\r" not in err
-
-
-def test_writing_the_findings_into_summary_json_has_its_bar(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from wirediff.reports.render import write_summary
-
-    files = [str(p) for p in write_fixtures(tmp_path)]
-    with Run("local", progress=True, part_bytes=16 << 10) as run:
-        model = run.report(files, ignore=(), max_examples=1, rows=True)
-        write_summary(model, tmp_path / "s.json")
-    err = capsys.readouterr().err
-    assert "summary" in err and "findings" in err, err
 
 
 def test_a_terminal_that_says_it_has_no_rows_still_gets_its_bars(

@@ -1,17 +1,18 @@
 """`--engine dask --scheduler ADDRESS`: an address that is none, or a port that accepts and
-never answers as a scheduler, is one usage error (exit 2) in bounded time, not a hang."""
+never answers as a scheduler, is one usage error (exit 2), not a hang."""
 
 from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from wirediff.engine.engines import DaskEngine
 from wirediff.errors import UsageError
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
@@ -36,20 +37,28 @@ def silent_port() -> Iterator[int]:
         conn.close()
 
 
-def test_a_port_that_never_answers_is_a_usage_error_in_bounded_time(silent_port: int) -> None:
-    started = time.monotonic()
+def test_a_port_that_never_answers_is_a_usage_error(silent_port: int) -> None:
     with pytest.raises(UsageError, match="nothing answered as a Dask scheduler in 1 s"):
         DaskEngine(f"tcp://127.0.0.1:{silent_port}", connect_s=1)
-    assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("address", ["foo", "file:///x", "", "tcp://127.0.0.1:99999"])
-def test_an_address_that_is_none_says_what_one_looks_like(address: str) -> None:
-    started = time.monotonic()
+@pytest.mark.parametrize("address", ["file:///x", "", "tcp://127.0.0.1:99999"])
+def test_an_address_that_is_none_is_told_without_connecting(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import distributed
+
+    def connect(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{address!r} was connected to")
+
+    monkeypatch.setattr(distributed, "Client", connect)
     with pytest.raises(UsageError, match=r"a scheduler's address: tcp://HOST:8786"):
         DaskEngine(address, connect_s=5)
-    if address != "foo":  # told from the address, without waiting for an answer
-        assert time.monotonic() - started < 5
+
+
+def test_a_host_that_resolves_to_nothing_says_what_an_address_looks_like() -> None:
+    with pytest.raises(UsageError, match=r"a scheduler's address: tcp://HOST:8786"):
+        DaskEngine("foo", connect_s=5)
 
 
 def test_a_client_that_connects_once_given_up_on_is_closed(
