@@ -399,8 +399,8 @@ def implicates(brk: Break, kind: str, path: str, baseline: str = "", candidate: 
         return brk.rule in (RAISES, LOST, FAILURE) or (
             brk.rule == STRUCTURED and kind == "transport"
         )
-    if kind == "error_shape" and brk.rule in (RAISES, LOST):
-        return True
+    if kind == "error_shape" and brk.rule == LOST:
+        return brk.key.endswith("error.message")
     if kind.startswith("event_") and _unreadable_stream(brk):
         return True
     label = _LABEL.match(path)

@@ -290,13 +290,11 @@ def _chat_helper(
 
 
 def _output(p: Observations, prefix: str, r: Any, ask: Asked) -> None:
-    call = "response" if not prefix else "get_final_response()"
-    items = _returned(r.output, call, "output")
-    p.see(f"{prefix}output_text", kind_of(r.output_text))
+    p.see(f"{prefix}output_text", kind_of(r.output_text))  # the SDK's property reads `output`
     p.see(f"{prefix}status", str(r.status))
     calls = [
         (item.call_id, item.name, item.arguments)
-        for item in items
+        for item in r.output
         if getattr(item, "type", None) == "function_call"
     ]
     see_calls(p, prefix, calls, ask)
