@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import threading
@@ -47,6 +49,9 @@ PREFIX = "node:"
 SCRIPT = Path(__file__).with_name("openai_node.mjs")
 ROUTES = {("POST", "/v1/chat/completions"): "chat", ("POST", "/v1/responses"): "responses"}
 _CHECKOUT = Path(__file__).resolve().parents[4]
+REPLY_SECONDS = 120.0
+"""How long one reply may take before the Node process is given up on (a call that never
+returns is a bug of the client's, not the answer's; openai-python alone then measures)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +148,15 @@ class _Process:
         self.sdk = sdk
         return self.proc
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        if kill:
+            proc.kill()
         if proc.stdin is not None:
-            proc.stdin.close()
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
         try:
             proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -207,8 +215,16 @@ def measure(jobs: Sequence[Job]) -> list[Observations | None]:
             lines.append(_line(jobs[i], _process.next_id))
         writer = threading.Thread(target=_write, args=(proc.stdin, lines), daemon=True)
         writer.start()  # replies are read meanwhile: neither pipe fills while the other waits
+        replies: queue.Queue[bytes] = queue.Queue()
+        reader = threading.Thread(target=_read, args=(proc.stdout, len(todo), replies), daemon=True)
+        reader.start()
         for _ in todo:
-            raw = proc.stdout.readline()
+            try:
+                raw = replies.get(timeout=REPLY_SECONDS)
+            except queue.Empty:
+                _process.broken = f"no answer from the Node process in {REPLY_SECONDS:.0f} s"
+                _process.stop(kill=True)
+                break
             if not raw:
                 _process.broken = f"the Node process ended (exit {proc.poll()})"
                 break
@@ -218,6 +234,14 @@ def measure(jobs: Sequence[Job]) -> list[Observations | None]:
                 out[index] = _observe(reply.get("calls") or [], jobs[index], sdk.client)
         writer.join()
     return out
+
+
+def _read(stream: IO[bytes], count: int, into: queue.Queue[bytes]) -> None:
+    for _ in range(count):
+        line = stream.readline()
+        into.put(line)
+        if not line:
+            return
 
 
 def _observe(calls: list[dict[str, Any]], job: Job, client: str) -> Observations | None:
