@@ -131,6 +131,20 @@ def test_a_responses_call_id_round_trips() -> None:
     assert any(b.rule == TOOL_CALL for b in record_breaks(rec, outcome))
 
 
+def test_a_streamed_call_id_the_final_object_changes_breaks_the_round_trip() -> None:
+    rec = responses_record(stream=True, tool=True)
+    assert impact(rec).get("final.call_id") == "as streamed"
+    for ev in events_of(rec):
+        data = ev["data"]
+        if isinstance(data, dict) and data.get("type") == "response.completed":
+            for item in data["response"]["output"]:
+                item["call_id"] = "call_elsewhere"
+    outcome = impact(rec)
+    assert outcome.get("final.call_id") == "not as streamed"
+    (brk,) = record_breaks(rec, outcome)
+    assert brk.rule == TOOL_CALL and "the stream announced" in brk.message
+
+
 def test_finish_reason_on_an_answer_that_calls_tools() -> None:
     """`stop` where the baseline said `tool_calls`, on an answer that calls tools: an agent
     loop that branches on it never runs them. On a text answer a finish reason is the

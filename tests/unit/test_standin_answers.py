@@ -141,15 +141,15 @@ def test_a_placeholder_is_valid_for_the_schemas_clients_send(schema: dict[str, A
 def test_json_mode_answers_the_schema_in_the_prompt() -> None:
     """instructor's JSON mode: `json_object`, and the model's schema in the system prompt."""
     prompt = f"Answer in json that matches the following json_schema:\n\n{json.dumps(STRICT, indent=2)}\n\nok"
-    body = {
+    user = {"role": "user", "content": "hi"}
+    body: dict[str, Any] = {
         "model": "gpt-4o-mini",
-        "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
+        "messages": [{"role": "system", "content": prompt}, user],
         "response_format": {"type": "json_object"},
     }
     plan = chat_plan(body, profile("openai"))
     Forecast.model_validate_json(plan.text)
-    body["messages"] = body["messages"][1:]
-    assert json.loads(chat_plan(body, profile("openai")).text) == {}
+    assert json.loads(chat_plan({**body, "messages": [user]}, profile("openai")).text) == {}
 
 
 def test_responses_text_format_gets_its_schema() -> None:

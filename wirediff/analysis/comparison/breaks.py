@@ -3,16 +3,17 @@
 Each rule reads the observations of every client alike (openai-python's keys, and the Node
 SDK's under `node:`). On one answer alone (`record_breaks`): a client raised where an app
 would not expect it; tool-call arguments do not give an object to `json.loads` or the tool's
-schema rejects them; a tool call has no id (`call_id`) to answer it with, or names a tool the
-request did not offer, or `runTools()` refused it; structured content the request asked for
-is not what its schema accepts; usage asked for with `stream_options.include_usage` never
-came; a stream was asked for and nothing was streamed. A candidate against its baseline
-(`pair_breaks`): it makes a client fail where the baseline does not; it raises where the
-baseline did not, or another class; streamed chunks or events, models or an embedding the
-baseline gave are gone; tool arguments that parsed no longer do; usage, the reasoning text
-or the server's words in an error the baseline gave are gone; both answers call tools and
-the `finish_reason` (Responses: `status`) an agent loop branches on differs. Generated
-content (an empty text, which tool was called) is not judged.
+schema rejects them; a tool call has no id (`call_id`) to answer it with, names a tool the
+request did not offer, is refused by `runTools()`, or has another `call_id` in the final
+object than the stream announced; structured content the request asked for is not what its
+schema accepts; usage asked for with `stream_options.include_usage` never came; a stream was
+asked for and nothing was streamed; a stream helper's final object lacks the text its events
+delivered. A candidate against its baseline (`pair_breaks`): it makes a client fail where the
+baseline does not; it raises where the baseline did not, or another class; streamed chunks or
+events, models or an embedding the baseline gave are gone; tool arguments that parsed no
+longer do; usage, the reasoning text or the server's words in an error the baseline gave are
+gone; both answers call tools and the `finish_reason` (Responses: `status`) an agent loop
+branches on differs. Generated content (an empty text, which tool was called) is not judged.
 
 A break is `breaking` itself (a `client` finding, in the client's words), and it makes the
 findings that explain it breaking (`implicates`): a changed status, a soft error or another
@@ -176,6 +177,18 @@ def _tool_breaks(outcome: Outcome, prefix: str, client: str) -> list[Break]:
                 Break(TOOL_CALL, probe, message, "offered", "not offered", key=key, client=client)
             )
             break
+    if outcome.get(f"{prefix}final.call_id") == "not as streamed":
+        key = f"{prefix}final.call_id"
+        probe = outcome.probe_of(key)
+        message = (
+            f"{_who(probe, client)}: the final object's `call_id` is not the one the stream "
+            "announced: a result sent back under the streamed id answers no call"
+        )
+        out.append(
+            Break(
+                TOOL_CALL, probe, message, "as streamed", "not as streamed", key=key, client=client
+            )
+        )
     refused = outcome.get(f"{prefix}runTools.refused")
     if refused is not None:
         probe = outcome.probe_of(f"{prefix}runTools.refused")

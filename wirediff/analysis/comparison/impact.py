@@ -18,8 +18,9 @@ SDK's calls in one batch). A skeleton reads, of the record:
   each event (`shapes.structure`: generated text and numbers do not count, whether a text
   is empty does), event names, the positions stream helpers index by, and the verdicts on
   what the request asked (`clients.asked`: each tool call's name offered or not and its
-  arguments against its schema; the structured content against its schema) — values
-  decide those, so the verdicts, not the values, are in the skeleton.
+  arguments against its schema; the structured content against its schema; whether the
+  final Response keeps the `call_id`s the stream announced) — values decide those, so the
+  verdicts, not the values, are in the skeleton.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wirediff._support import as_bytes
@@ -148,6 +149,10 @@ class _Joined:
     names: dict[str, Any]
     arguments: dict[str, str]
     text: list[str]
+    announced: set[Any] = field(default_factory=set)
+    """The `call_id`s the stream's items announced."""
+    final: set[Any] = field(default_factory=set)
+    """The `call_id`s of the terminal event's Response."""
 
 
 def _events_key(events: list[Any], ask: Asked) -> Iterator[Any]:
@@ -185,7 +190,8 @@ def _events_key(events: list[Any], ask: Asked) -> Iterator[Any]:
         previous = shaped
     calls = [(joined.names.get(k), v) for k, v in joined.arguments.items()]
     text = "".join(joined.text) if joined.text or ask.structured else None
-    yield ("joined", _calls_verdict(calls, ask), structured_kind(text, ask))
+    kept = joined.announced <= joined.final
+    yield ("joined", _calls_verdict(calls, ask), structured_kind(text, ask), kept)
 
 
 def _responses_piece(data: dict[str, Any], joined: _Joined) -> None:
@@ -193,6 +199,10 @@ def _responses_piece(data: dict[str, Any], joined: _Joined) -> None:
     item = data.get("item")
     if type(item) is dict and item.get("type") == "function_call":
         joined.names[str(item.get("id"))] = item.get("name")
+        joined.announced.add(item.get("call_id"))
+    response = data.get("response")
+    if type(response) is dict and kind == "response.completed":
+        joined.final = {i.get("call_id") for i in _objects(response.get("output"))}
     if type(data.get("delta")) is str:
         if "arguments" in kind:
             key = str(data.get("item_id"))

@@ -338,12 +338,18 @@ def _responses(client: openai.OpenAI, body: dict[str, Any], p: Observations, wor
 
     def helper(**options: Any) -> Callable[[], None]:
         def run() -> None:
-            said = False
+            said, announced = False, set()
             with client.responses.stream(model=model, input="x", **extra, **options) as stream:
                 for event in stream:
                     said |= event.type == "response.output_text.delta" and bool(event.delta)
+                    item = getattr(event, "item", None)
+                    if item is not None and getattr(item, "type", None) == "function_call":
+                        announced.add(item.call_id)
                 final = stream.get_final_response()
             p.see("streamed.output_text", "text" if said else "empty")
+            if announced:  # an agent loop may answer by the id the stream announced
+                kept = announced <= {getattr(i, "call_id", None) for i in final.output}
+                p.see("final.call_id", "as streamed" if kept else "not as streamed")
             if options:
                 p.see("final.parsed", "object" if final.output_parsed is not None else "none")
             else:

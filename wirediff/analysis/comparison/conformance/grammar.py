@@ -262,8 +262,8 @@ def _items(typed: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
             continue
         part = (index, data.get("content_index"))
         if typ == "response.content_part.done" and part in state.texted:
-            message = f"content part {part[1]} of item {index} closed without its text's .done"
-            out.append(_problem("text-done", "events[response.output_text.done]", message, i))
+            unclosed = f"content part {part[1]} of item {index} closed without its text's .done"
+            out.append(_problem("text-done", "events[response.output_text.done]", unclosed, i))
         message = _item_event(state, typ, index, data)
         if message:
             out.append(_problem("items", f"events[{typ}]", message, i))
