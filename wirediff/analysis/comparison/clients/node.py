@@ -5,7 +5,8 @@ Where the SDK is (`node_sdk`): `$WIREDIFF_NODE_SDK` (a directory holding
 else `.clients/node` in the current directory or in the checkout wirediff runs from; and
 `node` on PATH. Without either, nothing is measured and `status()` says why, for the report.
 
-The process (`openai_node.mjs`) starts on first use and lives until this one exits; answers
+The process (`openai_node.mjs`) starts on first use (in each process that measures: a forked
+worker starts its own) and ends when this one does, at the latest when its stdin closes; answers
 go to it in batches (`measure`: all jobs written, then all replies read), each reply the
 calls an app makes (`chat.completions.create()`/`.stream()`/`.runTools()`,
 `responses.create()`/`.stream()`) and what they returned, raised or failed with. The values
@@ -134,8 +135,11 @@ class _Process:
         self.lock = threading.Lock()
         self.broken = ""
         self.next_id = 0
+        self.owner = os.getpid()
 
     def start(self, sdk: NodeSdk) -> subprocess.Popen[bytes]:
+        if os.getpid() != self.owner:  # a forked worker: the parent's pipes are not its own
+            self.proc, self.owner, self.broken = None, os.getpid(), ""
         if self.proc is not None and self.sdk == sdk and self.proc.poll() is None:
             return self.proc
         self.stop()
