@@ -227,7 +227,9 @@ def test_chat_objects_parse_with_the_sdk_types(name: str, plan: Plan) -> None:
     assert call.model_dump()["function"] == {"name": planned.name, "arguments": planned.arguments}
     streamed = [tc for d in deltas for tc in d.delta.tool_calls or []]
     assert streamed[0].function and streamed[0].function.name == planned.name
-    assert "".join(tc.function.arguments or "" for tc in streamed if tc.function) == planned.arguments
+    assert (
+        "".join(tc.function.arguments or "" for tc in streamed if tc.function) == planned.arguments
+    )
 
 
 def test_vllm_and_ollama_differ_from_openai_where_the_facts_say() -> None:
