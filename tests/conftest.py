@@ -31,6 +31,7 @@ __all__ = [
     "Lockstep",
     "WirediffCapture",
     "free_port",
+    "launch_mitmdump",
     "missing",
     "wait_for",
     "wait_port",
@@ -159,6 +160,52 @@ class Mitmdump:
                 self.proc.wait()
 
 
+def launch_mitmdump(
+    directory: Path,
+    modes: list[str] | None = None,
+    *,
+    session: str = "s",
+    label: str = "",
+    extra: list[str] | None = None,
+    addon: bool = True,
+    confdir: Path | None = None,
+    log: Path | None = None,
+) -> Mitmdump:
+    """`mitmdump -s addons/capture.py` with a free port per mode, capturing under
+    `directory/captures`, once every listener is up."""
+    modes = modes or ["regular"]
+    ports = [free_port() for _ in modes]
+    capture_dir = directory / "captures"
+    confdir = confdir or directory / "mitmconf"
+    log = log or directory / "mitmdump.log"
+    cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
+    for mode, port in zip(modes, ports, strict=True):
+        cmd += ["--mode", f"{mode}@{port}"]
+    if addon:
+        cmd += [
+            "-s",
+            CAPTURE_ADDON,
+            "--set",
+            f"capture_dir={capture_dir}",
+            "--set",
+            f"capture_session={session}",
+        ]
+        if label:
+            cmd += ["--set", f"capture_label={label}"]
+    cmd += extra or []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as log_fh:
+        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env)
+    m = Mitmdump(proc, ports, capture_dir, session, confdir, log)
+    try:
+        for p in ports:
+            wait_port(p, 30, proc)
+    except Exception:
+        m.stop()
+        raise RuntimeError(f"mitmdump failed to start: {log.read_text()[-2000:]}") from None
+    return m
+
+
 @pytest.fixture
 def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     """Factory: `mitmdump(["reverse:http://127.0.0.1:P"], label=..., extra=[...])`.
@@ -168,46 +215,11 @@ def mitmdump(tmp_path: Path) -> Iterator[Callable[..., Mitmdump]]:
     """
     started: list[Mitmdump] = []
 
-    def start(
-        modes: list[str] | None = None,
-        *,
-        session: str = "s",
-        label: str = "",
-        extra: list[str] | None = None,
-        addon: bool = True,
-        confdir: Path | None = None,
-    ) -> Mitmdump:
-        modes = modes or ["regular"]
-        ports = [free_port() for _ in modes]
-        capture_dir = tmp_path / "captures"
-        confdir = confdir or tmp_path / "mitmconf"
-        log = tmp_path / f"mitmdump-{len(started)}.log"
-        cmd = [MITMDUMP, "-q", "--listen-host", "127.0.0.1", "--set", f"confdir={confdir}"]
-        for mode, port in zip(modes, ports, strict=True):
-            cmd += ["--mode", f"{mode}@{port}"]
-        if addon:
-            cmd += [
-                "-s",
-                CAPTURE_ADDON,
-                "--set",
-                f"capture_dir={capture_dir}",
-                "--set",
-                f"capture_session={session}",
-            ]
-            if label:
-                cmd += ["--set", f"capture_label={label}"]
-        cmd += extra or []
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with log.open("wb") as log_fh:
-            proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env)
-        m = Mitmdump(proc, ports, capture_dir, session, confdir, log)
+    def start(modes: list[str] | None = None, **options: Any) -> Mitmdump:
+        m = launch_mitmdump(
+            tmp_path, modes, log=tmp_path / f"mitmdump-{len(started)}.log", **options
+        )
         started.append(m)
-        try:
-            for p in ports:
-                wait_port(p, 30, proc)
-        except Exception:
-            m.stop()
-            raise RuntimeError(f"mitmdump failed to start: {log.read_text()[-2000:]}") from None
         return m
 
     yield start

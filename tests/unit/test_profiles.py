@@ -12,7 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from wirediff.backends.answers import Plan
+from wirediff.backends.answers import Call, Plan
 from wirediff.backends.payloads import (
     build_response,
     chat_chunks,
@@ -55,7 +55,8 @@ DOCUMENTED = [
 ]
 
 TEXT = Plan("text", text="Echo: hello there world", prompt_tokens=3)
-TOOL = Plan("tool", tool_name="get_weather", arguments='{"city":"Paris"}', prompt_tokens=3)
+CALL = Call("get_weather", '{"city":"Paris"}')
+TOOL = Plan("tool", calls=[CALL], prompt_tokens=3)
 
 
 def served(name: str) -> str:
@@ -222,10 +223,13 @@ def test_chat_objects_parse_with_the_sdk_types(name: str, plan: Plan) -> None:
         assert "".join(d.delta.content or "" for d in deltas) == plan.text
         return
     (call,) = choice.message.tool_calls or []
-    assert call.model_dump()["function"] == {"name": plan.tool_name, "arguments": plan.arguments}
+    (planned,) = plan.calls
+    assert call.model_dump()["function"] == {"name": planned.name, "arguments": planned.arguments}
     streamed = [tc for d in deltas for tc in d.delta.tool_calls or []]
-    assert streamed[0].function and streamed[0].function.name == plan.tool_name
-    assert "".join(tc.function.arguments or "" for tc in streamed if tc.function) == plan.arguments
+    assert streamed[0].function and streamed[0].function.name == planned.name
+    assert (
+        "".join(tc.function.arguments or "" for tc in streamed if tc.function) == planned.arguments
+    )
 
 
 def test_vllm_and_ollama_differ_from_openai_where_the_facts_say() -> None:
@@ -273,7 +277,7 @@ def test_chat_stream_tool_calls_whole_or_fragmented(name: str) -> None:
     chunks = chat_chunks(prof, served(name), TOOL, include_usage=False)
     calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
     args = [tc["function"]["arguments"] for tc in calls if "arguments" in tc.get("function", {})]
-    assert "".join(args) == TOOL.arguments
+    assert "".join(args) == CALL.arguments
     assert calls[0]["id"] and calls[0]["function"]["name"] == "get_weather"
     if prof["streaming"]["chat"]["tool_calls"] == "whole":
         assert len(calls) == 1

@@ -1,26 +1,31 @@
 """What a stand-in answers, decided from the request alone, so output is repeatable.
 
-A request with tools gets one function call; one asking for structured output (a
-`json_schema` response format) gets the schema's placeholder object; otherwise the answer
-echoes the input. The
-call's arguments are fixed placeholder values built from the tool's JSON schema, never
-text from the request: clients execute tool calls (the Codex CLI runs `exec_command` and
-`shell` arguments as commands), so echoing a prompt into them would run it.
+A request with tools gets one function call (the scenario models below ask for others);
+one asking for structured output gets an object its schema accepts: a `json_schema`
+response format (`response_format`, Responses' `text.format`) that schema's placeholder,
+JSON mode (`json_object`) the placeholder of the schema the prompt carries, as instructor's
+JSON mode sends it, else an empty object; otherwise the answer echoes the input. A call's
+arguments are fixed placeholder values built from the tool's JSON schema, never text from
+the request: clients execute tool calls (the Codex CLI runs `exec_command` and `shell`
+arguments as commands), so echoing a prompt into them would run it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wirediff.profiles import Profile
 
 __all__ = [
     "PLACEHOLDER_TEXT",
+    "SCENARIO_MODELS",
+    "Call",
     "Plan",
     "chat_plan",
+    "placeholder",
     "placeholder_arguments",
     "plan_for",
     "responses_plan",
@@ -31,6 +36,13 @@ JSONDict = dict[str, Any]
 PLACEHOLDER_TEXT = "example"
 """Every string a tool call's arguments need: a plain word that runs nothing useful."""
 
+SCENARIO_MODELS: dict[str, str] = {
+    "scenario-parallel-tools": "one call to each offered tool, in one answer",
+    "scenario-text-and-tool": "a text, then a call to the first offered tool, in one answer",
+    "scenario-context-overflow": "the profile's answer to a prompt longer than the context",
+}
+"""Model names that choose what an answer holds; every profile accepts them."""
+
 _BY_TYPE: dict[str, Any] = {
     "string": PLACEHOLDER_TEXT,
     "integer": 1,
@@ -38,18 +50,43 @@ _BY_TYPE: dict[str, Any] = {
     "boolean": True,
     "null": None,
 }
+_FORMATS = {
+    "date-time": "2025-01-01T00:00:00Z",
+    "date": "2025-01-01",
+    "time": "00:00:00Z",
+    "email": "example@example.com",
+    "uri": "https://example.com/",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "ipv4": "127.0.0.1",
+    "hostname": "example.com",
+}
+_DEPTH = 16
+"""How deep placeholders follow `$ref`s (a recursive schema stops there)."""
+
+
+@dataclass
+class Call:
+    """One function call: the tool's name and its arguments (a JSON string; a dict where
+    the profile or `fault-args-object` says so)."""
+
+    name: str
+    arguments: Any
 
 
 @dataclass
 class Plan:
     """The answer's content, independent of the provider's shape for it."""
 
-    kind: str  # "text" or "tool"
+    kind: str
+    """`text`, `tool` (calls only) or `text+tool` (a text, then calls)."""
     text: str = ""
     reasoning: str = ""
-    tool_name: str = ""
-    arguments: Any = ""  # a JSON string; a dict under fault-args-object
+    calls: list[Call] = field(default_factory=list)
     prompt_tokens: int = 1
+
+    @property
+    def says(self) -> bool:
+        return self.kind != "tool"
 
     def pieces(self) -> list[str]:
         """The text split into stream deltas (word by word, spaces kept)."""
@@ -70,10 +107,49 @@ def _words(text: str, n: int = 12) -> str:
     return " ".join(text.split()[:n])
 
 
-def _placeholder(schema: Any) -> Any:
-    """A fixed value that satisfies one JSON schema: an enum's or a union's first choice,
-    an object's required properties, an empty array, else by type."""
-    if not isinstance(schema, dict):
+def _resolve(schema: Any, root: Any, depth: int) -> Any:
+    """`schema` with a local `$ref` (`#/$defs/X`, `#/definitions/X`) followed."""
+    while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth > 0:
+        target: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target.get(part) if isinstance(target, dict) and part else target
+        if target is schema or not isinstance(target, dict):
+            break
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        depth -= 1
+    return schema
+
+
+def _string(schema: JSONDict) -> str:
+    text = _FORMATS.get(str(schema.get("format")), PLACEHOLDER_TEXT)
+    low = schema.get("minLength")
+    if isinstance(low, int) and len(text) < low:
+        text = text + "x" * (low - len(text))
+    high = schema.get("maxLength")
+    return text[:high] if isinstance(high, int) else text
+
+
+def _number(schema: JSONDict, kind: str) -> Any:
+    value: Any = 1
+    for bound, step in (("minimum", 0), ("exclusiveMinimum", 1)):
+        low = schema.get(bound)
+        if isinstance(low, int | float) and not isinstance(low, bool) and value < low + step:
+            value = low + step
+    for bound, step in (("maximum", 0), ("exclusiveMaximum", 1)):
+        high = schema.get(bound)
+        if isinstance(high, int | float) and not isinstance(high, bool) and value > high - step:
+            value = high - step
+    return int(value) if kind == "integer" else value
+
+
+def placeholder(schema: Any, root: Any = None, depth: int = _DEPTH) -> Any:
+    """A fixed value that satisfies one JSON schema: a `const`, an enum's or a union's first
+    choice, all of an `allOf`, an object's required properties, an array of its minimum
+    length, a string in its format and length, a number within its bounds; `$ref`s to the
+    schema's own definitions are followed."""
+    root = schema if root is None else root
+    schema = _resolve(schema, root, depth)
+    if not isinstance(schema, dict) or depth <= 0:
         return PLACEHOLDER_TEXT
     if "const" in schema:
         return schema["const"]
@@ -81,26 +157,46 @@ def _placeholder(schema: Any) -> Any:
         return schema["enum"][0]
     for union in ("anyOf", "oneOf"):
         if isinstance(schema.get(union), list) and schema[union]:
-            return _placeholder(schema[union][0])
+            return placeholder(schema[union][0], root, depth - 1)
+    if isinstance(schema.get("allOf"), list) and schema["allOf"]:
+        merged: JSONDict = {k: v for k, v in schema.items() if k != "allOf"}
+        for part in schema["allOf"]:
+            part = _resolve(part, root, depth - 1)
+            if not isinstance(part, dict):
+                continue
+            props = {**(merged.get("properties") or {}), **(part.get("properties") or {})}
+            required = [*(merged.get("required") or []), *(part.get("required") or [])]
+            merged = {**merged, **part, "properties": props, "required": required}
+        return placeholder(merged, root, depth - 1)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
-        return placeholder_arguments(schema)
+        return _object(schema, root, depth)
     if kind == "array":
-        return []
+        low = schema.get("minItems")
+        count = low if isinstance(low, int) and low > 0 else 0
+        return [placeholder(schema.get("items"), root, depth - 1) for _ in range(count)]
+    if kind == "string":
+        return _string(schema)
+    if kind in ("integer", "number"):
+        return _number(schema, kind)
     return _BY_TYPE.get(str(kind), PLACEHOLDER_TEXT)
+
+
+def _object(schema: JSONDict, root: Any, depth: int) -> JSONDict:
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
+    return {name: placeholder(props.get(name), root, depth - 1) for name in names}
 
 
 def placeholder_arguments(parameters: Any) -> JSONDict:
     """A function call's arguments: the schema's required properties, each a placeholder."""
     if not isinstance(parameters, dict):
         return {}
-    props = parameters.get("properties")
-    props = props if isinstance(props, dict) else {}
-    required = parameters.get("required")
-    names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-    return {name: _placeholder(props.get(name)) for name in names}
+    return _object(parameters, parameters, _DEPTH)
 
 
 def plan_for(
@@ -110,8 +206,10 @@ def plan_for(
     tool_choice: Any,
     model: str,
     reasoning: bool,
+    object_arguments: bool = False,
 ) -> Plan:
-    """A tool call when tools are offered (and not refused), else an echo of the input."""
+    """A tool call when tools are offered (and not refused), else an echo of the input;
+    `object_arguments`: arguments as a JSON object, not a string (as `fault-args-object`)."""
     prompt_tokens = max(len(last_text.split()), 1)
     if tool_output is not None:
         return Plan(
@@ -119,22 +217,55 @@ def plan_for(
             text=f"Tool said: {_words(tool_output) or 'nothing'}",
             prompt_tokens=prompt_tokens,
         )
+    echo = f"Echo: {_words(last_text) or 'hello'}"
     if tools and tool_choice != "none":
-        name, params = tools[0]
-        args: Any = placeholder_arguments(params)
-        if model != "fault-args-object":
-            args = json.dumps(args, separators=(",", ":"))
-        return Plan("tool", tool_name=name, arguments=args, prompt_tokens=prompt_tokens)
-    plan = Plan("text", text=f"Echo: {_words(last_text) or 'hello'}", prompt_tokens=prompt_tokens)
+        chosen = tools if model == "scenario-parallel-tools" else tools[:1]
+        as_object = object_arguments or model == "fault-args-object"
+        calls = [
+            Call(
+                name,
+                placeholder_arguments(params)
+                if as_object
+                else json.dumps(placeholder_arguments(params), separators=(",", ":")),
+            )
+            for name, params in chosen
+        ]
+        if model == "scenario-text-and-tool":
+            return Plan("text+tool", text=echo, calls=calls, prompt_tokens=prompt_tokens)
+        return Plan("tool", calls=calls, prompt_tokens=prompt_tokens)
+    plan = Plan("text", text=echo, prompt_tokens=prompt_tokens)
     if reasoning:
         plan.reasoning = f"The user wrote {len(last_text.split())} words."
     return plan
 
 
-def _json_schema(fmt: Any) -> Any:
-    """The schema of a `json_schema` response format (chat's `response_format.json_schema`,
-    Responses' `text.format`), or None."""
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+_SCHEMA_START = re.compile(r"\{")
+
+
+def _schema_in(text: str) -> Any:
+    """The first JSON object in a prompt that is a JSON Schema (instructor's JSON mode puts
+    the model's schema in its prompt), or None."""
+    decoder = json.JSONDecoder()
+    for match in _SCHEMA_START.finditer(text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and ("properties" in value or value.get("type") == "object"):
+            return value
+    return None
+
+
+def _json_format(fmt: Any, prompts: list[str]) -> Any:
+    """The schema an answer must follow: a `json_schema` format's (chat's
+    `response_format.json_schema`, Responses' `text.format`), JSON mode's from the prompt
+    (else any object); None when no structured output is asked."""
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_object":
+        found = next((s for s in map(_schema_in, prompts) if s is not None), None)
+        return found if found is not None else {"type": "object"}
+    if fmt.get("type") != "json_schema":
         return None
     inner: dict[str, Any] = fmt["json_schema"] if isinstance(fmt.get("json_schema"), dict) else fmt
     schema = inner.get("schema")
@@ -145,7 +276,7 @@ def _structured(plan: Plan, schema: Any) -> Plan:
     """A text answer in the requested schema: its placeholder object, as JSON."""
     if schema is None or plan.kind != "text" or plan.text.startswith("Tool said:"):
         return plan
-    plan.text = json.dumps(_placeholder(schema), separators=(",", ":"))
+    plan.text = json.dumps(placeholder(schema), separators=(",", ":"))
     return plan
 
 
@@ -168,19 +299,24 @@ def chat_plan(body: JSONDict, prof: Profile) -> Plan:
         body.get("tool_choice"),
         str(body.get("model")),
         reasoning,
+        prof["chat"].get("tool_arguments") == "object",
     )
-    return _structured(plan, _json_schema(body.get("response_format")))
+    prompts = [_text_of(m.get("content")) for m in messages if isinstance(m, dict)]
+    return _structured(plan, _json_format(body.get("response_format"), prompts))
 
 
 def responses_plan(body: JSONDict) -> Plan:
     inp = body.get("input")
     last_text, tool_output = "", None
+    prompts = [str(body.get("instructions") or "")]
     if isinstance(inp, str):
         last_text = inp
+        prompts.append(inp)
     elif isinstance(inp, list) and inp:
         items = [i for i in inp if isinstance(i, dict)]
         users = [i for i in items if i.get("role") == "user"]
         last_text = _text_of(users[-1].get("content")) if users else ""
+        prompts += [_text_of(i.get("content")) for i in items]
         if items and items[-1].get("type") == "function_call_output":
             tool_output = _text_of(items[-1].get("output"))
     tools = [
@@ -192,4 +328,5 @@ def responses_plan(body: JSONDict) -> Plan:
         last_text, tool_output, tools, body.get("tool_choice"), str(body.get("model")), False
     )
     text = body.get("text")
-    return _structured(plan, _json_schema(text.get("format") if isinstance(text, dict) else None))
+    fmt = text.get("format") if isinstance(text, dict) else None
+    return _structured(plan, _json_format(fmt, prompts))

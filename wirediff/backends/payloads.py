@@ -13,7 +13,7 @@ import secrets
 import string
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wirediff.backends.answers import Plan
@@ -65,7 +65,7 @@ def _fragments(s: str, n: int = 3) -> list[str]:
 
 
 def chat_usage(prof: Profile, plan: Plan) -> JSONDict:
-    completion = len(plan.pieces()) if plan.kind == "text" else 1
+    completion = (len(plan.pieces()) if plan.says else 0) + len(plan.calls)
     usage: JSONDict = {
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": completion,
@@ -78,21 +78,22 @@ def chat_usage(prof: Profile, plan: Plan) -> JSONDict:
 def chat_completion(prof: Profile, model: str, plan: Plan) -> JSONDict:
     """The non-streamed `chat.completion` object as this provider shapes it."""
     c = prof["chat"]
-    message: JSONDict = {"role": "assistant", "content": plan.text if plan.kind == "text" else None}
+    message: JSONDict = {"role": "assistant", "content": plan.text if plan.says else None}
     if plan.reasoning and prof["streaming"]["chat"].get("reasoning_field"):
         message[prof["streaming"]["chat"]["reasoning_field"]] = plan.reasoning
     message.update(c.get("message_extra") or {})
-    if plan.kind == "tool":
+    if plan.calls:
         message["tool_calls"] = [
             {
                 "id": make_id(c["tool_call_id"]),
                 "type": "function",
-                "function": {"name": plan.tool_name, "arguments": plan.arguments},
+                "function": {"name": call.name, "arguments": call.arguments},
             }
+            for call in plan.calls
         ]
     choice: JSONDict = {"index": 0, "message": message}
     choice.update(c.get("choice_extra") or {})
-    choice["finish_reason"] = "stop" if plan.kind == "text" else "tool_calls"
+    choice["finish_reason"] = "tool_calls" if plan.calls else "stop"
     obj: JSONDict = {
         "id": make_id(c["id"]),
         "object": "chat.completion",
@@ -103,6 +104,37 @@ def chat_completion(prof: Profile, model: str, plan: Plan) -> JSONDict:
     }
     obj.update(fill(c.get("object_extra") or {}, {"model": model}))
     return obj
+
+
+def _tool_deltas(prof: Profile, plan: Plan, base: JSONDict) -> list[JSONDict]:
+    """The deltas of each call: a head with id, type and name (`index` as the profile numbers
+    calls: by position, all `zero`, or `omitted`), then argument fragments, or the whole
+    arguments in the head where the profile sends calls whole."""
+    s = prof["streaming"]["chat"]
+    numbering = s.get("tool_call_index")
+    out: list[JSONDict] = []
+    for i, call in enumerate(plan.calls):
+        position: JSONDict = (
+            {} if numbering == "omitted" else {"index": 0 if numbering == "zero" else i}
+        )
+        head: JSONDict = {
+            **position,
+            "id": make_id(prof["chat"]["tool_call_id"]),
+            "type": "function",
+            "function": {"name": call.name},
+        }
+        if s.get("tool_calls") == "whole" or not isinstance(call.arguments, str):
+            head["function"]["arguments"] = call.arguments
+            out.append({**base, "tool_calls": [head]})
+            continue
+        if s.get("tool_call_head_arguments"):
+            head["function"]["arguments"] = ""
+        out.append({**base, "tool_calls": [head]})
+        out += [
+            {**base, "tool_calls": [{**position, "function": {"arguments": frag}}]}
+            for frag in _fragments(call.arguments)
+        ]
+    return out
 
 
 def chat_chunks(prof: Profile, model: str, plan: Plan, include_usage: bool) -> list[JSONDict]:
@@ -139,31 +171,11 @@ def chat_chunks(prof: Profile, model: str, plan: Plan, include_usage: bool) -> l
         out.append(chunk(dict(s["first_delta"])))
     if plan.reasoning and s.get("reasoning_field"):
         out.append(chunk({**base, s["reasoning_field"]: plan.reasoning}))
-    if plan.kind == "text":
+    if plan.says:
         out += [chunk({**base, "content": piece}) for piece in plan.pieces()]
-    else:
-        call_id = make_id(prof["chat"]["tool_call_id"])
-        head: JSONDict = {
-            "index": 0,
-            "id": call_id,
-            "type": "function",
-            "function": {"name": plan.tool_name},
-        }
-        whole = s.get("tool_calls") == "whole" or not isinstance(plan.arguments, str)
-        if whole:
-            head["function"]["arguments"] = plan.arguments
-            out.append(chunk({**base, "tool_calls": [head]}))
-        else:
-            if s.get("tool_call_head_arguments"):
-                head["function"]["arguments"] = ""
-            out.append(chunk({**base, "tool_calls": [head]}))
-            out += [
-                chunk({**base, "tool_calls": [{"index": 0, "function": {"arguments": frag}}]})
-                for frag in _fragments(plan.arguments)
-            ]
-    out.append(
-        chunk(dict(s.get("final_delta") or {}), "stop" if plan.kind == "text" else "tool_calls")
-    )
+    out += [chunk(delta) for delta in _tool_deltas(prof, plan, base)]
+    finish = (s.get("tool_finish_reason") or "tool_calls") if plan.calls else "stop"
+    out.append(chunk(dict(s.get("final_delta") or {}), finish))
     if include_usage and s.get("usage_chunk"):
         last = chunk(None)
         last["usage"] = chat_usage(prof, plan)
@@ -206,10 +218,11 @@ def build_response(
 ) -> ResponseBuild:
     """The completed Response object, carrying exactly the profile's field set."""
     r = prof["responses"]
-    if plan.kind == "text":
-        text = plan.text if turn <= 1 else f"(turn {turn}) {plan.text}"
-        plan = Plan("text", text=text, prompt_tokens=plan.prompt_tokens)
-        items: list[JSONDict] = [
+    if plan.says and turn > 1:
+        plan = replace(plan, text=f"(turn {turn}) {plan.text}")
+    items: list[JSONDict] = []
+    if plan.says:
+        items.append(
             {
                 "id": make_id(r["message_id"]),
                 "type": "message",
@@ -219,19 +232,19 @@ def build_response(
                     {"type": "output_text", "text": plan.text, "annotations": [], "logprobs": []}
                 ],
             }
-        ]
-    else:
-        items = [
-            {
-                "id": make_id(r["function_call_id"], 0),
-                "type": "function_call",
-                "status": "completed",
-                "arguments": plan.arguments,
-                "call_id": make_id(r["call_id"]),
-                "name": plan.tool_name,
-            }
-        ]
-    out_tokens = len(plan.pieces()) if plan.kind == "text" else 1
+        )
+    items += [
+        {
+            "id": make_id(r["function_call_id"], i),
+            "type": "function_call",
+            "status": "completed",
+            "arguments": call.arguments,
+            "call_id": make_id(r["call_id"]),
+            "name": call.name,
+        }
+        for i, call in enumerate(plan.calls)
+    ]
+    out_tokens = (len(plan.pieces()) if plan.says else 0) + len(plan.calls)
     usage: JSONDict = {
         "input_tokens": plan.prompt_tokens,
         "input_tokens_details": dict(r["usage"]["input_tokens_details"]),
@@ -283,23 +296,22 @@ def build_response(
     return ResponseBuild({k: values[k] for k in r["fields"]}, items, plan)
 
 
-def response_events(prof: Profile, rb: ResponseBuild) -> list[tuple[str, JSONDict]]:
-    """`(event type, payload)` in the profile's order; the payload carries `type` and,
-    where the profile says so, `sequence_number`."""
-    s = prof["streaming"]["responses"]
-    plan, item = rb.plan, rb.items[0]
-    initial = {**rb.obj, "status": "in_progress", "output": [], "usage": None}
-    for k in ("completed_at",):
-        if k in initial:
-            initial[k] = None
-    added_item: JSONDict
-    if plan.kind == "text":
-        added_item = {**item, "status": "in_progress", "content": []}
+_HEAD = frozenset({"response.created", "response.in_progress"})
+_TAIL = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def _item_events(
+    s: Profile, names: list[str], item: JSONDict, index: int, plan: Plan
+) -> list[tuple[str, JSONDict]]:
+    """One output item's events (those of `names` between the head and the terminal)."""
+    iid = item["id"]
+    at = {"item_id": iid, "output_index": index}
+    part_empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    if item["type"] == "message":
+        added_item: JSONDict = {**item, "status": "in_progress", "content": []}
     else:
         added_item = {**item, "status": "in_progress", "arguments": ""}
-    iid = item["id"]
-    part_empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-    args = plan.arguments
+    args = item.get("arguments")
     frags: list[Any] = (
         _fragments(args)
         if isinstance(args, str) and s.get("function_call_arguments") == "fragmented"
@@ -307,53 +319,71 @@ def response_events(prof: Profile, rb: ResponseBuild) -> list[tuple[str, JSONDic
     )
 
     def done_args() -> JSONDict:
-        d: JSONDict = {"item_id": iid, "output_index": 0, "arguments": args}
+        d: JSONDict = {**at, "arguments": args}
         if s.get("done_has_name"):
-            d["name"] = plan.tool_name
+            d["name"] = item.get("name")
         return d
 
     builders: dict[str, Callable[[], list[JSONDict]]] = {
-        "response.created": lambda: [{"response": initial}],
-        "response.in_progress": lambda: [{"response": initial}],
-        "response.output_item.added": lambda: [{"output_index": 0, "item": added_item}],
-        "response.content_part.added": lambda: [
-            {"item_id": iid, "output_index": 0, "content_index": 0, "part": part_empty}
-        ],
+        "response.output_item.added": lambda: [{"output_index": index, "item": added_item}],
+        "response.content_part.added": lambda: [{**at, "content_index": 0, "part": part_empty}],
         "response.output_text.delta": lambda: [
-            {"item_id": iid, "output_index": 0, "content_index": 0, "delta": p, "logprobs": []}
-            for p in plan.pieces()
+            {**at, "content_index": 0, "delta": p, "logprobs": []} for p in plan.pieces()
         ],
         "response.output_text.done": lambda: [
-            {
-                "item_id": iid,
-                "output_index": 0,
-                "content_index": 0,
-                "text": plan.text,
-                "logprobs": [],
-            }
+            {**at, "content_index": 0, "text": plan.text, "logprobs": []}
         ],
         "response.content_part.done": lambda: [
-            {
-                "item_id": iid,
-                "output_index": 0,
-                "content_index": 0,
-                "part": {**part_empty, "text": plan.text},
-            }
+            {**at, "content_index": 0, "part": {**part_empty, "text": plan.text}}
         ],
-        "response.output_item.done": lambda: [{"output_index": 0, "item": item}],
-        "response.function_call_arguments.delta": lambda: [
-            {"item_id": iid, "output_index": 0, "delta": f} for f in frags
-        ],
+        "response.output_item.done": lambda: [{"output_index": index, "item": item}],
+        "response.function_call_arguments.delta": lambda: [{**at, "delta": f} for f in frags],
         "response.function_call_arguments.done": lambda: [done_args()],
-        "response.completed": lambda: [{"response": rb.obj}],
     }
+    return [(name, payload) for name in names for payload in builders[name]()]
+
+
+def response_events(prof: Profile, rb: ResponseBuild) -> list[tuple[str, JSONDict]]:
+    """`(event type, payload)` in the profile's order, each output item's events in turn
+    (`item_done_order: reversed` closes the first item last); the payload carries `type`
+    and, where the profile says so, `sequence_number`."""
+    s = prof["streaming"]["responses"]
+    plan = rb.plan
+    frame = s["events"]["text" if plan.says else "function_call"]
+    initial = {**rb.obj, "status": "in_progress", "output": [], "usage": None}
+    if "completed_at" in initial:
+        initial["completed_at"] = None
+    final = {**rb.obj, "output": []} if s.get("completed_output") == "empty" else rb.obj
+    if s.get("created_at") == "float":  # a whole number of seconds, serialised as a float
+        initial["created_at"] = float(initial["created_at"])
+        final = {**final, "created_at": float(final["created_at"])}
+    sequences = [
+        _item_events(
+            s,
+            [
+                n
+                for n in s["events"][item["type"] if item["type"] == "function_call" else "text"]
+                if n not in _HEAD and n not in _TAIL
+            ],
+            item,
+            i,
+            plan,
+        )
+        for i, item in enumerate(rb.items)
+    ]
+    if s.get("item_done_order") == "reversed" and len(sequences) > 1:
+        first = sequences[0]
+        cut = next((j for j, (n, _) in enumerate(first) if n.endswith(".done")), len(first))
+        sequences = [first[:cut], *sequences[1:], first[cut:]]
+    body = [ev for seq in sequences for ev in seq]
+    head = [(n, {"response": initial}) for n in frame if n in _HEAD]
+    tail = [(n, {"response": final}) for n in frame if n in _TAIL]
     out: list[tuple[str, JSONDict]] = []
-    for name in s["events"]["text" if plan.kind == "text" else "function_call"]:
-        for payload in builders[name]():
-            ev: JSONDict = {"type": name, **payload}
-            if s.get("sequence_number"):
-                ev["sequence_number"] = len(out)
-            out.append((name, ev))
+    for name, payload in [*head, *body, *tail]:
+        ev: JSONDict = {"type": name, **payload}
+        if s.get("sequence_number"):
+            ev["sequence_number"] = len(out)
+        out.append((name, ev))
     return out
 
 

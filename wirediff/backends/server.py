@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from wirediff.backends.answers import chat_plan, responses_plan
+from wirediff.backends.answers import SCENARIO_MODELS, chat_plan, responses_plan
 from wirediff.backends.payloads import (
     build_response,
     chat_chunks,
@@ -36,7 +36,7 @@ from wirediff.backends.payloads import (
     response_events,
 )
 from wirediff.backends.ws_mode import ResponsesSocket, accept_key, supports_websocket
-from wirediff.profiles import Profile, answer_for, fill, render_answer
+from wirediff.profiles import STANDIN_HEADER, Profile, answer_for, fill, noisy, render_answer
 
 if TYPE_CHECKING:
     from wirediff.backends.standin import Standin
@@ -186,6 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
             "processing_ms": str(secrets.randbelow(400) + 20),
         }
         given = {k.lower() for k, _ in headers}
+        self.send_header(STANDIN_HEADER, str(self.prof["name"]))
         for k, v in (self.prof.get("headers") or {}).items():
             if k.lower() not in given:
                 self.send_header(k, fill(str(v), vals))
@@ -208,10 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, [("Content-Type", content_type or self.prof["content_types"]["json"])], data
         )
 
-    def send_answer(self, kind: str, **values: str) -> None:
+    def send_answer(self, kind: str, stream: bool | None = None, **values: str) -> None:
         path = values.setdefault("path", urlsplit(self.path).path)
         values.setdefault("method", self.command)
-        ans = answer_for(self.prof, kind, path)
+        ans = answer_for(self.prof, kind, path, stream=stream)
         if ans is None:  # the profile documents no such answer: say so, plainly
             self.send_json(500, {"error": {"message": f"stand-in: profile has no {kind!r} answer"}})
             return
@@ -299,8 +300,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not st.models and answer_for(prof, "no_models") is not None:
             self.send_answer("no_models", model=model)
             return
-        if model not in st.models and model not in FAULT_MODELS:
+        if model not in st.models and model not in FAULT_MODELS and model not in SCENARIO_MODELS:
             self.send_answer("unknown_model", model=model)
+            return
+        if model == "scenario-context-overflow":
+            self.send_answer(
+                "context_length_exceeded", stream=body.get("stream") is True, model=model
+            )
             return
         if self._fault_short(model, body):
             return
@@ -393,7 +399,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         so = body.get("stream_options")
         include_usage = isinstance(so, dict) and so.get("include_usage") is True
-        frames = [data_frame(c) for c in chat_chunks(self.prof, model, plan, include_usage)]
+        self._chat_stream(plan, model, include_usage)
+
+    def _chat_stream(self, plan: Any, model: str, include_usage: bool) -> None:
+        noise = self.prof.get("noise")
+        frames = [
+            data_frame(noisy(c, noise)) for c in chat_chunks(self.prof, model, plan, include_usage)
+        ]
         s = self.prof["streaming"]["chat"]
         if s.get("done_sentinel"):
             frames.append(f"data: {s['done_sentinel']}\n\n".encode())
@@ -404,6 +416,14 @@ class _Handler(BaseHTTPRequestHandler):
         prev = body.get("previous_response_id")
         turn, previous = 1, None
         mode = r.get("previous_response_id")
+        streamed = body.get("stream") is True
+        if (
+            isinstance(prev, str)
+            and streamed
+            and r.get("previous_response_id_streamed") == "unknown"
+        ):
+            self.send_answer("unknown_previous_response", response_id=prev, model=model)
+            return
         if isinstance(prev, str) and mode in ("supported", "store_disabled"):
             with self.server.lock:
                 stored = self.st.store.get(prev) if mode == "supported" else None
@@ -420,13 +440,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_object(rb.obj, model)
             return
         s = self.prof["streaming"]["responses"]
+        if s.get("chat_chunks"):  # the upstream's chat stream, untranslated
+            self._chat_stream(rb.plan, model, include_usage=False)
+            return
+        noise = self.prof.get("noise")
         frames = [
-            event_frame(name, ev, s.get("event_line", True))
+            event_frame(name, noisy(ev, noise), s.get("event_line", True))
             for name, ev in response_events(self.prof, rb)
         ]
         self._stream(s["content_type"], frames, model, terminal=1)
 
     def _send_object(self, obj: JSONDict, model: str) -> None:
+        obj = noisy(obj, self.prof.get("noise"))
         data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         ctype = [("Content-Type", self.prof["content_types"]["json"])]
         if model == "fault-truncate":

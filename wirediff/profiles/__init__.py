@@ -15,13 +15,17 @@ from typing import Any
 
 __all__ = [
     "ANSWER_KINDS",
+    "STANDIN_HEADER",
     "Profile",
     "answer_for",
     "answer_variants",
+    "bug_profile",
     "fill",
+    "load_bugs",
     "load_profiles",
     "load_remedies",
     "match_signature",
+    "noisy",
     "profile",
     "render_answer",
 ]
@@ -29,6 +33,11 @@ __all__ = [
 Profile = dict[str, Any]
 REMEDIES = "remedies.yaml"
 """The diagnosis prose (summary and remedies per code), beside the profiles it names."""
+STANDIN_HEADER = "x-wirediff-standin"
+"""A stand-in names the profile it plays in every answer: findings that rest on a profile's
+assumed facts say so (`wirediff.analysis.comparison.assumed`)."""
+BUGS = "bugs"
+"""Stand-ins that reproduce one public bug report each, one change over a base profile."""
 
 
 @cache
@@ -43,6 +52,51 @@ def load_profiles() -> dict[str, Profile]:
             data = yaml.safe_load(entry.read_text(encoding="utf-8"))
             out[data["name"]] = data
     return out
+
+
+def _merged(base: Any, change: Any) -> Any:
+    """`change` over `base`: mappings merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(change, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in change.items()}}
+    return change
+
+
+@cache
+def load_bugs() -> dict[str, Profile]:
+    """The bug-report stand-ins by name, each its base profile (a provider's, or another of
+    these) with its `change` merged in (an answer it names replaces the base's whole), and
+    its own keys (`report`, `title`, `wire`, `noise`, `assumed`) beside."""
+    import yaml
+
+    folder = resources.files(__package__).joinpath(BUGS)
+    raw = {}
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            bug = yaml.safe_load(entry.read_text(encoding="utf-8"))
+            raw[bug["name"]] = bug
+    out: dict[str, Profile] = {}
+
+    def resolve(name: str) -> Profile:
+        if name not in out:
+            bug = raw[name]
+            base = resolve(bug["base"]) if bug["base"] in raw else profile(bug["base"])
+            own = {k: v for k, v in bug.items() if k != "change"}
+            change = dict(bug.get("change") or {})
+            answers = {**base.get("answers", {}), **change.pop("answers", {})}  # each whole
+            out[name] = {**_merged(base, change), "answers": answers, **own}
+        return out[name]
+
+    for name in raw:
+        resolve(name)
+    return out
+
+
+def bug_profile(name: str) -> Profile:
+    """One bug-report stand-in by name; `KeyError` names the known ones."""
+    bugs = load_bugs()
+    if name not in bugs:
+        raise KeyError(f"unknown bug profile {name!r} (known: {', '.join(sorted(bugs))})")
+    return bugs[name]
 
 
 @cache
@@ -108,6 +162,7 @@ ANSWER_KINDS = (
     "unknown_model",
     "no_models",
     "unknown_previous_response",
+    "context_length_exceeded",
 )
 """The answer names a profile may document; the stand-ins and the diagnosis rules use these."""
 
@@ -134,13 +189,19 @@ def answer_variants(prof: Profile, kind: str) -> list[dict[str, Any]]:
     return list(ans) if isinstance(ans, list) else [ans]
 
 
-def answer_for(prof: Profile, kind: str, path: str = "") -> dict[str, Any] | None:
+def answer_for(
+    prof: Profile, kind: str, path: str = "", *, stream: bool | None = None
+) -> dict[str, Any] | None:
     """The answer a provider gives for `kind` on `path`: the first variant whose optional
-    `path_regex` matches, or `None` when the provider has no such answer (e.g. no auth)."""
+    `path_regex` matches (and whose optional `stream` is whether the request streams), or
+    `None` when the provider has no such answer (e.g. no auth)."""
     for variant in answer_variants(prof, kind):
         rx = variant.get("path_regex")
-        if rx is None or re.search(rx, path):
-            return variant
+        if rx is not None and not re.search(rx, path):
+            continue
+        if "stream" in variant and stream is not None and variant["stream"] is not stream:
+            continue
+        return variant
     return None
 
 
@@ -159,3 +220,32 @@ def render_answer(
     headers = [("Content-Type", str(answer["content_type"]))] if "content_type" in answer else []
     headers += [(k, str(fill(str(v), values))) for k, v in (answer.get("headers") or {}).items()]
     return int(answer["status"]), headers, data
+
+
+def noisy(value: Any, noise: Mapping[str, Any] | None) -> Any:
+    """An answer with what differs between two honest servers changed (a profile's `noise`):
+    timestamps moved (`created_offset`), token counts moved (`usage_offset`), generated text
+    reworded (`text: {from, to}`), keys in another order (`key_order: reversed`)."""
+    if not noise:
+        return value
+    if isinstance(value, list):
+        return [noisy(v, noise) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    reword = noise.get("text") or {}
+    for key, item in value.items():
+        if (
+            key in ("created", "created_at")
+            and isinstance(item, int)
+            and not isinstance(item, bool)
+        ):
+            item = item + int(noise.get("created_offset", 0))
+        elif key.endswith("_tokens") and isinstance(item, int) and not isinstance(item, bool):
+            item = item + int(noise.get("usage_offset", 0))
+        elif key in ("content", "text", "delta") and isinstance(item, str) and reword:
+            item = item.replace(str(reword["from"]), str(reword["to"]))
+        out[key] = noisy(item, noise)
+    if noise.get("key_order") == "reversed":
+        out = dict(reversed(list(out.items())))
+    return out

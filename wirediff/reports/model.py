@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff.analysis.comparison.impact import clients
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
@@ -194,6 +195,8 @@ class ReportModel:
     max_examples: int
     verdict_frame: pd.DataFrame
     """The drop-in verdicts as `wirediff.analysis.comparison.verdicts.verdicts` frames them."""
+    measured_by: list[str] = field(default_factory=list)
+    """The clients the impact harness ran (and why one did not): `openai-node: not measured …`."""
     probe: ProbeResult | None = None
     """A probe's feature matrix and client readiness, which the report then opens with."""
 
@@ -365,6 +368,7 @@ def finish(
     }
     return ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        measured_by=list(clients()),
         labels=labels,
         roles=role_of,
         totals=totals,

@@ -182,6 +182,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
     return {
         "format": SUMMARY_FORMAT,
         "generated_at": model.generated_at,
+        "measured_by": model.measured_by,
         "baseline": [label for label, role in model.roles.items() if role == "baseline"],
         "baseline_chosen_by": model.baseline_chosen_by,
         "baseline_flawed": model.baseline_flawed,

@@ -1,17 +1,25 @@
-"""Client breakages: what the real SDK made of an answer (`impact`), judged.
+"""Client breakages: what the real clients made of an answer (`impact`), judged.
 
-On one answer alone (`record_breaks`): the SDK raised; tool-call arguments do not give an
-object to `json.loads`; usage asked for with `stream_options.include_usage` never came; a
-stream was asked for and nothing was streamed. A candidate against its baseline
-(`pair_breaks`): the candidate makes the SDK fail where the baseline does not; it raises
-where the baseline did not, or another class; streamed chunks or events, models or an
-embedding the baseline gave are gone; tool arguments that parsed no longer do; usage the
-baseline gave is absent. Generated content (an empty text) is not judged.
+Each rule reads the observations of every client alike (openai-python's keys, and the Node
+SDK's under `node:`). On one answer alone (`record_breaks`): a client raised where an app
+would not expect it; tool-call arguments do not give an object to `json.loads` or the tool's
+schema rejects them; a tool call has no id (`call_id`) to answer it with, names a tool the
+request did not offer, is refused by `runTools()`, or has another `call_id` in the final
+object than the stream announced; structured content the request asked for is not what its
+schema accepts; usage asked for with `stream_options.include_usage` never came; a stream was
+asked for and nothing was streamed; a stream helper's final object lacks the text its events
+delivered. A candidate against its baseline (`pair_breaks`): it makes a client fail where the
+baseline does not; it raises where the baseline did not, or another class; streamed chunks or
+events, models or an embedding the baseline gave are gone; tool arguments that parsed no
+longer do; usage, the reasoning text or the server's words in an error the baseline gave are
+gone; both answers call tools and the `finish_reason` (Responses: `status`) an agent loop
+branches on differs. Generated content (an empty text, which tool was called) is not judged.
 
-A break is `breaking` itself (a `client` finding, in the SDK's words), and it makes the
+A break is `breaking` itself (a `client` finding, in the client's words), and it makes the
 findings that explain it breaking (`implicates`): a changed status, a soft error or another
-transport for a raise, a loss or a failure; a `usage` path for lost usage; an `arguments`/`tool_calls`
-path for arguments; a key or event the failure names (`no attribute 'output'`).
+transport for a raise, a loss or a failure; the paths of what was lost or judged (`usage`,
+`arguments`/`tool_calls`, `finish_reason`, the content, `reasoning_content`, the error
+object); a key or event a failure names (`no attribute 'output'`).
 """
 
 from __future__ import annotations
@@ -21,15 +29,19 @@ from dataclasses import dataclass
 
 from wirediff._support import clip, error_kind, is_2xx, response_status
 from wirediff._types import Record
+from wirediff.analysis.comparison.clients.probe import Failure
 from wirediff.analysis.comparison.compare import error_message
-from wirediff.analysis.comparison.impact import Failure, Outcome
+from wirediff.analysis.comparison.impact import SDK_SOURCE, Outcome
 from wirediff.record.tags import is_error_body
 
 __all__ = [
     "ARGUMENTS",
     "FAILURE",
+    "FINISH",
     "LOST",
     "RAISES",
+    "STRUCTURED",
+    "TOOL_CALL",
     "USAGE",
     "Break",
     "implicates",
@@ -39,6 +51,9 @@ __all__ = [
 ]
 
 FAILURE, RAISES, LOST, ARGUMENTS, USAGE = "failure", "raises", "lost", "arguments", "usage"
+FINISH, TOOL_CALL, STRUCTURED = "finish_reason", "tool_call", "structured"
+CLIENTS = ("", "node:")
+"""Observation key prefixes: openai-python's, the Node SDK's."""
 STREAMED = ("chunks", "events", "models", "embedding")
 """What a probe counts as received (`some`/`vector`) or not."""
 WORDS = 160
@@ -47,11 +62,14 @@ _NAMED = re.compile(r"'([A-Za-z_][\w.]*)'|`([^`]+)`")
 _ATTRIBUTE = re.compile(r"\.([A-Za-z_]\w*)")
 _BRACKETS = re.compile(r"\[[^\]]*\]")
 _LABEL = re.compile(r"^events\[([^\]]*)\]")
+_CONTENT = frozenset({"content", "text", "output_text", "delta", "refusal", "parts"})
+_TOOLS = frozenset({"tool_calls", "call_id", "function_call", "arguments"})
+_ERROR = frozenset({"error", "message", "detail", "object", "code", "type"})
 
 
 @dataclass(frozen=True, slots=True)
 class Break:
-    """The client loses something on an answer: which call, in whose words, and what it
+    """A client loses something on an answer: which call, in whose words, and what it
     explains."""
 
     rule: str
@@ -61,6 +79,10 @@ class Break:
     candidate: str = ""
     names: frozenset[str] = frozenset()
     """Keys and event types a failure names: the findings at them are its cause."""
+    key: str = ""
+    """The observation the break is about (`node:final.reasoning_content`)."""
+    client: str = SDK_SOURCE
+    """The client that broke (`openai-node 6.49.0`)."""
 
 
 def server_words(record: Record) -> str:
@@ -89,25 +111,130 @@ def _names(failure: Failure) -> frozenset[str]:
     return frozenset(found)
 
 
+def _client_of(outcome: Outcome, prefix: str) -> str:
+    """The client whose keys start with `prefix`."""
+    if not prefix:
+        return SDK_SOURCE
+    return next((c for c in outcome.clients if c.startswith("openai-node")), "openai-node")
+
+
 def failure_break(failure: Failure) -> Break:
     return Break(
-        FAILURE, failure.probe, failure.evidence, candidate=failure.error, names=_names(failure)
+        FAILURE,
+        failure.probe,
+        failure.evidence,
+        candidate=failure.error,
+        names=_names(failure),
+        client=failure.client or SDK_SOURCE,
     )
 
 
-def _arguments(probe: str, kind: str, baseline: str = "") -> Break:
-    message = f"`{probe}`: tool-call arguments are {kind}, `json.loads` gives no object"
-    return Break(ARGUMENTS, probe, message, baseline, kind)
+def _who(probe: str, client: str) -> str:
+    return f"`{probe}`" + (f" ({client})" if client != SDK_SOURCE else "")
 
 
-def _usage(probe: str, baseline: str = "") -> Break:
-    message = f"`{probe}`: no usage, though `stream_options.include_usage` asked for it"
-    return Break(USAGE, probe, message, baseline, "absent")
+def _arguments(probe: str, kind: str, key: str, client: str, baseline: str = "") -> Break:
+    if kind.startswith("rejected by the schema"):
+        said = f"tool-call arguments are {kind}: the tool's schema from the request"
+    else:
+        said = f"tool-call arguments are {kind}, `json.loads` gives no object"
+    return Break(
+        ARGUMENTS, probe, f"{_who(probe, client)}: {said}", baseline, kind, key=key, client=client
+    )
 
 
-def _lost(probe: str, key: str, kind: str, baseline: str = "") -> Break:
-    message = f"`{probe}`: {key} {kind}, a stream was asked for"
-    return Break(LOST, probe, message, baseline, kind)
+def _usage(probe: str, client: str, baseline: str = "") -> Break:
+    message = f"{_who(probe, client)}: no usage, though `stream_options.include_usage` asked for it"
+    return Break(USAGE, probe, message, baseline, "absent", key="usage", client=client)
+
+
+def _lost(probe: str, key: str, kind: str, client: str, baseline: str = "") -> Break:
+    message = f"{_who(probe, client)}: {key.split(':')[-1]} {kind}, a stream was asked for"
+    return Break(LOST, probe, message, baseline, kind, key=key, client=client)
+
+
+_TOOL_WORDS = {
+    "missing": "a tool call has no id (`call_id`): the agent loop cannot send its result back",
+    "repeated": "two tool calls share an id: the agent loop cannot tell their results apart",
+    "not offered": "a tool call names a tool the request did not offer",
+}
+
+
+def _tool_breaks(outcome: Outcome, prefix: str, client: str) -> list[Break]:
+    out = []
+    for key in (f"{prefix}tool_call.id", f"{prefix}final.tool_call.id"):
+        value = outcome.get(key)
+        if value in ("missing", "repeated"):
+            probe = outcome.probe_of(key)
+            message = f"{_who(probe, client)}: {_TOOL_WORDS[value]}"
+            out.append(Break(TOOL_CALL, probe, message, "present", value, key=key, client=client))
+            break
+    for key in (f"{prefix}tool_call.name", f"{prefix}final.tool_call.name"):
+        if outcome.get(key) == "not offered":
+            probe = outcome.probe_of(key)
+            message = f"{_who(probe, client)}: {_TOOL_WORDS['not offered']}"
+            out.append(
+                Break(TOOL_CALL, probe, message, "offered", "not offered", key=key, client=client)
+            )
+            break
+    if outcome.get(f"{prefix}final.call_id") == "not as streamed":
+        key = f"{prefix}final.call_id"
+        probe = outcome.probe_of(key)
+        message = (
+            f"{_who(probe, client)}: the final object's `call_id` is not the one the stream "
+            "announced: a result sent back under the streamed id answers no call"
+        )
+        out.append(
+            Break(
+                TOOL_CALL, probe, message, "as streamed", "not as streamed", key=key, client=client
+            )
+        )
+    refused = outcome.get(f"{prefix}runTools.refused")
+    if refused is not None:
+        probe = outcome.probe_of(f"{prefix}runTools.refused")
+        message = f"{_who(probe, client)} does not call the tool, it answers the model: {refused}"
+        out.append(
+            Break(
+                TOOL_CALL,
+                probe,
+                message,
+                "tools called",
+                refused,
+                key=f"{prefix}runTools",
+                client=client,
+            )
+        )
+    return out
+
+
+def _structured(outcome: Outcome, prefix: str, client: str, parse_failed: bool) -> list[Break]:
+    if parse_failed:
+        return []
+    for key in (f"{prefix}structured", f"{prefix}final.structured"):
+        verdict = outcome.get(key)
+        if verdict is not None and verdict != "valid":
+            probe = outcome.probe_of(key)
+            message = (
+                f"{_who(probe, client)}: the structured output the request asked for is {verdict}"
+            )
+            return [Break(STRUCTURED, probe, message, "valid", verdict, key=key, client=client)]
+    return []
+
+
+def _final_lost(outcome: Outcome, prefix: str, client: str) -> list[Break]:
+    """A stream helper's final object without the text its events delivered."""
+    out = []
+    for text in ("content", "output_text"):
+        key = f"{prefix}final.{text}"
+        if outcome.get(f"{prefix}streamed.{text}") == "text" and outcome.get(key) in (
+            "empty",
+            "none",
+        ):
+            probe = outcome.probe_of(key)
+            got = str(outcome.get(key))
+            message = f"{_who(probe, client)}: the final object's `{text}` is {got}, though the stream delivered text"
+            out.append(Break(LOST, probe, message, "text", got, key=key, client=client))
+    return out
 
 
 def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
@@ -115,28 +242,112 @@ def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
     if not outcome.judged:
         return ()
     out = [failure_break(f) for f in outcome.failures]
-    for key in ("tool_arguments", "final.tool_arguments"):
-        kind = outcome.get(key)
-        if kind is not None and kind != "object" and not any(b.rule == ARGUMENTS for b in out):
-            out.append(_arguments(outcome.probe_of(key), kind))
+    parse_failed = any("parse" in f.probe or "Model" in f.probe for f in outcome.failures)
     body = (record.get("request") or {}).get("body")
     body = body if isinstance(body, dict) else {}
     options = body.get("stream_options")
-    if (
-        isinstance(options, dict)
-        and options.get("include_usage")
-        and outcome.get("usage") == "absent"
-    ):
-        out.append(_usage(outcome.probe_of("usage")))
-    if body.get("stream") is True and is_2xx(response_status(record)):
+    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    streamed = body.get("stream") is True and is_2xx(response_status(record))
+    for prefix in CLIENTS:
+        client = _client_of(outcome, prefix)
+        for key in (f"{prefix}tool_arguments", f"{prefix}final.tool_arguments"):
+            kind = outcome.get(key)
+            if kind is not None and kind != "object":
+                out.append(_arguments(outcome.probe_of(key), kind, key, client))
+                break
+        out += _tool_breaks(outcome, prefix, client)
+        out += _structured(outcome, prefix, client, parse_failed)
+        out += _final_lost(outcome, prefix, client)
+    if include_usage and outcome.get("usage") == "absent":
+        out.append(_usage(outcome.probe_of("usage"), SDK_SOURCE))
+    if streamed:
         for key in ("chunks", "events"):
             if outcome.get(key) == "none":
-                out.append(_lost(outcome.probe_of(key), key, "none"))
+                out.append(_lost(outcome.probe_of(key), key, "none", SDK_SOURCE))
     return tuple(out)
 
 
 def _class(raised: str) -> str:
     return raised.split(":", 1)[0]
+
+
+def _finish_keys(prefix: str) -> list[tuple[str, str]]:
+    """`(finish key, tool-call count key)` of each call that reports both."""
+    return [
+        (f"{prefix}{stage}{finish}", f"{prefix}{stage}tool_calls")
+        for stage in ("", "final.")
+        for finish in ("finish_reason", "status")
+    ]
+
+
+def _pair_for(b: Outcome, c: Outcome, cand: Record, prefix: str) -> list[Break]:
+    client = _client_of(c, prefix)
+    out: list[Break] = []
+    b_raised, c_raised = b.get(f"{prefix}raises"), c.get(f"{prefix}raises")
+    if c_raised is not None and (b_raised is None or _class(b_raised) != _class(c_raised)):
+        probe = c.probe_of(f"{prefix}raises")
+        words = server_words(cand)
+        message = f"{_who(probe, client)} raises {_class(c_raised)}" + (
+            f": {words}" if words else ""
+        )
+        out.append(
+            Break(
+                RAISES,
+                probe,
+                message,
+                b_raised or "nothing raised",
+                c_raised,
+                key=f"{prefix}raises",
+                client=client,
+            )
+        )
+    for name in STREAMED:
+        key = f"{prefix}{name}"
+        got, had = c.get(key), b.get(key)
+        if had in ("some", "vector") and got != had:
+            out.append(
+                _lost(c.probe_of(key) or b.probe_of(key), key, got or "nothing", client, had)
+            )
+    for key in (f"{prefix}tool_arguments", f"{prefix}final.tool_arguments"):
+        got = c.get(key)
+        if b.get(key) == "object" and got != "object" and got is not None:
+            out.append(_arguments(c.probe_of(key) or b.probe_of(key), got, key, client, "object"))
+    for key in (f"{prefix}usage", f"{prefix}final.usage"):
+        if b.get(key) == "present" and c.get(key) == "absent":
+            probe = c.probe_of(key)
+            message = f"{_who(probe, client)}: usage is absent, the baseline's answer had it"
+            out.append(Break(USAGE, probe, message, "present", "absent", key=key, client=client))
+    for key in (f"{prefix}reasoning_content", f"{prefix}final.reasoning_content"):
+        if b.get(key) == "text" and c.get(key) not in ("text", None):
+            probe = c.probe_of(key)
+            message = (
+                f"{_who(probe, client)}: `reasoning_content` is {c.get(key)}, the baseline's "
+                "answer had the reasoning there"
+            )
+            out.append(Break(LOST, probe, message, "text", str(c.get(key)), key=key, client=client))
+            break
+    key = f"{prefix}error.message"
+    if b.get(key) == "the server's words" and c.get(key) == "no server words":
+        probe = c.probe_of(key)
+        words = server_words(cand)
+        message = f"{_who(probe, client)} raises an error without the server's words" + (
+            f" ({words!r} is lost)" if words else ""
+        )
+        out.append(
+            Break(LOST, probe, message, "the server's words", "lost", key=key, client=client)
+        )
+    for finish, count in _finish_keys(prefix):
+        had, got = b.get(finish), c.get(finish)
+        calls = b.get(count) not in (None, "0") and c.get(count) not in (None, "0")
+        if had is not None and got is not None and had != got and calls:
+            probe = c.probe_of(finish)
+            message = (
+                f"{_who(probe, client)}: `{finish.split('.')[-1]}` is {got!r} on an answer that calls "
+                f"tools, the baseline's was {had!r}: an agent loop branches on it"
+            )
+            out.append(Break(FINISH, probe, message, had, got, key=finish, client=client))
+            break
+    return out
 
 
 def pair_breaks(base: Record, cand: Record, b: Outcome, c: Outcome) -> tuple[Break, ...]:
@@ -147,30 +358,17 @@ def pair_breaks(base: Record, cand: Record, b: Outcome, c: Outcome) -> tuple[Bre
         kind = error_kind(cand) or "no response"
         probe = b.probes[0][1] if b.probes else ""
         message = f"`{probe}` raises APIConnectionError: no answer ({kind})"
-        return (Break(RAISES, probe, message, b.get("raises") or "", "APIConnectionError"),)
+        return (
+            Break(
+                RAISES, probe, message, b.get("raises") or "", "APIConnectionError", key="raises"
+            ),
+        )
     if not c.judged:
         return ()
-    out: list[Break] = []
-    known = {(f.probe, f.error) for f in b.failures}
-    out += [failure_break(f) for f in c.failures if (f.probe, f.error) not in known]
-    b_raised, c_raised = b.get("raises"), c.get("raises")
-    if c_raised is not None and (b_raised is None or _class(b_raised) != _class(c_raised)):
-        probe = c.probe_of("raises")
-        words = server_words(cand)
-        message = f"`{probe}` raises {_class(c_raised)}" + (f": {words}" if words else "")
-        out.append(Break(RAISES, probe, message, b_raised or "nothing raised", c_raised))
-    for key in STREAMED:
-        got, had = c.get(key), b.get(key)
-        if had in ("some", "vector") and got != had:
-            out.append(_lost(c.probe_of(key) or b.probe_of(key), key, got or "nothing", had))
-    for key in ("tool_arguments", "final.tool_arguments"):
-        got = c.get(key)
-        if b.get(key) == "object" and got != "object":
-            out.append(_arguments(c.probe_of(key) or b.probe_of(key), got or "absent", "object"))
-    for key in ("usage", "final.usage"):
-        if b.get(key) == "present" and c.get(key) == "absent":
-            message = f"`{c.probe_of(key)}`: usage is absent, the baseline's answer had it"
-            out.append(Break(USAGE, c.probe_of(key), message, "present", "absent"))
+    known = {(f.probe, f.client, f.error) for f in b.failures}
+    out = [failure_break(f) for f in c.failures if (f.probe, f.client, f.error) not in known]
+    for prefix in CLIENTS:
+        out += _pair_for(b, c, cand, prefix)
     return tuple(out)
 
 
@@ -180,16 +378,50 @@ def segments(path: str) -> list[str]:
     return [s for s in re.split(r"[.@]", _BRACKETS.sub("", path)) if s]
 
 
+def _about(brk: Break, parts: list[str], path: str) -> bool | None:
+    """Whether a path is what the break judged or lost (None: the rule names no paths)."""
+    key = brk.key.split(":")[-1].split(".")[-1]
+    if brk.rule == USAGE:
+        return "usage" in parts or path == "events[chunk.usage]"
+    if brk.rule in (ARGUMENTS, TOOL_CALL):
+        return bool(_TOOLS & set(parts)) or "function_call" in path
+    if brk.rule == FINISH:
+        return "finish_reason" in parts or parts[-1:] == ["status"]
+    if brk.rule == STRUCTURED:
+        return bool(_CONTENT & set(parts)) or "output_text" in path
+    if brk.rule == LOST and key == "reasoning_content":
+        return "reasoning_content" in parts or "reasoning" in parts
+    if brk.rule == LOST and key == "message":
+        return bool(_ERROR & set(parts)) or not parts
+    if brk.rule == LOST and key in ("content", "output_text"):
+        return bool(_CONTENT & set(parts)) or "output" in parts
+    return None
+
+
+def _unreadable_stream(brk: Break) -> bool:
+    """The stream as a whole could not be read: a helper gave up on the event protocol (its
+    failure names an event), or nothing streamed."""
+    if brk.rule == FAILURE:
+        return any(name.startswith("response.") for name in brk.names)
+    return brk.rule == LOST and brk.key.split(":")[-1] in ("chunks", "events")
+
+
 def implicates(brk: Break, kind: str, path: str, baseline: str = "", candidate: str = "") -> bool:
     """Whether a finding (of another kind than `client`) is a cause of the break."""
     if kind in ("status", "soft_error", "transport"):
-        return brk.rule in (RAISES, LOST, FAILURE)
-    parts = segments(path)
-    if brk.rule == USAGE:
-        return "usage" in parts or path == "events[chunk.usage]"
-    if brk.rule == ARGUMENTS:
-        return "arguments" in parts or "tool_calls" in parts
+        return brk.rule in (RAISES, LOST, FAILURE) or (
+            brk.rule == STRUCTURED and kind == "transport"
+        )
+    if kind == "error_shape" and brk.rule == LOST:
+        return brk.key.endswith("error.message")
+    if kind.startswith("event_") and _unreadable_stream(brk):
+        return True
     label = _LABEL.match(path)
+    parts = segments(path)
+    named = label.group(1).rstrip("+").split(".") if label else []
+    about = _about(brk, named + parts, path)
+    if about is not None:
+        return about
     if kind.startswith("event_") or (label and label.end() == len(path)):
         labels = {label.group(1) if label else "", baseline, candidate}
         return any(x.rstrip("+") in brk.names for x in labels if x)

@@ -1,71 +1,68 @@
-"""What an app gets from an answer: the recorded bytes fed back into the real openai SDK.
+"""What an app gets from an answer: the recorded bytes fed back into real client code.
 
-Severity follows client impact, and impact is measured, not guessed: each recorded answer is
-served to `openai.OpenAI` through an `httpx.MockTransport`, and the calls apps make are made —
-`create()` (streamed or not), the `chat.completions.stream()` and `responses.stream()` helpers
-and their final objects — reading what apps read: the message content, tool-call arguments
-parsed as JSON, `output_text`, usage. The result is an `Outcome`: what each probe observed
-(kinds of values, never generated text) and the failures, each with the line of the traceback
-where the SDK gave up. Outcomes are remembered per answer skeleton (`skeleton`: the request's
-options and the answer's structure, `wirediff.analysis.comparison.shapes.structure`), so the
-SDK runs once per distinct answer structure, not once per exchange.
+Severity follows client impact, and impact is measured, not guessed: each recorded answer
+is served to openai-python (`clients.python`) and, where Node and the npm `openai` package
+are found, to the Node SDK (`clients.node`, under keys prefixed `node:`), and the calls
+apps make are made: `create()`, the stream helpers and their final objects, `parse()`,
+`runTools()`, reading what apps and agent loops read. The result is an `Outcome`: what each
+call observed (kinds of values, never generated text) and the failures, in the client's
+words.
+
+Outcomes are remembered per answer skeleton (`skeleton`), so each client runs once per
+distinct answer, not once per exchange; `prepare` measures many records at once (the Node
+SDK's calls in one batch). A skeleton reads, of the record:
+- the request: method, `tags.endpoint`, `stream`, `stream_options`, and what it asks of the
+  answer (`clients.asked`: each function tool's name and parameters schema, the
+  `response_format` / `text.format` type and schema);
+- the answer: status, content type, `truncated`, and the structure of the body, text or
+  each event (`shapes.structure`: generated text and numbers do not count, whether a text
+  is empty does), event names, the positions stream helpers index by, and the verdicts on
+  what the request asked (`clients.asked`: each tool call's name offered or not and its
+  arguments against its schema; the structured content against its schema; whether the
+  final Response keeps the `call_id`s the stream announced) — values decide those, so the
+  verdicts, not the values, are in the skeleton.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import traceback
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-import openai
-
-from wirediff._support import as_bytes, clip, is_2xx
+from wirediff._support import as_bytes
 from wirediff._types import Record
+from wirediff.analysis.comparison.clients import node, python
+from wirediff.analysis.comparison.clients.asked import (
+    Asked,
+    arguments_kind,
+    asked,
+    structured_kind,
+)
+from wirediff.analysis.comparison.clients.probe import Failure, Observations, served
 from wirediff.analysis.comparison.shapes import structure
 
-__all__ = ["SDK_SOURCE", "Failure", "Outcome", "impact", "skeleton"]
+__all__ = ["SDK_SOURCE", "Outcome", "clients", "impact", "prepare", "skeleton"]
 
-SDK_SOURCE = f"openai-python {openai.__version__}"
-MESSAGE_LIMIT = 240
-"""Characters kept of an exception's message in the evidence."""
+SDK_SOURCE = python.CLIENT
 MEMO_LIMIT = 1 << 14
 """Outcomes remembered (then the table starts over: forgetting only costs time)."""
-_HOP_BY_HOP = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
-_PROMPT = [{"role": "user", "content": "x"}]
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """The SDK raised where an app would not expect it, or handed back nothing useful."""
-
-    probe: str
-    """The call that failed, as an app writes it: `client.responses.stream()`."""
-    error: str
-    """`AttributeError: 'Response' object has no attribute 'output'`."""
-    where: str = ""
-    """The failing line of the traceback: `openai/lib/…/_responses.py:332: snapshot.output…`."""
-
-    @property
-    def evidence(self) -> str:
-        return f"`{self.probe}` {self.error}" + (f" at {self.where}" if self.where else "")
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What the probes observed (`content: text`, `tool_arguments: object`, `raises:
-    NotFoundError`…) and how the SDK failed, if it did."""
+    """What the calls observed (`content: text`, `tool_arguments: object`, `raises:
+    NotFoundError`, `node:final.content: text`…) and how the clients failed, if they did."""
 
     observed: tuple[tuple[str, str], ...] = ()
     failures: tuple[Failure, ...] = ()
     judged: bool = True
-    """False when the answer cannot be replayed to the SDK (truncated, not recorded)."""
+    """False when the answer cannot be replayed to a client (truncated, not recorded)."""
     probes: tuple[tuple[str, str], ...] = ()
     """Which call observed each key: `("usage", "client.chat.completions.create(stream=True)")`."""
+    clients: tuple[str, ...] = ()
+    """The clients that measured it: `openai-python 2.54.0`, `openai-node 6.49.0`."""
 
     def get(self, key: str) -> str | None:
         for k, v in self.observed:
@@ -80,288 +77,90 @@ class Outcome:
         return ""
 
 
-@dataclass
-class _Probe:
-    observed: dict[str, str] = field(default_factory=dict)
-    failures: list[Failure] = field(default_factory=list)
-    probes: dict[str, str] = field(default_factory=dict)
-    current: str = ""
-
-    def see(self, key: str, value: str) -> None:
-        self.observed[key] = value
-        self.probes[key] = self.current
-
-    def run(self, probe: str, call: Callable[[], None]) -> None:
-        self.current = probe
-        try:
-            call()
-        except openai.APIStatusError as e:
-            if "raises" not in self.observed:
-                self.see("raises", type(e).__name__)
-        except openai.APIError as e:  # an error event in a stream: the app sees an exception
-            if "raises" not in self.observed:
-                self.see("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
-        except Exception as e:
-            self.failures.append(Failure(probe, _error_text(e), _failing_line(e)))
+def clients() -> tuple[str, str]:
+    """The clients impact is measured with, one line each (the report says which)."""
+    return (f"{python.CLIENT}", node.status())
 
 
-def _error_text(e: BaseException) -> str:
-    first = str(e).splitlines()[0] if str(e) else ""
-    return f"raises {type(e).__name__}" + (f": {clip(first, MESSAGE_LIMIT)}" if first else "")
-
-
-def _failing_line(e: BaseException) -> str:
-    """The innermost frame in the SDK (else the innermost at all), as `file:line: code`."""
-    frames = traceback.extract_tb(e.__traceback__)
-    inside = [f for f in frames if "/openai/" in f.filename.replace("\\", "/")]
-    if not (inside or frames):
-        return ""
-    frame = (inside or frames)[-1]
-    path = frame.filename.replace("\\", "/")
-    short = path[path.rindex("/openai/") + 1 :] if "/openai/" in path else path.rsplit("/", 1)[-1]
-    return f"{short}:{frame.lineno}: {(frame.line or '').strip()}"
-
-
-# --- the answer, served again -------------------------------------------------------------
-
-
-def _answer(record: Record) -> httpx.Response | None:
-    resp = record.get("response")
-    if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
-        return None
-    if resp.get("truncated") and not isinstance(resp.get("events"), list):
-        return None
-    headers = [  # as the bytes they were: a header's text need not be ASCII
-        (as_bytes(str(k)), as_bytes(str(v)))
-        for k, v in resp.get("headers") or []
-        if str(k).lower() not in _HOP_BY_HOP
-    ]
-    events = resp.get("events")
-    if isinstance(events, list):
-        content = _sse(events)
-    elif resp.get("body") is not None:
-        content = json.dumps(resp["body"]).encode()
-    elif isinstance(text := resp.get("text"), str):
-        content = as_bytes(text)
-    elif resp.get("b64") is not None or resp.get("complete") is False:
-        return None
-    else:
-        content = b""
-    return httpx.Response(resp["status"], headers=headers, content=content)
-
-
-def _sse(events: list[Any]) -> bytes:
-    """The stream as the SDK parses it: each event's name and data, in order."""
-    frames = []
-    for ev in events:
-        if not isinstance(ev, dict):
-            continue
-        data = ev.get("data")
-        text = data if isinstance(data, str) else json.dumps(data)
-        name = f"event: {ev['event']}\n" if isinstance(ev.get("event"), str) else ""
-        frames.append(f"{name}data: {text}\n\n")
-    return as_bytes("".join(frames))
-
-
-def _client(answer: httpx.Response) -> openai.OpenAI:
-    def serve(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            answer.status_code, headers=answer.headers, content=answer.content, request=request
-        )
-
-    return openai.OpenAI(
-        api_key="sk-impact",
-        base_url="http://wirediff.invalid/v1",
-        max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(serve)),
-    )
-
-
-def _object(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _kind_of_text(value: Any) -> str:
-    if value is None:
-        return "none"
-    if not isinstance(value, str):
-        return type(value).__name__
-    return "text" if value else "empty"
-
-
-def _kind_of_arguments(value: Any) -> str:
-    """Tool-call arguments as an app reads them: `json.loads` must give an object."""
-    if not isinstance(value, str):
-        return f"not a string ({type(value).__name__})"
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return "not JSON"
-    return "object" if isinstance(parsed, dict) else f"JSON {type(parsed).__name__}"
-
-
-def _usage(value: Any) -> str:
-    return "present" if value is not None else "absent"
-
-
-# --- the probes, per family ----------------------------------------------------------------
-
-
-def _tools(request: dict[str, Any]) -> list[Any]:
-    tools = request.get("tools")
-    return (
-        [t for t in tools if isinstance(t, dict) and t.get("type") == "function"]
-        if isinstance(tools, list)
-        else []
-    )
-
-
-def _chat(client: Any, request: dict[str, Any], p: _Probe) -> None:
-    model = str(request.get("model") or "m")
-    tools = _tools(request)
-    extra: dict[str, Any] = {"tools": tools} if tools else {}
-    if not request.get("stream"):
-
-        def create() -> None:
-            r = client.chat.completions.create(model=model, messages=_PROMPT, **extra)
-            choice = r.choices[0]
-            p.see("content", _kind_of_text(choice.message.content))
-            for call in choice.message.tool_calls or []:
-                p.see("tool_arguments", _kind_of_arguments(call.function.arguments))
-            p.see("usage", _usage(r.usage))
-            if r.usage is not None:
-                p.see("usage.total_tokens", type(r.usage.total_tokens).__name__)
-
-        p.run("client.chat.completions.create()", create)
-        return
-    options = request.get("stream_options")
-    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-    if include_usage:
-        extra["stream_options"] = {"include_usage": True}
-
-    def create_stream() -> None:
-        chunks = 0
-        content: list[str] = []
-        arguments: dict[int, str] = {}
-        usage = None
-        for chunk in client.chat.completions.create(
-            model=model, messages=_PROMPT, stream=True, **extra
-        ):
-            chunks += 1
-            usage = chunk.usage or usage
-            for choice in chunk.choices or []:
-                if choice.delta.content:
-                    content.append(choice.delta.content)
-                for call in choice.delta.tool_calls or []:
-                    fn = call.function
-                    piece = fn.arguments if fn is not None else None
-                    if piece is not None:
-                        arguments[call.index] = arguments.get(call.index, "") + str(piece)
-        p.see("chunks", "some" if chunks else "none")
-        p.see("content", "text" if content else "empty")
-        for args in arguments.values():
-            p.see("tool_arguments", _kind_of_arguments(args))
-        if include_usage:
-            p.see("usage", _usage(usage))
-
-    p.run("client.chat.completions.create(stream=True)", create_stream)
-
-    def helper() -> None:
-        with client.chat.completions.stream(model=model, messages=_PROMPT, **extra) as stream:
-            for _ in stream:
-                pass
-            final = stream.get_final_completion()
-        if final.choices:
-            p.see("final.content", _kind_of_text(final.choices[0].message.content))
-
-    p.run("client.chat.completions.stream()", helper)
-
-
-def _responses(client: Any, request: dict[str, Any], p: _Probe) -> None:
-    model = str(request.get("model") or "m")
-    tools = _tools(request)
-    extra: dict[str, Any] = {"tools": tools} if tools else {}
-
-    def observe(r: Any, prefix: str = "") -> None:
-        p.see(f"{prefix}output_text", _kind_of_text(r.output_text))
-        for item in r.output or []:
-            if getattr(item, "type", None) == "function_call":
-                p.see(f"{prefix}tool_arguments", _kind_of_arguments(item.arguments))
-        p.see(f"{prefix}usage", _usage(r.usage))
-
-    if not request.get("stream"):
-        p.run(
-            "client.responses.create()",
-            lambda: observe(client.responses.create(model=model, input="x", **extra)),
-        )
-        return
-
-    def create_stream() -> None:
-        events = [
-            e.type for e in client.responses.create(model=model, input="x", stream=True, **extra)
-        ]
-        p.see("events", "some" if events else "none")
-
-    p.run("client.responses.create(stream=True)", create_stream)
-
-    def helper() -> None:
-        with client.responses.stream(model=model, input="x", **extra) as stream:
-            for _ in stream:
-                pass
-            observe(stream.get_final_response(), "final.")
-
-    p.run("client.responses.stream()", helper)
-
-
-def _embeddings(client: Any, request: dict[str, Any], p: _Probe) -> None:
-    def create() -> None:
-        r = client.embeddings.create(model=str(request.get("model") or "m"), input="x")
-        first = r.data[0].embedding if r.data else None
-        p.see("embedding", "vector" if first else "empty")
-
-    p.run("client.embeddings.create()", create)
-
-
-def _models(client: Any, request: dict[str, Any], p: _Probe) -> None:
-    def listed() -> None:
-        p.see("models", "some" if [m.id for m in client.models.list()] else "none")
-
-    p.run("client.models.list()", listed)
-
-
-_PROBES: dict[tuple[str, str], Callable[[Any, dict[str, Any], _Probe], None]] = {
-    ("POST", "/v1/chat/completions"): _chat,
-    ("POST", "/v1/responses"): _responses,
-    ("POST", "/v1/embeddings"): _embeddings,
-    ("GET", "/v1/models"): _models,
-}
-
-
-# --- remembered per answer skeleton -------------------------------------------------------
+# --- the skeleton --------------------------------------------------------------------------
 
 
 def _data_key(data: Any) -> Any:
-    """An event's data as the SDK sees it: `[DONE]` and other text as is, JSON by structure."""
+    """An event's data as a client sees it: `[DONE]` and other text as is, JSON by structure."""
     return structure(data) if isinstance(data, dict | list) else data
 
 
-def _text_key(text: Any) -> Any:
-    """A text answer as the SDK reads it: it tries JSON first, so a text that parses is keyed
+def _calls_verdict(calls: Iterable[tuple[Any, Any]], ask: Asked) -> tuple[Any, ...]:
+    """Per tool call `(name, arguments)`: whether the name was offered, and the arguments'
+    verdict against its tool's schema."""
+    return tuple(
+        sorted(
+            (name in ask.names, arguments_kind(args, ask.tool_schema(name))) for name, args in calls
+        )
+    )
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if type(v) is dict] if type(value) is list else []
+
+
+def _body_verdicts(body: Any, ask: Asked) -> tuple[Any, ...]:
+    """The verdicts on a chat completion's or a Response's tool calls and content."""
+    if type(body) is not dict:
+        return ()
+    calls: list[tuple[Any, Any]] = []
+    texts: list[str] = []
+    for choice in _objects(body.get("choices")):
+        message = choice.get("message")
+        if type(message) is dict:
+            for call in _objects(message.get("tool_calls")):
+                fn = call.get("function")
+                fn = fn if type(fn) is dict else {}
+                calls.append((fn.get("name"), fn.get("arguments")))
+            if type(message.get("content")) is str:
+                texts.append(message["content"])
+    for item in _objects(body.get("output")):
+        if item.get("type") == "function_call":
+            calls.append((item.get("name"), item.get("arguments")))
+        for part in _objects(item.get("content")):
+            if part.get("type") == "output_text" and type(part.get("text")) is str:
+                texts.append(part["text"])
+    text = "".join(texts) if texts else None
+    return (_calls_verdict(calls, ask), structured_kind(text, ask))
+
+
+def _text_key(text: Any, ask: Asked) -> Any:
+    """A text answer as clients read it: they try JSON first, so a text that parses is keyed
     as the value it parses to, one that does not by why not."""
     if not isinstance(text, str) or not text.strip():
-        return _kind_of_text(text)
+        return python.kind_of(text)
     try:
-        return ("json", _data_key(json.loads(as_bytes(text))))
+        parsed = json.loads(as_bytes(text))
     except (ValueError, RecursionError) as e:
         return ("not json", type(e).__name__)
+    return ("json", _data_key(parsed), _body_verdicts(parsed, ask))
 
 
-def _events_key(events: list[Any]) -> Iterator[Any]:
+@dataclass
+class _Joined:
+    """What a stream says in pieces, joined: each tool call's name and arguments (by chat
+    `index` or Responses `item_id`) and the text."""
+
+    names: dict[str, Any]
+    arguments: dict[str, str]
+    text: list[str]
+    announced: set[Any] = field(default_factory=set)
+    """The `call_id`s the stream's items announced."""
+    final: set[Any] = field(default_factory=set)
+    """The `call_id`s of the terminal event's Response."""
+
+
+def _events_key(events: list[Any], ask: Asked) -> Iterator[Any]:
     """Event names, structures and the positions the stream helpers look their snapshots up
-    by (`_positions`), with runs of equal ones collapsed, then each stream's joined tool
-    arguments (fragments are not JSON; their concatenation must be)."""
+    by (`_positions`), with runs of equal ones collapsed; the verdicts on whole objects an
+    event carries; then the verdicts on what the stream says in pieces."""
     previous: Any = None
-    joined: dict[str, str] = {}
+    joined = _Joined({}, {}, [])
     for ev in events:
         if type(ev) is not dict:
             continue
@@ -372,20 +171,44 @@ def _events_key(events: list[Any]) -> Iterator[Any]:
                 positions = _chat_chunk(data["choices"], joined)
             else:
                 positions = _positions(data.get("output_index"), data.get("content_index"))
-                if type(data.get("delta")) is str and "arguments" in str(data.get("type")):
-                    item = str(data.get("item_id"))
-                    joined[item] = joined.get(item, "") + data["delta"]
+                _responses_piece(data, joined)
+            verdicts: tuple[Any, ...] = ()
+            if type(data.get("response")) is dict:
+                verdicts = _body_verdicts(data["response"], ask)
+            elif type(data.get("item")) is dict:
+                verdicts = _body_verdicts({"output": [data["item"]]}, ask)
             shaped: tuple[Any, ...] = (
                 name if type(name) is str else None,
                 structure(data),
                 positions,
+                verdicts,
             )
         else:
             shaped = (name if type(name) is str else None, _data_key(data))
         if shaped != previous:
             yield shaped
         previous = shaped
-    yield ("arguments", tuple(sorted(_kind_of_arguments(v) for v in joined.values())))
+    calls = [(joined.names.get(k), v) for k, v in joined.arguments.items()]
+    text = "".join(joined.text) if joined.text or ask.structured else None
+    kept = joined.announced <= joined.final
+    yield ("joined", _calls_verdict(calls, ask), structured_kind(text, ask), kept)
+
+
+def _responses_piece(data: dict[str, Any], joined: _Joined) -> None:
+    kind = str(data.get("type"))
+    item = data.get("item")
+    if type(item) is dict and item.get("type") == "function_call":
+        joined.names[str(item.get("id"))] = item.get("name")
+        joined.announced.add(item.get("call_id"))
+    response = data.get("response")
+    if type(response) is dict and kind == "response.completed":
+        joined.final = {i.get("call_id") for i in _objects(response.get("output"))}
+    if type(data.get("delta")) is str:
+        if "arguments" in kind:
+            key = str(data.get("item_id"))
+            joined.arguments[key] = joined.arguments.get(key, "") + data["delta"]
+        elif kind == "response.output_text.delta":
+            joined.text.append(data["delta"])
 
 
 def _positions(*values: Any) -> tuple[Any, ...]:
@@ -396,25 +219,29 @@ def _positions(*values: Any) -> tuple[Any, ...]:
     )
 
 
-def _chat_chunk(choices: Any, joined: dict[str, str]) -> tuple[Any, ...]:
-    """Add a chunk's tool-call argument fragments to each call's text so far; the chunk's
+def _chat_chunk(choices: Any, joined: _Joined) -> tuple[Any, ...]:
+    """Add a chunk's text and tool-call pieces to what the stream said so far; the chunk's
     choice and tool-call positions."""
     positions = []
-    for choice in choices if type(choices) is list else ():
-        if type(choice) is not dict:
-            continue
+    for choice in _objects(choices):
         positions.append(choice.get("index"))
         delta = choice.get("delta")
-        calls = delta.get("tool_calls") if type(delta) is dict else None
-        for call in calls if type(calls) is list else ():
-            if type(call) is not dict:
-                continue
+        if type(delta) is not dict:
+            continue
+        if type(delta.get("content")) is str:
+            joined.text.append(delta["content"])
+        for call in _objects(delta.get("tool_calls")):
             positions.append(call.get("index"))
             fn = call.get("function")
-            fragment = fn.get("arguments") if type(fn) is dict else None
+            fn = fn if type(fn) is dict else {}
+            index = str(call.get("index"))
+            if fn.get("name") is not None:
+                joined.names[index] = fn.get("name")
+            fragment = fn.get("arguments")
             if type(fragment) is str:
-                index = str(call.get("index"))
-                joined[index] = joined.get(index, "") + fragment
+                joined.arguments[index] = joined.arguments.get(index, "") + fragment
+            elif fragment is not None:
+                joined.arguments[index] = fragment  # type: ignore[assignment]
     return _positions(*positions)
 
 
@@ -423,69 +250,114 @@ def _key(record: Record) -> tuple[Any, ...] | None:
     if not isinstance(resp, dict):
         return None
     tags = record.get("tags") or {}
-    body = _object(req.get("body"))
+    body = req.get("body") if isinstance(req.get("body"), dict) else {}
+    ask = asked(body)
     options = body.get("stream_options")
-    asked = (
+    wanted = (
         req.get("method"),
         tags.get("endpoint"),
         bool(body.get("stream")),
         json.dumps(options, sort_keys=True) if options is not None else None,
-        tuple(sorted(str(t.get("name")) for t in _tools(body))),
+        ask.key,
     )
     content_type = next(
         (str(v) for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), ""
     )
     events = resp.get("events")
     if isinstance(events, list):
-        answer: Any = tuple(_events_key(events))
+        answer: Any = tuple(_events_key(events, ask))
     elif resp.get("body") is not None:
-        answer = ("body", _data_key(resp["body"]))
+        answer = ("body", _data_key(resp["body"]), _body_verdicts(resp["body"], ask))
     else:
-        answer = ("text", _text_key(resp.get("text")), resp.get("b64") is not None)
-    return (asked, resp.get("status"), content_type, resp.get("truncated"), answer)
+        answer = ("text", _text_key(resp.get("text"), ask), resp.get("b64") is not None)
+    return (wanted, resp.get("status"), content_type, resp.get("truncated"), answer)
 
 
 def skeleton(record: Record) -> str | None:
-    """What the SDK's behaviour on `record` depends on, as JSON: equal skeletons, equal
-    outcomes. Generated text and numbers do not count, whether a text is empty does; the
-    structure numbers are this process's (`shapes.structure`)."""
+    """What the clients' behaviour on `record` depends on, as JSON: equal skeletons, equal
+    outcomes (see the module's docstring for what it reads). The structure numbers are this
+    process's (`shapes.structure`)."""
     key = _key(record)
     return None if key is None else json.dumps(key, default=str)
 
+
+# --- measured, remembered ------------------------------------------------------------------
 
 _memo: dict[tuple[Any, ...], Outcome] = {}
 _memo_lock = threading.Lock()
 
 
+def _remember(key: tuple[Any, ...], outcome: Outcome) -> None:
+    with _memo_lock:
+        if len(_memo) >= MEMO_LIMIT:
+            _memo.clear()
+        _memo[key] = outcome
+
+
 def impact(record: Record) -> Outcome:
-    """The outcome of `record`'s answer through the real SDK (remembered per skeleton)."""
+    """The outcome of `record`'s answer through the real clients (remembered per skeleton)."""
     key = _key(record)
     if key is None:
         return Outcome(judged=False)
     found = _memo.get(key)
     if found is None:
         found = _measure(record)
-        with _memo_lock:
-            if len(_memo) >= MEMO_LIMIT:
-                _memo.clear()
-            _memo[key] = found
+        _remember(key, found)
     return found
 
 
-def _measure(record: Record) -> Outcome:
+def prepare(records: Iterable[Record]) -> None:
+    """Measure the answers of `records` not remembered yet, one per skeleton, the Node SDK's
+    calls in one batch (so `impact` finds them)."""
+    pending: dict[tuple[Any, ...], Record] = {}
+    for rec in records:
+        key = _key(rec)
+        if key is not None and key not in _memo and key not in pending:
+            pending[key] = rec
+    if not pending:
+        return
+    jobs = [_job(rec) for rec in pending.values()]
+    measured = node.measure([j for j in jobs if j is not None])
+    by_node = iter(measured)
+    for (key, rec), job in zip(pending.items(), jobs, strict=True):
+        _remember(key, _combine(rec, next(by_node) if job is not None else None))
+
+
+def _job(record: Record) -> node.Job | None:
     req = record.get("request") or {}
-    tags = record.get("tags") or {}
-    probe = _PROBES.get((str(req.get("method")), str(tags.get("endpoint"))))
-    answer = _answer(record)
-    if probe is None or answer is None:
+    answer = served(record)
+    if answer is None:
+        return None
+    body = req.get("body") if isinstance(req.get("body"), dict) else {}
+    route = (str(req.get("method")), str((record.get("tags") or {}).get("endpoint")))
+    return node.Job(route, body, answer)
+
+
+def _measure(record: Record) -> Outcome:
+    job = _job(record)
+    found = node.measure([job]) if job is not None else [None]
+    return _combine(record, found[0])
+
+
+def _combine(record: Record, by_node: Observations | None) -> Outcome:
+    job = _job(record)
+    by_python = python.measure(job.route, job.body, job.answer) if job is not None else None
+    if by_python is None:
         return Outcome(judged=False)
-    p = _Probe()
-    body = _object(req.get("body"))
-    with _client(answer) as client, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the SDK warns while tolerating odd values: not impact
-        probe(client, body, p)
-    if not is_2xx(answer.status_code) and "raises" not in p.observed:
-        p.see("raises", "nothing")
+    parts = [(python.CLIENT, by_python)]
+    sdk = node.node_sdk()
+    if by_node is not None and not isinstance(sdk, str):
+        parts.append((sdk.client, by_node))
+    observed: dict[str, str] = {}
+    probes: dict[str, str] = {}
+    failures: list[Failure] = []
+    for _, part in parts:
+        observed.update(part.observed)
+        probes.update(part.probes)
+        failures += part.failures
     return Outcome(
-        tuple(sorted(p.observed.items())), tuple(p.failures), probes=tuple(sorted(p.probes.items()))
+        tuple(sorted(observed.items())),
+        tuple(failures),
+        probes=tuple(sorted(probes.items())),
+        clients=tuple(name for name, _ in parts),
     )

@@ -20,7 +20,7 @@ from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, PAIR_META
-from wirediff.analysis.comparison.impact import SDK_SOURCE, Outcome
+from wirediff.analysis.comparison.impact import Outcome
 from wirediff.analysis.comparison.observe import MEMO_LIMIT
 
 __all__ = ["judge", "severity_of"]
@@ -81,15 +81,15 @@ _pairs: dict[tuple[Outcome, Outcome], tuple[Break, ...]] = {}
 
 
 def _pair_breaks(base: Record, cand: Record, b: RecordCheck, c: RecordCheck) -> tuple[Break, ...]:
-    """`pair_breaks`, remembered per pair of outcomes unless a raise quotes the server."""
+    """`pair_breaks`, remembered per pair of outcomes unless a break quotes the server."""
     if not cand.get("response"):
         return pair_breaks(base, cand, b.outcome, c.outcome)
     key = (b.outcome, c.outcome)
     found = _pairs.get(key)
     if found is None:
         found = pair_breaks(base, cand, b.outcome, c.outcome)
-        if any(brk.rule == RAISES for brk in found):
-            return found
+        if any(brk.rule == RAISES or brk.key.endswith("error.message") for brk in found):
+            return found  # they quote the server
         if len(_pairs) >= MEMO_LIMIT:
             _pairs.clear()
         _pairs[key] = found
@@ -97,7 +97,7 @@ def _pair_breaks(base: Record, cand: Record, b: RecordCheck, c: RecordCheck) -> 
 
 
 def _client_row(meta: tuple[Any, ...], brk: Break) -> tuple[Any, ...]:
-    finding = (brk.probe, brk.baseline, brk.candidate, "breaking", SDK_SOURCE, "", brk.message)
+    finding = (brk.probe, brk.baseline, brk.candidate, "breaking", brk.client, "", brk.message)
     return (*meta, "client", *finding, brk.message)
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
+from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 
@@ -310,6 +311,7 @@ def verdict_cells(
         )
         for cid, severity, kind, path, evidence, message, first in rows:
             text = evidence if evidence != "" else message
+            text += assumed_note(records_by_id.get(cid), path, text)
             rank = RANKS.get(severity, len(SEVERITIES))
             counted = rank < len(SEVERITIES)
             key = (float(rank), kind == "header", kind, path)

@@ -224,6 +224,8 @@ def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, Re
     what each record showed, for judging its divergences."""
     rows: list[tuple[Any, ...]] = []
     checks: dict[str, RecordCheck] = {}
+    records = list(records)
+    sdk.prepare(records)  # each client once per distinct answer, Node's calls in one batch
     for rec in records:
         outcome = sdk.impact(rec)
         breaks = _record_breaks(rec, outcome)
@@ -260,7 +262,7 @@ def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, Re
                     "",
                     b.candidate,
                     "breaking",
-                    sdk.SDK_SOURCE,
+                    b.client,
                     "",
                     b.message,
                     b.message,

@@ -5,9 +5,10 @@ Responses (an SSE stream, or the server's events on a WebSocket): exactly one
 `response.created`, first; `sequence_number` 0, 1, 2, …; exactly one terminal
 (`response.completed`, `.failed`, `.incomplete` or `error`), last; output items opened
 (`response.output_item.added`) before their deltas and closed (`.done`) after, content parts
-likewise. Chat Completions: `data: [DONE]` last; a usage chunk (`choices: []` and `usage`) if
-and only if `stream_options.include_usage` was asked; tool-call arguments, joined per call,
-are strings that parse as JSON. Each rule has a stable id (`grammar:responses/one-created`),
+likewise, and a text's deltas end with its `response.output_text.done` before its part
+closes (Llama Stack left it out: ogx-ai/ogx #5309). Chat Completions: `data: [DONE]` last; a
+usage chunk (`choices: []` and `usage`) if and only if `stream_options.include_usage` was
+asked; tool-call arguments, joined per call, are strings that parse as JSON. Each rule has a stable id (`grammar:responses/one-created`),
 reported as the problem's pointer.
 """
 
@@ -38,6 +39,7 @@ RULES = {
     "event-name": "grammar:responses/event-name",
     "no-done": "grammar:responses/no-done",
     "items": "grammar:responses/items",
+    "text-done": "grammar:responses/text-done",
 }
 USAGE_CHUNK = "events[chunk.usage]"
 _PER_PART = frozenset(
@@ -237,6 +239,8 @@ class _Items:
     closed: set[int] = field(default_factory=set)
     parts: set[tuple[int, Any]] = field(default_factory=set)
     closed_parts: set[tuple[int, Any]] = field(default_factory=set)
+    texted: set[tuple[int, Any]] = field(default_factory=set)
+    """Parts that got `response.output_text.delta`s, until their `.done`."""
 
 
 def _items(typed: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
@@ -256,9 +260,17 @@ def _items(typed: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
                     for k in sorted(set(state.ids) - state.closed)
                 ]
             continue
+        part = (index, data.get("content_index"))
+        if typ == "response.content_part.done" and part in state.texted:
+            unclosed = f"content part {part[1]} of item {index} closed without its text's .done"
+            out.append(_problem("text-done", "events[response.output_text.done]", unclosed, i))
         message = _item_event(state, typ, index, data)
         if message:
             out.append(_problem("items", f"events[{typ}]", message, i))
+        if typ == "response.output_text.delta":
+            state.texted.add(part)
+        elif typ == "response.output_text.done":
+            state.texted.discard(part)
     return out
 
 

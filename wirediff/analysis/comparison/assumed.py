@@ -1,0 +1,55 @@
+"""Findings that rest on a stand-in's assumed behaviour, said so.
+
+A stand-in names the profile it plays in every answer (`x-wirediff-standin`); a profile
+lists the facts no source documents (`assumed:`, each a regex `when` over a finding's path
+and words, and what it `says`). A finding on such an answer that matches one rests on an
+assumption, not on evidence, and its verdict reason says so: "(assumed behaviour of LM
+Studio (chat-only version): no usage chunk …)". Real servers send no such header: their
+findings are evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from wirediff._types import Record
+from wirediff.profiles import STANDIN_HEADER, load_bugs, load_profiles
+
+__all__ = ["assumed_note"]
+
+
+@cache
+def _facts(name: str) -> tuple[str, tuple[tuple[re.Pattern[str], str], ...]]:
+    """A profile's title and its assumed facts `(when, says)`."""
+    known: dict[str, Any] = {**load_profiles(), **load_bugs()}
+    prof: dict[str, Any] = known.get(name, {})
+    facts = tuple(
+        (re.compile(str(f["when"])), str(f["says"]))
+        for f in prof.get("assumed") or ()
+        if isinstance(f, dict) and "when" in f and "says" in f
+    )
+    return str(prof.get("title") or name), facts
+
+
+def _standin(record: Record | None) -> str:
+    resp = record.get("response") if record is not None else None
+    for name, value in resp.get("headers") or () if resp is not None else ():
+        if str(name).lower() == STANDIN_HEADER:
+            return str(value)
+    return ""
+
+
+def assumed_note(record: Record | None, path: str, words: str) -> str:
+    """` (assumed behaviour of <title>: <says>)` when the finding `path`/`words` on this
+    record's answer rests on an assumed fact of the stand-in that gave it, else ``."""
+    name = _standin(record)
+    if not name:
+        return ""
+    title, facts = _facts(name)
+    text = f"{path} {words}"
+    for when, says in facts:
+        if when.search(text):
+            return f" (assumed behaviour of {title}: {says})"
+    return ""

@@ -1,0 +1,155 @@
+"""What a client's run on an answer reports, and the answer served again as bytes.
+
+A probe is one call an app makes (`client.responses.stream()`); each observes kinds of
+values, never generated text (`content: text`, `tool_arguments: object`), and a call that
+raises where an app would not expect it is a `Failure` with the line where the client gave
+up. Both clients (openai-python, the npm `openai` package) report in these terms.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from wirediff._support import as_bytes, clip
+from wirediff._types import Record
+
+__all__ = [
+    "MESSAGE_LIMIT",
+    "Failure",
+    "Observations",
+    "Served",
+    "error_text",
+    "failing_line",
+    "said",
+    "served",
+]
+
+MESSAGE_LIMIT = 240
+"""Characters kept of an exception's message in the evidence."""
+_HOP_BY_HOP = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection"})
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A client raised where an app would not expect it, or handed back nothing useful."""
+
+    probe: str
+    """The call that failed, as an app writes it: `client.responses.stream()`."""
+    error: str
+    """`raises AttributeError: 'Response' object has no attribute 'output'`."""
+    where: str = ""
+    """The failing line: `openai/lib/…/_responses.py:332: snapshot.output…`."""
+    client: str = ""
+    """Which client made the call (`openai-node 6.49.0`); empty for openai-python."""
+
+    @property
+    def evidence(self) -> str:
+        who = f" ({self.client})" if self.client else ""
+        return f"`{self.probe}`{who} {self.error}" + (f" at {self.where}" if self.where else "")
+
+
+@dataclass
+class Observations:
+    """What the probes of one client saw, and which probe saw each key."""
+
+    observed: dict[str, str] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    probes: dict[str, str] = field(default_factory=dict)
+    current: str = ""
+
+    def see(self, key: str, value: str) -> None:
+        self.observed[key] = value
+        self.probes[key] = self.current
+
+    def see_first(self, key: str, value: str) -> None:
+        """Keep the first call's word on `key` (which error a failing answer raises)."""
+        if key not in self.observed:
+            self.see(key, value)
+
+
+def error_text(e: BaseException) -> str:
+    first = str(e).splitlines()[0] if str(e) else ""
+    return f"raises {type(e).__name__}" + (f": {clip(first, MESSAGE_LIMIT)}" if first else "")
+
+
+def failing_line(e: BaseException, package: str = "/openai/") -> str:
+    """The innermost frame in the client package (else the innermost at all), as
+    `file:line: code`."""
+    frames = traceback.extract_tb(e.__traceback__)
+    inside = [f for f in frames if package in f.filename.replace("\\", "/")]
+    if not (inside or frames):
+        return ""
+    frame = (inside or frames)[-1]
+    path = frame.filename.replace("\\", "/")
+    short = path[path.rindex(package) + 1 :] if package in path else path.rsplit("/", 1)[-1]
+    return f"{short}:{frame.lineno}: {(frame.line or '').strip()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A recorded answer as a client receives it: status, headers and body bytes."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    content: bytes
+
+
+def served(record: Record) -> Served | None:
+    """The answer of `record` as bytes again (SSE events re-framed), or None when it cannot
+    be served (no status, cut, binary, truncated without events)."""
+    resp = record.get("response")
+    if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
+        return None
+    if resp.get("truncated") and not isinstance(resp.get("events"), list):
+        return None
+    headers = tuple(  # as the bytes they were: a header's text need not be ASCII
+        (as_bytes(str(k)), as_bytes(str(v)))
+        for k, v in resp.get("headers") or []
+        if str(k).lower() not in _HOP_BY_HOP
+    )
+    events = resp.get("events")
+    if isinstance(events, list):
+        content = _sse(events)
+    elif resp.get("body") is not None:
+        content = json.dumps(resp["body"]).encode()
+    elif isinstance(text := resp.get("text"), str):
+        content = as_bytes(text)
+    elif resp.get("b64") is not None or resp.get("complete") is False:
+        return None
+    else:
+        content = b""
+    return Served(resp["status"], headers, content)
+
+
+def _sse(events: list[Any]) -> bytes:
+    """The stream as clients parse it: each event's name and data, in order."""
+    frames = []
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        data = ev.get("data")
+        text = data if isinstance(data, str) else json.dumps(data)
+        name = f"event: {ev['event']}\n" if isinstance(ev.get("event"), str) else ""
+        frames.append(f"{name}data: {text}\n\n")
+    return as_bytes("".join(frames))
+
+
+def said(answer: Served) -> str:
+    """The server's own words in an error answer, as a client could show them: the error
+    object's `message`, a bare `error` string, or a top-level `message` / `detail`."""
+    if 200 <= answer.status < 300:
+        return ""
+    try:
+        doc = json.loads(answer.content)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    err = doc.get("error")
+    if isinstance(err, dict):
+        err = err.get("message")
+    found = err if isinstance(err, str) else doc.get("message") or doc.get("detail")
+    return found if isinstance(found, str) else ""
