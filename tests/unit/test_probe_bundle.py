@@ -111,8 +111,11 @@ def test_readiness_follows_the_needs_and_strict() -> None:
         "c": FeatureRow("c", "C", "unsupported", "", ""),
     }
     mine = [Client("x", "X", ("a", "b")), Client("y", "Y", ("a", "c", "z"))]
+    mine.append(Client("w", "W", ("a", "z")))
     ready = {c.id: c for c in readiness(mine, rows)}
     assert ready["x"].ready and not ready["y"].ready and ready["y"].blocking == ["c"]
-    assert ready["y"].untested == ["z"]
+    assert ready["y"].untested == ["z"] and ready["y"].state == "NOT READY"
+    # nothing it needs fails, but `z` was not probed: the probe cannot say it is ready
+    assert ready["w"].state == "NOT PROBED" and not ready["w"].ready and not ready["w"].blocking
     strict = {c.id: c for c in readiness(mine, rows, strict=True)}
-    assert strict["x"].blocking == ["b"]
+    assert strict["x"].blocking == ["b"] and strict["x"].state == "NOT READY"

@@ -296,6 +296,7 @@ def result_summary(result: ProbeResult) -> dict[str, Any]:
                 "id": c.id,
                 "name": c.name,
                 "ready": c.ready,
+                "state": c.state,
                 "blocking": c.blocking,
                 "needs": c.needs,
                 "untested": c.untested,
