@@ -1,10 +1,13 @@
 """`wirediff probe` against every stand-in: the matrix and readiness rows each one's wire
-behaviour implies, feature by feature, with the premises checked by the real openai SDK;
+behaviour implies, feature by feature, with the premises checked by the real openai SDK
+(`tests/probe_premises.py`: each feature's call, made by the SDK, works where the row says
+`pass` or `deviation` and fails where it says `breaking` or `unsupported`);
 the exit codes; `--keep`, the report, summary.json and JUnit; and a server that is not there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -17,12 +20,15 @@ import jsonschema
 import openai
 import pytest
 from junitparser import Failure, JUnitXml
-from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
+from tests.probe_premises import disagreement, sdk_outcomes
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
 from wirediff.probe.features import load_probe
+from wirediff.probe.websocket import send_websocket
+from wirediff.record.store import load_records
+from wirediff.replay.targets import Target
 from wirediff.reports.render import SCHEMA_PATH
 
 pytestmark = pytest.mark.e2e
@@ -131,7 +137,8 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
 ) -> None:
     with standin(name) as url:
         code, summary, out, err = run_probe([url + "/v1"], tmp_path, capsys)
-    probe = summary["probe"]
+        probe = summary["probe"]
+        seen = sdk_outcomes(url + "/v1", probe["model"], embedding_model=probe["embedding_model"])
     got = {f["id"]: f["status"] for f in probe["features"]}
     want = {f: EXPECTED[name].get(f, "pass") for f in ALL}
     assert got == want, {f: (got[f], want[f]) for f in ALL if got[f] != want[f]}
@@ -151,53 +158,9 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
         failing = [n for n in c["needs"] if got[n] in ("breaking", "unsupported")]
         assert c["blocking"] == failing
     jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
-
-
-# --- the premises: what the real SDK makes of those answers ----------------------------
-
-
-def test_premises_openai(tmp_path: Path) -> None:
-    with standin("openai") as url, sdk(url) as client:
-        tools: Any = [
-            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-            for n in ("a", "b")
-        ]
-        both = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], tools=tools,
-            parallel_tool_calls=True, tool_choice="required",
-        )  # fmt: skip
-        assert len(both.choices[0].message.tool_calls or []) == 1
-        with pytest.raises(openai.APIStatusError) as e:
-            client.embeddings.create(model="text-embedding-3-small", input="x")
-        assert e.value.status_code == 501
-        hot = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], temperature=5
-        )
-        assert hot.choices[0].message.content
-
-
-def test_premises_lmstudio() -> None:
-    with standin("lmstudio") as url, sdk(url) as client:
-        stream = client.chat.completions.create(
-            model="qwen2.5-7b-instruct", messages=[{"role": "user", "content": "x"}],
-            stream=True, stream_options={"include_usage": True},
-        )  # fmt: skip
-        assert all(chunk.usage is None for chunk in stream)
-        answer = client.responses.create(model="qwen2.5-7b-instruct", input="x")
-        assert answer.output is None  # a Response built from {"error": …}: no exception
-
-
-def test_premises_ollama_and_vllm() -> None:
-    for name in ("ollama", "vllm"):
-        with standin(name) as url, sdk(url) as client:
-            with pytest.raises(InvalidStatus) as e:
-                client.responses.connect(websocket_connection_options=NOT_PROXIED).__enter__()
-            assert e.value.response.status_code == 405
-    with standin("vllm") as url, sdk(url) as client:
-        model = client.models.list().data[0].id
-        first = client.responses.create(model=model, input="x")
-        with pytest.raises(openai.NotFoundError):
-            client.responses.create(model=model, input="y", previous_response_id=first.id)
+    # the premises: the real SDK, making each feature's call, gets what the row implies
+    wrong = {f: disagreement(f, got[f], seen[f]) for f in ALL}
+    assert not {f: w for f, w in wrong.items() if w}, wrong
 
 
 # --- exit codes, --only, --strict, the outputs ------------------------------------------
@@ -218,8 +181,18 @@ def test_exit_codes_follow_only_and_strict(
             [url + "/v1", "--only", "chat.parallel_tools", "--strict"], tmp_path, capsys
         )
         assert code == 1 and summary["probe"]["passed"] is False
-        untested = {c["id"]: c["untested"] for c in summary["probe"]["clients"]}
-        assert "chat.text" in untested["langchain"]
+        clients = {c["id"]: c for c in summary["probe"]["clients"]}
+        assert "chat.text" in clients["langchain"]["untested"]
+        # nothing it needs failed, but not all of it was probed: not shown to be ready
+        assert clients["codex"]["state"] == "NOT PROBED" and clients["codex"]["ready"] is False
+        [codex] = [c for c in load_probe().clients if c.id == "codex"]
+        code, summary, out, _ = run_probe(
+            [url + "/v1", "--only", ",".join(codex.needs)], tmp_path, capsys
+        )
+        states = {c["id"]: c["state"] for c in summary["probe"]["clients"]}
+        assert code == 0 and states["codex"] == "READY" and states["langchain"] == "NOT PROBED"
+        [row] = [line for line in out.splitlines() if " LangChain " in line]
+        assert row.split()[:3] == ["NOT", "PROBED", "LangChain"] and "not probed)" in row
         assert main_probe([url + "/v1", "--only", "chat.nope"]) == 2
     assert "unknown feature chat.nope" in capsys.readouterr().err
 
@@ -258,6 +231,50 @@ def test_keep_report_junit_and_no_key_on_disk(
     from wirediff.cli.report import main_report
 
     assert main_report([str(p) for p in kept] + ["-o", str(tmp_path / "kept.html")]) == 0
+
+
+def test_websocket_mode_over_wss(
+    mitmdump: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The WebSocket feature over TLS: a bare mitmdump reverse listener terminates it in
+    front of the stand-in, and the probe trusts mitmproxy's CA through SSL_CERT_FILE."""
+    with standin("openai") as url:
+        tls = mitmdump([f"reverse:{url}"], addon=False)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca_cert))
+        base = f"https://127.0.0.1:{tls.port}/v1"
+        client = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+        with client, client.responses.connect(websocket_connection_options=NOT_PROXIED) as conn:
+            conn.response.create(model="gpt-4o-mini", input="Say hi")
+            kinds = []
+            for event in conn:  # the premise: the SDK holds the session over wss
+                kinds.append(event.type)
+                if event.type == "response.completed":
+                    break
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+        keep = tmp_path / "kept"
+        code, summary, _, _ = run_probe(
+            [base, "--only", "responses.websocket", "--keep", str(keep)], tmp_path, capsys
+        )
+        # and it is TLS: trusting another CA (a second mitmdump's), the upgrade itself fails
+        other = mitmdump(["regular"], addon=False, confdir=tmp_path / "other-ca")
+        monkeypatch.setenv("SSL_CERT_FILE", str(other.ca_cert))
+        data = load_probe()
+        [original] = [data.by_id[i] for i in data.feature("responses.websocket").exchanges]
+        failed = asyncio.run(send_websocket(original, Target("tls", base), None, 30.0, 1 << 16))
+    assert failed.response is None and failed.error is not None
+    assert "CERTIFICATE_VERIFY_FAILED" in failed.error.message
+    [row] = summary["probe"]["features"]
+    assert row["status"] == "pass" and code == 0, row
+    kept = load_records([keep / f"wirediff-probe.{summary['probe']['label']}.jsonl"])
+    [rec] = [r for r in kept if r["tags"].get("transport") == "websocket"]
+    assert rec["request"]["url"] == base + "/responses"
+    resp: Any = rec["response"]
+    assert resp["status"] == 101
+    sent = [e["data"]["type"] for e in resp["events"] if e["direction"] == "client"]
+    assert (
+        sent == ["response.create"] and resp["events"][-1]["data"]["type"] == "response.completed"
+    )
 
 
 # --- a server that is not there: one line, exit 2 ---------------------------------------
@@ -351,6 +368,18 @@ def test_not_an_openai_api(html_site: str, capsys: pytest.CaptureFixture[str]) -
     assert main_probe([html_site]) == 2
     line = _one_line(capsys)
     assert "does not look like an OpenAI-style API" in line and "404 (text/html)" in line
+
+
+@pytest.mark.parametrize("name", ["openai", "lmstudio"])
+def test_a_server_that_lists_no_model(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with standin(name, models=[]) as url:
+        with sdk(url) as client:  # the premise: an empty list, in the SDK's terms
+            assert client.models.list().data == []
+        assert main_probe([url + "/v1"]) == 2
+        assert _one_line(capsys).endswith(f"{url}/v1 lists no model at GET /models; give --model")
+        # with --model the probe goes on, and the server's refusal of it is the evidence
+        assert main_probe([url + "/v1", "--model", "gpt-4o-mini", "--only", "chat.text"]) == 1
+    assert "model_not_found" in capsys.readouterr().out
 
 
 def test_a_key_it_needs_and_a_key_it_refuses(
