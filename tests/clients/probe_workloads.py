@@ -103,13 +103,19 @@ def _codex(client: Path, work: Path) -> list[str]:
 
 WORKLOAD_LIST = (
     Workload("openai-python", None, _python("openai_python.py")),
+    Workload("openai-python-websocket", None, _python("openai_python_websocket.py")),
     Workload("openai-node", "node", _node("openai_node.mjs")),
     Workload("codex", "codex", _codex, _codex_setup),
     Workload("langchain", "langchain", _python("langchain_app.py")),
+    Workload("langchain-responses", "langchain", _python("langchain_responses_app.py")),
     Workload("llamaindex", "llamaindex", _python("llamaindex_app.py")),
+    Workload("llamaindex-responses", "llamaindex", _python("llamaindex_responses_app.py")),
     Workload("openai-agents", "agents", _python("agents_app.py")),
     Workload("vercel-ai", "vercel", _node("vercel_app.mjs")),
+    Workload("vercel-ai-chat", "vercel", _node("vercel_chat_app.mjs")),
 )
+"""One per way of using a client: as it comes, and each mode an app opts into (its own
+readiness row, so that a server without the Responses API is not said to stop LangChain)."""
 WORKLOADS_BY_NAME = {w.name: w for w in WORKLOAD_LIST}
 
 

@@ -95,19 +95,38 @@ EXPECTED: dict[str, dict[str, str]] = {
         "errors.bad_key": "deviation",
     },
 }
-BLOCKED = {
+RESPONSES_CORE = [
+    "responses.stream",
+    "responses.tools",
+    "responses.function_call_round_trip",
+    "responses.stream_grammar",
+]
+BLOCKED = {  # every client row's blocking features (the others are READY)
     "openai": {"openai-python": ["embeddings"], "openai-node": ["embeddings"]},
     "lmstudio": {
-        "codex": ["responses.stream", "responses.tools", "responses.function_call_round_trip",
-                  "responses.stream_grammar"],
+        "codex": RESPONSES_CORE,
+        "openai-agents": RESPONSES_CORE,
+        "vercel-ai": ["responses.text", "responses.stream", "responses.tools",
+                      "responses.function_call_round_trip", "responses.structured_output",
+                      "responses.stream_grammar"],
+        "vercel-ai-chat": ["chat.usage_chunk"],
+        "langchain-responses": ["responses.text", "responses.stream", "responses.stream_grammar"],
+        "llamaindex-responses": ["responses.text", "responses.stream", "responses.stream_grammar"],
+        "openai-python": ["responses.text", "responses.previous_response_id",
+                          "responses.structured_output", "embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
         "openai-node": ["chat.usage_chunk", "responses.text", "responses.stream",
                         "responses.stream_grammar", "embeddings"],
-        "langchain": ["responses.text", "responses.stream", "responses.stream_grammar"],
     },
-    "ollama": {"openai-python": ["responses.websocket", "embeddings"], "codex": []},
+    "ollama": {
+        "openai-python": ["embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
+        "openai-node": ["embeddings"],
+    },
     "vllm": {
-        "openai-python": ["responses.previous_response_id", "responses.websocket", "embeddings"],
-        "openai-agents": [],
+        "openai-python": ["responses.previous_response_id", "embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
+        "openai-node": ["embeddings"],
     },
 }  # fmt: skip
 
@@ -150,10 +169,11 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
     for f in ALL:
         assert any(line.split()[:2] == [want[f], f] for line in out.splitlines()), f
     clients = {c["id"]: c for c in probe["clients"]}
-    assert len(clients) == 7
-    for cid, blocking in BLOCKED[name].items():
-        assert clients[cid]["blocking"] == blocking
-        assert clients[cid]["ready"] is (not blocking)
+    assert len(clients) == len(load_probe().clients)
+    assert {cid: c["blocking"] for cid, c in clients.items() if c["blocking"]} == BLOCKED[name]
+    assert {cid for cid, c in clients.items() if c["state"] == "READY"} == set(clients) - set(
+        BLOCKED[name]
+    )
     for c in clients.values():  # NOT READY exactly when a need breaks or is missing
         failing = [n for n in c["needs"] if got[n] in ("breaking", "unsupported")]
         assert c["blocking"] == failing

@@ -31,8 +31,9 @@ def test_every_feature_names_requests_of_the_bundle_that_match_it() -> None:
 def test_clients_need_features_and_their_needs_are_derivable() -> None:
     needed = {f.id for f in DATA.features if f.need}
     assert [c.name for c in DATA.clients] == [
-        "Codex CLI", "OpenAI Agents SDK", "Vercel AI SDK", "LangChain", "LlamaIndex",
-        "openai-python", "openai-node",
+        "Codex CLI", "OpenAI Agents SDK", "Vercel AI SDK", "Vercel AI SDK, openai.chat()",
+        "LangChain", "LangChain, use_responses_api", "LlamaIndex", "LlamaIndex, OpenAIResponses",
+        "openai-python", "openai-python, WebSocket mode", "openai-node",
     ]  # fmt: skip
     for c in DATA.clients:
         assert c.needs and set(c.needs) <= needed, c.id

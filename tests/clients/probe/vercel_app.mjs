@@ -1,5 +1,5 @@
-// The Vercel AI SDK (`ai` with `@ai-sdk/openai`): text, stream, tools with a second step,
-// structured output, over the Responses API (the provider's default) and chat completions.
+// The Vercel AI SDK (`ai` with `@ai-sdk/openai`) as it comes, on the Responses API (the
+// provider's default): text, stream, tools with a second step, structured output.
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
@@ -30,5 +30,4 @@ try {
 } catch (e) {
   out.object = e.name ?? String(e);
 }
-out.chat = (await generateText({ model: openai.chat(process.env.MODEL), prompt: "Say hi", maxRetries: 0 })).text;
 console.log(JSON.stringify(out));
