@@ -25,6 +25,8 @@ from tests.conftest import NOT_PROXIED
 from tests.probe_premises import disagreement, sdk_outcomes
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
+from wirediff.cli.replay import main_replay
+from wirediff.cli.report import main_report
 from wirediff.probe.features import load_probe
 from wirediff.probe.websocket import send_websocket
 from wirediff.record.store import load_records
@@ -247,10 +249,19 @@ def test_keep_report_junit_and_no_key_on_disk(
     assert failure.type == "unsupported" and "501" in (failure.message or "")
     for p in [*kept, html, junit, tmp_path / "probe.json"]:
         assert KEY.encode() not in p.read_bytes(), p
-    # the kept records are a capture and its replay: report them like any
-    from wirediff.cli.report import main_report
-
+    # the kept records are a capture and its replay: report, replay and diff them like any
     assert main_report([str(p) for p in kept] + ["-o", str(tmp_path / "kept.html")]) == 0
+    [originals] = [p for p in kept if p.name == "wirediff-probe.jsonl"]
+    elsewhere = tmp_path / "wirediff-probe.vllm.jsonl"
+    with standin("vllm") as other:
+        argv = [str(originals), "--to", other + "/v1", "--label", "vllm", "-o", str(elsewhere)]
+        assert main_replay([*argv, "--model-map", "*=Qwen/Qwen2.5-0.5B-Instruct"]) == 0
+    replayed = load_records([elsewhere])
+    assert {r["replay_of"] for r in replayed} <= {r["id"] for r in load_records([originals])}
+    diffed = ["-o", str(tmp_path / "diff.html"), "--json", str(tmp_path / "s.json")]
+    assert main_report([str(originals), str(elsewhere), *diffed]) == 0
+    labels = {v["label"] for v in json.loads((tmp_path / "s.json").read_text())["verdicts"]}
+    assert "vllm" in labels
 
 
 def test_websocket_mode_over_wss(
