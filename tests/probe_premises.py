@@ -33,7 +33,7 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,7 +46,7 @@ from tests.conftest import NOT_PROXIED
 from wirediff._types import Record
 from wirediff.probe.features import load_probe
 
-__all__ = ["Outcome", "disagreement", "replaying", "sdk_outcomes"]
+__all__ = ["Answer", "Outcome", "answering", "disagreement", "replaying", "sdk_outcomes"]
 
 ERRORS = {
     "chat.bad_parameter": 400,
@@ -315,26 +315,26 @@ def _wire(rec: Record) -> tuple[int, str, bytes]:
     return resp["status"], ctype, str(resp.get("text") or "").encode()
 
 
+Answer = Callable[[str, str, bytes], tuple[int, str, bytes]]
+"""`(method, path, body) -> (status, content-type, body)`."""
+
+
 @contextmanager
-def replaying(records: list[Record]) -> Iterator[str]:
-    """A loopback server answering each POST the probe recorded (matched by its body) with
-    the answer recorded for it; yields its base URL (`…/v1`)."""
-    answers = [
-        (r["request"]["body"], _wire(r))
-        for r in records
-        if r.get("response") is not None and r["request"]["method"] == "POST"
-    ]
+def answering(answer: Answer) -> Iterator[str]:
+    """A loopback HTTP server answering each request with `answer`; yields its base URL
+    (`…/v1`)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            asked = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-            found = next((wire for body, wire in answers if body == asked), None)
-            status, ctype, raw = found or (599, "text/plain", b"not recorded")
+        def respond(self) -> None:
+            asked = self.rfile.read(int(self.headers.get("content-length") or 0))
+            status, ctype, raw = answer(self.command, self.path, asked)
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
             self.wfile.write(raw)
+
+        do_GET = do_POST = respond
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -348,6 +348,23 @@ def replaying(records: list[Record]) -> Iterator[str]:
         srv.shutdown()
         srv.server_close()
         t.join(5)
+
+
+def replaying(records: list[Record]) -> AbstractContextManager[str]:
+    """A loopback server answering each POST the probe recorded (matched by its body) with
+    the answer recorded for it; yields its base URL (`…/v1`)."""
+    answers = [
+        (r["request"]["body"], _wire(r))
+        for r in records
+        if r.get("response") is not None and r["request"]["method"] == "POST"
+    ]
+
+    def answer(method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        asked = json.loads(body) if body else None
+        found = next((wire for sent, wire in answers if sent == asked), None)
+        return found or (599, "text/plain", b"not recorded")
+
+    return answering(answer)
 
 
 # --- the outcomes and what they imply ----------------------------------------------------

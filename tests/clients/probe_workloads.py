@@ -112,7 +112,9 @@ WORKLOAD_LIST = (
     Workload("llamaindex-responses", "llamaindex", _python("llamaindex_responses_app.py")),
     Workload("openai-agents", "agents", _python("agents_app.py")),
     Workload("vercel-ai", "vercel", _node("vercel_app.mjs")),
-    Workload("vercel-ai-chat", "vercel", _node("vercel_chat_app.mjs")),
+    Workload(
+        "vercel-ai-chat", "vercel", _node("vercel_app.mjs"), lambda *_: {"VERCEL_API": "chat"}
+    ),
 )
 """One per way of using a client: as it comes, and each mode an app opts into (its own
 readiness row, so that a server without the Responses API is not said to stop LangChain)."""

@@ -12,7 +12,6 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from tests.conftest import NOT_PROXIED
-from tests.probe_premises import disagreement, sdk_outcomes
+from tests.probe_premises import answering, disagreement, sdk_outcomes
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
 from wirediff.cli.replay import main_replay
@@ -348,28 +347,8 @@ def not_http() -> Iterator[str]:
 @pytest.fixture
 def html_site() -> Iterator[str]:
     """A web server that is not an API: every path a 404 HTML page."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><body>Not here</body></html>"
-            self.send_response(404)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(5)
+    with answering(lambda *_: (404, "text/html", b"<html><body>Not here</body></html>")) as url:
+        yield url
 
 
 def _one_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -6,9 +6,7 @@ server wrote (its error messages, its model's name) is shown as text, never run.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 
 from tests.e2e.test_report_browser import OVERFLOW, VIEWPORTS, DevTools, visible
 from tests.e2e.test_report_browser import browser as browser  # the fixture
+from tests.probe_premises import answering
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
 from wirediff.probe.features import load_probe
@@ -37,36 +36,14 @@ FIRST_ROWS = """(() => {
 def hostile() -> Iterator[str]:
     """A server that lists a model and refuses everything else, in words that are markup."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def answer(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            self.rfile.read(length)
-            body: Any
-            if self.path == "/v1/models":
-                status, body = 200, {"object": "list", "data": [{"id": HOSTILE, "object": "model"}]}
-            else:
-                status, body = 400, {"error": {"message": HOSTILE, "type": HOSTILE}}
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+    def answer(method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        doc: Any = {"error": {"message": HOSTILE, "type": HOSTILE}}
+        if path == "/v1/models":
+            doc = {"object": "list", "data": [{"id": HOSTILE, "object": "model"}]}
+        return 200 if path == "/v1/models" else 400, "application/json", json.dumps(doc).encode()
 
-        do_GET = do_POST = answer
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(5)
+    with answering(answer) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("width", "height"), VIEWPORTS, ids=[f"{w}px" for w, _ in VIEWPORTS])

@@ -1,11 +1,12 @@
-// The Vercel AI SDK (`ai` with `@ai-sdk/openai`) as it comes, on the Responses API (the
-// provider's default): text, stream, tools with a second step, structured output.
+// The Vercel AI SDK (`ai` with `@ai-sdk/openai`): text, stream, tools with a second step,
+// structured output; on the Responses API (the provider's default), or on chat completions
+// (`openai.chat(model)`) with VERCEL_API=chat.
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 
 const openai = createOpenAI({ baseURL: process.env.BASE, apiKey: process.env.OPENAI_API_KEY });
-const model = openai(process.env.MODEL);
+const model = process.env.VERCEL_API === "chat" ? openai.chat(process.env.MODEL) : openai(process.env.MODEL);
 const out = {};
 out.text = (await generateText({ model, prompt: "Say hi", maxRetries: 0 })).text;
 const stream = streamText({ model, prompt: "Say hi", maxRetries: 0 });
