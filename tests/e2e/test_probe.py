@@ -236,6 +236,21 @@ def test_keep_report_junit_and_no_key_on_disk(
         f"wirediff-probe.{summary['probe']['label']}.jsonl",
         "wirediff-probe.jsonl",
     ]
+    # a conversation goes on with the server's own ids: its response id, its call_id
+    sent: dict[Any, Any] = {r["replay_of"]: r for r in load_records([kept[0]])}
+    data = load_probe()
+    first, second = (sent[i] for i in data.feature("responses.previous_response_id").exchanges)
+    assert second["request"]["body"]["previous_response_id"] == first["response"]["body"]["id"]
+    called, answered = (
+        sent[i] for i in data.feature("responses.function_call_round_trip").exchanges
+    )
+    done = [e["data"]["item"] for e in called["response"]["events"]
+            if e["event"] == "response.output_item.done"]  # fmt: skip
+    [call_id] = [item["call_id"] for item in done if item["type"] == "function_call"]
+    outputs = [
+        i for i in answered["request"]["body"]["input"] if i.get("type") == "function_call_output"
+    ]
+    assert [o["call_id"] for o in outputs] == [call_id]
     page = html.read_text(encoding="utf-8")
     assert page.index('id="probe"') < page.index('id="verdicts"')  # the report opens with it
     assert "NOT READY" in page and "chat.parallel_tools" in page
