@@ -26,12 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from tests.clients.conftest import CLIENTS_DIR  # noqa: E402
 from tests.clients.probe_workloads import (  # noqa: E402
     KEY,
     WORKLOAD_LIST,
     Captured,
     capture_workload,
-    environment,
+    chosen,
     reference,
 )
 from wirediff._types import Record  # noqa: E402
@@ -45,12 +46,10 @@ from wirediff.probe.features import (  # noqa: E402
     matches,
     needs_of,
 )
+from wirediff.probe.run import SESSION  # noqa: E402
 from wirediff.record.store import encode_record  # noqa: E402
-from wirediff.replay.plan import make_plan  # noqa: E402
 
 DATA = ROOT / "wirediff" / "probe" / "data"
-CLIENTS_DIR = ROOT / ".clients"
-SESSION = "wirediff-probe"
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
@@ -70,34 +69,17 @@ def capture_all(work: Path) -> list[Captured]:
             client = Path() if w.install is None else CLIENTS_DIR / w.install
             if w.install is not None and not (client / ".installed").is_file():
                 sys.exit(f"regen-probe: {w.name} is not installed: run scripts/install-clients.sh")
-            got = capture_workload(w, client, url, work / w.name, run, environment)
+            got = capture_workload(w, client, url, work / w.name, run)
             print(f"regen-probe: {w.name}: {len(got.records)} exchanges captured", file=sys.stderr)
             out.append(got)
     return out
 
 
-def with_deps(rec: Record, records: list[Record]) -> list[Record]:
-    """`rec` and the earlier exchanges of its capture it continues, in capture order."""
-    plan = make_plan(records)
-    want, stack = set(), [str(rec["id"])]
-    while stack:
-        rid = stack.pop()
-        if rid not in want:
-            want.add(rid)
-            stack.extend(plan.by_id[rid].deps)
-    return [r for r in records if str(r["id"]) in want]
-
-
 def select(feature: Feature, captured: list[Captured]) -> tuple[str, list[Record]]:
-    by_name = {c.name: c for c in captured}
-    for name in feature.prefer:
-        records = by_name[name].records
-        hits = [r for r in records if matches(feature.match, r)]
-        if hits:
-            if feature.take_all:
-                return name, hits
-            return name, with_deps(hits[0], records)
-    sys.exit(f"regen-probe: no client of {feature.prefer} sent a request for {feature.id}")
+    got = chosen(feature, captured)
+    if got is None:
+        sys.exit(f"regen-probe: no client of {feature.prefer} sent a request for {feature.id}")
+    return got
 
 
 def main() -> int:
@@ -105,7 +87,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wirediff-regen-probe-") as tmp:
         captured = capture_all(Path(tmp))
     bundle: dict[str, Record] = {}
-    chosen: dict[str, tuple[str, list[str]]] = {}
+    picked: dict[str, tuple[str, list[str]]] = {}
     client_of: dict[str, str] = {}
     for f in features:
         if f.take_all:
@@ -114,11 +96,11 @@ def main() -> int:
         for r in records:
             client_of[str(r["id"])] = name
             bundle.setdefault(str(r["id"]), {**r, "session": SESSION})
-        chosen[f.id] = (name, [str(r["id"]) for r in records])
+        picked[f.id] = (name, [str(r["id"]) for r in records])
     for f in features:  # `all: true`: every bundled exchange that matches
         if f.take_all:
             hits = [rid for rid, r in bundle.items() if matches(f.match, r)]
-            chosen[f.id] = (",".join(sorted({client_of[h] for h in hits})), hits)
+            picked[f.id] = (",".join(sorted({client_of[h] for h in hits})), hits)
     ordered = sorted(bundle.values(), key=lambda r: float(r.get("started") or 0.0))
     lines = []
     for seq, rec in enumerate(ordered):
@@ -130,7 +112,7 @@ def main() -> int:
 
     doc = yaml.safe_load((DATA / FEATURES_FILE).read_text(encoding="utf-8"))
     for entry in doc["features"]:
-        entry["client"], entry["exchanges"] = chosen[entry["id"]]
+        entry["client"], entry["exchanges"] = picked[entry["id"]]
     head = (DATA / FEATURES_FILE).read_text(encoding="utf-8").split("format:", 1)[0]
     body = yaml.safe_dump(
         doc, sort_keys=False, width=100, allow_unicode=True, default_flow_style=None

@@ -9,7 +9,6 @@ that each client still needs what `clients.yaml` says.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -18,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.clients.conftest import client_env
 from tests.conftest import WirediffCapture
 from wirediff._types import Record
 from wirediff.backends.standin import standin
+from wirediff.probe.features import Feature, matches
+from wirediff.replay.plan import make_plan
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "probe"
@@ -28,7 +30,6 @@ MODEL = "gpt-4o-mini"
 """The model every workload asks for (the `openai` stand-in serves it)."""
 KEY = "sk-wirediff-probe-REGEN-CANARY-5b1e"
 """The only key the stand-in accepts while the workloads run (the bad-key call sends another)."""
-CLIENT_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,21 @@ def _codex(client: Path, work: Path) -> list[str]:
 
 WORKLOAD_LIST = (
     Workload("openai-python", None, _python("openai_python.py")),
+    Workload("openai-python-websocket", None, _python("openai_python_websocket.py")),
     Workload("openai-node", "node", _node("openai_node.mjs")),
     Workload("codex", "codex", _codex, _codex_setup),
     Workload("langchain", "langchain", _python("langchain_app.py")),
+    Workload("langchain-responses", "langchain", _python("langchain_responses_app.py")),
     Workload("llamaindex", "llamaindex", _python("llamaindex_app.py")),
+    Workload("llamaindex-responses", "llamaindex", _python("llamaindex_responses_app.py")),
     Workload("openai-agents", "agents", _python("agents_app.py")),
     Workload("vercel-ai", "vercel", _node("vercel_app.mjs")),
+    Workload(
+        "vercel-ai-chat", "vercel", _node("vercel_app.mjs"), lambda *_: {"VERCEL_API": "chat"}
+    ),
 )
+"""One per way of using a client: as it comes, and each mode an app opts into (its own
+readiness row, so that a server without the Responses API is not said to stop LangChain)."""
 WORKLOADS_BY_NAME = {w.name: w for w in WORKLOAD_LIST}
 
 
@@ -132,7 +141,6 @@ def capture_workload(
     upstream: str,
     work: Path,
     run: Callable[[list[str], Path, dict[str, str]], str],
-    env: Callable[..., dict[str, str]],
 ) -> Captured:
     """Run one workload through a fresh `wirediff capture` (session = the client's name);
     `run(argv, cwd, env)` runs the client to its end and returns its stdout."""
@@ -141,14 +149,14 @@ def capture_workload(
     work.mkdir(parents=True, exist_ok=True)
     argv = ["--to", upstream + "/v1", "--port", "0", "--session", w.name]
     argv += ["--label", "openai", "--dir", str(work / "captures")]
-    cap = WirediffCapture.start(argv, work / "capture.out", env())
+    cap = WirediffCapture.start(argv, work / "capture.out", client_env())
     try:
         extra = w.setup(client, work, cap.base_url) if w.setup else {}
         cmd = w.argv(client, work)
         printed = run(
             cmd,
             work,
-            env(OPENAI_API_KEY=KEY, BASE=cap.base_url, MODEL=MODEL, **extra),
+            client_env(OPENAI_API_KEY=KEY, BASE=cap.base_url, MODEL=MODEL, **extra),
         )
         records = cap.stop()
     finally:
@@ -161,7 +169,27 @@ def capture_workload(
     return Captured(w.name, records, said if isinstance(said, dict) else {"stdout": said})
 
 
-def environment(**extra: str) -> dict[str, str]:
-    drop = {"http_proxy", "https_proxy", "all_proxy", "no_proxy", "pythonpath", "virtual_env"}
-    env = {k: v for k, v in os.environ.items() if k.lower() not in drop}
-    return {**env, **extra}
+def with_deps(rec: Record, records: list[Record]) -> list[Record]:
+    """`rec` and the earlier exchanges of its capture it continues, in capture order."""
+    plan = make_plan(records)
+    want, stack = set(), [str(rec["id"])]
+    while stack:
+        rid = stack.pop()
+        if rid not in want:
+            want.add(rid)
+            stack.extend(plan.by_id[rid].deps)
+    return [r for r in records if str(r["id"]) in want]
+
+
+def chosen(feature: Feature, captured: list[Captured]) -> tuple[str, list[Record]] | None:
+    """What the bundle takes for `feature` (one not `all: true`): the first matching request
+    of the first client in its `from:` list that sent one, with the requests it continues."""
+    by_name = {c.name: c for c in captured}
+    for name in feature.prefer:
+        if name not in by_name:
+            continue
+        records = by_name[name].records
+        hits = [r for r in records if matches(feature.match, r)]
+        if hits:
+            return name, with_deps(hits[0], records)
+    return None

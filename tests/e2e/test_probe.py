@@ -1,15 +1,17 @@
 """`wirediff probe` against every stand-in: the matrix and readiness rows each one's wire
-behaviour implies, feature by feature, with the premises checked by the real openai SDK;
+behaviour implies, feature by feature, with the premises checked by the real openai SDK
+(`tests/probe_premises.py`: each feature's call, made by the SDK, works where the row says
+`pass` or `deviation` and fails where it says `breaking` or `unsupported`);
 the exit codes; `--keep`, the report, summary.json and JUnit; and a server that is not there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,17 @@ import jsonschema
 import openai
 import pytest
 from junitparser import Failure, JUnitXml
-from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
+from tests.probe_premises import answering, disagreement, sdk_outcomes
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
+from wirediff.cli.replay import main_replay
+from wirediff.cli.report import main_report
 from wirediff.probe.features import load_probe
+from wirediff.probe.websocket import send_websocket
+from wirediff.record.store import load_records
+from wirediff.replay.targets import Target
 from wirediff.reports.render import SCHEMA_PATH
 
 pytestmark = pytest.mark.e2e
@@ -89,19 +96,38 @@ EXPECTED: dict[str, dict[str, str]] = {
         "errors.bad_key": "deviation",
     },
 }
-BLOCKED = {
+RESPONSES_CORE = [
+    "responses.stream",
+    "responses.tools",
+    "responses.function_call_round_trip",
+    "responses.stream_grammar",
+]
+BLOCKED = {  # every client row's blocking features (the others are READY)
     "openai": {"openai-python": ["embeddings"], "openai-node": ["embeddings"]},
     "lmstudio": {
-        "codex": ["responses.stream", "responses.tools", "responses.function_call_round_trip",
-                  "responses.stream_grammar"],
+        "codex": RESPONSES_CORE,
+        "openai-agents": RESPONSES_CORE,
+        "vercel-ai": ["responses.text", "responses.stream", "responses.tools",
+                      "responses.function_call_round_trip", "responses.structured_output",
+                      "responses.stream_grammar"],
+        "vercel-ai-chat": ["chat.usage_chunk"],
+        "langchain-responses": ["responses.text", "responses.stream", "responses.stream_grammar"],
+        "llamaindex-responses": ["responses.text", "responses.stream", "responses.stream_grammar"],
+        "openai-python": ["responses.text", "responses.previous_response_id",
+                          "responses.structured_output", "embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
         "openai-node": ["chat.usage_chunk", "responses.text", "responses.stream",
                         "responses.stream_grammar", "embeddings"],
-        "langchain": ["responses.text", "responses.stream", "responses.stream_grammar"],
     },
-    "ollama": {"openai-python": ["responses.websocket", "embeddings"], "codex": []},
+    "ollama": {
+        "openai-python": ["embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
+        "openai-node": ["embeddings"],
+    },
     "vllm": {
-        "openai-python": ["responses.previous_response_id", "responses.websocket", "embeddings"],
-        "openai-agents": [],
+        "openai-python": ["responses.previous_response_id", "embeddings"],
+        "openai-python-websocket": ["responses.websocket"],
+        "openai-node": ["embeddings"],
     },
 }  # fmt: skip
 
@@ -131,7 +157,8 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
 ) -> None:
     with standin(name) as url:
         code, summary, out, err = run_probe([url + "/v1"], tmp_path, capsys)
-    probe = summary["probe"]
+        probe = summary["probe"]
+        seen = sdk_outcomes(url + "/v1", probe["model"], embedding_model=probe["embedding_model"])
     got = {f["id"]: f["status"] for f in probe["features"]}
     want = {f: EXPECTED[name].get(f, "pass") for f in ALL}
     assert got == want, {f: (got[f], want[f]) for f in ALL if got[f] != want[f]}
@@ -143,61 +170,18 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
     for f in ALL:
         assert any(line.split()[:2] == [want[f], f] for line in out.splitlines()), f
     clients = {c["id"]: c for c in probe["clients"]}
-    assert len(clients) == 7
-    for cid, blocking in BLOCKED[name].items():
-        assert clients[cid]["blocking"] == blocking
-        assert clients[cid]["ready"] is (not blocking)
+    assert len(clients) == len(load_probe().clients)
+    assert {cid: c["blocking"] for cid, c in clients.items() if c["blocking"]} == BLOCKED[name]
+    assert {cid for cid, c in clients.items() if c["state"] == "READY"} == set(clients) - set(
+        BLOCKED[name]
+    )
     for c in clients.values():  # NOT READY exactly when a need breaks or is missing
         failing = [n for n in c["needs"] if got[n] in ("breaking", "unsupported")]
         assert c["blocking"] == failing
     jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
-
-
-# --- the premises: what the real SDK makes of those answers ----------------------------
-
-
-def test_premises_openai(tmp_path: Path) -> None:
-    with standin("openai") as url, sdk(url) as client:
-        tools: Any = [
-            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-            for n in ("a", "b")
-        ]
-        both = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], tools=tools,
-            parallel_tool_calls=True, tool_choice="required",
-        )  # fmt: skip
-        assert len(both.choices[0].message.tool_calls or []) == 1
-        with pytest.raises(openai.APIStatusError) as e:
-            client.embeddings.create(model="text-embedding-3-small", input="x")
-        assert e.value.status_code == 501
-        hot = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], temperature=5
-        )
-        assert hot.choices[0].message.content
-
-
-def test_premises_lmstudio() -> None:
-    with standin("lmstudio") as url, sdk(url) as client:
-        stream = client.chat.completions.create(
-            model="qwen2.5-7b-instruct", messages=[{"role": "user", "content": "x"}],
-            stream=True, stream_options={"include_usage": True},
-        )  # fmt: skip
-        assert all(chunk.usage is None for chunk in stream)
-        answer = client.responses.create(model="qwen2.5-7b-instruct", input="x")
-        assert answer.output is None  # a Response built from {"error": …}: no exception
-
-
-def test_premises_ollama_and_vllm() -> None:
-    for name in ("ollama", "vllm"):
-        with standin(name) as url, sdk(url) as client:
-            with pytest.raises(InvalidStatus) as e:
-                client.responses.connect(websocket_connection_options=NOT_PROXIED).__enter__()
-            assert e.value.response.status_code == 405
-    with standin("vllm") as url, sdk(url) as client:
-        model = client.models.list().data[0].id
-        first = client.responses.create(model=model, input="x")
-        with pytest.raises(openai.NotFoundError):
-            client.responses.create(model=model, input="y", previous_response_id=first.id)
+    # the premises: the real SDK, making each feature's call, gets what the row implies
+    wrong = {f: disagreement(f, got[f], seen[f]) for f in ALL}
+    assert not {f: w for f, w in wrong.items() if w}, wrong
 
 
 # --- exit codes, --only, --strict, the outputs ------------------------------------------
@@ -218,8 +202,18 @@ def test_exit_codes_follow_only_and_strict(
             [url + "/v1", "--only", "chat.parallel_tools", "--strict"], tmp_path, capsys
         )
         assert code == 1 and summary["probe"]["passed"] is False
-        untested = {c["id"]: c["untested"] for c in summary["probe"]["clients"]}
-        assert "chat.text" in untested["langchain"]
+        clients = {c["id"]: c for c in summary["probe"]["clients"]}
+        assert "chat.text" in clients["langchain"]["untested"]
+        # nothing it needs failed, but not all of it was probed: not shown to be ready
+        assert clients["codex"]["state"] == "NOT PROBED" and clients["codex"]["ready"] is False
+        [codex] = [c for c in load_probe().clients if c.id == "codex"]
+        code, summary, out, _ = run_probe(
+            [url + "/v1", "--only", ",".join(codex.needs)], tmp_path, capsys
+        )
+        states = {c["id"]: c["state"] for c in summary["probe"]["clients"]}
+        assert code == 0 and states["codex"] == "READY" and states["langchain"] == "NOT PROBED"
+        [row] = [line for line in out.splitlines() if " LangChain " in line]
+        assert row.split()[:3] == ["NOT", "PROBED", "LangChain"] and "not probed)" in row
         assert main_probe([url + "/v1", "--only", "chat.nope"]) == 2
     assert "unknown feature chat.nope" in capsys.readouterr().err
 
@@ -242,6 +236,21 @@ def test_keep_report_junit_and_no_key_on_disk(
         f"wirediff-probe.{summary['probe']['label']}.jsonl",
         "wirediff-probe.jsonl",
     ]
+    # a conversation goes on with the server's own ids: its response id, its call_id
+    sent: dict[Any, Any] = {r["replay_of"]: r for r in load_records([kept[0]])}
+    data = load_probe()
+    first, second = (sent[i] for i in data.feature("responses.previous_response_id").exchanges)
+    assert second["request"]["body"]["previous_response_id"] == first["response"]["body"]["id"]
+    called, answered = (
+        sent[i] for i in data.feature("responses.function_call_round_trip").exchanges
+    )
+    done = [e["data"]["item"] for e in called["response"]["events"]
+            if e["event"] == "response.output_item.done"]  # fmt: skip
+    [call_id] = [item["call_id"] for item in done if item["type"] == "function_call"]
+    outputs = [
+        i for i in answered["request"]["body"]["input"] if i.get("type") == "function_call_output"
+    ]
+    assert [o["call_id"] for o in outputs] == [call_id]
     page = html.read_text(encoding="utf-8")
     assert page.index('id="probe"') < page.index('id="verdicts"')  # the report opens with it
     assert "NOT READY" in page and "chat.parallel_tools" in page
@@ -254,10 +263,63 @@ def test_keep_report_junit_and_no_key_on_disk(
     assert failure.type == "unsupported" and "501" in (failure.message or "")
     for p in [*kept, html, junit, tmp_path / "probe.json"]:
         assert KEY.encode() not in p.read_bytes(), p
-    # the kept records are a capture and its replay: report them like any
-    from wirediff.cli.report import main_report
-
+    # the kept records are a capture and its replay: report, replay and diff them like any
     assert main_report([str(p) for p in kept] + ["-o", str(tmp_path / "kept.html")]) == 0
+    [originals] = [p for p in kept if p.name == "wirediff-probe.jsonl"]
+    elsewhere = tmp_path / "wirediff-probe.vllm.jsonl"
+    with standin("vllm") as other:
+        argv = [str(originals), "--to", other + "/v1", "--label", "vllm", "-o", str(elsewhere)]
+        assert main_replay([*argv, "--model-map", "*=Qwen/Qwen2.5-0.5B-Instruct"]) == 0
+    replayed = load_records([elsewhere])
+    assert {r["replay_of"] for r in replayed} <= {r["id"] for r in load_records([originals])}
+    diffed = ["-o", str(tmp_path / "diff.html"), "--json", str(tmp_path / "s.json")]
+    assert main_report([str(originals), str(elsewhere), *diffed]) == 0
+    labels = {v["label"] for v in json.loads((tmp_path / "s.json").read_text())["verdicts"]}
+    assert "vllm" in labels
+
+
+def test_websocket_mode_over_wss(
+    mitmdump: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The WebSocket feature over TLS: a bare mitmdump reverse listener terminates it in
+    front of the stand-in, and the probe trusts mitmproxy's CA through SSL_CERT_FILE."""
+    with standin("openai") as url:
+        tls = mitmdump([f"reverse:{url}"], addon=False)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca_cert))
+        base = f"https://127.0.0.1:{tls.port}/v1"
+        client = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+        with client, client.responses.connect(websocket_connection_options=NOT_PROXIED) as conn:
+            conn.response.create(model="gpt-4o-mini", input="Say hi")
+            kinds = []
+            for event in conn:  # the premise: the SDK holds the session over wss
+                kinds.append(event.type)
+                if event.type == "response.completed":
+                    break
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+        keep = tmp_path / "kept"
+        code, summary, _, _ = run_probe(
+            [base, "--only", "responses.websocket", "--keep", str(keep)], tmp_path, capsys
+        )
+        # and it is TLS: trusting another CA (a second mitmdump's), the upgrade itself fails
+        other = mitmdump(["regular"], addon=False, confdir=tmp_path / "other-ca")
+        monkeypatch.setenv("SSL_CERT_FILE", str(other.ca_cert))
+        data = load_probe()
+        [original] = [data.by_id[i] for i in data.feature("responses.websocket").exchanges]
+        failed = asyncio.run(send_websocket(original, Target("tls", base), None, 30.0, 1 << 16))
+    assert failed.response is None and failed.error is not None
+    assert "CERTIFICATE_VERIFY_FAILED" in failed.error.message
+    [row] = summary["probe"]["features"]
+    assert row["status"] == "pass" and code == 0, row
+    kept = load_records([keep / f"wirediff-probe.{summary['probe']['label']}.jsonl"])
+    [rec] = [r for r in kept if r["tags"].get("transport") == "websocket"]
+    assert rec["request"]["url"] == base + "/responses"
+    resp: Any = rec["response"]
+    assert resp["status"] == 101
+    sent = [e["data"]["type"] for e in resp["events"] if e["direction"] == "client"]
+    assert (
+        sent == ["response.create"] and resp["events"][-1]["data"]["type"] == "response.completed"
+    )
 
 
 # --- a server that is not there: one line, exit 2 ---------------------------------------
@@ -300,28 +362,8 @@ def not_http() -> Iterator[str]:
 @pytest.fixture
 def html_site() -> Iterator[str]:
     """A web server that is not an API: every path a 404 HTML page."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><body>Not here</body></html>"
-            self.send_response(404)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(5)
+    with answering(lambda *_: (404, "text/html", b"<html><body>Not here</body></html>")) as url:
+        yield url
 
 
 def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -351,6 +393,18 @@ def test_not_an_openai_api(html_site: str, capsys: pytest.CaptureFixture[str]) -
     assert main_probe([html_site]) == 2
     line = _one_line(capsys)
     assert "does not look like an OpenAI-style API" in line and "404 (text/html)" in line
+
+
+@pytest.mark.parametrize("name", ["openai", "lmstudio"])
+def test_a_server_that_lists_no_model(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with standin(name, models=[]) as url:
+        with sdk(url) as client:  # the premise: an empty list, in the SDK's terms
+            assert client.models.list().data == []
+        assert main_probe([url + "/v1"]) == 2
+        assert _one_line(capsys).endswith(f"{url}/v1 lists no model at GET /models; give --model")
+        # with --model the probe goes on, and the server's refusal of it is the evidence
+        assert main_probe([url + "/v1", "--model", "gpt-4o-mini", "--only", "chat.text"]) == 1
+    assert "model_not_found" in capsys.readouterr().out
 
 
 def test_a_key_it_needs_and_a_key_it_refuses(

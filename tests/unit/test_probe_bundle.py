@@ -31,8 +31,9 @@ def test_every_feature_names_requests_of_the_bundle_that_match_it() -> None:
 def test_clients_need_features_and_their_needs_are_derivable() -> None:
     needed = {f.id for f in DATA.features if f.need}
     assert [c.name for c in DATA.clients] == [
-        "Codex CLI", "OpenAI Agents SDK", "Vercel AI SDK", "LangChain", "LlamaIndex",
-        "openai-python", "openai-node",
+        "Codex CLI", "OpenAI Agents SDK", "Vercel AI SDK", "Vercel AI SDK, openai.chat()",
+        "LangChain", "LangChain, use_responses_api", "LlamaIndex", "LlamaIndex, OpenAIResponses",
+        "openai-python", "openai-python, WebSocket mode", "openai-node",
     ]  # fmt: skip
     for c in DATA.clients:
         assert c.needs and set(c.needs) <= needed, c.id
@@ -78,6 +79,14 @@ def test_tool_calls_and_structured_output_checks() -> None:
     assert final_text(good) == '{"n": 1}' and check({"structured": {}}, [good]) == []
     [p] = check({"structured": {}}, [_chat(text["response"]["body"], asked)])
     assert p.severity == "breaking" and "not JSON" in p.evidence
+    # no call at all where two were required: worse than one where two were allowed
+    parallel = {"tool_calls": {"at_least": 2, "severity": "deviation", "none": "breaking"}}
+    [p] = check(parallel, [text])
+    assert p.severity == "breaking" and "it answered in text: 'Echo: x'" in p.evidence
+    first_call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    one = {"choices": [{"message": {"role": "assistant", "tool_calls": [first_call]}}]}
+    [p] = check(parallel, [_chat(one)])
+    assert p.severity == "deviation"
     wrong = _chat({"choices": [{"message": {"content": '{"n": "one"}'}}]}, asked)
     [p] = check({"structured": {}}, [wrong])
     assert "breaks the request's schema" in p.evidence
@@ -111,8 +120,38 @@ def test_readiness_follows_the_needs_and_strict() -> None:
         "c": FeatureRow("c", "C", "unsupported", "", ""),
     }
     mine = [Client("x", "X", ("a", "b")), Client("y", "Y", ("a", "c", "z"))]
+    mine.append(Client("w", "W", ("a", "z")))
     ready = {c.id: c for c in readiness(mine, rows)}
     assert ready["x"].ready and not ready["y"].ready and ready["y"].blocking == ["c"]
-    assert ready["y"].untested == ["z"]
+    assert ready["y"].untested == ["z"] and ready["y"].state == "NOT READY"
+    # nothing it needs fails, but `z` was not probed: the probe cannot say it is ready
+    assert ready["w"].state == "NOT PROBED" and not ready["w"].ready and not ready["w"].blocking
     strict = {c.id: c for c in readiness(mine, rows, strict=True)}
-    assert strict["x"].blocking == ["b"]
+    assert strict["x"].blocking == ["b"] and strict["x"].state == "NOT READY"
+
+
+def test_a_stream_under_another_content_type() -> None:
+    """A whole event stream labeled application/json is read by the SDKs (a deviation, its
+    tool calls counted); one that is not whole is a stream not given."""
+
+    def answer(text: str) -> Any:
+        return make_record(
+            id="s1", path="/v1/chat/completions",
+            request_body={"messages": [], "stream": True, "tools": [{"type": "function"}]},
+            text=text, headers=[["content-type", "application/json"]],
+        )  # fmt: skip
+
+    call = {"index": 0, "id": "c", "function": {"name": "f", "arguments": "{}"}}
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    whole = answer(f"data: {chunk}\n\ndata: [DONE]\n\n")
+    expect = {"answered": {}, "tool_calls": {"at_least": 1}}
+    [p] = check(expect, [whole])
+    assert (
+        p.severity == "deviation" and "an event stream answered as application/json" in p.evidence
+    )
+    assert tool_calls(whole) == 1
+    [p] = check(expect, [answer(f"data: {chunk}\n\n")])
+    assert p.severity == "failed"
+    assert (
+        p.evidence == "200, a stream asked for and application/json answered, not an event stream"
+    )

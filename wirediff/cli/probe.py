@@ -59,10 +59,9 @@ def terminal_matrix(result: ProbeResult) -> list[str]:
     lines.append("clients:")
     name_width = max(len(c.name) for c in result.clients) if result.clients else 10
     for c in result.clients:
-        state = "READY" if c.ready else "NOT READY"
         why = f"  stopped by {', '.join(c.blocking)}" if c.blocking else ""
         note = f"  ({len(c.untested)} of its needs not probed)" if c.untested else ""
-        lines.append(f"  {state:<9}   {c.name:<{name_width}}{why}{note}".rstrip())
+        lines.append(f"  {c.state:<11} {c.name:<{name_width}}{why}{note}".rstrip())
     counts = ", ".join(f"{sum(1 for r in result.rows if r.status == s)} {s}" for s in STATUSES)
     verdict = "passed" if result.passed else "failed"
     lines.append(f"{len(result.rows)} features: {counts} — {verdict}")

@@ -14,12 +14,17 @@ CLIENT_NAMES = {
     "codex": "Codex CLI",
     "openai-agents": "OpenAI Agents SDK",
     "vercel-ai": "Vercel AI SDK",
+    "vercel-ai-chat": "Vercel AI SDK, openai.chat()",
     "langchain": "LangChain",
+    "langchain-responses": "LangChain, use_responses_api",
     "llamaindex": "LlamaIndex",
+    "llamaindex-responses": "LlamaIndex, OpenAIResponses",
     "openai-python": "openai-python",
+    "openai-python-websocket": "openai-python, WebSocket mode",
     "openai-node": "openai-node",
 }
-"""Client id (its workload's name) → the name a readiness row shows."""
+"""Client id (its workload's name) → the name a readiness row shows: a client as it comes,
+then a mode an app opts into, named as the app asks for it."""
 
 
 def sdk_of(record: Record) -> dict[str, Any]:
@@ -34,4 +39,4 @@ def captured_line(records: Iterable[Record]) -> str:
     records = list(records)
     agents = sorted({str(sdk_of(r).get("user_agent") or "?") for r in records})
     shown = ", ".join(a.split(" (", 1)[0] for a in agents)
-    return f"{len(records)} calls, as {shown}"
+    return f"{len(records)} call{'s' if len(records) != 1 else ''}, as {shown}"

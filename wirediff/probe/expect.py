@@ -1,8 +1,10 @@
 """What a feature's answers must show (`expect:` in features.yaml), checked on the records of
 the probe: each check gives its problems, `(severity, evidence)`, or none.
 
-`answered`: every exchange got a whole 2xx answer with no error in it (`exchange_ok`).
-`tool_calls`: the first answer holds at least N calls. `structured`: its text is JSON valid
+`answered`: every exchange got a whole 2xx answer with no error in it (`exchange_ok`); a
+whole event stream under another content-type is a deviation (`mislabeled_events`).
+`tool_calls`: the first answer holds at least N calls (`none`: the severity when it holds
+no call at all). `structured`: its text is JSON valid
 under the schema the request gave. `error`: the refusal the request must get.
 """
 
@@ -16,12 +18,23 @@ from typing import Any
 import jsonschema
 
 from wirediff._support import clip, is_2xx, response_status
-from wirediff._types import Record
+from wirediff._types import Event, Record
 from wirediff.analysis.comparison.breaks import server_words
-from wirediff.analysis.diagnosis.outcome import exchange_ok
+from wirediff.analysis.comparison.observe import RESPONSE_TERMINALS
+from wirediff.analysis.diagnosis.outcome import exchange_ok, stream_end, stream_problem
+from wirediff.record.sse import parse_events, split_events
 from wirediff.record.websocket import is_websocket, server_events
 
-__all__ = ["CHECKS", "Problem", "check", "final_text", "part", "tool_calls"]
+__all__ = [
+    "CHECKS",
+    "Problem",
+    "check",
+    "content_type",
+    "final_text",
+    "mislabeled_events",
+    "part",
+    "tool_calls",
+]
 
 EVIDENCE = 160
 """Characters of a server's words quoted in a problem."""
@@ -35,15 +48,42 @@ class Problem:
     record_id: str = ""
 
 
+def content_type(rec: Record) -> str:
+    """The answer's content-type, or `no content-type`."""
+    headers = part(rec, "response").get("headers") or ()
+    return next((str(v) for k, v in headers if str(k).lower() == "content-type"), "no content-type")
+
+
 def part(rec: Record, key: str) -> dict[str, Any]:
     """A record's `response`, `error` or `tags` object, `{}` when it has none."""
     value = rec.get(key)
     return value if isinstance(value, dict) else {}
 
 
+def mislabeled_events(rec: Record) -> list[Event] | None:
+    """The events of a stream asked for that came whole under another content-type than
+    `text/event-stream` (the SDKs read a streamed answer's body as events whatever its
+    type), else None: the recorder splits events by the type, so the record has none."""
+    resp, tags = part(rec, "response"), part(rec, "tags")
+    text = resp.get("text")
+    if (
+        not tags.get("stream")
+        or tags.get("soft_error")
+        or rec.get("error")
+        or resp.get("events") is not None
+        or not is_2xx(resp.get("status"))
+        or not isinstance(text, str)
+    ):
+        return None
+    events = parse_events(split_events(text.encode()))
+    last = events[-1].get("data") if events else None
+    whole = last == "[DONE]" or (isinstance(last, dict) and last.get("type") in RESPONSE_TERMINALS)
+    return events if whole else None
+
+
 def _events(rec: Record) -> list[dict[str, Any]]:
-    resp = part(rec, "response")
-    return [e for e in server_events(resp.get("events") or ()) if isinstance(e, dict)]
+    raw = part(rec, "response").get("events") or mislabeled_events(rec) or ()
+    return [e for e in server_events(raw) if isinstance(e, dict)]
 
 
 def _final_response(rec: Record) -> dict[str, Any] | None:
@@ -148,6 +188,12 @@ def _answer(rec: Record) -> str:
     if part(rec, "tags").get("soft_error"):
         return f"{status} with an error in the body{_words(rec)}"
     if is_2xx(status) or (status == 101 and is_websocket(rec)):
+        end = stream_end(rec)
+        if end is None and part(rec, "tags").get("stream"):
+            return f"{status}, a stream asked for and {content_type(rec)} answered, not an event stream"
+        why = stream_problem(rec, end)
+        if why is not None:
+            return f"{status}, {why}"
         if resp.get("complete") is False or err:
             return f"{status}, cut before its end ({err.get('kind') or 'incomplete'})"
         return f"{status}, the stream did not end well{_words(rec)}"
@@ -163,6 +209,11 @@ def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Pro
         err = part(rec, "error")
         if err.get("kind") == "skipped":
             out.append(Problem("skipped", f"not sent: {err.get('message')}", str(rec["id"])))
+        elif mislabeled_events(rec) is not None:
+            status = part(rec, "response").get("status")
+            said = f"{status}, an event stream answered as {content_type(rec)}"
+            sdk = "the SDKs read it, a type check would not"
+            out.append(Problem("deviation", f"{said}: {sdk}", str(rec["id"])))
         elif not exchange_ok(rec):
             out.append(Problem("failed", _answer(rec), str(rec["id"])))
     return out
@@ -170,7 +221,9 @@ def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Pro
 
 def _first_answered(records: Sequence[Record | None]) -> Record | None:
     first = records[0] if records else None
-    return first if first is not None and exchange_ok(first) else None
+    if first is None or not (exchange_ok(first) or mislabeled_events(first) is not None):
+        return None
+    return first
 
 
 def at_least_calls(records: Sequence[Record | None], args: Mapping[str, Any]) -> list[Problem]:
@@ -184,7 +237,8 @@ def at_least_calls(records: Sequence[Record | None], args: Mapping[str, Any]) ->
     text = final_text(rec)
     if got == 0 and text:
         what += f" (it answered in text: {clip(text, 60)!r})"
-    return [Problem(str(args.get("severity", "breaking")), what, str(rec["id"]))]
+    severity = args.get("none") if got == 0 and "none" in args else args.get("severity")
+    return [Problem(str(severity or "breaking"), what, str(rec["id"]))]
 
 
 def structured(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Problem]:

@@ -19,6 +19,7 @@ from wirediff.probe.features import Client, Feature
 from wirediff.probe.grade import Graded
 
 __all__ = [
+    "READINESS",
     "STATUSES",
     "UNSUPPORTED_CODES",
     "ClientRow",
@@ -40,6 +41,9 @@ UNSUPPORTED_CODES = frozenset(
 )
 """Diagnoses that say the server has no such feature (not that it is broken)."""
 EVIDENCE = 200
+READINESS = ("READY", "NOT READY", "NOT PROBED")
+"""A client's state: every need probed and none failing; a need failing; nothing failing, but
+a need left out (`--only`), so the probe cannot say it is ready."""
 
 
 @dataclass
@@ -64,13 +68,23 @@ class FeatureRow:
 class ClientRow:
     id: str
     name: str
-    ready: bool
     blocking: list[str]
     """The features that stop it (their ids)."""
     needs: list[str]
     untested: list[str]
     """What it needs that this probe did not send (`--only`)."""
     captured: str = ""
+
+    @property
+    def state(self) -> str:
+        """One of `READINESS`."""
+        if self.blocking:
+            return "NOT READY"
+        return "NOT PROBED" if self.untested else "READY"
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "READY"
 
 
 def _rank(status: str) -> int:
@@ -147,7 +161,8 @@ def feature_row(feature: Feature, records: Sequence[Record | None], graded: Grad
 def readiness(
     clients: Sequence[Client], rows: Mapping[str, FeatureRow], *, strict: bool = False
 ) -> list[ClientRow]:
-    """READY or NOT READY per client: it is not when a feature it needs fails."""
+    """READY, NOT READY or NOT PROBED per client: it is not ready when a feature it needs
+    fails, and not known to be when one was not probed."""
     out = []
     for c in clients:
         probed = [n for n in c.needs if n in rows]
@@ -156,7 +171,6 @@ def readiness(
             ClientRow(
                 c.id,
                 c.name,
-                not blocking,
                 blocking,
                 list(c.needs),
                 [n for n in c.needs if n not in rows],

@@ -18,7 +18,7 @@ from wirediff._support import clip
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.errors import ServerAbsent, UsageError
-from wirediff.probe.expect import part
+from wirediff.probe.expect import content_type, part
 from wirediff.probe.features import Feature, ProbeData, load_probe
 from wirediff.probe.grade import Graded, grade
 from wirediff.probe.matrix import ClientRow, FeatureRow, feature_row, readiness
@@ -96,9 +96,6 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
 
 def _not_openai(rec: Record, target: Target) -> str:
     resp = part(rec, "response")
-    ctype = next(
-        (v for k, v in resp.get("headers") or () if str(k).lower() == "content-type"), "no type"
-    )
     if isinstance(resp.get("body"), dict):  # an API, without a model list
         said = server_words(rec) or "no list"
         return (
@@ -107,7 +104,8 @@ def _not_openai(rec: Record, target: Target) -> str:
         )
     return (
         f"{target.shown} does not look like an OpenAI-style API: GET /models answered "
-        f"{resp.get('status')} ({ctype}), not a list of models; give --model to probe it anyway"
+        f"{resp.get('status')} ({content_type(rec)}), not a list of models; give --model to "
+        "probe it anyway"
     )
 
 
@@ -296,6 +294,7 @@ def result_summary(result: ProbeResult) -> dict[str, Any]:
                 "id": c.id,
                 "name": c.name,
                 "ready": c.ready,
+                "state": c.state,
                 "blocking": c.blocking,
                 "needs": c.needs,
                 "untested": c.untested,

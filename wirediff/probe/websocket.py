@@ -9,6 +9,7 @@ WebSocket feature sent, so this sends one with wsproto over an asyncio stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -43,6 +44,8 @@ __all__ = ["TURN_ENDS", "send_websocket"]
 TURN_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
 """Server events after which the client sends its next message (or closes)."""
 READ = 65536
+CLOSE_TIMEOUT = 5.0
+"""Seconds to wait for the connection to close once the session is over."""
 _HANDSHAKE = frozenset(
     {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
      "sec-websocket-extensions", "sec-websocket-accept", "content-length"}
@@ -116,7 +119,7 @@ async def send_websocket(
         )
     except (OSError, TimeoutError) as e:
         kind = "timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
-        return failed(f"cannot connect to {host}:{port}: {e or type(e).__name__}", kind)
+        return failed(f"cannot connect to {host}:{port}: {_said(e)}", kind)
     ws = WSConnection(ConnectionType.CLIENT)
     try:
         extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
@@ -128,11 +131,18 @@ async def send_websocket(
     except TimeoutError:
         return failed("timed out in the WebSocket session", "timeout")
     except (OSError, ValueError) as e:
-        return failed(
-            f"the WebSocket session failed: {e or type(e).__name__}", "upstream_disconnect"
-        )
+        return failed(f"the WebSocket session failed: {_said(e)}", "upstream_disconnect")
     finally:
         writer.close()
+        # a TLS close takes turns of the loop (close_notify): wait for them, else the
+        # socket outlives the loop that `asyncio.run` then closes
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
+
+
+def _said(e: BaseException) -> str:
+    """An exception in words (some, such as a reset connection, have none of their own)."""
+    return str(e) or type(e).__name__
 
 
 def _pairs(headers: Any) -> list[tuple[str, str]]:

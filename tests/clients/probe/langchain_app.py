@@ -1,4 +1,5 @@
-"""LangChain's ChatOpenAI: invoke, stream, tools, structured output, the Responses API."""
+"""LangChain's ChatOpenAI as it comes (chat completions): invoke, stream, tools, structured
+output, async."""
 
 import asyncio
 import json
@@ -10,7 +11,6 @@ from pydantic import BaseModel
 
 BASE, MODEL = os.environ["BASE"], os.environ["MODEL"]
 chat = ChatOpenAI(model=MODEL, base_url=BASE, max_retries=0)
-responses = ChatOpenAI(model=MODEL, base_url=BASE, max_retries=0, use_responses_api=True)
 
 
 @tool
@@ -33,7 +33,5 @@ try:
     out["structured"] = chat.with_structured_output(City).invoke("Describe Paris.") is not None
 except Exception as e:
     out["structured"] = type(e).__name__
-out["responses_invoke"] = responses.invoke("Say hi").text
-out["responses_stream"] = len(list(responses.stream("Say hi")))
 out["ainvoke"] = asyncio.run(chat.ainvoke("Say hi")).content
 print(json.dumps(out))

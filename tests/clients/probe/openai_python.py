@@ -1,4 +1,5 @@
-"""openai-python (sync, async and streaming): every call an app makes that the probe sends.
+"""openai-python (sync, async and streaming) over HTTP: every call an app makes that the
+probe sends (its WebSocket mode is openai_python_websocket.py).
 
 Run with BASE (the SDK's base_url), OPENAI_API_KEY and MODEL set; prints one JSON line of
 what it got. A call the stand-in answers with an error is what the probe needs of it: the
@@ -115,13 +116,6 @@ async def streamed_tool_call() -> int:
 
 
 out["streamed_tool_chunks"] = asyncio.run(streamed_tool_call())
-with client.responses.connect(websocket_connection_options={"proxy": None}) as conn:
-    conn.response.create(model=MODEL, input="Say hi")
-    out["websocket_events"] = []
-    for event in conn:
-        out["websocket_events"].append(event.type)
-        if event.type in ("response.completed", "response.failed", "error"):
-            break
 for name, call in (
     ("unknown_route", lambda: client.get("/wirediff/no-such-route", cast_to=httpx.Response)),
     ("wrong_method", lambda: client.get("/chat/completions", cast_to=httpx.Response)),

@@ -1,11 +1,12 @@
 // The Vercel AI SDK (`ai` with `@ai-sdk/openai`): text, stream, tools with a second step,
-// structured output, over the Responses API (the provider's default) and chat completions.
+// structured output; on the Responses API (the provider's default), or on chat completions
+// (`openai.chat(model)`) with VERCEL_API=chat.
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 
 const openai = createOpenAI({ baseURL: process.env.BASE, apiKey: process.env.OPENAI_API_KEY });
-const model = openai(process.env.MODEL);
+const model = process.env.VERCEL_API === "chat" ? openai.chat(process.env.MODEL) : openai(process.env.MODEL);
 const out = {};
 out.text = (await generateText({ model, prompt: "Say hi", maxRetries: 0 })).text;
 const stream = streamText({ model, prompt: "Say hi", maxRetries: 0 });
@@ -30,5 +31,4 @@ try {
 } catch (e) {
   out.object = e.name ?? String(e);
 }
-out.chat = (await generateText({ model: openai.chat(process.env.MODEL), prompt: "Say hi", maxRetries: 0 })).text;
 console.log(JSON.stringify(out));
