@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from wirediff.errors import PlanError
 from wirediff.record.redact import AUTH_HEADERS, redact_url
+from wirediff.replay.paths import remove_dot_segments
 
 __all__ = ["Target", "default_label", "parse_pairs", "parse_rate"]
 
@@ -38,10 +39,15 @@ class Target:
             )
 
     @property
+    def path(self) -> str:
+        """The base path (`/v1`; `""` for none), dot segments resolved, no trailing `/`:
+        every request sent to this target lies under it."""
+        return remove_dot_segments(urlsplit(self.url).path).rstrip("/")
+
+    @property
     def base(self) -> str:
         """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
-        p = urlsplit(self.url)
-        return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/"), "", ""))
+        return self.origin + self.path
 
     @property
     def shown(self) -> str:
@@ -50,7 +56,7 @@ class Target:
 
     @property
     def origin(self) -> str:
-        """`scheme://host:port`: what a path outside the session's API prefix goes onto."""
+        """`scheme://host:port`: the only place a request to this target goes."""
         p = urlsplit(self.url)
         return f"{p.scheme}://{p.netloc}"
 
