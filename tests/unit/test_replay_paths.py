@@ -19,7 +19,7 @@ from wirediff.replay.paths import lenient, remove_dot_segments
 from wirediff.replay.plan import make_plan
 from wirediff.replay.request import prepare, rebase
 from wirediff.replay.sender import TargetRun
-from wirediff.replay.targets import Target
+from wirediff.replay.targets import Target, default_label
 
 OTHER = 9
 GOOD = Target("good", "http://127.0.0.1:8000/v1")
@@ -163,6 +163,31 @@ def test_remove_dot_segments(path: str, out: str) -> None:
 )  # fmt: skip
 def test_lenient_reading(path: str, out: str) -> None:
     assert lenient(path) == out
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:99999/v1",
+        "http://127.0.0.1:0/v1",
+        "http://127.0.0.1:-1/v1",
+        "http://127.0.0.1:8o/v1",
+        "http://[::1]:70000/v1",
+        "http://u:p@127.0.0.1:65536/v1",
+    ],
+)
+def test_a_port_out_of_range_is_one_line(url: str) -> None:
+    with pytest.raises(PlanError, match=r"port '.*' of .* is not a number from 1 to 65535"):
+        Target("t", url)
+    with pytest.raises(PlanError, match=r"^port '.*' of .* is not a number from 1 to 65535$"):
+        default_label(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h/v1", "http://h:1/v1", "http://[::1]:65535/v1", "http://h:/"]
+)
+def test_ports_in_range_are_taken(url: str) -> None:
+    assert Target("t", url).url == url
 
 
 def test_the_base_path_is_resolved() -> None:
