@@ -15,13 +15,8 @@ import httpx
 from wirediff._support import as_bytes
 from wirediff._types import JSON, Record
 from wirediff.errors import PlanError
-from wirediff.record.redact import (
-    AUTH_HEADERS,
-    FINGERPRINT_HEX,
-    SECRET_FIELD,
-    SECRET_QUERY,
-    is_fingerprint,
-)
+from wirediff.record.names import AUTH_HEADERS, SECRET_FIELD, SECRET_QUERY
+from wirediff.record.redact import FINGERPRINT_HEX, is_fingerprint
 from wirediff.record.tags import header_get, route
 from wirediff.replay.paths import outside_reason, path_problem, remove_dot_segments, shown
 from wirediff.replay.safety import SAFE_METHODS, is_stream

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from wirediff.errors import PlanError
-from wirediff.record.redact import AUTH_HEADERS, redact_url
+from wirediff.record.names import AUTH_HEADERS
+from wirediff.record.redact import redact_url
 from wirediff.replay.paths import remove_dot_segments
 
 __all__ = ["Target", "default_label", "parse_pairs", "parse_rate", "port_problem"]
