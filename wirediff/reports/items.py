@@ -16,6 +16,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
+from wirediff.record.scrub import scrub_output
 from wirediff.reports.formatters import missing, redact
 
 __all__ = [
@@ -63,15 +64,16 @@ def _text(item: dict[str, Any]) -> str:
 
 
 def item_text(item: dict[str, Any]) -> str:
-    """An item of a list that is a top-level key's value, indented as it is written there."""
-    return _text(item).replace("\n", "\n  ")
+    """An item of a list that is a top-level key's value, indented as it is written there,
+    scrubbed (`scrub_output`)."""
+    return scrub_output(_text(item).replace("\n", "\n  "))
 
 
 def finding_text(values: Sequence[Any]) -> str:
     """`item_text` of a finding row (`DIVERGENCE_COLUMNS` values, strings: a finding's
     columns all are) without making its dict."""
     try:
-        return _FINDING % tuple(map(encode_basestring, values))
+        return scrub_output(_FINDING % tuple(map(encode_basestring, values)))
     except TypeError:  # a value that is no string (or a column too many or too few)
         return item_text(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
 

@@ -23,12 +23,14 @@ from typing import Any, TextIO
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.probe.matrix import STATUSES
 from wirediff.probe.run import result_summary
+from wirediff.record.scrub import scrub_output
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
@@ -57,12 +59,22 @@ __all__ = [
 SCHEMA_PATH = Path(__file__).resolve().parent / "summary.schema.json"
 SUMMARY_FORMAT = "wirediff-summary/1"
 
+
+def _scrubbed(value: Any) -> Any:
+    """What a `{{ … }}` of a template shows, scrubbed (`scrub_output`); markup stays markup:
+    what the scrub replaces holds none of its characters."""
+    if isinstance(value, Markup):
+        return Markup(scrub_output(str(value)))
+    return scrub_output(value) if isinstance(value, str) else value
+
+
 ENV = Environment(
     loader=PackageLoader("wirediff.reports", "templates"),
     autoescape=True,
     undefined=StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
+    finalize=_scrubbed,
 )
 ENV.filters.update(FILTERS)
 ENV.globals.update(
@@ -218,7 +230,7 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
-        json.dump(summary, fh, ensure_ascii=False, indent=1)
+        json.dump(scrub_output(summary), fh, ensure_ascii=False, indent=1)
         fh.write("\n")
     return out
 
@@ -269,7 +281,7 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 def _summary_into(model: ReportModel, fh: TextIO, path: str | None) -> None:
     """The summary written to `fh`; the findings list merged straight into the file at
     `path` when it is one written in place (`Rows.list_into`)."""
-    summary = summary_from(model, rows=False)
+    summary = scrub_output(summary_from(model, rows=False))  # the lists' items: `item_text`
     marks = {key: f"\x00{key}\x00" for key in _STREAMED}
     summary.update(marks)
     text = json.dumps(summary, ensure_ascii=False, indent=1)
@@ -299,7 +311,8 @@ def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     with out.open("w", encoding="utf-8", newline="") as fh:
         for frame in model.findings_rows.frames():
             if len(frame) or header:
-                frame.reindex(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False, header=header)
+                rows = frame.reindex(columns=DIVERGENCE_COLUMNS)
+                fh.write(scrub_output(rows.to_csv(index=False, header=header)))
                 header = False
         if header:
             pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)
