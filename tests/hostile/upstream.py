@@ -8,8 +8,11 @@ send never shows in the proxy under test. Routes (any method):
   /bomb/sse-flat/ENC   the same without a single newline
   /event/MB            one SSE event whose data is MB megabytes, in 64 KiB writes
   /fast                a small JSON answer
-  /echo[/sse]          every credential of the request, echoed in every encoding: in the
-                       body (or SSE events) and in response headers
+  /echo[/sse]          every credential of the request (headers, a key offered as a WebSocket
+                       subprotocol, the query, credential-named fields of a JSON or form
+                       body however long), echoed in every encoding, upper- and lower-cased
+                       and without its `xx-` prefix: in the body (or SSE events) and in
+                       response headers
   /echo/ws             a WebSocket (`Upgrade: websocket`): each client message is answered
                        with every credential of the handshake and of that message, echoed
                        in every encoding as JSON, text and binary messages; then a close
@@ -80,6 +83,17 @@ def bomb(kind: str, encoding: str) -> bytes:
 
 
 def forms(secret: str) -> list[str]:
+    out = [*_encoded(secret), secret.lower(), secret.upper(), quote(secret.upper(), safe="")]
+    mark = re.match(r"[A-Za-z]{2,4}-", secret)
+    return out + (_encoded(secret[mark.end() :])[:TEXTUAL] if mark else [])
+
+
+TEXTUAL = 5
+"""The forms of `_encoded` that are text (the rest are base64): a key quoted without its
+prefix is quoted as text."""
+
+
+def _encoded(secret: str) -> list[str]:
     raw = secret.encode()
     out = [
         secret,
@@ -93,8 +107,15 @@ def forms(secret: str) -> list[str]:
     return out
 
 
+_FIELD = re.compile(
+    r'(?i)"(?:[\w-]*api[-_]?key|key|openai[-_]?key|[\w-]*secret|[\w-]*password|token'
+    r'|[\w-]*_token|authorization|credentials?)"\s*:\s*"([^"]+)"'
+)
+_SUBPROTOCOL = re.compile(r"(?i)api[-_]?key\.([^,\s]+)")
+
+
 def credentials(head: dict[str, str], target: str, body: bytes) -> list[str]:
-    found = []
+    found = _SUBPROTOCOL.findall(head.get("sec-websocket-protocol", ""))
     for name in ("authorization", "x-api-key", "api-key"):
         value = head.get(name, "")
         scheme, _, token = value.partition(" ")
@@ -104,9 +125,10 @@ def credentials(head: dict[str, str], target: str, body: bytes) -> list[str]:
         elif value:
             found.append(token or value)
     found += [v for k, v in parse_qsl(urlsplit(target).query) if k in ("key", "api_key")]
-    found += re.findall(
-        r'"(?:api_key|password|token)"\s*:\s*"([^"]+)"', body.decode(errors="replace")
-    )
+    text = body.decode(errors="replace")
+    found += _FIELD.findall(text)
+    if head.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        found += [v for k, v in parse_qsl(text) if "key" in k or "token" in k or "secret" in k]
     return found
 
 
@@ -116,6 +138,7 @@ class Hostile(asyncio.Protocol):
         self.buf = b""
         self.ws: Connection | None = None
         self.ws_credentials: list[str] = []
+        self.text = ""
 
     def data_received(self, data: bytes) -> None:
         if self.ws is not None:
@@ -139,14 +162,15 @@ class Hostile(asyncio.Protocol):
 
     def upgrade(self, head: dict[str, str], target: str) -> None:
         accept = accept_key(head.get("sec-websocket-key", ""))
+        found = credentials(head, target, b"")
+        offered = head.get("sec-websocket-protocol", "")
+        chosen = b"Sec-WebSocket-Protocol: realtime\r\n" if "realtime" in offered else b""
+        echo = " ".join(f for s in found for f in forms(s)).encode()
         self.t.write(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: %s\r\n\r\n" % accept.encode()
+            b"Sec-WebSocket-Accept: %s\r\n%sX-Echo: %s\r\n\r\n" % (accept.encode(), chosen, echo)
         )
-        self.ws, self.ws_credentials = (
-            Connection(ConnectionType.SERVER),
-            credentials(head, target, b""),
-        )
+        self.ws, self.ws_credentials = Connection(ConnectionType.SERVER), found
         rest, self.buf = self.buf, b""
         if rest:
             self.websocket_data(rest)
@@ -157,7 +181,10 @@ class Hostile(asyncio.Protocol):
         ws.receive_data(data)
         for event in ws.events():
             if isinstance(event, TextMessage):
-                found = self.ws_credentials + credentials({}, "", event.data.encode())
+                self.text += event.data
+                if not event.message_finished:  # a long message comes in parts
+                    continue
+                found = self.ws_credentials + credentials({}, "", self.text.encode())
                 echoes = [f for s in found for f in forms(s)]
                 for e in echoes:
                     self.t.write(ws.send(TextMessage(json.dumps({"type": "error", "echo": e}))))

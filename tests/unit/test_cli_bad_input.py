@@ -34,6 +34,14 @@ def _write(name: str, content: bytes) -> Callable[[Path], Path]:
     return make
 
 
+def _not_utf8(p: Path) -> Path:
+    """A whole capture, its second line a whole record with one byte UTF-8 refuses."""
+    lines = [json.dumps(r).encode() for r in openai_session()]
+    lines[1] = lines[1].replace(b'"gpt-4o-mini"', b'"gpt-4o-mini\xff"', 1)
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    return p
+
+
 def _directory(d: Path) -> Path:
     (d / "captures").mkdir()
     return d / "captures"
@@ -50,6 +58,7 @@ BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
     "JSON, another format": _write("other.jsonl", b'{"format": "other/1", "id": "x"}\n'),
     "a JSON array": _write("array.jsonl", b"[1, 2]\n"),
     "one unfinished line": _write("cut.jsonl", b'{"format": "wirediff/1", "id": "a", "req'),
+    "a record with one byte not UTF-8": lambda d: _not_utf8(d / "odd.jsonl"),
     "a directory": _directory,
     "a missing file": lambda d: d / "missing.jsonl",
 }
@@ -98,6 +107,18 @@ BAD_USAGE: dict[str, list[str]] = {
     "report --ignore-config not UTF-8": ["report", "GOOD", "--ignore-config", "BINARY"],
     "replay --header not ASCII": ["replay", "GOOD", "--to", NOWHERE, "--header", "x-team=\u00e9"],
     "replay without a capture": ["replay", "--to", NOWHERE],
+    "replay --to a port past 65535": ["replay", "GOOD", "--to", "http://127.0.0.1:99999/v1"],
+    "replay --to a port past 65535, --dry-run": [
+        "replay",
+        "GOOD",
+        "--to",
+        "http://127.0.0.1:99999/v1",
+        "--label",
+        "x",
+        "--dry-run",
+    ],
+    "capture --to a port past 65535": ["capture", "--to", "http://127.0.0.1:99999/v1"],
+    "probe a port past 65535": ["probe", "http://127.0.0.1:99999/v1"],
     "report without a capture": ["report"],
     "diagnose an unknown option": ["diagnose", "--fial", "x.jsonl"],
     "check without a candidate": ["check", "base.jsonl"],
@@ -348,6 +369,38 @@ def test_skipped_lines_are_one_warning_each_naming_file_and_line(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error" not in err, err
     assert [line for line in err.splitlines() if "warning" in line] == warnings
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn"])
+@pytest.mark.parametrize("command", SKIPPING)
+def test_a_byte_not_utf8_in_a_whole_line_is_an_error_in_a_torn_one_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, torn: bool
+) -> None:
+    records = openai_session()
+    captures = {
+        "base": [json.dumps(r).encode() for r in records],
+        "candidate": [json.dumps(replay(r, id=f"c{i}")).encode() for i, r in enumerate(records)],
+    }
+    damaged, argv = SKIPPING[command]
+    lines = captures[damaged]
+    at = lines[2].index(b'"gpt-4o-mini"') + 1
+    lines[2] = lines[2][:at] + b"\xff" + lines[2][at : at + 20 if torn else None]
+    for name, held in captures.items():
+        (tmp_path / f"{name}.jsonl").write_bytes(b"".join(line + b"\n" for line in held))
+    path = tmp_path / f"{damaged}.jsonl"
+    code = main(argv(tmp_path / "base.jsonl", tmp_path / "candidate.jsonl", tmp_path))
+    err = capsys.readouterr().err
+    if torn:
+        assert code == 0, err
+        assert [line for line in err.splitlines() if "wirediff: " in line] == [
+            f"wirediff: warning: {path}:3: not a JSON record (a torn write): skipped"
+        ]
+    else:
+        assert code == 2
+        assert one_error_line(err) == (
+            f"wirediff: error: {path}:3: not UTF-8 text (byte 0xff at column {at + 1}); "
+            "the recorder writes UTF-8 only\n"
+        )
 
 
 # --- diagnose --fail ----------------------------------------------------------------------

@@ -6,13 +6,8 @@ import random
 import pytest
 
 from wirediff._types import Event
-from wirediff.record.redact import (
-    SECRET_FIELD,
-    fingerprint,
-    may_hold_secret_fields,
-    redact_headers,
-    redact_url,
-)
+from wirediff.record.names import SECRET_FIELD, may_hold_secret_fields
+from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.tags import auth_tag, route, sdk_identity, soft_error, tag_exchange
 
 KEY = "sk-test-CANARY-0123456789"

@@ -449,6 +449,8 @@ REBASE_BASE: dict[str, Any] = {
     "known": ("/v1/responses",),
 }
 """An original's path, the target URL, and the paths of its session's other exchanges."""
+OUTSIDE = "outside"
+"""The path leaves the target's base path: not sent."""
 
 
 @pytest.mark.parametrize(
@@ -460,27 +462,32 @@ REBASE_BASE: dict[str, Any] = {
         ({"path": "/chat/completions"}, "http://t:1/v1/chat/completions"),
         ({"path": "/openai/v1/responses?x=1"}, "http://t:1/v1/responses?x=1"),
         ({"path": "/v1/models/gpt-4o-mini"}, "http://t:1/v1/models/llama3.2"),
-        # a path no route knows: cut after the session's API prefix, else onto the origin
+        # a path no route knows: cut after the session's API prefix, else kept whole, which
+        # only a target without a base path takes
         ({"path": "/v1/ask_url"}, "http://t:1/v1/ask_url"),
         ({"path": "/v1/ask_url?q=1"}, "http://t:1/v1/ask_url?q=1"),
         ({"path": "/v1"}, "http://t:1/v1"),
         ({"path": "/v1/v1/ask_url"}, "http://t:1/v1/v1/ask_url"),  # doubled as it was
-        ({"path": "/health"}, "http://t:1/health"),
-        ({"path": "/v1x/ask"}, "http://t:1/v1x/ask"),
+        ({"path": "/health"}, OUTSIDE),
+        ({"path": "/health", "target": "http://t:1"}, "http://t:1/health"),
+        ({"path": "/v1x/ask"}, OUTSIDE),
+        ({"path": "/v1x/ask", "target": "http://t:1/"}, "http://t:1/v1x/ask"),
         ({"path": "/v1/ask_url", "target": "http://t:1/api/v1"}, "http://t:1/api/v1/ask_url"),
-        ({"path": "/health", "target": "http://t:1/api/v1"}, "http://t:1/health"),
+        ({"path": "/health", "target": "http://t:1/api/v1"}, OUTSIDE),
         ({"path": "/openai/v1/ask", "known": ("/openai/v1/responses",)}, "http://t:1/v1/ask"),
         ({"path": "/v1/ask", "known": ("/openai/v1/responses",)}, "http://t:1/v1/ask"),
         ({"path": "/ask_url", "known": ("/chat/completions",)}, "http://t:1/v1/ask_url"),
         ({"path": "/v1/ask_url", "known": ()}, "http://t:1/v1/ask_url"),  # /v1 assumed
-        ({"path": "/health", "known": ()}, "http://t:1/health"),
+        ({"path": "/health", "known": ()}, OUTSIDE),
         # the target URL's own query goes on every request, after the original's
         ({"target": AZURE}, "https://az.example/openai/v1/chat/completions?api-version=2024-10-21"),
         ({"target": AZURE, "path": "/v1/chat/completions?x=1&api-version=2024-02-01"},
          "https://az.example/openai/v1/chat/completions?x=1&api-version=2024-10-21"),
         ({"target": AZURE, "path": "/v1/ask_url"},
          "https://az.example/openai/v1/ask_url?api-version=2024-10-21"),
-        ({"target": AZURE, "path": "/health"}, "https://az.example/health?api-version=2024-10-21"),
+        ({"target": AZURE, "path": "/health"}, OUTSIDE),
+        ({"target": "https://az.example/?api-version=1", "path": "/health"},
+         "https://az.example/health?api-version=1"),
         ({"target": AZURE, "path": f"/v1/chat/completions?key={FP}"},
          "https://az.example/openai/v1/chat/completions?api-version=2024-10-21"),
         # key-like query parameters hold fingerprints: never sent
@@ -498,6 +505,12 @@ def test_rebase(change: dict[str, Any], url: str) -> None:
     probe = rec("probe", "GET", case["path"])
     node = make_plan([*known, probe]).by_id["probe"]
     t = Target("t", case["target"], model_map={"gpt-4o-mini": "llama3.2"})
+    if url == OUTSIDE:
+        with pytest.raises(
+            PlanError, match=f"leads to .*, outside the target's base path '{t.path}'"
+        ):
+            prepare(probe, t, None, {}, api_prefixes=node.api_prefixes)
+        return
     out = prepare(probe, t, None, {}, api_prefixes=node.api_prefixes)
     assert out.url == url
     secret = [p.partition("=")[0] for p in case["path"].partition("?")[2].split("&") if FP in p]
@@ -810,13 +823,18 @@ def test_engine_sends_unknown_paths_and_queries_where_they_belong() -> None:
     out, _ = engine(recs, handler, target=azure)
     q = "api-version=2024-10-21"
     assert sorted(seen) == [
-        f"https://az.example/health?{q}",
         f"https://az.example/openai/v1/ask_url?q=1&{q}",
         f"https://az.example/openai/v1/chat/completions?{q}",
         f"https://az.example/openai/v1/models?limit=2&{q}",
     ]
     assert {r["listener"] for r in out} == {"replay:https://az.example/openai/v1"}
     assert FP not in json.dumps([r["request"] for r in out])
+    (health,) = [r for r in out if r["replay_of"] == "health"]
+    assert error_of(health) == {
+        "kind": "skipped",
+        "message": "the captured path '/health' leads to '/health', outside the target's base "
+        "path '/openai/v1'",
+    }
 
 
 def test_engine_records_garbage_as_it_came() -> None:
@@ -907,7 +925,7 @@ def test_resume_retries_what_got_no_answer(
     plan = make_plan(recs, allow_unsafe=allow_unsafe)
     if change is not None:
         change(prior, plan)
-    done = resumed(plan, prior)
+    done = resumed(plan, prior, T)
     assert {n.id for n in plan.nodes} - set(done) == again
     assert all(done[k] is prior[k] for k in done)
 
@@ -935,7 +953,7 @@ def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
 
     def again(allow_unsafe: bool = False) -> tuple[list[Record], Fake, TargetRun]:
         plan = make_plan(recs, allow_unsafe=allow_unsafe)
-        done = resumed(plan, replay_history([out], "tgt")[0])
+        done = resumed(plan, replay_history([out], "tgt")[0], T)
         fake = Fake()
         new, run = engine(recs, fake, done=done, allow_unsafe=allow_unsafe)
         with RecordWriter(out) as w:
@@ -1230,7 +1248,7 @@ def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt
     asyncio.run(interrupt())
     (first,) = out
     assert error_of(first)["kind"] == "interrupted" and "attempt" not in first
-    assert resumed(plan, {"a": first}) == {}  # sent again by the next run…
+    assert resumed(plan, {"a": first}, T) == {}  # sent again by the next run…
     again: list[Record] = []
     run = TargetRun(plan, T, None, again.append, {}, concurrency=1, attempts={"a": 1})
     asyncio.run(run.run(mock(lambda r: as_json({"id": "x"}))))

@@ -17,7 +17,8 @@ from wsproto.frame_protocol import Opcode
 from tests.fixtures.records import answer, events_of, websocket_of
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange, Request, Response, Timings
-from wirediff.record.redact import SECRET_PATTERNS, fingerprint, redact_patterns
+from wirediff.record.redact import PREFIXLESS, fingerprint
+from wirediff.record.scrub import REDACTED, scrub_output
 from wirediff.record.store import encode_record
 from wirediff.record.websocket import WebSocketTap
 
@@ -27,7 +28,19 @@ FIELD = "fk-CANARY-3e2d1c"
 
 
 def encodings(secret: str) -> dict[str, str]:
-    """How an upstream may echo `secret` (what must never reach disk)."""
+    """How an upstream may echo `secret` (what must never reach disk): in every encoding,
+    upper- and lower-cased, and without the prefix that marks it a key (`sk-`) as text."""
+    out = _encoded(secret)
+    for how in ("plain", "url", "form"):
+        out[f"{how}, lower-case"], out[f"{how}, upper-case"] = out[how].lower(), out[how].upper()
+    mark = re.match(r"[A-Za-z]{2,4}-", secret)
+    if mark and len(secret) - mark.end() >= PREFIXLESS:
+        rest = _encoded(secret[mark.end() :])
+        out.update({f"prefix-less {h}": rest[h] for h in ("plain", "json \\u", "url", "form")})
+    return out
+
+
+def _encoded(secret: str) -> dict[str, str]:
     raw = secret.encode()
     out = {
         "plain": secret,
@@ -168,7 +181,7 @@ def test_what_mitmdump_prints_has_credentials_fingerprinted(line: str, gone: str
     from wirediff.record.redact import redact_log_text
 
     out = redact_log_text(line)
-    assert gone not in out and ("sha256:" in out or "<redacted>" in out)
+    assert gone not in out and ("sha256:" in out or "[redacted]" in out)
     assert redact_log_text("content-type: application/json") == "content-type: application/json"
 
 
@@ -256,55 +269,89 @@ def test_a_credential_field_in_json_kept_as_text_is_fingerprinted(
     assert ANSWER_TOKEN not in line and fingerprint(ANSWER_TOKEN) in line
 
 
-def _every_pattern(text: str) -> str:
-    for rx, repl in SECRET_PATTERNS:
-        text = rx.sub(repl, text)
-    return text
-
-
-_FRAGMENTS = [
-    "API key provided: sk-abc123def",
-    "Authorization: Bearer abcdef123456",
-    "basic dXNlcjpwYXNz",
-    "TOKEN  abcdefgh",
-    "token sha256:abcdef",
-    "lm-studio1234",
-    "rk-ABCDEFGH",
-    "?api_key=secret123",
-    "&access_token=xyz98765",
-    '"x-api-key": "k3y-value-1"',
-    "apiKey=abcdef99",
-    "API-KEY:'zzzzzzzz'",
+SHAPED = [
+    ("API key provided: sk-abc123def", "sk-abc123def"),
+    ("Incorrect API key provided: ABCDEF0123456789.", "ABCDEF0123456789"),
+    ("Authorization: Bearer abcdef123456", "abcdef123456"),
+    ("basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+    ("TOKEN  abcdefgh", "abcdefgh"),
+    ("lm-studio1234", "studio1234"),
+    ("rk-ABCDEFGH", "ABCDEFGH"),
+    ("SK-PROJ-ABCDEFGH0123", "ABCDEFGH0123"),
+    ("gsk_abcdefghijklmnop0123", "abcdefghijklmnop0123"),
+    ("hf_abcdefghijklmnopqrst", "abcdefghijklmnopqrst"),
+    ("?api_key=secret123", "secret123"),
+    ("&access_token=xyz98765", "xyz98765"),
+    ("?sig=zz9988776655", "zz9988776655"),
+    ('"x-api-key": "k3y-value-1"', "k3y-value-1"),
+    ('"openai_api_key":"zq-value-2"', "zq-value-2"),
+    ('{"key": "kk-value-3"}', "kk-value-3"),
+    ('"Authorization": "tok-value-4"', "tok-value-4"),
+    ("client_secret=cs-value-5", "cs-value-5"),
+    ("apiKey=abcdef99", "abcdef99"),
+    ("API-KEY:'zzzzzzzz'", "zzzzzzzz"),
+    ("realtime, openai-insecure-api-key.opaque-key-77", "opaque-key-77"),
+]
+"""A text shaped like a credential, and the credential in it."""
+INNOCENT = [
+    "token sha256:0123456789ab",
+    "Authorization: Bearer sha256:0123456789ab",
+    '"api_key": "sha256:0123456789ab"',
+    '"api_key": 12345678',
+    '"prompt_tokens": 1234567',
+    '"max_tokens": "sixteen"',
+    '"prompt_cache_key": "cache-me-please"',
+    "monkey: bananas-and-more",
     "Api Key Provided:",
     "bAsIc",
     "key=",
     "sk-",
-    " ",
-    "\n",
     "chatcmpl-zqL9UaIx6EdbfxWUBj1x83Ul",
     '{"error":{"message":"Unexpected endpoint or method. (POST /v1/responses)"}}',
-    "\u0131",  # dotless i: `(?i)` matches it with i, lowercasing does not
-    "\u017f",  # long s: likewise with s
-    "\u212a",  # the Kelvin sign: likewise with k
     "é",
 ]
+"""Texts near those shapes that hold no credential: left as they are."""
 
 
-def test_a_text_without_the_patterns_words_is_as_the_patterns_leave_it() -> None:
-    """`redact_patterns` skips the patterns for an ASCII text without the words they need:
-    on every mix of credentials, near misses and non-ASCII look-alikes it gives what
-    applying each pattern gives."""
+@pytest.mark.parametrize(("text", "secret"), SHAPED)
+def test_what_goes_out_has_anything_shaped_like_a_credential_replaced(
+    text: str, secret: str
+) -> None:
+    out = scrub_output(text)
+    assert secret.lower() not in out.lower() and REDACTED in out, out
+    assert scrub_output(text.upper()).count(REDACTED) == out.count(REDACTED)
+
+
+@pytest.mark.parametrize("text", INNOCENT)
+def test_what_is_no_credential_goes_out_as_it_is(text: str) -> None:
+    assert scrub_output(text) is text
+
+
+def test_shapes_in_any_mix_go_and_the_rest_stays() -> None:
+    """Every mix of credentials and near misses, as a text, a JSON document (which stays
+    JSON), a CSV line and markup: each credential gone, each near miss kept."""
     rng = random.Random(11)
-    texts = ["".join(rng.choices(_FRAGMENTS, k=rng.randrange(1, 6))) for _ in range(4000)]
-    texts += [t.replace("i", "\u0131") for t in texts[:500]] + [t.upper() for t in texts[:500]]
-    changed = 0
-    for text in texts:
-        assert redact_patterns(text) == _every_pattern(text), text
-        changed += redact_patterns(text) != text
-    assert changed > len(texts) // 2
-    dotless = "ap\u0131 key prov\u0131ded: sk-x1234567"
-    assert redact_patterns(dotless) != dotless
-    assert redact_patterns("Ba\u017fic dXNlcjpwYXNz") == "Ba\u017fic <redacted>"
+    for _ in range(3000):
+        parts = rng.choices(SHAPED + [(t, None) for t in INNOCENT], k=rng.randrange(1, 6))
+        texts = [t for t, _ in parts]
+        for doc in (" | ".join(texts), json.dumps({"m": texts}), ",".join(texts)):
+            out = scrub_output(doc)
+            for text, secret in parts:
+                if secret is not None:
+                    assert secret.lower() not in out.lower(), (doc, out)
+                elif doc.startswith(texts[0]):
+                    assert text in out, (doc, out)
+        as_json = json.dumps({"m": texts})
+        assert json.loads(scrub_output(as_json))["m"] == [scrub_output(t) for t in texts]
+
+
+def test_the_scrub_keeps_structures_and_their_identity() -> None:
+    value = {"reasons": ["fine", "sk-abcdefgh1234"], "n": 1, "token sk-abcdefgh1234": None}
+    assert scrub_output(value) == {
+        "reasons": ["fine", REDACTED], "n": 1, f"token {REDACTED}": None
+    }  # fmt: skip
+    same = {"reasons": ["fine"], "n": [1, ("a", "b")]}
+    assert scrub_output(same) is same
 
 
 BARE = "azCANARYbare0123456789abcdef"

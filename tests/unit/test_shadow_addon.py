@@ -301,6 +301,10 @@ async def test_failing_and_hanging_candidates_are_recorded_never_raised(
     [
         ({"shadow_to": "lm"}, "shadow_to: expected KEY=VALUE"),
         ({"shadow_to": "lm=ftp://x"}, "not an http(s) URL"),
+        (
+            {"shadow_to": "lm=http://127.0.0.1:99999/v1"},
+            "port '99999' of http://127.0.0.1:99999/v1 is not a number from 1 to 65535",
+        ),
         ({"shadow_to": "../x=http://x/v1"}, "a label is a file name part"),
         (
             {"shadow_to": "lm=http://x/v1", "shadow_key_env": "lm=WIREDIFF_UNSET_VAR"},

@@ -29,6 +29,7 @@ from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standa
 from wirediff.errors import UsageError
 from wirediff.record.parts import capture_parts, parse_rotation
 from wirediff.record.redact import redact_url
+from wirediff.replay.targets import port_problem
 
 __all__ = [
     "AddonOption",
@@ -126,6 +127,9 @@ def split_upstream(url: str) -> tuple[str, str]:
         raise UsageError(
             f"--to takes a base URL without query, fragment or credentials: {redact_url(url)!r}"
         )
+    port = port_problem(url)
+    if port is not None:
+        raise UsageError(f"--to: {port}")
     return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or DEFAULT_API_PATH
 
 

@@ -28,6 +28,7 @@ from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
+from wirediff.record.scrub import scrub_output
 from wirediff.reports.partial import GateCounts, gate_counts
 
 __all__ = ["CHECK_FORMAT", "gate", "gate_from", "parse_kinds", "register", "write_junit"]
@@ -111,6 +112,9 @@ def write_junit(
             failure.text = "\n".join(reasons)
         else:
             ET.SubElement(case, "system-out").text = row["verdict"]
+    for element in suite.iter():  # scrubbed as values: XML escapes the quotes around them
+        element.text = scrub_output(element.text)
+        element.attrib = scrub_output(element.attrib)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
@@ -190,7 +194,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "verdicts": items,
             "unmatched": unmatched,
         }
-        text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        text = scrub_output(json.dumps(doc, indent=1, ensure_ascii=False)) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
         else:

@@ -13,9 +13,12 @@ ordering, id remapping, filters, safety — is pure and lives in `wirediff.repla
 
 Requests are re-based onto the target URL (the original path after its API prefix; a path
 no known route matches is cut after the prefix its session's known routes use, and one
-outside it goes onto the target's origin: `/v1/ask_url` → `<URL>/ask_url`, `/health` →
-`http://host:port/health`); a query in the target URL (Azure's `?api-version=…`) is sent on
-every request, after the original's. The model is mapped (`--model-map A=B`, `*=B` for all),
+outside it is kept whole: `/v1/ask_url` → `<URL>/ask_url`, `/health` → `http://host:port/health`
+when the URL has no path); a query in the target URL (Azure's `?api-version=…`) is sent on
+every request, after the original's. A recorded path is a path only: one that does not begin
+with a single `/`, holds a backslash, `#`, a space or a control character, or leads outside
+the target URL's path (`/v1/../x`, `/v1/%2e%2e/x`, `/health` with `--to …/v1`), as sent or
+as a lenient server decodes it, is recorded as skipped with the reason and sent nowhere. The model is mapped (`--model-map A=B`, `*=B` for all),
 the auth header is replaced by the key in `$VAR` (`--api-key-env`; never from the command
 line or the capture, which holds only fingerprints) and the other headers pass through,
 except the transport's own (host, content-length, connection, transfer-encoding, …, and
@@ -199,7 +202,7 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     for t in opts.targets:
         outs = {path_of(n.rec, t) for n in plan.nodes}
         prior, attempts_of[t.label] = replay_history(sorted(outs), t.label)
-        done = resumed(plan, prior)
+        done = resumed(plan, prior, t)
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
         done_of[t.label] = {k: v if plan.dependents[k] else None for k, v in done.items()}
     if opts.dry_run:

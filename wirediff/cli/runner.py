@@ -5,15 +5,17 @@ Warnings (a torn or unfinished line skipped in a capture) are one line each on s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, TextIO, cast
 
 from wirediff.errors import UsageError, WirediffError
+from wirediff.record.scrub import scrub_output
 
 __all__ = [
     "DEBUG_ENV",
@@ -88,9 +90,46 @@ def _warnings_to_stderr() -> None:
         log.setLevel(logging.WARNING)
 
 
+class _Scrubbed:
+    """A terminal stream whose every write is scrubbed (`scrub_output`): whatever a command
+    prints (its lines, its JSON, a warning, an error) goes out through it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(scrub_output(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _scrubbed_terminal() -> Iterator[None]:
+    out, err = sys.stdout, sys.stderr
+    if isinstance(out, _Scrubbed):  # a command run by another: scrubbed already
+        yield
+        return
+    sys.stdout, sys.stderr = cast(TextIO, _Scrubbed(out)), cast(TextIO, _Scrubbed(err))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
 def run_command(func: Command, args: argparse.Namespace) -> int:
-    """Run one subcommand with the CLI's exit codes."""
+    """Run one subcommand with the CLI's exit codes, what it prints scrubbed."""
     _warnings_to_stderr()
+    with _scrubbed_terminal():
+        return _run(func, args)
+
+
+def _run(func: Command, args: argparse.Namespace) -> int:
     try:
         return func(args)
     except WirediffError as e:
@@ -121,12 +160,13 @@ def run_command(func: Command, args: argparse.Namespace) -> int:
 def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse `argv` and run the command it names; a bad command line is one line, exit 2
     (`--help` and `--version` still exit 0 through `SystemExit`)."""
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as e:
-        print(f"wirediff: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    return run_command(args.func, args)
+    with _scrubbed_terminal():
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as e:
+            print(f"wirediff: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        return run_command(args.func, args)
 
 
 def standalone(register: Callable[[Any], None], name: str, argv: Sequence[str] | None) -> int:

@@ -18,8 +18,9 @@ exchange row holds the columns of `exchanges_frame` (`id`, `seq`, `replay_of`, `
 captures; `root`: the 64-bit digest of the original it goes back to; `id_digest`,
 `replay_digest`, `request_digest`, `body_digest`, `hop_digest`; `fingerprint`: an original's
 request fingerprint as 64 bits, what pairing by content compares, 0 for a replay;
-`location`, `ok`, `models`), `nbytes`, and `record`: the record's exact JSON text, so
-reading the dataset gives the same records. An event row: `id`, `idx`, `t_ms`, `event`,
+`location`, `ok`, `models`), `nbytes`, and `record`: the record's JSON text, so reading
+the dataset gives the same records (but for anything shaped like a credential, which the
+dataset, an output like any other, holds scrubbed: `scrub_output`). An event row: `id`, `idx`, `t_ms`, `event`,
 `type`, `sequence_number`, `direction`, `partial`.
 
 Each task writes one file per session and label, rows sorted by `root`: the analysis's
@@ -64,6 +65,7 @@ from wirediff.engine.sources import (
 )
 from wirediff.errors import CaptureError
 from wirediff.record.keys import digest
+from wirediff.record.scrub import scrub_output
 from wirediff.record.store import is_utf8, read_depth
 
 __all__ = [
@@ -213,7 +215,8 @@ def export_part(
     label. Returns how many exchanges, events and files of exchanges."""
     texts = read_texts(sources, *where)
     groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
-    for ordinal, root, text in zip(ordinals, roots, texts, strict=True):
+    for ordinal, root, line in zip(ordinals, roots, texts, strict=True):
+        text = _scrubbed(line)
         rec = read_depth(text, loads(text))
         key = (rec.get("session"), rec.get("label"))
         groups.setdefault(key, []).append((root, ordinal, text, rec))
@@ -252,6 +255,14 @@ def export_part(
             n_events += len(events["id"])
             _write(pa.table(events, schema=EVENT_SCHEMA), f"{out}/events/{where_to}")
     return len(texts), n_events, len(groups)
+
+
+def _scrubbed(line: bytes) -> bytes:
+    """`line` as the dataset holds it: anything shaped like a credential replaced
+    (`scrub_output`), the dataset being an output like any other."""
+    text = _text(line)
+    scrubbed = scrub_output(text)
+    return line if scrubbed is text else scrubbed.encode("utf-8")
 
 
 def _text(line: bytes) -> str:

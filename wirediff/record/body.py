@@ -9,9 +9,9 @@ from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
 from wirediff.record.inflate import decode_bounded
+from wirediff.record.names import may_hold_secret_fields
 from wirediff.record.redact import (
     json_secrets,
-    may_hold_secret_fields,
     redact_fields,
     scrub_text,
     with_fields,

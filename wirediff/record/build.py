@@ -17,11 +17,11 @@ from wirediff._types import Event, ExchangeError, Record, RecordRequest, RecordR
 from wirediff.profiles import match_signature
 from wirediff.record.body import DEFAULT_BODY_CAP, EncodedBody, decode_body, encode_body
 from wirediff.record.exchange import Exchange, Request, Response
+from wirediff.record.names import may_hold_secret_fields
 from wirediff.record.redact import (
-    form_secrets,
+    SCANNED,
+    body_secrets,
     json_secrets,
-    may_hold_secret_fields,
-    multipart_secrets,
     redact_headers,
     redact_url,
     scrub_headers,
@@ -88,9 +88,9 @@ def exchange_secrets(ex: Exchange, redact: frozenset[str] = frozenset()) -> dict
     """Every secret of `ex` in every form an echo may take (`secret_values`)."""
     req, resp = ex.request, ex.response
     sent = req.client_headers if req.client_headers is not None else req.headers
-    fields = _request_secrets(_decoded(req, DEFAULT_BODY_CAP + 1), _content_type(sent))
+    fields = body_secrets(_decoded(req, SCANNED), _content_type(sent))
     if ex.websocket is not None:
-        fields += client_secrets(ex.websocket.events)
+        fields += client_secrets(ex.websocket)
     resp_headers = resp.headers if resp is not None else []
     return secret_values([*sent, *req.headers, *resp_headers], req.url, redact, fields)
 
@@ -102,20 +102,6 @@ def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes
         return secrets
     found = [v for ev in events if isinstance(ev["data"], str) for v in json_secrets(ev["data"])]
     return with_fields(secrets, found) if found else secrets
-
-
-def _request_secrets(content: bytes | None, content_type: str) -> list[str]:
-    """Values of the request body's credential-named fields (JSON, a form, or the fields
-    of a multipart form: an upload's `api_key` beside its file)."""
-    if not content:
-        return []
-    kind = content_type.lower()
-    if "multipart/form-data" in kind:
-        return multipart_secrets(content)
-    text = content.decode("utf-8", "replace")
-    if "x-www-form-urlencoded" in kind:
-        return form_secrets(text)
-    return json_secrets(text)
 
 
 def _body_marks(part: RecordRequest | RecordResponse, body: EncodedBody) -> None:
@@ -226,10 +212,13 @@ def build_record(
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
     req_type = _content_type(sent)
-    req_content = _decoded(req, body_cap + 1)
-    fields = _request_secrets(req_content, req_type)
+    scanned = _decoded(req, max(SCANNED, body_cap + 1))
+    req_content = scanned[: body_cap + 1] if scanned is not None else None
+    fields = body_secrets(scanned, req_type)
+    if req_content is not None and len(req_content) > body_cap:  # a value the cut ends
+        fields += body_secrets(req_content[:body_cap], req_type)
     if ex.websocket is not None:
-        fields += client_secrets(ex.websocket.events)
+        fields += client_secrets(ex.websocket)
     forwarded = upstream if sent is not upstream else []
     secrets = secret_values([*sent, *forwarded, *resp_headers], req.url, redact, fields)
     req_body = encode_body(req_content, req_type, body_cap, secrets)

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from wirediff.record.redact import SECRET_QUERY
+from wirediff.record.names import SECRET_QUERY
 from wirediff.record.tags import route
 
 __all__ = [

@@ -24,22 +24,35 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from wirediff._types import HeaderList
+from wirediff.record.names import (
+    KEY_PREFIX,
+    KEY_SHAPE,
+    SECRET_FIELD,
+    SECRET_HEADER_NAME,
+    SECRET_HEADERS,
+    SECRET_QUERY,
+    SUBPROTOCOL_KEY,
+    field_values,
+    may_hold_secret_fields,
+)
+from wirediff.record.scrub import scrub_output
 
 __all__ = [
-    "AUTH_HEADERS",
     "FINGERPRINT_HEX",
-    "SECRET_FIELD",
-    "SECRET_QUERY",
+    "PREFIXLESS",
+    "SCANNED",
+    "SUBPROTOCOLS",
+    "body_secrets",
     "fingerprint",
     "form_secrets",
     "is_fingerprint",
     "json_secrets",
-    "may_hold_secret_fields",
+    "key_shapes",
     "multipart_secrets",
+    "present_secrets",
     "redact_fields",
     "redact_headers",
     "redact_log_text",
-    "redact_patterns",
     "redact_url",
     "redact_value",
     "scrub_headers",
@@ -49,23 +62,6 @@ __all__ = [
     "with_fields",
 ]
 
-SECRET_HEADERS = frozenset(
-    {"authorization", "api-key", "x-api-key", "cookie", "set-cookie", "proxy-authorization"}
-)
-# Other credential-looking names (x-goog-api-key, x-auth-token, x-client-secret…); not
-# x-ratelimit-*-tokens, whose values are evidence.
-SECRET_HEADER_NAME = re.compile(
-    r"(?i)(authorization|cookie|api[-_]?key|(^|[-_])(auth|access|session|id)?[-_]?token$|secret"
-    r"|password|subscription[-_]?key|(^|[-_])auth$|(?<!idempotency)(^|[-_])key$)"
-)
-AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
-SECRET_QUERY = frozenset(
-    {
-        *("key", "api_key", "api-key", "apikey", "x-api-key", "token", "secret", "signature"),
-        *("access_token", "access-token", "refresh_token", "auth_token", "id_token", "sig"),
-        *("client_secret", "client-secret", "password", "passwd", "private_key"),
-    }
-)
 _SCHEMES = ("bearer", "basic", "token", "key")
 MIN_SECRET = 6
 """Shorter secrets are scrubbed only where they stand as a whole token (not inside a word:
@@ -108,19 +104,24 @@ def _secret_name(name: str) -> bool:
     return low in SECRET_HEADERS or bool(SECRET_HEADER_NAME.search(low))
 
 
+SUBPROTOCOLS = "sec-websocket-protocol"
+"""The handshake header a browser's WebSocket carries its key in (`SUBPROTOCOL_KEY`)."""
+
+
 def redact_headers(
     headers: Iterable[tuple[str, str]], extra: frozenset[str] = frozenset()
 ) -> HeaderList:
-    """Lower-case names, wire order kept, secret values fingerprinted."""
-    if extra:
-        return [
-            [name.lower(), redact_value(value) if is_secret_header(name, extra) else value]
-            for name, value in headers
-        ]
-    return [
-        [name.lower(), redact_value(value) if _secret_name(name) else value]
-        for name, value in headers
-    ]
+    """Lower-case names, wire order kept, secret values fingerprinted (a key offered as a
+    WebSocket subprotocol too, the other subprotocols kept)."""
+    out: HeaderList = []
+    for name, value in headers:
+        low = name.lower()
+        if _secret_name(name) or (extra and low in extra):
+            value = redact_value(value)
+        elif low == SUBPROTOCOLS:
+            value = SUBPROTOCOL_KEY.sub(lambda m: m[1] + fingerprint(m[2]), value)
+        out.append([low, value])
+    return out
 
 
 def redact_url(url: str) -> str:
@@ -168,12 +169,14 @@ def secret_values(
     extra: frozenset[str] = frozenset(),
     fields: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Every secret this exchange carries, in every form an echo may take (form →
-    fingerprint of the secret), to scrub echoes from bodies, events, headers and
+    """Every secret this exchange carries, in every form an echo may take (form, lower-cased
+    → fingerprint of the secret), to scrub echoes from bodies, events, headers and
     messages: a 401 that quotes the key back, say. `fields`: the values of the request's
-    credential-named fields (`field_secrets`, `form_secrets`)."""
+    credential-named fields and the keys its body holds (`body_secrets`)."""
     found: set[str] = set(fields)
     for name, value in headers:
+        if name.lower() == SUBPROTOCOLS:
+            found.update(m[2] for m in SUBPROTOCOL_KEY.finditer(value))
         if not is_secret_header(name, extra):
             continue
         low = name.lower()
@@ -217,25 +220,46 @@ def _forms(found: frozenset[str]) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=256)
 def secret_forms(secret: str) -> tuple[str, ...]:
-    """`secret` as sent and as a server may echo it: JSON-escaped (with and without `\\/`),
-    URL-encoded, hex, and base64 (standard and URL-safe: the characters that only the secret
-    decides, at each of the three alignments it may have inside a longer base64 text)."""
-    forms = {secret}
-    for ascii_only in (True, False):
-        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
-        forms.update((escaped, escaped.replace("/", "\\/")))
-    for enc in (quote(secret, safe=""), quote_plus(secret)):
-        forms.update((enc, _LOWER_HEX.sub(lambda m: m.group(0).lower(), enc)))
+    """`secret` as sent and as a server may echo it, lower-cased (`scrub_text` finds them
+    in any case: a server may quote a key upper-cased): JSON-escaped (with and without
+    `\\/`), URL-encoded, hex, and base64 (standard and URL-safe: the characters that only
+    the secret decides, at each of the three alignments it may have inside a longer base64
+    text); and as text without the prefix that marks it a key (`sk-`, `sk-proj-`:
+    `KEY_PREFIX`), as a server may quote it."""
+    forms = set(_as_text(secret))
     raw = secret.encode("utf-8", "surrogateescape")
-    forms.update((raw.hex(), raw.hex().upper()))
+    forms.add(raw.hex())
     for lead in range(3):
         b64 = base64.b64encode(bytes(lead) + raw).decode("ascii")
         core = b64[(8 * lead + 5) // 6 : (8 * (lead + len(raw))) // 6]
         forms.update((core, core.replace("+", "-").replace("/", "_")))
-    return tuple(f for f in forms if len(f) >= MIN_SECRET)
+    for rest in _variants(secret)[1:]:
+        forms.update(_as_text(rest))
+    return tuple({f.lower() for f in forms if len(f) >= MIN_SECRET})
 
 
-_LOWER_HEX = re.compile(r"%[0-9A-F]{2}")
+def _as_text(secret: str) -> set[str]:
+    """`secret` as it is, JSON-escaped and URL-encoded."""
+    forms = {secret, quote(secret, safe=""), quote_plus(secret)}
+    for ascii_only in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+        forms.update((escaped, escaped.replace("/", "\\/")))
+    return forms
+
+
+PREFIXLESS = 12
+"""Characters a key must keep without its prefix to be looked for so: fewer would match
+what is no echo of it."""
+
+
+def _variants(secret: str) -> list[str]:
+    """`secret`, and what is left of it without its vendor's mark and without its kind
+    (`sk-proj-abc…`: `proj-abc…`, `abc…`), when that is still long enough to be it."""
+    m = KEY_PREFIX.match(secret)
+    if m is None:
+        return [secret]
+    cuts = {m.end(1), m.end()}
+    return [secret, *(secret[at:] for at in sorted(cuts) if len(secret) - at >= PREFIXLESS)]
 
 
 def field_secrets(body: Any) -> list[str]:
@@ -256,14 +280,51 @@ def field_secrets(body: Any) -> list[str]:
 
 
 def json_secrets(text: str) -> list[str]:
-    """Values of credential-named fields of JSON text (`{"api_key": …}`); none when it is
-    not JSON, or too deep to parse."""
-    if text[:1] not in "{[" or not may_hold_secret_fields(text):
+    """Values of credential-named fields of JSON text (`{"api_key": …}`), also when it is
+    cut at a cap or not quite JSON (`field_values`), and the API keys anywhere in it."""
+    found = key_shapes(text)
+    if text.lstrip()[:1] in ("{", "[") and may_hold_secret_fields(text):
+        try:
+            found += field_secrets(json.loads(text))
+        except (ValueError, RecursionError):
+            found += field_values(text)
+    return found
+
+
+KEY_LENGTH = 24
+"""Characters of the shortest text taken for an API key by its shape alone (`KEY_SHAPE`)."""
+_KEY_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
+"""What each of `KEY_SHAPE`'s shapes begins with, lower-cased: most texts hold none."""
+
+
+def key_shapes(text: str) -> list[str]:
+    """The API keys in `text`, known by their shape (`KEY_SHAPE`), at least `KEY_LENGTH`
+    characters long."""
+    lowered = text.lower()
+    if not any(mark in lowered for mark in _KEY_MARKS):
         return []
-    try:
-        return field_secrets(json.loads(text))
-    except (ValueError, RecursionError):
+    return [m[0] for m in KEY_SHAPE.finditer(text) if len(m[0]) >= KEY_LENGTH]
+
+
+SCANNED = 16 << 20
+"""Bytes of a request body, or of a client's WebSocket message, looked through for
+credentials, also past the cap where they are not kept: a key past them is not found."""
+
+
+def body_secrets(content: bytes | None, content_type: str) -> list[str]:
+    """The credentials of a request body (its first `SCANNED` bytes): the values of its
+    credential-named fields (JSON, also cut or not quite JSON; a form; the fields of a
+    multipart form: an upload's `api_key` beside its file) and the API keys it holds."""
+    if not content:
         return []
+    content = content[:SCANNED]
+    kind = content_type.lower()
+    if "multipart/form-data" in kind:
+        return multipart_secrets(content) + key_shapes(content.decode("latin-1"))
+    text = content.decode("utf-8", "replace")
+    if "x-www-form-urlencoded" in kind:
+        return form_secrets(text) + key_shapes(text)
+    return json_secrets(text)
 
 
 def form_secrets(text: str) -> list[str]:
@@ -288,63 +349,82 @@ def multipart_secrets(content: bytes) -> list[str]:
 
 
 def scrub_text(text: str, secrets: dict[str, str]) -> str:
-    """`text` with every form of every secret replaced by its fingerprint, also where an
-    encoder escaped any of its characters (`\\u00XX`, `%XX`; keys are ASCII)."""
-    for secret, fp in secrets.items():
-        if secret in text:
-            text = (
-                text.replace(secret, fp)
-                if len(secret) >= MIN_SECRET
-                else _token(secret).sub(fp, text)
-            )
-    if secrets and ("\\u00" in text or _percent_encoded(text, secrets)):
+    """`text` with every form of every secret (`secret_values`: lower-cased) replaced by
+    its fingerprint in any case, also where an encoder escaped any of its characters
+    (`\\u00XX`, `%XX`; keys are ASCII)."""
+    if not secrets:
+        return text
+    lowered = text.lower()
+    if "\\u00" in lowered or _percent_encoded(lowered, secrets):  # first: a whole key so
         for secret, fp in secrets.items():
             text = _escaped(secret).sub(fp, text)
+        lowered = text.lower()
+    for secret, fp in secrets.items():
+        if secret in lowered:
+            text = (_anycase if len(secret) >= MIN_SECRET else _token)(secret).sub(fp, text)
+            lowered = text.lower()
     return text
 
 
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
+def present_secrets(text: str, secrets: dict[str, str]) -> dict[str, str]:
+    """The part of `secrets` that `scrub_text` may find in `text` (all of them where an
+    encoder escaped characters in it): all that scrubbing pieces of `text` one by one needs."""
+    if not secrets:
+        return secrets
+    lowered = text.lower()
+    if "\\u00" in lowered or _percent_encoded(lowered, secrets):
+        return secrets
+    return {secret: fp for secret, fp in secrets.items() if secret in lowered}
+
+
 def _percent_encoded(text: str, secrets: dict[str, str]) -> bool:
-    """Whether a secret is in `text` with characters percent-encoded that need not be
-    (`sk%2Dabc`, `%73%6B…`), which `secret_forms` does not spell out."""
+    """Whether a secret is in the lower-cased `text` with characters percent-encoded that
+    need not be (`sk%2Dabc`, `%73%6B…`), which `secret_forms` does not spell out."""
     if "%" not in text or not _PERCENT_ESCAPE.search(text):
         return False
-    decoded = unquote(text)
+    decoded = unquote(text).lower()
     return any(secret in decoded for secret in secrets)
+
+
+@functools.lru_cache(maxsize=1024)
+def _anycase(secret: str) -> re.Pattern[str]:
+    return re.compile(re.escape(secret), re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=1024)
 def _token(secret: str) -> re.Pattern[str]:
     """A short `secret` where it stands as a whole token: no letter or digit beside it."""
-    return re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])")
+    return re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=1024)
 def _escaped(secret: str) -> re.Pattern[str]:
-    """`secret` with each character as it is, JSON-escaped (`\\u00XX`, `\\/`) or
-    percent-encoded (`%2D`, `%2d`: an encoder may encode what it need not)."""
+    """`secret` in any case, with each character as it is, JSON-escaped (`\\u00XX`, `\\/`)
+    or percent-encoded (`%2D`, `%2d`: an encoder may encode what it need not)."""
     parts = []
     for ch in secret:
         alts = [re.escape(ch)]
-        if ord(ch) < 0x80:
-            alts.append(f"%(?i:{ord(ch):02x})")
-        if ord(ch) < 0x100:
-            alts.append(f"\\\\u00(?i:{ord(ch):02x})")
+        for code in sorted({ord(ch.lower()), ord(ch.upper())} if ch.isascii() else {ord(ch)}):
+            if code < 0x80:
+                alts.append(f"%{code:02x}")
+            if code < 0x100:
+                alts.append(f"\\\\u00{code:02x}")
         if ch == "/":
             alts.append(r"\\/")
         parts.append(f"(?:{'|'.join(alts)})")
     if len(secret) < MIN_SECRET:
-        return re.compile(rf"(?<![0-9A-Za-z]){''.join(parts)}(?![0-9A-Za-z])")
-    return re.compile("".join(parts))
+        return re.compile(rf"(?<![0-9A-Za-z]){''.join(parts)}(?![0-9A-Za-z])", re.IGNORECASE)
+    return re.compile("".join(parts), re.IGNORECASE)
 
 
 def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     """`[[name, value]]` with echoed secrets fingerprinted in the values (flat, cheap)."""
     if not secrets:
         return headers
-    joined = "\n".join(v for _, v in headers)
+    joined = "\n".join(v for _, v in headers).lower()
     if not any(secret in joined for secret in secrets) and not (
         "\\u00" in joined or _percent_encoded(joined, secrets)
     ):
@@ -363,37 +443,6 @@ def scrub(value: Any, secrets: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {scrub_text(k, secrets): scrub(v, secrets) for k, v in value.items()}
     return value
-
-
-_FIELD_NAMES = (
-    r"(x[-_]?)?api[-_]?key|secret|client[-_]?secret|password|passwd|private[-_]?key"
-    r"|(access|refresh|auth|session|bearer|id)?[-_]?token|credentials?"
-)
-SECRET_FIELD = re.compile(rf"(?i)^({_FIELD_NAMES})$")
-_FIELD_NAME = re.compile(rf"(?i)(?:{_FIELD_NAMES})")
-_COLON = re.compile(r"\s*:")
-
-
-_FIELD_ENDS = ('key"', 'secret"', 'password"', 'passwd"', 'token"', 'credential"', 'credentials"')
-"""Each name `_FIELD_NAMES` matches ends with one of these, lower-cased and followed by the
-key's closing quote: a text without any of them names no such field (a substring test is a
-tenth of the regex's cost; `"prompt_tokens"` passes it)."""
-
-
-def may_hold_secret_fields(text: str) -> bool:
-    """Cheap pre-check on raw JSON text before walking it for `redact_fields`: some key
-    (`"name":`) is a credential field's name. Only the few places a name could end are
-    looked at, never every quote of the text."""
-    lowered = text.lower()
-    for end in _FIELD_ENDS:
-        at = lowered.find(end)
-        while at != -1:
-            close = at + len(end) - 1
-            open_ = lowered.rfind('"', 0, at)
-            if _FIELD_NAME.fullmatch(text, open_ + 1, close) and _COLON.match(lowered, close + 1):
-                return True
-            at = lowered.find(end, close + 1)
-    return False
 
 
 def is_fingerprint(value: str) -> bool:
@@ -417,46 +466,6 @@ def redact_fields(value: Any) -> Any:
     return value
 
 
-# Second layer, for text shown to people (reports, diagnoses): anything *shaped* like a
-# credential, for values the capture could not know (another client's key, say).
-SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"(?i)(api key provided:\s*)\S+"), r"\1<redacted>"),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}"), r"\1 <redacted>"),
-    (re.compile(r"\b(sk|lm|pk|rk)-[\w\-*.]{6,}"), "<redacted>"),
-    (
-        re.compile(
-            r"(?i)([?&](?:key|api_key|api-key|apikey|access_token|token)=)(?!sha256)[^&\s\"']+"
-        ),
-        r"\1<redacted>",
-    ),
-    (
-        re.compile(
-            r"(?i)((?:api[_-]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)(?!sha256:)[^\s\"',&]{6,}"
-        ),
-        r"\1<redacted>",
-    ),
-]
-
-
-_NEEDLES = ("api key provided", "bearer", "basic", "token", "key=", "apikey", "api_key", "api-key")
-"""What every case-insensitive pattern of `SECRET_PATTERNS` needs in a text (lowercase)."""
-_PREFIXES = ("sk-", "lm-", "pk-", "rk-")
-"""What the case-sensitive one needs."""
-
-
-def redact_patterns(text: str) -> str:
-    """`text` with each of `SECRET_PATTERNS` replaced; an ASCII text holding none of the
-    words they need is returned as it is (most are: the patterns cost 16 µs on a snippet,
-    the words 1)."""
-    if text.isascii():
-        lower = text.lower()
-        if not any(w in lower for w in _NEEDLES) and not any(p in text for p in _PREFIXES):
-            return text
-    for rx, repl in SECRET_PATTERNS:
-        text = rx.sub(repl, text)
-    return text
-
-
 _ANSI = r"(?:\x1b\[[0-9;]*m)*"
 _QUERY_SECRET = re.compile(
     r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(SECRET_QUERY)) + r")=)([^&\s#\"'\x1b]+)"
@@ -468,16 +477,16 @@ _HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI
 def redact_log_text(text: str) -> str:
     """A line mitmproxy is about to print (a flow's request line, its headers, a message),
     with credentials fingerprinted: key-like query values, URL userinfo, credential
-    headers; then anything shaped like a credential (`redact_patterns`)."""
+    headers, a key offered as a WebSocket subprotocol; then anything shaped like a
+    credential (`scrub_output`)."""
     if not text:
         return text
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{fingerprint(unquote(m.group(2)))}@", text)
     text = _HEADER_LINE.sub(_redact_header_line, text)
-    return redact_patterns(text)
+    return scrub_output(text)
 
 
 def _redact_header_line(m: re.Match[str]) -> str:
-    if not is_secret_header(m.group(2)):
-        return m.group(0)
-    return m.group(1) + m.group(2) + m.group(3) + redact_value(m.group(4))
+    ((_, value),) = redact_headers([(m.group(2), m.group(4))])
+    return m.group(0) if value == m.group(4) else m.group(1) + m.group(2) + m.group(3) + value

@@ -14,7 +14,7 @@ import re
 
 from wirediff._types import Event
 from wirediff.record.body import parse_json
-from wirediff.record.redact import scrub_text
+from wirediff.record.redact import present_secrets, scrub_text
 
 __all__ = ["DEFAULT_MAX_EVENT", "SSESplitter", "parse_events", "split_events"]
 
@@ -27,6 +27,9 @@ def parse_events(events: list[Event], secrets: dict[str, str] | None = None) -> 
     """`events` with echoes of `secrets` scrubbed and their data parsed, in place (a long
     stream is not held twice): JSON where it is JSON (nested deeper than `MAX_DEPTH` it
     stays text, marked `depth_limited`); a truncated event's data stays text."""
+    if secrets:  # most streams echo none: each event is then scrubbed of none
+        texts = [ev["data"] for ev in events if isinstance(ev["data"], str)]
+        secrets = present_secrets("\n".join(texts), secrets)
     for ev in events:
         data = ev["data"]
         if not isinstance(data, str):  # parsed already (a second record of one tap)

@@ -5,7 +5,7 @@ write that fails (a full disk) is cut back to the last whole line and the record
 a bounded queue until the disk takes it, so a capture never holds half a line followed by
 more records. Reading: a line that is not JSON (a write torn by a crash, anywhere in the
 file) is skipped with a warning naming file:line; a line that is JSON but not a readable
-`wirediff/1` record is an error naming file:line.
+`wirediff/1` record, or not UTF-8, is an error naming file:line.
 """
 
 from __future__ import annotations
@@ -255,6 +255,14 @@ def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, A
             f"record nested too deeply to read (over {MAX_DEPTH} levels "
             "is kept as text by the capture)",
         ) from None
+    except UnicodeDecodeError as e:
+        if is_json(line.decode("utf-8", "replace").encode("utf-8")):  # whole, but for bytes
+            raise LineError(
+                p,
+                lineno,
+                f"not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1}); the "
+                "recorder writes UTF-8 only",
+            ) from None
     except ValueError:
         pass
     at = line.find(_RECORD_START, 1)

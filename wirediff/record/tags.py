@@ -12,7 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from wirediff._support import is_2xx
 from wirediff._types import JSON, Auth, Event, Sdk, Tags
-from wirediff.record.redact import AUTH_HEADERS, fingerprint, split_scheme
+from wirediff.record.names import AUTH_HEADERS
+from wirediff.record.redact import fingerprint, split_scheme
 
 __all__ = [
     "auth_tag",

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from wirediff._types import Event, WebSocketSummary
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.redact import json_secrets, scrub_text
+from wirediff.record.redact import SCANNED, json_secrets, scrub_text
 from wirediff.record.sse import parse_events
 from wirediff.record.tap import MAX_EVENTS, MAX_STREAM_BYTES
 
@@ -83,7 +83,9 @@ class WebSocketTap:
     connection closed. Bounded like a stream tap: a message keeps at most `cap` bytes
     (marked `truncated`), a session at most `max_events` events and `max_bytes` bytes of
     them; messages past those are counted in `events_dropped`. Text stays text here:
-    `parse_messages` turns it into JSON when the record is built, off the proxy's loop."""
+    `parse_messages` turns it into JSON when the record is built, off the proxy's loop;
+    only a client's text message cut at `cap` is looked through first, as far as
+    `SCANNED`, for the credentials in what is not kept (`found`)."""
 
     t0: float
     cap: int = DEFAULT_BODY_CAP
@@ -98,6 +100,8 @@ class WebSocketTap:
     close_reason: str = ""
     closed_by: str | None = None
     ended: float | None = None
+    found: list[str] = field(default_factory=list)
+    """Credentials in the client's messages cut at `cap` (`json_secrets`)."""
 
     def message(self, msg: WebSocketMessage) -> None:
         """Keep one message (called as each one passes)."""
@@ -114,6 +118,8 @@ class WebSocketTap:
 
     def _event(self, msg: WebSocketMessage, direction: str) -> Event:
         kept, truncated = msg.content[: self.cap], len(msg.content) > self.cap
+        if truncated and msg.from_client and msg.is_text:
+            self.found += json_secrets(msg.content[:SCANNED].decode("utf-8", "replace"))
         t_ms = round((msg.timestamp - self.t0) * 1000.0, 3)
         ev: Event
         if msg.is_text:
@@ -165,12 +171,13 @@ class WebSocketTap:
             self.close_reason,
             self.closed_by,
             self.ended,
+            self.found,
         )
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> WebSocketTap:
         """A tap holding what `state()` saw."""
-        t0, cap, events, dropped, kept, counts, sizes, code, reason, by, ended = state
+        t0, cap, events, dropped, kept, counts, sizes, code, reason, by, ended, found = state
         return cls(
             t0=t0,
             cap=cap,
@@ -183,6 +190,7 @@ class WebSocketTap:
             close_reason=reason,
             closed_by=by,
             ended=ended,
+            found=found,
         )
 
     def release(self) -> None:
@@ -198,12 +206,13 @@ class WebSocketTap:
         return tap
 
 
-def client_secrets(events: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Values of credential-named fields in the client's text messages (an `api_key` sent
-    in a session's message): secrets of the exchange, as a request body's are."""
-    return [
+def client_secrets(ws: WebSocketTap) -> list[str]:
+    """The credentials in the client's text messages (an `api_key` sent in a session's
+    message, a key in the part of a message past the cap): secrets of the exchange, as a
+    request body's are."""
+    return ws.found + [
         secret
-        for ev in events
+        for ev in ws.events
         if ev.get("direction") == "client" and isinstance(ev.get("data"), str)
         for secret in json_secrets(ev["data"])
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from wirediff._types import Record
+from wirediff.errors import PlanError
 from wirediff.record.redact import redact_url
 from wirediff.replay.plan import Node, Plan
 from wirediff.replay.request import Outgoing, prepare
@@ -48,23 +49,34 @@ def dry_run(
     earlier runs recorded; `tried_of`: how many of the rest they tried without success)."""
     for t in targets:
         done = done_of[t.label]
-        todo = [n for n in plan.nodes if n.id not in done]
-        skipped = sum(1 for n in todo if n.skip)
+        steps = [(n, _step(n, t)) for n in plan.nodes if n.id not in done]
+        skipped = sum(1 for _, (_, why) in steps if why is not None)
         again = tried_of[t.label]
         tried = f" ({again} tried before)" if again else ""
         yield (
             f"replay → {t.label} ({t.shown}, {_key_source(t, env)}): "
-            f"{len(todo) - skipped} to send, {skipped} to skip{tried}, "
+            f"{len(steps) - skipped} to send, {skipped} to skip{tried}, "
             f"{len(done)} already replayed"
         )
-        for n in todo:
-            try:
-                out = prepare(n.rec, t, None, {}, api_prefixes=n.api_prefixes)
-            except Exception:  # malformed: `n.skip` says why
-                out = Outgoing(str(n.rec["request"].get("method")), t.base, [], None, None, False)
+        for n, (out, why) in steps:
             yield describe(n, out, plan)
-            if n.skip is not None:
-                yield f"      skip: {n.skip}"
+            if why is not None:
+                yield f"      skip: {why}"
             elif out.dropped:
                 held = ", ".join(out.dropped)
                 yield f"      not sent (the capture holds only a fingerprint): {held}"
+
+
+def _step(node: Node, target: Target) -> tuple[Outgoing, str | None]:
+    """What `node` sends to `target`, or, when it is skipped, its method to the target's
+    base URL and why."""
+    try:
+        out = prepare(node.rec, target, None, {}, api_prefixes=node.api_prefixes)
+    except PlanError as e:  # its path leaves the target
+        why: str | None = str(e)
+    except Exception:  # malformed: `node.skip` says why
+        why = node.skip or "the captured request cannot be sent again"
+    else:
+        return out, node.skip
+    method = str(node.rec["request"].get("method"))
+    return Outgoing(method, target.base, [], None, None, False), why

@@ -35,6 +35,7 @@ from typing import cast
 import httpx
 
 from wirediff._types import JSON, Record
+from wirediff.errors import PlanError
 from wirediff.record.body import decode_body
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Error, Exchange, Request, Timings
@@ -257,6 +258,8 @@ class Mirror:
                 try:
                     out = prepare(rec, cand.target, cand.api_key, mapping)
                     request = to_httpx(out, self.timeout)
+                except PlanError as e:  # its path leaves the candidate's base path
+                    reason = str(e)
                 except Exception as e:  # what the candidate cannot be sent
                     why = str(e) or type(e).__name__
                     reason = f"the request cannot be sent to the candidate: {why}"

@@ -23,7 +23,7 @@ from wirediff._types import Record
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
 from wirediff.record.tags import route
 from wirediff.replay.filters import Term, names_listener, selected
-from wirediff.replay.request import DEFAULT_PREFIXES
+from wirediff.replay.request import DEFAULT_PREFIXES, target_problem
 from wirediff.replay.safety import (
     check_original,
     is_replayable_original,
@@ -31,6 +31,7 @@ from wirediff.replay.safety import (
     unsafe_reason,
 )
 from wirediff.replay.slots import Ref, Slot, describe_slot, find_refs, produced_slots
+from wirediff.replay.targets import Target
 
 __all__ = [
     "RETRY_KINDS",
@@ -203,13 +204,15 @@ def make_plan(
     return Plan(out, left_out)
 
 
-def resumed(plan: Plan, prior: Mapping[str, Record]) -> dict[str, Record]:
-    """The originals a resumed run does not send again, with their newest earlier record.
+def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str, Record]:
+    """The originals a resumed run does not send again to `target`, with their newest
+    earlier record.
 
     An earlier attempt that got no answer (`RETRY_KINDS`: unreachable, timeout, a
     disconnect) is tried again; so is a skipped one, unless it would be skipped again for
-    the same reason (still unsafe, or what it builds on is done and unchanged). In start
-    order, so that a step is retried when what it depends on is.
+    the same reason (still unsafe, its path still outside the target, or what it builds on
+    is done and unchanged). In start order, so that a step is retried when what it depends
+    on is.
     """
     done: dict[str, Record] = {}
     for n in plan.nodes:
@@ -223,7 +226,7 @@ def resumed(plan: Plan, prior: Mapping[str, Record]) -> dict[str, Record]:
             continue
         if kind != "skipped" or not isinstance(err, dict):
             continue
-        again = n.skip
+        again = n.skip or target_problem(n.rec, target, n.api_prefixes)
         if again is None and n.deps and n.deps <= done.keys():
             again = resolve(n, done.get)[1]
         if again is not None and again == err.get("message"):

@@ -8,18 +8,17 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote_plus
+from urllib.parse import quote, unquote_plus
+
+import httpx
 
 from wirediff._support import as_bytes
 from wirediff._types import JSON, Record
-from wirediff.record.redact import (
-    AUTH_HEADERS,
-    FINGERPRINT_HEX,
-    SECRET_FIELD,
-    SECRET_QUERY,
-    is_fingerprint,
-)
+from wirediff.errors import PlanError
+from wirediff.record.names import AUTH_HEADERS, SECRET_FIELD, SECRET_QUERY
+from wirediff.record.redact import FINGERPRINT_HEX, is_fingerprint
 from wirediff.record.tags import header_get, route
+from wirediff.replay.paths import outside_reason, path_problem, remove_dot_segments, shown
 from wirediff.replay.safety import SAFE_METHODS, is_stream
 from wirediff.replay.slots import NOT_REFERENCES
 from wirediff.replay.targets import Target
@@ -33,6 +32,7 @@ __all__ = [
     "prepare",
     "rebase",
     "secret_query",
+    "target_problem",
     "url_bytes_escaped",
 ]
 
@@ -117,7 +117,7 @@ def merge_query(query: str, target: Target, mapping: Mapping[str, str]) -> str:
         if not part or name.lower() in SECRET_QUERY or name in own_names:
             continue
         key, eq, value = part.partition("=")
-        kept.append(key + eq + mapping.get(value, value))
+        kept.append(key + eq + (_escaped_id(mapping[value]) if value in mapping else value))
     return "&".join(kept + own)
 
 
@@ -127,27 +127,69 @@ def rebase(
     mapping: Mapping[str, str],
     api_prefixes: Collection[str] = DEFAULT_PREFIXES,
 ) -> str:
-    """The original path after its API prefix, onto the target's base URL, ids remapped.
+    """The original path after its API prefix, onto the target's base URL, ids remapped;
+    a `PlanError` saying why when it cannot go there (`wirediff.replay.paths`).
 
-    A known route's prefix is its own (`/openai/v1/responses`); a path no route knows is
-    cut after the API prefix its session's known routes use (`api_prefixes`), so that
-    `/v1/ask_url` goes to `<target base>/ask_url`, and a path outside that prefix
-    (`/health`) goes onto the target's origin as it is. The query: `merge_query`.
+    The path is taken as a path only, its dot segments resolved. A known route's prefix is
+    its own (`/openai/v1/responses`); a path no route knows is cut after the API prefix its
+    session's known routes use (`api_prefixes`), so that `/v1/ask_url` goes to
+    `<target base>/ask_url`, and a path outside that prefix (`/health`) is kept whole, which
+    only a target without a base path takes. Whatever comes of it must lie under the
+    target's base path, as sent and as a lenient server reads it; the URL is the target's
+    origin and that path, as httpx sends it. The query: `merge_query`.
     """
-    bare, _, query = path.partition("?")
+    recorded, _, query = path.partition("?")
+    problem = path_problem(path)
+    if problem is not None:
+        raise PlanError(problem)
+    bare = remove_dot_segments(recorded)
     family, template, prefix = route(bare)
-    base = target.base
-    if family != "other":
-        rest = bare[len(prefix) :]
-    else:
-        own = _prefix_of(bare, api_prefixes)
-        rest, base = (bare[len(own) :], base) if own is not None else (bare, target.origin)
-    segs = [mapping.get(s, s) for s in rest.split("/")]
+    own = prefix if family != "other" else _prefix_of(bare, api_prefixes)
+    rest = bare[len(own) :] if own is not None else bare
+    segs = [_escaped_id(mapping[s]) if s in mapping else s for s in rest.split("/")]
     if template == "/v1/models/{id}":
         head, _, model = "/".join(segs).partition("/models/")
         segs = [head, "models", target.map_model(model)] if model else segs
+    built = (target.path if own is not None else "") + "/".join(segs)
+    outside = outside_reason(built or "/", target.path, recorded)
+    if outside is not None:
+        raise PlanError(outside)
+    sent = remove_dot_segments(built) or "/"
     merged = merge_query(query, target, mapping)
-    return base + "/".join(segs) + ("?" + merged if merged else "")
+    return _exact(target, sent + ("?" + merged if merged else ""))
+
+
+def target_problem(
+    rec: Record, target: Target, api_prefixes: Collection[str] = DEFAULT_PREFIXES
+) -> str | None:
+    """Why the original's path cannot go to `target` (None: it can)."""
+    try:
+        rebase(str(rec["request"].get("path") or "/"), target, {}, api_prefixes)
+    except PlanError as e:
+        return str(e)
+    return None
+
+
+def _escaped_id(value: str) -> str:
+    """An id the target minted, as one path segment or query value: nothing in it can end
+    the segment, the value or the path."""
+    return quote(value, safe="!$&'()*+,;=:@-._~")
+
+
+def _exact(target: Target, path: str) -> str:
+    """The URL httpx sends for `path` on `target`; a `PlanError` should it name another
+    origin or leave the base path, which `path_problem` and `outside_reason` rule out."""
+    url = httpx.URL(url_bytes_escaped(target.origin + path))
+    origin = httpx.URL(target.origin)
+    raw_path = url.raw_path.decode("ascii").partition("?")[0]
+    if (url.scheme, url.host, url.port, url.userinfo) != (
+        origin.scheme,
+        origin.host,
+        origin.port,
+        origin.userinfo,
+    ) or outside_reason(raw_path, target.path, path):
+        raise PlanError(f"the captured path '{shown(path)}' does not stay on {target.shown}")
+    return str(url)
 
 
 def _auth_header(rec: Record, key: str) -> tuple[str, str] | str:

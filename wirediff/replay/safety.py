@@ -9,6 +9,7 @@ import binascii
 from wirediff._types import Record
 from wirediff.errors import PlanError
 from wirediff.record.tags import route
+from wirediff.replay.paths import path_problem
 
 __all__ = [
     "SAFE_METHODS",
@@ -82,6 +83,9 @@ def request_problem(rec: Record) -> str | None:
         return "the captured request has no method"
     if not isinstance(req.get("path"), str):
         return "the captured request has no path"
+    problem = path_problem(req["path"] or "/")
+    if problem is not None:
+        return problem
     headers = req.get("headers") or []
     if not isinstance(headers, list) or not all(
         isinstance(h, list | tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)

@@ -22,6 +22,7 @@ import httpx
 
 from wirediff._support import is_2xx
 from wirediff._types import Record
+from wirediff.errors import PlanError
 from wirediff.record.body import DEFAULT_BODY_CAP, decode_body
 from wirediff.record.build import classify_error
 from wirediff.record.exchange import Error, Exchange
@@ -295,6 +296,8 @@ class TargetRun:
         try:
             out = self.prepare(node, mapping)
             request = self.request(out)
+        except PlanError as e:  # its path leaves the target: recorded as skipped, with why
+            return self.skipped(node, str(e), mapping)
         except Exception as e:  # a malformed original: recorded as skipped, not a traceback
             why = f"the captured request cannot be sent again: {str(e) or type(e).__name__}"
             return self.skipped(node, why, mapping)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from wirediff.errors import PlanError
-from wirediff.record.redact import AUTH_HEADERS, redact_url
+from wirediff.record.names import AUTH_HEADERS
+from wirediff.record.redact import redact_url
+from wirediff.replay.paths import remove_dot_segments
 
-__all__ = ["Target", "default_label", "parse_pairs", "parse_rate"]
+__all__ = ["Target", "default_label", "parse_pairs", "parse_rate", "port_problem"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class Target:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PlanError(f"target {self.label!r}: not an http(s) URL: {redact_url(self.url)!r}")
+        port = port_problem(self.url)
+        if port is not None:
+            raise PlanError(f"target {self.label!r}: {port}")
         bad = sorted(set(self.headers) & (set(AUTH_HEADERS) | {"cookie"}))
         if bad:
             raise PlanError(
@@ -38,10 +43,15 @@ class Target:
             )
 
     @property
+    def path(self) -> str:
+        """The base path (`/v1`; `""` for none), dot segments resolved, no trailing `/`:
+        every request sent to this target lies under it."""
+        return remove_dot_segments(urlsplit(self.url).path).rstrip("/")
+
+    @property
     def base(self) -> str:
         """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
-        p = urlsplit(self.url)
-        return urlunsplit((p.scheme, p.netloc, p.path.rstrip("/"), "", ""))
+        return self.origin + self.path
 
     @property
     def shown(self) -> str:
@@ -50,7 +60,7 @@ class Target:
 
     @property
     def origin(self) -> str:
-        """`scheme://host:port`: what a path outside the session's API prefix goes onto."""
+        """`scheme://host:port`: the only place a request to this target goes."""
         p = urlsplit(self.url)
         return f"{p.scheme}://{p.netloc}"
 
@@ -63,8 +73,23 @@ class Target:
         return self.model_map.get(model, self.model_map.get("*", model))
 
 
+def port_problem(url: str) -> str | None:
+    """Why the port of an http(s) URL cannot be connected to (None: it can, or it has none)."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    text = netloc.rpartition("]")[2] if netloc.startswith("[") else netloc
+    _, colon, port = text.rpartition(":")
+    if not colon or not port:
+        return None
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"port {port!r} of {redact_url(url)} is not a number from 1 to 65535"
+    return None
+
+
 def default_label(url: str) -> str:
     """The target's host (and port when not the scheme's default), like the capture's label."""
+    port = port_problem(url)
+    if port is not None:
+        raise PlanError(port)
     parts = urlsplit(url)
     host = parts.hostname or url
     default = 443 if parts.scheme == "https" else 80

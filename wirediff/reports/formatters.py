@@ -8,7 +8,6 @@ the rest return plain strings that the Environment's autoescape escapes on outpu
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import math
@@ -23,7 +22,7 @@ from markupsafe import Markup
 from wirediff._support import clip
 from wirediff._types import Record
 from wirediff.analysis.comparison.observe import event_label
-from wirediff.record.redact import redact_patterns
+from wirediff.record.scrub import scrub_output
 
 __all__ = [
     "CONTEXT",
@@ -63,15 +62,8 @@ ANCHOR_HASH = 6
 
 
 def redact(text: object) -> str:
-    """Replace anything shaped like a credential (a key echoed by a server, a bearer token)."""
-    text = "" if text is None else str(text)
-    return _redacted(text) if len(text) <= REMEMBERED else redact_patterns(text)
-
-
-REMEMBERED = 512
-"""Characters of a text whose scrubbed form is remembered: evidence, titles and messages
-repeat across exchanges, and the patterns cost more than a lookup."""
-_redacted = functools.lru_cache(maxsize=4096)(redact_patterns)
+    """`text` as a string, anything shaped like a credential replaced (`scrub_output`)."""
+    return scrub_output("" if text is None else str(text))
 
 
 _ID = re.compile(

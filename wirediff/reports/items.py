@@ -15,18 +15,22 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
+from wirediff.record.scrub import scrub_output
 from wirediff.reports.formatters import missing, redact
 
 __all__ = ["diagnosis_items", "diagnosis_lines", "finding_line", "jsonable", "line"]
 
 
 def line(item: Mapping[str, Any]) -> str:
-    """One item as a line of compact JSON, newline included (orjson; the standard library
-    for what orjson refuses: an integer past 64 bits)."""
+    """Write one item as a line of compact JSON, newline included, scrubbed of secrets.
+
+    orjson writes it; the standard library takes what orjson refuses, an integer past 64
+    bits."""
     try:
-        return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+        text = orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     except TypeError:
-        return json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
+        text = json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return scrub_output(text)
 
 
 def finding_line(values: Sequence[Any]) -> str:

@@ -25,12 +25,14 @@ from typing import Any, TextIO
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.probe.matrix import STATUSES
 from wirediff.probe.run import result_summary
+from wirediff.record.scrub import scrub_output
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
@@ -62,12 +64,22 @@ SUMMARY_FORMAT = "wirediff-summary/2"
 WRITTEN = 1000
 """Lines written together."""
 
+
+def _scrubbed(value: Any) -> Any:
+    """What a `{{ … }}` of a template shows, scrubbed (`scrub_output`); markup stays markup:
+    what the scrub replaces holds none of its characters."""
+    if isinstance(value, Markup):
+        return Markup(scrub_output(str(value)))
+    return scrub_output(value) if isinstance(value, str) else value
+
+
 ENV = Environment(
     loader=PackageLoader("wirediff.reports", "templates"),
     autoescape=True,
     undefined=StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
+    finalize=_scrubbed,
 )
 ENV.filters.update(FILTERS)
 ENV.globals.update(
@@ -230,7 +242,7 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
-        json.dump(summary, fh, ensure_ascii=False, indent=1)
+        json.dump(scrub_output(summary), fh, ensure_ascii=False, indent=1)
         fh.write("\n")
     return out
 
@@ -242,7 +254,7 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     sys.stdout.flush()
     utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
     try:
-        json.dump(summary_from(model), utf8, ensure_ascii=False, indent=1)
+        json.dump(scrub_output(summary_from(model)), utf8, ensure_ascii=False, indent=1)
         utf8.write("\n")
         utf8.flush()
     finally:
@@ -283,7 +295,8 @@ def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     with out.open("w", encoding="utf-8", newline="") as fh:
         for frame in model.findings_rows.frames():
             if len(frame) or header:
-                frame.reindex(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False, header=header)
+                rows = frame.reindex(columns=DIVERGENCE_COLUMNS)
+                fh.write(scrub_output(rows.to_csv(index=False, header=header)))
                 header = False
         if header:
             pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)

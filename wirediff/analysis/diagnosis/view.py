@@ -26,7 +26,7 @@ from wirediff.analysis.diagnosis.outcome import (
     exchange_ok,
     stream_end,
 )
-from wirediff.record.redact import redact_patterns
+from wirediff.record.scrub import scrub_output
 from wirediff.record.tags import header_get
 from wirediff.record.websocket import is_websocket, server_events
 
@@ -44,7 +44,7 @@ _BARE_ERROR_KEYS = frozenset({"message", "code", "status", "statusCode", "type",
 
 def scrub(text: str) -> str:
     """Remove anything that looks like a credential from a quoted snippet."""
-    return redact_patterns(text)
+    return scrub_output(text)
 
 
 @dataclass(frozen=True)

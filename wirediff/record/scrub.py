@@ -1,0 +1,166 @@
+"""The one scrub of everything wirediff writes for people and tools: a report, `summary.json`,
+a CSV or JUnit file, the terminal, mitmdump's log, a Parquet dataset. It is the second layer:
+the record has each exchange's own secrets fingerprinted already (`wirediff.record.redact`);
+this replaces anything *shaped* like a credential, for values the capture could not know
+(another client's key, a capture another tool wrote). Each writer calls `scrub_output` on
+what it writes, and nothing else.
+
+A text is looked at only where it holds one of a few words (`key`, `token`, `bearer`,
+`sk-`…, found by `str.find`); each shape is then matched right there. Matching the shapes'
+regular expressions at every place of a text costs a hundred times more.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from typing import Any, TypeVar, cast
+
+from wirediff.record.names import (
+    KEY_SHAPE,
+    SECRET_FIELD,
+    SECRET_QUERY,
+    SUBPROTOCOL_KEY,
+    ascii_lower,
+)
+
+__all__ = ["REDACTED", "scrub_output"]
+
+T = TypeVar("T")
+
+REDACTED = "[redacted]"
+"""What a value shaped like a credential becomes. The part replaced never holds a quote, a
+backslash, `<>&`, `,;` or a space, and a JSON number or literal is left as it is: a JSON,
+CSV, XML or HTML text stays valid when scrubbed whole."""
+_VALUE = r"[^\s\"'\\<>&,;]"
+_QUOTED = re.compile(rf"(?i)(api key provided:\s*)(?!sha256:){_VALUE}+")
+_SCHEME = re.compile(r"(?i)(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}")
+_QUERY = re.compile(rf"[?&][\w-]+=(?!sha256:){_VALUE}+")
+_FIELD = re.compile(
+    rf"[\w-]+(?:\\?[\"'])?\s*[:=]\s*((?:\\?[\"'])?)"
+    rf"(?!sha256:|(?i:bearer|basic|token|key)\s)({_VALUE}{{6,}})"
+)
+"""A name, its quote (escaped too: JSON inside JSON), `:` or `=`, then a value."""
+_LITERAL = re.compile(r"-?\d[\d.eE+-]*|true|false|null")
+_NAMES = (
+    *("key", "token", "secret", "password", "passwd", "sig", "signature", "credential"),
+    *("credentials", "authorization"),
+)
+"""What a credential-named field, a key-like query parameter or a subprotocol's key
+prefix ends with (lower-cased)."""
+_SCHEMES = ("bearer", "basic", "token")
+_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
+"""What each of `KEY_SHAPE`'s shapes begins with, lower-cased."""
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_SPACE = frozenset(" \t\r\n")
+_NOT_WORD = frozenset("\"'\\.:= \t\r\n")
+"""What may follow a name: its quote (escaped too), the colon or `=` after it, a
+subprotocol's dot."""
+_REACH = 64
+"""Characters a name reaches either side of the word found in it."""
+
+
+def scrub_output(value: T) -> T:
+    """`value` as wirediff may write it anywhere (a report, `summary.json`, a CSV or JUnit
+    file, the terminal, a log, a Parquet dataset): in every string (a text, or the strings
+    and keys of lists and dicts), anything shaped like a credential replaced by `REDACTED`
+    (a bearer token, an API key in any case, a key offered as a WebSocket subprotocol, a
+    key-like query parameter or credential-named field, a key a 401 quotes). The one scrub
+    of what goes out: each writer calls it on what it writes. `value` itself when nothing
+    in it is scrubbed."""
+    return cast("T", _scrubbed_value(value))
+
+
+def _scrubbed_value(value: Any) -> Any:
+    """`value` scrubbed: the very object when nothing in it changed."""
+    if isinstance(value, str):
+        out = _remembered(value) if len(value) <= _REMEMBERED else _scrubbed(value)
+        return value if out == value else out
+    if isinstance(value, list | tuple):
+        items = [_scrubbed_value(v) for v in value]
+        same = all(a is b for a, b in zip(items, value, strict=True))
+        return value if same else items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        pairs = [(_scrubbed_value(k), _scrubbed_value(v)) for k, v in value.items()]
+        same = all(k is a and v is b for (k, v), (a, b) in zip(pairs, value.items(), strict=True))
+        return value if same else dict(pairs)
+    return value
+
+
+def _scrubbed(text: str) -> str:
+    lowered = ascii_lower(text)
+    spans = sorted(_spans(text, lowered))
+    if not spans:
+        return text
+    out: list[str] = []
+    at = 0
+    for start, end, replacement in spans:
+        if start >= at:  # one of two shapes that overlap: the first
+            out += (text[at:start], replacement)
+            at = end
+    return "".join(out) + text[at:]
+
+
+_REMEMBERED = 512
+"""Characters of a text whose scrubbed form is remembered: evidence, titles and messages
+repeat across exchanges, and a lookup costs less than looking."""
+_remembered = functools.lru_cache(maxsize=8192)(_scrubbed)
+
+
+def _found(lowered: str, words: tuple[str, ...], then: frozenset[str] | None) -> Iterator[int]:
+    """Where each of `words` is in `lowered`; with `then`, only where it is not followed by
+    a character outside `then` (the end of the text is in it)."""
+    for word in words:
+        at = lowered.find(word)
+        while at != -1:
+            after = lowered[at + len(word) : at + len(word) + 1]
+            if then is None or not after or after in then:
+                yield at
+            at = lowered.find(word, at + 1)
+
+
+def _spans(text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
+    """`(start, end, replacement)` of each shape in `text` (`lowered`: its ASCII letters
+    lower-cased, each character where it was)."""
+    for at in _found(lowered, ("api key provided",), None):
+        if m := _QUOTED.match(text, at):
+            yield at, m.end(), m[1] + REDACTED
+    for at in _found(lowered, _SCHEMES, _SPACE):
+        if (at == 0 or (not lowered[at - 1].isalnum() and lowered[at - 1] != "_")) and (
+            m := _SCHEME.match(text, at)
+        ):
+            yield at, m.end(), f"{m[1]} {REDACTED}"
+    for at in _found(lowered, _MARKS, None):
+        if (at == 0 or lowered[at - 1] not in _WORD) and (m := KEY_SHAPE.match(text, at)):
+            yield at, m.end(), REDACTED
+    words = {}
+    for at in _found(lowered, _NAMES, _NOT_WORD):
+        start = at
+        while start > 0 and at - start < _REACH and lowered[start - 1] in _WORD:
+            start -= 1
+        words[start] = at
+    for start in words:
+        yield from _named(text, lowered, start)
+
+
+def _named(text: str, lowered: str, start: int) -> Iterator[tuple[int, int, str]]:
+    """The shape of the name beginning at `start`, if it is one: a key-like query parameter
+    (`?key=…`), a key offered as a subprotocol (`openai-insecure-api-key.…`), or a
+    credential-named field (`"api_key": "…"`, `token=…`)."""
+    end = start
+    while end < len(lowered) and end - start < _REACH and lowered[end] in _WORD:
+        end += 1
+    if end < len(lowered) and lowered[end] in _WORD:
+        return  # a word too long to be a name
+    name = lowered[start:end]
+    if start > 0 and text[start - 1] in "?&" and name in SECRET_QUERY:
+        if m := _QUERY.match(text, start - 1):
+            yield start - 1, m.end(), text[start - 1 : end + 1] + REDACTED
+        return
+    if text[end : end + 1] == "." and (m := SUBPROTOCOL_KEY.match(text, start)):
+        yield start, m.end(), m[1] + REDACTED
+        return
+    m = _FIELD.match(text, start) if SECRET_FIELD.match(name) else None
+    if m is not None and (m[1] or not _LITERAL.fullmatch(m[2])):  # a number is no credential
+        yield start, m.end(), text[start : m.start(2)] + REDACTED
