@@ -65,11 +65,14 @@ def test_an_upstream_it_cannot_reach_is_its_own_upstream(front: Mitmdump) -> Non
 def test_a_websocket_closed_1011_before_any_event(front: Mitmdump) -> None:
     """The upgrade is accepted (101); the turn fails and LiteLLM closes with 1011 and its
     reason, before any event: the stream asked for never came, and the close says why."""
-    with sdk(front.url + "/v1") as client, pytest.raises(ConnectionClosedError) as closed:
-        with client.responses.connect(websocket_connection_options=NOT_PROXIED) as conn:
-            conn.response.create(model="mock-chat", input="Say hi")
-            for _ in conn:
-                pass
+    with (
+        sdk(front.url + "/v1") as client,
+        pytest.raises(ConnectionClosedError) as closed,
+        client.responses.connect(websocket_connection_options=NOT_PROXIED) as conn,
+    ):
+        conn.response.create(model="mock-chat", input="Say hi")
+        for _ in conn:
+            pass
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
     (rec,) = front.records(1)
     ws = answer(rec)["websocket"]

@@ -362,6 +362,28 @@ def test_websocket_turns_get_the_same_checks() -> None:
     ]
 
 
+WS_ERROR: dict[str, Any] = {
+    "type": "error",
+    "status": 400,
+    "error": {"type": "invalid_request_error", "code": "model_not_found",
+              "message": "The model `gpt-9` does not exist.", "param": "model"},
+}  # fmt: skip
+
+
+def test_a_websocket_error_frame_is_judged_by_the_websocket_schema() -> None:
+    """The documented WebSocket envelope, alone or after a turn's first events, is clean;
+    judged as the SSE error event it would lack `code`, `message` and `sequence_number`."""
+    started = response_events()[:2]
+    assert conformance([websocket_record([response_events(), [WS_ERROR]])]).empty
+    assert conformance([websocket_record([[*started, WS_ERROR]])]).empty
+    bad = {**WS_ERROR, "error": {**WS_ERROR["error"], "code": None}}
+    frame = conformance([websocket_record([[bad]])])
+    assert list(zip(frame["path"], frame["source"], strict=True)) == [
+        ("events[error].error.code", OPEN)
+    ]
+    assert frame["schema_pointer"].iloc[0].startswith("#/components/schemas/WebSocketErrorEvent/")
+
+
 def test_a_quirk_in_every_chunk_is_one_row_that_counts_them() -> None:
     rec = replay(chat_record(stream=True), id="q1", label="vllm", change=finish_reason_omitted)
     [row] = conformance([rec]).itertuples()

@@ -70,12 +70,21 @@ def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[P
         )
     if family == "responses":
         out: list[Problem] = []
+        websocket = transport_of(record) == "websocket"
         for turn in _turns(events):
+            # a WebSocket turn may end in its own error frame: judged by the WebSocket
+            # mode's schema, the events before it by the stream's rules less the terminal
+            last = turn[-1].get("data") if turn else None
+            ended = websocket and open_responses.is_websocket_error(last)
+            before = turn[:-1] if ended else turn
             if rules:
-                out += grammar.responses_grammar(turn)
+                if before or not ended:
+                    out += grammar.responses_grammar(before, terminal=not ended)
             else:
-                out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
-                out += open_responses.event_problems(turn)
+                out += openapi_check.event_problems(before) + sdk_types.event_problems(before)
+                out += open_responses.event_problems(before)
+                if ended:
+                    out += open_responses.websocket_error_problems(last, len(before))
         return out
     return []
 
