@@ -19,6 +19,7 @@ __all__ = [
     "answer_for",
     "answer_variants",
     "fill",
+    "load_clients",
     "load_profiles",
     "load_remedies",
     "match_signature",
@@ -29,6 +30,8 @@ __all__ = [
 Profile = dict[str, Any]
 REMEDIES = "remedies.yaml"
 """The diagnosis prose (summary and remedies per code), beside the profiles it names."""
+CLIENTS = "clients.yaml"
+"""The known clients: how each names itself on the wire, and what it does with answers."""
 
 
 @cache
@@ -39,7 +42,7 @@ def load_profiles() -> dict[str, Profile]:
 
     out: dict[str, Profile] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml") and entry.name != REMEDIES:
+        if entry.name.endswith(".yaml") and entry.name not in (REMEDIES, CLIENTS):
             data = yaml.safe_load(entry.read_text(encoding="utf-8"))
             out[data["name"]] = data
     return out
@@ -53,6 +56,16 @@ def load_remedies() -> dict[str, Any]:
 
     text = resources.files(__package__).joinpath(REMEDIES).read_text(encoding="utf-8")
     return dict(yaml.safe_load(text))
+
+
+@cache
+def load_clients() -> dict[str, Any]:
+    """The known clients by name: `{"user_agent": {"products": [str], "version"?: [str]},
+    …}`."""
+    import yaml
+
+    text = resources.files(__package__).joinpath(CLIENTS).read_text(encoding="utf-8")
+    return dict(yaml.safe_load(text)["clients"])
 
 
 def profile(name: str) -> Profile:

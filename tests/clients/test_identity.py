@@ -1,0 +1,80 @@
+"""Who sent it: each real client of the tier runs its workload (tests/clients/probe/)
+through `wirediff capture`, and every record's `tags.sdk` names it as
+`wirediff/profiles/clients.yaml` and `record/tags.sdk_identity` say, with its version — from
+the user agent it really sends, whatever call made the request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.clients.conftest import client_dir, npm_version, pip_version, run_client
+from tests.clients.probe_workloads import (
+    WORKLOADS_BY_NAME,
+    capture_workload,
+    environment,
+    reference,
+)
+from tests.fixtures.records import sdk_of
+from wirediff._types import Record
+
+pytestmark = pytest.mark.clients
+
+NEEDS = {"openai-node": "node_modules/openai/package.json", "codex": "node_modules/.bin/codex"}
+
+
+def captured(name: str, tmp_path: Path) -> tuple[Path, list[Record]]:
+    w = WORKLOADS_BY_NAME[name]
+    client = Path() if w.install is None else client_dir(w.install, NEEDS.get(name, "."))
+
+    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
+        return run_client(argv, cwd=cwd, env=env)
+
+    with reference() as url:
+        got = capture_workload(w, client, url, tmp_path / name, run, environment)
+    assert got.records
+    return client, got.records
+
+
+def clients(records: list[Record]) -> set[tuple[str | None, str | None]]:
+    return {(sdk_of(r).get("client"), sdk_of(r).get("client_version")) for r in records}
+
+
+def test_the_vercel_ai_sdk_is_one_client_whichever_call_sent_it(tmp_path: Path) -> None:
+    """generateText sends `ai/<ai> ai-sdk-provider-utils/<utils> node.js/…`, streamText the
+    provider's `ai-sdk-openai/<provider> ai-sdk-provider-utils/<utils> …`: one client."""
+    client, records = captured("vercel-ai", tmp_path)
+    agents = {sdk_of(r)["user_agent"] or "" for r in records}
+    ai, provider = npm_version(client, "ai"), npm_version(client, "@ai-sdk/openai")
+    assert any(a.startswith(f"ai/{ai} ") for a in agents)
+    assert any(a.startswith(f"ai-sdk-openai/{provider} ") for a in agents)
+    assert clients(records) == {("ai-sdk", npm_version(client, "@ai-sdk/provider-utils"))}
+    assert all("lang" not in sdk_of(r) for r in records)  # no X-Stainless-*: not an OpenAI SDK
+
+
+def test_the_agents_sdk_says_who_it_is(tmp_path: Path) -> None:
+    client, records = captured("openai-agents", tmp_path)
+    version = pip_version(client, "openai-agents").strip()
+    assert {sdk_of(r)["user_agent"] for r in records} == {f"Agents/Python {version}"}
+    assert clients(records) == {("openai-agents", version)}
+    # the openai SDK underneath still says what it is in its X-Stainless-* headers
+    assert {(sdk_of(r)["lang"], sdk_of(r)["async"]) for r in records} == {("python", True)}
+
+
+def test_codex_names_itself_by_its_originator(tmp_path: Path) -> None:
+    client, records = captured("codex", tmp_path)
+    assert clients(records) == {("codex_exec", npm_version(client, "@openai/codex"))}
+
+
+@pytest.mark.parametrize("name", ["openai-python", "openai-node", "langchain", "llamaindex"])
+def test_the_sdks_and_what_does_not_say_who_it_is_name_no_client(name: str, tmp_path: Path) -> None:
+    """The OpenAI SDKs name themselves as an SDK (`OpenAI/Python 2.54.0`), and LangChain and
+    LlamaIndex send the openai SDK's user agent unchanged: no client."""
+    _, records = captured(name, tmp_path)
+    assert clients(records) == {(None, None)}
+    lang = "js" if name == "openai-node" else "python"
+    assert {sdk_of(r)["lang"] for r in records} == {lang}
+    if name == "openai-python":
+        assert {sdk_of(r)["version"] for r in records} == {openai.__version__}
