@@ -29,6 +29,7 @@ from wirediff.analysis.diagnosis.subject import (
     wrong_method,
 )
 from wirediff.analysis.diagnosis.view import ExchangeView, scrub
+from wirediff.profiles import load_clients
 from wirediff.record.redact import redact_url
 from wirediff.record.tags import header_get
 
@@ -313,6 +314,7 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
             "soft_error_200",
             _ev(x, x.snippet(), x.words()),
             where="event in the stream" if x.end is not None else "body",
+            clients=_what_clients_do(x),
         )
     elif x.stream and x.end is None:
         add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
@@ -337,6 +339,20 @@ def _closing(x: ExchangeView) -> Mapping[str, Any]:
     resp = x.rec.get("response")
     ws = resp.get("websocket") if resp is not None and x.websocket else None
     return ws if isinstance(ws, dict) else {}
+
+
+def _what_clients_do(x: ExchangeView) -> str:
+    """What each known client does with an error under a 200, call by call, as measured
+    (`soft_error_200` in profiles/clients.yaml); the exchange's own client first."""
+    sdk: Mapping[str, Any] = x.rec["tags"].get("sdk") or {}
+    lang = {"python": "openai-python", "js": "openai-node"}.get(str(sdk.get("lang")))
+    own = sdk.get("client") or lang
+    said = [
+        (name != own, f"{known['name']}: " + ", ".join(f"{c} {w}" for c, w in calls.items()))
+        for name, known in load_clients().items()
+        if (calls := known.get("soft_error_200"))
+    ]
+    return "; ".join(line for _, line in sorted(said, key=lambda s: s[0]))
 
 
 def _close_reason(x: ExchangeView) -> str:
