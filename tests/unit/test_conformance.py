@@ -30,6 +30,7 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS, conformance
 from wirediff.analysis.comparison.conformance.sdk_types import prune_union_errors
 from wirediff.analysis.comparison.impact import SDK_SOURCE
@@ -163,6 +164,12 @@ def no_truncation(rec: Record) -> None:
     del body(rec)["truncation"]
 
 
+def phase_null(rec: Record) -> None:
+    """An output message with `"phase": null`: OpenAI's document and SDK allow it, Open
+    Responses allows only `commentary` or `final_answer`."""
+    body(rec)["output"][0]["phase"] = None
+
+
 def no_refusal(rec: Record) -> None:
     del body(rec)["choices"][0]["message"]["refusal"]
 
@@ -255,6 +262,8 @@ QUIRKS: list[tuple[str, Callable[[], Record], Callable[[Record], object], list[R
      [("conformance", "events[terminal]", GRAMMAR, "deviation")]),
     ("response without truncation", lambda: responses_record(), no_truncation,
      [("conformance", "truncation", OPEN, "deviation")]),
+    ("phase null", lambda: responses_record(), phase_null,
+     [("conformance", "output[].phase", OPEN, "deviation")]),
     ("message without refusal", lambda: chat_record(), no_refusal,
      [("conformance", "choices[].message.refusal", SPEC, "deviation")]),
     ("created not first", lambda: responses_record(stream=True), no_created,
@@ -489,3 +498,16 @@ def test_an_error_where_a_result_belongs_is_quoted_from_its_own_answer() -> None
         assert got == {
             rid: f"`error`: an error where Response belongs: {m}" for rid, m in said.items()
         }
+
+
+@pytest.mark.parametrize("baseline_phase", [None, "final_answer"])
+def test_a_null_phase_is_a_deviation_not_a_cosmetic_difference(baseline_phase: str | None) -> None:
+    """The SDK types take `phase: null` (Optional), Open Responses does not: the spec is
+    broken and the SDK tolerates it, whether the baseline sends no phase or a real one."""
+    base = responses_record(id="o1")
+    if baseline_phase is not None:
+        body(base)["output"][0]["phase"] = baseline_phase
+    found = analyze([base, replay(base, id="c1", label="x", change=phase_null)]).divergences
+    assert list(zip(found["path"], found["severity"], strict=True)) == [
+        ("output[].phase", "deviation")
+    ]

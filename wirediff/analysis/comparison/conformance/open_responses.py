@@ -61,17 +61,46 @@ def only_open_responses() -> tuple[str, ...]:
     return tuple(k for k in required if k not in openai)
 
 
+@functools.cache
+def _phases() -> tuple[str, ...]:
+    """The values an output message's `phase` may take (`Message.phase`): no null."""
+    phase = _document()["components"]["schemas"]["Message"]["properties"]["phase"]
+    return tuple(phase["enum"])
+
+
 def response_problems(
     response: JSON, prefix: str = "", position: int | None = None
 ) -> list[Problem]:
-    """The Open-Responses-only keys a Response object lacks."""
+    """The Open-Responses-only keys a Response object lacks, and an output message's
+    `phase` that is none of the values Open Responses allows (OpenAI's document allows
+    null there; Open Responses does not)."""
     if not isinstance(response, dict) or response.get("object") != "response":
         return []
-    return [
+    out = [
         Problem(f"{prefix}{key}", MESSAGE, open_responses_source(), POINTER, position)
         for key in only_open_responses()
         if key not in response
     ]
+    output = response.get("output")
+    wrong = [
+        item["phase"]
+        for item in (output if isinstance(output, list) else ())
+        if isinstance(item, dict)
+        and item.get("type") == "message"
+        and "phase" in item
+        and item["phase"] not in _phases()
+    ]
+    if wrong:  # one problem for the path, as for the other keys
+        out.append(
+            Problem(
+                f"{prefix}output[].phase",
+                f"{wrong[0]!r} is not one of {list(_phases())} (Open Responses)",
+                open_responses_source(),
+                "#/components/schemas/Message/properties/phase/enum",
+                position,
+            )
+        )
+    return out
 
 
 def event_problems(events: list[Event]) -> list[Problem]:
