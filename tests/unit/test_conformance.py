@@ -511,3 +511,23 @@ def test_a_null_phase_is_a_deviation_not_a_cosmetic_difference(baseline_phase: s
     assert list(zip(found["path"], found["severity"], strict=True)) == [
         ("output[].phase", "deviation")
     ]
+
+
+@pytest.mark.parametrize(
+    ("make", "schema", "call"),
+    [(chat_record, "CreateChatCompletionResponse", "client.chat.completions.create()"),
+     (responses_record, "Response", "client.responses.create()")],
+)  # fmt: skip
+def test_a_json_null_body_is_json_and_the_sdk_returns_none(
+    make: Any, schema: str, call: str
+) -> None:
+    """A 200 whose body is the JSON `null` (recorded as its text): the SDK parses it and
+    returns None, which is what the evidence says — not how the harness read None."""
+    rec = make(id="o1")
+    answer(rec).update({"body": None, "text": "null"})
+    frame = conformance([rec])
+    assert list(zip(frame["kind"], frame["message"], strict=True)) == [
+        ("conformance", f"`body`: the JSON body null where {schema} belongs"),
+        ("client", f"`{call}` returns None"),
+    ]
+    assert "impact.py" not in " ".join(frame["evidence"])

@@ -102,7 +102,21 @@ class _Probe:
             if "raises" not in self.observed:
                 self.see("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
         except Exception as e:
-            self.failures.append(Failure(probe, _error_text(e), _failing_line(e)))
+            if _returned_none(e):  # the SDK handed back None: that, not how this code read it
+                self.failures.append(Failure(probe, "returns None"))
+            else:
+                self.failures.append(Failure(probe, _error_text(e), _failing_line(e)))
+
+
+def _returned_none(e: BaseException) -> bool:
+    """The probe failed reading what the SDK returned, and that was None (a JSON body
+    `null`): the innermost frame is the probe's own, its result `r` None."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or "/openai/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+        return False
+    return "r" in tb.tb_frame.f_locals and tb.tb_frame.f_locals["r"] is None
 
 
 def _error_text(e: BaseException) -> str:
