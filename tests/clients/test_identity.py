@@ -13,6 +13,7 @@ import pytest
 from tests.clients.conftest import client_dir, npm_version, pip_version, run_client
 from tests.clients.probe_workloads import (
     WORKLOADS_BY_NAME,
+    Workload,
     capture_workload,
     environment,
     reference,
@@ -23,10 +24,17 @@ from wirediff._types import Record
 pytestmark = pytest.mark.clients
 
 NEEDS = {"openai-node": "node_modules/openai/package.json", "codex": "node_modules/.bin/codex"}
+HERE = Path(__file__).resolve().parent
+PYDANTIC_AI = Workload(
+    "pydantic-ai",
+    "pydantic-ai",
+    lambda client, work: [str(client / "bin/python"), str(HERE / "identity/pydantic_ai_app.py")],
+)
+"""pydantic-ai is no client of the probe: its workload is here."""
 
 
 def captured(name: str, tmp_path: Path) -> tuple[Path, list[Record]]:
-    w = WORKLOADS_BY_NAME[name]
+    w = PYDANTIC_AI if name == "pydantic-ai" else WORKLOADS_BY_NAME[name]
     client = Path() if w.install is None else client_dir(w.install, NEEDS.get(name, "."))
 
     def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
@@ -60,6 +68,17 @@ def test_the_agents_sdk_says_who_it_is(tmp_path: Path) -> None:
     assert {sdk_of(r)["user_agent"] for r in records} == {f"Agents/Python {version}"}
     assert clients(records) == {("openai-agents", version)}
     # the openai SDK underneath still says what it is in its X-Stainless-* headers
+    assert {(sdk_of(r)["lang"], sdk_of(r)["async"]) for r in records} == {("python", True)}
+
+
+def test_pydantic_ai_says_who_it_is(tmp_path: Path) -> None:
+    """`pydantic-ai/<version>` replaces the openai SDK's user agent; its X-Stainless-*
+    headers stay, with `async:asyncio` for async."""
+    client, records = captured("pydantic-ai", tmp_path)
+    version = pip_version(client, "pydantic-ai-slim").strip()
+    assert {r["tags"]["family"] for r in records} == {"chat.completions", "responses"}
+    assert {sdk_of(r)["user_agent"] for r in records} == {f"pydantic-ai/{version}"}
+    assert clients(records) == {("pydantic-ai", version)}
     assert {(sdk_of(r)["lang"], sdk_of(r)["async"]) for r in records} == {("python", True)}
 
 

@@ -25,6 +25,7 @@ PYTHON = {
     "openai-agents": "agents",
     "langchain": "langchain",
     "llamaindex": "llamaindex",
+    "pydantic-ai": "pydantic-ai",
 }
 """Python clients: the `.clients/` directory each runs in (None: this project's venv)."""
 NODE = {"openai-node": "node", "ai-sdk": "vercel"}

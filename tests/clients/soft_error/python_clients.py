@@ -95,9 +95,17 @@ def pydantic_ai() -> dict[str, str]:
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    model = OpenAIResponsesModel(MODEL, provider=OpenAIProvider(base_url=BASE))
-    agent = Agent(model)
-    return {"Agent.run_sync (OpenAIResponsesModel)": outcome(lambda: agent.run_sync("Hi").output)}
+    def agent() -> Agent:
+        return Agent(OpenAIResponsesModel(MODEL, provider=OpenAIProvider(base_url=BASE)))
+
+    async def streamed() -> Any:
+        async with agent().run_stream("Hi") as run:
+            return "".join([piece async for piece in run.stream_text(delta=True)])
+
+    return {
+        "Agent(OpenAIResponsesModel).run_sync": outcome(lambda: agent().run_sync("Hi").output),
+        "Agent(OpenAIResponsesModel).run_stream": outcome(lambda: asyncio.run(streamed())),
+    }
 
 
 RUN = {
