@@ -20,6 +20,7 @@ from tests.conftest import NOT_PROXIED, Mitmdump
 from tests.fixtures.records import answer
 from tests.peers.conftest import LiteLLM, sdk
 from wirediff._types import Record
+from wirediff.analysis.comparison.conformance import conformance
 from wirediff.analysis.diagnosis.explain import diagnose
 
 pytestmark = pytest.mark.peers
@@ -85,6 +86,10 @@ def test_a_websocket_closed_1011_before_any_event(front: Mitmdump) -> None:
     assert "closed by the server with 1011" in row["summary"] and reason in row["summary"]
     assert "closed cleanly" not in row["remedy"] and "1011" in row["remedy"]
     assert "could not reach its own upstream" in found["upstream_unreachable"]["remedy"]
+    # and a stream asked for that never came breaks the client: breaking, not a deviation
+    client = conformance([rec]).query("kind == 'client'")
+    assert list(client["severity"]) == ["breaking"]
+    assert f"closed with 1011 ({reason})" in client["evidence"].iloc[0]
 
 
 @pytest.mark.parametrize("path", ["/chat/completions", "/responses"])

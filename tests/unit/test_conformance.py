@@ -531,3 +531,18 @@ def test_a_json_null_body_is_json_and_the_sdk_returns_none(
         ("client", f"`{call}` returns None"),
     ]
     assert "impact.py" not in " ".join(frame["evidence"])
+
+
+def test_a_websocket_turn_closed_before_any_event_is_breaking() -> None:
+    """101, the client's `response.create`, then a close with 1011 and no event: the stream
+    the turn asked for never came."""
+    rec = websocket_record([[]])
+    answer(rec)["websocket"] = {"close_code": 1011, "close_reason": "Internal server error",
+                                "closed_by": "server"}  # fmt: skip
+    frame = conformance([rec])
+    client = frame[frame["kind"] == "client"]
+    assert list(zip(client["path"], client["severity"], strict=True)) == [
+        ("client.responses.connect()", "breaking")
+    ]
+    assert "closed with 1011 (Internal server error)" in client["evidence"].iloc[0]
+    assert conformance([websocket_record([response_events()])]).empty  # answered: no break
