@@ -25,6 +25,13 @@ from typing import Any
 
 import pytest
 
+from tests.clients.probe_workloads import (
+    Captured,
+    Workload,
+    capture_workload,
+    environment,
+    reference,
+)
 from tests.conftest import WirediffCapture, missing
 from tests.fixtures.records import answer, events_of, sdk_of
 from tests.readme_blocks import readme_command
@@ -72,6 +79,25 @@ def langchain_client() -> Path:
 @pytest.fixture
 def llamaindex_client() -> Path:
     return client_dir("llamaindex", "bin/python")
+
+
+WORKLOAD_NEEDS = {
+    "openai-node": "node_modules/openai/package.json",
+    "codex": "node_modules/.bin/codex",
+}
+"""The file that shows a workload's client installed (else its directory)."""
+
+
+def run_workload(w: Workload, work: Path) -> tuple[Path, Captured]:
+    """A client's workload through `wirediff capture` in front of the `openai` stand-in:
+    its directory under `.clients/` (this project's venv: `Path()`) and what it sent."""
+    client = Path() if w.install is None else client_dir(w.install, WORKLOAD_NEEDS.get(w.name, "."))
+
+    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
+        return run_client(argv, cwd=cwd, env=env)
+
+    with reference() as url:
+        return client, capture_workload(w, client, url, work, run, environment)
 
 
 def client_env(**extra: str) -> dict[str, str]:

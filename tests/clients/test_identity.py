@@ -10,20 +10,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.clients.conftest import client_dir, npm_version, pip_version, run_client
-from tests.clients.probe_workloads import (
-    WORKLOADS_BY_NAME,
-    Workload,
-    capture_workload,
-    environment,
-    reference,
-)
+from tests.clients.conftest import npm_version, pip_version, run_workload
+from tests.clients.probe_workloads import WORKLOADS_BY_NAME, Workload
 from tests.fixtures.records import sdk_of
 from wirediff._types import Record
 
 pytestmark = pytest.mark.clients
 
-NEEDS = {"openai-node": "node_modules/openai/package.json", "codex": "node_modules/.bin/codex"}
 HERE = Path(__file__).resolve().parent
 PYDANTIC_AI = Workload(
     "pydantic-ai",
@@ -35,13 +28,7 @@ PYDANTIC_AI = Workload(
 
 def captured(name: str, tmp_path: Path) -> tuple[Path, list[Record]]:
     w = PYDANTIC_AI if name == "pydantic-ai" else WORKLOADS_BY_NAME[name]
-    client = Path() if w.install is None else client_dir(w.install, NEEDS.get(name, "."))
-
-    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
-        return run_client(argv, cwd=cwd, env=env)
-
-    with reference() as url:
-        got = capture_workload(w, client, url, tmp_path / name, run, environment)
+    client, got = run_workload(w, tmp_path / name)
     assert got.records
     return client, got.records
 

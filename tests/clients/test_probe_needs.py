@@ -9,34 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.conftest import CLIENTS_DIR, client_dir, run_client
-from tests.clients.probe_workloads import (
-    KEY,
-    WORKLOADS_BY_NAME,
-    capture_workload,
-    environment,
-    reference,
-)
+from tests.clients.conftest import CLIENTS_DIR, run_workload
+from tests.clients.probe_workloads import KEY, WORKLOADS_BY_NAME
 from wirediff.probe.features import load_probe, needs_of
 
 pytestmark = pytest.mark.clients
-
-NEEDS = {"openai-node": "node_modules/openai/package.json", "codex": "node_modules/.bin/codex"}
 
 
 @pytest.mark.parametrize("name", [c.id for c in load_probe().clients])
 def test_a_clients_needs_are_what_its_traffic_exercises(name: str, tmp_path: Path) -> None:
     w = WORKLOADS_BY_NAME[name]
-    client = Path()
-    if w.install is not None:
-        client = client_dir(w.install, NEEDS.get(name, "."))
+    client, got = run_workload(w, tmp_path / name)
     assert w.install is None or client.parent == CLIENTS_DIR
-
-    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
-        return run_client(argv, cwd=cwd, env=env)
-
-    with reference() as url:
-        got = capture_workload(w, client, url, tmp_path / name, run, environment)
     assert got.records and all(r["response"] for r in got.records)
     data = load_probe()
     [entry] = [c for c in data.clients if c.id == name]
