@@ -31,7 +31,7 @@ def front(mitmdump: Callable[..., Mitmdump], litellm: LiteLLM) -> Mitmdump:
     return mitmdump([f"reverse:{litellm.url}"], label="litellm")
 
 
-def by_code(records: list[Record]) -> dict[str, dict[str, Any]]:
+def by_code(records: list[Record]) -> dict[str, dict[Any, Any]]:
     return {str(r["code"]): r for r in diagnose(records).to_dict("records")}
 
 
@@ -77,7 +77,7 @@ def test_a_websocket_closed_1011_before_any_event(front: Mitmdump) -> None:
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
     (rec,) = front.records(1)
     ws = answer(rec)["websocket"]
-    assert answer(rec)["status"] == 101 and ws["close_code"] == 1011
+    assert ws is not None and answer(rec)["status"] == 101 and ws["close_code"] == 1011
     assert ws["messages"] == {"client": 1, "server": 0}
     found = by_code([rec])
     assert set(found) == {"stream_truncated", "upstream_unreachable"}
@@ -87,9 +87,9 @@ def test_a_websocket_closed_1011_before_any_event(front: Mitmdump) -> None:
     assert "closed cleanly" not in row["remedy"] and "1011" in row["remedy"]
     assert "could not reach its own upstream" in found["upstream_unreachable"]["remedy"]
     # and a stream asked for that never came breaks the client: breaking, not a deviation
-    client = conformance([rec]).query("kind == 'client'")
-    assert list(client["severity"]) == ["breaking"]
-    assert f"closed with 1011 ({reason})" in client["evidence"].iloc[0]
+    broke = conformance([rec]).query("kind == 'client'")
+    assert list(broke["severity"]) == ["breaking"]
+    assert f"closed with 1011 ({reason})" in broke["evidence"].iloc[0]
 
 
 @pytest.mark.parametrize("path", ["/chat/completions", "/responses"])

@@ -537,8 +537,10 @@ def test_a_websocket_turn_closed_before_any_event_is_breaking() -> None:
     """101, the client's `response.create`, then a close with 1011 and no event: the stream
     the turn asked for never came."""
     rec = websocket_record([[]])
-    answer(rec)["websocket"] = {"close_code": 1011, "close_reason": "Internal server error",
-                                "closed_by": "server"}  # fmt: skip
+    answer(rec)["websocket"] = {
+        "close_code": 1011, "close_reason": "Internal server error", "closed_by": "server",
+        "messages": {"client": 1, "server": 0}, "bytes": {"client": 60, "server": 0},
+    }  # fmt: skip
     frame = conformance([rec])
     client = frame[frame["kind"] == "client"]
     assert list(zip(client["path"], client["severity"], strict=True)) == [
