@@ -23,6 +23,7 @@ CLIENTS=(
   "llamaindex|pip|llama-index-llms-openai-like==0.8.1 llama-index-llms-openai==0.8.3|bin/python"
   "agents|pip|openai-agents==0.24.0|bin/python"
   "vercel|npm|ai@7.0.173 @ai-sdk/openai@4.0.118|node_modules/ai/package.json"
+  "pydantic-ai|pip|pydantic-ai-slim[openai]==2.78.0|bin/python"
 )
 
 die() { echo "install-clients: $*" >&2; exit 1; }

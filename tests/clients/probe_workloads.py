@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.clients.conftest import client_env
+from tests.clients.conftest import client_dir, client_env, run_client
 from tests.conftest import WirediffCapture
 from wirediff._types import Record
 from wirediff.backends.standin import standin
@@ -167,6 +167,25 @@ def capture_workload(
     except ValueError:  # Codex prints its answer, not JSON
         said = {"stdout": printed.strip()}
     return Captured(w.name, records, said if isinstance(said, dict) else {"stdout": said})
+
+
+WORKLOAD_NEEDS = {
+    "openai-node": "node_modules/openai/package.json",
+    "codex": "node_modules/.bin/codex",
+}
+"""The file that shows a workload's client installed (else its directory)."""
+
+
+def capture_client_workload(w: Workload, work: Path) -> tuple[Path, Captured]:
+    """A client's workload through `wirediff capture` in front of the `openai` stand-in:
+    its directory under `.clients/` (this project's venv: `Path()`) and what it sent."""
+    client = Path() if w.install is None else client_dir(w.install, WORKLOAD_NEEDS.get(w.name, "."))
+
+    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
+        return run_client(argv, cwd=cwd, env=env)
+
+    with reference() as url:
+        return client, capture_workload(w, client, url, work, run)
 
 
 def with_deps(rec: Record, records: list[Record]) -> list[Record]:

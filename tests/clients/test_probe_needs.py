@@ -14,21 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.clients.conftest import CLIENTS_DIR, client_dir, run_client
-from tests.clients.probe_workloads import (
-    KEY,
-    WORKLOADS_BY_NAME,
-    capture_workload,
-    chosen,
-    reference,
-)
+from tests.clients.conftest import CLIENTS_DIR
+from tests.clients.probe_workloads import KEY, WORKLOADS_BY_NAME, capture_client_workload, chosen
 from wirediff._types import Record
 from wirediff.analysis.comparison.shapes import flatten
 from wirediff.probe.features import load_probe, needs_of
 
 pytestmark = pytest.mark.clients
-
-NEEDS = {"openai-node": "node_modules/openai/package.json", "codex": "node_modules/.bin/codex"}
 
 
 def sent(rec: Record) -> dict[str, Any]:
@@ -50,16 +42,8 @@ def sent(rec: Record) -> dict[str, Any]:
 @pytest.mark.parametrize("name", [c.id for c in load_probe().clients])
 def test_a_clients_needs_and_requests_are_what_it_sends(name: str, tmp_path: Path) -> None:
     w = WORKLOADS_BY_NAME[name]
-    client = Path()
-    if w.install is not None:
-        client = client_dir(w.install, NEEDS.get(name, "."))
+    client, got = capture_client_workload(w, tmp_path / name)
     assert w.install is None or client.parent == CLIENTS_DIR
-
-    def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
-        return run_client(argv, cwd=cwd, env=env)
-
-    with reference() as url:
-        got = capture_workload(w, client, url, tmp_path / name, run)
     assert got.records and all(r["response"] for r in got.records)
     data = load_probe()
     [entry] = [c for c in data.clients if c.id == name]

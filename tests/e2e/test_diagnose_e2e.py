@@ -64,6 +64,61 @@ def test_lmstudio_responses_is_a_soft_error_for_a_missing_endpoint(mitmdump: Any
     assert "200" in df["soft_error_200"]["summary"]
 
 
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def test_unrelated_failed_calls_are_failed_chains_of_their_own(
+    mitmdump: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A live session against a chat-only LM Studio: three Responses calls that ask
+    different things (one streamed, one with a tool), each refused with LM Studio's 200
+    soft error, then a chat call that asks something else again. Nothing fell back: each
+    refused call is a failed chain, none recovered. The same client then asks the refused
+    question again of chat completions: that one is a fallback, recovered."""
+    model = "qwen2.5-7b-instruct"
+    with standin("lmstudio") as url:
+        m = mitmdump([f"reverse:{url}"])
+        with sdk(m.url + "/v1") as client:
+            client.responses.create(model=model, input="Say hello.")
+            assert (
+                list(client.responses.create(model=model, input="Count to 3.", stream=True)) == []
+            )
+            client.responses.create(model=model, input=ASK, tools=[WEATHER_TOOL])
+            chat = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Name a colour."}]
+            )
+            assert chat.choices[0].message.content
+            records = m.records(4)
+            client.responses.create(model=model, input="Name a fruit.")
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Name a fruit."}]
+            )
+            records = m.records(6)
+    assert [r["tags"]["soft_error"] for r in records] == [True, True, True, False, True, False]
+
+    df = diagnose(records)
+    chains = {tuple(ids): g for ids, g in df.groupby(df["exchange_ids"].map(tuple))}
+    # each refused call its own chain, with LM Studio's two diagnoses, not recovered
+    assert sorted(chains) == sorted((records[k]["id"],) for k in (0, 1, 2, 4))
+    for k in (0, 1, 2):
+        g = chains[(records[k]["id"],)]
+        assert set(g["code"]) == {"soft_error_200", "endpoint_not_implemented"}
+        assert not g["recovered"].any()
+    assert chains[(records[4]["id"],)]["recovered"].all()
+    # the engine behind `wirediff diagnose` links the same
+    assert main(["diagnose", "--json", str(m.capture_file)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    got = {(tuple(r["exchange_ids"]), r["code"], r["recovered"]) for r in rows}
+    assert got == {
+        (tuple(row["exchange_ids"]), row["code"], bool(row["recovered"]))
+        for row in df.to_dict("records")
+    }
+
+
 def test_http_to_https_redirect_turns_the_post_into_a_get(mitmdump: Any) -> None:
     """`http://old` answers 301 to `https://new`; the SDK's httpx client follows it and, as
     browsers and most HTTP clients do after a 301/302, repeats the POST as a GET.

@@ -15,6 +15,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
+from wirediff.analysis.comparison.conformance.checks import record_problems
 from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.backends.standin import standin
 
@@ -78,6 +79,10 @@ def test_a_session_is_recorded_message_by_message(mitmdump: Any) -> None:
     assert [d["type"] for d in got] == [e.type for e in first + second + third]
     assert got[-1]["error"]["code"] == "model_not_found"
     assert all(e["event"] == e["data"]["type"] for e in events)
+    # the error frame is the WebSocket mode's own (`status`, the error nested, no
+    # sequence_number): judged by Open Responses' WebSocketErrorEvent, it is clean
+    assert "sequence_number" not in got[-1] and got[-1]["status"] == 404
+    assert not [p for p in record_problems(rec) if p.path.startswith("events[error]")]
     times = [e["t_ms"] for e in events]
     assert times == sorted(times) and times[0] > 0
     assert KEY not in m.capture_file.read_text()

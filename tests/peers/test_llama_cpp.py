@@ -148,6 +148,18 @@ def test_a_prompt_over_the_context(front: Mitmdump) -> None:
     assert "no [DONE] after 0 events" in row["summary"] and "server's log" in row["remedy"]
 
 
+def test_a_completion_prompt_over_the_context(front: Mitmdump) -> None:
+    """`/v1/completions` words it its own way (`… however you requested 528 tokens (512 in
+    your prompt; 16 for the completion)`), under the same code: context_length_exceeded."""
+    with sdk(front.url + "/v1") as client, pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="a " * LLAMA_CTX)
+    (rec,) = front.records(1)
+    err = answer(rec)["body"]["error"]
+    assert err["code"] == "context_length_exceeded" and "in your prompt" in err["message"]
+    row = by_code([rec])["request_rejected"]
+    assert "the context length is exceeded" in row["summary"] and "set max_tokens" in row["remedy"]
+
+
 def test_embeddings_without_the_flag_is_a_server_error(front: Mitmdump) -> None:
     with sdk(front.url + "/v1") as client, pytest.raises(openai.InternalServerError):
         client.embeddings.create(model="tiny", input="Hi")

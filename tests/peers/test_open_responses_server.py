@@ -24,6 +24,7 @@ from tests.conftest import NOT_PROXIED, Mitmdump
 from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, TINY_ANSWER, Ors, sdk
 from wirediff._types import Record
+from wirediff.analysis.comparison.conformance import conformance
 from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.record.tags import header_get
 
@@ -69,6 +70,40 @@ def test_responses_stream_at_the_root(front: Mitmdump) -> None:
     assert all(e["event"] is None and "sequence_number" not in e["data"] for e in recorded)
     assert recorded[-1]["data"]["type"] == "response.completed"
     assert (answer(plain)["status"], answer(plain)["text"]) == (200, "null")
+
+
+def test_what_it_lacks_at_its_root_is_no_missing_v1(front: Mitmdump) -> None:
+    """ORS answered `POST /responses` at its root (200, the JSON body `null`); compact and
+    the WebSocket upgrade there are answered 404 by its upstream. The prefix works: the
+    diagnoses are no compact and no WebSocket mode, not "append /v1"."""
+    with sdk(front.url) as client:
+        assert client.responses.create(model="tiny", input=INPUT) is None
+        with pytest.raises(openai.NotFoundError):
+            client.responses.compact(model="tiny", input=INPUT)
+        with pytest.raises(InvalidStatus) as upgrade:
+            client.responses.connect(websocket_connection_options=NOT_PROXIED).enter()
+    assert upgrade.value.response.status_code == 404
+    records = front.records(3)
+    plain, compact, ws = records
+    assert (answer(plain)["status"], answer(plain)["text"]) == (200, "null")
+    assert [r["request"]["path"] for r in records] == [
+        "/responses", "/responses/compact", "/responses"
+    ]  # fmt: skip
+    df = diagnose(records)
+    by_id = {r["id"]: set(df[df["exchange_ids"].map(lambda e, i=r["id"]: i in e)]["code"])
+             for r in records}  # fmt: skip
+    assert by_id == {
+        plain["id"]: set(),
+        compact["id"]: {"endpoint_not_implemented"},
+        ws["id"]: {"websocket_not_supported"},
+    }
+    assert "append /v1" not in " ".join(df["remedy"])
+    # the null body: JSON, and what the SDK does with it is return None
+    found = conformance([plain])
+    assert list(zip(found["kind"], found["message"], strict=True)) == [
+        ("conformance", "`body`: the JSON body null where Response belongs"),
+        ("client", "`client.responses.create()` returns None"),
+    ]
 
 
 def test_responses_under_v1_reaches_the_upstreams_v1_v1(front: Mitmdump) -> None:

@@ -295,19 +295,54 @@ def test_fallback_after_a_soft_error() -> None:
     assert chains(fallback(first=first)).iloc[0]["kinds"] == ["fallback"]
 
 
+def test_a_fallback_may_go_to_another_backend_with_another_key_and_model() -> None:
+    """The same conversation asked of another server right after the refusal: the client
+    gave up on the first backend, whatever it calls the model there."""
+    second = {"host": "http://127.0.0.1:9999", "headers": sdk_headers(key=OTHER_KEY),
+              "body": chat_body("other-model")}  # fmt: skip
+    assert chains(fallback(second)).iloc[0]["kinds"] == ["fallback"]
+
+
+def test_the_same_conversation_in_either_api_is_one_ask() -> None:
+    """Responses' `instructions` and `input` items are chat's system and user messages;
+    a tool offered in either shape is the same tool; a streamed call asks the same."""
+    tool = {"name": "get_weather", "parameters": {"type": "object"}}
+    first = {
+        "body": {
+            "model": MODEL,
+            "instructions": "Be brief.",
+            "stream": True,
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say  hello"}]}],
+            "tools": [{"type": "function", **tool}],
+        }
+    }
+    second = {"body": {"model": MODEL, "messages": [
+        {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Say hello"}],
+        "tools": [{"type": "function", "function": tool}], "temperature": 0}}  # fmt: skip
+    assert chains(fallback(second, first)).iloc[0]["kinds"] == ["fallback"]
+
+
+ELSEWHERE = {"status": 200, "resp_body": {"id": "resp_1", "object": "response"}}
+
+
 @pytest.mark.parametrize(
     ("second", "first"),
     [
-        ({"headers": sdk_headers(key=OTHER_KEY)}, None),  # another client
-        ({"body": chat_body("other-model")}, None),  # another model
+        ({"headers": [("User-Agent", "ai/7.0.173")]}, None),  # another client
+        ({"body": chat_body() | {"messages": [{"role": "user", "content": "Hi"}]}}, None),
+        ({"body": chat_body() | {"tools": [{"type": "function", "function": {"name": "f"}}]}},
+         None),  # the same words with a tool to call: another ask
+        ({"body": chat_body() | {"messages": [{"role": "system", "content": "Be brief."},
+                                              {"role": "user", "content": "Say hello"}]}},
+         None),  # the same words under other instructions
         ({"started": T0 + 3600}, None),  # much later
-        ({}, {"status": 200, "resp_body": {"id": "resp_1", "object": "response"}}),  # it worked
+        ({"started": T0 + 0.01}, {"duration_ms": 100.0}),  # before the refusal came
+        ({}, ELSEWHERE),  # it worked
         ({}, {"status": 400, "resp_body": {"error": {"message": "bad"}}}),  # not an endpoint miss
         ({"replay_of": "o2"}, {"replay_of": "o1"}),  # a replayer's order, not a client's choice
-        ({"host": "http://127.0.0.1:9999"}, None),  # another server: another base URL
-        ({"path": "/chat/completions"}, None),  # another API prefix on the same server
+        ({"path": "/v1/responses", "body": responses_body()}, None),  # the same URL again
     ],
-)
+)  # fmt: skip
 def test_not_a_fallback(second: dict[str, Any] | None, first: dict[str, Any] | None) -> None:
     assert len(chains(fallback(second, first))) == 2
 

@@ -18,6 +18,7 @@ from tests.fixtures.records import (
     drop_events,
     error_record,
     make_record,
+    openai_error,
     openai_session,
     replay,
     responses_record,
@@ -26,6 +27,7 @@ from tests.fixtures.records import (
 )
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.comparison.verdicts import verdicts
 from wirediff.cli import main
 from wirediff.record.store import RecordWriter
 from wirediff.reports.render import SCHEMA_PATH
@@ -226,6 +228,43 @@ def test_one_endpoint_missing_while_the_family_works_is_breaking() -> None:
     assert verdict == "breaking"
     assert reasons[0] == "POST /v1/responses/compact: not implemented (404: Not Found)"
     assert verdict_of([*base, works, missing], "openai", "responses")[0] == "compatible"
+
+
+def test_a_route_the_baseline_does_not_serve_is_no_divergence() -> None:
+    """The baseline answers compact 405: there is nothing to compare the candidates'
+    answers with. Its own verdict says the route is not there; the candidates' 404 and 500
+    are no divergences, and their family verdicts rest on what the baseline serves."""
+    said = "Invalid method for URL (POST /v1/responses/compact)"
+    refused = error_record(id="o2", path="/v1/responses/compact", status=405,
+                           body=openai_error(said, "invalid_request_error", None, None))  # fmt: skip
+    refused["request"]["body"] = {"model": "gpt-4o-mini", "input": "hi"}
+    retag(refused)
+    base = [responses_record(id="o1"), refused]
+    records = [*base, replay(base[0], id="c1", label="vllm"),
+               replay(base[0], id="d1", label="litellm"),
+               error_record(id="c2", label="vllm", replay_of="o2", path="/v1/responses/compact",
+                            status=404, body={"detail": "Not Found"}),
+               error_record(id="d2", label="litellm", replay_of="o2",
+                            path="/v1/responses/compact", status=500,
+                            body={"error": {"message": "COMPACT responses is not supported"}})]  # fmt: skip
+    found = analyze(records).divergences
+    assert not set(found["candidate_id"]) & {"c2", "d2"}, found.to_string()
+    for label in ("vllm", "litellm"):  # only their error bodies' own shapes (conformance)
+        verdict, reasons = verdict_of(records, label, "responses")
+        assert verdict == "compatible with deviations"
+        assert not any("not implemented" in r or "became" in r for r in reasons)
+    verdict, reasons = verdict_of(records, "openai", "responses")
+    assert verdict == "compatible with deviations"
+    assert reasons == [f"POST /v1/responses/compact: not here (405: {said})"]
+    v = analyze(records).verdicts  # per endpoint, as the report's matrix shows it
+    by_endpoint = verdicts(
+        analyze(records).exchanges, v.iloc[0:0], analyze(records).records_by_id,
+        analyze(records).pairs, by=("endpoint",),
+    )  # fmt: skip
+    row = by_endpoint[
+        (by_endpoint["label"] == "openai") & (by_endpoint["endpoint"] == "/v1/responses/compact")
+    ]
+    assert list(row["verdict"]) == ["unsupported"]
 
 
 def websocket_refused(id: str, replay_of: str) -> Record:

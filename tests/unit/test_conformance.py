@@ -30,6 +30,7 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
+from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS, conformance
 from wirediff.analysis.comparison.conformance.sdk_types import prune_union_errors
 from wirediff.analysis.comparison.impact import SDK_SOURCE
@@ -163,6 +164,12 @@ def no_truncation(rec: Record) -> None:
     del body(rec)["truncation"]
 
 
+def phase_null(rec: Record) -> None:
+    """An output message with `"phase": null`: OpenAI's document and SDK allow it, Open
+    Responses allows only `commentary` or `final_answer`."""
+    body(rec)["output"][0]["phase"] = None
+
+
 def no_refusal(rec: Record) -> None:
     del body(rec)["choices"][0]["message"]["refusal"]
 
@@ -255,6 +262,8 @@ QUIRKS: list[tuple[str, Callable[[], Record], Callable[[Record], object], list[R
      [("conformance", "events[terminal]", GRAMMAR, "deviation")]),
     ("response without truncation", lambda: responses_record(), no_truncation,
      [("conformance", "truncation", OPEN, "deviation")]),
+    ("phase null", lambda: responses_record(), phase_null,
+     [("conformance", "output[].phase", OPEN, "deviation")]),
     ("message without refusal", lambda: chat_record(), no_refusal,
      [("conformance", "choices[].message.refusal", SPEC, "deviation")]),
     ("created not first", lambda: responses_record(stream=True), no_created,
@@ -362,6 +371,28 @@ def test_websocket_turns_get_the_same_checks() -> None:
     ]
 
 
+WS_ERROR: dict[str, Any] = {
+    "type": "error",
+    "status": 400,
+    "error": {"type": "invalid_request_error", "code": "model_not_found",
+              "message": "The model `gpt-9` does not exist.", "param": "model"},
+}  # fmt: skip
+
+
+def test_a_websocket_error_frame_is_judged_by_the_websocket_schema() -> None:
+    """The documented WebSocket envelope, alone or after a turn's first events, is clean;
+    judged as the SSE error event it would lack `code`, `message` and `sequence_number`."""
+    started = response_events()[:2]
+    assert conformance([websocket_record([response_events(), [WS_ERROR]])]).empty
+    assert conformance([websocket_record([[*started, WS_ERROR]])]).empty
+    bad = {**WS_ERROR, "error": {**WS_ERROR["error"], "code": None}}
+    frame = conformance([websocket_record([[bad]])])
+    assert list(zip(frame["path"], frame["source"], strict=True)) == [
+        ("events[error].error.code", OPEN)
+    ]
+    assert frame["schema_pointer"].iloc[0].startswith("#/components/schemas/WebSocketErrorEvent/")
+
+
 def test_a_quirk_in_every_chunk_is_one_row_that_counts_them() -> None:
     rec = replay(chat_record(stream=True), id="q1", label="vllm", change=finish_reason_omitted)
     [row] = conformance([rec]).itertuples()
@@ -467,3 +498,53 @@ def test_an_error_where_a_result_belongs_is_quoted_from_its_own_answer() -> None
         assert got == {
             rid: f"`error`: an error where Response belongs: {m}" for rid, m in said.items()
         }
+
+
+@pytest.mark.parametrize("baseline_phase", [None, "final_answer"])
+def test_a_null_phase_is_a_deviation_not_a_cosmetic_difference(baseline_phase: str | None) -> None:
+    """The SDK types take `phase: null` (Optional), Open Responses does not: the spec is
+    broken and the SDK tolerates it, whether the baseline sends no phase or a real one."""
+    base = responses_record(id="o1")
+    if baseline_phase is not None:
+        body(base)["output"][0]["phase"] = baseline_phase
+    found = analyze([base, replay(base, id="c1", label="x", change=phase_null)]).divergences
+    assert list(zip(found["path"], found["severity"], strict=True)) == [
+        ("output[].phase", "deviation")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "schema", "call"),
+    [(chat_record, "CreateChatCompletionResponse", "client.chat.completions.create()"),
+     (responses_record, "Response", "client.responses.create()")],
+)  # fmt: skip
+def test_a_json_null_body_is_json_and_the_sdk_returns_none(
+    make: Any, schema: str, call: str
+) -> None:
+    """A 200 whose body is the JSON `null` (recorded as its text): the SDK parses it and
+    returns None, which is what the evidence says — not how the harness read None."""
+    rec = make(id="o1")
+    answer(rec).update({"body": None, "text": "null"})
+    frame = conformance([rec])
+    assert list(zip(frame["kind"], frame["message"], strict=True)) == [
+        ("conformance", f"`body`: the JSON body null where {schema} belongs"),
+        ("client", f"`{call}` returns None"),
+    ]
+    assert "impact.py" not in " ".join(frame["evidence"])
+
+
+def test_a_websocket_turn_closed_before_any_event_is_breaking() -> None:
+    """101, the client's `response.create`, then a close with 1011 and no event: the stream
+    the turn asked for never came."""
+    rec = websocket_record([[]])
+    answer(rec)["websocket"] = {
+        "close_code": 1011, "close_reason": "Internal server error", "closed_by": "server",
+        "messages": {"client": 1, "server": 0}, "bytes": {"client": 60, "server": 0},
+    }  # fmt: skip
+    frame = conformance([rec])
+    client = frame[frame["kind"] == "client"]
+    assert list(zip(client["path"], client["severity"], strict=True)) == [
+        ("client.responses.connect()", "breaking")
+    ]
+    assert "closed with 1011 (Internal server error)" in client["evidence"].iloc[0]
+    assert conformance([websocket_record([response_events()])]).empty  # answered: no break

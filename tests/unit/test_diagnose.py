@@ -208,6 +208,29 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
                    "the length of the messages or completion.",
         "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}},
      {"request_rejected"}, U),
+    # llama.cpp says it by its type (ERROR_TYPE_EXCEED_CONTEXT_SIZE), vLLM in its words
+    ("llamacpp-exceed-context-size", {"status": 400, "resp_body": {"error": {
+        "code": 400, "message": "request (4476 tokens) exceeds the available context size "
+                                "(4096 tokens), try increasing it",
+        "type": "exceed_context_size_error", "n_prompt_tokens": 4476, "n_ctx": 4096}}},
+     {"request_rejected"}, U),
+    ("vllm-decoder-prompt-too-long", {"status": 400, "resp_body": {"error": {
+        "message": "The decoder prompt (length 5000) is longer than the maximum model length "
+                   "of 4096. Make sure that `max_model_len` is no smaller than the number of "
+                   "text tokens.", "type": "BadRequestError", "param": None, "code": 400}}},
+     {"request_rejected"}, U),
+    ("request-without-a-model", {"body": {"messages": [{"role": "user", "content": "hi"}]},
+                                 "status": 400, "resp_body": {"error": {
+        "message": "/chat/completions: Invalid model name passed in model=None.",
+        "type": "invalid_request_error", "param": None, "code": "400"}}},
+     {"request_rejected"}, U),
+    ("gateway-500-operation-unsupported", {"path": "/v1/responses/compact",
+                                           "body": responses_body(), "status": 500,
+                                           "resp_body": {"error": {
+        "message": "litellm.APIConnectionError: APIConnectionError: Custom_openaiException - "
+                   "COMPACT responses is not supported for custom_openai",
+        "type": "internal_server_error", "param": None, "code": "500"}}},
+     {"endpoint_not_implemented"}, U),
     # model_not_found
     ("openai-model", {"body": chat_body("gpt-9"), **ANSWERS["openai.model_not_found"]},
      {"model_not_found"}, "openai"),
@@ -501,6 +524,25 @@ def test_any_failing_answer_gets_a_diagnosis(status: int, body: Any) -> None:
 def test_path_prefix_remedies(path: str, fix: str) -> None:
     df = rows([record(path=path, status=404, resp_body={"error": {"message": "x"}})])
     assert list(df["code"]) == ["path_prefix"] and fix in df.iloc[0]["remedy"]
+
+
+@pytest.mark.parametrize("websocket", [False, True])
+def test_no_missing_v1_where_the_same_prefix_answered(websocket: bool) -> None:
+    """A server that serves `POST /responses` at its root (open-responses-server) answers
+    404 to what it lacks there: compact, or a WebSocket upgrade. It answered under the same
+    prefix, so the prefix is right: the route or the upgrade is what it lacks."""
+    served = record(id="ok", path="/responses", body=responses_body(),
+                    resp_body={"id": "resp_1", "object": "response", "output": []})  # fmt: skip
+    if websocket:
+        asked: dict[str, Any] = {"method": "GET", "path": "/responses", "body": None,
+                                 "headers": [*sdk_headers(), ("Upgrade", "websocket")]}  # fmt: skip
+    else:
+        asked = {"path": "/responses/compact", "body": responses_body()}
+    missing = record(id="miss", started=T0 + 1, status=404, resp_body={"detail": "Not Found"},
+                     **asked)  # fmt: skip
+    assert list(rows([missing])["code"]) == ["path_prefix"]  # alone, the prefix is suspect
+    code = "websocket_not_supported" if websocket else "endpoint_not_implemented"
+    assert list(rows([served, missing])["code"]) == [code]
 
 
 def test_model_not_found_from_the_servers_model_list() -> None:

@@ -119,6 +119,13 @@ def test_js_sdk_is_async_though_it_sends_no_async_header() -> None:
          "codex_exec", "0.171.0"),
         ("codex_cli_rs/0.50.0 (Mac OS 15.1.0; arm64) iTerm.app", "codex_cli_rs", "0.50.0"),
         ("litellm/1.108.7", "litellm", "1.108.7"),
+        # the AI SDK's core and its provider's own calls: one client, one version
+        ("ai/7.0.173 ai-sdk-provider-utils/5.0.81 node.js/v20.20.2", "ai-sdk", "5.0.81"),
+        ("ai-sdk-openai/4.0.118 ai-sdk-provider-utils/5.0.81 node.js/v20.20.2",
+         "ai-sdk", "5.0.81"),
+        ("ai-sdk/openai/3.0.141 ai-sdk/provider-utils/4.0.66 runtime/node.js/v20.20.2",
+         "ai-sdk", "4.0.66"),
+        ("Agents/Python 0.24.0", "openai-agents", "0.24.0"),
         ("python-httpx/0.28.1", "python-httpx", "0.28.1"),
     ],
 )  # fmt: skip

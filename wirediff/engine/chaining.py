@@ -22,7 +22,6 @@ from wirediff.analysis.diagnosis.chains import (
     chain_roots,
     fallback_sources,
     normalize_url,
-    origin_of,
     prepared,
     redirect_targets,
 )
@@ -60,6 +59,7 @@ CHAIN_INPUTS = [
     "sdk_lang",
     "sdk_version",
     "auth_fingerprint",
+    "ask_digest",
 ]
 """The index columns links are found from (`chain_links`), besides `replay`."""
 NAMED_INPUTS = ["started", "duration_ms", "retry", "label", "session", "method", "path"]
@@ -184,62 +184,51 @@ def _links(index: Index, rows: np.ndarray) -> Links:
 
 
 _GROUP_INPUTS = list(dict.fromkeys(c for c in (*RETRY_KEYS, *FALLBACK_KEYS) if c in CATEGORIES))
-_LINKABLE_INPUTS = [*_GROUP_INPUTS, "url", "replay", "retry", "status", "family", "soft_error"]
+_LINKABLE_INPUTS = [*_GROUP_INPUTS, "replay", "retry", "status", "soft_error", "ask_digest"]
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def linkable_rows(index: Index) -> np.ndarray:
     """The rows a link can join (in order), a piece of the index at a time: every exchange
-    of a client and route that retried, of a client that may have fallen back, each hop
-    candidate whose request was seen on two listeners or more, each redirect and each
-    exchange at a URL one leads to. `chain_links` among these finds every link: what it
-    groups and looks back over is here whole. A group is known by a digest of its keys'
+    of a client and route that retried, of a client that asked again what it was refused,
+    each hop candidate whose request was seen on two listeners or more, each redirect and
+    each exchange at a URL one leads to. `chain_links` among these finds every link: what
+    it groups and looks back over is here whole. A group is known by a digest of its keys'
     codes: two groups with one digest only add rows, never leave one out."""
     retried: list[np.ndarray] = []
     sources: list[np.ndarray] = []
-    origin: np.ndarray | None = None
     for _, f in index.pieces(*_LINKABLE_INPUTS):
-        if origin is None:
-            origin = _codes(origin_of(pd.Series(f["url"].cat.categories, dtype=object)))
         at = (f["retry"].fillna(0) > 0).to_numpy(dtype=bool)
         if at.any():
-            retried.append(np.unique(_group_digests(f, RETRY_KEYS, origin)[at]))
-        asked = f[["status", "family", "soft_error"]].assign(is_replay=f["replay"])
+            retried.append(np.unique(_group_digests(f, RETRY_KEYS)[at]))
+        asked = f[["status", "soft_error", "ask_digest"]].assign(is_replay=f["replay"])
         at = fallback_sources(asked)
         if at.any():
-            sources.append(np.unique(_group_digests(f, FALLBACK_KEYS, origin)[at]))
+            sources.append(np.unique(_group_digests(f, FALLBACK_KEYS)[at]))
     found = [_hop_candidates(index), _redirected(index)]
     if retried or sources:
         retry_groups = np.unique(np.concatenate(retried or [np.zeros(0, np.uint64)]))
         source_groups = np.unique(np.concatenate(sources or [np.zeros(0, np.uint64)]))
         for start, f in index.pieces(*_LINKABLE_INPUTS):
-            assert origin is not None
-            hit = np.isin(_group_digests(f, RETRY_KEYS, origin), retry_groups)
-            hit |= np.isin(_group_digests(f, FALLBACK_KEYS, origin), source_groups)
+            hit = np.isin(_group_digests(f, RETRY_KEYS), retry_groups)
+            hit |= np.isin(_group_digests(f, FALLBACK_KEYS), source_groups)
             found.append(start + np.flatnonzero(hit))
     return np.unique(np.concatenate(found)).astype(np.int64)
 
 
-def _codes(column: pd.Series) -> np.ndarray:
-    """Equal values, equal codes (missing ones -1): a category's own codes."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy().astype(np.int64)
-    return pd.factorize(column, use_na_sentinel=True)[0].astype(np.int64)
-
-
-def _group_digests(f: pd.DataFrame, keys: Sequence[str], origin: np.ndarray) -> np.ndarray:
-    """Each row's group of `keys` (`is_replay`: `replay`; `origin`: the URL's), as a digest
-    of the keys' codes: a category's codes are the same in every piece of the index."""
+def _group_digests(f: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
+    """Each row's group of `keys` (`is_replay`: `replay`; `ask_digest` as it is), as a
+    digest of the keys' codes: a category's codes are the same in every piece of the
+    index."""
     group = np.zeros(len(f), dtype=np.uint64)
     for key in keys:
         if key == "is_replay":
-            codes = f["replay"].to_numpy(dtype=bool).astype(np.int64)
-        elif key == "origin":
-            at = f["url"].cat.codes.to_numpy()
-            codes = np.where(at >= 0, origin[np.maximum(at, 0)] if len(origin) else -1, -1)
+            codes = f["replay"].to_numpy(dtype=bool).astype(np.uint64)
+        elif key == "ask_digest":
+            codes = f[key].to_numpy(dtype=np.uint64)
         else:
-            codes = f[key].cat.codes.to_numpy().astype(np.int64)
-        group = group * _MIX + (codes + 2).astype(np.uint64)
+            codes = (f[key].cat.codes.to_numpy().astype(np.int64) + 2).astype(np.uint64)
+        group = group * _MIX + codes
         group ^= group >> np.uint64(29)
     return group
 

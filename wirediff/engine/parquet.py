@@ -18,6 +18,7 @@ exchange row holds the columns of `exchanges_frame` (`id`, `seq`, `replay_of`, `
 captures; `root`: the 64-bit digest of the original it goes back to; `id_digest`,
 `replay_digest`, `request_digest`, `body_digest`, `hop_digest`; `fingerprint`: an original's
 request fingerprint as 64 bits, what pairing by content compares, 0 for a replay;
+`ask_digest`: what an original asks a model, what a fallback repeats, 0 for a replay;
 `location`, `ok`, `models`), `nbytes`, and `record`: the record's JSON text, so reading
 the dataset gives the same records (but for anything shaped like a credential, which the
 dataset, an output like any other, holds scrubbed: `scrub_output`). An event row: `id`, `idx`, `t_ms`, `event`,
@@ -107,6 +108,7 @@ EXTRA = {
     "body_digest": _U64,
     "hop_digest": _U64,
     "fingerprint": _U64,
+    "ask_digest": _U64,
     "location": _STR,
     "ok": _BOOL,
     "models": pa.list_(_STR),

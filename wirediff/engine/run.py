@@ -26,7 +26,8 @@ import pandas as pd
 
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.pairing import Baseline
-from wirediff.analysis.diagnosis.explain import BACKEND_SCAN, backend_key
+from wirediff.analysis.diagnosis.explain import BACKEND_SCAN, answered_prefixes, backend_key
+from wirediff.analysis.diagnosis.subject import Served
 from wirediff.engine import plan, tasks
 from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
 from wirediff.engine.columns import Columns, bucket_of
@@ -240,22 +241,27 @@ class Diagnosed:
     rows: int = 0
 
 
-def _served(index: Index) -> dict[str, set[str]]:
-    """`wirediff.analysis.diagnosis.explain.served_models`, from the index."""
+def _served(index: Index) -> Served:
+    """`wirediff.analysis.diagnosis.explain.served_by`, from the index."""
     rows = [np.zeros(0, dtype=np.int64)]
-    for start, asked in index.pieces("endpoint", "method", "status"):
+    prefixes: dict[str, set[str]] = {}
+    for start, asked in index.pieces(
+        "endpoint", "method", "status", "label", "family", "prefix", "soft_error"
+    ):
         hit = (
             (asked["endpoint"] == "/v1/models")
             & (asked["method"] == "GET")
             & (asked["status"].fillna(0) == 200)
         )
         rows.append(start + np.flatnonzero(hit.to_numpy(dtype=bool)))
+        for label, found in answered_prefixes(asked).items():
+            prefixes.setdefault(label, set()).update(found)
     listed = index.load("label", "models", rows=np.concatenate(rows))
     out: dict[str, set[str]] = {}
     for label, models in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
         if isinstance(models, str):  # as JSON (`lean`)
             out.setdefault(str(label), set()).update(orjson.loads(models))
-    return out
+    return Served(out, prefixes)
 
 
 def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:

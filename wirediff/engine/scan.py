@@ -25,7 +25,7 @@ from wirediff.analysis.diagnosis.explain import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.engine.decode import parse
 from wirediff.engine.sources import JSONL, Source, open_binary
-from wirediff.record.keys import digest, digests, request_fingerprint
+from wirediff.record.keys import ask_digest, digest, digests, request_fingerprint
 from wirediff.record.store import (
     BATCH_LINES,
     LineError,
@@ -87,6 +87,7 @@ DIGESTS = (
     "body_digest",
     "hop_digest",
     "fingerprint",
+    "ask_digest",
 )
 """The index's 64-bit digest columns."""
 INDEX_COLUMNS = [
@@ -98,8 +99,8 @@ INDEX_COLUMNS = [
 ]
 """A row of the index, after the locator (`src`, `a`, `b`), its size and its place in its
 source (`nbytes`, `ordinal`): `hop_digest` only for an original on a named listener (a hop
-candidate, else 0), `fingerprint` only for an original (`fingerprint_digest`, else 0),
-`models` only for a `/v1/models` answer."""
+candidate, else 0), `fingerprint` and `ask_digest` only for an original
+(`fingerprint_digest`, `ask_digest`, else 0), `models` only for a `/v1/models` answer."""
 _INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
 _INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
 CATEGORIES = [
@@ -143,6 +144,7 @@ def index_row(rec: Record) -> tuple[Any, ...]:
         body,
         hop,
         0 if replay_of is not None else fingerprint_digest(rec),
+        0 if replay_of is not None else ask_digest(rec["request"]),
         redirect_location(rec),
         exchange_ok(rec),
         models,

@@ -25,6 +25,7 @@ from wirediff.analysis.diagnosis.explain import (
     diagnosis_frame,
 )
 from wirediff.analysis.diagnosis.provider import Provider, identify
+from wirediff.analysis.diagnosis.subject import Served
 from wirediff.analysis.diagnosis.view import view
 from wirediff.engine.chaining import ChainBatch
 from wirediff.engine.listing import place_bytes, write_findings
@@ -171,7 +172,7 @@ def diagnose_batch(
     sources: Sequence[Source],
     batch: ChainBatch,
     where: Locators,
-    served: Mapping[str, set[str]],
+    served: Served,
     known: Mapping[tuple[Any, Any], Provider],
     first: int,
     report: bool,

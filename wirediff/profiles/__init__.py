@@ -22,6 +22,7 @@ __all__ = [
     "bug_profile",
     "fill",
     "load_bugs",
+    "load_clients",
     "load_profiles",
     "load_remedies",
     "match_signature",
@@ -38,6 +39,8 @@ STANDIN_HEADER = "x-wirediff-standin"
 assumed facts say so (`wirediff.analysis.comparison.assumed`)."""
 BUGS = "bugs"
 """Stand-ins that reproduce one public bug report each, one change over a base profile."""
+CLIENTS = "clients.yaml"
+"""The known clients: how each names itself on the wire, and what it does with answers."""
 
 
 @cache
@@ -48,7 +51,7 @@ def load_profiles() -> dict[str, Profile]:
 
     out: dict[str, Profile] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml") and entry.name != REMEDIES:
+        if entry.name.endswith(".yaml") and entry.name not in (REMEDIES, CLIENTS):
             data = yaml.safe_load(entry.read_text(encoding="utf-8"))
             out[data["name"]] = data
     return out
@@ -107,6 +110,16 @@ def load_remedies() -> dict[str, Any]:
 
     text = resources.files(__package__).joinpath(REMEDIES).read_text(encoding="utf-8")
     return dict(yaml.safe_load(text))
+
+
+@cache
+def load_clients() -> dict[str, Any]:
+    """The known clients by name: `{"user_agent": {"products": [str], "version"?: [str]},
+    …}`."""
+    import yaml
+
+    text = resources.files(__package__).joinpath(CLIENTS).read_text(encoding="utf-8")
+    return dict(yaml.safe_load(text)["clients"])
 
 
 def profile(name: str) -> Profile:

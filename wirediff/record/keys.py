@@ -21,6 +21,8 @@ __all__ = [
     "HOP_SLACK_S",
     "HOP_WINDOW_S",
     "ID_KEYS",
+    "ask_digest",
+    "ask_text",
     "body_digest",
     "body_key",
     "digest",
@@ -134,6 +136,78 @@ def prompt_text(body: Any) -> str | None:
         parts.extend(p for p in prompt if isinstance(p, str))
     text = " ".join(" ".join(parts).split())
     return text or None
+
+
+def _turns(item: Any) -> list[list[str]]:
+    """One chat message or Responses input item as the turns of a conversation that
+    either API carries alike: `[role, words]` for what the app or the model said (system
+    and developer instructions are one role), `["call", name]` for each tool call and
+    `["result"]` for a tool's result (its words come from arguments a backend minted)."""
+    if isinstance(item, str):
+        return [["user", " ".join(item.split())]]
+    if not isinstance(item, dict):
+        return []
+    kind = item.get("type")
+    if kind == "function_call":
+        return [["call", str(item.get("name"))]]
+    if item.get("role") == "tool" or kind == "function_call_output":
+        return [["result"]]
+    role = item.get("role")
+    if not isinstance(role, str):
+        return []
+    words = _text(item.get("content"))
+    out = [["system" if role == "developer" else role, words]] if words else []
+    for call in item.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        out.append(["call", str(fn.get("name") if isinstance(fn, dict) else None)])
+    return out
+
+
+def _tool_name(tool: Any) -> str:
+    """A tool the app offers, by name: chat's `function.name`, Responses' `name`, or a
+    built-in tool's `type`."""
+    if not isinstance(tool, dict):
+        return str(tool)
+    fn = tool.get("function")
+    return str((fn if isinstance(fn, dict) else tool).get("name") or tool.get("type"))
+
+
+def ask_text(body: Any) -> str | None:
+    """What a request asks a model, the same whichever API carries it: the conversation
+    (chat `messages`; Responses `instructions` then `input`; a completion's `prompt`) as
+    turns of role and words, tool calls by name, and the names of the tools offered, as
+    canonical JSON. `None` when it has no user words: it asks a model nothing.
+
+    A client that falls back from `/v1/responses` to `/v1/chat/completions`, or to another
+    backend, sends the same conversation in the other API's shape; the model, the stream
+    flag and sampling settings may change on the way, the conversation does not.
+    """
+    if not isinstance(body, dict):
+        return None
+    turns: list[list[str]] = []
+    messages, inp, prompt = body.get("messages"), body.get("input"), body.get("prompt")
+    if isinstance(messages, list):
+        for m in messages:
+            turns.extend(_turns(m))
+    elif isinstance(inp, str | list):
+        if isinstance(body.get("instructions"), str) and body["instructions"].strip():
+            turns.append(["system", " ".join(body["instructions"].split())])
+        for item in inp if isinstance(inp, list) else [inp]:
+            turns.extend(_turns(item))
+    elif isinstance(prompt, str):
+        turns.append(["user", " ".join(prompt.split())])
+    if not any(t[0] == "user" for t in turns):
+        return None
+    tools = body.get("tools")
+    names = sorted(_tool_name(t) for t in tools) if isinstance(tools, list) else []
+    return canonical(["ask", turns, names])
+
+
+def ask_digest(request: Mapping[str, Any]) -> int:
+    """`ask_text` of a request's body as a 64-bit digest, the same in every process; 0
+    when it asks a model nothing."""
+    text = ask_text(request.get("body"))
+    return 0 if text is None else digest(text)
 
 
 def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:

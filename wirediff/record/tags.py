@@ -12,13 +12,16 @@ from urllib.parse import parse_qs, urlsplit
 
 from wirediff._support import is_2xx
 from wirediff._types import JSON, Auth, Event, Sdk, Tags
+from wirediff.profiles import load_clients
 from wirediff.record.names import AUTH_HEADERS
 from wirediff.record.redact import fingerprint, split_scheme
 
 __all__ = [
     "auth_tag",
+    "client_of",
     "header_get",
     "is_error_body",
+    "products",
     "route",
     "sdk_identity",
     "soft_error",
@@ -90,16 +93,46 @@ def header_get(headers: Sequence[Sequence[str]], name: str) -> str | None:
     return None
 
 
-_PRODUCT = re.compile(r"([A-Za-z][\w.\-]*)/v?(\d[\w.\-+]*)")
-"""A user agent's first product token with a version: `codex_exec/0.171.0 (…)`, `litellm/1.2`."""
+_PRODUCT = re.compile(
+    r"(?:^|(?<=\s))([A-Za-z][\w.\-]*(?:/[A-Za-z][\w.\-]*)*)/v?(\d[\w.\-+]*)"
+    r"|(?:^|(?<=\s))([A-Za-z][\w.\-]*/[A-Za-z]\w*) v?(\d[\w.\-+]*)"
+)
+"""A user agent's product tokens with a version: `codex_exec/0.171.0`, `ai-sdk/openai/3.0.1`,
+`runtime/node.js/v20.20.2`, and the OpenAI SDKs' `Name/Lang version` (`Agents/Python 0.24.0`)."""
+_SDK_PRODUCTS = frozenset({"OpenAI", "AsyncOpenAI"})
+"""The OpenAI SDKs' own product names (`OpenAI/Python 2.54.0`): an SDK, no client."""
+
+
+def products(user_agent: str) -> list[tuple[str, str]]:
+    """`(name, version)` of each product token of a user agent, in order."""
+    return [
+        (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _PRODUCT.finditer(user_agent)
+    ]
+
+
+def client_of(user_agent: str) -> tuple[str, str] | None:
+    """The client a user agent names and its version: a known client by any of its
+    product tokens (`wirediff/profiles/clients.yaml`), else the first product that is no
+    OpenAI SDK's."""
+    found = dict(reversed(products(user_agent)))  # the first version of each name
+    if not found:
+        return None
+    for name, known in load_clients().items():
+        said = known["user_agent"]
+        named = [p for p in said["products"] if p in found]
+        if named:
+            versions = [found[p] for p in said.get("version", ()) if p in found]
+            return name, (versions or [found[named[0]]])[0]
+    first, version = next(iter(products(user_agent)))
+    return None if first.split("/")[0] in _SDK_PRODUCTS else (first, version)
 
 
 def sdk_identity(headers: Sequence[Sequence[str]]) -> Sdk | None:
     """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs.
 
     `client`/`client_version` name an application that says who it is in its user agent
-    (`codex_exec/0.171.0 (Debian 12; x86_64) …`); the SDKs' own `OpenAI/Python 2.54.0` has
-    no version in its first token and names no client. `async` is what `X-Stainless-Async`
+    (`codex_exec/0.171.0 (Debian 12; x86_64) …`, `client_of`); the SDKs' own
+    `OpenAI/Python 2.54.0` names no client. `async` is what `X-Stainless-Async`
     says; the JS SDK never sends it and every call of it returns a Promise, so JS is async.
     """
     ua = header_get(headers, "user-agent")
@@ -125,9 +158,9 @@ def sdk_identity(headers: Sequence[Sequence[str]]) -> Sdk | None:
         if m:
             sdk["lang"], sdk["version"] = m.group(2).lower(), m.group(3)
             sdk["async"] = bool(m.group(1))
-    app = _PRODUCT.match(ua or "")
+    app = client_of(ua) if ua else None
     if app:
-        sdk["client"], sdk["client_version"] = app.group(1), app.group(2)
+        sdk["client"], sdk["client_version"] = app
     return sdk
 
 

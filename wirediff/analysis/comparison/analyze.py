@@ -23,7 +23,7 @@ from wirediff.analysis.comparison.pairing import (
 )
 from wirediff.analysis.comparison.severity import judge
 from wirediff.analysis.comparison.shapes import known_structures
-from wirediff.analysis.comparison.verdicts import verdicts
+from wirediff.analysis.comparison.verdicts import route_failure, verdicts
 from wirediff.record.store import first_of_each_id
 
 __all__ = [
@@ -128,7 +128,9 @@ def analyze(
             found = divergences(records_by_id, pairs, ignore=ignore, repeat_noise=repeat_noise)
             checked, checks = check_records(records)
         checked = drop_ignored(checked, ignore)
-        found = drop_ignored(judge(found, pairs, records_by_id, checks), ignore)
+        found = drop_ignored(
+            judge(unserved_left_out(found, records_by_id), pairs, records_by_id, checks), ignore
+        )
         return Analysis(
             records_by_id=records_by_id,
             exchanges=exchanges,
@@ -145,6 +147,17 @@ def analyze(
             unmatched=pairing.unmatched,
             baseline=pairing.baseline,
         )
+
+
+def unserved_left_out(found: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
+    """The divergences less those from a baseline answer that says "not here" (a route it
+    does not serve: `route_failure`): the candidates' answers there have nothing to differ
+    from; the baseline's own verdict says the route is missing."""
+    if found.empty:
+        return found
+    bases = found["baseline_id"].drop_duplicates().tolist()
+    unserved = [b for b in bases if route_failure(records_by_id.get(b))]
+    return found[~found["baseline_id"].isin(unserved)] if unserved else found
 
 
 def load_ignore(path: str | os.PathLike[str]) -> list[str]:

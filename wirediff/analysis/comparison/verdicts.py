@@ -346,23 +346,25 @@ def _verdict(cell: Cell, role: str) -> tuple[str, list[str]]:
     if cell.route_failure:
         reasons = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers]
         return UNSUPPORTED, reasons[:MAX_REASONS]
-    missing = []
+    missing, unserved = [], []
     if role == "candidate":
         missing = [
             f"{m} {e}: not implemented ({a.not_implemented}"
             for (m, e), a in answers
             if a.route_failure and a.original_ok
         ]
+    elif role == "baseline":  # a route of the API it does not serve, while others work
+        unserved = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers if a.route_failure]
     if not cell.succeeded:
         missing = [f"{m} {e}: failed ({a.answered})" for (m, e), a in answers] + missing
     verdict = (
         "breaking"
         if missing or cell.counts[0]
         else "compatible with deviations"
-        if cell.counts[1]
+        if cell.counts[1] or unserved
         else "compatible"
     )
-    return verdict, (missing + _finding_reasons(cell))[:MAX_REASONS]
+    return verdict, (missing + unserved + _finding_reasons(cell))[:MAX_REASONS]
 
 
 def verdict_frame(

@@ -5,7 +5,8 @@ An SDK call can leave several exchanges on the wire: its own retries (the
 sometimes with the method changed on the way), the same call seen again on a second
 listener when a gateway sits between two capture points (a hop: the gateway's request asks
 the same thing, maybe under another model name or route, while the client waits), and a
-client falling back from `/v1/responses` to `/v1/chat/completions`. Each of these is a *link*; the connected
+client asking the same thing of another endpoint or backend after a refusal (a fallback
+from `/v1/responses` to `/v1/chat/completions`). Each of these is a *link*; the connected
 exchanges are one chain, and every exchange is in exactly one chain.
 
 Links are found by grouping and sorting (pandas) and one sweep in time order with a
@@ -26,7 +27,14 @@ import pandas as pd
 from wirediff._support import statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.outcome import exchange_ok
-from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, body_key, hop_key
+from wirediff.record.keys import (
+    HOP_LOOKBACK,
+    HOP_SLACK_S,
+    HOP_WINDOW_S,
+    ask_digest,
+    body_key,
+    hop_key,
+)
 from wirediff.record.tags import header_get
 
 __all__ = [
@@ -39,7 +47,6 @@ __all__ = [
     "chain_rows",
     "chain_rows_from",
     "fallback_sources",
-    "origin_of",
     "prepared",
     "redirect_location",
     "redirect_targets",
@@ -68,19 +75,10 @@ FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
 FALLBACK_FROM = frozenset({404, 405, 501})
 RETRY_KEYS = ["session", "label", "listener", "is_replay", "method", "path"]
 """A retry repeats a call of the same client and route (and body)."""
-FALLBACK_KEYS = [
-    "session",
-    "label",
-    "listener",
-    "is_replay",
-    "sdk_lang",
-    "sdk_version",
-    "auth_fingerprint",
-    "origin",
-    "prefix",
-]
-"""A fallback is the same client on the same base URL: origin and API prefix (a later call
-to another server is no fallback, whatever the labels say)."""
+FALLBACK_KEYS = ["session", "is_replay", "sdk_lang", "sdk_version", "ask_digest"]
+"""A fallback is the same client asking the same thing again (`ask_digest`: the same
+conversation, whichever API carries it) of another endpoint or backend, soon after it was
+refused; a later call that asks something else is a call of its own, however close."""
 
 
 def normalize_url(url: str) -> str:
@@ -262,58 +260,44 @@ def _redirect_links(f: pd.DataFrame, locations: Mapping[int, str]) -> Links:
     return links
 
 
-def _origin(url: Any) -> str:
-    """Scheme, host and port of a URL (`normalize_url` without the path)."""
-    if not isinstance(url, str):
-        return ""
-    try:
-        p = urlsplit(normalize_url(url))
-    except ValueError:  # a port that is not a number
-        return url
-    return f"{p.scheme}://{p.netloc}"
-
-
 def fallback_sources(f: pd.DataFrame) -> np.ndarray:
-    """Whether each exchange (`status`, `family`, `soft_error`, `is_replay`) is one a client
-    may fall back from: an original Responses call refused or answered with a soft error.
-    A replayer sends what was recorded, in its own order: its next call is no fallback."""
+    """Whether each exchange (`status`, `soft_error`, `is_replay`, `ask_digest`) is one a
+    client may fall back from: an original call that asks a model something, refused
+    (`FALLBACK_FROM`) or answered with a soft error. A replayer sends what was recorded, in
+    its own order: its next call is no fallback."""
     status = f["status"].astype("float64").to_numpy()
-    responses = (f["family"] == "responses").to_numpy(dtype=bool)
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
     original = ~f["is_replay"].to_numpy(dtype=bool)
+    asks = f["ask_digest"].to_numpy(dtype=np.uint64) != 0
     refused = np.isin(status, list(FALLBACK_FROM)) | (soft & statuses_2xx(status))
-    return np.asarray(original & responses & refused, dtype=bool)
-
-
-def origin_of(urls: pd.Series) -> pd.Series:
-    """Each URL's scheme, host and port (a category's values once)."""
-    return urls.map(_origin)
+    return np.asarray(original & asks & refused, dtype=bool)
 
 
 def _fallback_links(f: pd.DataFrame) -> Links:
+    """Each refused call to the client's next call that asks the same thing of another
+    URL (another endpoint or backend), started after the refusal came and within
+    `FOLLOW_WINDOW_S`, among its next `FALLBACK_LOOKAHEAD` calls asking it."""
     source = fallback_sources(f)
     if not source.any():
         return []
-    f = f.assign(origin=origin_of(f["url"]))
     g = f.groupby(FALLBACK_KEYS, dropna=False, sort=False).ngroup().to_numpy()
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
     gs = g[order]
     started = f["started"].to_numpy(dtype=np.float64)
-    chat = (f["family"] == "chat.completions").to_numpy(dtype=bool)
-    model = pd.factorize(f["model"], use_na_sentinel=True)[0]  # equal models, equal codes
+    answered = started + np.nan_to_num(f["duration_s"].to_numpy(dtype=np.float64)) - HOP_SLACK_S
+    url = pd.factorize(f["url"], use_na_sentinel=True)[0]  # equal URLs, equal codes
     links: Links = []
     done = ~source[order]
     for k in range(1, FALLBACK_LOOKAHEAD + 1):
         if len(order) <= k:
             break
         a, b = order[:-k], order[k:]
-        same_model = (model[a] < 0) | (model[b] < 0) | (model[a] == model[b])
         hit = (
             ~done[:-k]
             & (gs[:-k] == gs[k:])
-            & chat[b]
+            & (url[a] != url[b])
+            & (started[b] >= answered[a])
             & (started[b] - started[a] <= FOLLOW_WINDOW_S)
-            & same_model
         )
         links.extend(("fallback", int(x), int(y)) for x, y in zip(a[hit], b[hit], strict=True))
         done[:-k] |= hit
@@ -355,16 +339,19 @@ def chain_rows(
             exchanges["listener"].tolist(), exchanges["replay_of"].notna().tolist(), strict=True
         )
     ]
-    requests, contents, locations, oks = [], [], [], []
-    for rid, candidate in zip(ids, hop_candidates, strict=True):
+    originals = exchanges["replay_of"].isna().tolist()
+    requests, contents, asks, locations, oks = [], [], [], [], []
+    for rid, candidate, original in zip(ids, hop_candidates, originals, strict=True):
         rec = records_by_id[rid]
         requests.append(rec["request"])
         contents.append(hop_key(rec["request"]) if candidate else None)
+        asks.append(ask_digest(rec["request"]) if original else 0)
         locations.append(redirect_location(rec))
         oks.append(exchange_ok(rec))
     return chain_rows_from(
         exchanges,
         contents,
+        asks,
         locations,
         oks,
         lambda i: body_key(requests[i]),
@@ -375,6 +362,7 @@ def chain_rows(
 def chain_rows_from(
     exchanges: pd.DataFrame,
     contents: Sequence[Hashable],
+    asks: Sequence[int],
     locations: Sequence[str | None],
     oks: Sequence[bool],
     body_keys: Callable[[int], Hashable],
@@ -383,11 +371,11 @@ def chain_rows_from(
 ) -> list[tuple[Any, ...]]:
     """`chain_rows` from what each exchange contributes, worked out beforehand (where the
     records themselves are not at hand): its `hop_key` (None: no hop candidate), its
-    redirect location, whether it succeeded, and the `body_key` of the exchange at a
-    position."""
+    `ask_digest` (0 for a replay), its redirect location, whether it succeeded, and the
+    `body_key` of the exchange at a position."""
     if len(exchanges) == 0:
         return []
-    f = prepared(exchanges)
+    f = prepared(exchanges).assign(ask_digest=np.asarray(asks, dtype=np.uint64))
     targets = {i: loc for i, loc in enumerate(locations) if loc}
     links = chain_links(f, contents, targets, body_keys)
     return assemble(f, links, oks, failing_only=failing_only)

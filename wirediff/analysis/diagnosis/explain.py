@@ -13,13 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import paused_gc
+from wirediff._support import paused_gc, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
+from wirediff.analysis.diagnosis.subject import Served
 from wirediff.analysis.diagnosis.view import ExchangeView, view
 from wirediff.record.store import first_of_each_id
 
@@ -28,6 +29,7 @@ __all__ = [
     "CODES",
     "DIAGNOSIS_COLUMNS",
     "Backends",
+    "answered_prefixes",
     "backend_key",
     "diagnose",
     "diagnose_chain",
@@ -35,6 +37,7 @@ __all__ = [
     "format_chains",
     "format_diagnoses",
     "models_listed",
+    "served_by",
 ]
 
 CODES = (
@@ -78,20 +81,34 @@ DIAGNOSIS_COLUMNS = [
 `title`: the chain's one-line story."""
 
 
-def served_models(
-    records_by_id: Mapping[str, Record], exchanges: pd.DataFrame
-) -> dict[str, set[str]]:
-    """Model ids each backend label listed on a captured `GET /v1/models` (if any)."""
+def served_by(records_by_id: Mapping[str, Record], exchanges: pd.DataFrame) -> Served:
+    """What each backend label showed it serves: the model ids a captured `GET /v1/models`
+    listed, and the prefixes under which a call of a known family succeeded."""
     hit = exchanges[
         (exchanges["endpoint"] == "/v1/models")
         & (exchanges["method"] == "GET")
         & (exchanges["status"].fillna(0) == 200)
     ]
-    out: dict[str, set[str]] = {}
+    models: dict[str, set[str]] = {}
     for rid, label in zip(hit["id"], hit["label"], strict=True):
         ids = models_listed(records_by_id[rid])
         if ids is not None:
-            out.setdefault(str(label), set()).update(ids)
+            models.setdefault(str(label), set()).update(ids)
+    return Served(models, answered_prefixes(exchanges))
+
+
+def answered_prefixes(exchanges: pd.DataFrame) -> dict[str, set[str]]:
+    """The API prefixes each backend label answered a call of a known family under with
+    success (`label`, `family`, `prefix`, `status`, `soft_error`)."""
+    ok = (
+        statuses_2xx(exchanges["status"].astype("float64").to_numpy())
+        & ~exchanges["soft_error"].fillna(False).astype(bool).to_numpy()
+    )
+    ok &= (exchanges["family"] != "other").to_numpy(dtype=bool)
+    pairs = exchanges.loc[ok, ["label", "prefix"]].astype(str).drop_duplicates()
+    out: dict[str, set[str]] = {}
+    for label, prefix in zip(pairs["label"], pairs["prefix"], strict=True):
+        out.setdefault(label, set()).add(prefix)
     return out
 
 
@@ -175,7 +192,7 @@ def _provider(xs: list[ExchangeView], backends: Backends | None) -> Provider:
 def diagnose_chain(
     chain: Mapping[str, Any],
     records_by_id: Mapping[str, Record],
-    served: Mapping[str, set[str]],
+    served: Served,
     backends: Backends | None = None,
 ) -> list[dict[str, Any]]:
     """Diagnosis rows for one chain (a `chain_rows` row by `CHAIN_COLUMNS`; none for a
@@ -237,7 +254,7 @@ def _diagnose(
     by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
     ex = exchanges if exchanges is not None else exchanges_frame(records)
     failing = chain_rows(ex, by_id, failing_only=True)
-    served = served_models(by_id, ex) if failing else {}
+    served = served_by(by_id, ex) if failing else Served()
     backends = Backends(by_id, ex) if failing else None
     rows: list[dict[str, Any]] = []
     for row in failing:

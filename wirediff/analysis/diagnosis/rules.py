@@ -15,17 +15,21 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from wirediff.analysis.diagnosis.outcome import stream_problem
 from wirediff.analysis.diagnosis.subject import (
+    Served,
     context_exceeded,
     echoes_route,
+    says_unsupported,
     server_hint,
     stored_reference,
     subject_of,
     wrong_method,
 )
 from wirediff.analysis.diagnosis.view import ExchangeView, scrub
+from wirediff.profiles import load_clients
 from wirediff.record.redact import redact_url
 from wirediff.record.tags import header_get
 
@@ -34,6 +38,8 @@ __all__ = ["Finding", "chain_findings", "exchange_findings", "stored_reference"]
 AUTH_STATUSES = frozenset({401, 403})
 METHOD_CHANGING = frozenset({301, 302, 303})  # clients repeat a POST as GET after these
 PROXY_STATUSES = frozenset({502, 503, 504})
+NORMAL_CLOSE = 1000
+"""A WebSocket close code that says the session ended as it should (RFC 6455 7.4.1)."""
 QUOTED = 80
 """Characters of a cause or of a stream's last event quoted in a summary or as evidence."""
 LISTED_MODELS = 5
@@ -62,10 +68,14 @@ class Finding:
     facts: dict[str, str] = field(default_factory=dict)
 
 
-def _prefix_issue(x: ExchangeView) -> str | None:
+def _prefix_issue(x: ExchangeView, served: Served) -> str | None:
     """A doubled or missing `/v1`, when the answer is about the route (404/405 or an echo
-    of the path) — a 429 or a 400 on a bad parameter is about something else."""
+    of the path) — a 429 or a 400 on a bad parameter is about something else — and the
+    backend answered no other call under the same prefix (then the prefix is right, and
+    the route is what it lacks)."""
     if x.family == "other" or not (x.status in (404, 405) or echoes_route(x)):
+        return None
+    if x.prefix in served.prefixes.get(str(x.label), ()):
         return None
     if re.search(r"/v1/v1$", x.prefix):
         return "doubled"
@@ -80,8 +90,10 @@ def _about_auth(x: ExchangeView) -> bool:
 
 
 def _proxy_generated(x: ExchangeView) -> bool:
-    """A 5xx written by a proxy/gateway rather than by the API server itself."""
-    if x.status is None or x.status < 500:
+    """A 5xx that says an upstream could not be reached, rather than why the request
+    failed: a gateway's message naming the connection (an operation it says it does not
+    support is about the request, whatever its exception is called)."""
+    if x.status is None or x.status < 500 or says_unsupported(x):
         return False
     if _CONNECT_WORDS.search(x.msg) or _CONNECT_WORDS.search(x.error_msg):
         return True
@@ -132,7 +144,7 @@ def _last_event(x: ExchangeView) -> str | None:
     return f"last event: {scrub(text[:QUOTED])}"
 
 
-def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[Finding]:
+def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
     """What one failing exchange shows, strongest evidence first."""
     out: list[Finding] = []
     st, facts = x.status, _base_facts(x)
@@ -156,6 +168,8 @@ def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[F
             _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
             why=scrub(why[:QUOTED]),
             upstream=x.url,
+            # an error object is the server's own answer: it is up, its upstream is not
+            variant="gateway" if isinstance(x.body, dict) and x.error is not None else "",
         )
         return out
     if st is None:
@@ -172,7 +186,7 @@ def exchange_findings(x: ExchangeView, served: Mapping[str, set[str]]) -> list[F
     return out
 
 
-def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) -> None:
+def _answer_findings(x: ExchangeView, served: Served, add: _Add) -> None:
     """What the status and the error answer say: key, upgrade, method, route, subject."""
     st = x.status
     assert st is not None
@@ -185,7 +199,7 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
         )
         return
     soft = x.error_in_success
-    prefix = _prefix_issue(x) if st in (404, 405) or soft else None
+    prefix = _prefix_issue(x, served) if st in (404, 405) or soft else None
     if x.websocket and st != 101 and not prefix:
         add("websocket_not_supported", _ev(x, "request: Upgrade: websocket", x.snippet()))
         return
@@ -214,7 +228,7 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
             variant="wrong_method",
         )
         return
-    if 400 <= st < 500 or st == 501 or soft:
+    if 400 <= st < 500 or st == 501 or soft or (st >= 500 and says_unsupported(x)):
         _error_answer(x, served, add)
     elif st >= 500:
         add(
@@ -224,13 +238,13 @@ def _answer_findings(x: ExchangeView, served: Mapping[str, set[str]], add: _Add)
         )
 
 
-def _error_answer(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) -> None:
+def _error_answer(x: ExchangeView, served: Served, add: _Add) -> None:
     """A 4xx, a 501 or an error under 2xx: what it is about."""
     st = x.status
     subject = subject_of(x, served)
     kind = subject.kind if subject else None
     if kind == "model":
-        listed = served.get(str(x.label))
+        listed = served.models.get(str(x.label))
         avail = f" (available: {', '.join(sorted(listed)[:LISTED_MODELS])})" if listed else ""
         add(
             "model_not_found",
@@ -260,7 +274,13 @@ def _error_answer(x: ExchangeView, served: Mapping[str, set[str]], add: _Add) ->
             about=": the context length is exceeded",
         )
     elif subject is not None and subject.kind == "parameter":
-        variant = "unsupported_parameter" if subject.unsupported else "invalid_parameter"
+        variant = (
+            "missing_parameter"
+            if subject.missing
+            else "unsupported_parameter"
+            if subject.unsupported
+            else "invalid_parameter"
+        )
         add(
             "request_rejected",
             _ev(x, f"{variant}: {subject.param}", x.snippet(), x.words()),
@@ -294,18 +314,63 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
             "soft_error_200",
             _ev(x, x.snippet(), x.words()),
             where="event in the stream" if x.end is not None else "body",
+            clients=_what_clients_do(x),
         )
     elif x.stream and x.end is None:
         add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
     cut = None if error_event else stream_problem(x.rec, x.end)
     if cut:
-        ended = not (x.end and x.end.partial) and x.error_kind is None
+        closed = _closed_with(x)
+        ended = not (x.end and x.end.partial) and x.error_kind is None and closed is None
         add(
             "stream_truncated",
-            _ev(x, cut, _last_event(x), x.error_kind and f"error: {x.error_kind}"),
-            why=cut,
-            variant="ended" if ended else "",
+            _ev(x, cut, _last_event(x), x.error_kind and f"error: {x.error_kind}", closed),
+            why=f"{cut}; {closed}" if closed else cut,
+            variant="ended" if ended else "closed" if closed else "",
+            closed=closed or "",
         )
+        reason = _close_reason(x)
+        if reason and _CONNECT_WORDS.search(reason):
+            add("upstream_unreachable", _ev(x, closed), variant="gateway", why=reason[:QUOTED])
+
+
+def _closing(x: ExchangeView) -> Mapping[str, Any]:
+    """How a WebSocket session closed (`response.websocket`), empty for any other exchange."""
+    resp = x.rec.get("response")
+    ws = resp.get("websocket") if resp is not None and x.websocket else None
+    return ws if isinstance(ws, dict) else {}
+
+
+def _what_clients_do(x: ExchangeView) -> str:
+    """What each known client does with an error under a 200, call by call, as measured
+    (`soft_error_200` in profiles/clients.yaml); the exchange's own client first."""
+    sdk: Mapping[str, Any] = x.rec["tags"].get("sdk") or {}
+    lang = {"python": "openai-python", "js": "openai-node"}.get(str(sdk.get("lang")))
+    own = sdk.get("client") or lang
+    said = [
+        (name != own, f"{known['name']}: " + ", ".join(f"{c} {w}" for c, w in calls.items()))
+        for name, known in load_clients().items()
+        if (calls := known.get("soft_error_200"))
+    ]
+    return "; ".join(line for _, line in sorted(said, key=lambda s: s[0]))
+
+
+def _close_reason(x: ExchangeView) -> str:
+    """The reason a WebSocket's closing side gave, scrubbed ("" for none)."""
+    return scrub(str(_closing(x).get("close_reason") or ""))
+
+
+def _closed_with(x: ExchangeView) -> str | None:
+    """How a WebSocket session was closed when not normally (1000): the code, who closed
+    it and the reason, in the words of the close frame (`None` for a normal close)."""
+    ws = _closing(x)
+    code = ws.get("close_code")
+    if not isinstance(code, int) or code == NORMAL_CLOSE:
+        return None
+    by = ws.get("closed_by")
+    reason = _close_reason(x)
+    said = f" ({reason[:QUOTED]})" if reason else ""
+    return f"closed{' by the ' + by if by else ''} with {code}{said}"
 
 
 def chain_findings(

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.view import ExchangeView
 
 __all__ = [
     "ROUTE_METHODS",
+    "Served",
     "Subject",
     "context_exceeded",
     "echoes_route",
+    "says_unsupported",
     "server_hint",
     "stored_reference",
     "subject_of",
@@ -67,8 +69,15 @@ _ENDPOINT_WORDS = re.compile(
 )
 _CONTEXT_WORDS = re.compile(
     r"(?i)\bcontext (length|size|window)\b|\bmaximum context\b|\btoo many tokens\b|"
-    r"\bprompt is too long\b|\bexceeds? (the )?(model'?s? )?(context|max(imum)? (tokens|length))"
+    r"\bprompt is too long\b|\bexceeds? (the )?(model'?s? )?(context|max(imum)? (tokens|length))|"
+    r"\b(longer|more) than the max(imum)? model length\b"
 )
+"""The few ways servers say a prompt does not fit: OpenAI's and llama-cpp-python's `This
+model's maximum context length is …`, llama.cpp's `request (N tokens) exceeds the available
+context size`, vLLM's `The decoder prompt (length N) … is longer than the maximum model
+length of M` and `… is too large: N. This model's maximum context length is M tokens`."""
+CONTEXT_TYPES = frozenset({"exceed_context_size_error"})
+"""Error types that say it whatever the words: llama.cpp's (`ERROR_TYPE_EXCEED_CONTEXT_SIZE`)."""
 _UNSUPPORTED_WORDS = re.compile(
     r"(?i)\bnot (supported|implemented|allowed|permitted|recogni[sz]ed)\b|\bunsupported\b|"
     r"\bunrecogni[sz]ed\b|\bunknown (parameter|field|argument|key)s?\b|"
@@ -85,6 +94,16 @@ HINT_CHARS = 160
 
 
 @dataclass(frozen=True)
+class Served:
+    """What other calls showed of each backend (by label): the models its `GET /v1/models`
+    listed, and the API prefixes (`/v1`, `""`) under which it answered a call of a known
+    family with success — a route under such a prefix is not missing a `/v1`."""
+
+    models: Mapping[str, set[str]] = field(default_factory=dict)
+    prefixes: Mapping[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Subject:
     """What an error answer is about: `endpoint`, `state`, `model`, `context`, `parameter`;
     for a parameter, its name and whether the server said it does not support it."""
@@ -92,6 +111,8 @@ class Subject:
     kind: str
     param: str = ""
     unsupported: bool = False
+    missing: bool = False
+    """A parameter the request did not send (the server asks for it)."""
 
 
 def echoes_route(x: ExchangeView) -> bool:
@@ -124,8 +145,23 @@ def stored_reference(rec: Record) -> str | None:
 
 
 def context_exceeded(x: ExchangeView) -> bool:
-    """The answer says the prompt (and the tokens asked for) exceed the model's context."""
-    return x.code == "context_length_exceeded" or bool(_CONTEXT_WORDS.search(x.msg))
+    """The answer says the prompt (and the tokens asked for) exceed the model's context: by
+    its code, its type or its words."""
+    return (
+        x.code == "context_length_exceeded"
+        or x.etype in CONTEXT_TYPES
+        or bool(_CONTEXT_WORDS.search(x.msg))
+    )
+
+
+def says_unsupported(x: ExchangeView) -> bool:
+    """The answer says the request's operation is not supported there (`COMPACT responses
+    is not supported for custom_openai`): the message names the endpoint's last word
+    (`compact`, `embeddings`) beside words of refusal, and no request parameter."""
+    if not _UNSUPPORTED_WORDS.search(x.msg) or _named_parameter(x):
+        return False
+    words = [w for w in x.endpoint.split("/") if w and not w.startswith("{") and w != "v1"]
+    return bool(words) and _names(x.msg.lower(), words[-1].lower())
 
 
 def _names(text: str, word: str | None) -> bool:
@@ -163,7 +199,23 @@ def _about_stored_response(x: ExchangeView) -> bool:
     )
 
 
-def subject_of(x: ExchangeView, served: Mapping[str, set[str]]) -> Subject | None:
+def _about_model(x: ExchangeView) -> bool:
+    """The answer is about the model: its type, the model's name or the words say so."""
+    return (
+        x.code == "model_not_found"
+        or "model" in str(x.etype or "").lower()
+        or _names(x.msg, x.model)
+        or bool(_MODEL_WORDS.search(x.msg))
+    )
+
+
+def _lacks_model(x: ExchangeView) -> bool:
+    """A JSON request without a `model` (no model it names could be missing on the server)."""
+    body = x.rec["request"].get("body")
+    return isinstance(body, dict) and body.get("model") is None and x.model is None
+
+
+def subject_of(x: ExchangeView, served: Served) -> Subject | None:
     """What an error answer is about, strongest evidence first: the answer naming the
     route, the context length, the stored response, a parameter or the model; then what
     other calls show (the models the server listed); then the words of a bare 404."""
@@ -176,15 +228,17 @@ def subject_of(x: ExchangeView, served: Mapping[str, set[str]]) -> Subject | Non
         return Subject("state")
     param = _named_parameter(x)
     unsupported = unsupported or x.code == "unsupported_parameter"
+    if _lacks_model(x) and (param == "model" or _about_model(x)):
+        return Subject("parameter", "model", missing=True)
     if param == "model" or x.code == "model_not_found":
         return Subject("model")
     if param:
         return Subject("parameter", param, unsupported)
-    if "model" in str(x.etype or "").lower() or _names(x.msg, x.model):
+    if says_unsupported(x):
+        return Subject("endpoint")
+    if _about_model(x):
         return Subject("model")
-    if _MODEL_WORDS.search(x.msg):
-        return Subject("model")
-    listed = served.get(str(x.label))
+    listed = served.models.get(str(x.label))
     if x.model and listed and x.model not in listed and x.status in (400, 404):
         return Subject("model")
     if _ENDPOINT_WORDS.search(x.msg):

@@ -13,7 +13,7 @@ import pandas as pd
 from wirediff._support import is_2xx, response_status
 from wirediff._types import Event, Record, RecordResponse
 from wirediff.analysis.comparison import impact as sdk
-from wirediff.analysis.comparison.breaks import Break, implicates, record_breaks
+from wirediff.analysis.comparison.breaks import LOST, Break, implicates, record_breaks
 from wirediff.analysis.comparison.compare import error_message
 from wirediff.analysis.comparison.conformance import (
     grammar,
@@ -32,6 +32,7 @@ __all__ = ["CONFORMANCE_COLUMNS", "RecordCheck", "check_records", "conformance",
 CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
 WEBSOCKET_CLIENT_EVENT = "response.create"
 """The client's frame on a Responses WebSocket: it starts a turn, it is not an answer."""
+WEBSOCKET_PROBE = "client.responses.connect()"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +71,21 @@ def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[P
         )
     if family == "responses":
         out: list[Problem] = []
+        websocket = transport_of(record) == "websocket"
         for turn in _turns(events):
+            # a WebSocket turn may end in its own error frame: judged by the WebSocket
+            # mode's schema, the events before it by the stream's rules less the terminal
+            last = turn[-1].get("data") if turn else None
+            ended = websocket and open_responses.is_websocket_error(last)
+            before = turn[:-1] if ended else turn
             if rules:
-                out += grammar.responses_grammar(turn)
+                if before or not ended:
+                    out += grammar.responses_grammar(before, terminal=not ended)
             else:
-                out += openapi_check.event_problems(turn) + sdk_types.event_problems(turn)
-                out += open_responses.event_problems(turn)
+                out += openapi_check.event_problems(before) + sdk_types.event_problems(before)
+                out += open_responses.event_problems(before)
+                if ended:
+                    out += open_responses.websocket_error_problems(last, len(before))
         return out
     return []
 
@@ -219,6 +229,30 @@ def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
     return found[1]
 
 
+def _unanswered_turns(record: Record) -> tuple[Break, ...]:
+    """A WebSocket session (101) with a turn the server sent no event for before it closed:
+    the stream the turn asked for never came. (The real SDK iterating that connection
+    raises ConnectionClosedError on a 1011: tests/peers/test_litellm_diagnoses.py.)"""
+    resp = record.get("response")
+    if resp is None or resp.get("status") != 101 or transport_of(record) != "websocket":
+        return ()
+    answered: list[int] = []
+    for ev in resp.get("events") or ():
+        data = ev.get("data")
+        if isinstance(data, dict) and data.get("type") == WEBSOCKET_CLIENT_EVENT:
+            answered.append(0)
+        elif answered and ev.get("direction") != "client":
+            answered[-1] += 1
+    if 0 not in answered:
+        return ()
+    ws = resp.get("websocket")
+    code, reason = (ws.get("close_code"), ws.get("close_reason")) if ws else (None, None)
+    closed = f" before the server closed with {code}" if isinstance(code, int) else ""
+    closed += f" ({reason})" if closed and reason else ""
+    message = f"`{WEBSOCKET_PROBE}`: no event{closed}, a stream was asked for"
+    return (Break(LOST, WEBSOCKET_PROBE, message, "", "none"),)
+
+
 def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, RecordCheck]]:
     """The conformance frame (one row per distinct problem and per break of each record) and
     what each record showed, for judging its divergences."""
@@ -228,7 +262,7 @@ def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, Re
     sdk.prepare(records)  # each client once per distinct answer, Node's calls in one batch
     for rec in records:
         outcome = sdk.impact(rec)
-        breaks = _record_breaks(rec, outcome)
+        breaks = _record_breaks(rec, outcome) + _unanswered_turns(rec)
         problems = merge(record_problems(rec))
         rid = rec["id"]
         if not problems and not breaks:

@@ -134,9 +134,10 @@ def _arguments(chunks: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
 # --- responses --------------------------------------------------------------------------
 
 
-def responses_grammar(events: list[Event]) -> list[Problem]:
-    """One `response.created`, first; one terminal, last; `sequence_number` 0, 1, 2, …;
-    items and parts opened before use and closed after."""
+def responses_grammar(events: list[Event], *, terminal: bool = True) -> list[Problem]:
+    """One `response.created`, first; one terminal, last (without `terminal`: the events
+    before a WebSocket error frame, which ends the turn itself); `sequence_number` 0, 1,
+    2, …; items and parts opened before use and closed after."""
     out = _cut(events)
     cut = bool(out)
     typed: list[tuple[int, dict[str, Any]]] = []
@@ -172,7 +173,7 @@ def responses_grammar(events: list[Event]) -> list[Problem]:
     if not typed:
         return [*out, _problem("empty", "events", "no events")]
     out += _created(typed)
-    if not cut:
+    if terminal and not cut:
         out += _terminal(typed)
     out += _sequence(typed)
     out += _items(typed)

@@ -15,16 +15,28 @@ import json
 from importlib import resources
 from typing import Any
 
+import jsonschema
+
 from wirediff._types import JSON, Event
 from wirediff.analysis.comparison.conformance.problems import Problem, event_prefix
 from wirediff.analysis.comparison.observe import DONE
 from wirediff.analysis.comparison.openapi import spec_validator
 
-__all__ = ["event_problems", "only_open_responses", "open_responses_source", "response_problems"]
+__all__ = [
+    "event_problems",
+    "is_websocket_error",
+    "only_open_responses",
+    "open_responses_source",
+    "response_problems",
+    "websocket_error_problems",
+]
 
 DOCUMENT = ("llm_comply.specs", "openresponses.json")
 SCHEMA = "ResponseResource"
 POINTER = f"#/components/schemas/{SCHEMA}/required"
+WEBSOCKET_ERROR = "WebSocketErrorEvent"
+"""The error frame of the Responses WebSocket mode: `{"type": "error", "status": 400,
+"error": {"type", "code", "message", "param"}}`, no `sequence_number`."""
 MESSAGE = "required key missing (Open Responses)"
 
 
@@ -49,17 +61,46 @@ def only_open_responses() -> tuple[str, ...]:
     return tuple(k for k in required if k not in openai)
 
 
+@functools.cache
+def _phases() -> tuple[str, ...]:
+    """The values an output message's `phase` may take (`Message.phase`): no null."""
+    phase = _document()["components"]["schemas"]["Message"]["properties"]["phase"]
+    return tuple(phase["enum"])
+
+
 def response_problems(
     response: JSON, prefix: str = "", position: int | None = None
 ) -> list[Problem]:
-    """The Open-Responses-only keys a Response object lacks."""
+    """The Open-Responses-only keys a Response object lacks, and an output message's
+    `phase` that is none of the values Open Responses allows (OpenAI's document allows
+    null there; Open Responses does not)."""
     if not isinstance(response, dict) or response.get("object") != "response":
         return []
-    return [
+    out = [
         Problem(f"{prefix}{key}", MESSAGE, open_responses_source(), POINTER, position)
         for key in only_open_responses()
         if key not in response
     ]
+    output = response.get("output")
+    wrong = [
+        item["phase"]
+        for item in (output if isinstance(output, list) else ())
+        if isinstance(item, dict)
+        and item.get("type") == "message"
+        and "phase" in item
+        and item["phase"] not in _phases()
+    ]
+    if wrong:  # one problem for the path, as for the other keys
+        out.append(
+            Problem(
+                f"{prefix}output[].phase",
+                f"{wrong[0]!r} is not one of {list(_phases())} (Open Responses)",
+                open_responses_source(),
+                "#/components/schemas/Message/properties/phase/enum",
+                position,
+            )
+        )
+    return out
 
 
 def event_problems(events: list[Event]) -> list[Problem]:
@@ -72,4 +113,38 @@ def event_problems(events: list[Event]) -> list[Problem]:
         if isinstance(data.get("response"), dict):
             prefix = event_prefix(str(data.get("type")), "response") + "."
             out += response_problems(data["response"], prefix, i)
+    return out
+
+
+def is_websocket_error(data: Any) -> bool:
+    """An error frame as the WebSocket mode sends it: `type` error, the error nested."""
+    return (
+        isinstance(data, dict)
+        and data.get("type") == "error"
+        and isinstance(data.get("error"), dict)
+    )
+
+
+@functools.cache
+def _websocket_error_validator() -> jsonschema.protocols.Validator:
+    schema = _document()["components"]["schemas"][WEBSOCKET_ERROR]
+    return jsonschema.Draft202012Validator(schema)
+
+
+def websocket_error_problems(data: JSON, position: int | None = None) -> list[Problem]:
+    """A WebSocket error frame against Open Responses' `WebSocketErrorEvent` (the SSE
+    error event's schema is not its own)."""
+    out = []
+    for err in _websocket_error_validator().iter_errors(data):
+        path = ".".join(str(p) for p in err.absolute_path)
+        pointer = "/".join(str(p) for p in err.absolute_schema_path)
+        out.append(
+            Problem(
+                event_prefix("error", path),
+                err.message,
+                open_responses_source(),
+                f"#/components/schemas/{WEBSOCKET_ERROR}/{pointer}",
+                position,
+            )
+        )
     return out

@@ -99,8 +99,9 @@ def body_problems(schema: str | None, body: JSON) -> list[Problem]:
 
 def missing_body(schema: str, resp: RecordResponse) -> list[Problem]:
     """A 2xx without the JSON body its route's schema describes."""
-    empty = resp.get("text") is None and resp.get("b64") is None
-    what = "no body" if empty else "a body that is not JSON"
+    text, empty = resp.get("text"), resp.get("text") is None and resp.get("b64") is None
+    null = isinstance(text, str) and text.strip() == "null"  # JSON, recorded as its text
+    what = "no body" if empty else "the JSON body null" if null else "a body that is not JSON"
     return [Problem("body", f"{what} where {schema} belongs", _source(), f"{SCHEMAS}/{schema}")]
 
 
