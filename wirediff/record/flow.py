@@ -18,6 +18,7 @@ from wirediff.record.websocket import WebSocketTap
 
 __all__ = [
     "KEEP_ANSWER",
+    "PROXY_SHUTDOWN",
     "WEBSOCKET_TAP",
     "Snapshot",
     "exchange_from_flow",
@@ -34,6 +35,8 @@ WEBSOCKET_TAP = "wirediff.websocket"
 KEEP_ANSWER = "wirediff.keep_answer"
 """`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
 request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
+PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", "proxy_shutdown")
+"""How an exchange still in flight when mitmdump stops is recorded, as it stood."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 Snapshot = tuple[Any, ...]
@@ -66,25 +69,31 @@ def exchange_from_flow(
     *,
     client_headers: HeaderPairs | None = None,
     body_cap: int = DEFAULT_BODY_CAP,
+    error: Error | None = None,
 ) -> Exchange:
     """The flow as it stands; bodies stay raw (`raw_content`), the builder decodes them.
 
     `client_headers`: the request headers as the client sent them, snapshotted before any
     addon could change them. A `StreamTap` set as `response.stream` holds the streamed body;
-    a `WebSocketTap` the messages of the WebSocket session the response opened.
+    a `WebSocketTap` the messages of the WebSocket session the response opened. `error`:
+    how it ended when the flow does not say (`PROXY_SHUTDOWN`).
     """
     resp = flow.response
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
-    error = flow.error.msg if flow.error is not None else None
+    error = error or _flow_error(flow)
     ws = websocket_tap(flow, body_cap)
     return _exchange(flow.id, flow.request, resp, error, tap, client_headers, ws)
+
+
+def _flow_error(flow: http.HTTPFlow) -> Error | None:
+    return Error(flow.error.msg) if flow.error is not None else None
 
 
 def _exchange(
     flow_id: str,
     req: http.Request,
     resp: http.Response | None,
-    error: str | None,
+    error: Error | None,
     tap: StreamTap | None,
     client_headers: HeaderPairs | None,
     ws: WebSocketTap | None,
@@ -116,18 +125,23 @@ def _exchange(
             if resp is not None
             else None,
         ),
-        error=Error(error) if error is not None else None,
+        error=error,
         tap=tap,
         websocket=ws,
     )
 
 
 def snapshot(
-    flow: http.HTTPFlow, client_fields: RawFields | None, body_cap: int = DEFAULT_BODY_CAP
+    flow: http.HTTPFlow,
+    client_fields: RawFields | None,
+    body_cap: int = DEFAULT_BODY_CAP,
+    error: Error | None = None,
 ) -> Snapshot:
     """The flow's parts as plain values: cheap to take (nothing is decoded or copied) and
     to `marshal`. A tap is closed first (what waits in its decoder is decoded); a WebSocket
-    session goes as its tap's state, as it stands (open still, at shutdown)."""
+    session goes as its tap's state, as it stands (open still, at shutdown). `error`: as
+    for `exchange_from_flow`."""
+    error = error or _flow_error(flow)
     req = flow.request.data
     resp = flow.response
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
@@ -160,7 +174,7 @@ def snapshot(
             resp.data.timestamp_start,
             resp.data.timestamp_end,
         ),
-        flow.error.msg if flow.error is not None else None,
+        (error.message, error.kind) if error is not None else None,
         tap.state() if tap is not None else None,
         client_fields,
         ws.state() if ws is not None else None,
@@ -181,7 +195,7 @@ def exchange_from_snapshot(snap: Snapshot) -> Exchange:
     tap = StreamTap.from_state(tap_state) if tap_state is not None else None
     client = header_pairs(client_fields) if client_fields is not None else None
     ws = WebSocketTap.from_state(ws_state) if ws_state is not None else None
-    return _exchange(flow_id, req, resp, error, tap, client, ws)
+    return _exchange(flow_id, req, resp, Error(*error) if error else None, tap, client, ws)
 
 
 def is_open_ended(flow: http.HTTPFlow) -> bool:
