@@ -178,13 +178,13 @@ def _response(
         limit = max(MAX_STREAM_BYTES, body_cap) + 1 if sse else body_cap + 1
         content = _decoded(resp, limit)
         if sse and content is not None:
-            events = split_events(content[: limit - 1], None, body_cap)
+            events, events_dropped = split_events(content[: limit - 1], None, body_cap)
             secrets = _with_event_fields(secrets, events, content[:body_cap])
             events = parse_events(events, secrets)
         body = encode_body(content, ctype, body_cap, secrets)
         size = len(resp.content or b"")
         complete = resp.content is not None and ex.error is None
-        if sse and content is not None and len(content) >= limit:
+        if sse and content is not None and (len(content) >= limit or events_dropped):
             body["truncated"] = True
     response: RecordResponse = {
         "status": resp.status,

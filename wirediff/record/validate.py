@@ -37,6 +37,7 @@ __all__ = [
     "ERROR",
     "EVENT",
     "MAX_DEPTH",
+    "MAX_EVENTS",
     "RECORD",
     "REQUEST",
     "RESPONSE",
@@ -52,6 +53,9 @@ __all__ = [
 
 MAX_DEPTH = 64
 """Nesting levels a body or an event's data may have; deeper is kept as text."""
+MAX_EVENTS = 100_000
+"""Events one record holds at most: what the capture keeps of a stream or a WebSocket
+session (more are counted in `events_dropped`), and what loading reads."""
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
