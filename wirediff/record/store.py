@@ -4,7 +4,8 @@ Writing: each record is one line, appended with a single `write()` of the whole 
 write that fails (a full disk) is cut back to the last whole line and the record waits in
 a bounded queue until the disk takes it, so a capture never holds half a line followed by
 more records. Reading: a line that is not JSON (a write torn by a crash, anywhere in the
-file) is skipped with a warning naming file:line; a line that is JSON but not a readable
+file), or holds more than a capture writes (`wirediff.record.validate.past_bounds`), is
+skipped with a warning naming file:line; a line that is JSON but not a readable
 `wirediff/1` record is an error naming file:line.
 """
 
@@ -29,6 +30,15 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.lines import (
+    BATCH_LINES,
+    LineError,
+    Parsed,
+    Torn,
+    is_json,
+    next_line,
+    parse_batch,
+)
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
@@ -257,71 +267,6 @@ class RecordWriter:
         self.close()
 
 
-BATCH_LINES = 1000
-"""Lines parsed by one `json.loads` call: the decoder shares the key strings of all the
-records in a call, which saves a fifth of their memory."""
-_RECORD_START = b'{"format":'
-
-
-class LineError(CaptureError):
-    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
-
-    def __init__(self, path: object, lineno: int, text: str) -> None:
-        super().__init__(f"{path}:{lineno}: {text}")
-        self.lineno, self.text = lineno, text
-
-
-Torn = list[tuple[int, str]]
-"""Lines skipped as torn writes: `(lineno, why)`."""
-
-
-def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
-    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
-    when a whole record was appended after the fragment, that record (and its text)."""
-    try:
-        return line, json.loads(line)
-    except RecursionError:
-        raise LineError(
-            p,
-            lineno,
-            f"record nested too deeply to read (over {MAX_DEPTH} levels "
-            "is kept as text by the capture)",
-        ) from None
-    except ValueError:
-        pass
-    at = line.find(_RECORD_START, 1)
-    while at > 0:  # the record's start, not an object inside it with a "format" key
-        with contextlib.suppress(ValueError, RecursionError):
-            value = json.loads(line[at:])
-            torn.append((lineno, "a torn line before a whole record: the fragment skipped"))
-            return line[at:], value
-        at = line.find(_RECORD_START, at + 1)
-    torn.append((lineno, "not a JSON record (a torn write): skipped"))
-    return line, None
-
-
-Parsed = list[tuple[int, bytes, Any]]
-
-
-def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
-    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
-    the whole record after a torn fragment)."""
-    if not batch:
-        return []
-    try:
-        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
-        if isinstance(values, list) and len(values) == len(batch):
-            return [(n, line, v) for (n, line), v in zip(batch, values, strict=True)]
-    except (ValueError, RecursionError):
-        pass
-    out = []  # one line at a time, to find the bad ones
-    for lineno, line in batch:
-        text, value = _parse_line(p, lineno, line, torn)
-        if value is not None:
-            out.append((lineno, text, value))
-    return out
-
-
 def checked(
     p: Path, parsed: Parsed, *, as_sent: bool = False
 ) -> Iterator[tuple[int, bytes, Record, bool]]:
@@ -414,12 +359,8 @@ def read_depth(line: bytes, rec: Record) -> Record:
     return rec
 
 
-def is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return True
+BATCH_LINE_BYTES = 16 << 20
+"""Bytes of lines parsed by one call at most, however few lines they are."""
 
 
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
@@ -447,17 +388,22 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
 
     with fh:
         batch: list[tuple[int, bytes]] = []
-        lines = 0
-        for lineno, line in enumerate(fh, 1):
+        size = lines = lineno = 0
+        while True:
+            lineno += 1
+            line, length = next_line(fh, lineno, torn)
+            if not length:
+                break
             if not line.strip():
                 continue
             if not line.endswith(b"\n") and not is_json(line):
                 break  # the last line, unfinished: a write in progress or cut by a crash
             lines += 1
             batch.append((lineno, line))
-            if len(batch) == BATCH_LINES:
+            size += len(line)
+            if len(batch) == BATCH_LINES or size >= BATCH_LINE_BYTES:
                 yield from batch_records(batch)
-                batch = []
+                batch, size = [], 0
         yield from batch_records(batch)
     if lines and not records:
         raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")
