@@ -27,6 +27,7 @@ from typing import IO, Any
 from mitmproxy import ctx, exceptions, http
 
 from wirediff._types import Record
+from wirediff.addons._deflate import install_bounded_deflate
 from wirediff.addons._options import take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
 from wirediff.record.body import DEFAULT_BODY_CAP
@@ -261,6 +262,7 @@ class Capture:
         recorded. The bytes are the same; with TLS, ALPN is then chosen without the
         server — `capture_lazy_connect=false` keeps eager."""
         self.is_running = True
+        install_bounded_deflate()
         self._redact_mitmproxy_log()
         quiet_cancelled_connections()
         if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
