@@ -3,17 +3,16 @@ mirror): no record lost, none torn, none moved aside as a fragment while its wri
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_for
 from tests.fixtures import records as fx
+from tests.unit.test_store_import import FullDisk
 from wirediff._types import Record
 from wirediff.record.parts import Rotation, capture_parts
 from wirediff.record.store import RecordWriter, encode_record, load_records
@@ -60,32 +59,18 @@ def test_a_writer_waits_for_the_line_another_is_writing(tmp_path: Path) -> None:
     assert not path.with_name("s.jsonl.fragments").exists()
 
 
-class FailingFor:
-    """`os.write` that fails (a full disk, half a line written) for one file descriptor."""
-
-    def __init__(self) -> None:
-        self.real: Callable[[int, bytes], int] = os.write
-        self.fd: int | None = None
-
-    def __call__(self, fd: int, data: bytes) -> int:
-        if fd != self.fd:
-            return self.real(fd, data)
-        self.real(fd, data[: len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 def test_a_failed_write_cuts_back_only_its_own_half_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = FailingFor()
+    disk = FullDisk()
     monkeypatch.setattr("wirediff.record.store.os.write", disk)
     path = tmp_path / "s.jsonl"
     a, b = RecordWriter(path), RecordWriter(path)
     for i, (ra, rb) in enumerate(zip(records("a", 110), records("b", 110), strict=True)):
         if i == 50:
-            disk.fd = a._fd  # a's disk is full for a while; b goes on writing
+            disk.full, disk.fd = True, a._fd  # a's disk is full for a while; b writes on
         if i == 60:
-            disk.fd = None
+            disk.full = False
         assert a.write(ra) == (not 50 <= i < 60)
         assert b.write(rb)
     a.close()
