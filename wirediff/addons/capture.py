@@ -8,10 +8,11 @@ Server-Sent Events are streamed through unbuffered and recorded event by event w
 a WebSocket session (the Responses API's WebSocket mode, Realtime) is one record per
 connection, its messages kept as they pass and recorded when it closes. At shutdown every
 exchange still in flight (a stream mid-way, a request waiting for its answer, an open
-session) is recorded as it stands. Secrets in headers are replaced by fingerprints. Records are built and appended
-by a recorder process (`wirediff.record.recorder`), off the proxy's event loop. A bad option
-value or an unwritable `capture_dir` stops mitmdump at startup with one line. What mitmdump
-itself prints about flows has credentials fingerprinted too.
+session) is recorded as it stands. Secrets in headers are replaced by fingerprints.
+Records are built and appended by a recorder process (`wirediff.record.recorder`), off the
+proxy's event loop. A bad option value or an unwritable `capture_dir` stops mitmdump at
+startup with one line. What mitmdump itself prints about flows has credentials
+fingerprinted too.
 """
 
 from __future__ import annotations
