@@ -9,11 +9,15 @@ import random
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from tests.fixtures import records as fx
 from wirediff._types import Record
 from wirediff.engine.commands import Run
+from wirediff.engine.sources import open_binary
 from wirediff.record import lines, validate
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange, Request, Response, Timings
@@ -152,3 +156,36 @@ def test_lines_are_read_whole_up_to_the_bound_and_past_it_never_held(
     read = [next_line(fh, n, torn) for n in range(len(given))]
     assert read == [(given[0], 2), (given[1], 100), (b"", 102), (given[3], 100), (b"", 0)]
     assert torn == [(2, "a line of 102 bytes, past the 0 MiB a capture writes: skipped")]
+
+
+class _Remote(AbstractBufferedFile):  # type: ignore[misc]
+    """A file as fsspec's remote filesystems (s3, gcs, http) give them: buffered by fsspec,
+    its readline bounded by nothing."""
+
+    def __init__(self, fs: Any, path: str, data: bytes) -> None:
+        self.data = data
+        super().__init__(fs, path, mode="rb", size=len(data))
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return self.data[start:end]
+
+
+class _RemoteFileSystem(MemoryFileSystem):  # type: ignore[misc]
+    protocol = "wdremote"
+    files: dict[str, bytes] = {}
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        return _Remote(self, path, self.files[path.split("://", 1)[-1]])
+
+
+def test_a_remote_file_is_read_a_bounded_line_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lines, "READ_PIECE", 10)
+    for module in (lines, validate):
+        monkeypatch.setattr(module, "MAX_LINE_BYTES", 100)
+    fsspec.register_implementation("wdremote", _RemoteFileSystem, clobber=True)
+    monkeypatch.setitem(_RemoteFileSystem.files, "/c.jsonl", b"a\n" + b"b" * 200 + b"\nc\n")
+    torn: list[tuple[int, str]] = []
+    with open_binary("wdremote:///c.jsonl") as fh:
+        read = [next_line(fh, n, torn) for n in range(4)]
+    assert read == [(b"a\n", 2), (b"", 201), (b"c\n", 2), (b"", 0)]
+    assert [n for n, _ in torn] == [1]

@@ -7,6 +7,7 @@ from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -89,6 +90,8 @@ def open_binary(url: str) -> IO[bytes]:
         handle: IO[bytes] = fsspec.open(url, "rb").open()
     except (ImportError, ValueError) as e:
         raise UsageError(f"{url}: {e}") from None
+    if isinstance(handle, fsspec.spec.AbstractBufferedFile):  # its readline takes no bound
+        return io.BufferedReader(handle, buffer_size=1 << 20)  # type: ignore[arg-type]
     return handle
 
 
