@@ -239,10 +239,13 @@ def build_record(
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
     req_type = _content_type(sent)
-    scanned = _decoded(req, max(SCANNED, body_cap + 1))
-    req_content = scanned[: body_cap + 1] if scanned is not None else None
+    req_content = _decoded(req, body_cap + 1)
+    over_cap = req_content is not None and len(req_content) > body_cap
+    # an over-cap body is searched further than it is kept; a snapshot's cut encoded body
+    # decodes no further than its start, which `req_content` already holds
+    scanned = _decoded(req, SCANNED) if over_cap else req_content
     fields = body_secrets(scanned, req_type)
-    if req_content is not None and len(req_content) > body_cap:  # a value the cut ends
+    if over_cap and req_content is not None:  # a value the cut ends
         fields += body_secrets(req_content[:body_cap], req_type)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
