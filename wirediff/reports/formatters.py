@@ -31,7 +31,6 @@ __all__ = [
     "MAX_LINES",
     "anchor",
     "hits",
-    "id_free",
     "missing",
     "nice_ticks",
     "path_only",
@@ -72,19 +71,6 @@ REMEMBERED = 512
 """Characters of a text whose scrubbed form is remembered: evidence, titles and messages
 repeat across exchanges, and the patterns cost more than a lookup."""
 _redacted = functools.lru_cache(maxsize=4096)(redact_patterns)
-
-
-_ID = re.compile(
-    r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"  # uuid
-    r"|\b[A-Za-z]{2,12}[_-](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{12,}\b"  # resp_…, call_…, chatcmpl-…
-    r"|\b[0-9a-f]{16,}\b"
-)
-"""What servers and the replayer generate per exchange: response, call and record ids."""
-
-
-def id_free(text: str) -> str:
-    """`text` with generated ids replaced, to fold what differs only by them."""
-    return _ID.sub("<id>", text)
 
 
 def missing(value: object) -> bool:
