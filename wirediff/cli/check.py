@@ -28,6 +28,7 @@ from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
+from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.partial import GateCounts, gate_counts
 
 __all__ = ["CHECK_FORMAT", "gate", "gate_from", "parse_kinds", "register", "write_junit"]
@@ -156,6 +157,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(printable(text), file=lines)
 
+    verdict_line = bottom_line(result.verdicts)
+    for sentence in verdict_line:
+        say(sentence)
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
@@ -187,6 +191,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "passed": bool(passed),
             "fail_on_severity": args.fail_on_severity,
             "fail_on": list(fail_on),
+            "bottom_line": verdict_line,
             "verdicts": items,
             "unmatched": unmatched,
         }
