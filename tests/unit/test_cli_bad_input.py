@@ -122,7 +122,6 @@ BAD_USAGE: dict[str, list[str]] = {
     "report --baseline without a label": ["report", "GOOD", "--baseline"],
     "report --baseline a label no capture has": ["report", "GOOD", "--baseline", "nosuch"],
     "check --baseline a label the baseline lacks": ["check", "GOOD", "GOOD", "--baseline", "x"],
-    "diagnose --baseline a label no capture has": ["diagnose", "GOOD", "--baseline", "nosuch"],
 }
 NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe"}
 """Commands that read no capture: bad usage is all they can be given."""
