@@ -50,6 +50,7 @@ BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
     "JSON, another format": _write("other.jsonl", b'{"format": "other/1", "id": "x"}\n'),
     "a JSON array": _write("array.jsonl", b"[1, 2]\n"),
     "one unfinished line": _write("cut.jsonl", b'{"format": "wirediff/1", "id": "a", "req'),
+    "an HTML report": _write("report.html", b"<!doctype html>\n<html lang=en>\n"),
     "a directory": _directory,
     "a missing file": lambda d: d / "missing.jsonl",
 }
@@ -285,6 +286,19 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
     assert "a capture this command reads" in one_error_line(capsys.readouterr().err)
     assert good.read_bytes() == held and part.read_bytes() == held
     assert not (good.parent / "r.html").exists()
+
+
+def test_a_report_given_as_a_capture_is_named_as_one(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wirediff report report.html` in the demo's folder: the input is the problem, not the
+    `-o` it was not given (whose default names the same file)."""
+    monkeypatch.chdir(good.parent)
+    (good.parent / "report.html").write_text("<!doctype html>\n<html lang=en>\n")
+    assert main(["report", "report.html"]) == 2
+    err = one_error_line(capsys.readouterr().err)
+    assert err.startswith("wirediff: error: report.html: an HTML or XML page, not a wirediff/1")
+    assert "-o" not in err
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:

@@ -69,6 +69,11 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     if first is None:
         raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+    if first.lstrip().startswith(b"<"):
+        raise CaptureError(
+            f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
+            "it was made from)"
+        )
     if not first.endswith(b"\n") and not _is_json(first):
         raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
     return p
@@ -195,7 +200,7 @@ def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str
     for arg in inputs:
         p = Path(arg)
         if p.is_file():
-            read += expand_parts([p])
+            read += expand_parts([capture_file(p)])
     for option, out in outputs.items():
         if not out or str(out) == "-" or not Path(out).is_file():
             continue
