@@ -108,6 +108,14 @@ BAD_USAGE: dict[str, list[str]] = {
     "export over an existing file": ["export", "GOOD", "--parquet", "GOOD"],
     "report --engine unknown": ["report", "GOOD", "--engine", "spark"],
     "demo an unknown option": ["demo", "--fast"],
+    "stand-in an unknown one": ["stand-in", "nope"],
+    "stand-in --port past 65535": ["stand-in", "openai", "--port", "99999"],
+    "stand-in an unset key variable": [
+        "stand-in",
+        "openai",
+        "--api-key-env",
+        "WIREDIFF_TEST_UNSET_KEY_VAR",
+    ],
     "addon-path an extra argument": ["addon-path", "extra"],
     "addon-path two addons": ["addon-path", "shadow", "capture"],
     "probe without a URL": ["probe"],
@@ -124,7 +132,7 @@ BAD_USAGE: dict[str, list[str]] = {
     "report --baseline a label no capture has": ["report", "GOOD", "--baseline", "nosuch"],
     "check --baseline a label the baseline lacks": ["check", "GOOD", "GOOD", "--baseline", "x"],
 }
-NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe"}
+NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe", "stand-in"}
 """Commands that read no capture: bad usage is all they can be given."""
 
 
