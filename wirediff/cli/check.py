@@ -247,7 +247,7 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--fail-on",
         metavar="KIND,…",
-        help=f"also fail on findings of these kinds, at any severity (known: {','.join(ALL_KINDS)})",
+        help=f"also fail on findings of these kinds, at any severity (known: {', '.join(ALL_KINDS)})",
     )
     c.add_argument(
         "--json",
