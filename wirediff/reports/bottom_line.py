@@ -60,7 +60,8 @@ def bottom_line(verdicts: pd.DataFrame) -> list[str]:
             out.append(f"{label} can replace {base} for {families}{_deviations(good)}.")
             continue
         stops = "; ".join(
-            f"{_family(r)} {clip(str(r['headline']) or str(r['verdict']), HEADLINE)}" for r in bad
+            f"{_family(r)} {clip(str(r['headline']) or str(r['verdict']), HEADLINE).rstrip('.')}"
+            for r in bad
         )
         rest = f"; it can for {_names([_family(r) for r in good])}" if good else ""
         out.append(f"{label} cannot replace {base}: {stops}{rest}{_deviations(good)}.")
