@@ -431,6 +431,14 @@ LATENCY = """(() => {
 a median near zero, just clear of the backend's name), the p95's value comes after its
 whisker, no two labels overlap, and the median's value is above the box."""
 
+WHOLE_NAMES = """[...document.querySelectorAll("table.verdicts th, table.dropin td:nth-child(2)")]
+  .filter(e => e.checkVisibility())
+  .filter(e => { const r = document.createRange(); r.selectNodeContents(e);
+                 return r.getClientRects().length > 1; })
+  .map(e => e.textContent)"""
+"""JS: endpoint family names broken over lines (one that wraps anywhere reads `chat.completio
+ns`)."""
+
 RAW_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[a-z]{2,12}[_-](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{16,}"
 """A uuid or a prefixed generated id (`resp_8307…`)."""
 
@@ -455,6 +463,7 @@ def test_report_fits_the_window_at_widths(
     scroll, inner, wide = browser.js(OVERFLOW)
     assert scroll <= inner and not wide, (scroll, inner, wide)
     assert browser.js(BOXES) == []
+    assert browser.js(WHOLE_NAMES) == []
     bars = browser.js(LATENCY)
     assert bars and all(all(checks) for checks in bars), bars
     said = browser.js(
