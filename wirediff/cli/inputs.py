@@ -30,6 +30,7 @@ __all__ = [
     "capture_file",
     "distinct_outputs",
     "iter_capture",
+    "key_from_env",
     "named_captures",
     "unfinished_line",
 ]
@@ -190,6 +191,17 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     return str(capture_file(copy))
+
+
+def key_from_env(var: str | None) -> str | None:
+    """The key in `$var` (`--api-key-env VAR`: never the key itself on the command line),
+    or none when no variable is named; a variable that is not set is a usage error."""
+    if not var:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise UsageError(f"--api-key-env: environment variable {var} is not set")
+    return key
 
 
 def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any]) -> None:

@@ -5,13 +5,13 @@ base URL a client is given (`http://127.0.0.1:P/v1`)."""
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from typing import Any
 
 from wirediff.backends.server import FAULT_MODELS
 from wirediff.backends.standin import make_standin
+from wirediff.cli.inputs import key_from_env
 from wirediff.cli.runner import EXIT_INTERRUPTED, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.profiles import load_profiles
@@ -25,11 +25,7 @@ def cmd_stand_in(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown stand-in {args.profile!r} (known: {', '.join(known)})")
     if args.delay < 0 or not 0 <= args.port <= 65535:
         raise UsageError("--delay must be >= 0 and --port within 0..65535")
-    api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            raise UsageError(f"--api-key-env: environment variable {args.api_key_env} is not set")
+    api_key = key_from_env(args.api_key_env)
     models = (
         [m.strip() for m in args.models.split(",") if m.strip()]
         if args.models is not None
