@@ -143,10 +143,22 @@ def test_a_port_in_use_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and f"port {port} is not free" in err and err.count("\n") == 1
 
 
-def test_mitmdump_refusing_its_arguments_is_bad_usage(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--mode", "bogus:x"], "bogus:x"),
+        (["--set", "capture_body_cap=abc"], "capture_body_cap must be a whole number of bytes"),
+    ],
+    ids=["mitmdump refuses an argument", "the addon refuses a value, after mitmdump listens"],
+)
+def test_a_proxy_that_did_not_start_is_bad_usage_and_prints_no_banner(
+    tmp_path: Path, extra: list[str], words: str
+) -> None:
+    """mitmdump listens before it loads the addon: no base URL is printed until the addon
+    records, and none when it refused to."""
     argv = ["--to", "http://127.0.0.1:9/v1", "--port", "0", "--dir", str(tmp_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "wirediff", "capture", *argv, "--", "--mode", "bogus:x"],
+        [sys.executable, "-m", "wirediff", "capture", *argv, "--", *extra],
         capture_output=True,
         text=True,
         timeout=60,
@@ -154,24 +166,7 @@ def test_mitmdump_refusing_its_arguments_is_bad_usage(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.count("wirediff: error: mitmdump did not start") == 1
-    assert "bogus:x" in done.stderr  # mitmdump's own words, on the terminal
-
-
-def test_a_proxy_that_did_not_start_prints_no_banner(tmp_path: Path) -> None:
-    """mitmdump listens before it loads the addon, which then refuses a bad value: nothing
-    to point a client at, so no base URL is printed."""
-    argv = ["--to", "http://127.0.0.1:9/v1", "--port", "0", "--dir", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "wirediff", "capture", *argv, "--", "--set", "capture_body_cap=abc"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    said = done.stdout + done.stderr  # mitmdump's log goes to the terminal's stdout
-    assert "capture_body_cap must be a whole number of bytes, not 'abc'" in said
-    assert done.stderr.count("wirediff: error: mitmdump did not start") == 1
+    assert words in done.stdout + done.stderr  # mitmdump's own words, on the terminal
     assert "client base URL" not in done.stdout, done.stdout
 
 
