@@ -262,7 +262,7 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
     assert {
         "report": f'"exchanges": {len(base)}' in out,
         "diagnose": out == "[]\n",
-        "check": out.startswith(f"{len(base)} replayed exchanges compared with {len(base)} "),
+        "check": f"\n{len(base)} replayed exchanges compared with {len(base)} baseline" in out,
         "export": out.startswith(f"{len(base)} exchanges"),
     }[argv[0]], out
     assert not list(temp.iterdir()), "the copy was left behind"
