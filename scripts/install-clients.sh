@@ -69,15 +69,5 @@ install_client() {
   echo "install-clients: $name installed in $((SECONDS - t0))s, $(du -sh "$dir" | cut -f1) ($dir)"
 }
 
-# Side by side: the installs mostly wait on downloads.
-pids=()
-for client in "${CLIENTS[@]}"; do
-  IFS='|' read -r name kind spec file <<<"$client"
-  install_client "$name" "$kind" "$spec" "$file" &
-  pids+=("$!")
-done
-failed=0
-for pid in "${pids[@]}"; do
-  wait "$pid" || failed=1
-done
-exit "$failed"
+source "$ROOT/scripts/side-by-side.sh"
+side_by_side install_client "${CLIENTS[@]}"

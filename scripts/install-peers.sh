@@ -71,16 +71,14 @@ install_peer() {
 }
 
 # Side by side: llama-cpp-python's build while the others download.
-pids=()
+chosen=()
 for peer in "${PEERS[@]}"; do
-  IFS='|' read -r name spec dist cmd <<<"$peer"
-  if [[ $# -eq 0 || " $* " == *" $name "* ]]; then
-    install_peer "$name" "$spec" "$dist" "$cmd" &
-    pids+=("$!")
+  if [[ $# -eq 0 || " $* " == *" ${peer%%|*} "* ]]; then
+    chosen+=("$peer")
   fi
 done
-failed=0
-for pid in "${pids[@]}"; do
-  wait "$pid" || failed=1
+for name in "$@"; do
+  [[ " ${PEERS[*]%%|*} " == *" $name "* ]] || die "no peer named '$name' (peers: ${PEERS[*]%%|*})"
 done
-exit "$failed"
+source "$ROOT/scripts/side-by-side.sh"
+side_by_side install_peer "${chosen[@]}"
