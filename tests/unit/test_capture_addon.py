@@ -291,6 +291,20 @@ async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> N
         assert "capture_body_cap" not in tctx.options.deferred
 
 
+async def test_a_misspelt_option_is_refused_naming_the_nearest(tmp_path: Path) -> None:
+    """mitmproxy keeps a `--set` it does not know waiting for an addon to register it: a
+    misspelt option would do nothing, without a word."""
+    cap = Capture()
+    with taddons.context() as tctx:
+        tctx.options.set("capture_bodycap=5", "capture_sesion=x", "shadow_to=", defer=True)
+        tctx.master.addons.register(cap)
+        assert cap.problems == [
+            "unknown option capture_bodycap (did you mean capture_body_cap?)",
+            "unknown option capture_sesion (did you mean capture_session?)",
+        ]
+        assert set(tctx.options.deferred) == {"shadow_to"}  # another addon's, if loaded
+
+
 async def test_capture_rotate_starts_numbered_parts(tmp_path: Path) -> None:
     cap = Capture()
     with taddons.context(cap) as tctx:

@@ -28,8 +28,9 @@ from typing import IO, Any
 from mitmproxy import ctx, exceptions, http
 
 from wirediff._types import Record
+from wirediff.addons import READY_ENV
 from wirediff.addons._deflate import install_bounded_deflate
-from wirediff.addons._options import take_unparsable
+from wirediff.addons._options import take_unknown, take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.build import (
@@ -65,6 +66,8 @@ __all__ = ["LABEL_HEADER", "REPLAY_OF_HEADER", "Capture", "addons"]
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
 _CONTROL = (REPLAY_OF_HEADER.encode(), LABEL_HEADER.encode())
+_MISSING, _STREAMED = "(content missing)", "(streamed)"
+"""mitmdump's size of a body it did not buffer, and what the capture's log says instead."""
 _INT_OPTIONS = ("capture_body_cap",)
 _BOOL_OPTIONS = ("capture_lazy_connect",)
 _WIREDIFF_ROOT = str(Path(sys.modules["wirediff"].__file__ or "").resolve().parent.parent)
@@ -95,13 +98,15 @@ class _LogSecrets:
 
 class _RedactedOutput:
     """mitmdump's flow log with credentials fingerprinted: those of the exchanges it prints
-    about, in any form, and anything shaped like one (`redact_log_text`)."""
+    about, in any form, and anything shaped like one (`redact_log_text`). A body streamed
+    through (the capture's streams are: nothing is buffered) has no content for mitmdump to
+    size, which it calls missing: the log says streamed."""
 
     def __init__(self, out: IO[str], secrets: _LogSecrets) -> None:
         self._out, self._secrets = out, secrets
 
     def write(self, text: str) -> int:
-        return self._out.write(self._secrets.scrub(text))
+        return self._out.write(self._secrets.scrub(text.replace(_MISSING, _STREAMED)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._out, name)
@@ -176,6 +181,7 @@ class Capture:
         )
         master = getattr(loader, "master", None)  # none: `wirediff capture --help` reading
         if master is not None:
+            self.problems += take_unknown(master.options, "capture_")
             self.problems += take_unparsable(
                 master.options,
                 {name: "a whole number of bytes" for name in _INT_OPTIONS},
@@ -270,6 +276,9 @@ class Capture:
             ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
         self._start_recorder()
+        ready = os.environ.get(READY_ENV)
+        if ready and self.path is not None:
+            Path(ready).touch()
 
     def _redact_mitmproxy_log(self) -> None:
         dumper = ctx.master.addons.get("dumper")  # type: ignore[no-untyped-call]

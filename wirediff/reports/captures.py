@@ -20,7 +20,8 @@ import pandas as pd
 
 from wirediff._support import merge_earliest
 from wirediff._types import Record
-from wirediff.reports.formatters import anchor, id_free, redact
+from wirediff.analysis.comparison.sameness import without_ids
+from wirediff.reports.formatters import anchor, redact
 
 __all__ = [
     "MAX_CARD_CAPTURES",
@@ -246,8 +247,10 @@ def collect_skipped(
     ):
         rec = records_by_id.get(rid)
         error = rec.get("error") if rec is not None else None
-        reason = redact((error["message"] if error is not None else "") or "no reason recorded")
-        key = (label, endpoint, id_free(reason))
+        reason = without_ids(
+            redact((error["message"] if error is not None else "") or "no reason recorded")
+        )
+        key = (label, endpoint, reason)
         found = groups.get(key)
         if found is None:
             found = groups[key] = (

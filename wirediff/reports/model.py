@@ -25,6 +25,7 @@ from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_fr
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
 from wirediff.probe.run import ProbeResult
+from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.captures import (
     SKIPPED,
     Capture,
@@ -41,6 +42,7 @@ from wirediff.reports.findings import (
     finish_folds,
     group_findings,
     kind_order,
+    one_per_problem,
 )
 from wirediff.reports.formatters import anchor, status_class
 from wirediff.reports.hops import ChainCounts, ChainGroup, collect_chains, finish_chains
@@ -97,6 +99,7 @@ class Verdict:
     deviations: int
     cosmetic: int
     exchanges: int
+    headline: str
     anchor: str = ""
 
     @property
@@ -117,6 +120,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
             int(r["deviations"]),
             int(r["cosmetic"]),
             int(r["exchanges"]),
+            str(r["headline"]),
         )
         for r in frame.to_dict("records")
     ]
@@ -175,6 +179,8 @@ class ReportModel:
     endpoints: list[tuple[str, str]]
     cells: dict[tuple[str, str], Cell]
     verdicts: list[Verdict]
+    bottom_line: list[str]
+    """One sentence per candidate: can it replace the baseline, or what stops it."""
     baseline_flawed: bool
     """The baseline itself breaks a reference: every comparison inherits its flaws."""
     findings: list[Finding]
@@ -222,6 +228,17 @@ class ReportModel:
                         e = f.examples[0]
                         ids.update(dict.fromkeys(i for i in (e.baseline_id, e.candidate_id) if i))
         return list(ids)
+
+
+def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
+    """A cell's outcomes as its verdict counts them: a route-level failure is `unsupported`
+    in a cell that is, and `breaking` in one where other calls work (the client loses what
+    it asked for)."""
+    if verdict == "unsupported" or "unsupported" not in outcomes:
+        return outcomes
+    moved = Counter(outcomes)
+    moved["breaking"] += moved.pop("unsupported")
+    return _in_order(moved)
 
 
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
@@ -275,7 +292,9 @@ def finish(
     )
     tls, anchors = finish_alignments(part.alignments, anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
-    folded = finish_folds(part.folds, {k: a for k, a in anchors.items() if a in drawn})
+    folded = one_per_problem(
+        finish_folds(part.folds, {k: a for k, a in anchors.items() if a in drawn})
+    )
     chains = finish_chains(chain_counts)
     skipped = finish_skipped(part.skipped)
 
@@ -301,6 +320,8 @@ def finish(
         cell = cells.get((str(lab), str(endpoint)))
         if cell is not None:
             cell.verdict, cell.reasons = str(verdict), list(reasons)
+    for cell in cells.values():
+        cell.outcomes = agreeing(cell.outcomes, cell.verdict)
     for v in drop_in:
         mine = [
             c for c in cells.values() if c.label == v.label and c.family == v.family and c.total
@@ -332,9 +353,9 @@ def finish(
         families = [v for v in drop_in if v.label == label]
         kinds = kind_counts.get(label, {})
         outcomes: Counter[str] = Counter()
-        for (lab, _, what), n in part.outcomes.items():
-            if lab == label:
-                outcomes[what] += n
+        for c in cells.values():
+            if c.label == label:
+                outcomes.update(c.outcomes)
         backends.append(
             Backend(
                 label,
@@ -376,6 +397,7 @@ def finish(
         endpoints=endpoints,
         cells=cells,
         verdicts=drop_in,
+        bottom_line=bottom_line(frame),
         baseline_flawed=any(v.role == "baseline" and (v.breaking or v.deviations) for v in drop_in),
         findings=folded,
         kinds=kind_groups,

@@ -277,6 +277,7 @@ def collect(
     )
     no_answer = ex["error_kind"].where(ex["error_kind"] == SKIPPED, "none")
     status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
+    status = status.where(~ex["soft_error"].eq(True).to_numpy(), status + " error body")
     part.status_mix = Counter(zip(ex["label"].tolist(), status.tolist(), strict=True))
     if len(ffr):
         part.kinds = Counter(zip(ffr["label"].tolist(), ffr["kind"].tolist(), strict=True))
