@@ -5,6 +5,7 @@ the user agent it really sends, whatever call made the request."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import openai
@@ -14,6 +15,7 @@ from tests.clients.conftest import npm_version, pip_version
 from tests.clients.probe_workloads import WORKLOADS_BY_NAME, Workload, capture_client_workload
 from tests.fixtures.records import sdk_of
 from wirediff._types import Record
+from wirediff.cli.report import main_report
 
 pytestmark = pytest.mark.clients
 
@@ -47,6 +49,14 @@ def test_the_vercel_ai_sdk_is_one_client_whichever_call_sent_it(tmp_path: Path) 
     assert any(a.startswith(f"ai-sdk-openai/{provider} ") for a in agents)
     assert clients(records) == {("ai-sdk", npm_version(client, "@ai-sdk/provider-utils"))}
     assert all("lang" not in sdk_of(r) for r in records)  # no X-Stainless-*: not an OpenAI SDK
+    # and the report lists it once, with every exchange it sent
+    summary = tmp_path / "summary.json"
+    path = tmp_path / "vercel.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert main_report([str(path), "-o", str(tmp_path / "r.html"), "--json", str(summary)]) == 0
+    (backend,) = json.loads(summary.read_text(encoding="utf-8"))["backends"]
+    listed = [c for cap in backend["captures"] for c in cap["clients"]]
+    assert [(c["client"], c["exchanges"]) for c in listed] == [("ai-sdk", len(records))]
 
 
 def test_the_agents_sdk_says_who_it_is(tmp_path: Path) -> None:

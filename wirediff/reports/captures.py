@@ -146,6 +146,14 @@ CaptureCounts = dict[tuple[str, str, bool], Seen]
 """Per (label, session, replayed): `collect_captures`'s, merged."""
 
 
+def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Key a client by who it says it is, so one client whose user agent varies by call is
+    one client: the Vercel AI SDK adds its provider-utils and runtime tokens to streamed
+    calls only. A user agent naming nobody known is its own identity."""
+    named = sdk.get("client") or sdk.get("lang")
+    return tuple(sdk.get(k) for k in SDK_FIELDS if k != "user_agent" or not named)
+
+
 def collect_captures(
     ex: pd.DataFrame, records_by_id: Mapping[str, Record], positions: Sequence[Any] | None = None
 ) -> CaptureCounts:
@@ -169,16 +177,13 @@ def collect_captures(
             cap = out[(label, session, again)] = Seen()
         cap.exchanges += 1
         sdk = _sdk(records_by_id.get(rid))
-        key = tuple(sdk.get(k) for k in SDK_FIELDS)
+        key = _identity(sdk)
         seen = cap.clients.get(key)
         if seen is None:
-            said = {
-                k: redact(v) if isinstance(v, str) else v
-                for k, v in zip(SDK_FIELDS, key, strict=True)
-            }
+            said = {k: redact(v) if isinstance(v, str) else v for k, v in sdk.items()}
             seen = cap.clients[key] = (
                 place,
-                Client({k: v for k, v in said.items() if v is not None}),
+                Client({k: said[k] for k in SDK_FIELDS if said.get(k) is not None}),
             )
         seen[1].exchanges += 1
     return out
