@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.test_replay import Fake, T, as_json, mock, rec, session, sse, streamed
+from tests.fixtures.replay_records import Fake, T, as_json, mock, rec, session, sse, streamed
 from wirediff._types import Record
 from wirediff.cli.replay import EARLY_SPOOL_BYTES, main_replay
 from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
