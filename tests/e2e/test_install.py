@@ -1,12 +1,13 @@
 """A plain `pip install .` (not editable) installs one import name, `wirediff`, and its addon
-records through a real mitmdump; the sdist is a whole checkout, so the README's
-`mitmdump -s addons/capture.py` works from an unpacked one. The layout is what users get,
-not only what a checkout has."""
+records through a real mitmdump; the sdist is a whole checkout, so the README's commands
+(`mitmdump -s addons/capture.py`, `make demo`, `make test`) find every file they use in an
+unpacked one. The layout is what users get, not only what a checkout has."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -55,6 +56,29 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def unpacked(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist unpacked: the top folder a user enters."""
+    tmp = tmp_path_factory.mktemp("unpacked")
+    with tarfile.open(next(dist.glob("wirediff-*.tar.gz"))) as t:
+        t.extractall(tmp, filter="data")
+    return next(tmp.iterdir())
+
+
+def _checkout_paths(text: str) -> set[str]:
+    """Words of `text` that name a file or folder of this checkout (`addons/capture.py`)."""
+    words = re.findall(r"[\w.-]+(?:/[\w.-]+)+/?", text)
+    return {w.rstrip("/") for w in words if (ROOT / w).exists() and not w.startswith(".")}
+
+
+def _readme_commands() -> str:
+    """The README's code: its fenced blocks and inline spans, where its commands are."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+    spans = re.findall(r"`([^`]+)`", fenced.sub("", text))
+    return "\n".join([*fenced.findall(text), *spans])
+
+
+@pytest.fixture(scope="module")
 def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The wheel installed with `--no-deps` into a fresh venv that borrows this environment's
     dependencies (a .pth file; the editable install's own .pth files are not read from there,
@@ -84,6 +108,19 @@ def test_the_sdist_is_the_whole_checkout(dist: Path) -> None:
     wanted = {n for n in _tracked() if not n.startswith((".ci/", ".gitignore"))}
     assert wanted - names == set()
     assert {"addons/capture.py", "addons/shadow.py", "Makefile"} <= names
+
+
+def test_the_sdist_holds_every_file_the_readmes_commands_use(unpacked: Path) -> None:
+    """Every checkout path in the README's commands, and every one that `make demo` and
+    `make test` run (as `make -n` prints them in the unpacked sdist), is in the sdist."""
+    plan = subprocess.run(
+        ["make", "-n", "demo", "test"], cwd=unpacked, capture_output=True, text=True, timeout=60
+    )
+    assert plan.returncode == 0, plan.stderr
+    used = _checkout_paths(_readme_commands()) | _checkout_paths(plan.stdout)
+    assert {"addons/capture.py", "addons/shadow.py", "scripts/install-peers.sh"} <= used
+    assert {"scripts/install-clients.sh", "tests/e2e/test_report_browser.py"} <= used
+    assert sorted(p for p in used if not (unpacked / p).exists()) == []
 
 
 def test_each_module_is_in_the_wheel_once_at_its_one_path(
@@ -148,16 +185,13 @@ def test_addon_path_names_the_installed_addons(
 
 @pytest.mark.parametrize("where", ["addon-path", "sdist"])
 def test_mitmdump_records_with_the_installed_addon(
-    installed: tuple[Path, Path], dist: Path, tmp_path: Path, where: str
+    installed: tuple[Path, Path], unpacked: Path, tmp_path: Path, where: str
 ) -> None:
     """Through `mitmdump -s "$(wirediff addon-path)"`, and through the README's
     `mitmdump -s addons/capture.py` run in an unpacked sdist."""
     _, py = installed
     if where == "sdist":
-        with tarfile.open(next(dist.glob("wirediff-*.tar.gz"))) as t:
-            t.extractall(tmp_path / "unpacked", filter="data")
-        top = next((tmp_path / "unpacked").iterdir())
-        addon = str(top / "addons" / "capture.py")
+        addon = str(unpacked / "addons" / "capture.py")
     else:
         addon = _run(py, "-m", "wirediff", "addon-path", cwd=tmp_path).strip()
     port = free_port()

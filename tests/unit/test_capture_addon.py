@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mitmproxy import exceptions, http
+from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
@@ -18,7 +18,6 @@ from tests.fixtures.records import answer, auth_of, error_of, events_of, websock
 from wirediff._types import Record
 from wirediff.addons.capture import Capture
 from wirediff.record.flow import WEBSOCKET_TAP
-from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
 from wirediff.record.websocket import WebSocketTap, turns
 
@@ -139,39 +138,6 @@ async def test_client_disconnect_after_done_keeps_every_event(tmp_path: Path) ->
     assert error_of(rec)["kind"] == "client_disconnect"
 
 
-@pytest.mark.parametrize("recorder", [False, True])
-async def test_exchanges_in_flight_at_shutdown_are_recorded_as_they_stand(
-    tmp_path: Path, recorder: bool
-) -> None:
-    """A stream mid-way and a request still waiting for its answer, when mitmdump stops."""
-    streaming, waiting, done = chat_flow(), chat_flow(), chat_flow()
-    flow_response(streaming).headers["content-type"] = "text/event-stream"
-    waiting.response = None
-    cap = Capture()
-    with taddons.context(cap) as tctx:
-        tctx.configure(
-            cap, capture_dir=str(tmp_path), capture_session="t", capture_lazy_connect=False
-        )
-        if recorder:
-            cap.running()
-        for f in (streaming, waiting, done):
-            cap.requestheaders(f)
-        cap.responseheaders(streaming)
-        tap = flow_response(streaming).stream
-        assert callable(tap)
-        tap(b'data: {"a":1}\n\ndata: {"b"')
-        cap.responseheaders(done)
-        cap.response(done)
-        cap.done()
-    recs = {r["seq"]: r for r in load_records([tmp_path / "t.jsonl"])}
-    assert sorted(recs) == [0, 1, 2] and recs[2]["error"] is None
-    for seq in (0, 1):
-        assert error_of(recs[seq])["kind"] == "proxy_shutdown"
-    assert [e["data"] for e in events_of(recs[0])] == [{"a": 1}, '{"b"']
-    assert answer(recs[0])["complete"] is False and recs[1]["response"] is None
-    assert recs[1]["request"]["body"]["model"] == "gpt-4o-mini"
-
-
 async def test_a_new_capture_file_takes_the_exchanges_in_flight(tmp_path: Path) -> None:
     """A capture file changed while running (mitmweb's options): what is in flight is
     recorded when it ends, in the new file, not cut short."""
@@ -262,21 +228,6 @@ async def test_bad_options_at_startup_are_one_logged_error(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and message in errors[0].getMessage()
     assert errors[0].exc_info is None and "\n" not in errors[0].getMessage()
-
-
-@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
-async def test_bad_options_while_running_are_refused(
-    tmp_path: Path, options: dict[str, object], message: str
-) -> None:
-    (tmp_path / "FILE").write_text("")
-    options = {k: str(tmp_path / "FILE") if v == "FILE" else v for k, v in options.items()}
-    cap = Capture()
-    with taddons.context(cap) as tctx:
-        tctx.configure(cap, capture_dir=str(tmp_path), capture_session="ok")
-        cap.is_running = True
-        with pytest.raises(exceptions.OptionsError, match=message):
-            tctx.configure(cap, **options)
-        cap.done()
 
 
 async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> None:
@@ -536,25 +487,6 @@ async def test_websocket_session_is_one_record_with_its_messages_as_events(
     }  # fmt: skip
     assert rec["duration_ms"] == 500.0
     assert KEY not in (tmp_path / "t.jsonl").read_text()  # the handshake's and the echo
-
-
-@pytest.mark.parametrize("recorder", ["running", "killed"])
-@pytest.mark.parametrize("close", [(1000, False), None])
-async def test_websocket_session_is_recorded_through_the_recorder_process(
-    tmp_path: Path, recorder: str, close: tuple[int, bool] | None
-) -> None:
-    """Closed, or still open at shutdown (handed over before the recorder stops); a
-    recorder that died leaves the session to mitmdump's own process."""
-    rec = run_websocket(tmp_path, close=close, recorder=recorder, capture_lazy_connect=False)
-    assert [e["data"] for e in events_of(rec)] == [o for _, o in TURN[:2]] + [
-        {**TURN[2][1], "delta": f"key {fingerprint(KEY)}"}, TURN[3][1]
-    ]  # fmt: skip
-    assert rec["tags"].get("transport") == "websocket"
-    assert websocket_of(rec)["messages"] == {"client": 1, "server": 3}
-    if close is None:
-        assert error_of(rec)["kind"] == "proxy_shutdown"
-    else:
-        assert answer(rec)["complete"] and websocket_of(rec)["closed_by"] == "server"
 
 
 async def test_a_sessions_messages_are_bounded(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""`wirediff capture` without processes: its help, its checks, the README's options table,
-and the live session switch it documents, on the addon under mitmproxy's `taddons`."""
+"""`wirediff capture` without processes: its help, its checks, the options table of
+docs/cli.md, and the live session switch it documents, on the addon under mitmproxy's
+`taddons`."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from wirediff.addons.capture import Capture
 from wirediff.cli.capture_command import addon_options, main_capture, split_upstream
 from wirediff.record.store import load_records
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-def readme_options_table() -> dict[str, str]:
-    """`option -> default` from the README's table under "### Options"."""
-    section = README.read_text(encoding="utf-8").split("\n### Options\n", 1)[1]
+def documented_options() -> dict[str, str]:
+    """`option -> default` from docs/cli.md's table under "### Options"."""
+    section = CLI_DOC.read_text(encoding="utf-8").split("\n### Options\n", 1)[1]
     section = re.split(r"^#", section, maxsplit=1, flags=re.M)[0]
     rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", section, re.M)
     return {name: default.strip() for name, default in rows}
@@ -37,8 +38,8 @@ def test_help_lists_every_addon_option(capsys: pytest.CaptureFixture[str]) -> No
     assert "capture_session" in out.split("The session can also change")[1]
 
 
-def test_the_readme_table_lists_exactly_the_addon_options() -> None:
-    table = readme_options_table()
+def test_the_documented_table_lists_exactly_the_addon_options() -> None:
+    table = documented_options()
     assert list(table) == [o.name for o in addon_options()]
     for o in addon_options():
         if o.default not in ("", None):  # an empty default is described in words

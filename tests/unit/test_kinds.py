@@ -2,7 +2,7 @@
 (`wirediff.analysis.comparison.kinds`).
 
 The comparison produces exactly the registered kinds; `wirediff check`, the report,
-`summary.schema.json` and the README's table take theirs from it or agree with it.
+`summary.schema.json` and docs/cli.md's table take theirs from it or agree with it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from wirediff.errors import UsageError
 from wirediff.reports.model import build
 from wirediff.reports.render import SCHEMA_PATH, summary_from
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def finding_kinds() -> dict[str, list[str]]:
@@ -84,8 +84,8 @@ def test_summary_schema_enums_are_the_registries() -> None:
     assert schema["$defs"]["verdict"]["enum"] == list(VERDICTS)
 
 
-def test_readme_table_names_the_registered_kinds() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_documented_table_names_the_registered_kinds() -> None:
+    text = CLI_DOC.read_text(encoding="utf-8")
     table = text.split("| divergence kind | found when |", 1)[1].split("\n\n", 1)[0]
     named = [k for row in table.splitlines()[2:] for k in re.findall(r"`(\w+)`", row.split("|")[1])]
     assert named == list(kind_names())

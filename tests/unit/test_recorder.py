@@ -1,18 +1,17 @@
-"""The recorder process: a flow's snapshot, marshalled down a pipe, becomes exactly the record
-the addon would have built in-process."""
+"""A flow's snapshot, marshalled as the pipe to the recorder process carries it, builds
+exactly the record the addon would have built in-process (the process itself:
+tests/e2e/test_recorder_process.py)."""
 
 from __future__ import annotations
 
 import gzip
 import marshal
-from pathlib import Path
 
 from mitmproxy import http
 from mitmproxy.test import tflow
 from wsproto.frame_protocol import CloseReason
 
-from tests.fixtures.records import answer, error_of, events_of, websocket_of
-from tests.unit.test_capture_addon import KEY, TURN, chat_flow, flow_response, ws_flow, ws_message
+from tests.unit.test_capture_addon import TURN, chat_flow, flow_response, ws_flow, ws_message
 from wirediff.record.build import build_record
 from wirediff.record.flow import (
     WEBSOCKET_TAP,
@@ -20,12 +19,9 @@ from wirediff.record.flow import (
     exchange_from_snapshot,
     snapshot,
 )
-from wirediff.record.recorder import Job, Recorder
-from wirediff.record.store import load_records
+from wirediff.record.recorder import Job
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
-
-ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def sse_flow() -> http.HTTPFlow:
@@ -71,38 +67,3 @@ def test_a_snapshot_survives_marshal_and_builds_the_same_record() -> None:
         again = exchange_from_snapshot(marshal.loads(marshal.dumps(snapshot(f, None))))
         direct = build_record(exchange_from_flow(f), session="s", label="l", seq=0)
         assert build_record(again, session="s", label="l", seq=0) == direct
-
-
-async def test_the_recorder_process_writes_every_job_in_order(tmp_path: Path) -> None:
-    path = tmp_path / "r.jsonl"
-    rec = Recorder(path, "s", 1 << 20, frozenset(), pythonpath=ROOT)
-    sent = flows()
-    for i, f in enumerate(sent):
-        assert rec.send(job(f, i))
-    assert rec.close() == [] and rec.proc.returncode == 0
-    records = load_records([path])
-    assert [r["id"] for r in records] == [f.id for f in sent]
-    assert [r["seq"] for r in records] == [0, 1, 2, 3] and records[0]["label"] == "lbl"
-    assert [e["data"] for e in events_of(records[1])] == [{"a": 1}, "[DONE]"]
-    assert error_of(records[2])["kind"] == "upstream_disconnect"
-    session = records[3]
-    assert session["tags"]["transport"] == "websocket" and answer(session)["complete"]
-    assert websocket_of(session)["closed_by"] == "server"
-    events = events_of(session)
-    assert [e["event"] for e in events] == [
-        "response.create", "response.created", None, "response.completed"
-    ]  # fmt: skip
-    assert events[1]["data"] == TURN[1][1] and events[2]["truncated"]  # the cap: 90 bytes
-    assert KEY not in path.read_text()
-
-
-async def test_jobs_a_dead_recorder_never_got_are_handed_back(tmp_path: Path) -> None:
-    rec = Recorder(tmp_path / "r.jsonl", "s", 1 << 20, frozenset(), pythonpath=ROOT)
-    rec.proc.kill()
-    rec.proc.wait()
-    sent = flows()
-    for i, f in enumerate(sent):
-        rec.send(job(f, i))
-    rec._flush()  # the pipe is broken: nothing went
-    assert rec.broken is not None and not rec.send(job(sent[0], 9))
-    assert [j[0][0] for j in rec.close()] == [f.id for f in sent]

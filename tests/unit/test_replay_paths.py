@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.crafted_paths import crafted_paths, portless_paths
 from tests.fixtures.records import error_of
-from tests.unit.test_replay import mock, rec
+from tests.fixtures.replay_records import mock, rec
 from wirediff._types import Record
 from wirediff.errors import PlanError
 from wirediff.replay.dry_run import dry_run

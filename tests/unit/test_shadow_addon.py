@@ -19,7 +19,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from tests.fixtures.records import answer as answer_of
 from tests.fixtures.records import error_of
-from tests.unit.test_replay import as_json
+from tests.fixtures.replay_records import as_json
 from wirediff._types import Record
 from wirediff.addons import shadow as shadow_module
 from wirediff.addons.capture import Capture

@@ -18,6 +18,8 @@ from wirediff._types import Record
 from wirediff.cli import main
 from wirediff.record.scrub import REDACTED
 
+pytestmark = pytest.mark.e2e
+
 PLANTED = {
     "key": "SK-PLANTED-CANARY-0123456789",
     "query": "planted-query-7788",

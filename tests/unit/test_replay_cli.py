@@ -1,0 +1,230 @@
+"""`wirediff replay` without network: the dry run, usage and input errors, the config file,
+what the sender writes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from tests.fixtures.records import bare_record
+from tests.fixtures.replay_records import (
+    FP,
+    INNER,
+    Fake,
+    as_error,
+    broken,
+    engine,
+    rec,
+    session,
+    two_hop,
+    write_capture,
+)
+from wirediff._types import Record
+from wirediff.cli.replay import main_replay
+from wirediff.errors import PlanError
+from wirediff.record.store import load_records
+from wirediff.replay.config import Options
+from wirediff.replay.plan import make_plan
+from wirediff.replay.sender import TargetRun
+
+
+def test_dry_run_prints_and_sends_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session())
+    code = main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "lm",
+                        "--model-map", "gpt-4o-mini=qwen", "--api-key-env", "NOPE_UNSET", "--dry-run"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "replay → lm (http://127.0.0.1:9/v1, key from $NOPE_UNSET (NOT SET)): 9 to send, 1 to skip"
+        in out
+    )
+    assert "POST http://127.0.0.1:9/v1/responses model=qwen" in out
+    assert "after previous_response_id←#0" in out and "--allow-unsafe" in out
+    assert not (tmp_path / "s.lm.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"started": "soon"}, "record a: `started` is not a number ('soon')"),
+        ({"started": True}, "record a: `started` is not a number (True)"),
+        ({"request": None}, "record a: no request object"),
+        ({"id": None}, "a record has no id (session 's')"),
+    ],
+)
+def test_records_that_cannot_be_planned(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanError, match=re.escape(message)):
+        make_plan([cast(Record, {**rec("a"), **change})])  # malformed on purpose
+
+
+def test_dry_run_says_what_is_not_sent_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    redacted = rec("fp", "GET", f"/v1/models?key={FP}&limit=2",
+                   headers=[["x-portkey-api-key", FP], ["x-team", "qa"]])  # fmt: skip
+    bad = broken(lambda q: q.update(b64="AAE"))
+    hops = two_hop({}, {})
+    cap = write_capture(tmp_path / "s.jsonl", [redacted, bad, *hops])
+    code = main_replay([str(cap), "--to", "http://127.0.0.1:9/v1?api-version=1", "--label",
+                        "lm", "--dry-run", "--allow-unsafe"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "GET http://127.0.0.1:9/v1/models?limit=2&api-version=1  [fp]" in out
+    assert (
+        "not sent (the capture holds only a fingerprint): query parameter key, "
+        "header x-portkey-api-key"
+    ) in out
+    assert "skip: the captured request body is not valid base64" in out
+    assert "[inner]" not in out and "[outer]" in out
+    assert err == (
+        f"wirediff: note: 1 exchange on {INNER} is an inner hop of a two-hop capture (the same "
+        "call seen again behind a gateway), not replayed; `--only listener=…` chooses listeners\n"
+    )
+    capsys.readouterr()
+    main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--dry-run", "--only", "listener=*"])
+    out, err = capsys.readouterr()
+    assert "[inner]" in out and err == ""
+
+
+def test_dry_run_counts_what_is_tried_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs = session()
+    cap = write_capture(tmp_path / "s.jsonl", recs)
+    first, _ = engine(recs, Fake())
+    as_error("timeout")(next(r for r in first if r["replay_of"] == "r1"))
+    write_capture(tmp_path / "s.tgt.jsonl", first)
+    assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "tgt",
+                        "--dry-run"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1 to send, 0 to skip (1 tried before), 9 already replayed" in out
+    assert "[r1]" in out and "[r2]" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--to", "http://h/v1", "--api-key-env", "WIREDIFF_TEST_UNSET"],
+            "WIREDIFF_TEST_UNSET is not set",
+        ),
+        ([], "give --to URL or --config FILE"),
+        (["--to", "ftp://h"], "not an http(s) URL"),
+        (["--to", "http://h/v1", "--only", "colour=red"], "--only"),
+        (["--to", "http://h/v1", "--header", "Authorization=Bearer x"], "--api-key-env"),
+        (["--to", "http://h/v1", "--rate", "fast"], "--rate"),
+        (["--to", "http://h/v1", "--concurrency", "0"], "--concurrency"),
+        (["--label", "x"], "--label names the --to target"),
+        (["--to", "http://h/v1", "--timeout", "nan"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "inf"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "0"], "--timeout"),
+        (["--to", "http://h/v1", "--timeout", "-5"], "--timeout"),
+        (["--to", "http://h/v1", "--rate", "nan/s"], "--rate"),
+        (["--to", "http://h/v1", "--rate", "inf"], "--rate"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    assert main_replay([str(cap), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: ") and message in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read capture"),
+        ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
+        ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
+        (json.dumps({**bare_record(), "started": "soon"}) + "\n",
+         "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
+    ],
+)  # fmt: skip
+def test_bad_captures_are_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    p = tmp_path / "c.jsonl"
+    if content is not None:
+        p.write_text(content)
+    assert main_replay([str(p), "--to", "http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
+    from wirediff.cli.replay import add_arguments
+    from wirediff.replay.config import options_from_args
+
+    cfg = tmp_path / "wirediff.yaml"
+    cfg.write_text(
+        "defaults: {concurrency: 3, rate: 10/s, only: [family=responses], api_key_env: DEF,\n"
+        "           model_map: {a: b, c: d}, headers: {x-one: '1', x-two: '2'}}\n"
+        "targets:\n"
+        "  - {label: one, url: 'http://h1/v1', model_map: {a: z}, headers: {x-two: ''}}\n"
+        "  - {url: 'http://h2:81/v1', api_key_env: TWO}\n"
+    )
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["c.jsonl", "--config", str(cfg), "--model-map", "c=e", "--concurrency",
+                         "7", "--to", "http://h3/v1", "--label", "three"])  # fmt: skip
+    opts: Options = options_from_args(args)
+    assert [t.label for t in opts.targets] == ["one", "h2:81", "three"]
+    one, two, three = opts.targets
+    assert dict(one.model_map) == {"a": "z", "c": "e"} and dict(two.model_map) == {
+        "a": "b",
+        "c": "e",
+    }
+    assert dict(one.headers) == {"x-one": "1", "x-two": None}
+    assert (one.api_key_env, two.api_key_env, three.api_key_env) == ("DEF", "TWO", "DEF")
+    assert opts.concurrency == 7 and opts.rate == 10.0 and len(opts.filters) == 1
+    bad = tmp_path / "bad.yaml"
+    for text, msg in [
+        ("targets: [{label: x}]", "needs at least `url`"),
+        ("targets: [{url: 'http://h/v1', colour: red}]", "unknown key(s) colour"),
+        ("tragets: []", "unknown key(s) tragets"),
+        (
+            "targets: [{url: 'http://a/v1', label: x}, {url: 'http://b/v1', label: x}]",
+            "share the label",
+        ),
+        ("targets: [\n", "not valid YAML"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(Exception, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            options_from_args(p.parse_args(["c.jsonl", "--config", str(bad)]))
+
+
+def test_records_written_by_the_engine_load_back(tmp_path: Path) -> None:
+    out, _ = engine(session(), Fake())
+    p = write_capture(tmp_path / "s.tgt.jsonl", out)
+    assert len(load_records([p])) == len(out)
+
+
+def test_unwritable_output_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = blocker / "sub" / "out.jsonl"  # a directory that cannot be made: a file is in the way
+    assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: ")
+
+
+def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: TargetRun, node: Any, got: Any) -> Record:
+        raise RuntimeError("builder bug")
+
+    monkeypatch.setattr(TargetRun, "finalize", broken)
+    with pytest.raises(RuntimeError, match="builder bug"):
+        engine([rec("a", body={"model": "m"})], Fake())
