@@ -13,6 +13,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from wirediff._support import STOPPED_IN_FLIGHT
 from wirediff.record.body import DEFAULT_BODY_CAP, cut_body, secrets_past
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.tap import StreamTap
@@ -37,7 +38,7 @@ WEBSOCKET_TAP = "wirediff.websocket"
 KEEP_ANSWER = "wirediff.keep_answer"
 """`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
 request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
-PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", "proxy_shutdown")
+PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", STOPPED_IN_FLIGHT)
 """How an exchange still in flight when mitmdump stops is recorded, as it stood."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
