@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from mitmproxy import http
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
 
 from tests.unit.test_capture_addon import chat_flow
 from wirediff.record.build import build_record
@@ -20,6 +22,7 @@ from wirediff.record.flow import exchange_from_flow, exchange_from_snapshot, sna
 from wirediff.record.names import MAX_FOUND, OVERLAP, WINDOW, credentials_in
 from wirediff.record.partial import cut_members
 from wirediff.record.redact import fingerprint
+from wirediff.record.websocket import WebSocketTap
 
 SCALARS: list[Any] = [None, True, False, 0, -12.5e3, "x", 'q"\\"', "é\\", ""]
 
@@ -225,3 +228,17 @@ def test_a_key_only_in_an_uploads_dropped_middle_is_scrubbed_from_its_echo() -> 
     assert again == whole
     text = json.dumps(again)
     assert key.lower() not in text.lower() and fingerprint(key) in text
+
+
+def test_a_websocket_client_message_is_looked_through_where_no_event_keeps_it() -> None:
+    """Past the cap of a message cut, and all of a message dropped (the session's events
+    are full): the client's credentials there are the tap's; a server's are not."""
+    key, other = SHAPES[0], "sk-DROPPED-WHOLE-0123456789abcdef"
+    tap = WebSocketTap(t0=0.0, cap=CAP, max_events=2)
+    cut = json.dumps({"type": "session.update", "pad": PAD, "openai_api_key": key}).encode()
+    tap.message(WebSocketMessage(Opcode.TEXT, True, cut, 1.0))
+    tap.message(WebSocketMessage(Opcode.TEXT, False, cut.replace(b"sk-", b"rk-"), 1.0))
+    tap.message(WebSocketMessage(Opcode.TEXT, True, f'{{"key": "{other}"}}'.encode(), 1.0))
+    assert (len(tap.events), tap.events_dropped) == (2, 1)
+    assert key not in json.dumps(tap.events)
+    assert tap.found == [key, other]
