@@ -13,6 +13,7 @@ from typing import Any, Protocol, Self, TypeVar, overload
 from wirediff._types import Record
 
 __all__ = [
+    "STOPPED_IN_FLIGHT",
     "Mergeable",
     "as_bytes",
     "clip",
@@ -24,6 +25,7 @@ __all__ = [
     "printable",
     "read_yaml",
     "response_status",
+    "says_of_server",
     "statuses_2xx",
     "task_gc",
 ]
@@ -85,10 +87,21 @@ def statuses_2xx(status: Any) -> Any:
     return (status >= 200) & (status < 300)
 
 
+STOPPED_IN_FLIGHT = "proxy_shutdown"
+"""The `error.kind` of an exchange the capture recorded as it stood when mitmdump stopped:
+what came of it says nothing about the server, so no verdict counts it."""
+
+
 def error_kind(record: Record) -> str | None:
     """The record's `error.kind`; None: the exchange ended normally."""
     error = record.get("error")
     return error["kind"] if error is not None else None
+
+
+def says_of_server(record: Record) -> bool:
+    """What came of the exchange tells of the server: it is no replay step left unsent
+    (`skipped`) and no exchange the capture's stop cut (`STOPPED_IN_FLIGHT`)."""
+    return error_kind(record) not in ("skipped", STOPPED_IN_FLIGHT)
 
 
 def response_status(record: Record) -> int | None:

@@ -19,6 +19,8 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from openai.types.responses import ToolParam
 
 from tests.conftest import Lockstep, free_port
+from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.diagnosis.explain import diagnose
 from wirediff.backends.standin import make_standin, standin
 
 pytestmark = pytest.mark.e2e
@@ -371,3 +373,16 @@ def test_a_stop_records_every_exchange_in_flight(mitmdump: Any, sig: signal.Sign
     assert [e["data"] for e in streamed["response"]["events"]] == read
     assert waiting["response"] is None and waiting["request"]["body"]["messages"] == MSG
     assert_no_canary(m.capture_dir)
+    # what diagnose and the report make of them: the capture's stop, no server at fault
+    found = diagnose([streamed, waiting]).set_index("code")
+    assert list(found.index) == ["capture_stopped", "capture_stopped"], found
+    assert {r["exchange_ids"][0] for r in found.to_dict("records")} == {
+        streamed["id"],
+        waiting["id"],
+    }
+    assert all("no fault of the server" in r for r in found["remedy"])
+    assert sorted(found["summary"]) == [
+        f"POST /v1/chat/completions: the capture stopped after {sent} events of its stream",
+        "POST /v1/chat/completions: the capture stopped while the request waited for its answer",
+    ]
+    assert analyze([streamed, waiting]).verdicts.empty  # judged in no verdict

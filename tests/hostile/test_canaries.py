@@ -153,3 +153,50 @@ def test_no_canary_in_any_encoding_anywhere(
         for how, form in encodings(secret).items():
             for where, text in texts.items():
                 assert form not in text, f"{secret!r} as {how} ({form!r}) in {where}"
+
+
+DROPPED = "sk-proj-DROPPED-CANARY-5e6f7a8b9c0d"
+"""A key sent only in the part of an upload the capture does not keep."""
+
+
+def test_a_key_only_in_the_dropped_part_of_an_upload_is_scrubbed_everywhere(
+    proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    """The openai SDK sends a chat request far over the cap with the key between its long
+    messages and a long field after it (so neither the kept start nor the kept end holds
+    it); the upstream answers 401 quoting it in every encoding, in its body and headers."""
+    from openai import AuthenticationError, OpenAI
+
+    cap = proxy(quiet=False, extra=["--set", "flow_detail=3", "--set", f"capture_body_cap={CAP}"])
+    client = OpenAI(
+        base_url=f"{cap.url}/echo/unauthorized", api_key="not-the-canary", max_retries=0
+    )
+    long = "x" * (200 * CAP)
+    with pytest.raises(AuthenticationError) as raised:
+        client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": long}],
+            extra_body={"openai_api_key": DROPPED, "pad": long},
+        )
+    assert DROPPED in str(raised.value.body)  # the upstream did quote it
+    wait_for(lambda: cap.capture_file.exists() and len(cap.records()) == 1, 30, "the record")
+    log = cap.stop()
+    (rec,) = cap.records()
+    request = rec["request"]
+    assert request["truncated"] and request["size"] > 2 * len(long)
+    assert rec["response"] is not None and rec["response"]["status"] == 401
+    run = wirediff(
+        "report", str(cap.capture_file), "-o", "r.html", "--json", "s.json",
+        "--findings", "f.jsonl", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr
+    texts = {
+        "capture": cap.capture_file.read_text(),
+        "mitmdump's log": log,
+        "report output": run.stdout + run.stderr,
+        **{name: (tmp_path / name).read_text() for name in ("r.html", "s.json", "f.jsonl")},
+    }
+    assert texts["capture"].count("sha256:") > 10  # the echoes are there, as fingerprints
+    for how, form in encodings(DROPPED).items():
+        for where, text in texts.items():
+            assert form not in text, f"{DROPPED!r} as {how} ({form!r}) in {where}"

@@ -12,7 +12,7 @@ send never shows in the proxy under test. Routes (any method):
                        subprotocol, the query, credential-named fields of a JSON or form
                        body however long), echoed in every encoding, upper- and lower-cased
                        and without its `xx-` prefix: in the body (or SSE events) and in
-                       response headers
+                       response headers; `/echo/unauthorized/...` answers 401
   /echo/ws             a WebSocket (`Upgrade: websocket`): each client message is answered
                        with every credential of the handshake and of that message, echoed
                        in every encoding as JSON, text and binary messages; then a close
@@ -232,7 +232,9 @@ class Hostile(asyncio.Protocol):
             elif isinstance(event, CloseConnection):
                 self.t.close()
 
-    def send_head(self, ctype: str, extra: dict[str, str], length: int | None = None) -> None:
+    def send_head(
+        self, ctype: str, extra: dict[str, str], length: int | None = None, status: str = "200 OK"
+    ) -> None:
         fields = {"content-type": ctype, **extra}
         fields.update(
             {"content-length": str(length)}
@@ -241,7 +243,9 @@ class Hostile(asyncio.Protocol):
         )
         self.t.write(
             (
-                "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
+                f"HTTP/1.1 {status}\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+                + "\r\n"
             ).encode()
         )
 
@@ -306,7 +310,8 @@ class Hostile(asyncio.Protocol):
                         }
                     }
                 ).encode()
-                self.send_head("application/json", headers, len(data))
+                status = "401 Unauthorized" if "unauthorized" in parts else "200 OK"
+                self.send_head("application/json", headers, len(data), status)
                 self.t.write(data)
         else:
             self.send_head("text/plain", {}, 9)

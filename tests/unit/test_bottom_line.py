@@ -174,3 +174,34 @@ def test_the_verdicts_name_what_stops_a_candidate_without_ids() -> None:
     assert row["verdict"] == "breaking", row
     assert "resp_…" in row["headline"] and "(x2)" in " ".join(row["reasons"])
     assert all("resp_c" not in r for r in row["reasons"])
+
+
+STOPPED = {"kind": "proxy_shutdown", "message": "the proxy stopped before the exchange ended"}
+"""The error of an exchange the capture addon records at a stop (`record.flow.PROXY_SHUTDOWN`)."""
+
+
+def _stopped(rec: Any) -> None:
+    """As the addon records an exchange in flight at a stop: a stream with the events seen
+    so far, not complete; else no answer yet."""
+    rec["error"] = dict(STOPPED)
+    resp = rec["response"]
+    if resp is not None and resp["events"]:
+        resp["events"], resp["complete"] = resp["events"][:2], False
+    else:
+        rec["response"] = None
+
+
+def test_exchanges_a_stop_cut_count_in_no_verdict() -> None:
+    """A candidate whose every exchange the capture's stop cut is not judged: no finding
+    against it, no verdict, no bottom line; one that answered besides is judged by that."""
+    base = openai_session()
+    assert any(b["response"] and b["response"]["events"] for b in base)
+    cands = [replay(b, id=f"c{i}", label="vllm", change=_stopped) for i, b in enumerate(base)]
+    result = analyze([*base, *cands])
+    assert not result.divergences["candidate_id"].isin({c["id"] for c in cands}).any()
+    assert result.verdicts[result.verdicts["label"] == "vllm"].empty
+    assert bottom_line(result.verdicts) == []
+    healthy = replay(base[0], id="h0", label="vllm")
+    v = analyze([*base, *cands, healthy]).verdicts
+    [row] = v[(v["label"] == "vllm")].to_dict("records")
+    assert (row["family"], row["verdict"]) == ("chat.completions", "compatible"), row

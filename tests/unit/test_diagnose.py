@@ -47,6 +47,8 @@ NO_KEY: dict[str, Any] = {"headers": sdk_headers(key=None)}
 STREAM: dict[str, Any] = {"body": chat_body(stream=True)}
 SSE: dict[str, Any] = {**STREAM, "content_type": SSE_CT, "resp_body": None}
 DISCONNECT = {"kind": "client_disconnect", "message": "Client disconnected."}
+STOPPED = {"kind": "proxy_shutdown", "message": "the proxy stopped before the exchange ended"}
+"""The error of an exchange the capture addon records at a stop (`record.flow.PROXY_SHUTDOWN`)."""
 U = "unknown"
 WS: dict[str, Any] = {
     "method": "GET", "path": "/v1/responses", "body": None,
@@ -314,6 +316,14 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {"websocket_not_supported", "soft_error_200"}, "lmstudio"),
     ("ws-refused-needs-a-key", {**WS, **ANSWERS["openai.no_api_key"]}, {"auth_rejected"},
      "openai"),
+    # capture_stopped: mitmdump stopped mid-way (as the addon records it), no server fault
+    ("stopped-mid-stream", {**SSE, "events": chat_events(done=False), "complete": False,
+                            "error": STOPPED}, {"capture_stopped"}, U),
+    ("stopped-before-any-event", {**SSE, "events": [], "complete": False, "error": STOPPED},
+     {"capture_stopped"}, U),
+    ("stopped-waiting-for-headers", {"status": None, "error": STOPPED}, {"capture_stopped"}, U),
+    ("stopped-mid-401", {**ANSWERS["openai.no_api_key"], "complete": False, "error": STOPPED},
+     {"capture_stopped", "auth_rejected"}, "openai"),
 ]  # fmt: skip
 
 

@@ -363,7 +363,8 @@ class Capture:
     def _learn_secrets(self, flow: http.HTTPFlow) -> None:
         """Before mitmdump prints the flow (its dumper comes after this addon)."""
         if self.log_flows:
-            self.log_secrets.add(exchange_secrets(exchange_from_flow(flow), self.redact))
+            ex = exchange_from_flow(flow, body_cap=self.body_cap)
+            self.log_secrets.add(exchange_secrets(ex, self.redact, self.body_cap))
 
     def record_soon(self, flow: http.HTTPFlow) -> None:
         """Hand the exchange to the recorder process; without one (not yet running, as

@@ -9,7 +9,7 @@ from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
 from wirediff.record.inflate import decode_bounded
-from wirediff.record.names import may_hold_secret_fields
+from wirediff.record.names import credentials_in, may_hold_secret_fields
 from wirediff.record.redact import (
     json_secrets,
     redact_fields,
@@ -21,11 +21,13 @@ from wirediff.record.validate import MAX_DEPTH, depth_exceeds
 __all__ = [
     "CUT_TAIL",
     "DEFAULT_BODY_CAP",
+    "SCANNED",
     "EncodedBody",
     "cut_body",
     "decode_body",
     "encode_body",
     "parse_json",
+    "secrets_past",
 ]
 
 DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
@@ -46,6 +48,23 @@ def cut_body(raw: bytes | None, cap: int) -> tuple[bytes | None, bytes | None]:
     if raw is None or len(raw) <= keep + CUT_TAIL:
         return raw, None
     return raw[:keep], raw[-CUT_TAIL:]
+
+
+SCANNED = 16 << 20
+"""Decoded bytes of a content-encoded body looked through for credentials past the cap:
+an inflation bomb costs no more (a body as it crossed the wire is looked through whole)."""
+
+
+def secrets_past(raw: bytes | None, content_encoding: str, cap: int) -> list[str]:
+    """The credentials in what a record does not keep of a body, past its first `cap`
+    decoded bytes (`credentials_in`): a key the client put after a long upload is still
+    known, and its echoes fingerprinted. `raw` is the whole body as it crossed the wire,
+    looked through to its end, in linear time and without parsing it; decoded first as
+    far as `SCANNED` when it has a Content-Encoding."""
+    if raw is None:
+        return []
+    content = decode_body(raw, content_encoding, SCANNED) if content_encoding else raw
+    return credentials_in(content, cap) if len(content) > cap else []
 
 
 class EncodedBody(TypedDict):

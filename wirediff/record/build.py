@@ -29,12 +29,12 @@ from wirediff.record.body import (
     cut_body,
     decode_body,
     encode_body,
+    secrets_past,
 )
 from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.names import may_hold_secret_fields
 from wirediff.record.partial import cut_members
 from wirediff.record.redact import (
-    SCANNED,
     body_secrets,
     json_secrets,
     redact_headers,
@@ -99,11 +99,26 @@ def _decoded(message: Request | Response, limit: int) -> bytes | None:
     return decode_body(message.content, message.content_encoding, limit)
 
 
-def exchange_secrets(ex: Exchange, redact: frozenset[str] = frozenset()) -> dict[str, str]:
+def _request_body(req: Request, content_type: str, cap: int) -> tuple[bytes | None, list[str]]:
+    """The request body's first `cap` + 1 decoded bytes, and every credential in the whole
+    body: in the part a record keeps (`body_secrets`: also a value the cut ends) and past
+    it (`Request.past`, found where the whole body was; else looked for now)."""
+    content = _decoded(req, cap + 1)
+    if content is None or len(content) <= cap:
+        return content, body_secrets(content, content_type)
+    past = req.past
+    if past is None:
+        past = secrets_past(req.content, req.content_encoding, cap)
+    return content, body_secrets(content[:cap], content_type) + past
+
+
+def exchange_secrets(
+    ex: Exchange, redact: frozenset[str] = frozenset(), body_cap: int = DEFAULT_BODY_CAP
+) -> dict[str, str]:
     """Every secret of `ex` in every form an echo may take (`secret_values`)."""
     req, resp = ex.request, ex.response
     sent = req.client_headers if req.client_headers is not None else req.headers
-    fields = body_secrets(_decoded(req, SCANNED), _content_type(sent))
+    fields = _request_body(req, _content_type(sent), body_cap)[1]
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
     resp_headers = resp.headers if resp is not None else []
@@ -239,14 +254,7 @@ def build_record(
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
     req_type = _content_type(sent)
-    req_content = _decoded(req, body_cap + 1)
-    over_cap = req_content is not None and len(req_content) > body_cap
-    # an over-cap body is searched further than it is kept; a snapshot's cut encoded body
-    # decodes no further than its start, which `req_content` already holds
-    scanned = _decoded(req, SCANNED) if over_cap else req_content
-    fields = body_secrets(scanned, req_type)
-    if over_cap and req_content is not None:  # a value the cut ends
-        fields += body_secrets(req_content[:body_cap], req_type)
+    req_content, fields = _request_body(req, req_type, body_cap)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
     forwarded = upstream if sent is not upstream else []

@@ -58,6 +58,9 @@ class Request:
     """Bytes of the whole body when `content` is only its start (`body.cut_body`)."""
     tail: bytes | None = None
     """The body's last bytes when `content` is only its start."""
+    past: list[str] | None = None
+    """The credentials in the body past the cap (`body.secrets_past`), looked for where
+    the whole body was, when `content` is only its start."""
 
     @property
     def content_encoding(self) -> str:
@@ -149,6 +152,7 @@ def exchange_state(ex: Exchange) -> tuple[Any, ...]:
             req.client_headers,
             req.size,
             req.tail,
+            req.past,
         ),
         None
         if resp is None
@@ -175,7 +179,7 @@ def _pairs(headers: Any) -> HeaderPairs:
 def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
     """The `Exchange` an `exchange_state` was taken of."""
     ex_id, rq, rs, timings, error, tap, ws = state
-    method, url, path, version, headers, content, client, size, tail = rq
+    method, url, path, version, headers, content, client, size, tail, past = rq
     return Exchange(
         id=ex_id,
         request=Request(
@@ -188,6 +192,7 @@ def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
             client_headers=None if client is None else _pairs(client),
             size=size,
             tail=tail,
+            past=past,
         ),
         response=None
         if rs is None

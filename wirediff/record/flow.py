@@ -13,7 +13,8 @@ from typing import Any
 
 from mitmproxy import http
 
-from wirediff.record.body import DEFAULT_BODY_CAP, cut_body
+from wirediff._support import STOPPED_IN_FLIGHT
+from wirediff.record.body import DEFAULT_BODY_CAP, cut_body, secrets_past
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
@@ -37,7 +38,7 @@ WEBSOCKET_TAP = "wirediff.websocket"
 KEEP_ANSWER = "wirediff.keep_answer"
 """`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
 request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
-PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", "proxy_shutdown")
+PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", STOPPED_IN_FLIGHT)
 """How an exchange still in flight when mitmdump stops is recorded, as it stood."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
@@ -140,12 +141,17 @@ def snapshot(
     error: Error | None = None,
 ) -> Snapshot:
     """The flow's parts as plain values: cheap to take (nothing is decoded, a body over the
-    cap is cut to what a record reads of it, `cut_body`) and to `marshal`. A tap is closed
+    cap is cut to what a record reads of it, `cut_body`, with the credentials in the rest,
+    `secrets_past`) and to `marshal`. A tap is closed
     first (what waits in its decoder is decoded); a WebSocket session goes as its tap's
     state, as it stands (open still, at shutdown). `error`: as for `exchange_from_flow`."""
     error = error or _flow_error(flow)
     req = flow.request.data
     req_content, req_tail = cut_body(req.content, body_cap)
+    past = None
+    if req_tail is not None:
+        encoding = flow.request.headers.get("content-encoding", "")
+        past = secrets_past(req.content, encoding, body_cap)
     resp = flow.response
     resp_content, resp_tail = cut_body(resp.data.content if resp else None, body_cap)
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
@@ -168,6 +174,7 @@ def snapshot(
             req.timestamp_end,
             len(req.content) if req_tail is not None and req.content is not None else None,
             req_tail,
+            past,
         ),
         None
         if resp is None
@@ -208,10 +215,11 @@ def exchange_from_snapshot(snap: Snapshot) -> Exchange:
 
 
 def _with_cuts(ex: Exchange, req_cut: Sequence[Any], resp_cut: Sequence[Any]) -> Exchange:
-    """`ex` with the sizes and ends of the bodies a snapshot cut (`cut_body`)."""
-    size, tail = req_cut
+    """`ex` with the sizes and ends of the bodies a snapshot cut (`cut_body`), and the
+    credentials in what it left out of the request's."""
+    size, tail, past = req_cut
     if size is not None:
-        ex = replace(ex, request=replace(ex.request, size=size, tail=tail))
+        ex = replace(ex, request=replace(ex.request, size=size, tail=tail, past=past))
     size, tail = resp_cut
     if size is not None and ex.response is not None:
         ex = replace(ex, response=replace(ex.response, size=size, tail=tail))

@@ -11,14 +11,18 @@ from collections.abc import Iterator
 __all__ = [
     "AUTH_HEADERS",
     "FIELD_NAMES",
+    "KEY_LENGTH",
+    "KEY_MARKS",
     "KEY_PREFIX",
     "KEY_SHAPE",
+    "MAX_FOUND",
     "SECRET_FIELD",
     "SECRET_HEADERS",
     "SECRET_HEADER_NAME",
     "SECRET_QUERY",
     "SUBPROTOCOL_KEY",
     "ascii_lower",
+    "credentials_in",
     "field_values",
     "may_hold_secret_fields",
 ]
@@ -124,6 +128,108 @@ KEY_SHAPE = re.compile(
 )
 """Text shaped like an API key whatever its case: OpenAI's `sk-…` (LM Studio's `lm-…`),
 Groq's `gsk_…`, Hugging Face's `hf_…`, GitHub's `ghp_…`, xAI's `xai-…`, Google's `AIza…`."""
+KEY_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
+"""What each of `KEY_SHAPE`'s shapes begins with, lower-cased: most texts hold none."""
+KEY_LENGTH = 24
+"""Characters of the shortest text taken for an API key by its shape alone (`KEY_SHAPE`)."""
 SUBPROTOCOL_KEY = re.compile(r"(?i)([\w.-]*api[-_]?key\.)(?!sha256:)([^\s,;\"'\\<>&]+)")
 """A key carried as a WebSocket subprotocol, as browsers must (`Sec-WebSocket-Protocol:
 realtime, openai-insecure-api-key.sk-…`): the prefix, then the key."""
+
+
+_KEY_BYTES = re.compile(KEY_SHAPE.pattern.encode("ascii"))
+_NAME_BYTES = re.compile(rb"(?i)(?:" + FIELD_NAMES.encode("ascii") + rb")")
+_VALUE_BYTES = re.compile(_STRING_VALUE.pattern.encode("ascii"), re.S)
+_MARK_BYTES = tuple(m.encode("ascii") for m in KEY_MARKS)
+_END_BYTES = tuple(e.encode("ascii") for e in _FIELD_ENDS)
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+_NAME_REACH = 128
+"""Bytes a credential field's name may take before its last word (`key"`)."""
+WINDOW = 1 << 20
+"""Bytes looked through at once: each is lower-cased as a copy, so memory stays bounded."""
+OVERLAP = 16 << 10
+"""Bytes each window shares with the next: more than a field's name, colon and value
+(`_STRING_VALUE`: 4096 characters, escaped at most two bytes each), so nothing a window
+boundary cuts is missed."""
+MAX_FOUND = 256
+"""Credentials taken from one body or message: each one scrubbed costs every text of the
+exchange a look, so a body stuffed with key-shaped text costs no more than this many."""
+
+
+def credentials_in(data: bytes, start: int = 0) -> list[str]:
+    """The credentials in `data` from `start` on (and any that begins up to `OVERLAP`
+    bytes before it, so one `start` cuts is whole): the API keys shaped as `KEY_SHAPE`
+    says, at least `KEY_LENGTH` long, and the string values of credential-named JSON
+    fields (`FIELD_NAMES`), found without parsing, whatever the bytes around them are.
+
+    Time is linear in the bytes: a window with none of the bytes that stand beside a
+    credential (`_BESIDE`: a base64 upload's long middle has none) is passed over at the
+    speed of `memchr`; in the others, only where one of a few words is (`KEY_MARKS`, the
+    ends of `_FIELD_ENDS`, found by `bytes.find`) is a compiled bytes pattern matched, at
+    most `_LOOKS` times a window, and a key's match is never started again inside the one
+    before it."""
+    found: dict[str, None] = {}
+    at = max(0, start - OVERLAP)
+    while at < len(data) and len(found) < MAX_FOUND:
+        window = data[at : at + WINDOW + OVERLAP]
+        if any(window.find(b) != -1 for b in _BESIDE):
+            lowered = window.lower()
+            keys = _window_keys(window, lowered)
+            fields = _window_fields(window, lowered) if window.find(b'"') != -1 else []
+            for value in (*keys, *fields):
+                found.setdefault(value, None)
+        at += WINDOW
+    return list(found)[:MAX_FOUND]
+
+
+_BESIDE = (b'"', b"-", b"_", b"=", b":", b" ", b"\n", b",", b"&")
+"""Bytes a text with a credential in it holds: a JSON field's quote, the dash or
+underscore of a key's prefix (`KEY_SHAPE`), what ends the text before a key that has
+none (`AIza…`: a `=`, `:`, space, line break, comma or `&`). The base64 of an upload
+holds none of them but its final `=`: an `AIza…` amid it, with none of them, is not
+looked for."""
+_LOOKS = WINDOW // 256
+"""Places of a window a pattern is matched at: a window crowded past this with what
+only begins like a credential is looked at no further (its cost stays bounded)."""
+
+
+def _window_keys(window: bytes, lowered: bytes) -> list[str]:
+    marks = _positions(lowered, _MARK_BYTES)
+    out, done = [], 0
+    for at in marks:
+        if at < done or (at > 0 and lowered[at - 1] in _WORD_BYTES):
+            continue
+        m = _KEY_BYTES.match(window, at)
+        if m is not None:
+            done = m.end()
+            if len(m[0]) >= KEY_LENGTH:
+                out.append(m[0].decode("ascii"))
+    return out
+
+
+def _window_fields(window: bytes, lowered: bytes) -> list[str]:
+    out = []
+    for at in _positions(lowered, _END_BYTES):
+        close = lowered.index(b'"', at)
+        open_ = lowered.rfind(b'"', max(0, at - _NAME_REACH), at)
+        if open_ < 0 or not _NAME_BYTES.fullmatch(window, open_ + 1, close):
+            continue
+        m = _VALUE_BYTES.match(window, close + 1)
+        if m is not None and m[2]:
+            text = m[1].decode("utf-8", "replace")
+            try:
+                out.append(json.loads(f'"{text}"'))
+            except ValueError:
+                out.append(text)
+    return out
+
+
+def _positions(lowered: bytes, words: tuple[bytes, ...]) -> list[int]:
+    """Where the first `_LOOKS` of `words` are in `lowered`, in order."""
+    out = []
+    for word in words:
+        at, left = lowered.find(word), _LOOKS
+        while at != -1 and left:
+            out.append(at)
+            at, left = lowered.find(word, at + 1), left - 1
+    return sorted(out)[:_LOOKS]

@@ -25,6 +25,8 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsp
 
 from wirediff._types import HeaderList
 from wirediff.record.names import (
+    KEY_LENGTH,
+    KEY_MARKS,
     KEY_PREFIX,
     KEY_SHAPE,
     SECRET_FIELD,
@@ -40,7 +42,6 @@ from wirediff.record.scrub import scrub_output
 __all__ = [
     "FINGERPRINT_HEX",
     "PREFIXLESS",
-    "SCANNED",
     "SUBPROTOCOLS",
     "body_secrets",
     "fingerprint",
@@ -291,33 +292,21 @@ def json_secrets(text: str) -> list[str]:
     return found
 
 
-KEY_LENGTH = 24
-"""Characters of the shortest text taken for an API key by its shape alone (`KEY_SHAPE`)."""
-_KEY_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
-"""What each of `KEY_SHAPE`'s shapes begins with, lower-cased: most texts hold none."""
-
-
 def key_shapes(text: str) -> list[str]:
     """The API keys in `text`, known by their shape (`KEY_SHAPE`), at least `KEY_LENGTH`
     characters long."""
     lowered = text.lower()
-    if not any(mark in lowered for mark in _KEY_MARKS):
+    if not any(mark in lowered for mark in KEY_MARKS):
         return []
     return [m[0] for m in KEY_SHAPE.finditer(text) if len(m[0]) >= KEY_LENGTH]
 
 
-SCANNED = 16 << 20
-"""Bytes of a request body, or of a client's WebSocket message, looked through for
-credentials, also past the cap where they are not kept: a key past them is not found."""
-
-
 def body_secrets(content: bytes | None, content_type: str) -> list[str]:
-    """The credentials of a request body (its first `SCANNED` bytes): the values of its
-    credential-named fields (JSON, also cut or not quite JSON; a form; the fields of a
+    """The credentials of a request body (the part a record keeps of it): the values of
+    its credential-named fields (JSON, also cut or not quite JSON; a form; the fields of a
     multipart form: an upload's `api_key` beside its file) and the API keys it holds."""
     if not content:
         return []
-    content = content[:SCANNED]
     kind = content_type.lower()
     if "multipart/form-data" in kind:
         return multipart_secrets(content) + key_shapes(content.decode("latin-1"))

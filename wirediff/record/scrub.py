@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar, cast
 
 from wirediff.record.names import (
+    KEY_MARKS,
     KEY_SHAPE,
     SECRET_FIELD,
     SECRET_QUERY,
@@ -50,8 +51,6 @@ _NAMES = (
 """What a credential-named field, a key-like query parameter or a subprotocol's key
 prefix ends with (lower-cased)."""
 _SCHEMES = ("bearer", "basic", "token")
-_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
-"""What each of `KEY_SHAPE`'s shapes begins with, lower-cased."""
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SPACE = frozenset(" \t\r\n")
 _NOT_WORD = frozenset("\"'\\.:= \t\r\n")
@@ -131,7 +130,7 @@ def _spans(text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
             m := _SCHEME.match(text, at)
         ):
             yield at, m.end(), f"{m[1]} {REDACTED}"
-    for at in _found(lowered, _MARKS, None):
+    for at in _found(lowered, KEY_MARKS, None):
         if (at == 0 or lowered[at - 1] not in _WORD) and (m := KEY_SHAPE.match(text, at)):
             yield at, m.end(), REDACTED
     words = {}

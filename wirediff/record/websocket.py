@@ -17,7 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 from wirediff._types import Event, WebSocketSummary
 from wirediff.record.body import DEFAULT_BODY_CAP
-from wirediff.record.redact import SCANNED, json_secrets, scrub_text
+from wirediff.record.names import MAX_FOUND, credentials_in
+from wirediff.record.redact import json_secrets, scrub_text
 from wirediff.record.sse import parse_events
 from wirediff.record.tap import MAX_STREAM_BYTES
 from wirediff.record.validate import MAX_EVENTS
@@ -85,8 +86,9 @@ class WebSocketTap:
     (marked `truncated`), a session at most `max_events` events and `max_bytes` bytes of
     them; messages past those are counted in `events_dropped`. Text stays text here:
     `parse_messages` turns it into JSON when the record is built, off the proxy's loop;
-    only a client's text message cut at `cap` is looked through first, as far as
-    `SCANNED`, for the credentials in what is not kept (`found`)."""
+    only the part of a client's text message that no event keeps (past `cap`, or all of
+    a message dropped) is looked through first, for its credentials (`found`:
+    `credentials_in`, linear, no parse)."""
 
     t0: float
     cap: int = DEFAULT_BODY_CAP
@@ -102,7 +104,7 @@ class WebSocketTap:
     closed_by: str | None = None
     ended: float | None = None
     found: list[str] = field(default_factory=list)
-    """Credentials in the client's messages cut at `cap` (`json_secrets`)."""
+    """Credentials in what no event keeps of the client's text messages."""
 
     def message(self, msg: WebSocketMessage) -> None:
         """Keep one message (called as each one passes)."""
@@ -113,14 +115,22 @@ class WebSocketTap:
         room = max(self.max_bytes, self.cap) - self.kept_bytes
         if len(self.events) >= self.max_events or kept > room:
             self.events_dropped += 1
+            self._learn(msg, 0)
             return
         self.kept_bytes += kept
         self.events.append(self._event(msg, direction))
+        if len(msg.content) > self.cap:
+            self._learn(msg, self.cap)
+
+    def _learn(self, msg: WebSocketMessage, start: int) -> None:
+        """Keep the credentials of a client's text message from `start` on, where no event
+        holds it: a whole message dropped, or the part past the cap of one cut."""
+        if msg.from_client and msg.is_text and len(self.found) < MAX_FOUND:
+            known = set(self.found)
+            self.found += [v for v in credentials_in(msg.content, start) if v not in known]
 
     def _event(self, msg: WebSocketMessage, direction: str) -> Event:
         kept, truncated = msg.content[: self.cap], len(msg.content) > self.cap
-        if truncated and msg.from_client and msg.is_text:
-            self.found += json_secrets(msg.content[:SCANNED].decode("utf-8", "replace"))
         t_ms = round((msg.timestamp - self.t0) * 1000.0, 3)
         ev: Event
         if msg.is_text:

@@ -21,7 +21,7 @@ import pandas as pd
 from wirediff.analysis.comparison.impact import clients
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
-from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_frame
+from wirediff.analysis.comparison.verdicts import FAMILIES, STOPPED, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
 from wirediff.probe.run import ProbeResult
@@ -69,9 +69,9 @@ __all__ = [
 VERDICTS = (*COMPAT_VERDICTS, "untested")
 """Drop-in verdicts (`wirediff.analysis.comparison.verdicts`), best to worst, and `untested`
 for a cell nothing exercised."""
-OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED)
+OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED, STOPPED)
 """What one exchange came to: no finding (`ok`), its worst finding's severity, a route-level
-failure, or a replay step not sent."""
+failure, a replay step not sent, or an exchange the capture's stop cut."""
 DEFAULT_MAX_EXAMPLES = 3
 """Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
@@ -142,8 +142,8 @@ class Cell:
 
     @property
     def total(self) -> int:
-        """Exchanges judged (skipped replay steps are not)."""
-        return sum(n for v, n in self.outcomes.items() if v != SKIPPED)
+        """Exchanges judged (skipped replay steps and exchanges a stop cut are not)."""
+        return sum(n for v, n in self.outcomes.items() if v not in (SKIPPED, STOPPED))
 
     verdict: str = "untested"
 

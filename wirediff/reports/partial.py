@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from wirediff._support import error_kind, merge_by_key
+from wirediff._support import STOPPED_IN_FLIGHT, error_kind, merge_by_key
 from wirediff._types import Record
 from wirediff.analysis.comparison.analyze import findings_of
 from wirediff.analysis.comparison.kinds import severity_rank
@@ -183,10 +183,13 @@ def finding_order(
 
 def gate_counts(findings: pd.DataFrame, exchanges: pd.DataFrame) -> GateCounts:
     """What `wirediff check` gates on: per label, family and transport of the exchange a
-    finding is about, its worst severity and the kinds found."""
+    finding is about, its worst severity and the kinds found; none about an exchange the
+    capture's stop cut."""
     out: GateCounts = {}
     if findings.empty or exchanges.empty:
         return out
+    judged = (exchanges["error_kind"] != STOPPED_IN_FLIGHT).fillna(True)
+    exchanges = exchanges[judged.to_numpy(dtype=bool)]
     place = exchanges.assign(
         family=exchanges["family"].fillna("other").astype(str),
         transport=exchanges["transport"].fillna("http").astype(str),

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from wirediff._support import error_kind
+from wirediff._support import says_of_server
 from wirediff._types import Record
 from wirediff.analysis.comparison.compare import Finding, compare
 from wirediff.analysis.comparison.noise import (
@@ -58,11 +58,15 @@ def divergences(
     """One row per finding per pair, noise and ignored paths removed.
 
     Replay steps recorded as skipped (never sent: what they build on failed) are not
-    compared; the failure they follow is the finding. `repeat_noise`: the noise of
+    compared; the failure they follow is the finding. Nor are pairs of which one side was
+    cut by the capture's stop (`STOPPED_IN_FLIGHT`). `repeat_noise`: the noise of
     repeated requests, learned beforehand (`wirediff.analysis.comparison.noise`), when
     these pairs are a part of the captures.
     """
-    sent = [error_kind(records_by_id[c]) != "skipped" for c in pairs["candidate_id"].tolist()]
+    sent = [
+        says_of_server(records_by_id[b]) and says_of_server(records_by_id[c])
+        for b, c in zip(pairs["baseline_id"].tolist(), pairs["candidate_id"].tolist(), strict=True)
+    ]
     pairs = pairs.loc[sent] if not all(sent) else pairs
     if pairs.empty:
         return pd.DataFrame(columns=DIVERGENCE_COLUMNS)

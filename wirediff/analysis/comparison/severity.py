@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import error_kind, is_2xx
+from wirediff._support import is_2xx, says_of_server
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
@@ -116,7 +116,7 @@ def judge(
             meta[PAIR_META.index(c)] for c in ("pair_id", "baseline_id", "candidate_id")
         )
         base, cand = records_by_id.get(bid), records_by_id.get(cid)
-        if base is None or cand is None or error_kind(cand) == "skipped":
+        if base is None or cand is None or not (says_of_server(base) and says_of_server(cand)):
             continue
         b_check, c_check = checks.get(bid, _NO_CHECK), checks.get(cid, _NO_CHECK)
         alone = {(b.rule, b.probe) for b in c_check.breaks}

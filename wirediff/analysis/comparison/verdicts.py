@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from wirediff._support import error_kind, response_status, statuses_2xx
+from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.breaks import server_words
@@ -32,6 +32,7 @@ from wirediff.analysis.comparison.sameness import problem_key, without_ids
 __all__ = [
     "FAMILIES",
     "ROLES",
+    "STOPPED",
     "VERDICTS",
     "VERDICT_COLUMNS",
     "Cell",
@@ -77,6 +78,9 @@ FAMILIES = (
 """The order families are listed in."""
 MAX_REASONS = 3
 SKIPPED = "skipped"
+STOPPED = "stopped"
+"""The outcome of an exchange the capture's stop cut (`STOPPED_IN_FLIGHT`): like a skipped
+step, it says nothing about the server and no verdict counts it."""
 RANKS = {s: severity_rank(s) for s in SEVERITIES}
 UNSUPPORTED = "unsupported"
 ROUTE_STATUSES = frozenset({404, 405, 501})
@@ -132,8 +136,8 @@ def _route_status(status: Any) -> bool:
 def exchange_outcomes(
     exchanges: pd.DataFrame, findings: pd.DataFrame, records_by_id: Mapping[str, Record]
 ) -> list[str]:
-    """Per exchange: `skipped`, `unsupported` (a route-level failure), else the worst
-    severity of its findings, or `ok`."""
+    """Per exchange: `skipped`, `stopped`, `unsupported` (a route-level failure), else
+    the worst severity of its findings, or `ok`."""
     worst: dict[Any, int] = {}
     if len(findings):
         ranks = findings["severity"].map(RANKS).fillna(len(SEVERITIES))
@@ -148,6 +152,8 @@ def exchange_outcomes(
     ):
         if kind == SKIPPED:
             out.append(SKIPPED)
+        elif kind == STOPPED_IN_FLIGHT:
+            out.append(STOPPED)
         elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
             out.append(UNSUPPORTED)
         elif rid in worst:
@@ -289,7 +295,7 @@ def verdict_cells(
     pos = list(range(len(ex))) if positions is None else list(positions)
     if outcomes is None:
         outcomes = exchange_outcomes(ex, findings, records_by_id)
-    kept = [o != SKIPPED for o in outcomes]
+    kept = [o not in (SKIPPED, STOPPED) for o in outcomes]
     status = pd.to_numeric(ex["status"], errors="coerce")
     succeeded = (
         (statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)

@@ -60,8 +60,10 @@ CODES = (
     "request_rejected",
     "previous_response_not_found",
     "websocket_not_supported",
+    "capture_stopped",
 )
-"""The contract codes (DESIGN.md "Diagnosis codes"), in its order."""
+"""The contract codes (DESIGN.md "Diagnosis codes"), in its order; then `capture_stopped`
+(the capture stopped while the exchange was in flight: no fault of the server)."""
 BACKEND_SCAN = 50
 """Exchanges of a backend read for a mark of its provider when a chain carries none."""
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wirediff._support import STOPPED_IN_FLIGHT
 from wirediff.analysis.diagnosis.outcome import stream_problem
 from wirediff.analysis.diagnosis.subject import (
     Served,
@@ -152,8 +153,13 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
     def add(code: str, evidence: list[str], **more: str) -> None:
         out.append(Finding(code, [x.id], evidence, {**facts, **more}))
 
+    # 0. the capture itself stopped mid-way: whatever came so far is the server's, the cut not
+    if x.error_kind == STOPPED_IN_FLIGHT:
+        add("capture_stopped", _ev(x, f"error: {x.error_kind}", _last_event(x)), stage=_stage(x))
+        if st is None:
+            return out
     # 1. no answer from the server: the proxy's TLS handshake or connection failed
-    if x.error_kind == "tls":
+    elif x.error_kind == "tls":
         add(
             "upstream_tls",
             _ev(x, f"error: {scrub(x.error_msg[: QUOTED * 2])}"),
@@ -184,6 +190,15 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             why=scrub(_said(x)[:QUOTED]),
         )
     return out
+
+
+def _stage(x: ExchangeView) -> str:
+    """How far the exchange had come when the capture stopped."""
+    if x.status is None:
+        return "while the request waited for its answer"
+    if x.events:
+        return f"after {len(x.events)} events of its stream"
+    return f"while its answer ({x.status}) arrived"
 
 
 def _answer_findings(x: ExchangeView, served: Served, add: _Add) -> None:
@@ -318,7 +333,8 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
         )
     elif x.stream and x.end is None:
         add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
-    cut = None if error_event else stream_problem(x.rec, x.end)
+    stopped = x.error_kind == STOPPED_IN_FLIGHT  # the capture cut it: `capture_stopped`
+    cut = None if error_event or stopped else stream_problem(x.rec, x.end)
     if cut:
         closed = _closed_with(x)
         ended = not (x.end and x.end.partial) and x.error_kind is None and closed is None
