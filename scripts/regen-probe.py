@@ -37,6 +37,7 @@ from tests.clients.probe_workloads import (  # noqa: E402
 )
 from wirediff._types import Record  # noqa: E402
 from wirediff.probe.clients import CLIENT_NAMES, captured_line  # noqa: E402
+from wirediff.probe.drive import SESSION  # noqa: E402
 from wirediff.probe.features import (  # noqa: E402
     CLIENTS_FILE,
     FEATURES_FILE,
@@ -46,7 +47,6 @@ from wirediff.probe.features import (  # noqa: E402
     matches,
     needs_of,
 )
-from wirediff.probe.run import SESSION  # noqa: E402
 from wirediff.record.store import encode_record  # noqa: E402
 
 DATA = ROOT / "wirediff" / "probe" / "data"

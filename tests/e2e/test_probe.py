@@ -27,7 +27,7 @@ from wirediff.cli.probe import main_probe
 from wirediff.cli.replay import main_replay
 from wirediff.cli.report import main_report
 from wirediff.probe.features import load_probe
-from wirediff.probe.websocket import send_websocket
+from wirediff.probe.send_websocket import send_websocket
 from wirediff.record.store import load_records
 from wirediff.replay.targets import Target
 from wirediff.reports.render import SCHEMA_PATH

@@ -224,7 +224,7 @@ def test_an_outcome_measured_with_the_node_sdk_is_not_reused_without_it(
     """One process may analyse with the Node SDK on, then off (as pytest's tiers do): the
     remembered outcome of the first must not carry a Node failure into the second."""
     from wirediff.analysis.comparison.clients import node
-    from wirediff.analysis.comparison.clients.probe import Failure, Observations
+    from wirediff.analysis.comparison.clients.observations import Failure, Observations
 
     found = Observations(failures=[Failure("client.chat.completions.stream()", "raises X")])
     sdk = node.NodeSdk("node", tmp_path, "6.0.0")

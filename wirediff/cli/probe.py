@@ -37,9 +37,9 @@ from wirediff.cli.check import write_junit
 from wirediff.cli.inputs import key_from_env
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
 from wirediff.errors import UsageError
+from wirediff.probe.drive import ProbeResult, probe
 from wirediff.probe.features import Feature
 from wirediff.probe.matrix import STATUSES
-from wirediff.probe.run import ProbeResult, probe
 from wirediff.reports.model import build
 from wirediff.reports.render import render_html, summary_from, write_json
 

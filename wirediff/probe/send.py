@@ -1,6 +1,6 @@
 """Send the probe's requests with the replayer's engine (`TargetRun`: dependency order, id
 remapping, one record each through the capture's record builder) and its WebSocket session
-with `wirediff.probe.websocket`.
+with `wirediff.probe.send_websocket`.
 
 The engine sends each request with the key of the probe (`--api-key-env`), except the
 requests of a bad-key feature, which carry `BAD_KEY` where the client had its key.
@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import httpx
 
 from wirediff._types import Record
-from wirediff.probe.websocket import send_websocket
+from wirediff.probe.send_websocket import send_websocket
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.spool import build_item
 from wirediff.record.websocket import is_websocket

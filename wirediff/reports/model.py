@@ -24,7 +24,7 @@ from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
 from wirediff.analysis.comparison.verdicts import FAMILIES, STOPPED, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
-from wirediff.probe.run import ProbeResult
+from wirediff.probe.drive import ProbeResult
 from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.captures import (
     SKIPPED,

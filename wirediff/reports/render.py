@@ -30,8 +30,8 @@ from markupsafe import Markup
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.explain import CODES
+from wirediff.probe.drive import result_summary
 from wirediff.probe.matrix import STATUSES
-from wirediff.probe.run import result_summary
 from wirediff.record.scrub import scrub_output
 from wirediff.reports.captures import MAX_CARD_CAPTURES, MAX_CARD_CLIENTS
 from wirediff.reports.examples import LAID_OUT

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from wirediff._support import clip, error_kind, is_2xx, response_status
 from wirediff._types import Record
-from wirediff.analysis.comparison.clients.probe import Failure
+from wirediff.analysis.comparison.clients.observations import Failure
 from wirediff.analysis.comparison.compare import error_message
 from wirediff.analysis.comparison.impact import SDK_SOURCE, Outcome
 from wirediff.record.tags import is_error_body

@@ -40,7 +40,7 @@ from wirediff.analysis.comparison.clients.asked import (
     asked,
     structured_kind,
 )
-from wirediff.analysis.comparison.clients.probe import Failure, Observations, served
+from wirediff.analysis.comparison.clients.observations import Failure, Observations, served
 from wirediff.analysis.comparison.shapes import structure
 
 __all__ = ["SDK_SOURCE", "Outcome", "clients", "impact", "prepare", "skeleton"]

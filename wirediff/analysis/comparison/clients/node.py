@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from wirediff.analysis.comparison.clients.asked import asked, structured_kind
-from wirediff.analysis.comparison.clients.probe import (
+from wirediff.analysis.comparison.clients.observations import (
     Failure,
     Observations,
     Served,

@@ -30,7 +30,7 @@ from wirediff.analysis.comparison.clients.asked import (
     parsed_kind,
     structured_kind,
 )
-from wirediff.analysis.comparison.clients.probe import (
+from wirediff.analysis.comparison.clients.observations import (
     MESSAGE_LIMIT,
     Failure,
     Observations,
