@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import addonmanager, ctx, exceptions, http
 
 from wirediff._types import Record
 from wirediff.addons import READY_ENV
@@ -146,7 +146,7 @@ class Capture:
         self.log_flows = False
         """mitmdump prints flows (its dumper, `flow_detail` above 0): learn their secrets."""
 
-    def load(self, loader):  # type: ignore[no-untyped-def]
+    def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
         loader.add_option(
             "capture_session", str, "", "Session name (file stem); default: the UTC start time."
@@ -214,7 +214,7 @@ class Capture:
             writer, problem = self._writable(Path(opts.capture_dir), session, rotation)
             problems += [problem] if problem else []
         if problems and self.is_running:  # a change at run time is refused; the capture goes on
-            raise exceptions.OptionsError(problems[0])  # type: ignore[no-untyped-call]
+            raise exceptions.OptionsError(problems[0])
         self.problems += problems
         if self.problems:
             return self._fail_startup()
@@ -273,7 +273,7 @@ class Capture:
         self._redact_mitmproxy_log()
         quiet_cancelled_connections()
         if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
-            ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
+            ctx.options.update(connection_strategy="lazy")
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
         self._start_recorder()
         ready = os.environ.get(READY_ENV)
@@ -281,7 +281,7 @@ class Capture:
             Path(ready).touch()
 
     def _redact_mitmproxy_log(self) -> None:
-        dumper = ctx.master.addons.get("dumper")  # type: ignore[no-untyped-call]
+        dumper = ctx.master.addons.get("dumper")
         if dumper is not None and not isinstance(dumper.outfp, _RedactedOutput):
             dumper.outfp = _RedactedOutput(dumper.outfp, self.log_secrets)
         self.log_flows = dumper is not None and getattr(ctx.options, "flow_detail", 0) > 0

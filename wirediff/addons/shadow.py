@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from mitmproxy import ctx, exceptions, flowfilter, http
+from mitmproxy import addonmanager, ctx, exceptions, flowfilter, http
 
 from wirediff.addons._options import take_unknown, take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
@@ -67,11 +67,11 @@ def _pairs(text: str, what: str) -> dict[str, str]:
     try:
         return parse_pairs(items, what, allow_empty=False)
     except PlanError as e:
-        raise exceptions.OptionsError(str(e)) from None  # type: ignore[no-untyped-call]
+        raise exceptions.OptionsError(str(e)) from None
 
 
 def _fail(message: str) -> Any:
-    return exceptions.OptionsError(message)  # type: ignore[no-untyped-call]
+    return exceptions.OptionsError(message)
 
 
 def parse_targets(to: str, key_env: str, model_map: str) -> list[tuple[Target, str | None]]:
@@ -121,7 +121,7 @@ class Shadow:
         self.pipe_for: Callable[[], MirrorPipe] = MirrorProcess
         """Tests: a stand-in for the mirror process."""
 
-    def load(self, loader):  # type: ignore[no-untyped-def]
+    def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option("shadow_to", str, "", "Candidates to mirror requests to: label=URL,...")
         loader.add_option(
             "shadow_key_env",
@@ -204,7 +204,7 @@ class Shadow:
 
     @property
     def _capture(self) -> Any:
-        return ctx.master.addons.get("capture")  # type: ignore[no-untyped-call]
+        return ctx.master.addons.get("capture")
 
     def running(self) -> None:
         self.is_running = True

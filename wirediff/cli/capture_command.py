@@ -20,7 +20,7 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from urllib.parse import urlsplit
 
 from wirediff.cli.mitm import CaptureProxy
@@ -30,6 +30,9 @@ from wirediff.errors import UsageError
 from wirediff.record.parts import capture_parts, parse_rotation
 from wirediff.record.redact import redact_url
 from wirediff.replay.targets import port_problem
+
+if TYPE_CHECKING:
+    from mitmproxy.addonmanager import Loader
 
 __all__ = [
     "AddonOption",
@@ -88,7 +91,7 @@ def addon_options() -> list[AddonOption]:
     from wirediff.addons.capture import Capture
 
     recorder = _OptionRecorder()
-    Capture().load(recorder)  # type: ignore[no-untyped-call]
+    Capture().load(cast("Loader", recorder))  # it records what `add_option` is given
     return recorder.options
 
 

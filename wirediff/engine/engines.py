@@ -133,13 +133,13 @@ class DaskEngine:
         else:
             n = max(1, workers or os.cpu_count() or 1)
             with _quiet_workers():
-                self._cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                self._cluster = LocalCluster(
                     n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
                 )
             try:
-                self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
+                self._client = Client(self._cluster)
             except BaseException:
-                self._cluster.close()  # type: ignore[no-untyped-call]
+                self._cluster.close()
                 raise
         self.workers = max(1, len(self._client.scheduler_info().get("workers", {})))
 
@@ -155,21 +155,21 @@ class DaskEngine:
         ]
         index = {f.key: i for i, f in enumerate(futures)}
         try:
-            done = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]
+            done = as_completed(futures, with_results=True)
             for future, result in done:
                 if isinstance(result, _Told):
                     raise result.error
                 yield index[future.key], result
-                future.release()  # type: ignore[no-untyped-call]
+                future.release()
         finally:
             for future in futures:
-                future.release()  # type: ignore[no-untyped-call]
+                future.release()
 
     def close(self, now: bool = False) -> None:
         if not now or self._cluster is None:
-            self._client.close()  # type: ignore[no-untyped-call]
+            self._client.close()
             if self._cluster is not None:
-                self._cluster.close()  # type: ignore[no-untyped-call]
+                self._cluster.close()
             return
         # a run cut short, on a cluster of its own: its workers are ended, not asked to
         # finish (they would be killed after seconds anyway, each with a warning), and the
@@ -185,8 +185,8 @@ class DaskEngine:
                 if pid:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            self._client.close()  # type: ignore[no-untyped-call]
-            self._cluster.close()  # type: ignore[no-untyped-call]
+            self._client.close()
+            self._cluster.close()
         finally:
             for logger, level in zip(said, levels, strict=True):
                 logger.setLevel(level)
@@ -257,7 +257,7 @@ def _connected(scheduler: str, connect_s: float) -> Any:
 
     def connect() -> None:
         try:
-            client = Client(scheduler, timeout=connect_s)  # type: ignore[no-untyped-call]
+            client = Client(scheduler, timeout=connect_s)
         except Exception as e:  # no such host, no port, a bad scheme, a refused handshake
             got["error"] = e
             return
@@ -265,7 +265,7 @@ def _connected(scheduler: str, connect_s: float) -> Any:
             if "abandoned" not in got:
                 got["client"] = client
                 return
-        client.close()  # type: ignore[no-untyped-call]
+        client.close()
 
     waiting = threading.Thread(target=connect, name="wirediff-dask-connect", daemon=True)
     waiting.start()

@@ -29,25 +29,31 @@ def cut_members(head: str, tail: str = "") -> dict[str, JSON]:
     return {**_forward(head), **_backward(tail)}
 
 
+def _skip_space(text: str, at: int = 0) -> int:
+    """Return where the JSON whitespace at `at` ends."""
+    found = _SPACE.match(text, at)
+    return found.end() if found else at
+
+
 def _forward(text: str) -> dict[str, JSON]:
     found: dict[str, JSON] = {}
-    at = _SPACE.match(text).end()  # type: ignore[union-attr]
+    at = _skip_space(text)
     if text[at : at + 1] != "{":
         return found
     at += 1
     try:
         while True:
-            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            at = _skip_space(text, at)
             name, at = _DECODER.raw_decode(text, at)
-            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            at = _skip_space(text, at)
             if not isinstance(name, str) or text[at : at + 1] != ":":
                 return found
-            at = _SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            at = _skip_space(text, at + 1)
             value, at = _DECODER.raw_decode(text, at)
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not isinstance(value, dict | list) and (at < len(text) or not number):
                 found[name] = value  # a number the start ends with may be cut short
-            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            at = _skip_space(text, at)
             if text[at : at + 1] != ",":
                 return found
             at += 1

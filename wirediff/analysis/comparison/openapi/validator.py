@@ -91,7 +91,7 @@ class SpecValidator:
         self._dispatch: dict[int, tuple[str, dict[str, int]]] = {}
         self._index_unions(self._schemas)
         base = jsonschema.Draft202012Validator
-        self._cls = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        self._cls = jsonschema.validators.extend(
             base,
             {
                 "oneOf": self._dispatching(base.VALIDATORS["oneOf"]),
