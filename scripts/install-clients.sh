@@ -24,6 +24,7 @@ CLIENTS=(
   "agents|pip|openai-agents==0.24.0|bin/python"
   "vercel|npm|ai@7.0.173 @ai-sdk/openai@4.0.118|node_modules/ai/package.json"
   "pydantic-ai|pip|pydantic-ai-slim[openai]==2.78.0|bin/python"
+  "instructor|pip|instructor==1.17.0|bin/python"
 )
 
 die() { echo "install-clients: $*" >&2; exit 1; }

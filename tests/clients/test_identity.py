@@ -26,10 +26,17 @@ PYDANTIC_AI = Workload(
     lambda client, work: [str(client / "bin/python"), str(HERE / "identity/pydantic_ai_app.py")],
 )
 """pydantic-ai is no client of the probe: its workload is here."""
+INSTRUCTOR = Workload(
+    "instructor",
+    "instructor",
+    lambda client, work: [str(client / "bin/python"), str(HERE / "identity/instructor_app.py")],
+)
+"""instructor patches an openai client the app made: its workload is here."""
+IDENTITY = {w.name: w for w in (PYDANTIC_AI, INSTRUCTOR)}
 
 
 def captured(name: str, tmp_path: Path) -> tuple[Path, list[Record]]:
-    w = PYDANTIC_AI if name == "pydantic-ai" else WORKLOADS_BY_NAME[name]
+    w = IDENTITY.get(name) or WORKLOADS_BY_NAME[name]
     client, got = capture_client_workload(w, tmp_path / name)
     assert got.records
     return client, got.records
@@ -77,6 +84,22 @@ def test_pydantic_ai_says_who_it_is(tmp_path: Path) -> None:
     assert {sdk_of(r)["user_agent"] for r in records} == {f"pydantic-ai/{version}"}
     assert clients(records) == {("pydantic-ai", version)}
     assert {(sdk_of(r)["lang"], sdk_of(r)["async"]) for r in records} == {("python", True)}
+
+
+def test_instructor_sends_the_openai_sdks_user_agent(tmp_path: Path) -> None:
+    """instructor calls the openai client the app made and adds no header of its own: its
+    traffic is openai-python's, with openai's version, and names no client."""
+    client, records = captured("instructor", tmp_path)
+    version = pip_version(client, "openai").strip()
+    assert {sdk_of(r)["user_agent"] for r in records} == {f"OpenAI/Python {version}"}
+    assert clients(records) == {(None, None)}
+    assert {(sdk_of(r)["lang"], sdk_of(r)["version"]) for r in records} == {("python", version)}
+    # both of its modes sent their request: tools, then JSON
+    bodies = [r["request"]["body"] for r in records]
+    assert [("tools" in b, b.get("response_format", {}).get("type")) for b in bodies] == [
+        (True, None),
+        (False, "json_object"),
+    ]
 
 
 def test_codex_names_itself_by_its_originator(tmp_path: Path) -> None:
