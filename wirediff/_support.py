@@ -1,4 +1,4 @@
-"""Small facts every layer shares, defined once."""
+"""Define once the small facts every layer shares."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ __all__ = [
 
 
 def as_bytes(text: str) -> bytes:
-    """`text` as the bytes it was decoded from: a surrogate from an undecodable byte as
-    that byte, any other (a hostile capture's JSON escape) as its own UTF-8 form."""
+    """Return `text` as the bytes it was decoded from.
+
+    A surrogate from an undecodable byte becomes that byte; any other, a hostile capture's JSON
+    escape, becomes its own UTF-8 form."""
     try:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
@@ -47,9 +49,11 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
 def printable(text: str) -> str:
-    """`text` safe on a terminal and in XML 1.0: control characters (an upstream's ANSI
-    colours, a carriage return, a NUL), lone surrogates and non-characters as `\\x1b`-style
-    escapes, so a server's message can neither restyle the terminal nor break a JUnit file."""
+    """Make `text` safe on a terminal and in XML 1.0.
+
+    It escapes control characters (an upstream's ANSI colours, a carriage return, a NUL), lone
+    surrogates and non-characters as `\\x1b`-style escapes, so a server's message can neither
+    restyle the terminal nor break a JUnit file."""
     return _UNPRINTABLE.sub(_escaped, text)
 
 
@@ -59,8 +63,10 @@ def _escaped(m: re.Match[str]) -> str:
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "") -> Any:
-    """A YAML file the user wrote, parsed; a `ValueError` with one line that says why not
-    (`wirediff.yaml:2: not valid YAML`, `… cannot read config (not UTF-8 text)`)."""
+    """Parse a YAML file the user wrote.
+
+    A `ValueError` says in one line why not: `wirediff.yaml:2: not valid YAML`, `… cannot read
+    config: not UTF-8 text`."""
     import yaml
 
     try:
@@ -78,12 +84,12 @@ def read_yaml(path: str | os.PathLike[str], what: str = "") -> Any:
 
 
 def is_2xx(status: Any) -> bool:
-    """A success status; anything that is not an integer (a missing answer) is not."""
+    """Tell whether `status` is a success; anything not an integer, a missing answer, is not."""
     return isinstance(status, int) and not isinstance(status, bool) and 200 <= status < 300
 
 
 def statuses_2xx(status: Any) -> Any:
-    """`is_2xx` over a numeric Series or array (NaN: no answer, not a success)."""
+    """Apply `is_2xx` over a numeric Series or array; NaN is no answer, not a success."""
     return (status >= 200) & (status < 300)
 
 
@@ -93,33 +99,37 @@ what came of it says nothing about the server, so no verdict counts it."""
 
 
 def error_kind(record: Record) -> str | None:
-    """The record's `error.kind`; None: the exchange ended normally."""
+    """Return the record's `error.kind`; None when the exchange ended normally."""
     error = record.get("error")
     return error["kind"] if error is not None else None
 
 
 def says_of_server(record: Record) -> bool:
-    """What came of the exchange tells of the server: it is no replay step left unsent
-    (`skipped`) and no exchange the capture's stop cut (`STOPPED_IN_FLIGHT`)."""
+    """Tell whether what came of the exchange tells of the server.
+
+    It is no replay step left unsent (`skipped`) and no exchange the capture's stop cut
+    (`STOPPED_IN_FLIGHT`)."""
     return error_kind(record) not in ("skipped", STOPPED_IN_FLIGHT)
 
 
 def response_status(record: Record) -> int | None:
-    """The answer's status; None: no answer came."""
+    """Return the answer's status; None when no answer came."""
     response = record.get("response")
     return response["status"] if response is not None else None
 
 
 def clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, an ellipsis marking the cut."""
+    """Cut `text` to at most `limit` characters, an ellipsis marking the cut."""
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 @contextlib.contextmanager
 def paused_gc(*, freeze: bool = False) -> Iterator[None]:
-    """Pause the cyclic garbage collector: records and frames make no reference cycles,
-    only millions of long-lived objects that full collections would walk again and again.
-    `freeze` moves what exists at the end out of later collections (loaded records)."""
+    """Pause the cyclic garbage collector.
+
+    Records and frames make no reference cycles, only millions of long-lived objects that full
+    collections would walk again and again. `freeze` moves what exists at the end out of later
+    collections (loaded records)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -133,11 +143,12 @@ def paused_gc(*, freeze: bool = False) -> Iterator[None]:
 
 @contextlib.contextmanager
 def task_gc() -> Iterator[None]:
-    """`paused_gc` for one task of many in a process: what it made is frozen at its end, so
-    the collector's count of new objects starts again from nothing — else the first
-    allocation after it walks every object the task made and still holds (its records,
-    its frames), a few percent of the task. They are freed by reference counting all the
-    same; what earlier tasks left frozen goes back to the collector first."""
+    """Pause the collector for one task of many in a process, as `paused_gc` does.
+
+    What it made is frozen at its end, so the collector's count of new objects starts again from
+    nothing — else the first allocation after it walks every object the task made and still
+    holds (its records, its frames), a few percent of the task. They are freed by reference
+    counting all the same; what earlier tasks left frozen goes back to the collector first."""
     left = gc.get_freeze_count()
     gc.unfreeze()
     if left > LEFT_BY_TASKS:  # reference cycles the tasks made, now garbage: collected
@@ -164,9 +175,11 @@ F = TypeVar("F", int, float)
 def merge_earliest(
     into: dict[K, tuple[F, V]], other: dict[K, tuple[F, V]], merge: Callable[[V, V, bool], object]
 ) -> dict[K, tuple[F, V]]:
-    """Per key, `(first, group)` pairs merged: the earlier `first` stays, and
-    `merge(mine, theirs, theirs_first)` folds their group into mine (`into` changed and
-    returned). The groups that say what was seen first take it from the earliest part."""
+    """Merge `(first, group)` pairs per key.
+
+    The earlier `first` stays, and `merge(mine, theirs, theirs_first)` folds their group into
+    mine (`into` changed and returned). The groups that say what was seen first take it from the
+    earliest part."""
     for key, (first, group) in other.items():
         mine = into.get(key)
         if mine is None:
@@ -186,8 +199,10 @@ def merge_by_key(
     into: dict[K, V], other: dict[K, V], merge: Callable[[V, V], object]
 ) -> dict[K, V]: ...
 def merge_by_key(into: dict[Any, Any], other: dict[Any, Any], merge: Any = None) -> dict[Any, Any]:
-    """Results of two parts of the captures, merged per key (`into` changed and returned);
-    `merge(mine, theirs)` where a value's own `merge` needs more than the other value."""
+    """Merge the results of two parts of the captures per key.
+
+    `into` is changed and returned; `merge(mine, theirs)` where a value's own `merge` needs more
+    than the other value."""
     for key, value in other.items():
         mine = into.get(key)
         if mine is None:

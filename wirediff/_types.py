@@ -1,4 +1,4 @@
-"""The `wirediff/1` record as types, and aliases shared across wirediff.
+"""Type the `wirediff/1` record, and define aliases shared across wirediff.
 
 The TypedDicts describe a capture line as the record builder (`wirediff.record.build`)
 writes it: a `Required` key is in every record, a `NotRequired` one only when it says
@@ -179,7 +179,7 @@ class Tags(TypedDict):
 
 
 class Record(TypedDict):
-    """One `wirediff/1` exchange: one capture line."""
+    """Hold one `wirediff/1` exchange: one capture line."""
 
     format: str
     id: str

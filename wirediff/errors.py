@@ -1,4 +1,6 @@
-"""The errors wirediff raises for the user: each is one line on stderr and exit code 2."""
+"""Define the errors wirediff raises for the user.
+
+Each is one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
@@ -6,21 +8,23 @@ __all__ = ["CaptureError", "PlanError", "ServerAbsent", "UsageError", "WirediffE
 
 
 class WirediffError(Exception):
-    """Bad usage or unreadable input; the message is one line for the user."""
+    """Signal bad usage or unreadable input; the message is one line for the user."""
 
 
 class UsageError(WirediffError):
-    """A command line or a configuration that cannot be acted on."""
+    """Refuse a command line or a configuration that cannot be acted on."""
 
 
 class CaptureError(WirediffError, ValueError):
-    """A capture that cannot be read."""
+    """Refuse a capture that cannot be read."""
 
 
 class PlanError(WirediffError, ValueError):
-    """A replay that cannot be planned (a bad filter, a record that cannot be sent)."""
+    """Refuse a replay that cannot be planned: a bad filter, a record that cannot be sent."""
 
 
 class ServerAbsent(WirediffError):
-    """A server to probe that is not there: unreachable, not TLS where asked, not HTTP, not an
-    OpenAI-style API, or refusing the key."""
+    """Report a server to probe that is not there.
+
+    It is unreachable, not TLS where asked, not HTTP, not an OpenAI-style API, or refusing the
+    key."""

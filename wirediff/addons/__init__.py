@@ -1,4 +1,4 @@
-"""mitmproxy addons: `mitmdump -s addons/capture.py` (and `wirediff addon-path`)."""
+"""Provide the mitmproxy addons for `mitmdump -s addons/capture.py` and `wirediff addon-path`."""
 
 __all__ = ["READY_ENV"]
 

@@ -1,4 +1,4 @@
-"""WebSocket permessage-deflate (RFC 7692) with a bound on what one message inflates to.
+"""Bound what one message inflates to under WebSocket permessage-deflate, RFC 7692.
 
 mitmproxy relays a WebSocket message whole: wsproto inflates it, mitmproxy holds it, hands
 it to the addons and compresses it again for the other side. wsproto's inflating has no
@@ -27,8 +27,9 @@ session's largest, an image inlined as base64, is a few megabytes)."""
 
 
 class BoundedDeflate(wsproto.extensions.PerMessageDeflate):
-    """wsproto's permessage-deflate, each inbound message inflated to `MAX_INFLATED` bytes
-    at most (past it, 1009)."""
+    """Inflate each inbound message to `MAX_INFLATED` bytes at most, as wsproto's deflate.
+
+    Past it, the connection closes with 1009."""
 
     _inflated = 0
 
@@ -67,7 +68,7 @@ class BoundedDeflate(wsproto.extensions.PerMessageDeflate):
         return self._counted(data)
 
     def _room(self) -> int:
-        """Bytes the message may still inflate to, and one more: reaching it is past."""
+        """Count the bytes the message may still inflate to, and one more: reaching it is past."""
         return max(MAX_INFLATED - self._inflated, 0) + 1
 
     def _counted(self, out: bytes) -> bytes | CloseReason:
@@ -76,6 +77,7 @@ class BoundedDeflate(wsproto.extensions.PerMessageDeflate):
 
 
 def install_bounded_deflate() -> None:
-    """Have mitmproxy negotiate permessage-deflate as `BoundedDeflate` in this process (its
-    WebSocket layer makes one per connection side by this name)."""
+    """Have mitmproxy negotiate permessage-deflate as `BoundedDeflate` in this process.
+
+    Its WebSocket layer makes one per connection side by this name."""
     wsproto.extensions.PerMessageDeflate = BoundedDeflate  # type: ignore[misc]

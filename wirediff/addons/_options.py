@@ -1,4 +1,4 @@
-"""What the addons share about their `--set` options (no addon class here)."""
+"""Check the addons' `--set` options; no addon class here."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ _INTEGER = re.compile(r"\s*-?\d+\s*")
 
 
 def unknown_names(names: Iterable[str], prefix: str, known: Iterable[str]) -> list[str]:
-    """One line for each of `names` with an addon's `prefix` that the addon does not take
-    (`capture_bodycap`), naming the nearest it does."""
+    """Say in one line each which of `names` with an addon's `prefix` the addon does not take.
+
+    Each line, for `capture_bodycap` say, names the nearest it does."""
     known = sorted(known)
     problems = []
     for name in sorted(n for n in names if n.startswith(prefix) and n not in known):
@@ -25,9 +26,10 @@ def unknown_names(names: Iterable[str], prefix: str, known: Iterable[str]) -> li
 
 
 def take_unknown(options: Any, prefix: str) -> list[str]:
-    """`unknown_names` among the `--set` values waiting for a script to register them
-    (mitmproxy would keep them waiting, and the misspelt option would do nothing without a
-    word), taken out of `options.deferred`; call it once the script's options are added."""
+    """Take the `unknown_names` out of the `--set` values waiting for a script to register them.
+
+    mitmproxy would keep them waiting in `options.deferred`, and the misspelt option would do
+    nothing without a word. Call it once the script's options are added."""
     known = [name for name in sorted(options.keys()) if name.startswith(prefix)]
     problems = unknown_names(options.deferred, prefix, known)
     for name in [n for n in options.deferred if n.startswith(prefix) and n not in known]:
@@ -36,10 +38,12 @@ def take_unknown(options: Any, prefix: str) -> list[str]:
 
 
 def take_unparsable(options: Any, ints: Mapping[str, str], bools: Iterable[str]) -> list[str]:
-    """`--set` values of a script's options wait until it registers them, and one that does
-    not parse (`capture_body_cap=abc`) would abort loading the script without a word: take
-    those out of `options.deferred` and say why, one line each. `ints`: each integer
-    option and what it counts ("a whole number of bytes"); ranges are checked later."""
+    """Take the `--set` values that do not parse out of `options.deferred`, and say why.
+
+    `--set` values of a script's options wait until it registers them, and one that does not
+    parse (`capture_body_cap=abc`) would abort loading the script without a word; each is said in
+    one line. `ints`: each integer option and what it counts ("a whole number of bytes"); ranges
+    are checked later."""
     problems = []
     for name in (*ints, *bools):
         values = getattr(options.deferred.get(name), "val", None)

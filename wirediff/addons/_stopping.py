@@ -1,4 +1,4 @@
-"""What the addons share about mitmproxy stopping (no addon class here)."""
+"""Quiet what mitmproxy stopping logs; no addon class here."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ __all__ = ["quiet_cancelled_connections"]
 
 
 class _CancelledConnection(logging.Filter):
-    """asyncio's report of a client connection's task cancelled as mitmproxy stops with the
-    connection open (a client's keep-alive): Python 3.11's streams ask the cancelled task
+    """Drop asyncio's report of a client connection's task cancelled as mitmproxy stops.
+
+    The connection is open, a client's keep-alive: Python 3.11's streams ask the cancelled task
     for its exception, and the default handler prints the `CancelledError` as a traceback.
     Nothing failed: the proxy was told to stop."""
 
@@ -22,7 +23,7 @@ class _CancelledConnection(logging.Filter):
 
 
 def quiet_cancelled_connections() -> None:
-    """Leave out of the log what stopping with open connections is not (`_CancelledConnection`)."""
+    """Leave the `_CancelledConnection` reports out of the log: stopping is no failure."""
     logger = logging.getLogger("asyncio")
     if not any(isinstance(f, _CancelledConnection) for f in logger.filters):
         logger.addFilter(_CancelledConnection())

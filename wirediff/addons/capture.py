@@ -78,7 +78,7 @@ MAX_LOG_SECRETS = 4096
 
 
 class _LogSecrets:
-    """The secrets of the exchanges mitmdump is printing about, newest last, bounded."""
+    """Keep the secrets of the exchanges mitmdump is printing about, newest last, bounded."""
 
     def __init__(self) -> None:
         self._forms: dict[str, str] = {}
@@ -97,10 +97,12 @@ class _LogSecrets:
 
 
 class _RedactedOutput:
-    """mitmdump's flow log with credentials fingerprinted: those of the exchanges it prints
-    about, in any form, and anything shaped like one (`redact_log_text`). A body streamed
-    through (the capture's streams are: nothing is buffered) has no content for mitmdump to
-    size, which it calls missing: the log says streamed."""
+    """Fingerprint the credentials in mitmdump's flow log.
+
+    Those are the credentials of the exchanges it prints about, in any form, and anything shaped
+    like one (`redact_log_text`). A body streamed through (the capture's streams are: nothing is
+    buffered) has no content for mitmdump to size, which it calls missing: the log says
+    streamed."""
 
     def __init__(self, out: IO[str], secrets: _LogSecrets) -> None:
         self._out, self._secrets = out, secrets
@@ -245,8 +247,10 @@ class Capture:
     def _writable(
         directory: Path, session: str, rotation: Rotation | None
     ) -> tuple[RecordWriter | None, str | None]:
-        """A writer for the capture once a probe file proves the directory writable (and
-        an existing capture appendable), or why not."""
+        """Open a writer for the capture, or say why not.
+
+        A probe file must prove the directory writable first, and an existing capture
+        appendable."""
         where = directory.resolve()
         if where.exists() and not where.is_dir():
             return None, f"capture_dir {where} is a file, not a directory"
@@ -361,15 +365,16 @@ class Capture:
         self.record_soon(flow)
 
     def _learn_secrets(self, flow: http.HTTPFlow) -> None:
-        """Before mitmdump prints the flow (its dumper comes after this addon)."""
+        """Learn the flow's secrets before mitmdump prints it: its dumper comes after this addon."""
         if self.log_flows:
             ex = exchange_from_flow(flow, body_cap=self.body_cap)
             self.log_secrets.add(exchange_secrets(ex, self.redact, self.body_cap))
 
     def record_soon(self, flow: http.HTTPFlow) -> None:
-        """Hand the exchange to the recorder process; without one (not yet running, as
-        under mitmproxy's test helpers, or gone), record on the event loop's next turn:
-        mitmproxy forwards a response only after this hook returns."""
+        """Hand the exchange to the recorder process, else record on the event loop's next turn.
+
+        There is no recorder process when it is not yet running, as under mitmproxy's test
+        helpers, or gone. mitmproxy forwards a response only after this hook returns."""
         self.in_flight.pop(flow.id, None)
         if flow.metadata.get("wirediff.written") or self.path is None or self._send(flow):
             return
@@ -382,8 +387,9 @@ class Capture:
         loop.call_soon(self._record_pending, flow.id)
 
     def _send(self, flow: http.HTTPFlow, error: Error | None = None) -> bool:
-        """Hand the exchange to the recorder process, if there is one; when it is lost,
-        False: this process records from now on."""
+        """Hand the exchange to the recorder process, if there is one.
+
+        False when it is lost: this process records from then on."""
         if self.recorder is None:
             return False
         flow.metadata["wirediff.written"] = True
@@ -402,7 +408,7 @@ class Capture:
         return False
 
     def _recorder_lost(self) -> None:
-        """The recorder stopped or fell far behind: record in-process from now on."""
+        """Record in-process from here on: the recorder stopped or fell far behind."""
         assert self.recorder is not None
         why = self.recorder.broken or "the recorder process fell too far behind"
         logging.warning(f"capture: {why}; recording in mitmdump's own process from now on")
@@ -418,14 +424,16 @@ class Capture:
             self.record(flow)
 
     def flush(self) -> None:
-        """Record every exchange still waiting for its turn (at shutdown, in tests)."""
+        """Record every exchange still waiting for its turn, at shutdown and in tests."""
         for flow_id in list(self.pending):
             self._record_pending(flow_id)
 
     def close_in_flight(self) -> None:
-        """At shutdown: record every exchange still in flight as it stands (not complete,
-        `error.kind: proxy_shutdown`) before the recorder process is closed: a stream
-        mid-way, a request waiting for its answer, an open WebSocket session."""
+        """Record every exchange still in flight as it stands, at shutdown.
+
+        Each is not complete, with `error.kind: proxy_shutdown`, and is recorded before the
+        recorder process is closed: a stream mid-way, a request waiting for its answer, an open
+        WebSocket session."""
         flows, self.in_flight = list(self.in_flight.values()), {}
         for flow in flows:
             written = self.path is None or flow.metadata.get("wirediff.written")

@@ -1,5 +1,6 @@
-"""Mirror live requests to candidate backends, off the client's path; record their answers
-as replays of the live exchange, beside the capture.
+"""Mirror live requests to candidate backends, off the client's path.
+
+Their answers are recorded as replays of the live exchange, beside the capture.
 
 Usage:
     mitmdump -s addons/capture.py -s addons/shadow.py --mode reverse:https://api.openai.com \
@@ -55,7 +56,7 @@ _ANSWER = "wirediff.shadow_answer"
 
 
 class MirrorPipe(Protocol):
-    """Where the hooks' frames go: the mirror process (`MirrorProcess`), or a test's stand-in."""
+    """Take the hooks' frames: the mirror process (`MirrorProcess`), or a test's stand-in."""
 
     def send(self, item: Any) -> bool: ...
 
@@ -75,8 +76,10 @@ def _fail(message: str) -> Any:
 
 
 def parse_targets(to: str, key_env: str, model_map: str) -> list[tuple[Target, str | None]]:
-    """The candidates of `shadow_to`, with their model maps (`A=B` for all, `label:A=B` for
-    one) and keys (`shadow_key_env`: from the environment only). One-line `OptionsError`s."""
+    """Parse the candidates of `shadow_to`, with their model maps and keys.
+
+    A model map is `A=B` for all, `label:A=B` for one; keys come from the environment only
+    (`shadow_key_env`). Errors are one-line `OptionsError`s."""
     urls = _pairs(to, "shadow_to")
     for label in urls:
         if not set(label) <= _LABEL_CHARS or label.startswith("."):
@@ -212,7 +215,7 @@ class Shadow:
         self._start()
 
     def _start(self) -> None:
-        """Tell the mirror process (started the first time) the configuration."""
+        """Tell the mirror process the configuration, starting it the first time."""
         if self.config is None:
             return
         if self.pipe is None:
@@ -220,8 +223,10 @@ class Shadow:
         self._send(("config", self.config))
 
     def _send(self, item: tuple[Any, ...]) -> bool:
-        """Down the pipe; False (said once per burst) when the mirror process is gone or
-        too far behind: the frame is dropped."""
+        """Send a frame down the pipe.
+
+        False, said once per burst, when the mirror process is gone or too far behind: the frame
+        is dropped."""
         assert self.pipe is not None
         if self.pipe.send(item):
             self.behind = False
@@ -267,7 +272,7 @@ class Shadow:
         self._answered(flow)
 
     def _answered(self, flow: http.HTTPFlow) -> None:
-        """The primary's answer to a request whose ids a later one may name."""
+        """Pass on the primary's answer to a request whose ids a later one may name."""
         if self.pipe is None or not flow.metadata.pop(_ANSWER, False):
             return
         body_cap = int(getattr(ctx.options, "capture_body_cap", DEFAULT_BODY_CAP))

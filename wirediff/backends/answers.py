@@ -1,4 +1,4 @@
-"""What a stand-in answers, decided from the request alone, so output is repeatable.
+"""Decide what a stand-in answers from the request alone, so output is repeatable.
 
 A request with tools gets one function call (the scenario models below ask for others);
 one asking for structured output gets an object its schema accepts: a `json_schema`
@@ -66,8 +66,10 @@ _DEPTH = 16
 
 @dataclass
 class Call:
-    """One function call: the tool's name and its arguments (a JSON string; a dict where
-    the profile or `fault-args-object` says so)."""
+    """Hold one function call: the tool's name and its arguments.
+
+    The arguments are a JSON string, or a dict where the profile or `fault-args-object` says
+    so."""
 
     name: str
     arguments: Any
@@ -75,7 +77,7 @@ class Call:
 
 @dataclass
 class Plan:
-    """The answer's content, independent of the provider's shape for it."""
+    """Hold the answer's content, independent of the provider's shape for it."""
 
     kind: str
     """`text`, `tool` (calls only) or `text+tool` (a text, then calls)."""
@@ -89,12 +91,12 @@ class Plan:
         return self.kind != "tool"
 
     def pieces(self) -> list[str]:
-        """The text split into stream deltas (word by word, spaces kept)."""
+        """Split the text into stream deltas, word by word, spaces kept."""
         return re.findall(r"\S+\s*", self.text) or [self.text]
 
 
 def _text_of(content: Any) -> str:
-    """The text of a chat/responses content value (a string or a list of parts)."""
+    """Return the text of a chat/responses content value: a string or a list of parts."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -108,7 +110,7 @@ def _words(text: str, n: int = 12) -> str:
 
 
 def _resolve(schema: Any, root: Any, depth: int) -> Any:
-    """`schema` with a local `$ref` (`#/$defs/X`, `#/definitions/X`) followed."""
+    """Follow a local `$ref` of `schema`: `#/$defs/X`, `#/definitions/X`."""
     while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth > 0:
         target: Any = root
         for part in schema["$ref"].lstrip("#/").split("/"):
@@ -143,10 +145,11 @@ def _number(schema: JSONDict, kind: str) -> Any:
 
 
 def placeholder(schema: Any, root: Any = None, depth: int = _DEPTH) -> Any:
-    """A fixed value that satisfies one JSON schema: a `const`, an enum's or a union's first
-    choice, all of an `allOf`, an object's required properties, an array of its minimum
-    length, a string in its format and length, a number within its bounds; `$ref`s to the
-    schema's own definitions are followed."""
+    """Make a fixed value that satisfies one JSON schema.
+
+    It is a `const`, an enum's or a union's first choice, all of an `allOf`, an object's
+    required properties, an array of its minimum length, a string in its format and length, a
+    number within its bounds; `$ref`s to the schema's own definitions are followed."""
     root = schema if root is None else root
     schema = _resolve(schema, root, depth)
     if not isinstance(schema, dict) or depth <= 0:
@@ -193,7 +196,7 @@ def _object(schema: JSONDict, root: Any, depth: int) -> JSONDict:
 
 
 def placeholder_arguments(parameters: Any) -> JSONDict:
-    """A function call's arguments: the schema's required properties, each a placeholder."""
+    """Make a function call's arguments: the schema's required properties, each a placeholder."""
     if not isinstance(parameters, dict):
         return {}
     return _object(parameters, parameters, _DEPTH)
@@ -208,8 +211,10 @@ def plan_for(
     reasoning: bool,
     object_arguments: bool = False,
 ) -> Plan:
-    """A tool call when tools are offered (and not refused), else an echo of the input;
-    `object_arguments`: arguments as a JSON object, not a string (as `fault-args-object`)."""
+    """Plan a tool call when tools are offered and not refused, else an echo of the input.
+
+    `object_arguments` gives arguments as a JSON object, not a string, as `fault-args-object`
+    does."""
     prompt_tokens = max(len(last_text.split()), 1)
     if tool_output is not None:
         return Plan(
@@ -243,8 +248,9 @@ _SCHEMA_START = re.compile(r"\{")
 
 
 def _schema_in(text: str) -> Any:
-    """The first JSON object in a prompt that is a JSON Schema (instructor's JSON mode puts
-    the model's schema in its prompt), or None."""
+    """Find the first JSON object in a prompt that is a JSON Schema, or None.
+
+    instructor's JSON mode puts the model's schema in its prompt."""
     decoder = json.JSONDecoder()
     for match in _SCHEMA_START.finditer(text):
         try:
@@ -257,9 +263,10 @@ def _schema_in(text: str) -> Any:
 
 
 def _json_format(fmt: Any, prompts: list[str]) -> Any:
-    """The schema an answer must follow: a `json_schema` format's (chat's
-    `response_format.json_schema`, Responses' `text.format`), JSON mode's from the prompt
-    (else any object); None when no structured output is asked."""
+    """Find the schema an answer must follow; None when no structured output is asked.
+
+    It is a `json_schema` format's: chat's `response_format.json_schema`, Responses'
+    `text.format`. Or it is JSON mode's from the prompt, else any object."""
     if not isinstance(fmt, dict):
         return None
     if fmt.get("type") == "json_object":
@@ -273,7 +280,7 @@ def _json_format(fmt: Any, prompts: list[str]) -> Any:
 
 
 def _structured(plan: Plan, schema: Any) -> Plan:
-    """A text answer in the requested schema: its placeholder object, as JSON."""
+    """Answer in the requested schema: its placeholder object, as JSON text."""
     if schema is None or plan.kind != "text" or plan.text.startswith("Tool said:"):
         return plan
     plan.text = json.dumps(placeholder(schema), separators=(",", ":"))

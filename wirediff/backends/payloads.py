@@ -1,4 +1,4 @@
-"""Answer bodies and SSE events as each provider profile shapes them.
+"""Shape answer bodies and SSE events as each provider profile does.
 
 Pure functions of a profile and a `Plan` (what to say): the non-streamed
 `chat.completion` and Response objects, the `chat.completion.chunk` sequence and the
@@ -48,7 +48,7 @@ def make_id(template: str, index: int = 0) -> str:
 
 
 def _drop_nulls(obj: Any, keep: frozenset[str]) -> Any:
-    """vLLM-style `exclude_unset`: null fields vanish unless explicitly set (`keep`)."""
+    """Drop null fields unless explicitly set in `keep`, as vLLM's `exclude_unset` does."""
     if isinstance(obj, dict):
         return {k: _drop_nulls(v, keep) for k, v in obj.items() if v is not None or k in keep}
     if isinstance(obj, list):
@@ -76,7 +76,7 @@ def chat_usage(prof: Profile, plan: Plan) -> JSONDict:
 
 
 def chat_completion(prof: Profile, model: str, plan: Plan) -> JSONDict:
-    """The non-streamed `chat.completion` object as this provider shapes it."""
+    """Build the non-streamed `chat.completion` object as this provider shapes it."""
     c = prof["chat"]
     message: JSONDict = {"role": "assistant", "content": plan.text if plan.says else None}
     if plan.reasoning and prof["streaming"]["chat"].get("reasoning_field"):
@@ -107,9 +107,10 @@ def chat_completion(prof: Profile, model: str, plan: Plan) -> JSONDict:
 
 
 def _tool_deltas(prof: Profile, plan: Plan, base: JSONDict) -> list[JSONDict]:
-    """The deltas of each call: a head with id, type and name (`index` as the profile numbers
-    calls: by position, all `zero`, or `omitted`), then argument fragments, or the whole
-    arguments in the head where the profile sends calls whole."""
+    """Build the deltas of each call: a head with id, type and name, then argument fragments.
+
+    `index` numbers calls as the profile does: by position, all `zero`, or `omitted`. Where the
+    profile sends calls whole, the head holds the whole arguments."""
     s = prof["streaming"]["chat"]
     numbering = s.get("tool_call_index")
     out: list[JSONDict] = []
@@ -138,7 +139,7 @@ def _tool_deltas(prof: Profile, plan: Plan, base: JSONDict) -> list[JSONDict]:
 
 
 def chat_chunks(prof: Profile, model: str, plan: Plan, include_usage: bool) -> list[JSONDict]:
-    """The `chat.completion.chunk` objects of a stream, in order (without `[DONE]`)."""
+    """Build the `chat.completion.chunk` objects of a stream, in order, without `[DONE]`."""
     s = prof["streaming"]["chat"]
     cid, created = make_id(prof["chat"]["id"]), int(time.time())
     extra = fill(s.get("chunk_extra") or {}, {"model": model})
@@ -190,8 +191,10 @@ def chat_chunks(prof: Profile, model: str, plan: Plan, include_usage: bool) -> l
 
 
 def _echoed_tools(r: Profile, tools: Any) -> list[Any]:
-    """The request's tools as the Response echoes them: where the profile says so, function
-    tools carry `strict` (the request's, else the profile's default)."""
+    """Echo the request's tools as the Response does.
+
+    Where the profile says so, function tools carry `strict`: the request's, else the profile's
+    default."""
     out = list(tools) if isinstance(tools, list) else []
     default = r.get("tool_strict_default")
     if default is None:
@@ -206,7 +209,7 @@ def _echoed_tools(r: Profile, tools: Any) -> list[Any]:
 
 @dataclass
 class ResponseBuild:
-    """Everything one Responses answer needs: the final object, its items and ids."""
+    """Hold everything one Responses answer needs: the final object, its items and ids."""
 
     obj: JSONDict
     items: list[JSONDict]
@@ -216,7 +219,7 @@ class ResponseBuild:
 def build_response(
     prof: Profile, body: JSONDict, model: str, plan: Plan, previous: str | None, turn: int
 ) -> ResponseBuild:
-    """The completed Response object, carrying exactly the profile's field set."""
+    """Build the completed Response object, carrying exactly the profile's field set."""
     r = prof["responses"]
     if plan.says and turn > 1:
         plan = replace(plan, text=f"(turn {turn}) {plan.text}")
@@ -303,7 +306,7 @@ _TAIL = frozenset({"response.completed", "response.failed", "response.incomplete
 def _item_events(
     s: Profile, names: list[str], item: JSONDict, index: int, plan: Plan
 ) -> list[tuple[str, JSONDict]]:
-    """One output item's events (those of `names` between the head and the terminal)."""
+    """Build one output item's events: those of `names` between the head and the terminal."""
     iid = item["id"]
     at = {"item_id": iid, "output_index": index}
     part_empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -344,9 +347,10 @@ def _item_events(
 
 
 def response_events(prof: Profile, rb: ResponseBuild) -> list[tuple[str, JSONDict]]:
-    """`(event type, payload)` in the profile's order, each output item's events in turn
-    (`item_done_order: reversed` closes the first item last); the payload carries `type`
-    and, where the profile says so, `sequence_number`."""
+    """List `(event type, payload)` in the profile's order, each output item's events in turn.
+
+    `item_done_order: reversed` closes the first item last. The payload carries `type` and,
+    where the profile says so, `sequence_number`."""
     s = prof["streaming"]["responses"]
     plan = rb.plan
     frame = s["events"]["text" if plan.says else "function_call"]
@@ -391,11 +395,11 @@ def response_events(prof: Profile, rb: ResponseBuild) -> list[tuple[str, JSONDic
 
 
 def data_frame(obj: Any) -> bytes:
-    """One `data:` event (chat completions)."""
+    """Frame one `data:` event, as chat completions send them."""
     return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
 
 def event_frame(name: str, obj: Any, event_line: bool) -> bytes:
-    """One typed event (Responses API), with its `event:` line where the provider sends one."""
+    """Frame one typed Responses event, with its `event:` line where the provider sends one."""
     data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
     return (f"event: {name}\n".encode() if event_line else b"") + b"data: " + data + b"\n\n"

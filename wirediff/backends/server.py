@@ -1,4 +1,4 @@
-"""The stand-in's HTTP server: routing, auth and errors as the profile documents them.
+"""Serve a stand-in over HTTP, with routing, auth and errors as the profile documents them.
 
 A stdlib `ThreadingHTTPServer` serves `GET /v1/models`, `POST /v1/chat/completions` and
 `POST /v1/responses` (streamed or not, and over a WebSocket where the profile has that mode:
@@ -77,7 +77,7 @@ JSONDict = dict[str, Any]
 
 
 def mask_key(key: str) -> str:
-    """A key as an error message may show it, without ever echoing the whole secret."""
+    """Mask a key as an error message may show it, without ever echoing the whole secret."""
     if len(key) > 10:
         return f"{key[:3]}{'*' * (len(key) - 7)}{key[-4:]}"
     if len(key) > 4:
@@ -87,7 +87,7 @@ def mask_key(key: str) -> str:
 
 @dataclass
 class Seen:
-    """One request as the stand-in received it (for tests: which key arrived, which path)."""
+    """Note one request as the stand-in received it: for tests, which key arrived, which path."""
 
     method: str
     path: str
@@ -113,7 +113,7 @@ class StandinServer(ThreadingHTTPServer):
         super().__init__(addr, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client closing its connection (e.g. right after `[DONE]`) is normal here."""
+        """Ignore a client closing its connection, e.g. right after `[DONE]`: it is normal here."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
@@ -178,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.st.gzip and "gzip" in self.headers.get("Accept-Encoding", "").lower()
 
     def _start(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """Status line, Date, the profile's own headers, then the answer's."""
+        """Start the answer: status line, Date, the profile's own headers, then the answer's."""
         self.send_response_only(status)
         self.send_header("Date", formatdate(usegmt=True))
         vals = {
@@ -316,8 +316,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._responses(body, model)
 
     def _websocket(self, path: str, scoped: bool) -> bool:
-        """The Responses WebSocket mode, where the profile has it; a profile without it
-        answers the upgrade like any other GET (its wrong-method answer)."""
+        """Serve the Responses WebSocket mode, where the profile has it.
+
+        A profile without it answers the upgrade like any other GET: its wrong-method answer."""
         upgrade = self.headers.get("Upgrade", "").lower() == "websocket"
         if not (upgrade and self.command == "GET" and path.rstrip("/") == "/v1/responses"):
             return False
@@ -345,8 +346,9 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def _auth_ok(self) -> bool:
-        """With `api_key=…`, the profile's missing/wrong key answers; providers without an
-        auth answer (Ollama) accept anything."""
+        """Check the key: with `api_key=…`, the profile's missing/wrong key answers.
+
+        Providers without an auth answer, Ollama say, accept anything."""
         key = self.st.api_key
         if key is None or answer_for(self.prof, "missing_key") is None:
             return True
@@ -472,13 +474,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
     def _may_send(self, i: int, delay: float) -> bool:
-        """Event i goes out once `pace` allows it and `delay` has passed, unless stopping."""
+        """Let event i go out once `pace` allows it and `delay` has passed, unless stopping."""
         if self.st.pace is not None and not self.st.pace(i):
             return False
         return not (delay > 0 and self.st.stopping.wait(delay))
 
     def _stream(self, content_type: str, frames: list[bytes], model: str, terminal: int) -> None:
-        """Chunked SSE, one write (and flush) per event; gzip with a sync flush per event.
+        """Stream chunked SSE, one write and flush per event; gzip with a sync flush per event.
 
         `terminal` is how many trailing frames end the stream ([DONE] and the last chunk,
         or response.completed): fault-truncate drops the second half, so they never come.

@@ -1,4 +1,4 @@
-"""A stand-in's lifetime: start one on a free loopback port, use it, stop it.
+"""Start a stand-in on a free loopback port, use it, stop it.
 
 wirediff needs backends to capture from and replay against on a machine with no network
 and no keys. One small stdlib server (`wirediff.backends.server`) plays any provider
@@ -27,7 +27,7 @@ __all__ = ["Standin", "make_standin", "standin"]
 
 @dataclass
 class Standin:
-    """A running stand-in (see `standin()` for the options); `url` is the server root."""
+    """Run a stand-in; `standin()` lists the options, and `url` is the server root."""
 
     profile: Profile
     delay: float = 0.0
@@ -65,7 +65,7 @@ class Standin:
         return self.url
 
     def stop(self) -> None:
-        """Stop accepting, end open connections (so no handler lingers), close the socket."""
+        """Stop accepting, end open connections so no handler lingers, and close the socket."""
         srv, self._server = self._server, None
         if srv is None:
             return
@@ -101,7 +101,7 @@ def make_standin(
     verbose: bool = False,
     pace: Callable[[int], bool] | None = None,
 ) -> Standin:
-    """A not-yet-started `Standin` (for callers that need `.seen` or a manual lifetime).
+    """Make a `Standin` not yet started, for callers that need `.seen` or a manual lifetime.
 
     `pace(i)` is asked before each SSE event after the first: tests hand a stream over one
     event at a time with it (see `standin()` for the other options).
@@ -136,8 +136,9 @@ def standin(
     host: str = "127.0.0.1",
     port: int = 0,
 ) -> Iterator[str]:
-    """Run a stand-in for profile `name` on a free loopback port; yields its root URL
-    (`http://127.0.0.1:PORT`, clients use `url + "/v1"`) and shuts it down on exit.
+    """Run a stand-in for profile `name` on a free loopback port, shut down on exit.
+
+    It yields its root URL, `http://127.0.0.1:PORT`; clients use `url + "/v1"`.
 
     `delay` seconds between SSE events; `api_key` turns on the profile's key checks;
     `models` replaces the profile's served ids (`fault-*` models always work; an empty

@@ -1,4 +1,4 @@
-"""The Responses API's WebSocket mode, for stand-ins whose profile documents it.
+"""Serve the Responses API's WebSocket mode, for stand-ins whose profile documents it.
 
 `GET /v1/responses` with `Upgrade: websocket` is answered `101 Switching Protocols`; then
 each client text message `{"type": "response.create", …}` (the body of a
@@ -38,7 +38,7 @@ JSONDict = dict[str, Any]
 
 
 def accept_key(key: str) -> str:
-    """`Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key`."""
+    """Compute `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key`."""
     return base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
 
 
@@ -57,7 +57,7 @@ def _error(status: int, message: str, code: str | None, param: str | None = None
 
 @dataclass
 class ResponsesSocket:
-    """One upgraded connection: reads client messages, writes the answers' events."""
+    """Serve one upgraded connection: read client messages, write the answers' events."""
 
     prof: Profile
     models: list[str]
@@ -69,7 +69,7 @@ class ResponsesSocket:
     """Responses made on this connection: id → turn."""
 
     def run(self) -> None:
-        """Serve until the client closes (or the connection drops)."""
+        """Serve until the client closes or the connection drops."""
         ws = Connection(ConnectionType.SERVER)
         parts: list[str] = []
         while True:

@@ -1,4 +1,4 @@
-"""The `wirediff` command line: one module per command, each with `register(subparsers)`.
+"""Build the `wirediff` command line: one module per command, each with `register(subparsers)`.
 
 Exit codes (see `wirediff.cli.runner`; each command's `--help` lists its own): 0 ok, 1 a
 finding (`check`, `diagnose --fail`), 2 bad usage or unreadable input, 130 interrupted.

@@ -1,4 +1,4 @@
-"""`wirediff addon-path [capture|shadow]`: where an installed addon is, for `mitmdump -s`."""
+"""Print where an installed addon is, for `mitmdump -s`: `wirediff addon-path [capture|shadow]`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`wirediff capture`: mitmdump with the capture addon in reverse mode, ready for one client.
+"""Run `wirediff capture`: mitmdump with the capture addon in reverse mode, ready for one client.
 
 Usage:
     wirediff capture --to URL [--label L] [--session S] [--port P] [--dir DIR]
@@ -75,7 +75,7 @@ class AddonOption(NamedTuple):
 
 
 class _OptionRecorder:
-    """Stands in for mitmproxy's `Loader`: keeps what the addon's `load()` declares."""
+    """Stand in for mitmproxy's `Loader`, keeping what the addon's `load()` declares."""
 
     def __init__(self) -> None:
         self.options: list[AddonOption] = []
@@ -87,7 +87,7 @@ class _OptionRecorder:
 
 
 def addon_options() -> list[AddonOption]:
-    """The capture addon's options, as its `load()` declares them."""
+    """Return the capture addon's options, as its `load()` declares them."""
     from wirediff.addons.capture import Capture
 
     recorder = _OptionRecorder()
@@ -107,8 +107,9 @@ def options_help() -> str:
 
 
 class _HelpWithAddonOptions(argparse.Action):
-    """`-h`: the usual help, then the addon's options (read only when help is asked for,
-    so other commands never import mitmproxy)."""
+    """Print the usual help for `-h`, then the addon's options.
+
+    They are read only when help is asked for, so other commands never import mitmproxy."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show this help and exit")
@@ -120,7 +121,7 @@ class _HelpWithAddonOptions(argparse.Action):
 
 
 def split_upstream(url: str) -> tuple[str, str]:
-    """`(upstream for mitmproxy's reverse mode, path for the client's base URL)`."""
+    """Split the upstream into `(upstream for mitmproxy's reverse mode, path for the base URL)`."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
@@ -137,7 +138,7 @@ def split_upstream(url: str) -> tuple[str, str]:
 
 
 def check_port(port: int) -> int:
-    """The port to listen on (0: any free one); a port already taken is a usage error."""
+    """Check the port to listen on, 0 for any free one; a port already taken is a usage error."""
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port}: a port is from 0 to 65535 (0: any free one)")
     if port == 0:
@@ -153,8 +154,10 @@ def check_port(port: int) -> int:
 
 
 def check_extra(extra: list[str]) -> list[str]:
-    """mitmdump's arguments after `--`, refused before the proxy starts when they set a
-    capture option a flag sets, one the addon does not take, or a rotation that is none."""
+    """Check mitmdump's arguments after `--` before the proxy starts.
+
+    They are refused when they set a capture option a flag sets, one the addon does not take, or
+    a rotation that is none."""
     from wirediff.addons._options import unknown_names
 
     if extra[:1] == ["--"]:
@@ -175,7 +178,9 @@ def check_extra(extra: list[str]) -> list[str]:
 
 
 def new_session(capture_dir: Path, now: float | None = None) -> str:
-    """The UTC start time, with `-2`, `-3`… when a run in the same second took it."""
+    """Name a new session by its UTC start time.
+
+    `-2`, `-3`… follow it when a run in the same second took it."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     name, n = stamp, 1
     while (capture_dir / f"{name}.jsonl").exists():
@@ -277,7 +282,9 @@ def register(sub: Any) -> None:
 
 
 def main_capture(argv: Sequence[str] | None = None) -> int:
-    """`wirediff capture …` on its own (tests, `python -m wirediff.cli.capture_command`)."""
+    """Run `wirediff capture …` on its own.
+
+    This serves tests and `python -m wirediff.cli.capture_command`."""
     return standalone(register, "capture", argv)
 
 
@@ -286,13 +293,13 @@ if __name__ == "__main__":
 
 
 def _exchanges(capture: Path) -> tuple[int, int]:
-    """The exchanges the session holds, and its parts (`capture_rotate`)."""
+    """Count the exchanges the session holds, and its parts (`capture_rotate`)."""
     parts = capture_parts(capture) if capture.exists() else [capture]
     return sum(count_lines(p) for p in parts), len(parts)
 
 
 def _held(capture: Path) -> str:
-    """What the session holds, in all its parts."""
+    """Say what the session holds, in all its parts."""
     n, parts = _exchanges(capture)
     where = f"{capture}" if parts == 1 else f"{capture} and its {parts - 1} more parts"
     return f"{where} hold{'s' if parts == 1 else ''} {n} exchange{'' if n == 1 else 's'}"

@@ -1,4 +1,4 @@
-"""`wirediff import FILE(.flow|.har) [-o OUT.jsonl]`: other capture formats into `wirediff/1`."""
+"""Turn other capture formats into `wirediff/1`: `wirediff import FILE(.flow|.har) [-o OUT]`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`wirediff demo`: the whole loop on embedded defaults, in well under a minute.
+"""Run `wirediff demo`: the whole loop on embedded defaults, in well under a minute.
 
 Local stand-ins play OpenAI (the baseline), LM Studio, Ollama and vLLM; the real openai SDK
 is captured through `mitmdump -s addons/capture.py`; the session is replayed to the others.
@@ -62,13 +62,13 @@ LOG_TAIL = 300
 
 
 def drive_sdk(base_url: str, api_key: str) -> int:
-    """Typical calls of an app moving from Chat Completions to Responses; returns the count."""
+    """Make the calls of an app moving from Chat Completions to Responses; return the count."""
     with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30) as client:
         return _drive(client)
 
 
 def _drive(client: Any) -> int:
-    """`client` typed as Any: the SDK's overloads are for apps; this script also sends odd shapes."""
+    """Drive `client`, typed as Any: the SDK's overloads are for apps; this sends odd shapes too."""
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     client.chat.completions.create(model=MODEL, messages=ask)
     for _ in client.chat.completions.create(
@@ -117,7 +117,7 @@ def _drive(client: Any) -> int:
 
 
 class Steps:
-    """A one-line-per-step progress display with elapsed time."""
+    """Show progress one line per step, with elapsed time."""
 
     def __init__(self, total: int) -> None:
         self.total, self.n, self.t0 = total, 0, time.monotonic()
@@ -132,7 +132,7 @@ class Steps:
 
 
 def run_demo(out: Path) -> dict[str, Any]:
-    """Start, capture, replay, report, stop: returns the paths written."""
+    """Start, capture, replay, report, stop; return the paths written."""
     from wirediff.backends.standin import standin
     from wirediff.cli.replay import main_replay
     from wirediff.cli.report import main_report

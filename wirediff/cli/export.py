@@ -1,5 +1,7 @@
-"""`wirediff export CAPTURE… --parquet DIR`: the captures as a Parquet dataset (a directory
-or an fsspec URL) that `report`, `check` and `diagnose` read like the captures."""
+"""Write captures as a Parquet dataset: `wirediff export CAPTURE… --parquet DIR`.
+
+The dataset is a directory or an fsspec URL that `report`, `check` and `diagnose` read like the
+captures."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ __all__ = ["register"]
 
 
 def _empty_target(out: str) -> None:
-    """Datasets are never written over: the target must not exist, or be empty."""
+    """Refuse a target that exists and is not empty: datasets are never written over."""
     if "://" in out:
         from wirediff.engine.sources import filesystem
 

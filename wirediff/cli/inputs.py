@@ -1,4 +1,4 @@
-"""The captures a command is given, checked as the user named them.
+"""Check the captures a command is given, as the user named them.
 
 The store reads what a capture holds (torn lines skipped with a warning, bad records an
 error naming file:line). What only a command can judge is checked here: a file named on the
@@ -51,8 +51,9 @@ def _is_json(data: bytes) -> bool:
 
 
 def capture_file(path: str | os.PathLike[str]) -> Path:
-    """`path` when it can be a capture: a readable file with a line in it that is whole
-    or JSON (an empty file, or one holding only an unfinished line, has no exchange)."""
+    """Return `path` when it can be a capture: a readable file with a line that is whole or JSON.
+
+    An empty file, or one holding only an unfinished line, has no exchange."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -81,8 +82,9 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
 
 
 def unfinished_line(path: Path) -> int | None:
-    """The number of `path`'s last line when the store skipped it as unfinished (no
-    newline after it and not JSON), else None."""
+    """Return the number of `path`'s last line when the store skipped it as unfinished, else None.
+
+    A line is unfinished when no newline follows it and it is not JSON."""
     with path.open("rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         if not size:
@@ -125,7 +127,7 @@ def _warn_unfinished(paths: Sequence[Path]) -> None:
 
 @contextmanager
 def _import_hint(paths: Sequence[Path]) -> Iterator[None]:
-    """A capture error about a HAR or flow file says how to read it."""
+    """Add to a capture error about a HAR or flow file how to read it."""
     try:
         yield
     except CaptureError as e:
@@ -135,8 +137,9 @@ def _import_hint(paths: Sequence[Path]) -> Iterator[None]:
 
 
 def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """The records of one capture named on a command line, as sent (`iter_records`), to
-    be replayed; a capture without any is an error."""
+    """Yield the records of one capture named on a command line, as sent, to be replayed.
+
+    They come as `iter_records` reads them; a capture without any is an error."""
     p = capture_file(path)
     n = 0
     with _import_hint([p]):
@@ -149,7 +152,9 @@ def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
 
 
 def _is_dataset(arg: str) -> bool:
-    """A URL, or a Parquet dataset `wirediff export` wrote: the engine reads and checks it."""
+    """Tell whether `arg` is a URL or a Parquet dataset `wirediff export` wrote.
+
+    The engine reads and checks it."""
     from wirediff.engine.sources import DATASET_MARK, is_url
 
     return is_url(arg) or (Path(arg) / DATASET_MARK).is_file()
@@ -157,8 +162,10 @@ def _is_dataset(arg: str) -> bool:
 
 @contextmanager
 def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str]]:
-    """Around a command that reads the captures named on its command line itself (on an
-    engine, `wirediff.engine`): the paths to read, each capture file checked before
+    """Prepare the captures for a command that reads them itself, on an engine.
+
+    The command is one that reads the captures named on its command line through
+    `wirediff.engine`. This yields the paths to read, each capture file checked before
     (`capture_file`) and a pipe (`<(…)`, `/dev/stdin`) copied once to a file, since an
     engine reads a file in ranges, from several processes; its errors worded alike
     meanwhile, and its unfinished last lines warned about after."""
@@ -175,8 +182,9 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
 
 
 def _spooled(arg: str, position: int, folder: list[str]) -> str:
-    """`arg` (the `position`th) checked as a capture, or a copy of the pipe it names (in a
-    folder made once, into `folder`)."""
+    """Check `arg`, the `position`th, as a capture, or copy the pipe it names.
+
+    The copy goes in a folder made once, into `folder`."""
     if _is_dataset(arg):
         return arg
     p = capture_file(arg)
@@ -194,8 +202,10 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
 
 
 def key_from_env(var: str | None) -> str | None:
-    """The key in `$var` (`--api-key-env VAR`: never the key itself on the command line),
-    or none when no variable is named; a variable that is not set is a usage error."""
+    """Read the key in `$var`, or none when no variable is named.
+
+    `--api-key-env VAR` never puts the key itself on the command line; a variable that is not
+    set is a usage error."""
     if not var:
         return None
     key = os.environ.get(var)

@@ -1,4 +1,4 @@
-"""Starting `mitmdump -s addons/capture.py` as a real process (capture, demo, benchmarks)."""
+"""Start `mitmdump -s addons/capture.py` as a real process for capture, demo and benchmarks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ LOG_TAIL = 500
 
 
 def mitmdump_binary() -> str:
-    """The mitmdump beside this interpreter (a venv), else the one on PATH."""
+    """Find the mitmdump beside this interpreter in a venv, else the one on PATH."""
     local = Path(sys.executable).with_name("mitmdump")
     if local.exists():
         return str(local)
@@ -34,7 +34,7 @@ def mitmdump_binary() -> str:
 
 @dataclass
 class CaptureProxy:
-    """A mitmdump process with the capture addon and one reverse listener per upstream.
+    """Run a mitmdump process with the capture addon and one reverse listener per upstream.
 
     `ports` default to free ones; `extra` goes last on mitmdump's command line. With
     `console`, mitmdump logs each flow to this process's terminal (`wirediff capture`);

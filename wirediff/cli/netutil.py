@@ -1,4 +1,4 @@
-"""Loopback plumbing shared by the demo, the replayer, benchmarks and tests."""
+"""Share loopback plumbing between the demo, the replayer, benchmarks and tests."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["free_port", "wait_file", "wait_port"]
 
 
 def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1."""
+    """Return a port that was free a moment ago on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

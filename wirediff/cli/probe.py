@@ -1,4 +1,4 @@
-"""`wirediff probe URL`: is this server compatible, and which clients will work on it?
+"""Run `wirediff probe URL`: is this server compatible, and which clients will work on it?
 
 Usage:
     wirediff probe URL [--api-key-env VAR] [--model M] [--embedding-model M]
@@ -51,7 +51,7 @@ EVIDENCE = 110
 
 
 def terminal_matrix(result: ProbeResult) -> list[str]:
-    """The feature rows, the client rows and the closing count, as the terminal shows them."""
+    """Render the feature rows, the client rows and the closing count for the terminal."""
     width = max(len(r.id) for r in result.rows) if result.rows else 10
     lines = [f"probe of {result.url} (model {result.model})", "features:"]
     for r in result.rows:
@@ -70,8 +70,9 @@ def terminal_matrix(result: ProbeResult) -> list[str]:
 
 
 def _base_url(url: str) -> str:
-    """The server's base URL, as a client would be given it (one without a path is noted:
-    an SDK's base URL usually ends in `/v1`)."""
+    """Return the server's base URL, as a client would be given it.
+
+    One without a path is noted: an SDK's base URL usually ends in `/v1`."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as e:
@@ -89,7 +90,7 @@ def _only(text: str | None) -> list[str]:
 
 
 def junit_frame(result: ProbeResult) -> pd.DataFrame:
-    """The features as `write_junit` reads verdict rows: one testcase per feature."""
+    """Frame the features as `write_junit` reads verdict rows: one testcase per feature."""
     return pd.DataFrame(
         {
             "label": [result.label] * len(result.rows),
@@ -201,7 +202,7 @@ def register(sub: Any) -> None:
 
 
 def main_probe(argv: list[str] | None = None) -> int:
-    """`wirediff probe …` on its own (tests, `python -m wirediff.cli.probe`)."""
+    """Run `wirediff probe …` on its own, for tests and `python -m wirediff.cli.probe`."""
     return standalone(register, "probe", argv)
 
 

@@ -1,4 +1,4 @@
-"""`wirediff replay`: re-send a recorded session to other backends, recorded like live traffic.
+"""Re-send a recorded session to other backends, recorded like live traffic: `wirediff replay`.
 
 Usage:
     wirediff replay CAPTURE... --to URL [--label L] [--api-key-env VAR] [--model-map A=B]...
@@ -110,7 +110,7 @@ __all__ = ["main_replay", "register"]
 
 
 def hop_note(plan: Plan) -> str | None:
-    """One line about the inner hops of two-hop captures left out of the plan."""
+    """Say in one line which inner hops of two-hop captures the plan leaves out."""
     left = plan.hops_left_out
     if not left:
         return None
@@ -124,7 +124,7 @@ def hop_note(plan: Plan) -> str | None:
 
 
 def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Counts], None], Any]:
-    """A tqdm bar on stderr: done/total, rate, and ok / errors / skipped counts."""
+    """Show a tqdm bar on stderr: done/total, rate, and ok / errors / skipped counts."""
     from tqdm import tqdm  # type: ignore[import-untyped]
 
     tqdm.monitor_interval = 0  # no monitor thread: nothing left running at Ctrl-C or exit
@@ -336,7 +336,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_replay(argv: Sequence[str] | None = None) -> int:
-    """`wirediff replay …` on its own (tests, `python -m wirediff.cli.replay`)."""
+    """Run `wirediff replay …` on its own, for tests and `python -m wirediff.cli.replay`."""
     return standalone(register, "replay", argv)
 
 

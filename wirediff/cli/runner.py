@@ -1,6 +1,8 @@
-"""The CLI's exit codes in one place: 0 ok, 1 a finding (`check`, `diagnose --fail`), 2 bad
-usage, unreadable input or any other error (one line, never a traceback), 130 interrupted.
-Warnings (a torn or unfinished line skipped in a capture) are one line each on stderr."""
+"""Run commands with the CLI's exit codes, kept in one place.
+
+0 ok, 1 a finding (`check`, `diagnose --fail`), 2 bad usage, unreadable input or any other error
+(one line, never a traceback), 130 interrupted. Warnings (a torn or unfinished line skipped in a
+capture) are one line each on stderr."""
 
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ COMMON_CODES = {
 
 
 def exit_codes(codes: Mapping[int, str | None]) -> str:
-    """A command's `--help` epilog: its own exit codes, with 2 and 130 unless it says
-    otherwise (`None`: a code it never exits with)."""
+    """Write a command's `--help` epilog: its own exit codes.
+
+    2 and 130 are there unless it says otherwise; `None` marks a code it never exits with."""
     rows = sorted((code, text) for code, text in {**COMMON_CODES, **codes}.items() if text)
     return "exit codes:\n" + "\n".join(
         textwrap.fill(text, 88, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
@@ -56,8 +59,9 @@ def exit_codes(codes: Mapping[int, str | None]) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line, like every other error of the CLI, and whose
-    epilog (the exit codes) keeps its lines."""
+    """Parse like argparse, with errors in one line like every other error of the CLI.
+
+    Its epilog, the exit codes, keeps its lines."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -73,8 +77,10 @@ class _OneLine(logging.Formatter):
 
 
 class _ToStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to `sys.stderr` as it is when a warning comes: one handler serves every
-    command run in the process, and a caller may have redirected stderr since."""
+    """Write to `sys.stderr` as it is when a warning comes.
+
+    One handler serves every command run in the process, and a caller may have redirected
+    stderr since."""
 
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
@@ -91,8 +97,9 @@ def _warnings_to_stderr() -> None:
 
 
 class _Scrubbed:
-    """A terminal stream whose every write is scrubbed (`scrub_output`): whatever a command
-    prints (its lines, its JSON, a warning, an error) goes out through it."""
+    """Scrub every write to a terminal stream with `scrub_output`.
+
+    Whatever a command prints (its lines, its JSON, a warning, an error) goes out through it."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -158,8 +165,9 @@ def _run(func: Command, args: argparse.Namespace) -> int:
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
-    """Parse `argv` and run the command it names; a bad command line is one line, exit 2
-    (`--help` and `--version` still exit 0 through `SystemExit`)."""
+    """Parse `argv` and run the command it names; a bad command line is one line, exit 2.
+
+    `--help` and `--version` exit 0 through `SystemExit`."""
     with _scrubbed_terminal():
         try:
             args = parser.parse_args(argv)
@@ -170,8 +178,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
 
 
 def standalone(register: Callable[[Any], None], name: str, argv: Sequence[str] | None) -> int:
-    """One subcommand on its own (`python -m wirediff.cli.report …`, tests), with the CLI's
-    parser for it and its exit codes."""
+    """Run one subcommand on its own with the CLI's parser for it and its exit codes.
+
+    This serves `python -m wirediff.cli.report …` and tests."""
     parser = Parser(prog="wirediff")
     register(parser.add_subparsers(dest="command", required=True))
     return run(parser, [name, *(sys.argv[1:] if argv is None else argv)])

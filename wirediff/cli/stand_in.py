@@ -1,6 +1,7 @@
-"""`wirediff stand-in NAME [--port P]`: serve a local stand-in for a provider (its answers,
-errors and quirks as `wirediff/profiles/NAME.yaml` records them) until Ctrl-C, and print the
-base URL a client is given (`http://127.0.0.1:P/v1`)."""
+"""Serve a local stand-in for a provider until Ctrl-C: `wirediff stand-in NAME [--port P]`.
+
+Its answers, errors and quirks are as `wirediff/profiles/NAME.yaml` records them; it prints the
+base URL a client is given, `http://127.0.0.1:P/v1`."""
 
 from __future__ import annotations
 

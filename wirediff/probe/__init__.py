@@ -1,5 +1,7 @@
-"""`wirediff probe`: a bundled session of real client traffic sent to a server and graded with
-no baseline, feature by feature (`features`), with each known client's readiness (`clients`).
+"""Probe a server with a bundled session of real client traffic, graded with no baseline.
+
+`wirediff probe` grades feature by feature (`features`), with each known client's readiness
+(`clients`).
 
 Layers, top down: `run` (send the session, grade it, the matrix) → `send` (the replayer's
 engine, and `websocket` for the WebSocket mode) and `grade` (the analysis: conformance,

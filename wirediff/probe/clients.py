@@ -1,5 +1,6 @@
-"""The known clients, in the order the readiness rows show them, and how their captures are
-described in `data/clients.yaml`."""
+"""List the known clients in the order the readiness rows show them.
+
+How their captures are described comes from `data/clients.yaml`."""
 
 from __future__ import annotations
 
@@ -28,14 +29,14 @@ then a mode an app opts into, named as the app asks for it."""
 
 
 def sdk_of(record: Record) -> dict[str, Any]:
-    """The record's `tags.sdk`: who sent it (`{}` when nothing said)."""
+    """Return the record's `tags.sdk`: who sent it, `{}` when nothing said."""
     tags = record.get("tags")
     sdk = tags.get("sdk") if isinstance(tags, dict) else None
     return dict(sdk) if isinstance(sdk, dict) else {}
 
 
 def captured_line(records: Iterable[Record]) -> str:
-    """`12 calls, as OpenAI/Python 2.54.0`: what a client's needs were derived from."""
+    """Say what a client's needs were derived from: `12 calls, as OpenAI/Python 2.54.0`."""
     records = list(records)
     agents = sorted({str(sdk_of(r).get("user_agent") or "?") for r in records})
     shown = ", ".join(a.split(" (", 1)[0] for a in agents)

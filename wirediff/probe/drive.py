@@ -1,5 +1,7 @@
-"""A whole probe: is the server there (and which model), then every selected feature sent,
-graded and put in the matrix, with each known client's readiness.
+"""Run a whole probe: is the server there, and with which model?
+
+Then every selected feature is sent, graded and put in the matrix, with each known client's
+readiness.
 
 The first request is the models feature's `GET /v1/models`: its answer says whether an
 OpenAI-style API is there at all (else `ServerAbsent`, one line) and, without `--model`,
@@ -56,7 +58,7 @@ class ProbeResult:
 
 
 def select(data: ProbeData, only: Sequence[str]) -> list[Feature]:
-    """The features `--only` names (all when none), in the bundle's order."""
+    """Select the features `--only` names, all when none, in the bundle's order."""
     known = [f.id for f in data.features]
     unknown = [f for f in only if f not in known]
     if unknown:
@@ -73,7 +75,7 @@ def _listed(rec: Record) -> list[str] | None:
 
 
 def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
-    """Why the server is not there to probe, from the answer to `GET /v1/models`."""
+    """Say why the server is not there to probe, from the answer to `GET /v1/models`."""
     err = part(rec, "error")
     resp = rec.get("response")
     where = target.shown
@@ -124,8 +126,10 @@ def probe(
     keep: Path | None = None,
     data: ProbeData | None = None,
 ) -> ProbeResult:
-    """Probe the server at `url` (an SDK's base URL, `…/v1`); with `keep`, its records are
-    appended there as they are made (`kept_files`), with the bundled originals they replay."""
+    """Probe the server at `url`, an SDK's base URL, `…/v1`.
+
+    With `keep`, its records are appended there as they are made (`kept_files`), with the
+    bundled originals they replay."""
     data = data or load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
@@ -172,8 +176,9 @@ def probe(
 
 
 def kept_files(keep: Path, label: str) -> tuple[Path, Path]:
-    """Where `--keep DIR` puts the bundled originals sent and the probe's records of them
-    (`<session>.<label>.jsonl`, as `wirediff replay` names a replay)."""
+    """Name where `--keep DIR` puts the bundled originals sent and the probe's records of them.
+
+    The records go in `<session>.<label>.jsonl`, as `wirediff replay` names a replay."""
     return keep / f"{SESSION}.jsonl", keep / f"{SESSION}.{label}.jsonl"
 
 
@@ -258,7 +263,7 @@ def _probe(
 
 
 def _model_map(data: ProbeData, model: str, embedding_model: str) -> dict[str, str]:
-    """Every model the bundle names → the probed one (embedding models → `embedding_model`)."""
+    """Map every model the bundle names to the probed one, embedding models to `embedding_model`."""
     out = {"*": model}
     for rec in data.records:
         body = (rec.get("request") or {}).get("body")
@@ -269,7 +274,7 @@ def _model_map(data: ProbeData, model: str, embedding_model: str) -> dict[str, s
 
 
 def result_summary(result: ProbeResult) -> dict[str, Any]:
-    """The probe as JSON (the `probe` object of summary.json)."""
+    """Summarise the probe as JSON: the `probe` object of summary.json."""
     return {
         "url": result.url,
         "label": result.label,

@@ -1,5 +1,6 @@
-"""What a feature's answers must show (`expect:` in features.yaml), checked on the records of
-the probe: each check gives its problems, `(severity, evidence)`, or none.
+"""Check what a feature's answers must show, `expect:` in features.yaml, on the probe's records.
+
+Each check gives its problems, `(severity, evidence)`, or none.
 
 `answered`: every exchange got a whole 2xx answer with no error in it (`exchange_ok`); a
 whole event stream under another content-type is a deviation (`mislabeled_events`).
@@ -49,21 +50,22 @@ class Problem:
 
 
 def content_type(rec: Record) -> str:
-    """The answer's content-type, or `no content-type`."""
+    """Return the answer's content-type, or `no content-type`."""
     headers = part(rec, "response").get("headers") or ()
     return next((str(v) for k, v in headers if str(k).lower() == "content-type"), "no content-type")
 
 
 def part(rec: Record, key: str) -> dict[str, Any]:
-    """A record's `response`, `error` or `tags` object, `{}` when it has none."""
+    """Return a record's `response`, `error` or `tags` object, `{}` when it has none."""
     value = rec.get(key)
     return value if isinstance(value, dict) else {}
 
 
 def mislabeled_events(rec: Record) -> list[Event] | None:
-    """The events of a stream asked for that came whole under another content-type than
-    `text/event-stream` (the SDKs read a streamed answer's body as events whatever its
-    type), else None: the recorder splits events by the type, so the record has none."""
+    """Split a stream asked for that came whole under another type than `text/event-stream`.
+
+    The SDKs read a streamed answer's body as events whatever its type. Else None: the recorder
+    splits events by the type, so the record has none."""
     resp, tags = part(rec, "response"), part(rec, "tags")
     text = resp.get("text")
     if (
@@ -87,7 +89,7 @@ def _events(rec: Record) -> list[dict[str, Any]]:
 
 
 def _final_response(rec: Record) -> dict[str, Any] | None:
-    """A Responses answer's Response object: the body, or the stream's last one."""
+    """Return a Responses answer's Response object: the body, or the stream's last one."""
     resp = part(rec, "response")
     body = resp.get("body")
     if isinstance(body, dict) and "output" in body:
@@ -128,7 +130,7 @@ def _family(rec: Record) -> str:
 
 
 def tool_calls(rec: Record) -> int:
-    """The tool calls in an answer (chat or Responses, streamed or not)."""
+    """Return the tool calls in an answer, chat or Responses, streamed or not."""
     if _family(rec) == "chat.completions":
         if _events(rec):
             return len(_chat_stream(rec)[1])
@@ -139,7 +141,7 @@ def tool_calls(rec: Record) -> int:
 
 
 def final_text(rec: Record) -> str | None:
-    """The answer's text as an app reads it (`message.content`, `output_text`)."""
+    """Return the answer's text as an app reads it: `message.content`, `output_text`."""
     if _family(rec) == "chat.completions":
         if _events(rec):
             return _chat_stream(rec)[0]
@@ -177,7 +179,7 @@ def _words(rec: Record) -> str:
 
 
 def _answer(rec: Record) -> str:
-    """How an exchange ended, in a few words: `404: Invalid URL (…)`, `no answer (timeout)`."""
+    """Say how an exchange ended in a few words: `404: Invalid URL (…)`, `no answer (timeout)`."""
     resp = rec.get("response")
     err = part(rec, "error")
     if resp is None:
@@ -305,7 +307,7 @@ CHECKS: dict[str, Callable[[Sequence[Record | None], Mapping[str, Any]], list[Pr
 
 
 def check(expect: Mapping[str, Any], records: Sequence[Record | None]) -> list[Problem]:
-    """Every problem the feature's answers show, by its `expect:` checks in order."""
+    """Find every problem the feature's answers show, by its `expect:` checks in order."""
     out: list[Problem] = []
     for name, args in expect.items():
         if name not in CHECKS:

@@ -1,6 +1,8 @@
-"""The probe's bundled data: the features (`data/features.yaml`), the session of client
-traffic they are taken from (`data/probe.jsonl`, `wirediff/1`) and what each known client
-needs (`data/clients.yaml`); and which features a captured request exercises (`match`).
+"""Load the probe's bundled data, and tell which features a captured request exercises.
+
+The data are the features (`data/features.yaml`), the `wirediff/1` session of client traffic
+they are taken from (`data/probe.jsonl`) and what each known client needs (`data/clients.yaml`);
+`match` tells the features.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Feature:
-    """One row of the matrix: what it is, where its requests come from, what it checks."""
+    """Describe one row of the matrix: what it is, where its requests come from, what it checks."""
 
     id: str
     title: str
@@ -77,7 +79,7 @@ class Feature:
 
 @dataclass(frozen=True)
 class Client:
-    """A known client and the features it needs (derived from its captures)."""
+    """Name a known client and the features it needs, derived from its captures."""
 
     id: str
     name: str
@@ -121,7 +123,7 @@ def load_clients(text: str | None = None) -> tuple[Client, ...]:
 
 @cache
 def load_probe() -> ProbeData:
-    """The bundled probe: features, their session and the clients."""
+    """Load the bundled probe: features, their session and the clients."""
     path = resources.files(__package__).joinpath(DATA, SESSION_FILE)
     with resources.as_file(path) as p:
         records = tuple(iter_records(p))
@@ -145,7 +147,7 @@ def _present(value: Any) -> bool:
 
 
 def matches(match: Mapping[str, Any], record: Record) -> bool:
-    """Whether a captured exchange is what `match` describes (see features.yaml)."""
+    """Tell whether a captured exchange is what `match` describes; see features.yaml."""
     req = record.get("request") or {}
     tags = record.get("tags") or {}
     body = req.get("body")
@@ -177,13 +179,15 @@ def matches(match: Mapping[str, Any], record: Record) -> bool:
 
 
 def features_of(record: Record, features: Iterable[Feature]) -> list[str]:
-    """The features a captured exchange exercises."""
+    """Return the features a captured exchange exercises."""
     return [f.id for f in features if matches(f.match, record)]
 
 
 def needs_of(records: Iterable[Record], features: Sequence[Feature]) -> list[str]:
-    """What a client needs, from its captured traffic: every feature one of its requests
-    exercises that clients need (`need: true`), in the features' order."""
+    """Derive what a client needs from its captured traffic.
+
+    That is every feature one of its requests exercises that clients need (`need: true`), in the
+    features' order."""
     hit: set[str] = set()
     for rec in records:
         hit.update(features_of(rec, (f for f in features if f.need)))

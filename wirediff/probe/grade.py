@@ -1,6 +1,7 @@
-"""The probe's grading step: its records through the analysis with no baseline — conformance to
-the OpenAPI document, the SDK types and Open Responses, the stream grammars, severity by
-client impact, and the diagnoses of what failed.
+"""Grade the probe: its records go through the analysis with no baseline.
+
+It checks conformance to the OpenAPI document, the SDK types and Open Responses, the stream
+grammars, severity by client impact, and the diagnoses of what failed.
 
 Kept to this one module so that a change in how severity is measured is taken up here alone.
 It uses the in-memory analysis (`analyze`, `diagnose`): a probe is a few dozen exchanges.
@@ -25,7 +26,7 @@ COUNTED = ("breaking", "deviation")
 
 @dataclass
 class Graded:
-    """The analysed probe: every finding and diagnosis, looked up by exchange."""
+    """Hold the analysed probe: every finding and diagnosis, looked up by exchange."""
 
     analysis: Analysis
     findings: pd.DataFrame
@@ -34,8 +35,9 @@ class Graded:
     """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
 
     def findings_for(self, ids: Iterable[str], sources: Sequence[str] = ()) -> list[dict[str, str]]:
-        """The breaking and deviating findings of these exchanges (of `sources` only, when
-        given), worst first."""
+        """Return the breaking and deviating findings of these exchanges, worst first.
+
+        When `sources` is given, only those of `sources`."""
         want = set(ids)
         f = self.findings
         rows = f[f["candidate_id"].isin(want) & f["severity"].isin(COUNTED)]
@@ -49,7 +51,7 @@ class Graded:
         ]
 
     def codes_for(self, ids: Iterable[str]) -> list[str]:
-        """The codes of the diagnoses that name any of these exchanges."""
+        """Return the codes of the diagnoses that name any of these exchanges."""
         want = set(ids)
         return [
             str(code)
@@ -61,7 +63,7 @@ class Graded:
 
 
 def grade(records: list[Record]) -> Graded:
-    """Grade the probe's records (one label: the server probed)."""
+    """Grade the probe's records, whose one label is the server probed."""
     analysis = analyze(records)
     diagnoses = diagnose(
         records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id

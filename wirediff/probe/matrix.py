@@ -1,5 +1,7 @@
-"""The feature matrix and client readiness: each probed feature's status with its evidence in
-one line, and for each known client READY or NOT READY with the features that stop it.
+"""Build the feature matrix and client readiness.
+
+Each probed feature's status comes with its evidence in one line, and each known client is READY
+or NOT READY with the features that stop it.
 
 A feature is `unsupported` when the server does not have it (a diagnosis says the route, the
 method, the WebSocket upgrade or a stored response is not there), `breaking` when a client
@@ -103,7 +105,7 @@ def _rank(status: str) -> int:
 
 
 def _failed(problem: Problem, codes: Sequence[str]) -> tuple[str, str]:
-    """A failed answer: unsupported when a diagnosis says the server has no such feature."""
+    """Grade a failed answer: unsupported when a diagnosis says the server has no such feature."""
     for code in codes:
         if code in UNSUPPORTED_CODES:
             return "unsupported", f"{problem.evidence} ({code})"
@@ -142,8 +144,9 @@ def _whose(finding: Mapping[str, str]) -> str:
 
 
 def feature_row(feature: Feature, records: Sequence[Record | None], graded: Graded) -> FeatureRow:
-    """The status of one feature from its records (in `feature.exchanges` order; None: not
-    recorded) and the analysis of the whole probe."""
+    """Grade one feature from its records and the analysis of the whole probe.
+
+    The records come in `feature.exchanges` order, None where one was not recorded."""
     ids = [str(r["id"]) for r in records if r is not None]
     found: list[tuple[str, str, str]] = []
     earlier_failed = False
@@ -181,8 +184,10 @@ def feature_row(feature: Feature, records: Sequence[Record | None], graded: Grad
 def readiness(
     clients: Sequence[Client], rows: Mapping[str, FeatureRow], *, strict: bool = False
 ) -> list[ClientRow]:
-    """READY, NOT READY or NOT PROBED per client: it is not ready when a feature it needs
-    fails, and not known to be when one was not probed."""
+    """Judge each client READY, NOT READY or NOT PROBED.
+
+    It is not ready when a feature it needs fails, and not known to be when one was not
+    probed."""
     out = []
     for c in clients:
         probed = [n for n in c.needs if n in rows]

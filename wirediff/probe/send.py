@@ -1,6 +1,7 @@
-"""Send the probe's requests with the replayer's engine (`TargetRun`: dependency order, id
-remapping, one record each through the capture's record builder) and its WebSocket session
-with `wirediff.probe.send_websocket`.
+"""Send the probe's requests with the replayer's engine, `TargetRun`.
+
+The engine keeps dependency order, remaps ids and records each through the capture's record
+builder; the WebSocket session goes with `wirediff.probe.send_websocket`.
 
 The engine sends each request with the key of the probe (`--api-key-env`), except the
 requests of a bad-key feature, which carry `BAD_KEY` where the client had its key.
@@ -32,7 +33,7 @@ BAD_KEY = "sk-wirediff-probe-not-a-valid-key"
 
 
 class _ProbeRun(TargetRun):
-    """The replayer's run, with the bad key on the requests that must carry it."""
+    """Run the replayer, with the bad key on the requests that must carry it."""
 
     def __init__(self, *args: object, bad_key: Collection[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -53,8 +54,9 @@ def send_records(
     concurrency: int,
     sink: Callable[[Record], None],
 ) -> None:
-    """Send `records` (originals of the bundled session) to `target`; `sink` gets each
-    record as it is made (`replay_of`: the original's id)."""
+    """Send `records`, originals of the bundled session, to `target`.
+
+    `sink` gets each record as it is made; its `replay_of` is the original's id."""
     http = [r for r in records if not is_websocket(r)]
     sockets = [r for r in records if is_websocket(r)]
     plan = make_plan(http)

@@ -1,6 +1,8 @@
-"""A recorded Responses WebSocket session sent again: the upgrade, each `response.create` the
-client sent, and the server's events up to the end of each turn, recorded by the capture's
-record builder (a `WebSocketTap` sees every message, as the capture addon's does).
+"""Send a recorded Responses WebSocket session again.
+
+The upgrade, each `response.create` the client sent, and the server's events up to the end of
+each turn are recorded by the capture's record builder: a `WebSocketTap` sees every message, as
+the capture addon's does.
 
 The replayer leaves WebSocket sessions out (`wirediff.replay.safety`); the probe needs its
 WebSocket feature sent, so this sends one with wsproto over an asyncio stream.
@@ -54,7 +56,7 @@ _HANDSHAKE = frozenset(
 
 @dataclass(slots=True)
 class _Message:
-    """A message as `WebSocketTap.message` reads one."""
+    """Carry a message as `WebSocketTap.message` reads one."""
 
     from_client: bool
     content: bytes
@@ -67,7 +69,7 @@ class _Message:
 
 
 def _client_messages(rec: Record, target: Target) -> list[bytes]:
-    """The client's messages of the recorded session, the model mapped."""
+    """Return the client's messages of the recorded session, the model mapped."""
     out = []
     for ev in part(rec, "response").get("events") or ():
         if ev.get("direction") != "client":
@@ -141,7 +143,7 @@ async def send_websocket(
 
 
 def _said(e: BaseException) -> str:
-    """An exception in words (some, such as a reset connection, have none of their own)."""
+    """Put an exception in words; some, such as a reset connection, have none of their own."""
     return str(e) or type(e).__name__
 
 

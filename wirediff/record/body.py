@@ -1,4 +1,4 @@
-"""Bodies in a record: undo the Content-Encoding, then keep JSON, text or base64, capped."""
+"""Keep a body in a record: undo the Content-Encoding, then keep JSON, text or base64, capped."""
 
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ CUT_TAIL = 64 << 10
 
 
 def cut_body(raw: bytes | None, cap: int) -> tuple[bytes | None, bytes | None]:
-    """`raw` as much as a record built with `cap` reads of it: its start, enough for the
-    first `cap` decoded bytes and one more whatever its Content-Encoding (no coding grows
-    data by a sixty-fourth), and, when the rest is left out, its last `CUT_TAIL` bytes
-    (else None). An upload of any size costs what the cap does."""
+    """Cut `raw` to as much as a record built with `cap` reads of it.
+
+    That is its start, enough for the first `cap` decoded bytes and one more whatever its
+    Content-Encoding, since no coding grows data by a sixty-fourth; and, when the rest is left
+    out, its last `CUT_TAIL` bytes, else None. An upload of any size costs what the cap does."""
     keep = cap + 1 + cap // 64 + 4096
     if raw is None or len(raw) <= keep + CUT_TAIL:
         return raw, None
@@ -56,11 +57,12 @@ an inflation bomb costs no more (a body as it crossed the wire is looked through
 
 
 def secrets_past(raw: bytes | None, content_encoding: str, cap: int) -> list[str]:
-    """The credentials in what a record does not keep of a body, past its first `cap`
-    decoded bytes (`credentials_in`): a key the client put after a long upload is still
-    known, and its echoes fingerprinted. `raw` is the whole body as it crossed the wire,
-    looked through to its end, in linear time and without parsing it; decoded first as
-    far as `SCANNED` when it has a Content-Encoding."""
+    """Find the credentials in what a record does not keep of a body, past its first `cap` bytes.
+
+    `credentials_in` finds them past the first `cap` decoded bytes: a key the client put after a
+    long upload is still known, and its echoes fingerprinted. `raw` is the whole body as it
+    crossed the wire, looked through to its end, in linear time and without parsing it; decoded
+    first as far as `SCANNED` when it has a Content-Encoding."""
     if raw is None:
         return []
     content = decode_body(raw, content_encoding, SCANNED) if content_encoding else raw
@@ -68,7 +70,7 @@ def secrets_past(raw: bytes | None, content_encoding: str, cap: int) -> list[str
 
 
 class EncodedBody(TypedDict):
-    """A body as a record's `request` or `response` holds it."""
+    """Hold a body as a record's `request` or `response` does."""
 
     body: JSON
     text: str | None
@@ -78,9 +80,11 @@ class EncodedBody(TypedDict):
 
 
 def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
-    """The first `limit` bytes of `raw` without its Content-Encoding, as mitmproxy's
-    `get_content(strict=False)` reads it: the bytes as they came when the encoding is
-    absent, unknown, a text charset or broken. Nothing past `limit` is ever inflated."""
+    """Decode the first `limit` bytes of `raw` from its Content-Encoding.
+
+    This reads it as mitmproxy's `get_content(strict=False)` does: the bytes as they came when
+    the encoding is absent, unknown, a text charset or broken. Nothing past `limit` is ever
+    inflated."""
     if not content_encoding:
         return raw[:limit]
     return decode_bounded(raw, content_encoding, limit)
@@ -94,7 +98,7 @@ def encode_body(
     *,
     truncated: bool = False,
 ) -> EncodedBody:
-    """`body` for JSON, `text` for other text, `b64` for binary; capped with `truncated`.
+    """Encode a body as `body` for JSON, `text` for other text, `b64` for binary; capped.
 
     `content` is decoded (no Content-Encoding); `truncated`: it is not the whole body even
     when shorter than `cap`. Echoes of the exchange's `secrets` (in any form, `scrub_text`)
@@ -144,8 +148,10 @@ _STRICT = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
 
 
 def parse_json(text: str) -> tuple[JSON, str | None, bool]:
-    """`(value, None, False)` for JSON text; `(None, text, deep)` when it is not
-    JSON (`_STRICT`) or nests deeper than `MAX_DEPTH` (`deep`)."""
+    """Parse JSON text into `(value, None, False)`, else return `(None, text, deep)`.
+
+    The latter is for text that is not JSON (`_STRICT`) or nests deeper than `MAX_DEPTH`
+    (`deep`)."""
     try:
         value = _STRICT.decode(text)
     except RecursionError:
@@ -160,14 +166,15 @@ def parse_json(text: str) -> tuple[JSON, str | None, bool]:
 
 
 def _fields_scrubbed(text: str) -> str:
-    """JSON-like text kept as text, the values of its credential-named fields fingerprinted
-    wherever Python's lenient parser finds them (beside a `NaN`, say)."""
+    """Keep JSON-like text as text, with the values of its credential-named fields fingerprinted.
+
+    They are fingerprinted wherever Python's lenient parser finds them, beside a `NaN` say."""
     found = json_secrets(text)
     return scrub_text(text, with_fields({}, found)) if found else text
 
 
 def _cut_text(kept: bytes) -> str | None:
-    """Text whose last character the cap cut in two; None when it is not text at all."""
+    """Decode text whose last character the cap cut in two; None when it is not text at all."""
     head, tail = kept[:-UTF8_CUT_TAIL], kept[-UTF8_CUT_TAIL:]
     try:
         return head.decode("utf-8") + tail.decode("utf-8", "ignore")

@@ -1,4 +1,4 @@
-"""The `wirediff/1` record builder: one exchange in, one JSON-able record out.
+"""Build `wirediff/1` records: one exchange in, one JSON-able record out.
 
 Shared by the capture addon, `wirediff import` (flow files, HAR) and the replayer, each
 through its adapter to `wirediff.record.exchange.Exchange`, so every record has exactly the
@@ -74,8 +74,10 @@ def classify_error(msg: str, has_response: bool) -> str:
 
 
 def _abnormal_close(ws: WebSocketTap) -> ExchangeError:
-    """The error of a WebSocket connection that ended without a close handshake, or had
-    not ended when it was recorded (the capture stopped first)."""
+    """Make the error of a WebSocket connection that ended without a close handshake.
+
+    A connection that had not ended when it was recorded, because the capture stopped first,
+    gets one too."""
     if ws.close_code is None:
         return {"kind": "proxy_error", "message": "the WebSocket was still open when recorded"}
     kind = {"client": "client_disconnect", "server": "upstream_disconnect"}
@@ -100,9 +102,10 @@ def _decoded(message: Request | Response, limit: int) -> bytes | None:
 
 
 def _request_body(req: Request, content_type: str, cap: int) -> tuple[bytes | None, list[str]]:
-    """The request body's first `cap` + 1 decoded bytes, and every credential in the whole
-    body: in the part a record keeps (`body_secrets`: also a value the cut ends) and past
-    it (`Request.past`, found where the whole body was; else looked for now)."""
+    """Decode the request body's first `cap` + 1 bytes, and find every credential in the body.
+
+    The credentials are found in the part a record keeps (`body_secrets`: also a value the cut
+    ends) and past it (`Request.past`, found where the whole body was; else looked for now)."""
     content = _decoded(req, cap + 1)
     if content is None or len(content) <= cap:
         return content, body_secrets(content, content_type)
@@ -115,7 +118,7 @@ def _request_body(req: Request, content_type: str, cap: int) -> tuple[bytes | No
 def exchange_secrets(
     ex: Exchange, redact: frozenset[str] = frozenset(), body_cap: int = DEFAULT_BODY_CAP
 ) -> dict[str, str]:
-    """Every secret of `ex` in every form an echo may take (`secret_values`)."""
+    """Find every secret of `ex` in every form an echo may take (`secret_values`)."""
     req, resp = ex.request, ex.response
     sent = req.client_headers if req.client_headers is not None else req.headers
     fields = _request_body(req, _content_type(sent), body_cap)[1]
@@ -126,8 +129,9 @@ def exchange_secrets(
 
 
 def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes) -> dict[str, str]:
-    """`secrets` and the values of the credential-named fields in the events' data: the
-    events have them fingerprinted as they are parsed, the stream's text must too."""
+    """Add to `secrets` the values of the credential-named fields in the events' data.
+
+    The events have them fingerprinted as they are parsed; the stream's text must too."""
     if not may_hold_secret_fields(kept.decode("utf-8", "replace")):
         return secrets
     found = [v for ev in events if isinstance(ev["data"], str) for v in json_secrets(ev["data"])]
@@ -137,8 +141,10 @@ def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes
 def _tagged_body(
     req: Request, request: RecordRequest, decoded: bytes | None, body_cap: int
 ) -> JSON:
-    """What tagging reads of the request body: the body, or for one over the cap, the
-    members its kept start and end hold whole (`cut_members`: `model`, `stream`)."""
+    """Return what tagging reads of the request body.
+
+    That is the body, or for one over the cap, the members its kept start and end hold whole
+    (`cut_members`: `model`, `stream`)."""
     if request["body"] is not None or not request.get("truncated") or decoded is None:
         return request["body"]
     tail = req.tail if req.tail is not None else cut_body(req.content, body_cap)[1]
@@ -147,7 +153,7 @@ def _tagged_body(
 
 
 def _body_marks(part: RecordRequest | RecordResponse, body: EncodedBody) -> None:
-    """The keys `encode_body` adds only when they say something (binary, cut, too deep)."""
+    """Keep the keys `encode_body` adds only when they say something: binary, cut, too deep."""
     if "b64" in body:
         part["b64"] = body["b64"]
     if body.get("depth_limited"):
@@ -159,8 +165,10 @@ def _body_marks(part: RecordRequest | RecordResponse, body: EncodedBody) -> None
 def _websocket_response(
     ex: Exchange, resp: Response, ws: WebSocketTap, secrets: dict[str, str], redact: frozenset[str]
 ) -> tuple[RecordResponse, list[Event]]:
-    """A WebSocket session's `response`: the handshake's status and headers, its messages
-    as events (scrubbed, parsed), complete when it closed with a close handshake."""
+    """Build a WebSocket session's `response`: the handshake's status and headers, its messages.
+
+    The messages are events, scrubbed and parsed; the response is complete when it closed with a
+    close handshake."""
     events = parse_messages(ws.events, secrets)
     summary = ws.summary()
     response: RecordResponse = {
@@ -183,7 +191,7 @@ def _websocket_response(
 def _response(
     ex: Exchange, resp: Response, secrets: dict[str, str], body_cap: int, redact: frozenset[str]
 ) -> tuple[RecordResponse, list[Event] | None]:
-    """The record's `response` and the events it holds (scrubbed)."""
+    """Build the record's `response` and the events it holds, scrubbed."""
     if ex.websocket is not None:
         return _websocket_response(ex, resp, ex.websocket, secrets, redact)
     ctype = _content_type(resp.headers)
@@ -244,7 +252,7 @@ def build_record(
     body_cap: int = DEFAULT_BODY_CAP,
     redact: frozenset[str] = frozenset(),
 ) -> Record:
-    """Build the record for a finished (or failed) exchange.
+    """Build the record for a finished or failed exchange.
 
     The request headers recorded are the client's (`Request.client_headers`); when they
     differ from what went upstream, that is kept as `forwarded_headers`.
@@ -337,9 +345,10 @@ def fallback_record(
     seq: int = 0,
     replay_of: str | None = None,
 ) -> Record:
-    """What is certain about an exchange whose full record could not be built; the error's
-    message has the exchange's secrets fingerprinted (or is only the error's type, when even
-    they cannot be worked out)."""
+    """Record what is certain about an exchange whose full record could not be built.
+
+    The error's message has the exchange's secrets fingerprinted; when even they cannot be
+    worked out, it is only the error's type."""
     resp = ex.response
     try:
         message = scrub_text(f"{type(error).__name__}: {error}", exchange_secrets(ex))
@@ -385,7 +394,7 @@ def fallback_record(
 
 
 def _route_tags(ex: Exchange) -> Tags:
-    """Tags that need nothing but the request line (what a failed build still knows)."""
+    """Tag what needs nothing but the request line: what a failed build still knows."""
     family, endpoint, prefix = route(redact_url(ex.request.path))
     return {
         "family": family,

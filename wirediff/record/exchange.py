@@ -1,4 +1,4 @@
-"""The exchange model: one HTTP request and what came back, whoever saw it pass.
+"""Model an exchange: one HTTP request and what came back, whoever saw it pass.
 
 Adapters build one from a mitmproxy flow (`wirediff.record.flow`), from a HAR entry
 (`wirediff.record.importer`) and from the replayer's httpx exchange (`wirediff.replay.wire`);
@@ -33,7 +33,7 @@ HeaderPairs = list[tuple[str, str]]
 
 
 def header_value(headers: Sequence[tuple[str, str]], name: str) -> str:
-    """Every value of the header `name` (any case), folded with `, ` as HTTP allows."""
+    """Fold every value of the header `name`, in any case, with `, ` as HTTP allows."""
     low = name.lower()
     return ", ".join(v for k, v in headers if k.lower() == low)
 
@@ -96,7 +96,7 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class Timings:
-    """Wall-clock times (epoch seconds) of one exchange."""
+    """Hold the wall-clock times of one exchange, in epoch seconds."""
 
     started: float
     """The request began."""
@@ -108,7 +108,7 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class Error:
-    """Why an exchange did not end normally, in the words of whoever saw it."""
+    """Say why an exchange did not end normally, in the words of whoever saw it."""
 
     message: str
     kind: str | None = None
@@ -135,8 +135,10 @@ class Exchange:
 
 
 def exchange_state(ex: Exchange) -> tuple[Any, ...]:
-    """The exchange as plain values (`marshal` carries them to another process, where
-    `exchange_from_state` puts it together again); a tap is closed first."""
+    """Take the exchange as plain values; a tap is closed first.
+
+    `marshal` carries them to another process, where `exchange_from_state` puts it together
+    again."""
     req, resp = ex.request, ex.response
     if ex.tap is not None:
         ex.tap.close()
@@ -177,7 +179,7 @@ def _pairs(headers: Any) -> HeaderPairs:
 
 
 def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
-    """The `Exchange` an `exchange_state` was taken of."""
+    """Put together the `Exchange` an `exchange_state` was taken of."""
     ex_id, rq, rs, timings, error, tap, ws = state
     method, url, path, version, headers, content, client, size, tail, past = rq
     return Exchange(

@@ -1,4 +1,4 @@
-"""The mitmproxy adapter: an `HTTPFlow` seen as an `Exchange` (live capture, `.flow` files).
+"""See a mitmproxy `HTTPFlow` as an `Exchange`, in a live capture and in `.flow` files.
 
 A flow can also be taken apart into a `Snapshot` of plain values (its bytes by reference, a
 streamed body as its tap's state) that `marshal` carries to the recorder process, where
@@ -46,7 +46,7 @@ Snapshot = tuple[Any, ...]
 
 
 def header_pairs(fields: RawFields) -> HeaderPairs:
-    """`(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` gives them."""
+    """List headers as `(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` does."""
     return [
         (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
         for k, v in fields
@@ -54,8 +54,10 @@ def header_pairs(fields: RawFields) -> HeaderPairs:
 
 
 def websocket_tap(flow: http.HTTPFlow, cap: int = DEFAULT_BODY_CAP) -> WebSocketTap | None:
-    """The flow's WebSocket session as a tap: the one a live capture filled message by
-    message, or one over the messages a loaded flow holds; with how it closed."""
+    """Return the flow's WebSocket session as a tap, with how it closed.
+
+    It is the one a live capture filled message by message, or one over the messages a loaded
+    flow holds."""
     ws = flow.websocket
     if ws is None:
         return None
@@ -74,7 +76,7 @@ def exchange_from_flow(
     body_cap: int = DEFAULT_BODY_CAP,
     error: Error | None = None,
 ) -> Exchange:
-    """The flow as it stands; bodies stay raw (`raw_content`), the builder decodes them.
+    """See the flow as it stands; bodies stay raw (`raw_content`), the builder decodes them.
 
     `client_headers`: the request headers as the client sent them, snapshotted before any
     addon could change them. A `StreamTap` set as `response.stream` holds the streamed body;
@@ -140,11 +142,12 @@ def snapshot(
     body_cap: int = DEFAULT_BODY_CAP,
     error: Error | None = None,
 ) -> Snapshot:
-    """The flow's parts as plain values: cheap to take (nothing is decoded, a body over the
-    cap is cut to what a record reads of it, `cut_body`, with the credentials in the rest,
-    `secrets_past`) and to `marshal`. A tap is closed
-    first (what waits in its decoder is decoded); a WebSocket session goes as its tap's
-    state, as it stands (open still, at shutdown). `error`: as for `exchange_from_flow`."""
+    """Take the flow's parts as plain values, cheap to take and to `marshal`.
+
+    Nothing is decoded: a body over the cap is cut to what a record reads of it, `cut_body`,
+    with the credentials in the rest, `secrets_past`. A tap is closed first, so what waits in
+    its decoder is decoded; a WebSocket session goes as its tap's state, as it stands (open
+    still, at shutdown). `error`: as for `exchange_from_flow`."""
     error = error or _flow_error(flow)
     req = flow.request.data
     req_content, req_tail = cut_body(req.content, body_cap)
@@ -197,7 +200,7 @@ def snapshot(
 
 
 def exchange_from_snapshot(snap: Snapshot) -> Exchange:
-    """The `Exchange` of a flow, from its `snapshot`."""
+    """Put together the `Exchange` of a flow from its `snapshot`."""
     flow_id, rq, rs, error, tap_state, client_fields, ws_state = snap
     host, port, method, scheme, authority, path, version, fields, content, start, end, *cut = rq
     req = http.Request(
@@ -215,8 +218,9 @@ def exchange_from_snapshot(snap: Snapshot) -> Exchange:
 
 
 def _with_cuts(ex: Exchange, req_cut: Sequence[Any], resp_cut: Sequence[Any]) -> Exchange:
-    """`ex` with the sizes and ends of the bodies a snapshot cut (`cut_body`), and the
-    credentials in what it left out of the request's."""
+    """Give `ex` the sizes and ends of the bodies a snapshot cut (`cut_body`).
+
+    It gets the credentials in what the snapshot left out of the request's body too."""
     size, tail, past = req_cut
     if size is not None:
         ex = replace(ex, request=replace(ex.request, size=size, tail=tail, past=past))
@@ -227,7 +231,7 @@ def _with_cuts(ex: Exchange, req_cut: Sequence[Any], resp_cut: Sequence[Any]) ->
 
 
 def is_open_ended(flow: http.HTTPFlow) -> bool:
-    """A response body of unknown length (no Content-Length): it may arrive over time."""
+    """Tell whether the response body has no Content-Length: it may arrive over time."""
     resp = flow.response
     if resp is None or flow.request.method == "HEAD" or resp.status_code in (204, 304):
         return False
@@ -235,7 +239,7 @@ def is_open_ended(flow: http.HTTPFlow) -> bool:
 
 
 def upstream_label(flow: http.HTTPFlow) -> str:
-    """Default label: the upstream host (and port when not the scheme's default)."""
+    """Label by default with the upstream host, and port when not the scheme's default."""
     host, port = flow.request.host, flow.request.port
     default = 443 if flow.request.scheme == "https" else 80
     return host if port == default else f"{host}:{port}"

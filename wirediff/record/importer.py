@@ -1,4 +1,4 @@
-"""`wirediff import`: mitmproxy flow files and HAR archives become `wirediff/1` records.
+"""Turn mitmproxy flow files and HAR archives into `wirediff/1` records: `wirediff import`.
 
 Each exchange is seen as an `Exchange` and goes through the same record builder as live
 capture, so imported records are indistinguishable in shape from captured ones.
@@ -32,7 +32,7 @@ HAR_WAITS = ("blocked", "connect", "send", "wait")
 
 
 def _ms(value: Any) -> float:
-    """A HAR timing in milliseconds; what is not a finite, positive number counts as 0."""
+    """Read a HAR timing in milliseconds; what is not a finite, positive number counts as 0."""
     try:
         ms = float(value or 0)
     except (TypeError, ValueError):
@@ -41,7 +41,7 @@ def _ms(value: Any) -> float:
 
 
 def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
-    """One HAR entry as an exchange, and the upstream it went to.
+    """See one HAR entry as an exchange, and the upstream it went to.
 
     mitmproxy's HAR reader understands the dialects (browsers, Charles, Slack's header
     pairs, base64 bodies); the time to the first byte comes from the entry's `timings`.
@@ -94,8 +94,9 @@ def _headers_problem(value: Any, where: str) -> str | None:
 
 
 def _har_problem(entry: Any) -> str | None:
-    """What in a HAR entry is not the type HAR 1.2 gives it, among the fields read; said
-    in the entry's own terms before mitmproxy's reader trips over it."""
+    """Say what in a HAR entry is not the type HAR 1.2 gives it, among the fields read.
+
+    It is said in the entry's own terms before mitmproxy's reader trips over it."""
     if not isinstance(entry, dict):
         return "not an object"
     req, resp = entry.get("request"), entry.get("response")
@@ -161,8 +162,10 @@ _TNETSTRING_HEAD = re.compile(rb"\d+:")
 
 
 def source_kind(path: str | Path) -> Literal["har", "flow"]:
-    """What `import_flows` reads `path` as, from its first bytes; a file it cannot import
-    (missing, a directory, empty, a capture already, anything else) is a `CaptureError`."""
+    """Tell what `import_flows` reads `path` as, from its first bytes.
+
+    A file it cannot import is a `CaptureError`: missing, a directory, empty, a capture already,
+    anything else."""
     p = Path(path)
     if p.is_dir():
         raise CaptureError(f"{p}: is a directory, not a flow or HAR file")
@@ -183,8 +186,9 @@ def source_kind(path: str | Path) -> Literal["har", "flow"]:
 
 
 def import_flows(path: str | Path) -> list[Record]:
-    """Records for every HTTP flow in a `.flow` (mitmdump -w) or `.har` file; a file
-    without one is a `CaptureError` (there is nothing to import)."""
+    """Yield records for every HTTP flow in a `.flow` file of mitmdump -w, or a `.har` file.
+
+    A file without one is a `CaptureError`: there is nothing to import."""
     p = Path(path)
     exchanges = _from_har(p) if source_kind(p) == "har" else _from_flowfile(p)
     records = []

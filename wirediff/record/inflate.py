@@ -1,4 +1,4 @@
-"""Content-Encoding decoding with an output budget: a compression bomb costs its budget.
+"""Decode a Content-Encoding within an output budget: a compression bomb costs its budget.
 
 A few megabytes of gzip, deflate, br or zstd can inflate to gigabytes. Every decoder here
 is incremental and is asked for at most `limit` bytes at a time; input it has not decoded
@@ -28,7 +28,7 @@ class Decoder(Protocol):
     def feed(self, data: bytes) -> None: ...
 
     def read(self, limit: int) -> bytes:
-        """At most `limit` decoded bytes (fewer when the queued input is used up)."""
+        """Read at most `limit` decoded bytes; fewer when the queued input is used up."""
         ...
 
     @property
@@ -62,7 +62,7 @@ class _Identity:
 
 
 class _Zlib:
-    """gzip (members one after another), zlib-wrapped and raw deflate."""
+    """Decode gzip, its members one after another, zlib-wrapped and raw deflate."""
 
     def __init__(self, wbits: int | None) -> None:
         self._wbits = wbits  # None: deflate, wrapped or raw as its first bytes say
@@ -131,7 +131,7 @@ class _Bz2:
 
 
 class _Sliced:
-    """A decoder without an output limit, fed `size` input bytes per call."""
+    """Feed a decoder without an output limit `size` input bytes per call."""
 
     def __init__(self, make: Any, size: int) -> None:
         self._make, self._size = make, size
@@ -188,8 +188,9 @@ def _zstd() -> Any:
 
 
 def decoder_for(content_encoding: str) -> Decoder | None:
-    """An incremental, bounded decoder for a `Content-Encoding`; identity when absent;
-    None when the coding is unknown (the body is kept as it came)."""
+    """Make an incremental, bounded decoder for a `Content-Encoding`; identity when absent.
+
+    None when the coding is unknown: the body is kept as it came."""
     name = content_encoding.strip().lower()
     if name in ("", "identity", "none"):
         return _Identity()
@@ -213,9 +214,10 @@ def decoder_for(content_encoding: str) -> Decoder | None:
 
 
 def decode_bounded(raw: bytes, content_encoding: str, limit: int) -> bytes:
-    """The first `limit` bytes of `raw` without its Content-Encoding, as mitmproxy's
-    `get_content(strict=False)` reads it: the bytes as they came when the coding is
-    unknown or broken. Never decodes more than `limit` bytes."""
+    """Decode the first `limit` bytes of `raw` from its Content-Encoding.
+
+    This reads it as mitmproxy's `get_content(strict=False)` does: the bytes as they came when
+    the coding is unknown or broken. Never decodes more than `limit` bytes."""
     dec = decoder_for(content_encoding)
     if dec is None:
         return _other_codec(raw, content_encoding)[:limit]
@@ -230,8 +232,9 @@ def decode_bounded(raw: bytes, content_encoding: str, limit: int) -> bytes:
 
 
 def _other_codec(raw: bytes, content_encoding: str) -> bytes:
-    """A bytes-to-bytes codec Python knows (base64, hex, quoted-printable): none of them
-    inflates. Text charsets and unknown names leave the body as it came."""
+    """Decode `raw` with a bytes-to-bytes codec Python knows: base64, hex, quoted-printable.
+
+    None of them inflates. Text charsets and unknown names leave the body as it came."""
     name = content_encoding.strip().lower()
     try:
         if codecs.lookup(name)._is_text_encoding:

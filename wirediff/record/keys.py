@@ -1,6 +1,8 @@
-"""What identifies a request across backends, listeners and replays: equal bodies, the user's
-prompt, the key two hops of one call (client → gateway → backend) have in common, and the
-fingerprint that pairs independent captures of one app against different backends."""
+"""Identify a request across backends, listeners and replays.
+
+The keys are equal bodies, the user's prompt, the key two hops of one call (client → gateway →
+backend) have in common, and the fingerprint that pairs independent captures of one app against
+different backends."""
 
 from __future__ import annotations
 
@@ -41,9 +43,11 @@ HOP_LOOKBACK = 16  # equal requests on one listener an inner hop looks back thro
 
 
 def canonical(value: Any) -> str:
-    """JSON text that is equal for equal values (key order ignored): by orjson, else (for
-    what it refuses: integers beyond 64 bits, lone surrogates, keys that are not strings)
-    by `json`. Either text only ever meets others made in the same run."""
+    """Write JSON text that is equal for equal values, key order ignored.
+
+    orjson writes it, else `json` for what orjson refuses: integers beyond 64 bits, lone
+    surrogates, keys that are not strings. Either text only ever meets others made in the same
+    run."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:
@@ -51,15 +55,16 @@ def canonical(value: Any) -> str:
 
 
 def digest(text: str) -> int:
-    """A 64-bit hash of `text` that every process computes alike (`hash()` does not: it
-    is salted per process), for keys that cross processes and machines."""
+    """Hash `text` into 64 bits alike in every process, for keys that cross processes and machines.
+
+    `hash()` does not: it is salted per process."""
     return int.from_bytes(
         hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     )
 
 
 def body_key(request: Mapping[str, Any]) -> int:
-    """A hash that is equal for equal request bodies (key order ignored)."""
+    """Hash a request body so that equal bodies, key order ignored, hash equal."""
     body = request.get("body")
     if body is not None:
         return hash(canonical(body))
@@ -67,7 +72,7 @@ def body_key(request: Mapping[str, Any]) -> int:
 
 
 def body_digest(request: Mapping[str, Any]) -> int:
-    """`body_key`, the same in every process."""
+    """Compute `body_key` as a digest, the same in every process."""
     body = request.get("body")
     if body is not None:
         return digest(canonical(body))
@@ -75,7 +80,7 @@ def body_digest(request: Mapping[str, Any]) -> int:
 
 
 def request_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes two originals repeats of one request (and comparable answers)."""
+    """Key what makes two originals repeats of one request, and their answers comparable."""
     req = record.get("request") or {}
     resp = record.get("response") or {}
     return (
@@ -88,7 +93,7 @@ def request_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def request_digest(record: Mapping[str, Any]) -> int:
-    """`request_key`, the same in every process (equal keys, equal digests)."""
+    """Compute `request_key` as a digest, the same in every process: equal keys, equal digests."""
     req = record.get("request") or {}
     resp = record.get("response") or {}
     head = [record.get("label"), req.get("method"), req.get("path"), resp.get("status")]
@@ -96,7 +101,7 @@ def request_digest(record: Mapping[str, Any]) -> int:
 
 
 def _texts(content: Any) -> list[str]:
-    """The text of a message's content: a string, or the `text` of its parts."""
+    """Return the text of a message's content: a string, or the `text` of its parts."""
     if isinstance(content, str):
         return [content]
     if isinstance(content, list):
@@ -107,9 +112,10 @@ def _texts(content: Any) -> list[str]:
 
 
 def prompt_text(body: Any) -> str | None:
-    """What the user asked, normalised so that it survives a gateway: the texts of the
-    user messages (chat), of the user items or the `input` string (Responses, embeddings)
-    or the `prompt` (completions), whitespace collapsed; `None` when there is none.
+    """Return what the user asked, normalised so that it survives a gateway; `None` when nothing.
+
+    That is the texts of the user messages for chat, of the user items or the `input` string for
+    Responses and embeddings, or the `prompt` for completions, whitespace collapsed.
 
     A gateway renames the model, adds `stream`/`stream_options` or a system prompt, and may
     translate a Responses call into a chat completion, but it passes the user's words on.
@@ -139,8 +145,9 @@ def prompt_text(body: Any) -> str | None:
 
 
 def _turns(item: Any) -> list[list[str]]:
-    """One chat message or Responses input item as the turns of a conversation that
-    either API carries alike: `[role, words]` for what the app or the model said (system
+    """Turn one chat message or Responses input item into turns of a conversation.
+
+    Either API carries them alike: `[role, words]` for what the app or the model said (system
     and developer instructions are one role), `["call", name]` for each tool call and
     `["result"]` for a tool's result (its words come from arguments a backend minted)."""
     if isinstance(item, str):
@@ -164,8 +171,7 @@ def _turns(item: Any) -> list[list[str]]:
 
 
 def _tool_name(tool: Any) -> str:
-    """A tool the app offers, by name: chat's `function.name`, Responses' `name`, or a
-    built-in tool's `type`."""
+    """Name an offered tool by chat's `function.name`, Responses' `name`, or a built-in's `type`."""
     if not isinstance(tool, dict):
         return str(tool)
     fn = tool.get("function")
@@ -173,10 +179,12 @@ def _tool_name(tool: Any) -> str:
 
 
 def ask_text(body: Any) -> str | None:
-    """What a request asks a model, the same whichever API carries it: the conversation
-    (chat `messages`; Responses `instructions` then `input`; a completion's `prompt`) as
-    turns of role and words, tool calls by name, and the names of the tools offered, as
-    canonical JSON. `None` when it has no user words: it asks a model nothing.
+    """Say what a request asks a model, the same whichever API carries it.
+
+    The conversation is chat `messages`, Responses `instructions` then `input`, or a
+    completion's `prompt`. It comes as turns of role and words, tool calls by name, and the
+    names of the tools offered, as canonical JSON. `None` when it has no user words: it asks a
+    model nothing.
 
     A client that falls back from `/v1/responses` to `/v1/chat/completions`, or to another
     backend, sends the same conversation in the other API's shape; the model, the stream
@@ -204,15 +212,18 @@ def ask_text(body: Any) -> str | None:
 
 
 def ask_digest(request: Mapping[str, Any]) -> int:
-    """`ask_text` of a request's body as a 64-bit digest, the same in every process; 0
-    when it asks a model nothing."""
+    """Digest the `ask_text` of a request's body into 64 bits, the same in every process.
+
+    0 when it asks a model nothing."""
     text = ask_text(request.get("body"))
     return 0 if text is None else digest(text)
 
 
 def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What the two hops of one call have in common: the prompt, or for a request without
-    one the exact body with its method and route."""
+    """Key what the two hops of one call have in common.
+
+    That is the prompt, or for a request without one the exact body with its method and
+    route."""
     prompt = prompt_text(request.get("body"))
     if prompt is not None:
         return ("prompt", prompt)
@@ -221,8 +232,9 @@ def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def digests(record: Mapping[str, Any], hop: bool) -> tuple[int, int, int]:
-    """`request_digest`, `body_digest` and (with `hop`, else 0) `hop_digest` of a record,
-    its body serialised once."""
+    """Compute a record's `request_digest`, `body_digest` and `hop_digest`.
+
+    Its body is serialised once; `hop_digest` is 0 without `hop`."""
     req = record.get("request") or {}
     resp = record.get("response") or {}
     body = req.get("body")
@@ -240,7 +252,7 @@ def digests(record: Mapping[str, Any], hop: bool) -> tuple[int, int, int]:
 
 
 def hop_digest(request: Mapping[str, Any]) -> int:
-    """`hop_key`, the same in every process."""
+    """Compute `hop_key` as a digest, the same in every process."""
     prompt = prompt_text(request.get("body"))
     if prompt is not None:
         return digest(canonical(["prompt", prompt]))
@@ -289,13 +301,13 @@ result computed from those arguments): its shape counts, not its value."""
 
 
 def _text(content: Any) -> str:
-    """A message's words: the string, or the texts of its parts, whitespace collapsed."""
+    """Return a message's words: the string, or the texts of its parts, whitespace collapsed."""
     parts = _texts(content)
     return " ".join(" ".join(parts).split())
 
 
 def _tool_call(call: Any) -> Any:
-    """A chat assistant's tool call: its kind and function name (id and arguments minted)."""
+    """Keep a chat assistant's tool call's kind and function name: id and arguments are minted."""
     if not isinstance(call, dict):
         return MINTED
     fn = call.get("function")
@@ -303,9 +315,10 @@ def _tool_call(call: Any) -> Any:
 
 
 def _message(m: Any) -> Any:
-    """One chat message or Responses input item, as what the app said: role and words for
-    the app's own turns; for the backend's (an assistant's turn, a function call, reasoning,
-    a tool's result) only the shape."""
+    """Reduce one chat message or Responses input item to what the app said.
+
+    That is role and words for the app's own turns; for the backend's, such as an assistant's
+    turn, a function call, reasoning or a tool's result, only the shape."""
     if isinstance(m, str):
         return ["user", " ".join(m.split())]
     if not isinstance(m, dict):
@@ -326,7 +339,7 @@ def _message(m: Any) -> Any:
 
 
 def _tool(t: Any) -> Any:
-    """A tool the app offers: its name and parameters (chat's nesting or Responses' flat)."""
+    """Reduce a tool the app offers to its name and parameters, nested as chat's or flat."""
     if not isinstance(t, dict):
         return t
     fn = t["function"] if isinstance(t.get("function"), dict) else t
@@ -334,7 +347,7 @@ def _tool(t: Any) -> Any:
 
 
 def _ids_out(value: Any) -> Any:
-    """`value` with every string under an `ID_KEYS` key replaced by the placeholder."""
+    """Replace every string under an `ID_KEYS` key in `value` by the placeholder."""
     if isinstance(value, dict):
         return {
             k: ID if k in ID_KEYS and isinstance(v, str) else _ids_out(v) for k, v in value.items()
@@ -374,12 +387,13 @@ def _media_type(headers: Any) -> str:
 
 
 def request_fingerprint(record: Mapping[str, Any]) -> str:
-    """What makes two exchanges of independent captures the same call of one app: method,
-    route template and family, the query, and the body without what is per backend
-    (`BACKEND_FIELDS`, explicit nulls), with messages and `input` as what the app said (a
-    string `input` is one user message), tools as name and parameters, and ids a backend
-    minted (`ID_KEYS`, the `{id}` in a path) as placeholders. A body that is not JSON counts
-    by its media type only (a multipart boundary differs on every run). A short stable digest.
+    """Fingerprint what makes two exchanges of independent captures the same call of one app.
+
+    It holds the method, route template and family, the query, and the body without what is per
+    backend (`BACKEND_FIELDS`, explicit nulls), with messages and `input` as what the app said
+    (a string `input` is one user message), tools as name and parameters, and ids a backend
+    minted (`ID_KEYS`, the `{id}` in a path) as placeholders. A body that is not JSON counts by
+    its media type only (a multipart boundary differs on every run). A short stable digest.
     """
     req = record.get("request")
     req = req if isinstance(req, Mapping) else {}

@@ -1,4 +1,4 @@
-"""A capture's lines as values: read within bounds, parsed in batches, torn ones told apart.
+"""Read a capture's lines as values within bounds, parsed in batches, torn ones told apart.
 
 Every reader of captures (`wirediff.record.store.iter_records`, the engine's scan) reads
 lines with `next_line`, which never holds one longer than a record a capture writes, and
@@ -47,7 +47,7 @@ _RECORD_START = b'{"format":'
 
 
 class LineError(CaptureError):
-    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
+    """Note a line that is no readable record: where it is (`lineno`) and why (`text`)."""
 
     def __init__(self, path: object, lineno: int, text: str) -> None:
         super().__init__(f"{path}:{lineno}: {text}")
@@ -59,8 +59,10 @@ Torn = list[tuple[int, str]]
 
 
 def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
-    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
-    when a whole record was appended after the fragment, that record (and its text)."""
+    """Parse one line's value.
+
+    A torn line, not JSON, is skipped: None, noted in `torn`. When a whole record was appended
+    after the fragment, that record and its text come instead."""
     try:
         return line, json.loads(line)
     except RecursionError:
@@ -95,9 +97,10 @@ Parsed = list[tuple[int, bytes, Any]]
 
 
 def readable_lines(batch: list[tuple[int, bytes]], torn: Torn) -> list[tuple[int, bytes]]:
-    """The lines of `batch` that can be records a capture wrote; each other one (too long,
-    too many objects: `wirediff.record.validate.line_past_bounds`) is left out, never
-    parsed, and noted in `torn`."""
+    """Keep the lines of `batch` that can be records a capture wrote.
+
+    Each other one is left out, never parsed, and noted in `torn`: too long, or too many objects
+    (`wirediff.record.validate.line_past_bounds`)."""
     if all(len(line) < 2 * MAX_CONTAINERS for _, line in batch):
         return batch
     out = []
@@ -111,8 +114,9 @@ def readable_lines(batch: list[tuple[int, bytes]], torn: Torn) -> list[tuple[int
 
 
 def within_bounds(parsed: Parsed, torn: Torn) -> Parsed:
-    """The records of `parsed` that hold no more than a capture writes; each other one
-    (`wirediff.record.validate.past_bounds`) is left out and noted in `torn`."""
+    """Keep the records of `parsed` that hold no more than a capture writes.
+
+    Each other one (`wirediff.record.validate.past_bounds`) is left out and noted in `torn`."""
     out = []
     for lineno, line, value in parsed:
         why = past_bounds(line, value)
@@ -124,9 +128,10 @@ def within_bounds(parsed: Parsed, torn: Torn) -> Parsed:
 
 
 def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
-    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
-    the whole record after a torn fragment), and lines or records past what a capture
-    writes (`readable_lines`, `within_bounds`)."""
+    """Parse each line of `batch` into `(lineno, text, value)`.
+
+    Torn lines are left out, and `text` is the whole record after a torn fragment. So are lines
+    or records past what a capture writes: `readable_lines`, `within_bounds`."""
     batch = readable_lines(batch, torn)
     if not batch:
         return []
@@ -154,10 +159,12 @@ def is_json(line: bytes) -> bool:
 
 
 def next_line(fh: IO[bytes], where: int, torn: Torn) -> tuple[bytes, int]:
-    """The next line of `fh` and its length (0 at the end). A line longer than any record
-    a capture writes (`MAX_LINE_BYTES`) is read past a piece at a time, never held: it is
-    given as b"" and noted in `torn` at `where` (its line number, or its offset). A long
-    line is measured first and read in one piece (held once) when the file can seek."""
+    """Read the next line of `fh` and its length, 0 at the end.
+
+    A line longer than any record a capture writes (`MAX_LINE_BYTES`) is read past a piece at a
+    time, never held: it is given as b"" and noted in `torn` at `where`, its line number or its
+    offset. A long line is measured first and read in one piece, held once, when the file can
+    seek."""
     line = fh.readline(READ_PIECE)
     if not line or line.endswith(b"\n"):
         return line, len(line)
@@ -182,7 +189,7 @@ def next_line(fh: IO[bytes], where: int, torn: Torn) -> tuple[bytes, int]:
 
 
 def skip_line(fh: IO[bytes]) -> int:
-    """Read past the rest of the line `fh` is in, a piece at a time; its length."""
+    """Read past the rest of the line `fh` is in, a piece at a time; return its length."""
     size = 0
     while piece := fh.readline(READ_PIECE):
         size += len(piece)

@@ -1,6 +1,8 @@
-"""Which names and shapes are credentials: headers, query parameters, body fields, and the
-shapes API keys have. Written once, read by the record's redaction (`wirediff.record.redact`)
-and by the scrub of everything wirediff writes (`scrub_output`)."""
+"""Name the names and shapes that are credentials.
+
+They are headers, query parameters, body fields, and the shapes API keys have. Written once,
+read by the record's redaction (`wirediff.record.redact`) and by the scrub of everything
+wirediff writes (`scrub_output`)."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ tenth of the regex's cost; `"prompt_tokens"` passes it)."""
 
 
 def ascii_lower(text: str) -> str:
-    """`text` lower-cased, each character where it was (`str.lower` makes `İ` two)."""
+    """Lower-case `text`, each character where it was; `str.lower` makes `İ` two."""
     lowered = text.lower()
     return lowered if len(lowered) == len(text) else text.translate(_LOWER)
 
@@ -76,9 +78,10 @@ _LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 
 def _named_fields(text: str, lowered: str) -> Iterator[int]:
-    """Where each key of JSON-like `text` that names a credential field ends (its closing
-    quote, a colon after it). Only the few places a name could end are looked at, never
-    every quote of the text."""
+    """Find where each key of JSON-like `text` that names a credential field ends.
+
+    A key ends at its closing quote, a colon after it. Only the few places a name could end are
+    looked at, never every quote of the text."""
     for end in _FIELD_ENDS:
         at = lowered.find(end)
         while at != -1:
@@ -90,8 +93,9 @@ def _named_fields(text: str, lowered: str) -> Iterator[int]:
 
 
 def may_hold_secret_fields(text: str) -> bool:
-    """Cheap pre-check on raw JSON text before walking it for credential fields: some key
-    (`"name":`) is a credential field's name."""
+    """Pre-check raw JSON text cheaply before walking it for credential fields.
+
+    It tells whether some key, `"name":`, is a credential field's name."""
     for _ in _named_fields(text, ascii_lower(text)):
         return True
     return False
@@ -102,9 +106,10 @@ _STRING_VALUE = re.compile(r'\s*:\s*"((?:[^"\\]|\\.){1,4096}?)("|$)', re.S)
 
 
 def field_values(text: str) -> list[str]:
-    """String values of the credential-named fields of JSON-like text, found without
-    parsing it: so also in JSON cut at a cap (a value the cut ends is kept as far as it
-    goes), or text that is not quite JSON."""
+    """Find the string values of the credential-named fields of JSON-like text, without parsing.
+
+    So they are found also in JSON cut at a cap, where a value the cut ends is kept as far as it
+    goes, or in text that is not quite JSON."""
     out = []
     for close in _named_fields(text, ascii_lower(text)):
         m = _STRING_VALUE.match(text, close + 1)
@@ -157,10 +162,11 @@ exchange a look, so a body stuffed with key-shaped text costs no more than this 
 
 
 def credentials_in(data: bytes, start: int = 0) -> list[str]:
-    """The credentials in `data` from `start` on (and any that begins up to `OVERLAP`
-    bytes before it, so one `start` cuts is whole): the API keys shaped as `KEY_SHAPE`
-    says, at least `KEY_LENGTH` long, and the string values of credential-named JSON
-    fields (`FIELD_NAMES`), found without parsing, whatever the bytes around them are.
+    """Find the credentials in `data` from `start` on, whatever the bytes around them are.
+
+    Any that begins up to `OVERLAP` bytes before it counts too, so one `start` cuts is whole.
+    They are the API keys shaped as `KEY_SHAPE` says, at least `KEY_LENGTH` long, and the string
+    values of credential-named JSON fields (`FIELD_NAMES`), found without parsing.
 
     Time is linear in the bytes: a window with none of the bytes that stand beside a
     credential (`_BESIDE`: a base64 upload's long middle has none) is passed over at the
@@ -225,7 +231,7 @@ def _window_fields(window: bytes, lowered: bytes) -> list[str]:
 
 
 def _positions(lowered: bytes, words: tuple[bytes, ...]) -> list[int]:
-    """Where the first `_LOOKS` of `words` are in `lowered`, in order."""
+    """Find where the first `_LOOKS` of `words` are in `lowered`, in order."""
     out = []
     for word in words:
         at, left = lowered.find(word), _LOOKS

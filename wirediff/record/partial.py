@@ -1,4 +1,4 @@
-"""The top-level members of a JSON object of which only the start and the end were kept.
+"""Read the top-level members of a JSON object of which only the start and the end were kept.
 
 A request over the body cap (an image or a file inlined as base64) is kept as its first
 bytes, no JSON then. What tagging reads of it (`model`, `stream`) is a top-level member,
@@ -23,9 +23,10 @@ _SCALAR = frozenset("-+.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST
 
 
 def cut_members(head: str, tail: str = "") -> dict[str, JSON]:
-    """The scalar top-level members (text, numbers, true, false, null) of a JSON object
-    whose text starts with `head` and ends with `tail` (either may be cut anywhere); on a
-    name read in both, the one nearer the end wins, as a JSON parser's would."""
+    """Read the scalar top-level members of a JSON object from its `head` and `tail`.
+
+    Scalars are text, numbers, true, false, null; either end may be cut anywhere. On a name read
+    in both, the one nearer the end wins, as a JSON parser's would."""
     return {**_forward(head), **_backward(tail)}
 
 
@@ -62,8 +63,10 @@ def _forward(text: str) -> dict[str, JSON]:
 
 
 def _string_start(text: str, end: int) -> int:
-    """Where the string whose closing quote is at `end` opens, or -1: a quote no odd run
-    of backslashes escapes (inside a string, every quote is escaped)."""
+    """Find where the string whose closing quote is at `end` opens, or -1.
+
+    It opens at a quote no odd run of backslashes escapes: inside a string, every quote is
+    escaped."""
     at = end
     while True:
         at = text.rfind('"', 0, at)
@@ -77,8 +80,9 @@ def _string_start(text: str, end: int) -> int:
 
 
 def _value_start(text: str, end: int) -> int:
-    """Where the value ending at `end` (its last character) starts, or -1 if it does not
-    start within `text`."""
+    """Find where the value whose last character is at `end` starts.
+
+    -1 if it does not start within `text`."""
     last = text[end]
     if last == '"':
         return _string_start(text, end)
@@ -105,7 +109,7 @@ def _value_start(text: str, end: int) -> int:
 
 
 def _before(text: str, at: int) -> int:
-    """The last character before `at` that is no space, or -1."""
+    """Find the last character before `at` that is no space, or -1."""
     while at >= 0 and text[at] in " \t\n\r":
         at -= 1
     return at

@@ -1,4 +1,4 @@
-"""A session's capture as parts: `<session>.jsonl`, then `<session>.1.jsonl`, `<session>.2.jsonl`…
+"""Split a session's capture into parts: `<session>.jsonl`, `<session>.1.jsonl`….
 
 `capture_rotate` (a size such as `100MB`, or a duration such as `1h`) makes the capture start
 a new part when the current one is that big or that old; a record never spans parts. The
@@ -45,21 +45,22 @@ DURATIONS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @dataclass(frozen=True, slots=True)
 class Rotation:
-    """When a capture starts its next part: at a size in bytes, or at an age in seconds."""
+    """Say when a capture starts its next part: at a size in bytes, or at an age in seconds."""
 
     max_bytes: int | None = None
     max_seconds: float | None = None
 
     def due(self, size: int, age: float) -> bool:
-        """The current part (`size` bytes, opened `age` seconds ago) is full."""
+        """Tell whether the current part, `size` bytes, opened `age` seconds ago, is full."""
         if self.max_bytes is not None:
             return size >= self.max_bytes
         return self.max_seconds is not None and size > 0 and age >= self.max_seconds
 
 
 def parse_rotation(text: str) -> Rotation | None:
-    """`100MB`, `512KiB` (KB, MB, GB are powers of 1000; KiB, MiB, GiB of 1024) or `1h`,
-    `30m`, `90s`, `1d`; empty: no rotation. Anything else is a `ValueError`."""
+    """Parse `100MB`, `512KiB`, `1h`, `30m`, `90s` or `1d`; empty means no rotation.
+
+    KB, MB, GB are powers of 1000; KiB, MiB, GiB of 1024. Anything else is a `ValueError`."""
     if not text.strip():
         return None
     m = _SPEC.match(text)
@@ -77,20 +78,21 @@ def parse_rotation(text: str) -> Rotation | None:
 
 
 def names_a_part(stem: str) -> bool:
-    """A session named so (`s.2`) would read as a part of another (`s`)."""
+    """Tell whether a session named so, `s.2`, would read as a part of another, `s`."""
     return _PART.match(stem) is not None
 
 
 def part_path(base: Path, n: int) -> Path:
-    """Part `n` of the capture whose first part is `base` (`s.jsonl` → `s.3.jsonl`)."""
+    """Name part `n` of the capture whose first part is `base`: `s.jsonl` → `s.3.jsonl`."""
     if n == 0:
         return base
     return base.with_name(f"{base.name[: -len(SUFFIX)]}.{n}{SUFFIX}")
 
 
 def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
-    """Every part of the session `path` is a part of, in order (`path` alone when it has
-    none, or is no `.jsonl`)."""
+    """List every part of the session `path` is a part of, in order.
+
+    `path` alone when it has none, or is no `.jsonl`."""
 
     def head(p: str) -> bytes:
         with open(p, "rb") as fh:
@@ -113,8 +115,10 @@ _REPLAY_OF = re.compile(rb'"replay_of"\s*:\s*"')
 
 
 def _replays(head: bytes) -> bool:
-    """The first record is a replay: a replay's or a mirror's output (never rotated, so no
-    part, however it is named: labels `llama3` and `llama3.1`)."""
+    """Tell whether the first record is a replay: a replay's or a mirror's output.
+
+    Such output is never rotated, so it is no part, however it is named: labels `llama3` and
+    `llama3.1`."""
     return _REPLAY_OF.search(head.split(b"\n", 1)[0]) is not None
 
 
@@ -124,9 +128,11 @@ def session_parts(
     glob: Callable[[str, str], Iterable[str]],
     head: Callable[[str], bytes],
 ) -> list[str]:
-    """`capture_parts` on any filesystem (this machine's, or an fsspec one at a URL): its
-    paths as text, `is_file(path)`, `glob(folder, pattern)` (the matching paths) and
-    `head(path)` (a file's first bytes) its own."""
+    """Find a capture's parts as `capture_parts` does, on any filesystem.
+
+    That is this machine's, or an fsspec one at a URL, with its paths as text, `is_file(path)`,
+    `glob(folder, pattern)` (the matching paths) and `head(path)` (a file's first bytes) its
+    own."""
     folder, name = os.path.split(path)
     if not name.endswith(SUFFIX):
         return [path]
@@ -152,8 +158,9 @@ def glob_escape(text: str) -> str:
 
 
 def expand_parts(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The files of several captures, each session as all its parts, each file once (a glob
-    such as `captures/*.jsonl` names the parts too)."""
+    """Expand several captures into files, each session as all its parts, each file once.
+
+    A glob such as `captures/*.jsonl` names the parts too."""
     out: dict[Path, None] = {}
     for p in paths:
         for part in capture_parts(p):

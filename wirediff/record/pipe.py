@@ -1,4 +1,4 @@
-"""A pipe of `marshal` frames to a child process that never blocks an event loop.
+"""Send `marshal` frames to a child process down a pipe that never blocks an event loop.
 
 Whoever hands work to a process of its own (the capture addon's recorder, the replayer's
 spool, the shadow's mirror process) sends plain values down this pipe: length-prefixed `marshal` frames,
@@ -48,14 +48,16 @@ READ_SIZE = 1 << 20
 
 
 def can_fork() -> bool:
-    """Forking is safe here: POSIX with pidfd (Linux), and no other thread (a fork copies
-    only the calling thread, and whatever another held stays held in the child)."""
+    """Tell whether forking is safe here: POSIX with pidfd, as Linux has, and no other thread.
+
+    A fork copies only the calling thread, and whatever another held stays held in the child."""
     return hasattr(os, "pidfd_open") and threading.active_count() == 1
 
 
 class Forked:
-    """A child forked from this process, running `main(read_fd)` in a session of its own:
-    what the pipe uses of `subprocess.Popen` (`stdin`, `wait`, `kill`, `returncode`).
+    """Run `main(read_fd)` in a child forked from this process, in a session of its own.
+
+    It offers what the pipe uses of `subprocess.Popen`: `stdin`, `wait`, `kill`, `returncode`.
 
     Forking costs a millisecond where starting an interpreter and importing the record
     builder costs a tenth of a second; the child leaves the objects it inherited to the
@@ -108,9 +110,10 @@ class Forked:
 
 
 class FramePipe:
-    """The parent's end: a child process (forked, running `fork(fd)`, where that is safe;
-    else `python -O -m MODULE ARGS…`), in a session of its own so that Ctrl-C leaves it to
-    drain, and a non-blocking pipe to its stdin.
+    """Start a child process and hold a non-blocking pipe to its stdin: the parent's end.
+
+    The child is forked, running `fork(fd)`, where that is safe; else it runs `python -O -m
+    MODULE ARGS…`. It has a session of its own, so that Ctrl-C leaves it to drain.
 
     `send` queues a frame; when the child is gone or too far behind it returns False, and
     `take_unsent` hands back what never reached the pipe. `close` sends what is queued,
@@ -219,7 +222,7 @@ class FramePipe:
                 asyncio.get_running_loop().remove_writer(self._fd)
 
     def take_unsent(self) -> list[Any]:
-        """Items whose frames never went (whole) into the pipe; forgotten here."""
+        """Take the items whose frames never went whole into the pipe; they are forgotten here."""
         items = []
         at = self._frames[0] - self._first_sent if self._first_sent else 0  # one half sent
         while at < len(self._buf):
@@ -232,8 +235,9 @@ class FramePipe:
         return items
 
     def close(self) -> list[Any]:
-        """Send what is queued, close the pipe and wait for the child to finish; returns
-        the items it could not be given."""
+        """Send what is queued, close the pipe and wait for the child to finish.
+
+        Return the items it could not be given."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -260,7 +264,7 @@ class FramePipe:
 
 
 class FrameReader:
-    """The child's end, fed whatever a read returned: the items of the frames it completed."""
+    """Feed the child's end whatever a read returned; give the items of the frames it completed."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -281,8 +285,10 @@ class FrameReader:
 
 
 def frame_batches(fd: int, timeout: Callable[[], float | None]) -> Iterator[list[Any] | None]:
-    """The child's end, blocking: the items of each read from `fd`, in order, until it
-    closes; None when nothing came for `timeout()` seconds (None: wait for ever)."""
+    """Yield the items of each read from `fd`, in order, until it closes: the child's end, blocking.
+
+    None comes when nothing came for `timeout()` seconds; a `timeout()` of None waits for
+    ever."""
     reader = FrameReader()
     while True:
         ready, _, _ = select.select([fd], [], [], timeout())

@@ -1,4 +1,4 @@
-"""The recorder: records built and written in a process of their own, off the proxy.
+"""Build and write records in a process of their own, off the proxy.
 
 Building a record (decoding, parsing, redacting, tagging, encoding JSON) costs several
 times what taking a flow's `snapshot` does, and on mitmproxy's event loop it is CPU taken
@@ -36,7 +36,7 @@ RETRY_SECONDS = 1.0
 
 
 def build_job(job: Job, session: str, body_cap: int, redact: frozenset[str]) -> Record:
-    """The record of one job; when it cannot be built, what is certain about it."""
+    """Build the record of one job; when it cannot be built, what is certain about it."""
     snap, label, seq, listener, replay_of = job
     ex: Exchange = exchange_from_snapshot(snap)
     try:
@@ -60,7 +60,7 @@ def say(line: str) -> None:
 
 
 class _Reporter:
-    """One line when writing starts failing, one when it works again, one for what is lost."""
+    """Say one line when writing starts failing, one when it works again, one for what is lost."""
 
     def __init__(self, writer: RecordWriter) -> None:
         self.writer = writer
@@ -110,10 +110,11 @@ def serve(
 
 
 class Recorder(FramePipe):
-    """The addon's end: a recorder process and a pipe to it that never blocks the loop
-    (`wirediff.record.pipe.FramePipe`). When the recorder is gone or too far behind, `send`
-    returns False and the caller records in-process; `close` hands back the jobs that never
-    reached the pipe.
+    """Run a recorder process with a pipe to it that never blocks the loop: the addon's end.
+
+    The pipe is a `wirediff.record.pipe.FramePipe`. When the recorder is gone or too far behind,
+    `send` returns False and the caller records in-process; `close` hands back the jobs that
+    never reached the pipe.
     """
 
     def __init__(

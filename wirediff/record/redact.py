@@ -1,5 +1,7 @@
-"""Secrets never reach disk: header values, URL credentials, and any echo of them in a body,
-an event or an error message become fingerprints.
+"""Fingerprint secrets so that they never reach disk.
+
+Header values, URL credentials, and any echo of them in a body, an event or an error message
+become fingerprints.
 
 The secrets of an exchange are its credential headers (a Basic header also as the decoded
 `user:password` and the password), URL credentials, and the values of credential-named
@@ -74,13 +76,13 @@ FINGERPRINT_HEX = 12
 
 
 def fingerprint(secret: str) -> str:
-    """A short, stable, one-way name for a secret."""
+    """Name a secret shortly, stably and one-way."""
     digest = hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
     return "sha256:" + digest[:FINGERPRINT_HEX]
 
 
 def split_scheme(value: str) -> tuple[str | None, str]:
-    """`"Bearer sk-x"` → `("Bearer", "sk-x")`; a bare key has no scheme."""
+    """Split `"Bearer sk-x"` into `("Bearer", "sk-x")`; a bare key has no scheme."""
     head, *rest = value.strip().split(None, 1) or [""]
     if rest and head.lower() in _SCHEMES:
         return head, rest[0].strip()
@@ -88,7 +90,7 @@ def split_scheme(value: str) -> tuple[str | None, str]:
 
 
 def redact_value(value: str) -> str:
-    """Keep the auth scheme (it is evidence), fingerprint the credential."""
+    """Keep the auth scheme, which is evidence, and fingerprint the credential."""
     scheme, secret = split_scheme(value)
     fp = fingerprint(secret) if secret else "<empty>"
     return f"{scheme} {fp}" if scheme else fp
@@ -100,7 +102,7 @@ def is_secret_header(name: str, extra: frozenset[str] = frozenset()) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _secret_name(name: str) -> bool:
-    """Header names repeat from exchange to exchange: decide each once."""
+    """Decide once whether a header name is secret: names repeat from exchange to exchange."""
     low = name.lower()
     return low in SECRET_HEADERS or bool(SECRET_HEADER_NAME.search(low))
 
@@ -112,8 +114,10 @@ SUBPROTOCOLS = "sec-websocket-protocol"
 def redact_headers(
     headers: Iterable[tuple[str, str]], extra: frozenset[str] = frozenset()
 ) -> HeaderList:
-    """Lower-case names, wire order kept, secret values fingerprinted (a key offered as a
-    WebSocket subprotocol too, the other subprotocols kept)."""
+    """Lower-case header names, keep wire order, and fingerprint secret values.
+
+    A key offered as a WebSocket subprotocol is fingerprinted too; the other subprotocols are
+    kept."""
     out: HeaderList = []
     for name, value in headers:
         low = name.lower()
@@ -126,8 +130,9 @@ def redact_headers(
 
 
 def redact_url(url: str) -> str:
-    """Fingerprint credentials in the query string, userinfo and path segments shaped as
-    keys (`/v1/keys/sk-…`) (works on paths too)."""
+    """Fingerprint credentials in the query string, userinfo and key-shaped path segments.
+
+    A path segment such as `/v1/keys/sk-…` is one; this works on paths too."""
     parts = urlsplit(url)
     netloc = parts.netloc
     path = _KEY_SEGMENT.sub(lambda m: fingerprint(m.group(0)), parts.path)
@@ -151,8 +156,9 @@ _KEY_SEGMENT = re.compile(r"(?<=/)(?:sk|lm|pk|rk)-[\w\-.]{16,}(?=/|$)")
 
 
 def basic_credentials(value: str) -> list[str]:
-    """A Basic header's decoded `user:password`, and the password (or the user, when the
-    password is empty: a key sent as the user name)."""
+    """Decode a Basic header's `user:password`, and return it with the password.
+
+    When the password is empty, the user comes instead: a key sent as the user name."""
     scheme, token = split_scheme(value)
     if scheme is None or scheme.lower() != "basic":
         return []
@@ -170,10 +176,11 @@ def secret_values(
     extra: frozenset[str] = frozenset(),
     fields: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Every secret this exchange carries, in every form an echo may take (form, lower-cased
-    → fingerprint of the secret), to scrub echoes from bodies, events, headers and
-    messages: a 401 that quotes the key back, say. `fields`: the values of the request's
-    credential-named fields and the keys its body holds (`body_secrets`)."""
+    """Find every secret this exchange carries, in every form an echo may take.
+
+    Each form, lower-cased, maps to the fingerprint of the secret, to scrub echoes from bodies,
+    events, headers and messages: a 401 that quotes the key back, say. `fields`: the values of
+    the request's credential-named fields and the keys its body holds (`body_secrets`)."""
     found: set[str] = set(fields)
     for name, value in headers:
         if name.lower() == SUBPROTOCOLS:
@@ -200,15 +207,16 @@ def secret_values(
 
 
 def with_fields(secrets: dict[str, str], fields: Iterable[str]) -> dict[str, str]:
-    """`secrets` (`secret_values`) and every form of each of `fields`, longest first."""
+    """Add to `secrets` (`secret_values`) every form of each of `fields`, longest first."""
     forms = {**secret_values([], "", fields=fields), **secrets}
     return dict(sorted(forms.items(), key=lambda kv: len(kv[0]), reverse=True))
 
 
 @functools.lru_cache(maxsize=256)
 def _forms(found: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """Every form of every secret in `found` with its secret's fingerprint, longest first
-    (so a key is replaced before any secret that is a part of it). The same keys come with
+    """Give every form of every secret in `found` with its secret's fingerprint, longest first.
+
+    So a key is replaced before any secret that is a part of it. The same keys come with
     exchange after exchange: worked out once."""
     forms: dict[str, str] = {}
     for secret in sorted(found):
@@ -221,12 +229,13 @@ def _forms(found: frozenset[str]) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=256)
 def secret_forms(secret: str) -> tuple[str, ...]:
-    """`secret` as sent and as a server may echo it, lower-cased (`scrub_text` finds them
-    in any case: a server may quote a key upper-cased): JSON-escaped (with and without
-    `\\/`), URL-encoded, hex, and base64 (standard and URL-safe: the characters that only
-    the secret decides, at each of the three alignments it may have inside a longer base64
-    text); and as text without the prefix that marks it a key (`sk-`, `sk-proj-`:
-    `KEY_PREFIX`), as a server may quote it."""
+    """Spell `secret` as sent and as a server may echo it, lower-cased.
+
+    `scrub_text` finds them in any case, since a server may quote a key upper-cased. The forms
+    are JSON-escaped (with and without `\\/`), URL-encoded, hex, and base64 (standard and
+    URL-safe: the characters that only the secret decides, at each of the three alignments it
+    may have inside a longer base64 text); and as text without the prefix that marks it a key
+    (`sk-`, `sk-proj-`: `KEY_PREFIX`), as a server may quote it."""
     forms = set(_as_text(secret))
     raw = secret.encode("utf-8", "surrogateescape")
     forms.add(raw.hex())
@@ -240,7 +249,7 @@ def secret_forms(secret: str) -> tuple[str, ...]:
 
 
 def _as_text(secret: str) -> set[str]:
-    """`secret` as it is, JSON-escaped and URL-encoded."""
+    """Spell `secret` as it is, JSON-escaped and URL-encoded."""
     forms = {secret, quote(secret, safe=""), quote_plus(secret)}
     for ascii_only in (True, False):
         escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
@@ -254,8 +263,9 @@ what is no echo of it."""
 
 
 def _variants(secret: str) -> list[str]:
-    """`secret`, and what is left of it without its vendor's mark and without its kind
-    (`sk-proj-abc…`: `proj-abc…`, `abc…`), when that is still long enough to be it."""
+    """Give `secret`, and what is left of it without its vendor's mark and without its kind.
+
+    `sk-proj-abc…` gives `proj-abc…` and `abc…`, when that is still long enough to be it."""
     m = KEY_PREFIX.match(secret)
     if m is None:
         return [secret]
@@ -264,7 +274,7 @@ def _variants(secret: str) -> list[str]:
 
 
 def field_secrets(body: Any) -> list[str]:
-    """String values of credential-named fields anywhere in a parsed request body."""
+    """Find the string values of credential-named fields anywhere in a parsed request body."""
     out: list[str] = []
     stack = [body]
     while stack:
@@ -281,8 +291,10 @@ def field_secrets(body: Any) -> list[str]:
 
 
 def json_secrets(text: str) -> list[str]:
-    """Values of credential-named fields of JSON text (`{"api_key": …}`), also when it is
-    cut at a cap or not quite JSON (`field_values`), and the API keys anywhere in it."""
+    """Find the values of credential-named fields of JSON text, and the API keys anywhere in it.
+
+    Fields such as `{"api_key": …}` are found also when it is cut at a cap or not quite JSON
+    (`field_values`)."""
     found = key_shapes(text)
     if text.lstrip()[:1] in ("{", "[") and may_hold_secret_fields(text):
         try:
@@ -293,8 +305,7 @@ def json_secrets(text: str) -> list[str]:
 
 
 def key_shapes(text: str) -> list[str]:
-    """The API keys in `text`, known by their shape (`KEY_SHAPE`), at least `KEY_LENGTH`
-    characters long."""
+    """Find the API keys in `text` by their shape (`KEY_SHAPE`), at least `KEY_LENGTH` long."""
     lowered = text.lower()
     if not any(mark in lowered for mark in KEY_MARKS):
         return []
@@ -302,9 +313,11 @@ def key_shapes(text: str) -> list[str]:
 
 
 def body_secrets(content: bytes | None, content_type: str) -> list[str]:
-    """The credentials of a request body (the part a record keeps of it): the values of
-    its credential-named fields (JSON, also cut or not quite JSON; a form; the fields of a
-    multipart form: an upload's `api_key` beside its file) and the API keys it holds."""
+    """Find the credentials in the part of a request body a record keeps.
+
+    They are the values of its credential-named fields (JSON, also cut or not quite JSON; a
+    form; the fields of a multipart form: an upload's `api_key` beside its file) and the API
+    keys it holds."""
     if not content:
         return []
     kind = content_type.lower()
@@ -317,7 +330,7 @@ def body_secrets(content: bytes | None, content_type: str) -> list[str]:
 
 
 def form_secrets(text: str) -> list[str]:
-    """Values of credential-named fields of a form-encoded body (`api_key=…&…`)."""
+    """Find the values of credential-named fields of a form-encoded body: `api_key=…&…`."""
     return [v for k, v in parse_qsl(text, keep_blank_values=True) if SECRET_FIELD.match(k)]
 
 
@@ -328,8 +341,9 @@ _MULTIPART_FIELD = re.compile(
 
 
 def multipart_secrets(content: bytes) -> list[str]:
-    """Values of credential-named fields of a `multipart/form-data` body, each a line
-    (a file part is no credential: its name is not one)."""
+    """Find the values of credential-named fields of a `multipart/form-data` body, each a line.
+
+    A file part is no credential: its name is not one."""
     return [
         value.decode("utf-8", "replace")
         for name, value in _MULTIPART_FIELD.findall(content)
@@ -338,9 +352,10 @@ def multipart_secrets(content: bytes) -> list[str]:
 
 
 def scrub_text(text: str, secrets: dict[str, str]) -> str:
-    """`text` with every form of every secret (`secret_values`: lower-cased) replaced by
-    its fingerprint in any case, also where an encoder escaped any of its characters
-    (`\\u00XX`, `%XX`; keys are ASCII)."""
+    """Replace every form of every secret in `text` by its fingerprint, in any case.
+
+    The forms are those of `secret_values`, lower-cased. They are replaced also where an encoder
+    escaped any of their characters as `\\u00XX` or `%XX`; keys are ASCII."""
     if not secrets:
         return text
     lowered = text.lower()
@@ -359,8 +374,10 @@ _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def present_secrets(text: str, secrets: dict[str, str]) -> dict[str, str]:
-    """The part of `secrets` that `scrub_text` may find in `text` (all of them where an
-    encoder escaped characters in it): all that scrubbing pieces of `text` one by one needs."""
+    """Keep the part of `secrets` that `scrub_text` may find in `text`.
+
+    That is all of them where an encoder escaped characters in it; it is all that scrubbing
+    pieces of `text` one by one needs."""
     if not secrets:
         return secrets
     lowered = text.lower()
@@ -370,8 +387,9 @@ def present_secrets(text: str, secrets: dict[str, str]) -> dict[str, str]:
 
 
 def _percent_encoded(text: str, secrets: dict[str, str]) -> bool:
-    """Whether a secret is in the lower-cased `text` with characters percent-encoded that
-    need not be (`sk%2Dabc`, `%73%6B…`), which `secret_forms` does not spell out."""
+    """Tell whether a secret is in the lower-cased `text` with needless percent-encoding.
+
+    `secret_forms` does not spell out forms such as `sk%2Dabc` or `%73%6B…`."""
     if "%" not in text or not _PERCENT_ESCAPE.search(text):
         return False
     decoded = unquote(text).lower()
@@ -385,14 +403,16 @@ def _anycase(secret: str) -> re.Pattern[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _token(secret: str) -> re.Pattern[str]:
-    """A short `secret` where it stands as a whole token: no letter or digit beside it."""
+    """Match a short `secret` where it stands as a whole token: no letter or digit beside it."""
     return re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=1024)
 def _escaped(secret: str) -> re.Pattern[str]:
-    """`secret` in any case, with each character as it is, JSON-escaped (`\\u00XX`, `\\/`)
-    or percent-encoded (`%2D`, `%2d`: an encoder may encode what it need not)."""
+    """Match `secret` in any case, each character as it is, JSON-escaped or percent-encoded.
+
+    JSON escapes are `\\u00XX` and `\\/`; percent escapes are `%2D` or `%2d`, as an encoder may
+    encode what it need not."""
     parts = []
     for ch in secret:
         alts = [re.escape(ch)]
@@ -410,7 +430,7 @@ def _escaped(secret: str) -> re.Pattern[str]:
 
 
 def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
-    """`[[name, value]]` with echoed secrets fingerprinted in the values (flat, cheap)."""
+    """Fingerprint echoed secrets in the values of `[[name, value]]` headers, flat and cheap."""
     if not secrets:
         return headers
     joined = "\n".join(v for _, v in headers).lower()
@@ -422,7 +442,7 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
 
 
 def scrub(value: Any, secrets: dict[str, str]) -> Any:
-    """`value` with every secret replaced by its fingerprint, in every string (keys too)."""
+    """Replace every secret in `value` by its fingerprint, in every string, keys too."""
     if not secrets:
         return value
     if isinstance(value, str):
@@ -464,10 +484,11 @@ _HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI
 
 
 def redact_log_text(text: str) -> str:
-    """A line mitmproxy is about to print (a flow's request line, its headers, a message),
-    with credentials fingerprinted: key-like query values, URL userinfo, credential
-    headers, a key offered as a WebSocket subprotocol; then anything shaped like a
-    credential (`scrub_output`)."""
+    """Fingerprint the credentials in a line mitmproxy is about to print.
+
+    The line is a flow's request line, its headers or a message. The credentials are key-like
+    query values, URL userinfo, credential headers, a key offered as a WebSocket subprotocol;
+    then anything shaped like a credential (`scrub_output`)."""
     if not text:
         return text
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)

@@ -1,9 +1,10 @@
-"""The one scrub of everything wirediff writes for people and tools: a report, `summary.json`,
-a CSV or JUnit file, the terminal, mitmdump's log, a Parquet dataset. It is the second layer:
-the record has each exchange's own secrets fingerprinted already (`wirediff.record.redact`);
-this replaces anything *shaped* like a credential, for values the capture could not know
-(another client's key, a capture another tool wrote). Each writer calls `scrub_output` on
-what it writes, and nothing else.
+"""Scrub everything wirediff writes for people and tools, in one place.
+
+That is a report, `summary.json`, a CSV or JUnit file, the terminal, mitmdump's log, a Parquet
+dataset. It is the second layer: the record has each exchange's own secrets fingerprinted
+already (`wirediff.record.redact`); this replaces anything *shaped* like a credential, for
+values the capture could not know (another client's key, a capture another tool wrote). Each
+writer calls `scrub_output` on what it writes, and nothing else.
 
 A text is looked at only where it holds one of a few words (`key`, `token`, `bearer`,
 `sk-`…, found by `str.find`); each shape is then matched right there. Matching the shapes'
@@ -61,18 +62,19 @@ _REACH = 64
 
 
 def scrub_output(value: T) -> T:
-    """`value` as wirediff may write it anywhere (a report, `summary.json`, a CSV or JUnit
-    file, the terminal, a log, a Parquet dataset): in every string (a text, or the strings
-    and keys of lists and dicts), anything shaped like a credential replaced by `REDACTED`
-    (a bearer token, an API key in any case, a key offered as a WebSocket subprotocol, a
-    key-like query parameter or credential-named field, a key a 401 quotes). The one scrub
-    of what goes out: each writer calls it on what it writes. `value` itself when nothing
-    in it is scrubbed."""
+    """Scrub `value` so that wirediff may write it anywhere.
+
+    Anywhere is a report, `summary.json`, a CSV or JUnit file, the terminal, a log, a Parquet
+    dataset. In every string (a text, or the strings and keys of lists and dicts), anything
+    shaped like a credential replaced by `REDACTED` (a bearer token, an API key in any case, a
+    key offered as a WebSocket subprotocol, a key-like query parameter or credential-named
+    field, a key a 401 quotes). The one scrub of what goes out: each writer calls it on what it
+    writes. `value` itself when nothing in it is scrubbed."""
     return cast("T", _scrubbed_value(value))
 
 
 def _scrubbed_value(value: Any) -> Any:
-    """`value` scrubbed: the very object when nothing in it changed."""
+    """Scrub `value`, returning the very object when nothing in it changed."""
     if isinstance(value, str):
         out = _remembered(value) if len(value) <= _REMEMBERED else _scrubbed(value)
         return value if out == value else out
@@ -108,8 +110,10 @@ _remembered = functools.lru_cache(maxsize=8192)(_scrubbed)
 
 
 def _found(lowered: str, words: tuple[str, ...], then: frozenset[str] | None) -> Iterator[int]:
-    """Where each of `words` is in `lowered`; with `then`, only where it is not followed by
-    a character outside `then` (the end of the text is in it)."""
+    """Find where each of `words` is in `lowered`.
+
+    With `then`, only where it is not followed by a character outside `then`; the end of the
+    text is in it."""
     for word in words:
         at = lowered.find(word)
         while at != -1:
@@ -120,8 +124,9 @@ def _found(lowered: str, words: tuple[str, ...], then: frozenset[str] | None) ->
 
 
 def _spans(text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
-    """`(start, end, replacement)` of each shape in `text` (`lowered`: its ASCII letters
-    lower-cased, each character where it was)."""
+    """Find `(start, end, replacement)` for each shape in `text`.
+
+    `lowered` is `text` with its ASCII letters lower-cased, each character where it was."""
     for at in _found(lowered, ("api key provided",), None):
         if m := _QUOTED.match(text, at):
             yield at, m.end(), m[1] + REDACTED
@@ -144,9 +149,10 @@ def _spans(text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
 
 
 def _named(text: str, lowered: str, start: int) -> Iterator[tuple[int, int, str]]:
-    """The shape of the name beginning at `start`, if it is one: a key-like query parameter
-    (`?key=…`), a key offered as a subprotocol (`openai-insecure-api-key.…`), or a
-    credential-named field (`"api_key": "…"`, `token=…`)."""
+    """Find the shape of the name beginning at `start`, if it is one.
+
+    It is a key-like query parameter (`?key=…`), a key offered as a subprotocol
+    (`openai-insecure-api-key.…`), or a credential-named field (`"api_key": "…"`, `token=…`)."""
     end = start
     while end < len(lowered) and end - start < _REACH and lowered[end] in _WORD:
         end += 1

@@ -1,4 +1,4 @@
-"""The spool: records of exchanges built and appended in a process of their own.
+"""Build and append records of exchanges in a process of their own: the spool.
 
 The replayer sends what it sent and got back as an `Exchange`. Building its record
 (decoding, parsing, redacting, tagging, encoding JSON) costs about as much client CPU as
@@ -40,7 +40,7 @@ RETRY_SECONDS = 1.0
 def build_item(
     ex: Exchange, meta: Mapping[str, Any], body_cap: int, redact: frozenset[str]
 ) -> Record:
-    """The record of `ex` as `meta` describes it; when it cannot be built, what is certain."""
+    """Build the record of `ex` as `meta` describes it; when it cannot be built, what is certain."""
     try:
         rec = build_record(
             ex,
@@ -68,7 +68,8 @@ def build_item(
 
 
 class Spool(FramePipe):
-    """The sender's end: a process forked from this one where that is safe (else started).
+    """Run the spool process from the sender's end: forked where that is safe, else started.
+
     `exchange` and `record` return False when the spool process is gone or too far behind:
     the caller then builds and writes the record itself; `close_unsent` builds what never
     reached the process."""
@@ -108,8 +109,9 @@ def _decoded(line: bytes) -> Record:
 
 
 def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
-    """Read items from `fd` until it closes; build and append their records. 0 when every
-    record was written, else 1 (said on stderr)."""
+    """Read items from `fd` until it closes; build and append their records.
+
+    Return 0 when every record was written, else 1, said on stderr."""
     writers: dict[str, RecordWriter] = {}
     failing: set[str] = set()
 

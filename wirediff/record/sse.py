@@ -1,4 +1,4 @@
-"""Incremental Server-Sent Events splitting, linear in the bytes fed and bounded per event.
+"""Split Server-Sent Events incrementally, linear in the bytes fed and bounded per event.
 
 Chunk boundaries on the wire are arbitrary, so events are split here by the rules of the
 WHATWG EventSource parser (LF, CRLF and CR line ends, comments, multi-line `data:`). Each
@@ -25,9 +25,11 @@ _LINE_ENDS = re.compile(rb"[\r\n]*")
 
 
 def parse_events(events: list[Event], secrets: dict[str, str] | None = None) -> list[Event]:
-    """`events` with echoes of `secrets` scrubbed and their data parsed, in place (a long
-    stream is not held twice): JSON where it is JSON (nested deeper than `MAX_DEPTH` it
-    stays text, marked `depth_limited`); a truncated event's data stays text."""
+    """Scrub echoes of `secrets` from `events` and parse their data, in place.
+
+    In place, a long stream is not held twice. The data is JSON where it is JSON (nested deeper
+    than `MAX_DEPTH` it stays text, marked `depth_limited`); a truncated event's data stays
+    text."""
     if secrets:  # most streams echo none: each event is then scrubbed of none
         texts = [ev["data"] for ev in events if isinstance(ev["data"], str)]
         secrets = present_secrets("\n".join(texts), secrets)
@@ -169,9 +171,10 @@ SPLIT_PIECE = 1 << 16
 def split_events(
     raw: bytes, t_ms: float | None = None, max_event: int = DEFAULT_MAX_EVENT
 ) -> tuple[list[Event], int]:
-    """Split a whole (decoded) SSE body, e.g. a response not streamed or from a HAR, one
-    timestamp for all; the data stays text (`parse_events`). The first `MAX_EVENTS`
-    events, and how many more there were."""
+    """Split a whole decoded SSE body, one timestamp for all: a response not streamed, say.
+
+    A body from a HAR is one too. The data stays text (`parse_events`). Return the first
+    `MAX_EVENTS` events, and how many more there were."""
     sp = SSESplitter(max_event)
     events: list[Event] = []
     dropped = 0

@@ -1,4 +1,4 @@
-"""Persistence of `wirediff/1` captures: append-only JSON Lines.
+"""Persist `wirediff/1` captures as append-only JSON Lines.
 
 Writing: each record is one line, appended with a single `write()` of the whole line; a
 write that fails (a full disk) is cut back to the last whole line and the record waits in
@@ -62,7 +62,7 @@ BATCH_BYTES = 1 << 20
 
 
 def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
-    """Offset just after the last b"\n" before `size` (0 if there is none)."""
+    """Find the offset just after the last b"\n" before `size`, 0 if there is none."""
     end = size
     while end > 0:
         start = max(end - block, 0)
@@ -74,16 +74,17 @@ def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
 
 
 def _last_part(base: Path) -> int:
-    """The number of the session's last part (`wirediff.record.parts`)."""
+    """Return the number of the session's last part (`wirediff.record.parts`)."""
     parts = capture_parts(base)
     return len(parts) - 1 if parts[0] == base else 0
 
 
 def encode_record(record: Record) -> bytes:
-    """One capture line: compact JSON and a newline (orjson: a quarter of the time of the
-    standard library's encoder, on the recorder's and the spool's path for every record).
-    orjson would write NaN and Infinity as null: no record holds them (`body.parse_json`
-    keeps such bodies as text; timings are finite)."""
+    """Encode one capture line: compact JSON and a newline.
+
+    orjson takes a quarter of the time of the standard library's encoder, on the recorder's and
+    the spool's path for every record. orjson would write NaN and Infinity as null: no record
+    holds them (`body.parse_json` keeps such bodies as text; timings are finite)."""
     try:
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:  # an integer past 64 bits, lone surrogates
@@ -162,8 +163,9 @@ class RecordWriter:
         return True
 
     def _locked_part(self) -> int:
-        """The part to append to, open and locked, its whole lines measured (`_settle`):
-        the next part when this one is full, whoever filled it."""
+        """Open and lock the part to append to, its whole lines measured (`_settle`).
+
+        It is the next part when this one is full, whoever filled it."""
         while True:
             if self._fd is None:
                 self._fd = self._open()
@@ -182,8 +184,10 @@ class RecordWriter:
             self.path = part_path(self.base, self.part)
 
     def _append(self, fd: int) -> bool:
-        """Append the first records that wait, as one `write()` (up to `BATCH_BYTES`, and
-        never past the part's size); after a failed or partial write, cut back."""
+        """Append the first records that wait as one `write()`.
+
+        The write holds up to `BATCH_BYTES`, and never goes past the part's size; after a failed
+        or partial write, the file is cut back."""
         batch, n = self._waiting[0], 1
         if len(self._waiting) > 1:
             room = BATCH_BYTES
@@ -211,14 +215,15 @@ class RecordWriter:
         return True
 
     def _rotation_due(self) -> bool:
-        """The current part is full: the next record starts the next part."""
+        """Tell whether the current part is full: the next record starts the next part."""
         return self.rotation is not None and self.rotation.due(
             self._end, time.monotonic() - self._opened
         )
 
     def _cut_back(self, fd: int) -> None:
-        """After a failed or partial write (the lock still held): the file ends with its
-        last whole line again."""
+        """Cut the file back to its last whole line after a failed or partial write.
+
+        The lock is still held."""
         if self.failure is None:
             self.failure = OSError(28, os.strerror(28))  # a short write: the disk is full
         with contextlib.suppress(OSError):
@@ -228,9 +233,10 @@ class RecordWriter:
         return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def _settle(self, fd: int) -> int:
-        """The size of the file once it ends with a whole line, the lock held: a fragment
-        after the last newline was left by a writer killed mid-line (a live one would hold
-        the lock), and is moved aside to `<file>.fragments` so the capture stays readable
+        """Return the size of the file once it ends with a whole line, the lock held.
+
+        A fragment after the last newline was left by a writer killed mid-line (a live one would
+        hold the lock), and is moved aside to `<file>.fragments` so the capture stays readable
         and appendable."""
         size = os.fstat(fd).st_size
         if not size or os.pread(fd, 1, size - 1) == b"\n":
@@ -244,7 +250,7 @@ class RecordWriter:
         return cut
 
     def close(self) -> None:
-        """Write what waits (one last try) and close; `waiting` then counts what is lost."""
+        """Write what waits, one last try, and close; `waiting` then counts what is lost."""
         if self._waiting:
             with contextlib.suppress(OSError):
                 self.retry()
@@ -253,8 +259,10 @@ class RecordWriter:
             self._fd = None
 
     def check(self) -> None:
-        """Raise `OSError` (one line: the file, how many records, why) when records could
-        not be written; for commands, whose exit code must say so."""
+        """Raise `OSError` when records could not be written, for commands.
+
+        A command's exit code must say so. The error's one line says the file, how many records,
+        and why."""
         if self.waiting or self.lost:
             err = self.failure or OSError(28, os.strerror(28))
             why = f"{self.waiting + self.lost} records not written ({err.strerror or err})"
@@ -270,9 +278,11 @@ class RecordWriter:
 def checked(
     p: Path, parsed: Parsed, *, as_sent: bool = False
 ) -> Iterator[tuple[int, bytes, Record, bool]]:
-    """Each `(lineno, text, value, changed)` once the value is a readable `wirediff/1`
-    record, as the analysis reads it (`_limited`, `changed` says whether it did anything);
-    `as_sent` keeps lone surrogates, which a replay sends as the bytes they stand for."""
+    """Yield each `(lineno, text, value, changed)` once the value is a readable `wirediff/1` record.
+
+    The value is as the analysis reads it (`_limited`); `changed` says whether that did
+    anything; `as_sent` keeps lone surrogates, which a replay sends as the bytes they stand
+    for."""
     for lineno, line, rec in parsed:
         found = record_problem(rec)
         if found:
@@ -281,8 +291,9 @@ def checked(
 
 
 def record_problem(rec: Any) -> str | None:
-    """Why `rec` is no readable record, worded for `file:line: …` (`not a wirediff/1
-    record …`, `malformed wirediff/1 record (…)`), or None."""
+    """Say why `rec` is no readable record, worded for `file:line: …`, or None.
+
+    The words are `not a wirediff/1 record …` or `malformed wirediff/1 record (…)`."""
     found = problem(rec)
     if not found or found.startswith("not a"):
         return found
@@ -290,8 +301,9 @@ def record_problem(rec: Any) -> str | None:
 
 
 def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
-    """Whether `rec` was changed as the analysis reads it: bodies nested too deeply kept
-    as text, lone surrogates as their escapes."""
+    """Tell whether `rec` was changed as the analysis reads it.
+
+    Bodies nested too deeply are kept as text, lone surrogates as their escapes."""
     deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
     odd = not as_sent and _lone_surrogates(line) and _escape_surrogates(rec)
     return deep or odd
@@ -304,8 +316,10 @@ _SURROGATE_ESCAPES = re.compile(
 
 
 def _lone_surrogates(line: bytes) -> bool:
-    """Whether `line` may hold a lone surrogate: as a JSON escape not in a pair, or as the
-    bytes UTF-8 refuses (a Hangul syllable, or an escaped pair, is none)."""
+    """Tell whether `line` may hold a lone surrogate.
+
+    It may be a JSON escape not in a pair, or the bytes UTF-8 refuses; a Hangul syllable, or an
+    escaped pair, is none."""
     if any(len(m[0]) == 6 for m in _SURROGATE_ESCAPES.finditer(line)):
         return True
     if b"\xed" not in line:
@@ -318,9 +332,10 @@ def _lone_surrogates(line: bytes) -> bool:
 
 
 def _escape_surrogates(value: Any) -> bool:
-    """Each lone surrogate in `value`'s strings and keys (the recorder keeps a header's
-    undecodable bytes so, and JSON readers take them) made its escape, `\\udc80`: no
-    UTF-8 text, nor a frame's strings, holds one. Whether there was any."""
+    """Make each lone surrogate in `value`'s strings and keys its escape, `\\udc80`.
+
+    The recorder keeps a header's undecodable bytes so, and JSON readers take them; but no UTF-8
+    text, nor a frame's strings, holds one. Return whether there was any."""
     found = False
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, v in items:
@@ -339,7 +354,7 @@ def _escape_surrogates(value: Any) -> bool:
 
 
 def is_utf8(text: str) -> bool:
-    """Whether `text` has a UTF-8 form: it holds no lone surrogate."""
+    """Tell whether `text` has a UTF-8 form: it holds no lone surrogate."""
     if text.isascii():
         return True
     try:
@@ -354,7 +369,7 @@ def _escaped(text: str) -> str:
 
 
 def read_depth(line: bytes, rec: Record) -> Record:
-    """`rec`, parsed from `line`, as the analysis reads it (`_limited`)."""
+    """Return `rec`, parsed from `line`, as the analysis reads it (`_limited`)."""
     _limited(line, rec)
     return rec
 
@@ -364,9 +379,10 @@ BATCH_LINE_BYTES = 16 << 20
 
 
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
-    """Records of one capture file, as the analysis reads them unless `as_sent` (`checked`);
-    torn lines are skipped with a warning (file:line), an unfinished last line silently,
-    but a file without a single JSON record is not a capture."""
+    """Yield the records of one capture file, as the analysis reads them unless `as_sent`.
+
+    `checked` reads them. Torn lines are skipped with a warning, file:line, and an unfinished
+    last line silently; but a file without a single JSON record is not a capture."""
     p = Path(path)
     try:
         fh = p.open("rb")
@@ -443,10 +459,11 @@ def share_repeats(rec: Record, shared: Shared) -> None:
 def load_records(
     paths: Iterable[str | os.PathLike[str]], *, superseded: bool = False
 ) -> list[Record]:
-    """All records of several captures (each session with all its parts,
-    `wirediff.record.parts`), in file order, to be analysed (not modified);
-    failed replay attempts that a resumed `wirediff replay` tried again are left out
-    unless `superseded` (see `drop_retried`).
+    """Load all records of several captures in file order, to be analysed, not modified.
+
+    Each session comes with all its parts (`wirediff.record.parts`); failed replay attempts that
+    a resumed `wirediff replay` tried again are left out unless `superseded` (see
+    `drop_retried`).
 
     The cyclic garbage collector is paused while they are parsed and then told to leave
     them alone (`gc.freeze`): parsed JSON holds no reference cycles, so reference counting
@@ -466,9 +483,10 @@ def load_records(
 
 
 def first_of_each_id(records: list[Record]) -> list[Record]:
-    """`records` with only the first record of each id: an id is one exchange, so a record
-    whose id was read before (the same capture given twice, a capture with its export) is
-    left out, with a warning, and every analysis counts and pairs it once."""
+    """Keep only the first record of each id in `records`: an id is one exchange.
+
+    So a record whose id was read earlier is left out, with a warning, and every analysis counts
+    and pairs it once: the same capture given twice, say, or a capture with its export."""
     first: dict[str, int] = {}
     for i, r in enumerate(records):
         first.setdefault(r["id"], i)
@@ -487,15 +505,17 @@ def warn_repeated_ids(n: int) -> None:
 
 
 def _started(rec: Record) -> float:
-    """A record's start time, 0 when it has none (or NaN, which orders against nothing)."""
+    """Return a record's start time, 0 when it has none or NaN, which orders against nothing."""
     t = rec.get("started")
     ok = isinstance(t, int | float) and not isinstance(t, bool) and t == t
     return float(t) if ok else 0.0
 
 
 def latest_replays(records: Iterable[Record]) -> list[Record]:
-    """`records` without the replays superseded by a newer attempt at the same original
-    for the same label (the greatest `started`; on a tie, the later record), in order.
+    """Drop from `records` the replays a newer attempt at the same original superseded, in order.
+
+    The newer attempt is for the same label, with the greatest `started`; on a tie, the later
+    record.
 
     A resumed run appends a new attempt where the earlier one got no answer or was
     skipped; only the newest says how the target answers.
@@ -520,9 +540,10 @@ RETRIED_KINDS = frozenset(
 
 
 def drop_retried(records: Iterable[Record]) -> list[Record]:
-    """`records` without the replay attempts that got no answer (`RETRIED_KINDS`) and were
-    tried again later; answered replays all stay (two answers to one original are how
-    noise is told from a divergence)."""
+    """Drop from `records` the replay attempts that got no answer and were tried again later.
+
+    Those are of `RETRIED_KINDS`. Answered replays all stay: two answers to one original are how
+    noise is told from a divergence."""
     recs = list(records)
     latest = {id(r) for r in latest_replays(recs)}
     return [

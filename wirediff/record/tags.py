@@ -1,4 +1,4 @@
-"""Tagging: what an exchange *is* — API family, route template, stream, model, SDK, auth.
+"""Tag what an exchange *is*: API family, route template, stream, model, SDK, auth.
 
 Plain functions over already-parsed parts so that the capture addon, `wirediff import`
 and the replayer tag identically.
@@ -69,7 +69,7 @@ _RESOURCES = re.compile(
 
 
 def route(path: str) -> tuple[str, str, str]:
-    """`(family, endpoint template, prefix)` for a request path (query stripped).
+    """Route a request path, query stripped, to `(family, endpoint template, prefix)`.
 
     The prefix is whatever stands before the resource (`/v1`, `/v1/v1`, `""`,
     `/openai/v1`), so a doubled or missing `/v1` is visible without a separate rule.
@@ -85,7 +85,7 @@ def route(path: str) -> tuple[str, str, str]:
 
 
 def header_get(headers: Sequence[Sequence[str]], name: str) -> str | None:
-    """First value of a header in a `[[name, value]]` list, case-insensitively."""
+    """Get the first value of a header in a `[[name, value]]` list, case-insensitively."""
     low = name.lower()
     for k, v in headers:
         if k.lower() == low:
@@ -104,16 +104,17 @@ _SDK_PRODUCTS = frozenset({"OpenAI", "AsyncOpenAI"})
 
 
 def products(user_agent: str) -> list[tuple[str, str]]:
-    """`(name, version)` of each product token of a user agent, in order."""
+    """List `(name, version)` of each product token of a user agent, in order."""
     return [
         (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _PRODUCT.finditer(user_agent)
     ]
 
 
 def client_of(user_agent: str) -> tuple[str, str] | None:
-    """The client a user agent names and its version: a known client by any of its
-    product tokens (`wirediff/profiles/clients.yaml`), else the first product that is no
-    OpenAI SDK's."""
+    """Name the client a user agent names, and its version.
+
+    A known client is found by any of its product tokens (`wirediff/profiles/clients.yaml`),
+    else the first product that is no OpenAI SDK's is taken."""
     found = dict(reversed(products(user_agent)))  # the first version of each name
     if not found:
         return None
@@ -128,7 +129,7 @@ def client_of(user_agent: str) -> tuple[str, str] | None:
 
 
 def sdk_identity(headers: Sequence[Sequence[str]]) -> Sdk | None:
-    """Who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs.
+    """Say who sent it: `User-Agent` and the `X-Stainless-*` headers of the official SDKs.
 
     `client`/`client_version` name an application that says who it is in its user agent
     (`codex_exec/0.171.0 (Debian 12; x86_64) …`, `client_of`); the SDKs' own
@@ -175,8 +176,10 @@ def retry_count(headers: Sequence[Sequence[str]]) -> int:
 def auth_tag(
     client_headers: Sequence[Sequence[str]], upstream_headers: Sequence[Sequence[str]] | None
 ) -> Auth | None:
-    """Which auth header the client sent, its scheme and key fingerprint, and whether the
-    same credential left towards the upstream (`None` when nothing went upstream)."""
+    """Tag which auth header the client sent, its scheme and key fingerprint.
+
+    It says too whether the same credential left towards the upstream; `None` when nothing went
+    upstream."""
     for name in AUTH_HEADERS:
         value = header_get(client_headers, name)
         if value is None:
@@ -193,8 +196,9 @@ def auth_tag(
 
 
 def is_error_body(body: JSON) -> bool:
-    """An error object where a result was expected (`{"error": …}` without a result shape,
-    or FastAPI's bare `{"detail": …}`).
+    """Tell whether `body` is an error object where a result was expected.
+
+    That is `{"error": …}` without a result shape, or FastAPI's bare `{"detail": …}`.
 
     A Responses object carries `"error": null` — and a failed one a populated `error`
     beside `object: "response"` — so only bodies without `object`/`id` count.
@@ -209,8 +213,9 @@ def is_error_body(body: JSON) -> bool:
 
 
 def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -> bool:
-    """A 2xx that is really an error: LM Studio's 200 `{"error": …}`, or an error in a
-    2xx event stream (`data: {"error": …}`)."""
+    """Tell whether a 2xx is really an error: LM Studio's 200 `{"error": …}`, say.
+
+    An error in a 2xx event stream, `data: {"error": …}`, is one too."""
     if not is_2xx(status):
         return False
     if is_error_body(body):
@@ -227,8 +232,9 @@ def request_model(body: JSON, template: str, path: str) -> str | None:
 
 
 def session_model(path: str, events: Sequence[Event] | None) -> str | None:
-    """The model of a WebSocket session: the first client message that names one, else
-    the URL's `?model=` (the Realtime API's)."""
+    """Find the model of a WebSocket session: the first client message that names one.
+
+    Else it is the URL's `?model=`, as the Realtime API has it."""
     for ev in events or ():
         data = ev.get("data")
         if ev.get("direction") == "client" and isinstance(data, dict):
@@ -253,10 +259,12 @@ def tag_exchange(
     signature: str | None = None,
     websocket: bool = False,
 ) -> Tags:
-    """`websocket`: an upgraded session (one record per connection, its messages the events:
-    the model comes from them). Its `transport` tag is `websocket`, as is an upgrade that was
-    asked for and refused (a GET with `Upgrade: websocket`): the WebSocket mode of a family is
-    judged apart from its HTTP mode."""
+    """Tag an exchange; `websocket` marks an upgraded session.
+
+    A session is one record per connection, its messages the events; the model comes from them.
+    Its `transport` tag is `websocket`, as is an upgrade that was asked for and refused (a GET
+    with `Upgrade: websocket`): the WebSocket mode of a family is judged apart from its HTTP
+    mode."""
     family, template, prefix = route(path)
     asked_upgrade = method == "GET" and any(
         str(k).lower() == "upgrade" and str(v).lower() == "websocket" for k, v in client_headers

@@ -1,4 +1,4 @@
-"""The stream tap: a pass-through for bodies that arrive over time, recording on the side.
+"""Pass through bodies that arrive over time, recording on the side: the stream tap.
 
 What passes is never changed or held back. On the side, the tap decodes and splits with
 fixed bounds, so no upstream can make a chunk cost unbounded time or memory: each chunk
@@ -50,7 +50,7 @@ def is_sse(content_type: str) -> bool:
 
 @dataclass
 class StreamTap:
-    """A pass-through `flow.response.stream` callable that also splits and times events.
+    """Pass a stream through as a `flow.response.stream` callable, splitting and timing events.
 
     The bytes returned are the bytes received: recording never changes the wire.
     """
@@ -122,12 +122,13 @@ class StreamTap:
         self._decoder = None
 
     def finish(self) -> None:
-        """End of stream (or of the connection), seen on the event loop."""
+        """End the stream, or the connection, as seen on the event loop."""
         self.ended = True
 
     def close(self) -> None:
-        """Decode what still waits, up to `CLOSE_BUDGET` (more is `truncated`), and keep a
-        half-received event as `partial`."""
+        """Decode what still waits, and keep a half-received event as `partial`.
+
+        Decoding stops at `CLOSE_BUDGET`; more is `truncated`."""
         if self._closed:
             return
         self._closed = True
@@ -142,7 +143,7 @@ class StreamTap:
             self._keep(self._splitter.close(), end_ms)
 
     def state(self) -> tuple[Any, ...]:
-        """What a closed tap holds, as plain values (for `from_state` in another process)."""
+        """Take what a closed tap holds as plain values, for `from_state` in another process."""
         return (
             self.t0,
             self.content_encoding,
@@ -160,7 +161,7 @@ class StreamTap:
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> StreamTap:
-        """A closed tap holding what `state()` saw."""
+        """Make a closed tap holding what `state()` saw."""
         t0, encoding, cap, sse, events, raw, *counts = state
         tap = cls(t0=t0, content_encoding=encoding, cap=cap, sse=sse, events=events)
         tap.raw = bytearray(raw)
@@ -176,7 +177,7 @@ class StreamTap:
         return tap
 
     def release(self) -> None:
-        """Forget what was kept, once it is recorded elsewhere (`state()` sent on)."""
+        """Forget what was kept, once it is recorded elsewhere: `state()` was sent on."""
         self.events, self.raw = [], bytearray()
 
     @property

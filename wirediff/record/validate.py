@@ -1,4 +1,4 @@
-"""What a `wirediff/1` record must look like before anything analyses it.
+"""Check what a `wirediff/1` record must look like before anything analyses it.
 
 A capture file may come from anywhere (another tool, an edit, a hostile upstream's echo):
 when a record is loaded, every key `wirediff._types.Record` describes is checked, that it
@@ -77,8 +77,9 @@ chunk's tool call delta, nine); only a stream of tiny ones (`[{},{},…]`) would
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests lists and objects more than `limit` levels deep (no recursion:
-    level by level)."""
+    """Tell whether `value` nests lists and objects more than `limit` levels deep.
+
+    It goes level by level, with no recursion."""
     if limit < 1:
         return True
     level = [value] if isinstance(value, _NESTING) else []
@@ -101,9 +102,10 @@ _NESTING = (dict, list)
 
 
 def line_past_bounds(line: bytes, size: int | None = None) -> str | None:
-    """Why the JSON text `line` is no record a capture writes, before it is parsed (too
-    long to read, or holding too many objects and lists to parse), or None. `size`: the
-    line's length, when only its start was read."""
+    """Say why the JSON text `line` is no record a capture writes, before it is parsed, or None.
+
+    It may be too long to read, or hold too many objects and lists to parse. `size`: the line's
+    length, when only its start was read."""
     size = len(line) if size is None else size
     if size > MAX_LINE_BYTES:
         return f"a line of {size:,} bytes, past the {MAX_LINE_BYTES >> 20} MiB a capture writes"
@@ -120,8 +122,9 @@ _ESCAPE_RUN = 1 << 20
 
 
 def containers(line: bytes) -> int:
-    """The objects and lists of the JSON text `line`: its `{` and `[` outside strings,
-    counted a piece at a time (each piece ends after an escape, never inside one), so
+    """Count the objects and lists of the JSON text `line`: its `{` and `[` outside strings.
+
+    They are counted a piece at a time, each piece ending after an escape, never inside one; so
     the count costs no more memory than a piece, however the line is made."""
     found, inside, at = 0, False, 0
     while at < len(line):
@@ -138,9 +141,10 @@ def containers(line: bytes) -> int:
 
 
 def past_bounds(line: bytes, rec: Any) -> str | None:
-    """Why `rec`, parsed from `line`, holds more than a capture writes (`MAX_EVENTS`
-    events, an object of `MAX_KEYS` keys), or None. Cheap for all but big records: no
-    list or object of `line` holds more values than it has commas, plus one."""
+    """Say why `rec`, parsed from `line`, holds more than a capture writes, or None.
+
+    More is `MAX_EVENTS` events, or an object of `MAX_KEYS` keys. Cheap for all but big records:
+    no list or object of `line` holds more values than it has commas, plus one."""
     commas = line.count(b",")
     if commas < MAX_EVENTS or not isinstance(rec, dict):
         return None
@@ -155,7 +159,7 @@ def past_bounds(line: bytes, rec: Any) -> str | None:
 
 
 def _most_keys(value: Any) -> int:
-    """The most keys any object in `value` holds (no recursion)."""
+    """Count the most keys any object in `value` holds, with no recursion."""
     most, stack = 0, [value]
     while stack:
         node = stack.pop()
@@ -173,8 +177,9 @@ def _as_text(part: dict[str, Any], key: str, text_key: str) -> None:
 
 
 def limit_depth(rec: Record) -> bool:
-    """Bodies and event data nested beyond `MAX_DEPTH` become their JSON text, marked;
-    whether there were any."""
+    """Turn bodies and event data nested beyond `MAX_DEPTH` into their JSON text, marked.
+
+    Return whether there were any."""
     limited = False
     for name in ("request", "response"):
         part = rec.get(name)
@@ -216,9 +221,10 @@ come from `json.loads`: exact types (a bool is not an integer, an integer is a n
 
 @dataclass(frozen=True)
 class Shape:
-    """The keys of one object of a record (`wirediff._types`): `required` ones are in every
-    record the builder writes; `optional` ones may be absent or null; `pairs` are header
-    lists (`[[name, value], ...]`)."""
+    """Describe the keys of one object of a record (`wirediff._types`).
+
+    `required` ones are in every record the builder writes; `optional` ones may be absent or
+    null; `pairs` are header lists (`[[name, value], ...]`)."""
 
     required: tuple[Field, ...]
     optional: tuple[Field, ...] = ()
@@ -226,7 +232,7 @@ class Shape:
 
 
 def _field(key: str, hint: Any, *, optional: bool) -> tuple[Field, bool]:
-    """The check of one annotated key, and whether it holds a header list."""
+    """Make the check of one annotated key, and tell whether it holds a header list."""
     args = get_args(hint)
     null = optional or type(None) in args
     (core,) = [a for a in args if a is not type(None)] if get_origin(hint) is UnionType else [hint]
@@ -246,7 +252,7 @@ def _field(key: str, hint: Any, *, optional: bool) -> tuple[Field, bool]:
 
 
 def shape_of(typed: Any) -> Shape:
-    """The checks a TypedDict of `wirediff._types` describes, in its keys' order."""
+    """Make the checks a TypedDict of `wirediff._types` describes, in its keys' order."""
     required: list[Field] = []
     optional: list[Field] = []
     pairs: list[str] = []
@@ -301,8 +307,10 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
 
 
 def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
-    """How `value` is not of `types`. JSON allows any integer, the analysis's columns do
-    not: an integer must fit 64 bits, one where a number is asked for a double."""
+    """Say how `value` is not of `types`.
+
+    JSON allows any integer, the analysis's columns do not: an integer must fit 64 bits, one
+    where a number is asked for a double."""
     if type(value) not in types:
         return f"must be {what}, not {type(value).__name__}"
     if type(value) is not int:
@@ -347,8 +355,9 @@ def _tags(tags: dict[str, Any]) -> str | None:
 
 
 def problem(rec: Any) -> str | None:
-    """The first way `rec` is not a record as `wirediff._types.Record` describes it, or
-    None: then it is one, every key where it belongs, with its type."""
+    """Find the first way `rec` is not a record as `wirediff._types.Record` describes it.
+
+    None when it is one: every key where it belongs, with its type."""
     if not isinstance(rec, dict):
         return f"not a {FORMAT} record (format={type(rec).__name__!r})"
     if rec.get("format") != FORMAT:

@@ -1,4 +1,4 @@
-"""WebSocket sessions as one exchange: the upgrade handshake, then every message an event.
+"""Record a WebSocket session as one exchange: the upgrade handshake, then every message an event.
 
 A Responses WebSocket session (`GET /v1/responses` upgraded; the client sends
 `response.create`, the server answers with the Responses stream events, one JSON text
@@ -41,19 +41,20 @@ ABNORMAL_CLOSE = 1006
 
 
 def is_websocket(record: Mapping[str, Any]) -> bool:
-    """A record of a WebSocket session (one per connection, its messages as events)."""
+    """Tell whether `record` is of a WebSocket session: one per connection, its messages events."""
     return (record.get("tags") or {}).get("transport") == "websocket"
 
 
 def server_events(events: Iterable[E]) -> list[E]:
-    """The events the server sent (SSE events have no `direction`: all are the server's)."""
+    """Return the events the server sent; SSE events have no `direction`: all are the server's."""
     return [ev for ev in events if ev.get("direction", "server") == "server"]
 
 
 def turns(events: Iterable[E]) -> list[list[E]]:
-    """A session's server events, one list per client message they answer (a Responses
-    turn: `response.create`, then its stream); server events before any client message
-    make a turn of their own. Each list reads as one SSE stream does."""
+    """Group a session's server events into one list per client message they answer.
+
+    A Responses turn is `response.create`, then its stream; server events before any client
+    message make a turn of their own. Each list reads as one SSE stream does."""
     out: list[list[E]] = []
     current: list[E] | None = None
     for ev in events:
@@ -69,7 +70,7 @@ def turns(events: Iterable[E]) -> list[list[E]]:
 
 
 class WebSocketMessage(Protocol):
-    """What a message must offer (mitmproxy's `WebSocketMessage` does)."""
+    """Describe what a message must offer; mitmproxy's `WebSocketMessage` does."""
 
     from_client: bool
     content: bytes
@@ -81,14 +82,14 @@ class WebSocketMessage(Protocol):
 
 @dataclass
 class WebSocketTap:
-    """The messages of one WebSocket connection, kept as events as they pass, and how the
-    connection closed. Bounded like a stream tap: a message keeps at most `cap` bytes
-    (marked `truncated`), a session at most `max_events` events and `max_bytes` bytes of
-    them; messages past those are counted in `events_dropped`. Text stays text here:
-    `parse_messages` turns it into JSON when the record is built, off the proxy's loop;
-    only the part of a client's text message that no event keeps (past `cap`, or all of
-    a message dropped) is looked through first, for its credentials (`found`:
-    `credentials_in`, linear, no parse)."""
+    """Keep the messages of one WebSocket connection as events as they pass, and how it closed.
+
+    It is bounded like a stream tap: a message keeps at most `cap` bytes (marked `truncated`), a
+    session at most `max_events` events and `max_bytes` bytes of them; messages past those are
+    counted in `events_dropped`. Text stays text here: `parse_messages` turns it into JSON when
+    the record is built, off the proxy's loop; only the part of a client's text message that no
+    event keeps (past `cap`, or all of a message dropped) is looked through first, for its
+    credentials (`found`: `credentials_in`, linear, no parse)."""
 
     t0: float
     cap: int = DEFAULT_BODY_CAP
@@ -107,7 +108,7 @@ class WebSocketTap:
     """Credentials in what no event keeps of the client's text messages."""
 
     def message(self, msg: WebSocketMessage) -> None:
-        """Keep one message (called as each one passes)."""
+        """Keep one message; this is called as each one passes."""
         direction = "client" if msg.from_client else "server"
         self.counts[direction] += 1
         self.sizes[direction] += len(msg.content)
@@ -146,8 +147,10 @@ class WebSocketTap:
     def close(
         self, code: int | None, reason: str | None, by_client: bool | None, at: float | None = None
     ) -> None:
-        """The connection ended: its close code and reason, and which side closed it
-        (plain values: wsproto's codes are an `IntEnum`, which `marshal` cannot carry)."""
+        """Note that the connection ended: its close code and reason, and which side closed it.
+
+        They are plain values: wsproto's codes are an `IntEnum`, which `marshal` cannot
+        carry."""
         self.close_code = int(code) if code is not None else None
         self.close_reason = str(reason or "")
         self.closed_by = None if by_client is None else ("client" if by_client else "server")
@@ -159,7 +162,7 @@ class WebSocketTap:
         return self.close_code is None or self.close_code == ABNORMAL_CLOSE
 
     def summary(self) -> WebSocketSummary:
-        """The record's `response.websocket`: how it closed, and the messages each way."""
+        """Summarise `response.websocket`: how the session closed, and the messages each way."""
         return {
             "close_code": self.close_code,
             "close_reason": self.close_reason,
@@ -169,7 +172,7 @@ class WebSocketTap:
         }
 
     def state(self) -> tuple[Any, ...]:
-        """What the tap holds, as plain values (for `from_state` in another process)."""
+        """Take what the tap holds as plain values, for `from_state` in another process."""
         return (
             self.t0,
             self.cap,
@@ -187,7 +190,7 @@ class WebSocketTap:
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> WebSocketTap:
-        """A tap holding what `state()` saw."""
+        """Make a tap holding what `state()` saw."""
         t0, cap, events, dropped, kept, counts, sizes, code, reason, by, ended, found = state
         return cls(
             t0=t0,
@@ -205,12 +208,12 @@ class WebSocketTap:
         )
 
     def release(self) -> None:
-        """Forget the messages kept, once they are recorded elsewhere (`state()` sent on)."""
+        """Forget the messages kept, once they are recorded elsewhere: `state()` was sent on."""
         self.events = []
 
     @classmethod
     def of(cls, messages: Iterable[WebSocketMessage], t0: float, cap: int) -> WebSocketTap:
-        """A tap over messages already received (a flow loaded from a file)."""
+        """Make a tap over messages already received, as a flow loaded from a file holds."""
         tap = cls(t0=t0, cap=cap)
         for msg in messages:
             tap.message(msg)
@@ -218,9 +221,10 @@ class WebSocketTap:
 
 
 def client_secrets(ws: WebSocketTap) -> list[str]:
-    """The credentials in the client's text messages (an `api_key` sent in a session's
-    message, a key in the part of a message past the cap): secrets of the exchange, as a
-    request body's are."""
+    """Return the credentials in the client's text messages: secrets of the exchange.
+
+    They are so as a request body's are: an `api_key` sent in a session's message, a key in the
+    part of a message past the cap."""
     return ws.found + [
         secret
         for ev in ws.events
@@ -230,9 +234,11 @@ def client_secrets(ws: WebSocketTap) -> list[str]:
 
 
 def parse_messages(events: list[Event], secrets: dict[str, str] | None = None) -> list[Event]:
-    """A session's events as a record keeps them, in place: echoes of `secrets` scrubbed
-    (in text and in base64 alike), text parsed as an SSE event's data is (`parse_events`,
-    credential-named fields fingerprinted), and `event` the payload's `type`."""
+    """Make a session's events what a record keeps, in place.
+
+    Echoes of `secrets` are scrubbed (in text and in base64 alike), text parsed as an SSE
+    event's data is (`parse_events`, credential-named fields fingerprinted), and `event` the
+    payload's `type`."""
     parse_events(events, secrets)
     for ev in events:
         data = ev.get("data")

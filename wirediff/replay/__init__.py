@@ -1,1 +1,1 @@
-"""Replay: a pure plan (targets, safety, id slots, dependencies), then the engine that sends it."""
+"""Replay captures: a pure plan of targets, safety, id slots and dependencies, then the engine."""

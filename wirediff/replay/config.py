@@ -1,4 +1,4 @@
-"""Replay options: the command line merged with a `--config` YAML (targets and defaults)."""
+"""Merge the replay's command line with a `--config` YAML of targets and defaults."""
 
 from __future__ import annotations
 
@@ -63,8 +63,10 @@ _FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 def _headers(pairs: Mapping[str, str], where: str) -> dict[str, str | None]:
-    """Headers to set (an empty value: to drop), refused here when HTTP cannot carry them:
-    sent, every request would fail before it left, and read as the upstream's fault."""
+    """Check the headers to set, an empty value meaning to drop one.
+
+    They are refused here when HTTP cannot carry them: sent, every request would fail before it
+    left, and read as the upstream's fault."""
     out: dict[str, str | None] = {}
     for key, value in pairs.items():
         name = key.strip().lower()
@@ -108,7 +110,7 @@ def _load_config(path: str) -> dict[str, Any]:
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
-    """Merge the command line with `--config` (see the module docstring for precedence)."""
+    """Merge the command line with `--config`; the module docstring says which wins."""
     cfg: dict[str, Any] = (
         _load_config(args.config) if args.config else {"defaults": {}, "targets": [], "path": ""}
     )

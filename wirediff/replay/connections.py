@@ -1,5 +1,6 @@
-"""Connections to one target: at most `size` requests at once, each on a connection of its
-own, sending a request in one write.
+"""Lend connections to one target, each sending a request in one write.
+
+At most `size` requests go at once, each on a connection of its own.
 
 httpx's connection pool looks at every connection it holds each time a request starts or
 ends, and asks each idle one's socket whether it is readable: its cost per request grows
@@ -32,8 +33,9 @@ it is written)."""
 
 
 class OneWriteStream(httpcore.AsyncNetworkStream):
-    """A connection that holds what is written until the next read (or `HOLD_AT_MOST`
-    bytes): the bytes sent are the same, in fewer sends."""
+    """Hold what is written to a connection until the next read or `HOLD_AT_MOST` bytes.
+
+    The bytes sent are the same, in fewer sends."""
 
     def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
         self._stream = stream
@@ -50,9 +52,10 @@ class OneWriteStream(httpcore.AsyncNetworkStream):
         await self._stream.write(buffer, timeout)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        """What was held goes out first, with this read's timeout; a server may close its
-        end and answer before it reads a request (a 413, say), so, as httpcore does with its
-        own writes, a failed write leaves the answer to be read."""
+        """Send what was held, with this read's timeout, then read.
+
+        A server may close its end and answer before it reads a request, a 413 say; so, as
+        httpcore does with its own writes, a failed write leaves the answer to be read."""
         if self._held:
             with contextlib.suppress(httpcore.WriteError):
                 await self._flush(timeout)
@@ -83,7 +86,7 @@ class OneWriteStream(httpcore.AsyncNetworkStream):
 
 
 class _OneWriteBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's own backend, its connections as `OneWriteStream`s."""
+    """Wrap httpcore's own backend so that its connections are `OneWriteStream`s."""
 
     def __init__(self) -> None:
         self._backend = httpcore.AnyIOBackend()
@@ -111,7 +114,7 @@ class _OneWriteBackend(httpcore.AsyncNetworkBackend):
 
 
 class _OneConnectionTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over one connection that sends each request in one write."""
+    """Send each request in one write over one connection, as an httpx transport."""
 
     def __init__(self, context: ssl.SSLContext) -> None:
         one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -128,7 +131,7 @@ class _OneConnectionTransport(httpx.AsyncHTTPTransport):
 
 
 class Connections:
-    """`size` transports made by `make` as they are first needed, lent one per request."""
+    """Lend `size` transports, made by `make` as they are first needed, one per request."""
 
     def __init__(self, size: int, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
         self.size = max(size, 1)
@@ -139,14 +142,16 @@ class Connections:
 
     @classmethod
     def to_network(cls, size: int) -> Connections:
-        """Real connections: one SSL context for all of them (making one reads the CA
-        bundle), which honours SSL_CERT_FILE / SSL_CERT_DIR for targets behind a private CA."""
+        """Make real connections, with one SSL context for all of them.
+
+        Making a context reads the CA bundle; this one honours SSL_CERT_FILE / SSL_CERT_DIR for
+        targets behind a private CA."""
         context = httpx.create_ssl_context(trust_env=True)
         return cls(size, lambda: _OneConnectionTransport(context))
 
     @asynccontextmanager
     async def one(self) -> AsyncIterator[httpx.AsyncBaseTransport]:
-        """A transport of its own for one request; waits while `size` are lent."""
+        """Lend a transport of its own for one request; wait while `size` are lent."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.size)
         async with self._slots:
@@ -161,7 +166,7 @@ class Connections:
                 self._free.append(transport)
 
     async def aclose(self) -> None:
-        """Close every transport made (the first failure is raised once all are closed)."""
+        """Close every transport made; the first failure is raised once all are closed."""
         made, self._made, self._free = self._made, [], []
         failed: list[Exception] = []
         for transport in made:

@@ -1,4 +1,4 @@
-"""`wirediff replay --dry-run`: what would be sent where, and what not and why; sends nothing."""
+"""Print what `wirediff replay --dry-run` would send where, and what not and why."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["describe", "dry_run"]
 
 
 def describe(node: Node, out: Outgoing, plan: Plan) -> str:
-    """One step: its order, the request, and the steps whose ids it waits for."""
+    """Describe one step: its order, the request, and the steps whose ids it waits for."""
     deps = ", ".join(
         f"{r.where}←#{plan.by_id[r.producer].order}" for r in node.refs if r.producer in plan.by_id
     )
@@ -45,8 +45,10 @@ def dry_run(
     env: Mapping[str, str],
     tried_of: Mapping[str, int],
 ) -> Iterator[str]:
-    """Lines to print: per target, a summary, then each step still to do (`done_of`: what
-    earlier runs recorded; `tried_of`: how many of the rest they tried without success)."""
+    """Return the lines to print: per target, a summary, then each step still to do.
+
+    `done_of` is what earlier runs recorded; `tried_of`, how many of the rest they tried without
+    success."""
     for t in targets:
         done = done_of[t.label]
         steps = [(n, _step(n, t)) for n in plan.nodes if n.id not in done]
@@ -68,8 +70,9 @@ def dry_run(
 
 
 def _step(node: Node, target: Target) -> tuple[Outgoing, str | None]:
-    """What `node` sends to `target`, or, when it is skipped, its method to the target's
-    base URL and why."""
+    """Say what `node` sends to `target`.
+
+    When it is skipped: its method to the target's base URL, and why."""
     try:
         out = prepare(node.rec, target, None, {}, api_prefixes=node.api_prefixes)
     except PlanError as e:  # its path leaves the target

@@ -1,4 +1,4 @@
-"""`--only` filters: `KEY=GLOB` terms over what a record is (family, endpoint, model, …)."""
+"""Filter records with `--only`: `KEY=GLOB` terms over what a record is, its family, model…."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ class Term:
 
 
 def parse_filter(text: str) -> tuple[Term, ...]:
-    """`family=responses,stream=true` → terms that must all match. `!=` negates; values
-    are shell-style globs (`endpoint=/v1/responses*`)."""
+    """Parse `family=responses,stream=true` into terms that must all match.
+
+    `!=` negates; values are shell-style globs (`endpoint=/v1/responses*`)."""
     terms = []
     for part in text.split(","):
         part = part.strip()
@@ -79,11 +80,16 @@ def filter_value(rec: Record, key: str) -> str:
 
 
 def selected(rec: Record, filters: Sequence[tuple[Term, ...]]) -> bool:
-    """No filters: everything. Several: any of them, each with all of its terms."""
+    """Tell whether a record is selected.
+
+    No filters select everything; several select what any of them does, each with all of its
+    terms."""
     return not filters or any(all(t.matches(rec) for t in f) for f in filters)
 
 
 def names_listener(filters: Sequence[tuple[Term, ...]]) -> bool:
-    """Some filter chooses listeners (or labels, one a listener in a two-hop capture)
-    itself: inner hops are then not left out by default."""
+    """Tell whether some filter chooses listeners itself.
+
+    A label counts too: it is a listener in a two-hop capture. Inner hops are then not left out
+    by default."""
     return any(t.key in ("listener", "label") for f in filters for t in f)

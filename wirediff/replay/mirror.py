@@ -1,4 +1,4 @@
-"""Mirroring live requests to candidate backends: the shadow addon's engine, without mitmproxy.
+"""Mirror live requests to candidate backends: the shadow addon's engine, without mitmproxy.
 
 Each live request (`Live`: the request as the client sent it) goes to every candidate as a
 replay of it would: the request built by `prepare`
@@ -70,7 +70,7 @@ RecordSink = Callable[[Path, Exchange, RecordMeta], None]
 
 @dataclass(frozen=True)
 class Live:
-    """A live request as the client sent it."""
+    """Hold a live request as the client sent it."""
 
     id: str
     """The primary's record id: each mirror's `replay_of`."""
@@ -96,8 +96,10 @@ class Candidate:
 
 
 class _Step:
-    """One live request being mirrored: each candidate's outcome as it comes, and the
-    primary's answer once it is known (`Mirror.answered`)."""
+    """Track one live request being mirrored.
+
+    Each candidate's outcome comes as it comes, and the primary's answer once it is known
+    (`Mirror.answered`)."""
 
     def __init__(self, live: Live, labels: Sequence[str], order: int) -> None:
         self.live, self.order = live, order
@@ -153,8 +155,9 @@ class _Step:
 
 
 def _named_ids(rec: Record) -> set[str]:
-    """Strings a request holds where only an id another answer minted can stand: under
-    `ESSENTIAL_KEYS`, and in the `{id}` segments of its route."""
+    """Find the strings a request holds where only an id another answer minted can stand.
+
+    They are under `ESSENTIAL_KEYS`, and in the `{id}` segments of its route."""
     req = rec.get("request") or {}
     found: set[str] = set()
 
@@ -179,7 +182,7 @@ def _named_ids(rec: Record) -> set[str]:
 
 
 class Mirror:
-    """Sends each `Live` request to every candidate, state-aware, and records the answers."""
+    """Send each `Live` request to every candidate, state-aware, and record the answers."""
 
     def __init__(
         self,
@@ -205,7 +208,7 @@ class Mirror:
 
     # -- the client's path: count and schedule, nothing more --
     def submit(self, live: Live) -> None:
-        """Mirror `live` to every candidate; called on the event loop, returns at once."""
+        """Mirror `live` to every candidate; called on the event loop, it returns at once."""
         loop = asyncio.get_running_loop()
         self.submitted += 1
         step = _Step(live, [c.label for c in self.candidates], self.submitted)
@@ -232,7 +235,7 @@ class Mirror:
             loop.call_soon(self._start, step, cand)
 
     def answered(self, live_id: str, answer: Exchange) -> None:
-        """The primary's answer to a live request that can mint ids (for what names them)."""
+        """Take the primary's answer to a live request that can mint ids, for what names them."""
         step = self.steps.get(live_id)
         if step is not None:
             step.answer = answer
@@ -296,7 +299,7 @@ class Mirror:
         return unsent_exchange(rec, cand.target, cand.api_key, mapping, error, self.timeout)
 
     def _not_sent(self, rec: Record) -> str | None:
-        """Why a live request is not mirrored (None: it is)."""
+        """Say why a live request is not mirrored; None when it is."""
         reason = request_problem(rec)
         if reason is None and not self.allow_unsafe and unsafe_reason(rec) is not None:
             req = rec["request"]
@@ -309,8 +312,9 @@ class Mirror:
         return reason
 
     async def _ids(self, step: _Step, rec: Record, label: str) -> tuple[dict[str, str], str | None]:
-        """The candidate's ids for the primary's ids the request names, once the steps that
-        minted them are done on the candidate; or why it cannot be sent."""
+        """Map the primary's ids the request names to the candidate's, or say why it cannot be sent.
+
+        The candidate's ids are known once the steps that minted them are done on it."""
         named = _named_ids(rec)
         if not named:
             return {}, None
@@ -333,7 +337,7 @@ class Mirror:
         return resolve(node, outcomes.get)
 
     async def _outcome(self, step_id: str, label: str) -> Record | None:
-        """The candidate's record of an earlier step, once it is done."""
+        """Return the candidate's record of an earlier step, once it is done."""
         prior = self.steps.get(step_id)
         if prior is None:
             return None
@@ -361,8 +365,9 @@ class Mirror:
 
     # -- shutting down --
     async def close(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the mirrors pending, cancel the rest (one in
-        flight is recorded as `interrupted`), close the candidates' connections."""
+        """Wait up to `timeout` seconds for the mirrors pending, then cancel the rest.
+
+        One in flight is recorded as `interrupted`; the candidates' connections are closed."""
         if self.tasks:
             _, late = await asyncio.wait(set(self.tasks), timeout=timeout)
             for task in late:
@@ -373,7 +378,7 @@ class Mirror:
                 await cand.connections.aclose()
 
     def summary(self) -> list[str]:
-        """One line per candidate: what was mirrored, dropped and cancelled."""
+        """Say in one line per candidate what was mirrored, dropped and cancelled."""
         lines = []
         for cand in self.candidates:
             c = cand.counts

@@ -1,4 +1,4 @@
-"""The shadow's mirror process: live requests mirrored to candidates, away from the proxy.
+"""Mirror live requests to candidates in a process of their own, away from the proxy.
 
 Sending a request with httpx and recording its answer costs about a millisecond of CPU per
 candidate; on mitmproxy's event loop that is time taken from forwarding, and the client
@@ -55,8 +55,10 @@ def say(line: str) -> None:
 
 
 class MirrorProcess(FramePipe):
-    """The shadow addon's end: the mirror process, started (never forked from a proxy
-    holding its listening sockets and threads), and the pipe to it."""
+    """Start the mirror process and hold the pipe to it: the shadow addon's end.
+
+    The process is started, never forked from a proxy holding its listening sockets and
+    threads."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -68,15 +70,17 @@ class MirrorProcess(FramePipe):
         return "shadow's mirror"
 
     async def aclose(self) -> None:
-        """Close the pipe and wait for the process to drain (bounded: `DRAIN_SECONDS`)."""
+        """Close the pipe and wait for the process to drain, at most `DRAIN_SECONDS`."""
         unsent = self.close()
         if unsent:
             say(f"shadow: {len(unsent)} frames never reached the mirror process")
 
 
 class Mirroring:
-    """The mirrors of one process: the `Mirror` of the current configuration (those of
-    earlier ones drain), and the files records go to. `transport_for`: tests' candidates."""
+    """Hold the mirrors of one process and the files records go to.
+
+    The `Mirror` of the current configuration serves; those of earlier ones drain.
+    `transport_for` gives tests' candidates."""
 
     def __init__(
         self,
@@ -165,7 +169,7 @@ class Mirroring:
 
 
 def header_pairs(fields: Any) -> HeaderPairs:
-    """mitmproxy's raw header fields (`Headers.fields`) as `(name, value)` strings."""
+    """Turn mitmproxy's raw header fields, `Headers.fields`, into `(name, value)` strings."""
     return [
         (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
         for k, v in fields

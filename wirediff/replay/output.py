@@ -1,5 +1,6 @@
-"""Where replay records go: one `.jsonl` per session and target, appended; what is there
-already (for resuming)."""
+"""Find where replay records go, and what is there already for resuming.
+
+Each session and target has one `.jsonl`, appended to."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ __all__ = ["Writers", "output_path", "replay_history"]
 
 
 def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
-    """`-o OUT`, else `<capture dir>/<session>.<label>.jsonl` next to the original."""
+    """Return `-o OUT`, else `<capture dir>/<session>.<label>.jsonl` next to the original."""
     if opts.output is not None:
         return opts.output
     src = capture_of[str(rec["id"])]
@@ -27,9 +28,10 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
 
 
 def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record], Counter[str]]:
-    """The newest replay record of `label` in the output files by original id (resume;
-    `wirediff.replay.plan.resumed` says which of them are done), and how many records each
-    original has (a new attempt is number n + 1)."""
+    """Find the newest replay record of `label` in the output files, by original id.
+
+    A resumed run reads it; `wirediff.replay.plan.resumed` says which of them are done. Also
+    counts how many records each original has: a new attempt is number n + 1."""
     found = [
         rec
         for p in paths
@@ -42,7 +44,7 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
 
 
 class Writers:
-    """One append-only writer per output file, shared by all targets of a run.
+    """Keep one append-only writer per output file, shared by all targets of a run.
 
     With a `Spool`, records are built and appended by the spool process (`write_exchange`,
     and `write` for records built here); this process writes only what the spool could not
@@ -59,8 +61,10 @@ class Writers:
 
     @staticmethod
     def _appendable(path: Path) -> None:
-        """Made (the directory too) and checked appendable before anything is sent, so an
-        unwritable output fails at once, not after the first answer."""
+        """Make the file and its directory, and check it is appendable.
+
+        This happens before anything is sent, so an unwritable output fails at once, not after
+        the first answer."""
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8"):
             pass
@@ -78,13 +82,15 @@ class Writers:
         self._writer(path).write(rec)
 
     def write_exchange(self, path: Path, ex: Exchange, meta: RecordMeta) -> bool:
-        """Hand `ex` to the spool to record; False: there is none (or it is gone), build
-        the record here."""
+        """Hand `ex` to the spool to record.
+
+        False when there is none or it is gone: build the record here."""
         return self.spool is not None and self.spool.exchange(path, ex, meta)
 
     def close(self) -> None:
-        """Close the spool (what it never got is written here) and every writer; records a
-        full disk kept from being written are an error."""
+        """Close the spool and every writer; what the spool never got is written here.
+
+        Records a full disk kept from being written are an error."""
         failed = False
         if self.spool is not None:
             spool, self.spool = self.spool, None

@@ -1,5 +1,7 @@
-"""A recorded request path as a path and nothing more: no scheme, host, port or user can come
-from a record, and what a replay builds from it stays under the target's base path.
+"""Treat a recorded request path as a path and nothing more.
+
+No scheme, host, port or user can come from a record, and what a replay builds from it stays
+under the target's base path.
 
 A capture is data people pass around, so its paths are hostile input. The target's URL is
 never a string a record's path is appended to: the path must begin with a single `/`, hold
@@ -27,13 +29,14 @@ _DECODINGS = 4
 
 
 def shown(path: str) -> str:
-    """`path` as a message shows it: credentials fingerprinted, control characters escaped,
-    at most 200 characters."""
+    """Show `path` in a message: credentials fingerprinted, control characters escaped.
+
+    It is cut to at most 200 characters."""
     return clip(printable(redact_url(path)), 200)
 
 
 def path_problem(path: str) -> str | None:
-    """Why a recorded path cannot be sent to any target (None: it is a path)."""
+    """Say why a recorded path cannot be sent to any target; None when it is a path."""
     if not path.startswith("/"):
         return (
             f"the captured path '{shown(path)}' does not begin with '/': a replay takes a path "
@@ -49,7 +52,7 @@ def path_problem(path: str) -> str | None:
 
 
 def remove_dot_segments(path: str) -> str:
-    """`path` with its `.` and `..` segments resolved (RFC 3986 §5.2.4): never above `/`."""
+    """Resolve the `.` and `..` segments of `path` by RFC 3986 §5.2.4, never above `/`."""
     out: list[str] = []
     segs = path.split("/")
     for i, seg in enumerate(segs):
@@ -72,9 +75,10 @@ _SLASHES = re.compile(r"/{2,}")
 
 
 def lenient(path: str) -> str:
-    """`path` as the most lenient server may route it: percent-decoded until nothing changes,
-    `\\` as `/`, each segment's `;params` dropped (`..;` is `..` to Tomcat), `//` as `/`,
-    then its dot segments resolved."""
+    """Read `path` as the most lenient server may route it.
+
+    It is percent-decoded until nothing changes, `\\` as `/`, each segment's `;params` dropped
+    (`..;` is `..` to Tomcat), `//` as `/`, then its dot segments resolved."""
     for _ in range(_DECODINGS):
         decoded = unquote(path, errors="surrogateescape").replace("\\", "/")
         if decoded == path:
@@ -85,14 +89,17 @@ def lenient(path: str) -> str:
 
 
 def under(path: str, base: str) -> bool:
-    """Whether `path` (query-less, dot segments resolved) lies at or under `base` (no
-    trailing `/`; `""` is the root), segment by segment."""
+    """Tell whether `path` lies at or under `base`, segment by segment.
+
+    `path` is query-less, its dot segments resolved; `base` has no trailing `/`, and `""` is the
+    root."""
     return path.startswith("/") and (not base or path == base or path.startswith(base + "/"))
 
 
 def outside_reason(path: str, base: str, recorded: str) -> str | None:
-    """Why the query-less `path` built for the `recorded` one leaves `base`, as sent or as a
-    lenient server reads it (None: it stays under it)."""
+    """Say why the query-less `path` built for the `recorded` one leaves `base`.
+
+    It is checked as sent and as a lenient server reads it; None when it stays under it."""
     for reading, within in ((remove_dot_segments(path), base), (lenient(path), lenient(base))):
         if not under(reading, within):
             return (

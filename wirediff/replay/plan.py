@@ -1,4 +1,4 @@
-"""Replay planning: what to send, in which order, with which ids — pure, no I/O.
+"""Plan a replay: what to send, in which order, with which ids; pure, no I/O.
 
 A captured session is a conversation with *state*: a Responses call names the one before it
 (`previous_response_id`), a tool result answers a call the model made (`call_id`,
@@ -58,10 +58,12 @@ def _duration_s(rec: Record) -> float | None:
 
 
 def inner_hops(originals: Sequence[Record]) -> set[str]:
-    """Ids of the inner hops of two-hop captures: a record on another listener than its
-    session's first record that lies, in time, inside an earlier record asking the same
-    thing (`wirediff.record.keys.hop_key`) on another listener — the same call seen again behind
-    a gateway. `originals` in start order; the time slack and look-back are the chains'."""
+    """Find the ids of the inner hops of two-hop captures.
+
+    An inner hop is a record on another listener than its session's first record that lies, in
+    time, inside an earlier record asking the same thing (`wirediff.record.keys.hop_key`) on
+    another listener — the same call seen again behind a gateway. `originals` in start order;
+    the time slack and look-back are the chains'."""
     first: dict[Any, Any] = {}
     listeners: dict[Any, set[Any]] = {}
     for rec in originals:
@@ -97,7 +99,7 @@ def inner_hops(originals: Sequence[Record]) -> set[str]:
 
 @dataclass
 class Node:
-    """One original to replay (or to record as skipped)."""
+    """Hold one original to replay, or to record as skipped."""
 
     rec: Record
     order: int
@@ -143,7 +145,7 @@ def make_plan(
     filters: Sequence[tuple[Term, ...]] = (),
     allow_unsafe: bool = False,
 ) -> Plan:
-    """Originals in start order with their references; filtered, plus what they depend on.
+    """Plan the originals in start order with their references; filtered, plus what they depend on.
 
     Inner hops of two-hop captures are left out unless a filter names a `listener` or a
     `label`; what a selected exchange depends on is kept whatever the filters say.
@@ -205,8 +207,9 @@ def make_plan(
 
 
 def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str, Record]:
-    """The originals a resumed run does not send again to `target`, with their newest
-    earlier record.
+    """Find the originals a resumed run does not send again to `target`.
+
+    Each comes with its newest earlier record.
 
     An earlier attempt that got no answer (`RETRY_KINDS`: unreachable, timeout, a
     disconnect) is tried again; so is a skipped one, unless it would be skipped again for
@@ -238,7 +241,7 @@ def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str
 
 
 def failure(outcome: Record) -> str | None:
-    """Why a replayed exchange yields nothing to build on (None: it succeeded)."""
+    """Say why a replayed exchange yields nothing to build on; None when it succeeded."""
     err = outcome.get("error")
     if isinstance(err, dict) and err.get("kind") == "skipped":
         return f"it was skipped ({err.get('message')})"
@@ -261,7 +264,7 @@ def failure(outcome: Record) -> str | None:
 def resolve(
     node: Node, outcome_of: Callable[[str], Record | None]
 ) -> tuple[dict[str, str], str | None]:
-    """The id mapping (original → target's) for a node, or the reason it must be skipped."""
+    """Map a node's original ids to the target's, or give the reason it must be skipped."""
     mapping: dict[str, str] = {}
     slots_cache: dict[str, dict[Slot, str]] = {}
     for ref in node.refs:

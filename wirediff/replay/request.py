@@ -1,5 +1,7 @@
-"""The request to send for an original: re-based onto the target, ids remapped, the model
-mapped, re-keyed; what the capture holds only as a fingerprint is left out."""
+"""Build the request to send for an original.
+
+It is re-based onto the target, ids remapped, the model mapped, re-keyed; what the capture holds
+only as a fingerprint is left out."""
 
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def _remap(obj: JSON, mapping: Mapping[str, str], key: str = "") -> JSON:
 
 
 def _prefix_of(path: str, prefixes: Collection[str]) -> str | None:
-    """The longest of `prefixes` that `path` lies under (segment-wise), or None."""
+    """Return the longest of `prefixes` that `path` lies under, segment-wise, or None."""
     under = [p for p in prefixes if path == p or path.startswith(p + "/")]
     return max(under, key=len) if under else None
 
@@ -98,8 +100,9 @@ def _query_name(part: str) -> str:
 
 
 def secret_query(path: str) -> list[str]:
-    """Names of the key-like query parameters in a captured path (`SECRET_QUERY`): their
-    values are fingerprints, and a key is never carried to another target anyway."""
+    """Name the key-like query parameters in a captured path (`SECRET_QUERY`).
+
+    Their values are fingerprints, and a key is never carried to another target anyway."""
     query = path.partition("?")[2]
     return [
         n for n in map(_query_name, query.split("&") if query else ()) if n.lower() in SECRET_QUERY
@@ -107,8 +110,10 @@ def secret_query(path: str) -> list[str]:
 
 
 def merge_query(query: str, target: Target, mapping: Mapping[str, str]) -> str:
-    """The original's query without key-like parameters or those the target URL sets, ids
-    remapped, then the target URL's own query."""
+    """Merge the original's query with the target URL's own, which comes last.
+
+    The original's loses its key-like parameters and those the target URL sets; its ids are
+    remapped."""
     own = [p for p in target.query.split("&") if p]
     own_names = {_query_name(p) for p in own}
     kept = []
@@ -127,8 +132,9 @@ def rebase(
     mapping: Mapping[str, str],
     api_prefixes: Collection[str] = DEFAULT_PREFIXES,
 ) -> str:
-    """The original path after its API prefix, onto the target's base URL, ids remapped;
-    a `PlanError` saying why when it cannot go there (`wirediff.replay.paths`).
+    """Put the original path after its API prefix onto the target's base URL, ids remapped.
+
+    A `PlanError` says why when it cannot go there (`wirediff.replay.paths`).
 
     The path is taken as a path only, its dot segments resolved. A known route's prefix is
     its own (`/openai/v1/responses`); a path no route knows is cut after the API prefix its
@@ -162,7 +168,7 @@ def rebase(
 def target_problem(
     rec: Record, target: Target, api_prefixes: Collection[str] = DEFAULT_PREFIXES
 ) -> str | None:
-    """Why the original's path cannot go to `target` (None: it can)."""
+    """Say why the original's path cannot go to `target`; None when it can."""
     try:
         rebase(str(rec["request"].get("path") or "/"), target, {}, api_prefixes)
     except PlanError as e:
@@ -171,14 +177,17 @@ def target_problem(
 
 
 def _escaped_id(value: str) -> str:
-    """An id the target minted, as one path segment or query value: nothing in it can end
-    the segment, the value or the path."""
+    """Escape an id the target minted as one path segment or query value.
+
+    Nothing in it can end the segment, the value or the path."""
     return quote(value, safe="!$&'()*+,;=:@-._~")
 
 
 def _exact(target: Target, path: str) -> str:
-    """The URL httpx sends for `path` on `target`; a `PlanError` should it name another
-    origin or leave the base path, which `path_problem` and `outside_reason` rule out."""
+    """Return the URL httpx sends for `path` on `target`.
+
+    A `PlanError` is raised should it name another origin or leave the base path, which
+    `path_problem` and `outside_reason` rule out."""
     url = httpx.URL(url_bytes_escaped(target.origin + path))
     origin = httpx.URL(target.origin)
     raw_path = url.raw_path.decode("ascii").partition("?")[0]
@@ -193,8 +202,9 @@ def _exact(target: Target, path: str) -> str:
 
 
 def _auth_header(rec: Record, key: str) -> tuple[str, str] | str:
-    """The auth header the original used, carrying `key` the way its scheme wants it; or,
-    when `key` cannot be given that way, why not (Basic needs `user:password`)."""
+    """Build the auth header the original used, carrying `key` the way its scheme wants it.
+
+    When `key` cannot be given that way, it says why not: Basic needs `user:password`."""
     auth = rec["tags"].get("auth")
     name = (auth["header"] if auth is not None else None) or "authorization"
     scheme = (auth["scheme"] if auth is not None else None) or (
@@ -208,8 +218,10 @@ def _auth_header(rec: Record, key: str) -> tuple[str, str] | str:
 
 
 def _without_fingerprints(body: JSON, where: str, dropped: list[str]) -> JSON:
-    """`body` without the credential-named fields whose value the capture holds only as a
-    fingerprint (`{"api_key": "sha256:…"}`): a fingerprint is never sent as a value."""
+    """Drop from `body` the credential-named fields whose value is only a fingerprint.
+
+    A capture holds such a value as `{"api_key": "sha256:…"}`; a fingerprint is never sent as a
+    value."""
     if isinstance(body, dict):
         out = {}
         for k, v in body.items():
@@ -232,7 +244,7 @@ def prepare(
     *,
     api_prefixes: Collection[str] = DEFAULT_PREFIXES,
 ) -> Outgoing:
-    """The request to send for an original: re-based, remapped, model-mapped, re-keyed.
+    """Prepare the request to send for an original: re-based, remapped, model-mapped, re-keyed.
 
     Headers, query parameters and credential-named body fields that the capture holds only
     as fingerprints are left out (`Outgoing.dropped`), never sent as values; a `--header`
@@ -298,7 +310,7 @@ def prepare(
 
 
 def _json_bytes(body: JSON) -> bytes:
-    """`body` as compact JSON; a lone surrogate (a client's `\\ud800`) as that escape."""
+    """Encode `body` as compact JSON; a lone surrogate, a client's `\\ud800`, as that escape."""
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
@@ -306,8 +318,9 @@ def _json_bytes(body: JSON) -> bytes:
 
 
 def url_bytes_escaped(url: str) -> str:
-    """`url` with the bytes its surrogates stand for percent-encoded, as httpx sends any
-    non-ASCII in a URL."""
+    """Percent-encode the bytes the surrogates of `url` stand for.
+
+    httpx sends any non-ASCII in a URL so."""
     return _SURROGATE.sub(lambda m: "".join(f"%{b:02X}" for b in as_bytes(m[0])), url)
 
 

@@ -1,5 +1,7 @@
-"""What may be sent again: originals that can be planned, requests that can be rebuilt, and
-the methods and endpoints replayed without `--allow-unsafe`."""
+"""Decide what may be sent again.
+
+Originals that can be planned, requests that can be rebuilt, and the methods and endpoints
+replayed without `--allow-unsafe`."""
 
 from __future__ import annotations
 
@@ -43,13 +45,13 @@ def is_stream(rec: Record) -> bool:
 
 
 def endpoint_of(rec: Record) -> tuple[str, str]:
-    """`(METHOD, route template)` from the request itself (tags may be from an older build)."""
+    """Return `(METHOD, route template)` of the request itself: tags may be from an older build."""
     req = rec.get("request") or {}
     return str(req.get("method", "")).upper(), route(str(req.get("path") or ""))[1]
 
 
 def unsafe_reason(rec: Record) -> str | None:
-    """Why this exchange is not replayed without `--allow-unsafe` (None: it is safe)."""
+    """Say why this exchange is not replayed without `--allow-unsafe`; None when it is safe."""
     method, endpoint = endpoint_of(rec)
     if method in SAFE_METHODS or (method == "POST" and endpoint in SAFE_POST):
         return None
@@ -57,7 +59,7 @@ def unsafe_reason(rec: Record) -> str | None:
 
 
 def is_replayable_original(rec: Record) -> bool:
-    """Originals only: replays and skipped records are never replayed again."""
+    """Tell whether `rec` is an original: replays and skipped records are never replayed again."""
     if rec.get("replay_of"):
         return False
     err = rec.get("error")
@@ -65,7 +67,7 @@ def is_replayable_original(rec: Record) -> bool:
 
 
 def check_original(rec: Record) -> None:
-    """A `PlanError` (one line) for a record that cannot even be planned."""
+    """Raise a one-line `PlanError` for a record that cannot even be planned."""
     rid = rec.get("id")
     if not isinstance(rid, str) or not rid:
         raise PlanError(f"a record has no id (session {rec.get('session')!r})")
@@ -77,7 +79,7 @@ def check_original(rec: Record) -> None:
 
 
 def request_problem(rec: Record) -> str | None:
-    """Why the captured request cannot be sent again (None: it can)."""
+    """Say why the captured request cannot be sent again; None when it can."""
     req = rec["request"]
     if not isinstance(req.get("method"), str) or not req["method"].strip():
         return "the captured request has no method"

@@ -1,6 +1,7 @@
-"""The replay engine: sends a plan's requests in dependency order, with bounded concurrency
-and pacing, and records each answer with the capture's own record builder (same shape as
-live traffic).
+"""Send a plan's requests in dependency order and record each answer: the replay engine.
+
+Concurrency is bounded and sends are paced; the capture's own record builder records each
+answer, so it has the shape of live traffic.
 
 Sending is what the engine's process does; recording is not, where it can be helped: an
 answer no later step reads ids from goes to the spool process (`wirediff.record.spool`) as
@@ -59,8 +60,9 @@ SOFT_ERROR_SCAN = 1 << 16
 
 
 def _error_in(text: Any) -> bool:
-    """Is this JSON text (or value) an error object (`is_error_body`)? Text is parsed only
-    when it may be one."""
+    """Tell whether this JSON text or value is an error object (`is_error_body`).
+
+    Text is parsed only when it may be one."""
     if not isinstance(text, str):
         return is_error_body(text)
     if '"error"' not in text and '"detail"' not in text:
@@ -72,8 +74,9 @@ def _error_in(text: Any) -> bool:
 
 
 def counted(ex: Exchange) -> Record:
-    """What `Counts.add` reads of the record of `ex` (its error's kind, its status, whether a
-    2xx carries an error), without building the record."""
+    """Return what `Counts.add` reads of the record of `ex`, without building the record.
+
+    That is its error's kind, its status, and whether a 2xx carries an error."""
     resp, err = ex.response, ex.error
     error = None
     if err is not None:
@@ -137,7 +140,7 @@ class Counts:
 
 
 class TokenBucket:
-    """At most `rate` sends per second, with bursts of `burst` (clock injectable for tests)."""
+    """Allow at most `rate` sends per second, with bursts of `burst`; tests inject the clock."""
 
     def __init__(
         self,
@@ -167,7 +170,7 @@ class TokenBucket:
 
 
 class TargetRun:
-    """Replays a plan to one target: dependency order, bounded concurrency, one record each."""
+    """Replay a plan to one target: dependency order, bounded concurrency, one record each."""
 
     def __init__(
         self,
@@ -204,7 +207,7 @@ class TargetRun:
 
     # -- scheduling --
     async def run(self, connections: Connections) -> Counts:
-        """Replay every node not already done, over `connections`; returns the counts.
+        """Replay every node not already done, over `connections`; return the counts.
 
         A received answer is recorded from the event loop's next turn, while the worker
         already has its next request on the wire: the CPU spent on the record overlaps the
@@ -287,7 +290,7 @@ class TargetRun:
         return self.counts
 
     async def process(self, connections: Connections, node: Node) -> Record | Sent:
-        """A skipped record, or what the target answered (recorded by `finalize`)."""
+        """Send one node, or record it as skipped; `finalize` records what the target answered."""
         if node.skip is not None:
             return self.skipped(node, node.skip, {})
         mapping, reason = resolve(node, self.done.get)
@@ -317,8 +320,10 @@ class TargetRun:
         return to_httpx(out, self.timeout)
 
     def meta(self, node: Node) -> RecordMeta:
-        """What the record of `node`'s replay says besides the exchange; a repeated attempt
-        (earlier runs left records for `node`) says which it is (`attempt`)."""
+        """Say what the record of `node`'s replay holds besides the exchange.
+
+        A repeated attempt, where earlier runs left records for `node`, says which it is
+        (`attempt`)."""
         return {
             "session": str(node.rec.get("session") or ""),
             "label": self.target.label,
@@ -329,11 +334,11 @@ class TargetRun:
         }
 
     def record(self, node: Node, ex: Exchange) -> Record:
-        """The capture's record of `ex`, as the replay of `node` on this target."""
+        """Build the capture's record of `ex`, as the replay of `node` on this target."""
         return build_item(ex, self.meta(node), self.body_cap, frozenset())
 
     def offloaded(self, node: Node, sent: Sent) -> bool:
-        """Handed to `offload` to record (no later step reads ids from it)."""
+        """Hand what was sent to `offload` to record, when no later step reads ids from it."""
         return (
             self.offload is not None
             and not self.plan.dependents[node.id]
@@ -344,7 +349,7 @@ class TargetRun:
         return self.unsent(node, reason, "skipped", mapping)
 
     def unsent(self, node: Node, reason: str, kind: str, mapping: Mapping[str, str]) -> Record:
-        """A record for a step without an answer (`unsent_exchange`)."""
+        """Record a step without an answer (`unsent_exchange`)."""
         ex = unsent_exchange(
             node.rec,
             self.target,
@@ -357,7 +362,7 @@ class TargetRun:
         return self.record(node, ex)
 
     def finalize(self, node: Node, sent: Sent) -> Record:
-        """The record of a sent exchange."""
+        """Record a sent exchange."""
         return self.record(node, sent.exchange)
 
 

@@ -1,4 +1,4 @@
-"""Id slots: where an answer carries the ids it mints, and where a request names them.
+"""Locate id slots: where an answer carries the ids it mints, and where a request names them.
 
 An id is *produced* by the first original whose answer carries it in a known place (a
 *slot*: the object's `id`, the k-th function call's `call_id`, …), and *referenced* by any
@@ -51,7 +51,7 @@ NOT_REFERENCES = frozenset({"model"})
 
 
 def _object_slots(obj: Any, slots: dict[Slot, str]) -> None:
-    """Slots of a Response or a chat completion object."""
+    """Find the slots of a Response or a chat completion object."""
     if not isinstance(obj, dict):
         return
     if isinstance(obj.get("id"), str) and obj["id"]:
@@ -73,7 +73,7 @@ def _object_slots(obj: Any, slots: dict[Slot, str]) -> None:
 
 
 def _items_slots(items: Sequence[Any], slots: dict[Slot, str]) -> None:
-    """Output items: the k-th item of each type by `id`, the k-th call by `call_id`."""
+    """Find output items' slots: the k-th item of each type by `id`, the k-th call by `call_id`."""
     per_type: dict[str, int] = {}
     calls = 0
     for item in items:
@@ -90,8 +90,9 @@ def _items_slots(items: Sequence[Any], slots: dict[Slot, str]) -> None:
 
 
 def _event_slots(events: Sequence[Any], slots: dict[Slot, str]) -> None:
-    """Slots of a stream: the last full Response object seen, else the items one by one;
-    chat chunks by choice and tool-call index."""
+    """Find the slots of a stream: the last full Response object seen, else the items one by one.
+
+    Chat chunks give them by choice and tool-call index."""
     last_response: dict[str, Any] | None = None
     items: dict[int, dict[str, Any]] = {}
     for ev in events:
@@ -124,7 +125,7 @@ def _event_slots(events: Sequence[Any], slots: dict[Slot, str]) -> None:
 
 
 def produced_slots(rec: Record) -> dict[Slot, str]:
-    """The ids an exchange's answer mints, by slot (empty for non-producers)."""
+    """Return the ids an exchange's answer mints, by slot; empty for non-producers."""
     if endpoint_of(rec) not in PRODUCERS:
         return {}
     resp = rec.get("response")
@@ -149,7 +150,7 @@ def describe_slot(slot: Slot) -> str:
 
 @dataclass(frozen=True)
 class Ref:
-    """One original id in a request, produced by an earlier original."""
+    """Point at one original id in a request, produced by an earlier original."""
 
     value: str
     producer: str
@@ -160,7 +161,7 @@ class Ref:
 
 
 def _walk_strings(obj: JSON, key: str = "") -> Iterator[tuple[str, str]]:
-    """`(key, string)` for every string value in a JSON tree (list items keep their key)."""
+    """Yield `(key, string)` for every string value in a JSON tree; list items keep their key."""
     if isinstance(obj, str):
         yield key, obj
     elif isinstance(obj, dict):
@@ -173,7 +174,7 @@ def _walk_strings(obj: JSON, key: str = "") -> Iterator[tuple[str, str]]:
 
 
 def find_refs(rec: Record, produced: Mapping[str, tuple[str, Slot]]) -> list[Ref]:
-    """References in a request to ids that earlier originals produced."""
+    """Find the references in a request to ids that earlier originals produced."""
     req = rec.get("request") or {}
     refs: dict[tuple[str, str], Ref] = {}
     path, _, query = str(req.get("path") or "").partition("?")

@@ -1,5 +1,6 @@
-"""Where to replay: a target's base URL, label, key, model map and headers, and the
-command-line values that describe one."""
+"""Describe where to replay: a target's base URL, label, key, model map and headers.
+
+The command-line values that describe one are parsed here too."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ __all__ = ["Target", "default_label", "parse_pairs", "parse_rate", "port_problem
 
 @dataclass(frozen=True)
 class Target:
-    """Where to replay: the base URL as an SDK's `base_url` (e.g. `http://host:port/v1`)."""
+    """Say where to replay: the base URL as an SDK's `base_url`, e.g. `http://host:port/v1`."""
 
     label: str
     url: str
@@ -74,7 +75,7 @@ class Target:
 
 
 def port_problem(url: str) -> str | None:
-    """Why the port of an http(s) URL cannot be connected to (None: it can, or it has none)."""
+    """Say why the port of an http(s) URL cannot be connected to; None when it can or has none."""
     netloc = urlsplit(url).netloc.rpartition("@")[2]
     text = netloc.rpartition("]")[2] if netloc.startswith("[") else netloc
     _, colon, port = text.rpartition(":")
@@ -86,7 +87,7 @@ def port_problem(url: str) -> str | None:
 
 
 def default_label(url: str) -> str:
-    """The target's host (and port when not the scheme's default), like the capture's label."""
+    """Label a target by its host, and port when not the scheme's default, like a capture."""
     port = port_problem(url)
     if port is not None:
         raise PlanError(port)
@@ -97,7 +98,7 @@ def default_label(url: str) -> str:
 
 
 def parse_pairs(items: Iterable[str], what: str, *, allow_empty: bool) -> dict[str, str]:
-    """`A=B` strings to a dict; `what` names the option in the error."""
+    """Parse `A=B` strings into a dict; `what` names the option in the error."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -108,7 +109,7 @@ def parse_pairs(items: Iterable[str], what: str, *, allow_empty: bool) -> dict[s
 
 
 def parse_rate(text: str) -> float:
-    """`5`, `5/s`, `300/m`, `300/min`, `3600/h` → requests per second."""
+    """Parse `5`, `5/s`, `300/m`, `300/min`, `3600/h` into requests per second."""
     num, _, unit = text.strip().partition("/")
     per = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}.get(unit.strip())
     try:

@@ -1,4 +1,4 @@
-"""One request on the wire with httpx, seen as an `Exchange` for the record builder."""
+"""Send one request on the wire with httpx, seen as an `Exchange` for the record builder."""
 
 from __future__ import annotations
 
@@ -28,9 +28,11 @@ __all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
 
 
 def to_httpx(out: Outgoing, timeout: Mapping[str, Any]) -> httpx.Request:
-    """The httpx request for `out`; header values as the capture decoded them (UTF-8,
-    undecodable bytes as surrogates), so a non-ASCII value goes out as it came in, and
-    such bytes in the URL percent-encoded, as httpx sends any non-ASCII there."""
+    """Build the httpx request for `out`.
+
+    Header values are as the capture decoded them, UTF-8 with undecodable bytes as surrogates,
+    so a non-ASCII value goes out as it came in, and such bytes in the URL percent-encoded, as
+    httpx sends any non-ASCII there."""
     headers = [(k.encode("ascii"), as_bytes(v)) for k, v in out.headers]
     url = url_bytes_escaped(out.url)
     return httpx.Request(
@@ -47,9 +49,11 @@ def unsent_exchange(
     timeout: Mapping[str, Any],
     api_prefixes: Collection[str] = DEFAULT_PREFIXES,
 ) -> Exchange:
-    """The exchange of a step without an answer: the request it would have been (for an
-    original too malformed to prepare, its method to the target's base URL) and `error`
-    (its kind: `skipped`, not sent; `interrupted`, sent and no answer awaited)."""
+    """Make the exchange of a step without an answer.
+
+    It holds the request it would have been (for an original too malformed to prepare, its
+    method to the target's base URL) and `error` (its kind: `skipped`, not sent; `interrupted`,
+    sent and no answer awaited)."""
     try:
         out = prepare(rec, target, api_key, mapping, api_prefixes=api_prefixes)
         request = to_httpx(out, timeout)
@@ -77,8 +81,10 @@ def exchange_from_httpx(
     error: Error | None = None,
     tap: StreamTap | None = None,
 ) -> Exchange:
-    """`request` as sent and what came back: `response` with its raw (still encoded) `body`,
-    or with a `tap` that saw the body stream through.
+    """See `request` as sent and what came back as an `Exchange`.
+
+    The `response` holds its raw, still encoded `body`, or a `tap` that saw the body stream
+    through.
 
     `content` is the body the request was given (None: none): httpx sends no body and an
     empty one alike. The URL is the one the server saw, with the host from the Host header.
@@ -124,8 +130,10 @@ def _msg(e: BaseException) -> str:
 async def send(
     transport: httpx.AsyncBaseTransport, request: httpx.Request, content: bytes | None, cap: int
 ) -> Sent:
-    """Send `request` (given `content`); stream the answer through a `StreamTap` (SSE events
-    split and timed as they arrive; `cap` decoded bytes kept, whatever the target sends).
+    """Send `request` with `content`, and stream the answer through a `StreamTap`.
+
+    SSE events are split and timed as they arrive; `cap` decoded bytes are kept, whatever the
+    target sends.
 
     Straight to the transport: a replay follows no redirect (each hop is its own exchange
     in the capture), keeps no cookies and runs no auth flow.
