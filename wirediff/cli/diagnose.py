@@ -24,21 +24,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         rows = run.diagnose(named, baseline=args.baseline)
         if args.json:
             sep = "[\n  "
-            for frame in rows.frames():
-                for item in frame.to_dict(orient="records"):
-                    text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
-                    out.write(sep + text)
-                    sep = ",\n  "
+            for item in rows.to_dict(orient="records"):
+                text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
+                out.write(sep + text)
+                sep = ",\n  "
             out.write("[]\n" if sep.startswith("[") else "\n]\n")
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
-            chains = 0
-            for frame in rows.frames():
-                if len(frame):
-                    out.write("\n".join(map(printable, format_chains(frame))) + "\n")
-                    chains += frame["chain_id"].nunique()
-            out.write(f"{len(rows)} diagnoses in {chains} chains\n")
+            out.write("\n".join(map(printable, format_chains(rows))) + "\n")
+            out.write(f"{len(rows)} diagnoses in {rows['chain_id'].nunique()} chains\n")
     return EXIT_FOUND if args.fail and len(rows) else EXIT_OK
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import Analysis, analyze, findings_of
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import Analysis, analyze, diagnose
 
 __all__ = ["Graded", "grade"]
 
@@ -63,7 +62,4 @@ class Graded:
 def grade(records: list[Record]) -> Graded:
     """Grade the probe's records (one label: the server probed)."""
     analysis = analyze(records)
-    diagnoses = diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
-    return Graded(analysis, findings_of(analysis.divergences, analysis.conformance), diagnoses)
+    return Graded(analysis, analysis.frame(), diagnose(records, index=analysis.index))

@@ -25,7 +25,7 @@ from wirediff.record.names import (
     ascii_lower,
 )
 
-__all__ = ["REDACTED", "scrub_output"]
+__all__ = ["REDACTED", "SCRUB_WORDS", "scrub_output"]
 
 T = TypeVar("T")
 
@@ -52,6 +52,9 @@ prefix ends with (lower-cased)."""
 _SCHEMES = ("bearer", "basic", "token")
 _MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
 """What each of `KEY_SHAPE`'s shapes begins with, lower-cased."""
+SCRUB_WORDS = ("api key provided", *_SCHEMES, *_MARKS, *_NAMES)
+"""The words the scrub looks for (ASCII letters in any case): a text holding none of them
+is written as it is."""
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SPACE = frozenset(" \t\r\n")
 _NOT_WORD = frozenset("\"'\\.:= \t\r\n")

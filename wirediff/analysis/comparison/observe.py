@@ -40,6 +40,7 @@ __all__ = [
     "observe",
     "sequence_fault",
     "split_terminal",
+    "stream_labels",
     "union",
 ]
 
@@ -192,6 +193,17 @@ def collapse(labels: Iterable[str]) -> list[str]:
                 continue
         out.append(label)
     return out
+
+
+def stream_labels(record: Record) -> tuple[str, ...]:
+    """Label every event of the record's stream, delta runs collapsed (what a stream
+    timeline aligns, partial events too); empty when it has no stream."""
+    resp = record.get("response")
+    events = resp.get("events") if resp is not None else None
+    if not events:
+        return ()
+    chat = (record.get("tags") or {}).get("family") in ("chat.completions", "completions")
+    return tuple(collapse(event_label(ev, chat) for ev in events))
 
 
 def split_terminal(labels: list[str], chat: bool) -> tuple[list[str], str | None]:

@@ -17,11 +17,11 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
-from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 
@@ -31,13 +31,12 @@ __all__ = [
     "VERDICTS",
     "VERDICT_COLUMNS",
     "Cell",
+    "answer_texts",
     "exchange_outcomes",
-    "roles",
     "roles_of",
     "route_failure",
     "verdict_cells",
     "verdict_frame",
-    "verdicts",
 ]
 
 VERDICTS = ("compatible", "compatible with deviations", "breaking", "unsupported")
@@ -78,17 +77,10 @@ ROUTE_STATUSES = frozenset({404, 405, 501})
 _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
-def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
-    """`baseline` for labels compared with (replayed from, or the baseline of independent
-    captures), `candidate` for labels compared (replayed to, or paired by content), else
-    `capture`; in that order, then by label."""
-    base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
-    cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
-    return roles_of(set(exchanges["label"].fillna("").astype(str).unique()), base, cand)
-
-
 def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[str, str]:
-    """`roles` from the labels of the exchanges, of the baselines and of the candidates."""
+    """Each label's role: `baseline` for labels compared with (replayed from, or the
+    baseline of independent captures), `candidate` for labels compared (replayed to, or
+    paired by content), else `capture`; in that order, then by label."""
     out = {
         label: "baseline" if label in baseline else "candidate" if label in candidate else "capture"
         for label in labels
@@ -119,37 +111,20 @@ def route_failure(record: Record | None) -> bool:
     return False
 
 
-def _route_status(status: Any) -> bool:
-    """A status that may say "not here" (a frame's missing status is `pd.NA`: not one)."""
-    return isinstance(status, int) and (status in ROUTE_STATUSES or status == 426)
-
-
-def exchange_outcomes(
-    exchanges: pd.DataFrame, findings: pd.DataFrame, records_by_id: Mapping[str, Record]
-) -> list[str]:
-    """Per exchange: `skipped`, `unsupported` (a route-level failure), else the worst
-    severity of its findings, or `ok`."""
-    worst: dict[Any, int] = {}
-    if len(findings):
-        ranks = findings["severity"].map(RANKS).fillna(len(SEVERITIES))
-        worst = ranks.groupby(findings["candidate_id"].to_numpy()).min().astype(int).to_dict()
-    out = []
-    for rid, kind, status, soft in zip(
-        exchanges["id"].tolist(),
-        exchanges["error_kind"].tolist(),
-        exchanges["status"].tolist(),
-        exchanges["soft_error"].tolist(),
-        strict=True,
-    ):
-        if kind == SKIPPED:
-            out.append(SKIPPED)
-        elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
-            out.append(UNSUPPORTED)
-        elif rid in worst:
-            out.append(SEVERITIES[worst[rid]])
-        else:
-            out.append("ok")
+def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
+    """Per exchange (`error_kind`, `status`, `soft_error`, `route_failure`: its answer's):
+    `skipped`, `unsupported` (a route-level failure), else the worst severity of its
+    findings (`worst`: their least rank, -1 for none), or `ok`."""
+    status = pd.to_numeric(exchanges["status"], errors="coerce")
+    route = status.isin(list(ROUTE_STATUSES | {426})).to_numpy()
+    soft = exchanges["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool)
+    unsupported = (soft | route) & exchanges["route_failure"].to_numpy(dtype=bool)
+    named = np.array([*SEVERITIES, "ok"], dtype=object)
+    out = named[np.where(worst >= 0, worst, len(SEVERITIES))]
+    out[unsupported] = UNSUPPORTED
+    out[exchanges["error_kind"].eq(SKIPPED).fillna(False).to_numpy(dtype=bool)] = SKIPPED
     return out
+
 
 
 @dataclass(slots=True)
@@ -223,10 +198,9 @@ class Cell:
 Cells = dict[tuple[Hashable, ...], Cell]
 
 
-def _answer_text(record: Record | None) -> tuple[str, str]:
-    """`_first_answer` (`404: words`) and what a not-implemented reason says of it."""
-    if record is None:
-        return "no answer", "None)"
+def answer_texts(record: Record) -> tuple[str, str]:
+    """An answer in a verdict's words (`404: the server's words`), and what a
+    not-implemented reason says of it."""
     status = response_status(record)
     shown = status or error_kind(record) or "no answer"
     words = server_words(record)
@@ -237,94 +211,80 @@ def _answer_text(record: Record | None) -> tuple[str, str]:
 
 
 def verdict_cells(
-    exchanges: pd.DataFrame,
-    findings: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    by: Sequence[str] = ("family", "transport"),
-    *,
-    positions: Sequence[Any] | None = None,
-    finding_order: Sequence[Any] | None = None,
-    outcomes: Sequence[str] | None = None,
-    pairs: pd.DataFrame | None = None,
+    exchanges: pd.DataFrame, findings: pd.DataFrame, by: Sequence[str] = ("family", "transport")
 ) -> Cells:
-    """The cells of `verdicts` for these exchanges and their findings. `positions` and
-    `finding_order` place the rows among all the captures' (by default: as they come),
-    so that the first answer and the order of reasons come out as for the whole; `pairs`
-    (`pair_exchanges`) say which exchange each candidate's was compared with."""
-    if exchanges.empty:
+    """The cells `verdict_frame` judges, per label and `by`. `exchanges`, one row each in
+    the captures' order: `label`, the `by` columns, `method`, `endpoint`, `status`,
+    `soft_error`, `outcome` (`exchange_outcomes`), `answered` and `not_implemented` (its
+    answer's `answer_texts`), `original_ok` (it was compared with an original that was sent
+    and did not fail route-level). `findings`, in their order: `row` (the exchange's),
+    `severity`, `kind`, `path`, `text` (the evidence, else the message, with any
+    `assumed_note`)."""
+    kept = exchanges["outcome"].to_numpy() != SKIPPED
+    if not kept.any():
         return {}
-    ex = exchanges.assign(
-        label=exchanges["label"].fillna("").astype(str),
-        family=exchanges["family"].fillna("other").astype(str),
-        endpoint=exchanges["endpoint"].fillna("(none)").astype(str),
-        transport=exchanges["transport"].fillna("http").astype(str),
-        method=exchanges["method"].fillna("").astype(str),
-    )
-    pos = list(range(len(ex))) if positions is None else list(positions)
-    if outcomes is None:
-        outcomes = exchange_outcomes(ex, findings, records_by_id)
-    kept = [o != SKIPPED for o in outcomes]
+    keys = ["label", *by]
+    ex = exchanges.loc[kept, list(dict.fromkeys([*keys, "method", "endpoint", "status"]))]
     status = pd.to_numeric(ex["status"], errors="coerce")
-    succeeded = (
-        (statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
-        & ~ex["soft_error"].eq(True)
-    ).tolist()
-    failing = [o == UNSUPPORTED for o in outcomes]
-    ids = ex["id"].tolist()
-    baseline_ok = {rid for rid, k, f in zip(ids, kept, failing, strict=True) if k and not f}
-    baseline_of = (
-        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
-        if pairs is not None and len(pairs)
-        else {}
+    ex = ex.assign(
+        answered=exchanges["answered"].to_numpy()[kept],
+        not_implemented=exchanges["not_implemented"].to_numpy()[kept],
+        original_ok=exchanges["original_ok"].to_numpy(dtype=bool)[kept],
+        failing=exchanges["outcome"].to_numpy()[kept] == UNSUPPORTED,
+        succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).to_numpy(dtype=bool)
+        & ~exchanges["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool)[kept],
+        _cell=exchanges.loc[kept, keys].groupby(keys, sort=False, dropna=False).ngroup(),
     )
-    keys = list(zip(*(ex[c].tolist() for c in ("label", *by)), strict=True))
-    cells: Cells = {}
-    place: dict[Any, list[Cell]] = {}
-    columns = (ids, ex["method"].tolist(), ex["endpoint"].tolist())
-    for i, (rid, method, endpoint) in enumerate(zip(*columns, strict=True)):
-        if not kept[i]:
-            continue
-        cell = cells.get(keys[i])
-        if cell is None:
-            cell = cells[keys[i]] = Cell()
-        place.setdefault(rid, []).append(cell)
-        cell.exchanges += 1
-        cell.route_failure &= failing[i]
-        cell.succeeded |= succeeded[i]
-        answer = cell.answers.get((method, endpoint))
-        if answer is None:
-            answered, missing = _answer_text(records_by_id.get(rid))
-            answer = cell.answers[(method, endpoint)] = Answer(pos[i], answered, missing)
-        answer.route_failure &= failing[i]
-        answer.original_ok |= baseline_of.get(rid) in baseline_ok
-    if len(findings):
-        order = list(range(len(findings))) if finding_order is None else finding_order
-        rows = zip(
-            findings["candidate_id"].tolist(),
-            findings["severity"].tolist(),
-            findings["kind"].tolist(),
-            findings["path"].tolist(),
-            findings["evidence"].tolist(),
-            findings["message"].tolist(),
-            order,
+    grouped = ex.groupby("_cell", sort=True)
+    named = grouped[keys].first().itertuples(index=False, name=None)
+    cells = [
+        Cell(exchanges=n, route_failure=route, succeeded=ok)
+        for n, route, ok in zip(
+            grouped.size().tolist(),
+            grouped["failing"].all().tolist(),
+            grouped["succeeded"].any().tolist(),
             strict=True,
         )
-        for cid, severity, kind, path, evidence, message, first in rows:
-            text = evidence if evidence != "" else message
-            text += assumed_note(records_by_id.get(cid), path, text)
-            rank = RANKS.get(severity, len(SEVERITIES))
-            counted = rank < len(SEVERITIES)
+    ]
+    routes = ex.assign(_place=np.flatnonzero(kept)).groupby(
+        ["_cell", "method", "endpoint"], sort=False, dropna=False, observed=True
+    )
+    firsts = routes[["_place", "answered", "not_implemented"]].first()
+    for (at, method, endpoint), first, answered, missing, route, original in zip(
+        firsts.index.tolist(),
+        firsts["_place"].tolist(),
+        firsts["answered"].tolist(),
+        firsts["not_implemented"].tolist(),
+        routes["failing"].all().tolist(),
+        routes["original_ok"].any().tolist(),
+        strict=True,
+    ):
+        cells[at].answers[(method, endpoint)] = Answer(first, answered, missing, route, original)
+    if len(findings):
+        cell_at = np.full(len(exchanges), -1, dtype=np.int64)
+        cell_at[kept] = ex["_cell"].to_numpy()
+        mine = findings.assign(
+            _cell=cell_at[findings["row"].to_numpy()],
+            _rank=findings["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int),
+            _order=np.arange(len(findings)),
+        )
+        mine = mine[mine["_cell"].to_numpy() >= 0]
+        counted = mine[mine["_rank"].to_numpy() < len(SEVERITIES)]
+        for (at, rank), n in counted.groupby(["_cell", "_rank"]).size().items():
+            cells[at].counts[rank] += int(n)
+        reasons = mine.groupby(["_cell", "_rank", "kind", "path"], sort=False, observed=True)
+        texts = reasons["text"].unique()
+        for (at, rank, kind, path), n, first, said in zip(
+            texts.index.tolist(),
+            reasons.size().tolist(),
+            reasons["_order"].min().tolist(),
+            texts.tolist(),
+            strict=True,
+        ):
             key = (float(rank), kind == "header", kind, path)
-            for cell in place.get(cid, ()):
-                if counted:
-                    cell.counts[rank] += 1
-                reason = cell.reasons.get(key)
-                if reason is None:
-                    cell.reasons[key] = Reason(1, text, first)
-                else:
-                    reason.n += 1
-                    reason.text = min(reason.text, text)
-    return cells
+            cells[at].reasons[key] = Reason(int(n), min(said), first)
+    return dict(zip(named, cells, strict=True))
+
 
 
 def _finding_reasons(cell: Cell) -> list[str]:
@@ -387,16 +347,3 @@ def verdict_frame(
         order = ["_role", "label", "_family", *by]
     out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
     return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
-
-
-def verdicts(
-    exchanges: pd.DataFrame,
-    findings: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    pairs: pd.DataFrame,
-    by: Sequence[str] = ("family", "transport"),
-) -> pd.DataFrame:
-    """One verdict per label and `by` (family and transport; or endpoint, for the report's
-    matrix), with its reasons and counts, baseline first."""
-    cells = verdict_cells(exchanges, findings, records_by_id, by, pairs=pairs)
-    return verdict_frame(cells, roles(exchanges, pairs), by)
