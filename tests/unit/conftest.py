@@ -7,6 +7,7 @@ import pytest
 
 from wirediff.analysis.comparison.clients.node import NODE_SDK_ENV
 
+
 @pytest.fixture(autouse=True)
 def no_node_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NODE_SDK_ENV, "off")

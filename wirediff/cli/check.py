@@ -24,12 +24,12 @@ import pandas as pd
 from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
+from wirediff.analysis.index.analyze import GateCounts
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
-from wirediff.analysis.index.analyze import GateCounts
 
 __all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]
 

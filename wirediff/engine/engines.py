@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from wirediff.errors import UsageError, WirediffError

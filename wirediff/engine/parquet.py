@@ -31,14 +31,11 @@ partitions are ranges of `root`, so each reads a few row groups.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 

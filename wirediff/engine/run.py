@@ -30,7 +30,14 @@ from wirediff.engine import parquet
 from wirediff.engine.engines import Call, open_engine
 from wirediff.engine.progress import Progress
 from wirediff.engine.scan import Scanned, chunks, scan_chunk, scan_file
-from wirediff.engine.sources import DATASET_MARK, PARQUET, Source, open_binary, read_records, resolve
+from wirediff.engine.sources import (
+    DATASET_MARK,
+    PARQUET,
+    Source,
+    open_binary,
+    read_records,
+    resolve,
+)
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.store import log as store_log
 from wirediff.reports.model import ReportModel, build
@@ -105,7 +112,9 @@ class Run:
         calls: list[Call] = [((scan_chunk, name, sources, *span), {}) for span in chunks(sources)]
         for src, source in enumerate(sources):
             if source.kind == PARQUET:
-                calls += [((scan_file, name, sources, src, f), {}) for f in range(len(source.files))]
+                calls += [
+                    ((scan_file, name, sources, src, f), {}) for f in range(len(source.files))
+                ]
         small = not any(s.kind == PARQUET for s in sources)
         small &= sum(s.size for s in sources) < SMALL_BYTES
         bar = self.progress.phase("scan", None, "ex", len(calls))

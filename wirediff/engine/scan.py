@@ -101,9 +101,7 @@ def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed,
     return parsed, [exact for _, exact in read]
 
 
-def scan_chunk(
-    scan: str, sources: Sequence[Source], src: int, start: int, end: int
-) -> Scanned:
+def scan_chunk(scan: str, sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
     """Index the lines of a JSON Lines file that start in `[start, end)`, for the scan
     named `scan`."""
     with task_gc():

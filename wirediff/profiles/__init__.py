@@ -145,7 +145,9 @@ def _compiled() -> list[tuple[str, str, dict[str, Any], re.Pattern[str] | None]]
 @cache
 def signature_headers() -> frozenset[str]:
     """The headers (lower-cased) some error signature's `header` condition names."""
-    return frozenset(str(k).lower() for _, _, when, _ in _compiled() for k in when.get("header", {}))
+    return frozenset(
+        str(k).lower() for _, _, when, _ in _compiled() for k in when.get("header", {})
+    )
 
 
 def match_signature(

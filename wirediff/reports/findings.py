@@ -6,7 +6,7 @@ budget (their examples are laid out by `wirediff.reports.examples`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -236,9 +236,7 @@ def listed(
     )
 
 
-def collect_folds(
-    found: Listed, max_examples: int, timeline_of: Mapping[str, Any]
-) -> Folds:
+def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, Any]) -> Folds:
     """Identical findings folded: same kind, path, backends, endpoint, severity, source,
     values and message (event positions aside); `timeline_of` maps a pair to its
     alignment."""
@@ -253,13 +251,8 @@ def collect_folds(
     same = ["kind", "path", "severity", "source", "_b", "_c", "_m"]
     alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
     meta = found.meta()
-    codes = [
-        pd.factorize(meta[name])[0]
-        for name in ("label", "baseline_label", "endpoint")
-    ]
-    keyed = pd.DataFrame(
-        {"t": alike[found.template], "l": codes[0], "bl": codes[1], "e": codes[2]}
-    )
+    codes = [pd.factorize(meta[name])[0] for name in ("label", "baseline_label", "endpoint")]
+    keyed = pd.DataFrame({"t": alike[found.template], "l": codes[0], "bl": codes[1], "e": codes[2]})
     group = keyed.groupby(["t", "l", "bl", "e"], sort=False).ngroup().to_numpy()
     sizes = np.bincount(group)
     rank = pd.Series(group).groupby(group).cumcount().to_numpy()

@@ -308,7 +308,10 @@ def build(
     captures_of_label = captures_of(ex)
 
     kinds = pd.DataFrame(
-        {"label": found.labels[found.candidate], "kind": found.values["kind"].to_numpy()[found.template]}
+        {
+            "label": found.labels[found.candidate],
+            "kind": found.values["kind"].to_numpy()[found.template],
+        }
     ).value_counts(sort=False)
     kind_counts: dict[str, dict[str, int]] = {}
     for (lab, kind), n in kinds.items():
@@ -323,12 +326,16 @@ def build(
     status_mix = pd.DataFrame({"label": labels_of, "status": status.to_numpy()}).value_counts(
         sort=False
     )
-    paired = pd.DataFrame(
-        {
-            "label": rows["label"].astype(object).to_numpy()[analysis.pairs["c"].to_numpy()],
-            "how": analysis.pairs["pairing"].astype(str).to_numpy(),
-        }
-    ).astype(str).value_counts(sort=False)
+    paired = (
+        pd.DataFrame(
+            {
+                "label": rows["label"].astype(object).to_numpy()[analysis.pairs["c"].to_numpy()],
+                "how": analysis.pairs["pairing"].astype(str).to_numpy(),
+            }
+        )
+        .astype(str)
+        .value_counts(sort=False)
+    )
     label_endpoints = ex[["label", "endpoint"]].drop_duplicates()
     backends = []
     for label in labels:

@@ -10,7 +10,7 @@ reason (`wirediff.reports.captures`), not drawn as every event missing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from wirediff._support import clip, error_kind, is_2xx, response_status
+from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Record
 from wirediff.analysis.comparison.clients.probe import Failure
 from wirediff.analysis.comparison.compare import error_message

@@ -217,7 +217,9 @@ def content_links(
     for label, cand in by_label.items():
         pairs, only_base, only_cand = align([prints[p] for p in base], [prints[p] for p in cand])
         links += [(rows[cand[j]], rows[base[i]]) for i, j in pairs]
-        unmatched += [(label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base]
+        unmatched += [
+            (label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base
+        ]
         unmatched += [
             (label, baseline, ONLY_CANDIDATE, ids[cand[j]], *meta[cand[j]]) for j in only_cand
         ]

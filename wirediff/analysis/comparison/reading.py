@@ -102,7 +102,17 @@ def pair_findings(
                 (f.kind, f.path, f.baseline, f.candidate), breaks, c.check, better
             )
             found.append(
-                (f.kind, f.path, f.baseline, f.candidate, severity, BASELINE_SOURCE, "", evidence, f.message)
+                (
+                    f.kind,
+                    f.path,
+                    f.baseline,
+                    f.candidate,
+                    severity,
+                    BASELINE_SOURCE,
+                    "",
+                    evidence,
+                    f.message,
+                )
             )
     clients = tuple(
         ("client", x.probe, x.baseline, x.candidate, "breaking", x.client, "", x.message, x.message)

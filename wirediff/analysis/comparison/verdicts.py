@@ -126,7 +126,6 @@ def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
     return out
 
 
-
 @dataclass(slots=True)
 class Answer:
     """One method and endpoint in a cell: its first answer, and how all its exchanges went."""
@@ -284,7 +283,6 @@ def verdict_cells(
             key = (float(rank), kind == "header", kind, path)
             cells[at].reasons[key] = Reason(int(n), min(said), first)
     return dict(zip(named, cells, strict=True))
-
 
 
 def _finding_reasons(cell: Cell) -> list[str]:

@@ -332,9 +332,7 @@ def chain_rows(exchanges: pd.DataFrame, *, failing_only: bool = False) -> list[t
         )
     )
     bodies = exchanges["body_digest"].to_numpy()
-    links = chain_links(
-        f, exchanges["hop_digest"].to_numpy(), targets, lambda i: int(bodies[i])
-    )
+    links = chain_links(f, exchanges["hop_digest"].to_numpy(), targets, lambda i: int(bodies[i]))
     return assemble(f, links, exchanges["ok"].tolist(), failing_only=failing_only)
 
 

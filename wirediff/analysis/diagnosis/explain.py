@@ -250,7 +250,11 @@ def diagnose_chains(
                 for r in diagnose_chain(chain, records, served, backends)
             ]
         rows += [
-            {**r, "chain_id": chain["chain_id"], "exchange_ids": [ids[n] for n in r["exchange_ids"]]}
+            {
+                **r,
+                "chain_id": chain["chain_id"],
+                "exchange_ids": [ids[n] for n in r["exchange_ids"]],
+            }
             for r in found
         ]
     return rows

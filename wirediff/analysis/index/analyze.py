@@ -134,9 +134,11 @@ class Analysis:
         pair = found["pair"].to_numpy()
         own = pair < 0
         row = found["row"].to_numpy()
-        base = np.where(own, row, self.pairs["b"].to_numpy()[np.maximum(pair, 0)]) if len(
-            self.pairs
-        ) else row
+        base = (
+            np.where(own, row, self.pairs["b"].to_numpy()[np.maximum(pair, 0)])
+            if len(self.pairs)
+            else row
+        )
         ids, labels = rows["id"].to_numpy(dtype=object), rows["label"].to_numpy(dtype=object)
         out = pd.DataFrame(
             {
@@ -157,7 +159,11 @@ class Analysis:
         """Per exchange, the least severity rank of its findings (-1: none)."""
         out = np.full(len(self.index), len(SEVERITIES), dtype=np.int64)
         ranks = self.templates["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int)
-        np.minimum.at(out, self.findings["row"].to_numpy(), ranks.to_numpy()[self.findings["template"].to_numpy()])
+        np.minimum.at(
+            out,
+            self.findings["row"].to_numpy(),
+            ranks.to_numpy()[self.findings["template"].to_numpy()],
+        )
         return np.where(out < len(SEVERITIES), out, -1)
 
     def answers(self, name: str) -> np.ndarray:

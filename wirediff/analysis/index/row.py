@@ -114,9 +114,7 @@ _EMPTY: dict[str, Any] = {}
 def _first_event_ms(events: Any) -> float | None:
     """The earliest time among the events that have one."""
     times = [
-        t
-        for ev in events or ()
-        if type(t := ev.get("t_ms")) in (int, float) and not math.isnan(t)
+        t for ev in events or () if type(t := ev.get("t_ms")) in (int, float) and not math.isnan(t)
     ]
     return float(min(times)) if times else None
 

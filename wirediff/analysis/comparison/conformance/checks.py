@@ -280,7 +280,9 @@ def record_check(rec: Record) -> tuple[RecordCheck, tuple[ConformanceRow, ...]]:
             )
         )
     for b in breaks:
-        rows.append(("client", b.probe, "", b.candidate, "breaking", b.client, "", b.message, b.message))
+        rows.append(
+            ("client", b.probe, "", b.candidate, "breaking", b.client, "", b.message, b.message)
+        )
     check = RecordCheck(
         outcome,
         breaks,
