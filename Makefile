@@ -28,7 +28,10 @@ browser:
 
 # Everything: unit, e2e (real mitmdump + openai SDK), peers, clients and the browser test.
 # Installed means required: a missing peer, client or Chromium fails instead of skipping.
-test: $(STAMP) peers clients browser
+# The peers, the clients and Chromium install side by side (a build and downloads); each
+# skips what is already installed, so a later run goes straight to the tests.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 peers clients browser
 	WIREDIFF_REQUIRED=1 $(VENV)/bin/pytest -q
 
 lint: $(STAMP)

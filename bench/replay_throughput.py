@@ -82,7 +82,7 @@ def capture_session(n: int, tmp: Path) -> Path:
 
 def start_target() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wirediff.backends", "openai"],
+        [str(Path(sys.executable).with_name("wirediff")), "stand-in", "openai"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -206,7 +206,7 @@ def main() -> None:
         plan = make_plan(load_records([cap]))
         proc, url = start_target()
         try:
-            target = Target("bench", url + "/v1")
+            target = Target("bench", url)
             requests = [prepare(n.rec, target, "sk-bench", {}) for n in plan.nodes]
             n = len(requests)
             print(f"{n} exchanges per run (chat, chat stream, responses, responses stream), "

@@ -70,7 +70,5 @@ install_client() {
   echo "install-clients: $name installed in $((SECONDS - t0))s, $(du -sh "$dir" | cut -f1) ($dir)"
 }
 
-for client in "${CLIENTS[@]}"; do
-  IFS='|' read -r name kind spec file <<<"$client"
-  install_client "$name" "$kind" "$spec" "$file"
-done
+source "$ROOT/scripts/side-by-side.sh"
+side_by_side install_client "${CLIENTS[@]}"

@@ -2,7 +2,8 @@
 # Install the third-party OpenAI-compatible servers of the `peers` test tier, each into its
 # own virtualenv under .peers/ (they pin versions that conflict with mitmproxy's).
 #
-# Usage: scripts/install-peers.sh            (idempotent: an installed peer is skipped)
+# Usage: scripts/install-peers.sh [NAME…]    (idempotent: an installed peer is skipped;
+#                                             NAME: only these peers)
 #        WIREDIFF_PEERS_DIR=/elsewhere PYTHON=python3.11 scripts/install-peers.sh
 #
 # A peer counts as installed when .peers/<name>/.installed holds exactly its pip spec, so
@@ -15,14 +16,24 @@ PEERS_DIR="${WIREDIFF_PEERS_DIR:-$ROOT/.peers}"
 PYTHON="${PYTHON:-python3}"
 
 # name | pip requirements (space-separated) | distribution to check | command the tests run
-# llama-cpp-python is built from source by pip (about 11 minutes on 2 cores; pip's wheel
-# cache makes a reinstall take seconds); `gguf` writes the tests' tiny random-weight model.
+# llama-cpp-python is built from source by pip (pip's wheel cache makes a reinstall take
+# seconds); `gguf` writes the tests' tiny random-weight model.
 PEERS=(
   "litellm|litellm[proxy]==1.108.7|litellm|bin/litellm"
   "fakellm|fakellm==0.3.5|fakellm|bin/fakellm"
   "llama|llama-cpp-python[server]==0.3.36 gguf==0.19.0|llama_cpp_python|bin/python"
   "ors|open-responses-server==0.4.1|open-responses-server|bin/uvicorn"
 )
+
+# What the tests use of llama.cpp is its library under llama-cpp-python's Python server: no
+# multimodal library (llava/mtmd, imported only by vision chat handlers), no common library
+# (see llama-cpp-library-only.cmake), no tools, examples, tests or C++ server, no tuning
+# for this machine's CPU; on every core. A third of the full build.
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TOOLS=OFF"
+LLAMA_CMAKE_ARGS+=" -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF"
+LLAMA_CMAKE_ARGS+=" '-DCMAKE_PROJECT_llama.cpp_INCLUDE=$ROOT/scripts/llama-cpp-library-only.cmake'"
+export CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
 
 die() { echo "install-peers: $*" >&2; exit 1; }
 
@@ -59,7 +70,15 @@ install_peer() {
   echo "install-peers: $name $version installed in $((SECONDS - t0))s ($dir)"
 }
 
+# Side by side: llama-cpp-python's build while the others download.
+chosen=()
 for peer in "${PEERS[@]}"; do
-  IFS='|' read -r name spec dist cmd <<<"$peer"
-  install_peer "$name" "$spec" "$dist" "$cmd"
+  if [[ $# -eq 0 || " $* " == *" ${peer%%|*} "* ]]; then
+    chosen+=("$peer")
+  fi
 done
+for name in "$@"; do
+  [[ " ${PEERS[*]%%|*} " == *" $name "* ]] || die "no peer named '$name' (peers: ${PEERS[*]%%|*})"
+done
+source "$ROOT/scripts/side-by-side.sh"
+side_by_side install_peer "${chosen[@]}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -287,3 +288,86 @@ def test_open_ended_non_sse_body_passes_through_unbuffered(mitmdump: Any) -> Non
         server.server_close()
     assert lines == ['{"i": 0}', '{"i": 1}', '{"i": 2}']
     assert rec["response"]["text"].splitlines() == lines
+
+
+class _Held(BaseHTTPRequestHandler):
+    """Takes a request and sends no answer until the test ends (`server.release`); says
+    when a request has arrived (`server.arrived`)."""
+
+    protocol_version = "HTTP/1.1"
+    server: Any
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.server.arrived.set()
+        self.server.release.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_records_every_exchange_in_flight(mitmdump: Any, sig: signal.Signals) -> None:
+    """SIGTERM or Ctrl-C while a stream is mid-way (the upstream has sent `SENT` events and
+    the SDK has read them, the next held back) and while a request waits for its answer:
+    both are recorded as they stood, before mitmdump exits."""
+    sent, stop = 3, threading.Event()
+    held = ThreadingHTTPServer(("127.0.0.1", 0), _Held)
+    arrived = threading.Event()
+    held.arrived, held.release = arrived, stop  # type: ignore[attr-defined]
+    threading.Thread(target=held.serve_forever, daemon=True).start()
+    read: list[dict[str, object]] = []
+    all_read = threading.Event()
+    failures: list[BaseException] = []
+
+    def stream(url: str) -> None:
+        with openai.OpenAI(base_url=url, api_key=KEY, max_retries=0) as client:
+            try:
+                for chunk in client.chat.completions.create(
+                    model="gpt-4o-mini", messages=MSG, stream=True
+                ):
+                    read.append(chunk.to_dict())  # as sent: what the SDK did not fill in
+                    if len(read) == sent:
+                        all_read.set()
+            except (openai.APIError, httpx.HTTPError) as e:  # the proxy stopped: the point
+                failures.append(e)
+
+    def wait_answer(url: str) -> None:
+        with openai.OpenAI(base_url=url, api_key=KEY, max_retries=0) as client:
+            try:
+                client.chat.completions.create(model="gpt-4o-mini", messages=MSG)
+            except (openai.APIError, httpx.HTTPError) as e:
+                failures.append(e)
+
+    try:
+        with make_standin("openai", pace=lambda i: i < sent or stop.wait()) as st:
+            m = mitmdump([f"reverse:{st.url}", f"reverse:http://127.0.0.1:{held.server_port}"])
+            clients = [
+                threading.Thread(target=stream, args=(m.url + "/v1",)),
+                threading.Thread(target=wait_answer, args=(f"http://127.0.0.1:{m.ports[1]}/v1",)),
+            ]
+            for c in clients:
+                c.start()
+            assert all_read.wait(30) and arrived.wait(30)
+            m.proc.send_signal(sig)
+            m.proc.wait(60)
+            for c in clients:
+                c.join(60)
+            stop.set()  # the stand-in's handler may end
+    finally:
+        stop.set()
+        held.shutdown()
+        held.server_close()
+    assert len(failures) == 2, failures  # both clients saw the proxy go
+    recs = {r["listener"].rsplit("@", 1)[1]: r for r in m.records()}
+    streamed, waiting = recs[str(m.ports[0])], recs[str(m.ports[1])]
+    for rec in (streamed, waiting):
+        assert rec["error"] == {
+            "kind": "proxy_shutdown",
+            "message": "the proxy stopped before the exchange ended",
+        }
+        assert rec["tags"]["model"] == "gpt-4o-mini"
+    assert streamed["response"]["complete"] is False and streamed["tags"]["stream"] is True
+    assert [e["data"] for e in streamed["response"]["events"]] == read
+    assert waiting["response"] is None and waiting["request"]["body"]["messages"] == MSG
+    assert_no_canary(m.capture_dir)

@@ -48,6 +48,13 @@ def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: 
                 client.chat.completions.create(
                     model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
                 )
+                list(
+                    client.chat.completions.create(
+                        model="gpt-4o-mini",
+                        messages=[{"role": "user", "content": "hi"}],
+                        stream=True,
+                    )
+                )
             records = cap.stop()
         finally:
             cap.kill()
@@ -55,10 +62,13 @@ def test_prints_where_to_point_the_client_records_and_stops_on_ctrl_c(tmp_path: 
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port)):
         pass  # mitmdump is gone with it
     assert cap.capture_file.parent == tmp_path / "caps"  # --dir caps, absolute
-    assert [r["tags"]["family"] for r in records] == ["models", "chat.completions"]
+    assert [r["tags"]["family"] for r in records] == ["models", *["chat.completions"] * 2]
     assert {r["label"] for r in records} == {"openai"}
     assert {r["session"] for r in records} == {cap.capture_file.stem}
-    assert f"stopped; {cap.capture_file} holds 2 exchanges" in cap.printed
+    assert f"stopped: 3 exchanges recorded; {cap.capture_file} holds 3 exchanges" in cap.printed
+    assert "interrupted" not in cap.printed  # Ctrl-C is how a capture ends
+    # mitmdump's own line for the stream: it passed through, nothing is missing
+    assert "(content missing)" not in cap.printed and "(streamed)" in cap.printed
     data = cap.capture_file.read_bytes()
     assert KEY.encode() not in data and TEAM_KEY.encode() not in data  # `--` args reached it
 
@@ -87,7 +97,10 @@ def test_ctrl_c_with_a_client_connected_counts_every_part_and_prints_no_tracebac
             cap.kill()
     parts = sorted(tmp_path.glob(f"{cap.capture_file.stem}*.jsonl"))
     assert len(parts) == 3 and len(records) == 3  # a part each: every record is over 1 KB
-    assert f"stopped; {cap.capture_file} and its 2 more parts hold 3 exchanges" in cap.printed
+    assert (
+        f"stopped: 3 exchanges recorded; {cap.capture_file} and its 2 more parts hold 3 exchanges"
+        in cap.printed
+    )
     assert "Traceback" not in cap.printed and "CancelledError" not in cap.printed
 
 
@@ -130,10 +143,22 @@ def test_a_port_in_use_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and f"port {port} is not free" in err and err.count("\n") == 1
 
 
-def test_mitmdump_refusing_its_arguments_is_bad_usage(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--mode", "bogus:x"], "bogus:x"),
+        (["--set", "capture_body_cap=abc"], "capture_body_cap must be a whole number of bytes"),
+    ],
+    ids=["mitmdump refuses an argument", "the addon refuses a value, after mitmdump listens"],
+)
+def test_a_proxy_that_did_not_start_is_bad_usage_and_prints_no_banner(
+    tmp_path: Path, extra: list[str], words: str
+) -> None:
+    """mitmdump listens before it loads the addon: no base URL is printed until the addon
+    records, and none when it refused to."""
     argv = ["--to", "http://127.0.0.1:9/v1", "--port", "0", "--dir", str(tmp_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "wirediff", "capture", *argv, "--", "--mode", "bogus:x"],
+        [sys.executable, "-m", "wirediff", "capture", *argv, "--", *extra],
         capture_output=True,
         text=True,
         timeout=60,
@@ -141,7 +166,8 @@ def test_mitmdump_refusing_its_arguments_is_bad_usage(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.count("wirediff: error: mitmdump did not start") == 1
-    assert "bogus:x" in done.stderr  # mitmdump's own words, on the terminal
+    assert words in done.stdout + done.stderr  # mitmdump's own words, on the terminal
+    assert "client base URL" not in done.stdout, done.stdout
 
 
 def test_forward_mode_to_an_upstream_with_a_private_ca(mitmdump: Any, tmp_path: Path) -> None:

@@ -102,8 +102,19 @@ def test_demo_writes_the_report_and_leaks_no_key(
     size = (out / "report.html").stat().st_size
     assert f"report:      {out / 'report.html'} ({size / 1000:,.0f} KB)" in proc.stdout
     assert size < 300_000, f"the demo's report grew to {size:,} bytes"
-    said = re.search(r"The demo's report \([^)]*\) is (\d+) KB", (ROOT / "README.md").read_text())
-    assert said and abs(int(said[1]) - size / 1000) < 15, f"the README says {said and said[0]}"
+    readme = (ROOT / "README.md").read_text()
+    said = re.search(
+        r"The demo's report \((\d+) exchanges, (\d+) distinct findings\) is about (\d+) KB",
+        " ".join(readme.split()),
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert said, "the README no longer gives the demo's figures"
+    totals = summary["totals"]
+    assert (int(said[1]), int(said[2])) == (totals["exchanges"], totals["findings"]), said[0]
+    assert abs(int(said[3]) - size / 1000) <= 0.03 * size / 1000, f"the README says {said[0]}"
+    # the README's bottom-line example is the demo's own
+    shown = [line for line in readme.splitlines() if line.startswith(("ollama can", "vllm can"))]
+    assert shown and set(shown) <= set(summary["bottom_line"]), shown
     assert "[4/4] analysing and rendering the report" in proc.stderr
 
     original = load_records([out / "captures" / "demo.jsonl"])
@@ -112,13 +123,15 @@ def test_demo_writes_the_report_and_leaks_no_key(
     for label in CANDIDATES:
         replays = load_records([out / "captures" / f"demo.{label}.jsonl"])
         assert {r["replay_of"] for r in replays} == ids
-    summary = json.loads((out / "summary.json").read_text())
     verdicts = {b["label"]: b["verdicts"] for b in summary["backends"]}
     assert verdicts["openai"] == {"chat.completions": "compatible", "responses": "compatible"}
     assert verdicts["lmstudio"]["responses"] == "unsupported"
-    # the drop-in verdicts, printed one line per backend and family, as the report opens
+    # the bottom line, then the drop-in verdicts, one line per backend and family, as the
+    # report opens
     printed = proc.stdout.split("drop-in verdicts (the report opens with them):\n", 1)[1]
-    lines = printed.splitlines()[: len(summary["verdicts"])]
+    sentences = len(summary["bottom_line"])
+    assert [line.strip() for line in printed.splitlines()[:sentences]] == summary["bottom_line"]
+    lines = printed.splitlines()[sentences : sentences + len(summary["verdicts"])]
     assert [line.split()[:2] for line in lines] == [
         [v["label"], v["family"]] for v in summary["verdicts"]
     ]

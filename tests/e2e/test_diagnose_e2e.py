@@ -192,7 +192,7 @@ def test_wirediff_diagnose_prints_and_dumps_json(
     assert main(["diagnose", str(m.capture_file)]) == 0
     text = capsys.readouterr().out
     assert "model_not_found" in text and "ollama pull gpt-4o-mini" in text
-    assert text.endswith("1 diagnoses in 1 chains\n")
+    assert text.endswith("1 diagnosis in 1 chain\n")
 
     assert main(["diagnose", "--json", str(m.capture_file)]) == 0
     (row,) = json.loads(capsys.readouterr().out)

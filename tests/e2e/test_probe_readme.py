@@ -24,11 +24,11 @@ def test_the_readme_probe_example(tmp_path: Path) -> None:
     lines = [ln for ln in readme_block("probe").splitlines() if ln and not ln.startswith("#")]
     [serve, run] = lines
     serve_argv = [a for a in shlex.split(serve, comments=True) if a != "&"]
-    assert serve_argv[:3] == ["python", "-m", "wirediff.backends"], serve
-    assert serve_argv[4:] == ["--port", "8000"], serve
+    assert serve_argv[:2] == ["wirediff", "stand-in"], serve
+    assert serve_argv[3:] == ["--port", "8000"], serve
     argv = shlex.split(run, comments=True)
     assert argv[:3] == ["wirediff", "probe", README_URL], run
-    with standin(serve_argv[3]) as url:
+    with standin(serve_argv[2]) as url:
         done = subprocess.run(
             [WIREDIFF, "probe", url + "/v1", *argv[3:]],
             capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,

@@ -1,15 +1,17 @@
 """The report in Debian's headless Chromium, driven over the DevTools protocol (a pipe).
 
 No console error, nothing fetched but the file itself, the matrix and a divergence
-visible, a filter click hides the other backends; at 900, 1400 and 1920 px nothing is wider
-than the window (closed and with every detail open) and the drop-in verdicts are on the
-first screen. Screenshots of the window go to tmp, and of the page's top to
-`$WIREDIFF_SCREENSHOTS` (a directory, as `report-<width>.png`) when set; `$WIREDIFF_REPORT`
-checks an existing report instead of the fixture one. The README's screenshots are the
-demo's, taken so:
+visible, a filter click hides the other backends; at 1024, 1400 and 1920 px nothing is wider
+than the window, no text runs out of its card, cell or row and no card lies over another
+(element boxes compared, closed and with every detail open), the bottom line and the
+drop-in verdicts are on the first screen, the latency charts' values sit where their values
+are, and what the verdicts say names no raw id. Screenshots of the window go to tmp, and of
+the page's top to `$WIREDIFF_SCREENSHOTS` (a directory, as `report-<width>.png`) when set;
+`$WIREDIFF_REPORT` checks an existing report instead of the fixture one. The README's
+screenshots are the demo's, taken so:
 
     make demo && WIREDIFF_REPORT=wirediff-demo/report.html WIREDIFF_SCREENSHOTS=docs \
-        .venv/bin/pytest tests/e2e/test_report_browser.py -k "1400px or 900px"
+        .venv/bin/pytest tests/e2e/test_report_browser.py -k "1400px or 1024px"
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -30,7 +33,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import missing
-from tests.unit.test_report import analysed, render, sample, sample_records
+from tests.fixtures import records as fx
+from tests.unit.test_report import analysed, render, sample_records
+from wirediff._types import Record
 
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -38,7 +43,7 @@ FLAGS = [
     "--disable-extensions", "--remote-debugging-pipe", "--hide-scrollbars",
 ]  # fmt: skip
 WIDTH, HEIGHT = 1360, 1700
-VIEWPORTS = [(900, 1200), (1400, 1000), (1920, 1080)]
+VIEWPORTS = [(1024, 1200), (1400, 1000), (1920, 1080)]
 """Window sizes the layout is checked at (width, height of the first screen)."""
 SHOWN_HEIGHT = 1600
 """Pixels of the page's top in the screenshots written to `$WIREDIFF_SCREENSHOTS`."""
@@ -235,12 +240,35 @@ def visible(selector: str) -> str:
     )
 
 
+def layout_records() -> list[Record]:
+    """The report tests' sample, and a stream whose events lack a deep field: the longest
+    path a finding names (`events[response.*].response.usage.input_tokens_details.…`)."""
+    records = sample_records()
+    [stream] = [
+        r
+        for r in records
+        if r["label"] == "openai"
+        and r["tags"]["stream"]
+        and r["tags"]["family"] == "responses"
+        and not (r["request"]["body"] or {}).get("tools")
+    ]
+
+    def no_cache_write_tokens(rec: Record) -> None:
+        for data in fx.payloads(rec):
+            usage = (data.get("response") or {}).get("usage") if isinstance(data, dict) else None
+            if usage:
+                usage["input_tokens_details"].pop("cache_write_tokens", None)
+        fx.set_payloads(rec, fx.payloads(rec), renumber=False)
+
+    records.append(fx.replay(stream, id="vl-resp-s", label="vllm", change=no_cache_write_tokens))
+    return records
+
+
 def report_under_test(tmp_path: Path) -> Path:
     given = os.environ.get("WIREDIFF_REPORT")
     if given:
         return Path(given).resolve()
-    analysis, diagnoses = sample()
-    return render(analysis, diagnoses, tmp_path / "report.html")
+    return render(*analysed(layout_records()), tmp_path / "report.html")
 
 
 def test_report_in_headless_chromium(browser: DevTools, tmp_path: Path) -> None:
@@ -327,9 +355,92 @@ FIRST_SCREEN = """(() => {
   const first = document.querySelector("main > section");
   const row = document.querySelector("#verdicts table.dropin tbody tr");
   const r = row.getBoundingClientRect();
-  return [first.id, r.top >= 0 && r.bottom <= window.innerHeight, row.checkVisibility()];
+  const line = document.querySelector("#verdicts .bottomline");
+  return [first.id, r.top >= 0 && r.bottom <= window.innerHeight, row.checkVisibility(),
+          line !== null && line.getBoundingClientRect().top < r.top];
 })()"""
-"""JS: which section comes first, and whether its first verdict is whole on the first screen."""
+"""JS: which section comes first, whether its first verdict is whole on the first screen, and
+whether the bottom line is above it."""
+
+BOXES = """(() => {
+  const CONTAINERS = ".card, .cellev, .kindgroup, .chain, .timeline, .chart, td, th, li, summary, figure, p";
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (el.classList.length ? "." + [...el.classList].join(".") : "");
+  const clipped = (el, box) => {
+    for (let p = el; p && p !== box.parentElement; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if (s.overflowX !== "visible" || p instanceof SVGElement) return true;
+    }
+    return false;
+  };
+  const out = [];
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || !el.checkVisibility()) continue;
+    const box = el.closest(CONTAINERS);
+    if (!box || clipped(el, box)) continue;
+    const b = box.getBoundingClientRect();
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    for (const r of range.getClientRects()) {
+      if (r.width > 0 && (r.left < b.left - 1 || r.right > b.right + 1)) {
+        out.push(`text of ${name(el)} at ${Math.round(r.left)}..${Math.round(r.right)} outside ${name(box)} ${Math.round(b.left)}..${Math.round(b.right)}: ${n.textContent.trim().slice(0, 60)}`);
+        break;
+      }
+    }
+  }
+  for (const sel of [".cards > .card", ".cells > .cellev", ".charts > .chart", "main > section"]) {
+    const boxes = [...document.querySelectorAll(sel)].filter(e => e.checkVisibility());
+    const rects = boxes.map(e => e.getBoundingClientRect());
+    for (let i = 0; i < rects.length; i++) {
+      for (let j = i + 1; j < rects.length; j++) {
+        const a = rects[i], c = rects[j];
+        const w = Math.min(a.right, c.right) - Math.max(a.left, c.left);
+        const h = Math.min(a.bottom, c.bottom) - Math.max(a.top, c.top);
+        if (w > 1 && h > 1) out.push(`${name(boxes[i])} lies over ${name(boxes[j])} (${sel})`);
+      }
+    }
+  }
+  return out.slice(0, 10);
+})()"""
+"""JS: text that runs out of the card, cell, row, item or paragraph it is in (unless a box on
+the way scrolls or clips it, as a `<pre>` does), and cards, cells, charts or sections that
+lie over one another: element boxes compared."""
+
+LATENCY = """(() => {
+  const out = [];
+  for (const bar of document.querySelectorAll("#latency g.bar")) {
+    const median = bar.querySelector("line.median").getBBox();
+    const whisker = bar.querySelector("line.whisker").getBBox();
+    const p50 = bar.querySelector("text.p50").getBBox();
+    const p95 = bar.querySelector("text.p95").getBBox();
+    const label = bar.querySelector("text:not(.val)").getBBox();
+    const overlap = (a, b) => a.x < b.x + b.width && b.x < a.x + a.width
+      && a.y < b.y + b.height && b.y < a.y + a.height;
+    out.push([
+      Math.abs(p50.x + p50.width / 2 - median.x) < 1 || p50.x > label.x + label.width,
+      p95.x >= whisker.x + whisker.width,
+      !overlap(p50, p95) && !overlap(p50, label) && !overlap(p95, label),
+      p50.y + p50.height <= median.y + median.height,
+    ]);
+  }
+  return out;
+})()"""
+"""JS: per latency bar, whether the median's value is centred on the median's line (or, for
+a median near zero, just clear of the backend's name), the p95's value comes after its
+whisker, no two labels overlap, and the median's value is above the box."""
+
+WHOLE_NAMES = """[...document.querySelectorAll("table.verdicts th, table.dropin td:nth-child(2)")]
+  .filter(e => e.checkVisibility())
+  .filter(e => { const r = document.createRange(); r.selectNodeContents(e);
+                 return r.getClientRects().length > 1; })
+  .map(e => e.textContent)"""
+"""JS: endpoint family names broken over lines (one that wraps anywhere reads `chat.completio
+ns`)."""
+
+RAW_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[a-z]{2,12}[_-](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{16,}"
+"""A uuid or a prefixed generated id (`resp_8307…`)."""
 
 
 @pytest.mark.parametrize(("width", "height"), VIEWPORTS, ids=[f"{w}px" for w, _ in VIEWPORTS])
@@ -340,7 +451,7 @@ def test_report_fits_the_window_at_widths(
     browser.open(report.as_uri(), width=width, height=height)
     assert browser.errors() == []
     assert browser.js("[window.innerWidth, window.innerHeight]") == [width, height]
-    assert browser.js(FIRST_SCREEN) == ["verdicts", True, True], "the verdicts are not first"
+    assert browser.js(FIRST_SCREEN) == ["verdicts", True, True, True], "the verdicts are not first"
 
     shot = tmp_path / f"report-{width}.png"
     browser.screenshot(shot)
@@ -351,6 +462,14 @@ def test_report_fits_the_window_at_widths(
 
     scroll, inner, wide = browser.js(OVERFLOW)
     assert scroll <= inner and not wide, (scroll, inner, wide)
+    assert browser.js(BOXES) == []
+    assert browser.js(WHOLE_NAMES) == []
+    bars = browser.js(LATENCY)
+    assert bars and all(all(checks) for checks in bars), bars
+    said = browser.js(
+        "[...document.querySelectorAll('#verdicts, .cellev .reasons')].map(e => e.innerText)"
+    )
+    assert not [t for t in said if re.search(RAW_ID, t)], "a verdict names a raw id"
     cards = browser.js(
         "[...document.querySelectorAll('#summary .card')].map(c => c.getBoundingClientRect().right)"
     )
@@ -361,4 +480,5 @@ def test_report_fits_the_window_at_widths(
     assert browser.js(visible("main details:not([open])"))[0] == 0
     scroll, inner, wide = browser.js(OVERFLOW)
     assert scroll <= inner and not wide, ("with every detail open", scroll, inner, wide)
+    assert browser.js(BOXES) == [], "with every detail open"
     assert browser.errors() == []

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from itertools import groupby
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -57,6 +58,9 @@ NO_AUTH = {"Authorization": Omit()}
 
 def model_of(name: str) -> str:
     return str(profile(name)["models"]["served"][0])
+
+
+WIREDIFF = str(Path(sys.executable).with_name("wirediff"))
 
 
 def sdk(url: str, key: str = KEY) -> openai.OpenAI:
@@ -678,15 +682,15 @@ def test_stop_ends_open_streams() -> None:
 
 def _cli(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "STANDIN_TEST_KEY": KEY}
-    return subprocess.Popen([sys.executable, "-m", "wirediff.backends", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([WIREDIFF, "stand-in", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nope"], r"^error: unknown provider profile 'nope' \(known: lmstudio, ollama, openai, vllm\)$"),
-        (["openai", "--api-key-env", "WIREDIFF_UNSET_VAR"], r"^error: environment variable WIREDIFF_UNSET_VAR is not set$"),
+        (["nope"], r"^wirediff: error: unknown stand-in 'nope' \(known: lmstudio, ollama, openai, vllm\)$"),
+        (["openai", "--api-key-env", "WIREDIFF_UNSET_VAR"], r"^wirediff: error: --api-key-env: environment variable WIREDIFF_UNSET_VAR is not set$"),
     ],
 )  # fmt: skip
 def test_cli_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -700,9 +704,9 @@ def test_cli_serves_until_ctrl_c() -> None:
     p = _cli("vllm", "--delay", "0", "--api-key-env", "STANDIN_TEST_KEY")
     try:
         assert p.stdout is not None
-        url = p.stdout.readline().strip()  # printed once listening
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
-        with sdk(url) as c:
+        base_url = p.stdout.readline().strip()  # printed once listening: what a client is given
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", base_url)
+        with sdk(base_url.removesuffix("/v1")) as c:
             assert [m.id for m in c.models.list()] == profile("vllm")["models"]["served"]
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=15)

@@ -18,6 +18,8 @@ send never shows in the proxy under test. Routes (any method):
                        in every encoding as JSON, text and binary messages; then a close
                        whose reason is the first credential
   /reset               the connection closed without an answer
+  /bomb/ws             a WebSocket that accepts permessage-deflate and sends one message of
+                       `WS_BOMB` bytes once inflated, then waits for the close
 """
 
 from __future__ import annotations
@@ -73,6 +75,24 @@ def _repeat(piece: bytes, head: bytes, encoding: str) -> bytes:
         return zs.compress(head) + zs.compress(piece) * n
     br = brotli.Compressor(quality=1)
     return bytes(br.process(head) + b"".join(br.process(piece) for _ in range(n)) + br.finish())
+
+
+WS_BOMB = 1 << 30
+"""Bytes the WebSocket bomb's one message inflates to: 1 GiB."""
+
+
+@functools.cache
+def ws_bomb() -> bytes:
+    """A permessage-deflate payload of `WS_BOMB` bytes of JSON text once inflated: raw
+    deflate, full-flushed blocks (identical bytes), the last block's 00 00 ff ff left off
+    as RFC 7692 has it."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = c.compress(b'{"type":"x","pad":"') + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(FLAT_PIECE) + c.flush(zlib.Z_FULL_FLUSH)
+    tail = c.compress(b'"}') + c.flush(zlib.Z_SYNC_FLUSH)
+    body = head + block * (WS_BOMB // len(FLAT_PIECE)) + tail
+    assert body.endswith(b"\x00\x00\xff\xff")
+    return body[:-4]
 
 
 @functools.cache
@@ -156,7 +176,10 @@ class Hostile(asyncio.Protocol):
         body, self.buf = self.buf[end + 4 : end + 4 + length], self.buf[end + 4 + length :]
         target = lines[0].split(" ")[1]
         if head.get("upgrade", "").lower() == "websocket":
-            self.upgrade(head, target)
+            if target.startswith("/bomb/ws"):
+                self.ws_bomb(head)
+            else:
+                self.upgrade(head, target)
             return
         asyncio.get_running_loop().create_task(self.answer(target, head, body))
 
@@ -174,6 +197,21 @@ class Hostile(asyncio.Protocol):
         rest, self.buf = self.buf, b""
         if rest:
             self.websocket_data(rest)
+
+    def ws_bomb(self, head: dict[str, str]) -> None:
+        """Accept permessage-deflate (if offered) and send the bomb as one text message."""
+        accept = accept_key(head.get("sec-websocket-key", ""))
+        offered = "permessage-deflate" in head.get("sec-websocket-extensions", "")
+        self.t.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: %s\r\n%s\r\n"
+            % (accept.encode(), b"Sec-WebSocket-Extensions: permessage-deflate\r\n" if offered else b"")
+        )  # fmt: skip
+        if offered:
+            payload = ws_bomb()
+            size = len(payload)
+            self.t.write(b"\xc1\x7f" + size.to_bytes(8, "big") + payload)  # FIN, RSV1, text
+        self.ws, self.ws_credentials = Connection(ConnectionType.SERVER), []
 
     def websocket_data(self, data: bytes) -> None:
         ws = self.ws

@@ -69,7 +69,7 @@ def test_wirediff_diagnose_cli(
     assert main(["diagnose", str(auth_dropped_capture)]) == 0
     text = capsys.readouterr().out
     assert "auth_dropped_by_hop" in text and "auth_rejected" not in text
-    assert text.endswith("1 diagnoses in 1 chains\n")
+    assert text.endswith("1 diagnosis in 1 chain\n")
 
     assert main(["diagnose", "--json", str(auth_dropped_capture)]) == 0
     (row,) = json.loads(capsys.readouterr().out)

@@ -71,6 +71,7 @@ def test_the_upstream_and_the_clients_path(url: str, upstream: str, path: str) -
         ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_label=x"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_rotate=soon"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_rotate=0MB"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_bodycap=5"],
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(
@@ -80,6 +81,8 @@ def test_bad_usage_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("wirediff: error: ") and err.count("\n") == 1
     assert "unexpected" not in err, err
+    if "capture_bodycap" in argv[-1]:
+        assert "unknown option capture_bodycap (did you mean capture_body_cap?)" in err
 
 
 async def test_changing_capture_session_live_starts_a_new_file(tmp_path: Path) -> None:

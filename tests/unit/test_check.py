@@ -87,6 +87,12 @@ def test_several_candidates_one_line_each_and_the_breaking_one_fails(
     code = main(["check", base, good, bad, "--junit", str(junit), "--json", str(doc)])
     assert code == 1
     lines = capsys.readouterr().out.splitlines()
+    # the bottom line first, a sentence per candidate
+    assert lines[0].startswith("lmstudio cannot replace openai: chat.completions breaks: ")
+    assert lines[1] == (
+        "ollama can replace openai for chat.completions, responses and models, "
+        "with 1 deviation no client notices."
+    )
     cells = [line.split()[:3] for line in lines if line.startswith("  ")]
     assert cells == [
         ["base", "openai", "chat.completions"],
@@ -115,6 +121,7 @@ def test_several_candidates_one_line_each_and_the_breaking_one_fails(
 
     written = json.loads(doc.read_text())
     assert (written["format"], written["passed"]) == ("wirediff-check/1", False)
+    assert written["bottom_line"] == lines[:2]
     schema = json.loads(SCHEMA_PATH.read_text())
     row_schema = {**schema["$defs"]["verdict_row"], "$defs": schema["$defs"]}
     for row in written["verdicts"]:
@@ -184,7 +191,8 @@ def test_a_family_nothing_of_which_is_here_is_unsupported() -> None:
     verdict, reasons = verdict_of([base, cand], "lmstudio", "responses")
     assert verdict == "unsupported"
     assert reasons == [
-        "POST /v1/responses: not here (200: Unexpected endpoint or method. (POST /v1/responses))"
+        "POST /v1/responses: not here (200 with an error body: Unexpected endpoint or method. "
+        "(POST /v1/responses))"
     ]
 
 

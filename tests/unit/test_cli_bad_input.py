@@ -59,6 +59,7 @@ BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
     "a JSON array": _write("array.jsonl", b"[1, 2]\n"),
     "one unfinished line": _write("cut.jsonl", b'{"format": "wirediff/1", "id": "a", "req'),
     "a record with one byte not UTF-8": lambda d: _not_utf8(d / "odd.jsonl"),
+    "an HTML report": _write("report.html", b"<!doctype html>\n<html lang=en>\n"),
     "a directory": _directory,
     "a missing file": lambda d: d / "missing.jsonl",
 }
@@ -128,6 +129,14 @@ BAD_USAGE: dict[str, list[str]] = {
     "export over an existing file": ["export", "GOOD", "--parquet", "GOOD"],
     "report --engine unknown": ["report", "GOOD", "--engine", "spark"],
     "demo an unknown option": ["demo", "--fast"],
+    "stand-in an unknown one": ["stand-in", "nope"],
+    "stand-in --port past 65535": ["stand-in", "openai", "--port", "99999"],
+    "stand-in an unset key variable": [
+        "stand-in",
+        "openai",
+        "--api-key-env",
+        "WIREDIFF_TEST_UNSET_KEY_VAR",
+    ],
     "addon-path an extra argument": ["addon-path", "extra"],
     "addon-path two addons": ["addon-path", "shadow", "capture"],
     "probe without a URL": ["probe"],
@@ -143,9 +152,8 @@ BAD_USAGE: dict[str, list[str]] = {
     "report --baseline without a label": ["report", "GOOD", "--baseline"],
     "report --baseline a label no capture has": ["report", "GOOD", "--baseline", "nosuch"],
     "check --baseline a label the baseline lacks": ["check", "GOOD", "GOOD", "--baseline", "x"],
-    "diagnose --baseline a label no capture has": ["diagnose", "GOOD", "--baseline", "nosuch"],
 }
-NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe"}
+NO_CAPTURE_INPUT = {"capture", "demo", "addon-path", "probe", "stand-in"}
 """Commands that read no capture: bad usage is all they can be given."""
 
 
@@ -275,7 +283,7 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
     assert {
         "report": f'"exchanges": {len(base)}' in out,
         "diagnose": out == "[]\n",
-        "check": out.startswith(f"{len(base)} replayed exchanges compared with {len(base)} "),
+        "check": f"\n{len(base)} replayed exchanges compared with {len(base)} baseline" in out,
         "export": out.startswith(f"{len(base)} exchanges"),
     }[argv[0]], out
     assert not list(temp.iterdir()), "the copy was left behind"
@@ -307,6 +315,19 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
     assert "a capture this command reads" in one_error_line(capsys.readouterr().err)
     assert good.read_bytes() == held and part.read_bytes() == held
     assert not (good.parent / "r.html").exists()
+
+
+def test_a_report_given_as_a_capture_is_named_as_one(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wirediff report report.html` in the demo's folder: the input is the problem, not the
+    `-o` it was not given (whose default names the same file)."""
+    monkeypatch.chdir(good.parent)
+    (good.parent / "report.html").write_text("<!doctype html>\n<html lang=en>\n")
+    assert main(["report", "report.html"]) == 2
+    err = one_error_line(capsys.readouterr().err)
+    assert err.startswith("wirediff: error: report.html: an HTML or XML page, not a wirediff/1")
+    assert "-o" not in err
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:

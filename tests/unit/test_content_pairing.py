@@ -357,5 +357,3 @@ def test_check_and_report_take_two_live_captures(
     html = (tmp_path / "r.html").read_text()
     assert "only in the baseline: 1" in html and "Unmatched calls" in html
     assert main(["report", a, b, "--baseline", "vllm", "-o", str(tmp_path / "x.html")]) == 2
-    assert main(["diagnose", a, b, "--baseline", "vllm"]) == 2
-    assert main(["diagnose", a, b, "--baseline", "openai"]) == 0

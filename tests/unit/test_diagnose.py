@@ -683,7 +683,7 @@ def test_format_diagnoses() -> None:
     text = format_diagnoses(df)
     assert "soft_error_200" in text and "endpoint_not_implemented" in text
     assert "fix: LM Studio" in text and "provider lmstudio" in text
-    assert text.endswith("2 diagnoses in 1 chains\n")
+    assert text.endswith("2 diagnoses in 1 chain\n")
     assert format_diagnoses(rows([record()])).startswith("no failing chains")
 
 
@@ -736,3 +736,26 @@ def test_readme_table_names_the_codes_in_order() -> None:
     table = readme.split("| code | evidence it rests on |", 1)[1].split("\n\n", 1)[0]
     named = [c for row in table.splitlines()[2:] for c in re.findall(r"`(\w+)`", row.split("|")[1])]
     assert named == list(CODES)
+
+
+def test_the_command_prints_chains_diagnosed_alike_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three calls refused alike, a second apart (separate chains), told apart only by
+    their ids: one chain printed, with the three named; the count in words that agree."""
+    from wirediff.cli import main
+    from wirediff.record.store import RecordWriter
+
+    lm: dict[str, Any] = {**RESPONSES, **ANSWERS["lmstudio.unexpected_endpoint"]}
+    path = tmp_path / "s.jsonl"
+    with RecordWriter(path) as w:
+        for n in range(3):
+            w.write(record(id=f"lm-{n:032x}", started=T0 + 600 * n, seq=n, **lm))
+    assert main(["diagnose", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("3 chains diagnosed alike (ch-lm-")
+    assert text.count("endpoint_not_implemented:") == 1
+    assert text.endswith("6 diagnoses in 3 chains, 1 distinct\n")
+    path.write_text(path.read_text().splitlines(keepends=True)[0])
+    assert main(["diagnose", str(path)]) == 0
+    assert capsys.readouterr().out.endswith("2 diagnoses in 1 chain\n")

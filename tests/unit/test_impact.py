@@ -216,3 +216,21 @@ def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(
     answer(rec)["body"], answer(rec)["text"] = None, text
     (failure,) = impact(rec).failures  # the SDK parses the bytes it was sent
     assert failure.error.startswith(f"raises {raised}")
+
+
+def test_an_outcome_measured_with_the_node_sdk_is_not_reused_without_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """One process may analyse with the Node SDK on, then off (as pytest's tiers do): the
+    remembered outcome of the first must not carry a Node failure into the second."""
+    from wirediff.analysis.comparison.clients import node
+    from wirediff.analysis.comparison.clients.probe import Failure, Observations
+
+    found = Observations(failures=[Failure("client.chat.completions.stream()", "raises X")])
+    sdk = node.NodeSdk("node", tmp_path, "6.0.0")
+    monkeypatch.setattr(node, "node_sdk", lambda: sdk)
+    monkeypatch.setattr(node, "measure", lambda jobs: [found for _ in jobs])
+    rec = chat_record(stream=True)
+    assert [f.error for f in impact(rec).failures] == ["raises X"]
+    monkeypatch.setattr(node, "node_sdk", lambda: "turned off")
+    assert impact(rec).failures == ()

@@ -207,7 +207,7 @@ def test_check_keeps_each_named_file_with_its_argument(
         code = main(["check", str(tmp_path / "s.jsonl"), *(str(tmp_path / n) for n in named)])
         said = capsys.readouterr()
         assert code == 0, said.err
-        assert said.out.startswith(f"{len(candidate)} replayed and "), said.out
+        assert f"\n{len(candidate)} replayed and " in said.out, said.out  # after the bottom line
 
 
 def test_two_urls_of_one_session_read_it_once(tmp_path: Path) -> None:

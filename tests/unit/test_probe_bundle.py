@@ -130,6 +130,18 @@ def test_readiness_follows_the_needs_and_strict() -> None:
     assert strict["x"].blocking == ["b"] and strict["x"].state == "NOT READY"
 
 
+def test_a_break_only_openai_node_sees_stops_openai_node_alone() -> None:
+    """ORS's chat stream ends with no finish_reason: openai-node's `.stream()` raises, the
+    Python clients read it. The feature is breaking, and only openai-node is not ready."""
+    node_only = [("breaking", "openai-node"), ("deviation", "")]
+    rows = {"s": FeatureRow("s", "S", "breaking", "", "", whose=node_only)}
+    mine = [Client("openai-node", "openai-node", ("s",)), Client("openai-python", "py", ("s",))]
+    ready = {c.id: c.state for c in readiness(mine, rows)}
+    assert ready == {"openai-node": "NOT READY", "openai-python": "READY"}
+    strict = {c.id: c.state for c in readiness(mine, rows, strict=True)}
+    assert strict == {"openai-node": "NOT READY", "openai-python": "NOT READY"}
+
+
 def test_a_stream_under_another_content_type() -> None:
     """A whole event stream labeled application/json is read by the SDKs (a deviation, its
     tool calls counted); one that is not whole is a stream not given."""

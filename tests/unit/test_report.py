@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import openai
 import pandas as pd
 import pytest
 
@@ -372,7 +373,7 @@ def test_summary_json_and_findings_lines_match_the_schema(tmp_path: Path) -> Non
         "models": "compatible",
     }
     assert by_label["lmstudio"]["verdicts"]["responses"] == "unsupported"
-    assert by_label["lmstudio"]["status_mix"] == {"200": 2, "skipped": 1}
+    assert by_label["lmstudio"]["status_mix"] == {"200": 1, "200 error body": 1, "skipped": 1}
     assert by_label["ollama"]["verdicts"] == {
         "chat.completions": "breaking",
         "responses": "compatible with deviations",  # no output_text.done
@@ -389,10 +390,26 @@ def test_summary_json_and_findings_lines_match_the_schema(tmp_path: Path) -> Non
         for v in summary["verdicts"]
         if v["label"] == "ollama" and v["family"] == "chat.completions"
     ]
-    assert ollama_chat["reasons"][0].startswith(
-        "`client.chat.completions.create()`: tool-call arguments are not a string (dict)"
-    )
-    assert (ollama_chat["breaking"], ollama_chat["cosmetic"], ollama_chat["exchanges"]) == (8, 1, 3)
+    # one reason per problem, however many references found it: the lost usage chunk
+    # (the baseline diff, the grammar, the SDK) and the tool-call arguments (the baseline
+    # diff, the OpenAPI document, the SDK types, the SDK)
+    assert sorted(r.split(":")[0] for r in ollama_chat["reasons"][:2]) == [
+        "`client.chat.completions.create()`",
+        "`client.chat.completions.create(stream=True)`",
+    ]
+    assert (ollama_chat["breaking"], ollama_chat["cosmetic"], ollama_chat["exchanges"]) == (2, 1, 3)
+    assert summary["bottom_line"] == [
+        "lmstudio cannot replace openai: responses is not implemented (200 with an error body); "
+        "it can for chat.completions.",
+        "ollama cannot replace openai: chat.completions breaks: "
+        "`client.chat.completions.create(stream=True)`: no usage, though "
+        "`stream_options.include_usage` asked for it; it can for responses.",
+    ]
+    [arguments] = [
+        f for f in summary["findings"] if f["path"].endswith("tool_calls[].function.arguments")
+    ]
+    assert arguments["sources"][:2] == ["baseline", "openai-openapi 2.3.0"]
+    assert arguments["sources"][2:] == [f"openai-python {openai.__version__}"]
     assert by_label["ollama"]["divergences_by_kind"]["event_missing"] == 2
     cell = next(
         c

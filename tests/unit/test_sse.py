@@ -70,9 +70,19 @@ def test_invalid_json_stays_text() -> None:
 
 
 def test_split_events_whole_body() -> None:
-    events = parse_events(split_events(STREAM, 5.0))
-    assert [e["t_ms"] for e in events] == [5.0] * 4
+    events, dropped = split_events(STREAM, 5.0)
+    events = parse_events(events)
+    assert [e["t_ms"] for e in events] == [5.0] * 4 and dropped == 0
     assert json.dumps(events[0]["data"]) == '{"type": "response.created", "sequence_number": 0}'
+
+
+def test_a_whole_body_keeps_the_events_a_stream_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("wirediff.record.sse.SPLIT_PIECE", 7)
+    monkeypatch.setattr("wirediff.record.sse.MAX_EVENTS", 3)
+    events, dropped = split_events(b"data: a\n\n" * 5 + b"data: b")
+    assert [e["data"] for e in events] == ["a", "a", "a"] and dropped == 3
+    events, dropped = split_events(b"data: a\n\ndata: b")  # the last, unended, kept
+    assert [(e["data"], e.get("partial")) for e in events] == [("a", None), ("b", True)]
 
 
 def test_a_long_event_keeps_its_first_bytes_and_is_marked() -> None:

@@ -472,14 +472,16 @@ def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path)
 
 
 class FullDisk:
-    """`os.write` for the writer: writes part of a line, then fails, while `full`."""
+    """`os.write` for the writer: writes part of a line, then fails, while `full` (for
+    every file, or only for the descriptor `fd`)."""
 
     def __init__(self) -> None:
         self.full = False
+        self.fd: int | None = None
         self.real = os.write
 
     def __call__(self, fd: int, data: bytes) -> int:
-        if not self.full:
+        if not self.full or self.fd not in (None, fd):
             return self.real(fd, data)
         if len(data) > 10 and not getattr(self, "_cut_once", False):
             self._cut_once = True

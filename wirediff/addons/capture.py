@@ -6,11 +6,13 @@ Usage:
 
 Server-Sent Events are streamed through unbuffered and recorded event by event with timing;
 a WebSocket session (the Responses API's WebSocket mode, Realtime) is one record per
-connection, its messages kept as they pass and recorded when it closes (or, still open, at
-shutdown); secrets in headers are replaced by fingerprints. Records are built and appended
-by a recorder process (`wirediff.record.recorder`), off the proxy's event loop. A bad option
-value or an unwritable `capture_dir` stops mitmdump at startup with one line. What mitmdump
-itself prints about flows has credentials fingerprinted too.
+connection, its messages kept as they pass and recorded when it closes. At shutdown every
+exchange still in flight (a stream mid-way, a request waiting for its answer, an open
+session) is recorded as it stands. Secrets in headers are replaced by fingerprints.
+Records are built and appended by a recorder process (`wirediff.record.recorder`), off the
+proxy's event loop. A bad option value or an unwritable `capture_dir` stops mitmdump at
+startup with one line. What mitmdump itself prints about flows has credentials
+fingerprinted too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import IO, Any
 from mitmproxy import ctx, exceptions, http
 
 from wirediff._types import Record
-from wirediff.addons._options import take_unparsable
+from wirediff.addons import READY_ENV
+from wirediff.addons._deflate import install_bounded_deflate
+from wirediff.addons._options import take_unknown, take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.build import (
@@ -34,8 +38,10 @@ from wirediff.record.build import (
     exchange_secrets,
     fallback_record,
 )
+from wirediff.record.exchange import Error
 from wirediff.record.flow import (
     KEEP_ANSWER,
+    PROXY_SHUTDOWN,
     WEBSOCKET_TAP,
     exchange_from_flow,
     header_pairs,
@@ -60,6 +66,8 @@ __all__ = ["LABEL_HEADER", "REPLAY_OF_HEADER", "Capture", "addons"]
 REPLAY_OF_HEADER = "x-wirediff-replay-of"
 LABEL_HEADER = "x-wirediff-label"
 _CONTROL = (REPLAY_OF_HEADER.encode(), LABEL_HEADER.encode())
+_MISSING, _STREAMED = "(content missing)", "(streamed)"
+"""mitmdump's size of a body it did not buffer, and what the capture's log says instead."""
 _INT_OPTIONS = ("capture_body_cap",)
 _BOOL_OPTIONS = ("capture_lazy_connect",)
 _WIREDIFF_ROOT = str(Path(sys.modules["wirediff"].__file__ or "").resolve().parent.parent)
@@ -90,13 +98,15 @@ class _LogSecrets:
 
 class _RedactedOutput:
     """mitmdump's flow log with credentials fingerprinted: those of the exchanges it prints
-    about, in any form, and anything shaped like one (`redact_log_text`)."""
+    about, in any form, and anything shaped like one (`redact_log_text`). A body streamed
+    through (the capture's streams are: nothing is buffered) has no content for mitmdump to
+    size, which it calls missing: the log says streamed."""
 
     def __init__(self, out: IO[str], secrets: _LogSecrets) -> None:
         self._out, self._secrets = out, secrets
 
     def write(self, text: str) -> int:
-        return self._out.write(self._secrets.scrub(text))
+        return self._out.write(self._secrets.scrub(text.replace(_MISSING, _STREAMED)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._out, name)
@@ -127,8 +137,9 @@ class Capture:
         self.label = ""
         self.rotation: Rotation | None = None
         self.pending: dict[str, http.HTTPFlow] = {}
-        self.websockets: dict[str, http.HTTPFlow] = {}
-        """Open WebSocket sessions, recorded when they close (or at shutdown)."""
+        self.in_flight: dict[str, http.HTTPFlow] = {}
+        """Exchanges not yet recorded (an open WebSocket session until it closes): at
+        shutdown, recorded as they stand."""
         self.problems: list[str] = []
         self.is_running = False
         self.log_secrets = _LogSecrets()
@@ -170,6 +181,7 @@ class Capture:
         )
         master = getattr(loader, "master", None)  # none: `wirediff capture --help` reading
         if master is not None:
+            self.problems += take_unknown(master.options, "capture_")
             self.problems += take_unparsable(
                 master.options,
                 {name: "a whole number of bytes" for name in _INT_OPTIONS},
@@ -257,12 +269,16 @@ class Capture:
         recorded. The bytes are the same; with TLS, ALPN is then chosen without the
         server — `capture_lazy_connect=false` keeps eager."""
         self.is_running = True
+        install_bounded_deflate()
         self._redact_mitmproxy_log()
         quiet_cancelled_connections()
         if ctx.options.capture_lazy_connect and ctx.options.connection_strategy != "lazy":
             ctx.options.update(connection_strategy="lazy")  # type: ignore[no-untyped-call]
             logging.info("capture: connection_strategy=lazy, so unreachable upstreams are recorded")
         self._start_recorder()
+        ready = os.environ.get(READY_ENV)
+        if ready and self.path is not None:
+            Path(ready).touch()
 
     def _redact_mitmproxy_log(self) -> None:
         dumper = ctx.master.addons.get("dumper")  # type: ignore[no-untyped-call]
@@ -298,6 +314,7 @@ class Capture:
         meta["wirediff.client_fields"] = headers.fields
         meta["wirediff.seq"] = self.seq
         self.seq += 1
+        self.in_flight[flow.id] = flow
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Stream through whatever may arrive over time (SSE, and any body of unknown
@@ -320,14 +337,13 @@ class Capture:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._learn_secrets(flow)
-        if flow.id not in self.websockets:
+        if WEBSOCKET_TAP not in flow.metadata:  # a session is recorded at its end
             self.record_soon(flow)
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         flow.metadata[WEBSOCKET_TAP] = WebSocketTap(
             t0=flow.request.timestamp_start, cap=self.body_cap
         )
-        self.websockets[flow.id] = flow
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """Keep the message as an event as it passes (capped once, in order); learn the
@@ -342,7 +358,6 @@ class Capture:
                     self.log_secrets.add(secret_values((), "", self.redact, fields))
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        self.websockets.pop(flow.id, None)
         self.record_soon(flow)
 
     def _learn_secrets(self, flow: http.HTTPFlow) -> None:
@@ -354,6 +369,7 @@ class Capture:
         """Hand the exchange to the recorder process; without one (not yet running, as
         under mitmproxy's test helpers, or gone), record on the event loop's next turn:
         mitmproxy forwards a response only after this hook returns."""
+        self.in_flight.pop(flow.id, None)
         if flow.metadata.get("wirediff.written") or self.path is None or self._send(flow):
             return
         try:
@@ -364,13 +380,13 @@ class Capture:
         self.pending[flow.id] = flow
         loop.call_soon(self._record_pending, flow.id)
 
-    def _send(self, flow: http.HTTPFlow) -> bool:
+    def _send(self, flow: http.HTTPFlow, error: Error | None = None) -> bool:
         """Hand the exchange to the recorder process, if there is one; when it is lost,
         False: this process records from now on."""
         if self.recorder is None:
             return False
         flow.metadata["wirediff.written"] = True
-        if self.recorder.send(self.job(flow)):
+        if self.recorder.send(self.job(flow, error)):
             # in the pipe now: forget a long stream's events, a long session's messages
             # (unless another addon reads the answer later)
             stream = flow.response.stream if flow.response is not None else None
@@ -405,25 +421,27 @@ class Capture:
         for flow_id in list(self.pending):
             self._record_pending(flow_id)
 
-    def close_websockets(self) -> None:
-        """At shutdown: record the sessions still open, as they stand (not complete), before
-        the recorder process is closed."""
-        for flow in list(self.websockets.values()):
-            self.websockets.pop(flow.id, None)
-            if not flow.metadata.get("wirediff.written") and not self._send(flow):
-                self.record(flow)
+    def close_in_flight(self) -> None:
+        """At shutdown: record every exchange still in flight as it stands (not complete,
+        `error.kind: proxy_shutdown`) before the recorder process is closed: a stream
+        mid-way, a request waiting for its answer, an open WebSocket session."""
+        flows, self.in_flight = list(self.in_flight.values()), {}
+        for flow in flows:
+            written = self.path is None or flow.metadata.get("wirediff.written")
+            if not written and not self._send(flow, PROXY_SHUTDOWN):
+                self.record(flow, PROXY_SHUTDOWN)
 
-    def record(self, flow: http.HTTPFlow) -> None:
+    def record(self, flow: http.HTTPFlow, error: Error | None = None) -> None:
         """Build and append the record of `flow` here, in mitmdump's process."""
         if self.writer is None or flow.metadata.get("wirediff.written"):
             return
         flow.metadata["wirediff.written"] = True
         try:
-            rec = self.build(flow)
+            rec = self.build(flow, error)
         except Exception as e:  # never lose the exchange: keep what is certain
             logging.warning(f"capture: could not build the record of {flow.id}: {e!r}")
             rec = fallback_record(
-                exchange_from_flow(flow),
+                exchange_from_flow(flow, error=error),
                 self.session,
                 e,
                 label=self._label(flow),
@@ -447,17 +465,17 @@ class Capture:
     def _label(self, flow: http.HTTPFlow) -> str:
         return str(flow.metadata.get("wirediff.label") or self.label or upstream_label(flow))
 
-    def job(self, flow: http.HTTPFlow) -> Job:
+    def job(self, flow: http.HTTPFlow, error: Error | None = None) -> Job:
         meta = flow.metadata
         return (
-            snapshot(flow, meta.get("wirediff.client_fields"), self.body_cap),
+            snapshot(flow, meta.get("wirediff.client_fields"), self.body_cap, error),
             self._label(flow),
             meta.get("wirediff.seq", self.seq),
             flow.client_conn.proxy_mode.full_spec,
             meta.get("wirediff.replay_of"),
         )
 
-    def build(self, flow: http.HTTPFlow) -> Record:
+    def build(self, flow: http.HTTPFlow, error: Error | None = None) -> Record:
         meta = flow.metadata
         fields = meta.get("wirediff.client_fields")
         return build_record(
@@ -465,6 +483,7 @@ class Capture:
                 flow,
                 client_headers=header_pairs(fields) if fields is not None else None,
                 body_cap=self.body_cap,
+                error=error,
             ),
             session=self.session,
             label=self._label(flow),
@@ -477,7 +496,6 @@ class Capture:
 
     def close(self) -> None:
         self.flush()
-        self.close_websockets()
         if self.recorder is not None:
             unsent = self.recorder.close()
             self.recorder = None
@@ -495,6 +513,7 @@ class Capture:
             self.writer = None
 
     def done(self) -> None:
+        self.close_in_flight()
         self.close()
 
 

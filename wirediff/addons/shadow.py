@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from mitmproxy import ctx, exceptions, flowfilter, http
 
-from wirediff.addons._options import take_unparsable
+from wirediff.addons._options import take_unknown, take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
 from wirediff.errors import PlanError
 from wirediff.record.body import DEFAULT_BODY_CAP
@@ -147,6 +147,7 @@ class Shadow:
         )
         master = getattr(loader, "master", None)  # none: an options listing
         if master is not None:
+            self.problems += take_unknown(master.options, "shadow_")
             self.problems += take_unparsable(
                 master.options, {name: "a whole number" for name in _INT_OPTIONS}, _BOOL_OPTIONS
             )

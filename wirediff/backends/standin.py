@@ -8,7 +8,7 @@ profile in `wirediff/profiles/`, answering with the bodies and events of
 Usage:
     with standin("lmstudio", delay=0.0) as url:
         client = OpenAI(base_url=url + "/v1", api_key="x")
-    python -m wirediff.backends lmstudio --port 1234
+    wirediff stand-in lmstudio --port 1234
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from wirediff.cli import (
     probe,
     replay,
     report,
+    stand_in,
 )
 from wirediff.cli.runner import Parser, run
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         probe,
         convert,
         export,
+        stand_in,
         addon_path,
     ):
         command.register(sub)

@@ -150,10 +150,17 @@ def check_port(port: int) -> int:
 
 
 def check_extra(extra: list[str]) -> list[str]:
+    """mitmdump's arguments after `--`, refused before the proxy starts when they set a
+    capture option a flag sets, one the addon does not take, or a rotation that is none."""
+    from wirediff.addons._options import unknown_names
+
     if extra[:1] == ["--"]:
         extra = extra[1:]
     for arg in extra:
         name, _, value = arg.removeprefix("--set=").partition("=")
+        unknown = unknown_names([name], "capture_", [o.name for o in addon_options()])
+        if unknown:
+            raise UsageError(f"--set {unknown[0]}")
         if name in SET_BY_FLAGS:
             raise UsageError(f"set {name} with {SET_BY_FLAGS[name]}, not with --set")
         if name == "capture_rotate":  # refused before the proxy starts, not after its banner
@@ -205,6 +212,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         extra=["--set", "termlog_verbosity=warn", *extra],
         console=True,
     )
+    before = _exchanges(proxy.capture_file)
     try:
         proxy.start()
     except RuntimeError as e:
@@ -218,10 +226,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         status = proxy.proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # how a capture ends: say what it recorded
         proxy.stop()
-        print(f"wirediff capture: stopped; {_held(proxy.capture_file)}", file=sys.stderr)
-        raise
+        n, held = _exchanges(proxy.capture_file)[0] - before[0], _held(proxy.capture_file)
+        print(
+            f"wirediff capture: stopped: {n} exchange{'' if n == 1 else 's'} recorded; {held}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
     raise UsageError(f"mitmdump exited with status {status} (its output above says why)")
@@ -270,9 +282,14 @@ if __name__ == "__main__":
     sys.exit(main_capture())
 
 
-def _held(capture: Path) -> str:
-    """What the session holds, in all its parts (`capture_rotate`)."""
+def _exchanges(capture: Path) -> tuple[int, int]:
+    """The exchanges the session holds, and its parts (`capture_rotate`)."""
     parts = capture_parts(capture) if capture.exists() else [capture]
-    n = sum(count_lines(p) for p in parts)
-    where = f"{capture}" if len(parts) == 1 else f"{capture} and its {len(parts) - 1} more parts"
-    return f"{where} hold{'s' if len(parts) == 1 else ''} {n} exchange{'' if n == 1 else 's'}"
+    return sum(count_lines(p) for p in parts), len(parts)
+
+
+def _held(capture: Path) -> str:
+    """What the session holds, in all its parts."""
+    n, parts = _exchanges(capture)
+    where = f"{capture}" if parts == 1 else f"{capture} and its {parts - 1} more parts"
+    return f"{where} hold{'s' if parts == 1 else ''} {n} exchange{'' if n == 1 else 's'}"

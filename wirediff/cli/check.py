@@ -30,6 +30,7 @@ from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
+from wirediff.reports.bottom_line import bottom_line
 
 __all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]
 
@@ -150,6 +151,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(printable(text), file=lines)
 
+    verdict_line = bottom_line(result.verdicts)
+    for sentence in verdict_line:
+        say(sentence)
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
@@ -181,6 +185,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "passed": bool(passed),
             "fail_on_severity": args.fail_on_severity,
             "fail_on": list(fail_on),
+            "bottom_line": verdict_line,
             "verdicts": items,
             "unmatched": unmatched,
         }
@@ -236,7 +241,7 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--fail-on",
         metavar="KIND,…",
-        help=f"also fail on findings of these kinds, at any severity (known: {','.join(ALL_KINDS)})",
+        help=f"also fail on findings of these kinds, at any severity (known: {', '.join(ALL_KINDS)})",
     )
     c.add_argument(
         "--json",

@@ -195,10 +195,10 @@ def run_demo(out: Path) -> dict[str, Any]:
 
 
 def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
-    """The drop-in verdicts, one line per backend and endpoint family (the baseline's too:
-    it is validated like the others), with the top reason; then the codes of the diagnoses
-    among the lines of `--findings` (`lines_of`)."""
-    lines = []
+    """Print the bottom line, then the drop-in verdicts, one line per backend and endpoint
+    family with the top reason, then the codes of the diagnoses among the lines of
+    `--findings` (`lines_of`). The baseline is listed too: it is validated like the others."""
+    lines = [f"  {sentence}" for sentence in summary.get("bottom_line", [])]
     for v in summary.get("verdicts", []):
         name = v["family"] if v["transport"] == "http" else f"{v['family']} ({v['transport']})"
         reason = clip(v["reasons"][0], REASON) if v.get("reasons") else ""
@@ -227,7 +227,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"captured {result['exchanges']} exchanges against the openai stand-in, "
         f"replayed to {', '.join(CANDIDATES)} in {time.monotonic() - t0:.1f}s"
     )
-    print("drop-in verdicts (the report opens with them):")
+    print("the bottom line and the drop-in verdicts (the report opens with them):")
     print(terminal_summary(summary, Path(result["findings"])))
     print(f"capture:     {result['capture']}")
     print(f"summary:     {result['summary']}")

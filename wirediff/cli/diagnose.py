@@ -1,27 +1,58 @@
-"""`wirediff diagnose CAPTURE… [--json] [--fail] [--baseline LABEL] [--engine local|dask
-[--scheduler ADDR]]`: failing chains and their diagnoses, for any mix of captures and replays."""
+"""`wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`:
+failing chains and their diagnoses, for any mix of captures and replays. Chains diagnosed
+alike (their words the same but for ids) are printed once, with how many they are."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from wirediff._support import printable
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["fold_chains", "register"]
+
+NAMED = 3
+"""Chains named for a group of chains diagnosed alike."""
+
+
+def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[str]]]:
+    """The lines of each distinct failing chain (`format_chains`), once, with the ids of
+    the chains diagnosed alike (the first `NAMED` of them, then `+N`); in the order of
+    their first chain."""
+    from wirediff.analysis.comparison.sameness import without_ids
+    from wirediff.analysis.diagnosis.explain import format_chains
+
+    groups: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
+    for frame in frames:
+        for chain_id, chain in frame.groupby("chain_id", sort=False) if len(frame) else ():
+            lines = format_chains(chain)
+            key = (lines[0].removeprefix(str(chain_id)), *map(without_ids, lines[1:]))
+            lines_ids = groups.setdefault(key, (lines, []))
+            lines_ids[1].append(str(chain_id))
+    out = []
+    for lines, ids in groups.values():
+        if len(ids) > 1:
+            named = ", ".join(ids[:NAMED]) + (f", +{len(ids) - NAMED}" if len(ids) > NAMED else "")
+            lines = [f"{len(ids)} chains diagnosed alike ({named}); the first:", *lines]
+        out.append((lines, ids))
+    return out
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from wirediff.analysis.diagnosis.explain import format_chains
+    from wirediff.analysis.diagnosis.explain import count_line
 
     out = sys.stdout
     with named_captures(args.captures) as named, open_run(args) as run:
-        rows = run.diagnose(named, baseline=args.baseline)
+        rows = run.diagnose(named)
         if args.json:
             sep = "[\n  "
             for item in rows.to_dict(orient="records"):
@@ -32,8 +63,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
-            out.write("\n".join(map(printable, format_chains(rows))) + "\n")
-            out.write(f"{len(rows)} diagnoses in {rows['chain_id'].nunique()} chains\n")
+            groups = fold_chains([rows])
+            for lines, _ in groups:
+                out.write("\n".join(map(printable, lines)) + "\n")
+            chains = sum(len(ids) for _, ids in groups)
+            out.write(count_line(len(rows), chains, len(groups)) + "\n")
     return EXIT_FOUND if args.fail and len(rows) else EXIT_OK
 
 
@@ -60,12 +94,6 @@ def register(sub: Any) -> None:
         "--fail",
         action="store_true",
         help="exit 1 when a chain failed (a recovered one too)",
-    )
-    d.add_argument(
-        "--baseline",
-        metavar="LABEL",
-        help="accepted as `report` and `check` take it (checked to name a label): a diagnosis "
-        "explains one backend's own chain, whichever the baseline",
     )
     add_engine_options(d)
     d.set_defaults(func=cmd_diagnose)

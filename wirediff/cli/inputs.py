@@ -30,6 +30,7 @@ __all__ = [
     "capture_file",
     "distinct_outputs",
     "iter_capture",
+    "key_from_env",
     "named_captures",
     "unfinished_line",
 ]
@@ -69,6 +70,11 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     if first is None:
         raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+    if first.lstrip().startswith(b"<"):
+        raise CaptureError(
+            f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
+            "it was made from)"
+        )
     if not first.endswith(b"\n") and not _is_json(first):
         raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
     return p
@@ -187,6 +193,17 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
     return str(capture_file(copy))
 
 
+def key_from_env(var: str | None) -> str | None:
+    """The key in `$var` (`--api-key-env VAR`: never the key itself on the command line),
+    or none when no variable is named; a variable that is not set is a usage error."""
+    if not var:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise UsageError(f"--api-key-env: environment variable {var} is not set")
+    return key
+
+
 def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any]) -> None:
     """Refuse, before anything is read or written, an output (`{"-o": "s.jsonl"}`) that is
     one of the captures the command reads, a part of their sessions too: writing it would
@@ -195,7 +212,7 @@ def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str
     for arg in inputs:
         p = Path(arg)
         if p.is_file():
-            read += expand_parts([p])
+            read += expand_parts([capture_file(p)])
     for option, out in outputs.items():
         if not out or str(out) == "-" or not Path(out).is_file():
             continue

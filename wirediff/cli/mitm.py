@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from wirediff.cli.netutil import free_port, wait_port
+from wirediff.addons import READY_ENV
+from wirediff.cli.netutil import free_port, wait_file, wait_port
 
 __all__ = ["CAPTURE_ADDON", "CaptureProxy", "mitmdump_binary"]
 
@@ -80,18 +83,27 @@ class CaptureProxy:
             cmd += ["--mode", f"reverse:{upstream}@{port}"]
         cmd += self.extra
         self.capture_dir.mkdir(parents=True, exist_ok=True)
-        if self.console:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-        else:
-            # A file, not a pipe: a stream of addon errors must never fill a pipe and stall it.
-            with self.log.open("wb") as log:
-                self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            for port in self.ports:
-                wait_port(port, 30, self.proc)
-        except (RuntimeError, TimeoutError) as e:
-            why = self.stop().strip()[-LOG_TAIL:]
-            raise RuntimeError(f"mitmdump did not start: {e}{': ' + why if why else ''}") from None
+        with tempfile.TemporaryDirectory(prefix="wirediff-capture-") as temp:
+            ready = Path(temp) / "ready"
+            env = {**os.environ, READY_ENV: str(ready)}
+            if self.console:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
+            else:
+                # A file, not a pipe: a stream of addon errors must never fill a pipe and
+                # stall it.
+                with self.log.open("wb") as log:
+                    self.proc = subprocess.Popen(
+                        cmd, stdout=subprocess.DEVNULL, stderr=log, env=env
+                    )
+            try:
+                for port in self.ports:
+                    wait_port(port, 30, self.proc)
+                wait_file(ready, 30, self.proc)  # the addon loaded and records
+            except (RuntimeError, TimeoutError) as e:
+                why = self.stop().strip()[-LOG_TAIL:]
+                raise RuntimeError(
+                    f"mitmdump did not start: {e}{': ' + why if why else ''}"
+                ) from None
         return self
 
     def stop(self) -> str:

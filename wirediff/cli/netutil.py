@@ -5,9 +5,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "wait_port"]
+__all__ = ["free_port", "wait_file", "wait_port"]
 
 
 def free_port() -> int:
@@ -15,6 +16,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_file(path: Path, timeout: float, proc: subprocess.Popen[Any]) -> None:
+    """Block until `path` exists; fail early if `proc` died."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited early with status {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not started after {timeout:.0f}s")
+        time.sleep(0.02)
 
 
 def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[Any] | None = None) -> None:

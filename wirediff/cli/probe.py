@@ -34,6 +34,7 @@ import pandas as pd
 
 from wirediff._support import printable
 from wirediff.cli.check import write_junit
+from wirediff.cli.inputs import key_from_env
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.probe.features import Feature
@@ -115,11 +116,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     outputs = [p for p in (args.output, args.json, args.junit) if p and p != "-"]
     if len(set(map(os.path.abspath, outputs))) != len(outputs):
         raise UsageError("-o, --json and --junit must name different files")
-    key = None
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env)
-        if not key:
-            raise UsageError(f"environment variable {args.api_key_env} is not set")
+    key = key_from_env(args.api_key_env)
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
     lines = sys.stderr if args.json == "-" else sys.stdout

@@ -5,11 +5,11 @@ Usage:
         [--header K=V]... [--concurrency N] [--rate R/s] [--only FILTER]... [--dry-run]
         [--allow-unsafe] [--timeout S] [-o OUT] [--config wirediff.yaml]
 
-Each exchange is sent in-process with httpx and recorded by the capture addon's own record
-builder (`wirediff.record.build.build_record`, given the exchange as the capture's model, with
-a `StreamTap` fed the raw, still-compressed chunks), so replay records have exactly the shape
-of captured ones, plus `replay_of` (the original's id) and `label` (the target). Planning —
-ordering, id remapping, filters, safety — is pure and lives in `wirediff.replay.plan`.
+Each exchange is sent with httpx and recorded by the code that records captured traffic
+(streams split into events as they arrive), so replay records have exactly the shape of
+captured ones, plus `replay_of` (the original's id) and `label` (the target). The order,
+the ids carried from one answer to the next, filters and safety are settled before anything
+is sent (`--dry-run` prints that plan).
 
 Requests are re-based onto the target URL (the original path after its API prefix; a path
 no known route matches is cut after the prefix its session's known routes use, and one

@@ -45,10 +45,10 @@ COMMON_CODES = {
 }
 
 
-def exit_codes(codes: Mapping[int, str]) -> str:
+def exit_codes(codes: Mapping[int, str | None]) -> str:
     """A command's `--help` epilog: its own exit codes, with 2 and 130 unless it says
-    otherwise."""
-    rows = sorted({**COMMON_CODES, **codes}.items())
+    otherwise (`None`: a code it never exits with)."""
+    rows = sorted((code, text) for code, text in {**COMMON_CODES, **codes}.items() if text)
     return "exit codes:\n" + "\n".join(
         textwrap.fill(text, 88, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
         for code, text in rows

@@ -206,18 +206,9 @@ class Run:
             analysis.unmatched,
         )
 
-    def diagnose(self, args: Sequence[str], baseline: str | None = None) -> pd.DataFrame:
-        """Every diagnosis, in the order `diagnose` gives them; a `baseline` label
-        (`--baseline`) is only checked to be one of the captures' (a diagnosis explains
-        one backend's own chain, whichever the baseline)."""
+    def diagnose(self, args: Sequence[str]) -> pd.DataFrame:
+        """Every diagnosis, in the order `diagnose` gives them."""
         index, _ = self.scan(args)
-        if baseline is not None:
-            labels = list(pd.unique(text(index.rows["label"])))
-            if baseline not in labels:
-                raise UsageError(
-                    f"--baseline {baseline}: no capture has that label "
-                    f"(labels: {', '.join(labels)})"
-                )
         return diagnose_index(index).frame
 
     def export(self, args: Sequence[str], out: str) -> tuple[int, int]:

@@ -25,15 +25,19 @@ from wirediff.analysis.index.row import Reader, index_frame
 from wirediff.engine.decode import parse
 from wirediff.engine.sources import JSONL, Source, dataset_record, open_binary, reading_parquet
 from wirediff.errors import CaptureError
-from wirediff.record.store import (
+from wirediff.record.lines import (
     BATCH_LINES,
     LineError,
     Parsed,
     Torn,
-    checked,
     is_json,
+    next_line,
     parse_batch,
+    readable_lines,
+    skip_line,
+    within_bounds,
 )
+from wirediff.record.store import checked
 
 __all__ = ["CHUNK_BYTES", "Scanned", "chunks", "scan_chunk", "scan_file"]
 
@@ -92,13 +96,16 @@ def _located(
 def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
     """`parse_batch`, each line read by `parse`, and whether orjson read each; a batch with
     a line that is no JSON is left to `parse_batch` (which says which, and how)."""
+    batch = readable_lines(batch, torn)
     try:
         read = [parse(line) for _, line in batch]
     except (ValueError, RecursionError):
         parsed = parse_batch(p, batch, torn)
         return parsed, [False] * len(parsed)
+    exact = {offset: by_orjson for (offset, _), (_, by_orjson) in zip(batch, read, strict=True)}
     parsed = [(offset, line, value) for (offset, line), (value, _) in zip(batch, read, strict=True)]
-    return parsed, [exact for _, exact in read]
+    parsed = within_bounds(parsed, torn)
+    return parsed, [exact[offset] for offset, _, _ in parsed]
 
 
 def scan_chunk(scan: str, sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
@@ -133,13 +140,13 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
         if start > 0:
             fh.seek(start - 1)
             if fh.read(1) != b"\n":
-                at = start + len(fh.readline())  # that line belongs to the chunk before
+                at = start + skip_line(fh)  # that line belongs to the chunk before
         try:
             while at < end:
-                line = fh.readline()
-                if not line:
+                line, size = next_line(fh, at, out.torn)
+                if not size:
                     break
-                offset, at = at, at + len(line)
+                offset, at = at, at + size
                 if not line.strip():
                     continue
                 if not line.endswith(b"\n") and not is_json(line):

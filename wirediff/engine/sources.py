@@ -7,6 +7,7 @@ from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,6 +23,7 @@ from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.parts import HEAD_BYTES, expand_parts, glob_escape, session_parts
 from wirediff.record.store import Shared, read_depth, record_problem, share_repeats
+from wirediff.record.validate import line_past_bounds, past_bounds
 
 __all__ = [
     "DATASET_MARK",
@@ -88,6 +90,8 @@ def open_binary(url: str) -> IO[bytes]:
         handle: IO[bytes] = fsspec.open(url, "rb").open()
     except (ImportError, ValueError) as e:
         raise UsageError(f"{url}: {e}") from None
+    if isinstance(handle, fsspec.spec.AbstractBufferedFile):  # its readline takes no bound
+        return io.BufferedReader(handle, buffer_size=1 << 20)  # type: ignore[arg-type]
     return handle
 
 
@@ -261,11 +265,14 @@ def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
     if not isinstance(text, str):
         raise CaptureError(f"{url}: row {row}: no record")
     data = text.encode("utf-8", "surrogatepass")
+    found = line_past_bounds(data)
+    if found:
+        raise CaptureError(f"{url}: row {row}: {found}")
     try:
         rec = read_depth(data, loads(data))
     except (ValueError, RecursionError):
         raise CaptureError(f"{url}: row {row}: not a JSON record") from None
-    found = record_problem(rec)
+    found = past_bounds(data, rec) or record_problem(rec)
     if found:
         raise CaptureError(f"{url}: row {row}: {found}")
     return data, rec

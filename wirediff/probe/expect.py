@@ -75,7 +75,7 @@ def mislabeled_events(rec: Record) -> list[Event] | None:
         or not isinstance(text, str)
     ):
         return None
-    events = parse_events(split_events(text.encode()))
+    events = parse_events(split_events(text.encode())[0])
     last = events[-1].get("data") if events else None
     whole = last == "[DONE]" or (isinstance(last, dict) and last.get("type") in RESPONSE_TERMINALS)
     return events if whole else None

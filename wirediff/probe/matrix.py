@@ -41,6 +41,8 @@ UNSUPPORTED_CODES = frozenset(
 )
 """Diagnoses that say the server has no such feature (not that it is broken)."""
 EVIDENCE = 200
+NODE_CLIENT = "openai-node"
+"""The readiness row of openai-node, and how its SDK names itself in a `client` finding."""
 READINESS = ("READY", "NOT READY", "NOT PROBED")
 """A client's state: every need probed and none failing; a need failing; nothing failing, but
 a need left out (`--only`), so the probe cannot say it is ready."""
@@ -59,9 +61,18 @@ class FeatureRow:
     """Ids of the probe's records for it."""
     problems: list[str] = field(default_factory=list)
     """Every problem found, worst first (the report lists them)."""
+    whose: list[tuple[str, str]] = field(default_factory=list)
+    """Each problem's severity and the one client it is about (`openai-node`), or "" when it
+    is about every client: a break only openai-node's helpers see stops openai-node alone."""
 
-    def fails(self, strict: bool) -> bool:
-        return self.status in ("breaking", "unsupported") or (strict and self.status == "deviation")
+    def fails(self, strict: bool, client: str = "") -> bool:
+        """Say whether the feature fails, for `client` when one is named."""
+        failing = (
+            ("breaking", "unsupported", "deviation") if strict else ("breaking", "unsupported")
+        )
+        if not client or not self.whose:
+            return self.status in failing
+        return any(s in failing and who in ("", client) for s, who in self.whose)
 
 
 @dataclass
@@ -122,28 +133,36 @@ def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
     return ", ".join(parts)
 
 
+def _whose(finding: Mapping[str, str]) -> str:
+    """Name the one client a finding is about: a `client` finding of openai-node's SDK is
+    openai-node's alone; every other finding is about every client."""
+    if finding.get("kind") == "client" and finding.get("source", "").startswith(NODE_CLIENT):
+        return NODE_CLIENT
+    return ""
+
+
 def feature_row(feature: Feature, records: Sequence[Record | None], graded: Graded) -> FeatureRow:
     """The status of one feature from its records (in `feature.exchanges` order; None: not
     recorded) and the analysis of the whole probe."""
     ids = [str(r["id"]) for r in records if r is not None]
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, str]] = []
     earlier_failed = False
     for p in check(feature.expect, records):
         codes = graded.codes_for([p.record_id] if p.record_id else ids)
         if p.severity == "failed":
-            found.append(_failed(p, codes))
+            found.append((*_failed(p, codes), ""))
             earlier_failed = True
         elif p.severity == "skipped":
             if not earlier_failed:  # what it continues answered: the continuation is the problem
-                found.append(("deviation", p.evidence))
+                found.append(("deviation", p.evidence, ""))
         else:
-            found.append((p.severity, p.evidence))
+            found.append((p.severity, p.evidence, ""))
     for row in graded.findings_for(ids, feature.sources):
-        found.append((row["severity"], row["message"] or row["evidence"]))
+        found.append((row["severity"], row["message"] or row["evidence"], _whose(row)))
     if feature.sources and not any(
         r is not None and part(r, "response").get("events") for r in records
     ):
-        found.append(("unsupported", "no stream came back to check"))
+        found.append(("unsupported", "no stream came back to check", ""))
     found.sort(key=lambda sf: -_rank(sf[0]))
     status = found[0][0] if found else "pass"
     evidence = found[0][1] if found else _passed(feature, records)
@@ -154,7 +173,8 @@ def feature_row(feature: Feature, records: Sequence[Record | None], graded: Grad
         clip(" ".join(evidence.split()), EVIDENCE),
         feature.client,
         ids,
-        [f"{s}: {clip(' '.join(e.split()), EVIDENCE)}" for s, e in found],
+        [f"{s}: {clip(' '.join(e.split()), EVIDENCE)}" for s, e, _ in found],
+        [(s, who) for s, _, who in found],
     )
 
 
@@ -166,7 +186,7 @@ def readiness(
     out = []
     for c in clients:
         probed = [n for n in c.needs if n in rows]
-        blocking = [n for n in probed if rows[n].fails(strict)]
+        blocking = [n for n in probed if rows[n].fails(strict, c.id)]
         out.append(
             ClientRow(
                 c.id,

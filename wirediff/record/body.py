@@ -18,11 +18,34 @@ from wirediff.record.redact import (
 )
 from wirediff.record.validate import MAX_DEPTH, depth_exceeds
 
-__all__ = ["DEFAULT_BODY_CAP", "EncodedBody", "decode_body", "encode_body", "parse_json"]
+__all__ = [
+    "CUT_TAIL",
+    "DEFAULT_BODY_CAP",
+    "EncodedBody",
+    "cut_body",
+    "decode_body",
+    "encode_body",
+    "parse_json",
+]
 
 DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
 UTF8_CUT_TAIL = 3
 """Bytes of a character cut at the cap: UTF-8 characters are at most four bytes long."""
+CUT_TAIL = 64 << 10
+"""Bytes of a body's end kept with its start when the middle is left out: a request's
+`model` and `stream` come after its long value (the openai SDK writes `messages` and
+`input` first), and tagging reads them there (`wirediff.record.partial`)."""
+
+
+def cut_body(raw: bytes | None, cap: int) -> tuple[bytes | None, bytes | None]:
+    """`raw` as much as a record built with `cap` reads of it: its start, enough for the
+    first `cap` decoded bytes and one more whatever its Content-Encoding (no coding grows
+    data by a sixty-fourth), and, when the rest is left out, its last `CUT_TAIL` bytes
+    (else None). An upload of any size costs what the cap does."""
+    keep = cap + 1 + cap // 64 + 4096
+    if raw is None or len(raw) <= keep + CUT_TAIL:
+        return raw, None
+    return raw[:keep], raw[-CUT_TAIL:]
 
 
 class EncodedBody(TypedDict):

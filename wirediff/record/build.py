@@ -13,11 +13,26 @@ from collections.abc import Sequence
 
 from wirediff import FORMAT
 from wirediff._support import is_2xx
-from wirediff._types import Event, ExchangeError, Record, RecordRequest, RecordResponse, Tags
+from wirediff._types import (
+    JSON,
+    Event,
+    ExchangeError,
+    Record,
+    RecordRequest,
+    RecordResponse,
+    Tags,
+)
 from wirediff.profiles import match_signature
-from wirediff.record.body import DEFAULT_BODY_CAP, EncodedBody, decode_body, encode_body
+from wirediff.record.body import (
+    DEFAULT_BODY_CAP,
+    EncodedBody,
+    cut_body,
+    decode_body,
+    encode_body,
+)
 from wirediff.record.exchange import Exchange, Request, Response
 from wirediff.record.names import may_hold_secret_fields
+from wirediff.record.partial import cut_members
 from wirediff.record.redact import (
     SCANNED,
     body_secrets,
@@ -104,6 +119,18 @@ def _with_event_fields(secrets: dict[str, str], events: list[Event], kept: bytes
     return with_fields(secrets, found) if found else secrets
 
 
+def _tagged_body(
+    req: Request, request: RecordRequest, decoded: bytes | None, body_cap: int
+) -> JSON:
+    """What tagging reads of the request body: the body, or for one over the cap, the
+    members its kept start and end hold whole (`cut_members`: `model`, `stream`)."""
+    if request["body"] is not None or not request.get("truncated") or decoded is None:
+        return request["body"]
+    tail = req.tail if req.tail is not None else cut_body(req.content, body_cap)[1]
+    end = tail if tail is not None and not req.content_encoding else b""
+    return cut_members(decoded.decode("utf-8", "ignore"), end.decode("utf-8", "ignore"))
+
+
 def _body_marks(part: RecordRequest | RecordResponse, body: EncodedBody) -> None:
     """The keys `encode_body` adds only when they say something (binary, cut, too deep)."""
     if "b64" in body:
@@ -164,13 +191,13 @@ def _response(
         limit = max(MAX_STREAM_BYTES, body_cap) + 1 if sse else body_cap + 1
         content = _decoded(resp, limit)
         if sse and content is not None:
-            events = split_events(content[: limit - 1], None, body_cap)
+            events, events_dropped = split_events(content[: limit - 1], None, body_cap)
             secrets = _with_event_fields(secrets, events, content[:body_cap])
             events = parse_events(events, secrets)
         body = encode_body(content, ctype, body_cap, secrets)
-        size = len(resp.content or b"")
+        size = resp.body_size
         complete = resp.content is not None and ex.error is None
-        if sse and content is not None and len(content) >= limit:
+        if sse and content is not None and (len(content) >= limit or events_dropped):
             body["truncated"] = True
     response: RecordResponse = {
         "status": resp.status,
@@ -212,10 +239,13 @@ def build_record(
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
     req_type = _content_type(sent)
-    scanned = _decoded(req, max(SCANNED, body_cap + 1))
-    req_content = scanned[: body_cap + 1] if scanned is not None else None
+    req_content = _decoded(req, body_cap + 1)
+    over_cap = req_content is not None and len(req_content) > body_cap
+    # an over-cap body is searched further than it is kept; a snapshot's cut encoded body
+    # decodes no further than its start, which `req_content` already holds
+    scanned = _decoded(req, SCANNED) if over_cap else req_content
     fields = body_secrets(scanned, req_type)
-    if req_content is not None and len(req_content) > body_cap:  # a value the cut ends
+    if over_cap and req_content is not None:  # a value the cut ends
         fields += body_secrets(req_content[:body_cap], req_type)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
@@ -230,7 +260,7 @@ def build_record(
         "headers": scrub_headers(redact_headers(sent, redact), secrets),
         "body": req_body["body"],
         "text": req_body["text"],
-        "size": len(req.content or b""),
+        "size": req.body_size,
     }
     _body_marks(request, req_body)
     if req.client_headers is not None and req.client_headers != upstream:
@@ -259,7 +289,7 @@ def build_record(
         path=request["path"],
         client_headers=sent,
         upstream_headers=upstream,
-        request_body=request["body"],
+        request_body=_tagged_body(req, request, req_content, body_cap),
         status=status,
         response_body=resp_body,
         events=events,
@@ -326,7 +356,7 @@ def fallback_record(
             "headers": [],
             "body": None,
             "text": None,
-            "size": len(ex.request.content or b""),
+            "size": ex.request.body_size,
         },
         "response": None
         if resp is None
@@ -337,7 +367,7 @@ def fallback_record(
             "headers": [],
             "body": None,
             "text": None,
-            "size": len(resp.content or b""),
+            "size": resp.body_size,
             "events": None,
             "complete": False,
         },

@@ -49,14 +49,23 @@ class Request:
     headers: HeaderPairs
     """As they went upstream."""
     content: bytes | None
-    """The body as sent, still content-encoded; None: no body."""
+    """The body as sent, still content-encoded (only its start when `size` is set); None:
+    no body."""
     client_headers: HeaderPairs | None = None
     """As the client sent them, when something in between (another addon) may have
     changed them before they went upstream; None: the same as `headers`."""
+    size: int | None = None
+    """Bytes of the whole body when `content` is only its start (`body.cut_body`)."""
+    tail: bytes | None = None
+    """The body's last bytes when `content` is only its start."""
 
     @property
     def content_encoding(self) -> str:
         return header_value(self.headers, "content-encoding")
+
+    @property
+    def body_size(self) -> int:
+        return self.size if self.size is not None else len(self.content or b"")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,11 +75,20 @@ class Response:
     http_version: str
     headers: HeaderPairs
     content: bytes | None
-    """The body as received, still content-encoded; None: it never arrived whole."""
+    """The body as received, still content-encoded (only its start when `size` is set);
+    None: it never arrived whole."""
+    size: int | None = None
+    """Bytes of the whole body when `content` is only its start (`body.cut_body`)."""
+    tail: bytes | None = None
+    """The body's last bytes when `content` is only its start."""
 
     @property
     def content_encoding(self) -> str:
         return header_value(self.headers, "content-encoding")
+
+    @property
+    def body_size(self) -> int:
+        return self.size if self.size is not None else len(self.content or b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +147,20 @@ def exchange_state(ex: Exchange) -> tuple[Any, ...]:
             req.headers,
             req.content,
             req.client_headers,
+            req.size,
+            req.tail,
         ),
         None
         if resp is None
-        else (resp.status, resp.reason, resp.http_version, resp.headers, resp.content),
+        else (
+            resp.status,
+            resp.reason,
+            resp.http_version,
+            resp.headers,
+            resp.content,
+            resp.size,
+            resp.tail,
+        ),
         (ex.timings.started, ex.timings.first_byte, ex.timings.finished),
         None if ex.error is None else (ex.error.message, ex.error.kind),
         None if ex.tap is None else ex.tap.state(),
@@ -147,7 +175,7 @@ def _pairs(headers: Any) -> HeaderPairs:
 def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
     """The `Exchange` an `exchange_state` was taken of."""
     ex_id, rq, rs, timings, error, tap, ws = state
-    method, url, path, version, headers, content, client = rq
+    method, url, path, version, headers, content, client, size, tail = rq
     return Exchange(
         id=ex_id,
         request=Request(
@@ -158,11 +186,19 @@ def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
             headers=_pairs(headers),
             content=content,
             client_headers=None if client is None else _pairs(client),
+            size=size,
+            tail=tail,
         ),
         response=None
         if rs is None
         else Response(
-            status=rs[0], reason=rs[1], http_version=rs[2], headers=_pairs(rs[3]), content=rs[4]
+            status=rs[0],
+            reason=rs[1],
+            http_version=rs[2],
+            headers=_pairs(rs[3]),
+            content=rs[4],
+            size=rs[5],
+            tail=rs[6],
         ),
         timings=Timings(*timings),
         error=None if error is None else Error(*error),

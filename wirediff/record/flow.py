@@ -7,17 +7,20 @@ streamed body as its tap's state) that `marshal` carries to the recorder process
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from mitmproxy import http
 
-from wirediff.record.body import DEFAULT_BODY_CAP
+from wirediff.record.body import DEFAULT_BODY_CAP, cut_body
 from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
 __all__ = [
     "KEEP_ANSWER",
+    "PROXY_SHUTDOWN",
     "WEBSOCKET_TAP",
     "Snapshot",
     "exchange_from_flow",
@@ -34,6 +37,8 @@ WEBSOCKET_TAP = "wirediff.websocket"
 KEEP_ANSWER = "wirediff.keep_answer"
 """`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
 request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
+PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", "proxy_shutdown")
+"""How an exchange still in flight when mitmdump stops is recorded, as it stood."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 Snapshot = tuple[Any, ...]
@@ -66,25 +71,31 @@ def exchange_from_flow(
     *,
     client_headers: HeaderPairs | None = None,
     body_cap: int = DEFAULT_BODY_CAP,
+    error: Error | None = None,
 ) -> Exchange:
     """The flow as it stands; bodies stay raw (`raw_content`), the builder decodes them.
 
     `client_headers`: the request headers as the client sent them, snapshotted before any
     addon could change them. A `StreamTap` set as `response.stream` holds the streamed body;
-    a `WebSocketTap` the messages of the WebSocket session the response opened.
+    a `WebSocketTap` the messages of the WebSocket session the response opened. `error`:
+    how it ended when the flow does not say (`PROXY_SHUTDOWN`).
     """
     resp = flow.response
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
-    error = flow.error.msg if flow.error is not None else None
+    error = error or _flow_error(flow)
     ws = websocket_tap(flow, body_cap)
     return _exchange(flow.id, flow.request, resp, error, tap, client_headers, ws)
+
+
+def _flow_error(flow: http.HTTPFlow) -> Error | None:
+    return Error(flow.error.msg) if flow.error is not None else None
 
 
 def _exchange(
     flow_id: str,
     req: http.Request,
     resp: http.Response | None,
-    error: str | None,
+    error: Error | None,
     tap: StreamTap | None,
     client_headers: HeaderPairs | None,
     ws: WebSocketTap | None,
@@ -116,20 +127,27 @@ def _exchange(
             if resp is not None
             else None,
         ),
-        error=Error(error) if error is not None else None,
+        error=error,
         tap=tap,
         websocket=ws,
     )
 
 
 def snapshot(
-    flow: http.HTTPFlow, client_fields: RawFields | None, body_cap: int = DEFAULT_BODY_CAP
+    flow: http.HTTPFlow,
+    client_fields: RawFields | None,
+    body_cap: int = DEFAULT_BODY_CAP,
+    error: Error | None = None,
 ) -> Snapshot:
-    """The flow's parts as plain values: cheap to take (nothing is decoded or copied) and
-    to `marshal`. A tap is closed first (what waits in its decoder is decoded); a WebSocket
-    session goes as its tap's state, as it stands (open still, at shutdown)."""
+    """The flow's parts as plain values: cheap to take (nothing is decoded, a body over the
+    cap is cut to what a record reads of it, `cut_body`) and to `marshal`. A tap is closed
+    first (what waits in its decoder is decoded); a WebSocket session goes as its tap's
+    state, as it stands (open still, at shutdown). `error`: as for `exchange_from_flow`."""
+    error = error or _flow_error(flow)
     req = flow.request.data
+    req_content, req_tail = cut_body(req.content, body_cap)
     resp = flow.response
+    resp_content, resp_tail = cut_body(resp.data.content if resp else None, body_cap)
     tap = resp.stream if resp is not None and isinstance(resp.stream, StreamTap) else None
     if tap is not None:
         tap.close()
@@ -145,9 +163,11 @@ def snapshot(
             req.path,
             req.http_version,
             req.headers.fields,
-            req.content,
+            req_content,
             req.timestamp_start,
             req.timestamp_end,
+            len(req.content) if req_tail is not None and req.content is not None else None,
+            req_tail,
         ),
         None
         if resp is None
@@ -156,11 +176,13 @@ def snapshot(
             resp.data.status_code,
             resp.data.reason,
             resp.data.headers.fields,
-            resp.data.content,
+            resp_content,
             resp.data.timestamp_start,
             resp.data.timestamp_end,
+            len(resp.data.content or b"") if resp_tail is not None else None,
+            resp_tail,
         ),
-        flow.error.msg if flow.error is not None else None,
+        (error.message, error.kind) if error is not None else None,
         tap.state() if tap is not None else None,
         client_fields,
         ws.state() if ws is not None else None,
@@ -170,18 +192,30 @@ def snapshot(
 def exchange_from_snapshot(snap: Snapshot) -> Exchange:
     """The `Exchange` of a flow, from its `snapshot`."""
     flow_id, rq, rs, error, tap_state, client_fields, ws_state = snap
-    host, port, method, scheme, authority, path, version, fields, content, start, end = rq
+    host, port, method, scheme, authority, path, version, fields, content, start, end, *cut = rq
     req = http.Request(
         host, port, method, scheme, authority, path, version, fields, content, None, start, end
     )
-    resp = None
+    resp, resp_cut = None, (None, None)
     if rs is not None:
-        version, status, reason, fields, content, start, end = rs
+        version, status, reason, fields, content, start, end, *resp_cut = rs
         resp = http.Response(version, status, reason, fields, content, None, start, end)
     tap = StreamTap.from_state(tap_state) if tap_state is not None else None
     client = header_pairs(client_fields) if client_fields is not None else None
     ws = WebSocketTap.from_state(ws_state) if ws_state is not None else None
-    return _exchange(flow_id, req, resp, error, tap, client, ws)
+    ex = _exchange(flow_id, req, resp, Error(*error) if error else None, tap, client, ws)
+    return _with_cuts(ex, cut, resp_cut)
+
+
+def _with_cuts(ex: Exchange, req_cut: Sequence[Any], resp_cut: Sequence[Any]) -> Exchange:
+    """`ex` with the sizes and ends of the bodies a snapshot cut (`cut_body`)."""
+    size, tail = req_cut
+    if size is not None:
+        ex = replace(ex, request=replace(ex.request, size=size, tail=tail))
+    size, tail = resp_cut
+    if size is not None and ex.response is not None:
+        ex = replace(ex, response=replace(ex.response, size=size, tail=tail))
+    return ex
 
 
 def is_open_ended(flow: http.HTTPFlow) -> bool:

@@ -15,6 +15,7 @@ import re
 from wirediff._types import Event
 from wirediff.record.body import parse_json
 from wirediff.record.redact import present_secrets, scrub_text
+from wirediff.record.validate import MAX_EVENTS
 
 __all__ = ["DEFAULT_MAX_EVENT", "SSESplitter", "parse_events", "split_events"]
 
@@ -161,10 +162,25 @@ class SSESplitter:
         return ev
 
 
+SPLIT_PIECE = 1 << 16
+"""Bytes of a whole body split at a time: no more events than a piece holds wait at once."""
+
+
 def split_events(
     raw: bytes, t_ms: float | None = None, max_event: int = DEFAULT_MAX_EVENT
-) -> list[Event]:
-    """Split a whole (decoded) SSE body, e.g. from a flow file or HAR, one timestamp for
-    all; the data stays text (`parse_events`)."""
+) -> tuple[list[Event], int]:
+    """Split a whole (decoded) SSE body, e.g. a response not streamed or from a HAR, one
+    timestamp for all; the data stays text (`parse_events`). The first `MAX_EVENTS`
+    events, and how many more there were."""
     sp = SSESplitter(max_event)
-    return [{"t_ms": t_ms, **ev} for ev in sp.feed(raw) + sp.close()]
+    events: list[Event] = []
+    dropped = 0
+    for at in range(0, len(raw) + 1, SPLIT_PIECE):
+        piece = raw[at : at + SPLIT_PIECE]
+        found = sp.feed(piece) + (sp.close() if at + SPLIT_PIECE >= len(raw) else [])
+        room = max(MAX_EVENTS - len(events), 0)
+        events += [{"t_ms": t_ms, **ev} for ev in found[:room]]
+        dropped += max(len(found) - room, 0)
+        if at + SPLIT_PIECE >= len(raw):
+            break
+    return events, dropped

@@ -4,13 +4,15 @@ Writing: each record is one line, appended with a single `write()` of the whole 
 write that fails (a full disk) is cut back to the last whole line and the record waits in
 a bounded queue until the disk takes it, so a capture never holds half a line followed by
 more records. Reading: a line that is not JSON (a write torn by a crash, anywhere in the
-file) is skipped with a warning naming file:line; a line that is JSON but not a readable
+file), or holds more than a capture writes (`wirediff.record.validate.past_bounds`), is
+skipped with a warning naming file:line; a line that is JSON but not a readable
 `wirediff/1` record, or not UTF-8, is an error naming file:line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -20,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -28,6 +30,15 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
+from wirediff.record.lines import (
+    BATCH_LINES,
+    LineError,
+    Parsed,
+    Torn,
+    is_json,
+    next_line,
+    parse_batch,
+)
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
@@ -50,17 +61,22 @@ BATCH_BYTES = 1 << 20
 """Bytes appended by one `write()` when several records wait."""
 
 
-def _after_last_newline(fh: IO[bytes], size: int, block: int = 1 << 16) -> int:
+def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
     """Offset just after the last b"\n" before `size` (0 if there is none)."""
     end = size
     while end > 0:
         start = max(end - block, 0)
-        fh.seek(start)
-        at = fh.read(end - start).rfind(b"\n")
+        at = os.pread(fd, end - start, start).rfind(b"\n")
         if at != -1:
             return start + at + 1
         end = start
     return 0
+
+
+def _last_part(base: Path) -> int:
+    """The number of the session's last part (`wirediff.record.parts`)."""
+    parts = capture_parts(base)
+    return len(parts) - 1 if parts[0] == base else 0
 
 
 def encode_record(record: Record) -> bytes:
@@ -87,14 +103,18 @@ class RecordWriter:
     `MAX_WAITING_BYTES` waiting, new records are dropped and counted in `lost`. With a
     `rotation`, the writer goes on in the session's last part and starts the next one
     (`<session>.<n>.jsonl`, `wirediff.record.parts`) when that one is full, between lines.
+
+    Several writers (processes) may append to one file: each append holds the file's
+    `flock` while it writes, so lines never interleave, a writer's size (for rotation,
+    and for cutting back a failed write) is the file's, and a file found not ending with
+    a newline under the lock holds a fragment no live writer is writing.
     """
 
     def __init__(self, path: str | os.PathLike[str], rotation: Rotation | None = None) -> None:
         self.base = Path(path)
         self.base.parent.mkdir(parents=True, exist_ok=True)
         self.rotation = rotation
-        parts = capture_parts(self.base) if rotation is not None else [self.base]
-        self.part = len(parts) - 1 if parts[0] == self.base else 0
+        self.part = _last_part(self.base) if rotation is not None else 0
         self.path = part_path(self.base, self.part)
         self._opened = time.monotonic()
         self._fd: int | None = None
@@ -125,50 +145,69 @@ class RecordWriter:
 
     def retry(self) -> bool:
         """Append what waits; True when nothing is left waiting."""
-        while self._waiting:
-            if self._fd is not None and self._rotation_due():
-                os.close(self._fd)
-                self._fd = None
-                self.part += 1
-                self.path = part_path(self.base, self.part)
-            if self._fd is None:
+        try:
+            while self._waiting:
+                fd = self._locked_part()
                 try:
-                    self._fd = self._open()
-                except OSError as e:
-                    self.failure = e
-                    return False
-                self._opened = time.monotonic()
-            batch, n = self._waiting[0], 1
-            if len(self._waiting) > 1:
-                room = BATCH_BYTES
-                if self.rotation is not None and self.rotation.max_bytes is not None:
-                    room = min(room, self.rotation.max_bytes - self._end)
-                parts: list[bytes] = []
-                size = 0
-                for line in self._waiting:
-                    if parts and size + len(line) > room:
-                        break
-                    parts.append(line)
-                    size += len(line)
-                batch, n = b"".join(parts), len(parts)
-            try:
-                done = os.write(self._fd, batch)
-            except OSError as e:
-                done, self.failure = -1, e
-            if done != len(batch):
-                self._cut_back()
-                return False
-            self._end += done
-            for _ in range(n):
-                self._waiting_bytes -= len(self._waiting.popleft())
-            self.written += n
-        if self._fd is None:  # nothing waited: open (and check) the file all the same
-            try:
+                    if not self._append(fd):
+                        return False
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            if self._fd is None:  # nothing waited: open (and check) the file all the same
                 self._fd = self._open()
-            except OSError as e:
-                self.failure = e
-                return False
+        except OSError as e:
+            self.failure = e
+            return False
         self.failure = None
+        return True
+
+    def _locked_part(self) -> int:
+        """The part to append to, open and locked, its whole lines measured (`_settle`):
+        the next part when this one is full, whoever filled it."""
+        while True:
+            if self._fd is None:
+                self._fd = self._open()
+                self._opened = time.monotonic()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                self._end = self._settle(self._fd)
+            except OSError:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                raise
+            if not self._rotation_due():
+                return self._fd
+            os.close(self._fd)  # the lock goes with it
+            self._fd = None
+            self.part = max(self.part + 1, _last_part(self.base))
+            self.path = part_path(self.base, self.part)
+
+    def _append(self, fd: int) -> bool:
+        """Append the first records that wait, as one `write()` (up to `BATCH_BYTES`, and
+        never past the part's size); after a failed or partial write, cut back."""
+        batch, n = self._waiting[0], 1
+        if len(self._waiting) > 1:
+            room = BATCH_BYTES
+            if self.rotation is not None and self.rotation.max_bytes is not None:
+                room = min(room, self.rotation.max_bytes - self._end)
+            parts: list[bytes] = []
+            size = 0
+            for line in self._waiting:
+                if parts and size + len(line) > room:
+                    break
+                parts.append(line)
+                size += len(line)
+            batch, n = b"".join(parts), len(parts)
+        try:
+            done = os.write(fd, batch)
+        except OSError as e:
+            done, self.failure = -1, e
+        if done != len(batch):
+            self._cut_back(fd)
+            return False
+        self._end += done
+        for _ in range(n):
+            self._waiting_bytes -= len(self._waiting.popleft())
+        self.written += n
         return True
 
     def _rotation_due(self) -> bool:
@@ -177,29 +216,32 @@ class RecordWriter:
             self._end, time.monotonic() - self._opened
         )
 
-    def _cut_back(self) -> None:
-        """After a failed or partial write: the file ends with its last whole line again."""
+    def _cut_back(self, fd: int) -> None:
+        """After a failed or partial write (the lock still held): the file ends with its
+        last whole line again."""
         if self.failure is None:
             self.failure = OSError(28, os.strerror(28))  # a short write: the disk is full
-        assert self._fd is not None
         with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, self._end)
+            os.ftruncate(fd, self._end)
 
     def _open(self) -> int:
-        """Open for append; a fragment left by a writer killed mid-line is moved aside to
-        `<file>.fragments` so the capture stays readable and appendable."""
-        with contextlib.suppress(FileNotFoundError), self.path.open("r+b") as rb:
-            size = rb.seek(0, os.SEEK_END)
-            rb.seek(max(size - 1, 0))
-            if size and rb.read(1) != b"\n":
-                cut = _after_last_newline(rb, size)
-                rb.seek(cut)
-                with self.path.with_name(self.path.name + ".fragments").open("ab") as frag:
-                    frag.write(rb.read() + b"\n")
-                rb.truncate(cut)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._end = os.fstat(fd).st_size
-        return fd
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def _settle(self, fd: int) -> int:
+        """The size of the file once it ends with a whole line, the lock held: a fragment
+        after the last newline was left by a writer killed mid-line (a live one would hold
+        the lock), and is moved aside to `<file>.fragments` so the capture stays readable
+        and appendable."""
+        size = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return size
+        cut = _after_last_newline(fd, size)
+        with self.path.with_name(self.path.name + ".fragments").open("ab") as frag:
+            for at in range(cut, size, BATCH_BYTES):
+                frag.write(os.pread(fd, min(BATCH_BYTES, size - at), at))
+            frag.write(b"\n")
+        os.ftruncate(fd, cut)
+        return cut
 
     def close(self) -> None:
         """Write what waits (one last try) and close; `waiting` then counts what is lost."""
@@ -223,79 +265,6 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-BATCH_LINES = 1000
-"""Lines parsed by one `json.loads` call: the decoder shares the key strings of all the
-records in a call, which saves a fifth of their memory."""
-_RECORD_START = b'{"format":'
-
-
-class LineError(CaptureError):
-    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
-
-    def __init__(self, path: object, lineno: int, text: str) -> None:
-        super().__init__(f"{path}:{lineno}: {text}")
-        self.lineno, self.text = lineno, text
-
-
-Torn = list[tuple[int, str]]
-"""Lines skipped as torn writes: `(lineno, why)`."""
-
-
-def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
-    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
-    when a whole record was appended after the fragment, that record (and its text)."""
-    try:
-        return line, json.loads(line)
-    except RecursionError:
-        raise LineError(
-            p,
-            lineno,
-            f"record nested too deeply to read (over {MAX_DEPTH} levels "
-            "is kept as text by the capture)",
-        ) from None
-    except UnicodeDecodeError as e:
-        if is_json(line.decode("utf-8", "replace").encode("utf-8")):  # whole, but for bytes
-            raise LineError(
-                p,
-                lineno,
-                f"not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1}); the "
-                "recorder writes UTF-8 only",
-            ) from None
-    except ValueError:
-        pass
-    at = line.find(_RECORD_START, 1)
-    while at > 0:  # the record's start, not an object inside it with a "format" key
-        with contextlib.suppress(ValueError, RecursionError):
-            value = json.loads(line[at:])
-            torn.append((lineno, "a torn line before a whole record: the fragment skipped"))
-            return line[at:], value
-        at = line.find(_RECORD_START, at + 1)
-    torn.append((lineno, "not a JSON record (a torn write): skipped"))
-    return line, None
-
-
-Parsed = list[tuple[int, bytes, Any]]
-
-
-def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
-    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
-    the whole record after a torn fragment)."""
-    if not batch:
-        return []
-    try:
-        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
-        if isinstance(values, list) and len(values) == len(batch):
-            return [(n, line, v) for (n, line), v in zip(batch, values, strict=True)]
-    except (ValueError, RecursionError):
-        pass
-    out = []  # one line at a time, to find the bad ones
-    for lineno, line in batch:
-        text, value = _parse_line(p, lineno, line, torn)
-        if value is not None:
-            out.append((lineno, text, value))
-    return out
 
 
 def checked(
@@ -390,12 +359,8 @@ def read_depth(line: bytes, rec: Record) -> Record:
     return rec
 
 
-def is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return True
+BATCH_LINE_BYTES = 16 << 20
+"""Bytes of lines parsed by one call at most, however few lines they are."""
 
 
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
@@ -423,17 +388,22 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
 
     with fh:
         batch: list[tuple[int, bytes]] = []
-        lines = 0
-        for lineno, line in enumerate(fh, 1):
+        size = lines = lineno = 0
+        while True:
+            lineno += 1
+            line, length = next_line(fh, lineno, torn)
+            if not length:
+                break
             if not line.strip():
                 continue
             if not line.endswith(b"\n") and not is_json(line):
                 break  # the last line, unfinished: a write in progress or cut by a crash
             lines += 1
             batch.append((lineno, line))
-            if len(batch) == BATCH_LINES:
+            size += len(line)
+            if len(batch) == BATCH_LINES or size >= BATCH_LINE_BYTES:
                 yield from batch_records(batch)
-                batch = []
+                batch, size = [], 0
         yield from batch_records(batch)
     if lines and not records:
         raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")

@@ -18,19 +18,17 @@ from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.inflate import Decoder, decoder_for
 from wirediff.record.sse import SSESplitter
+from wirediff.record.validate import MAX_EVENTS
 
 __all__ = [
     "CHUNK_BUDGET",
     "MAX_BACKLOG",
-    "MAX_EVENTS",
     "MAX_STREAM_BYTES",
     "SSE_TYPES",
     "StreamTap",
     "is_sse",
 ]
 
-MAX_EVENTS = 100_000
-"""Events kept per stream; more are counted in `events_dropped`."""
 MAX_STREAM_BYTES = 32 << 20
 """Decoded bytes of one stream split into events; past them the stream is `truncated`
 (a hundred thousand events of a few hundred bytes: the longest answers seen)."""

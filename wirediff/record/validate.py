@@ -36,7 +36,11 @@ __all__ = [
     "DIRECTIONS",
     "ERROR",
     "EVENT",
+    "MAX_CONTAINERS",
     "MAX_DEPTH",
+    "MAX_EVENTS",
+    "MAX_KEYS",
+    "MAX_LINE_BYTES",
     "RECORD",
     "REQUEST",
     "RESPONSE",
@@ -44,14 +48,32 @@ __all__ = [
     "TAGS",
     "WEBSOCKET",
     "Shape",
+    "containers",
     "depth_exceeds",
     "limit_depth",
+    "line_past_bounds",
+    "past_bounds",
     "problem",
     "shape_of",
 ]
 
 MAX_DEPTH = 64
 """Nesting levels a body or an event's data may have; deeper is kept as text."""
+MAX_EVENTS = 100_000
+"""Events one record holds at most: what the capture keeps of a stream or a WebSocket
+session (more are counted in `events_dropped`), and what loading reads."""
+MAX_KEYS = 1 << 18
+"""Keys one object of a record holds at most, and what loading reads: a body or an event's
+data keeps 1 MiB (`capture_body_cap`), and each key of an object takes 6 bytes or more
+(`"k":0,`), so no object of a capture holds even 175,000."""
+MAX_LINE_BYTES = 256 << 20
+"""Bytes of one record's line at most, and what loading reads: more than a capture writes
+with its default body cap (a stream keeps 32 MiB of events, which JSON may escape
+six-fold, and a body 1 MiB)."""
+MAX_CONTAINERS = 15 * MAX_EVENTS
+"""Objects and lists one record's line holds at most, and what loading parses: parsing
+costs memory by them, not by bytes. An event of an API's stream holds a few (a chat
+chunk's tool call delta, nine); only a stream of tiny ones (`[{},{},…]`) would need more."""
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -76,6 +98,72 @@ def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 _NESTING = (dict, list)
 """What nests (a tuple: `isinstance` checks one faster than a union)."""
+
+
+def line_past_bounds(line: bytes, size: int | None = None) -> str | None:
+    """Why the JSON text `line` is no record a capture writes, before it is parsed (too
+    long to read, or holding too many objects and lists to parse), or None. `size`: the
+    line's length, when only its start was read."""
+    size = len(line) if size is None else size
+    if size > MAX_LINE_BYTES:
+        return f"a line of {size:,} bytes, past the {MAX_LINE_BYTES >> 20} MiB a capture writes"
+    if size < 2 * MAX_CONTAINERS or line.count(b"{") + line.count(b"[") <= MAX_CONTAINERS:
+        return None  # every object or list takes two bytes at least
+    found = containers(line)
+    if found <= MAX_CONTAINERS:
+        return None
+    return f"a record of {found:,} objects and lists, past the {MAX_CONTAINERS:,} a capture writes"
+
+
+_ESCAPE_RUN = 1 << 20
+"""Bytes of a line counted at a time by `containers`."""
+
+
+def containers(line: bytes) -> int:
+    """The objects and lists of the JSON text `line`: its `{` and `[` outside strings,
+    counted a piece at a time (each piece ends after an escape, never inside one), so
+    the count costs no more memory than a piece, however the line is made."""
+    found, inside, at = 0, False, 0
+    while at < len(line):
+        end = min(at + _ESCAPE_RUN, len(line))
+        while end < len(line) and line[end - 1] == 0x5C:  # a backslash: take what it escapes
+            end += 1
+        piece = line[at:end].replace(b"\\\\", b"").replace(b'\\"', b"")
+        parts = piece.split(b'"')
+        outside = b"".join(parts[1 if inside else 0 :: 2])
+        found += outside.count(b"{") + outside.count(b"[")
+        inside ^= len(parts) % 2 == 0
+        at = end
+    return found
+
+
+def past_bounds(line: bytes, rec: Any) -> str | None:
+    """Why `rec`, parsed from `line`, holds more than a capture writes (`MAX_EVENTS`
+    events, an object of `MAX_KEYS` keys), or None. Cheap for all but big records: no
+    list or object of `line` holds more values than it has commas, plus one."""
+    commas = line.count(b",")
+    if commas < MAX_EVENTS or not isinstance(rec, dict):
+        return None
+    resp = rec.get("response")
+    events = resp.get("events") if isinstance(resp, dict) else None
+    if isinstance(events, list) and len(events) > MAX_EVENTS:
+        return f"a record of {len(events):,} events, past the {MAX_EVENTS:,} a capture writes"
+    keys = _most_keys(rec) if commas >= MAX_KEYS else 0
+    if keys > MAX_KEYS:
+        return f"an object of {keys:,} keys, past the {MAX_KEYS:,} a capture writes"
+    return None
+
+
+def _most_keys(value: Any) -> int:
+    """The most keys any object in `value` holds (no recursion)."""
+    most, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            most = max(most, len(node))
+            node = node.values()
+        stack += [v for v in node if isinstance(v, _NESTING)]
+    return most
 
 
 def _as_text(part: dict[str, Any], key: str, text_key: str) -> None:

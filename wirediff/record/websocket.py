@@ -19,7 +19,8 @@ from wirediff._types import Event, WebSocketSummary
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.redact import SCANNED, json_secrets, scrub_text
 from wirediff.record.sse import parse_events
-from wirediff.record.tap import MAX_EVENTS, MAX_STREAM_BYTES
+from wirediff.record.tap import MAX_STREAM_BYTES
+from wirediff.record.validate import MAX_EVENTS
 
 __all__ = [
     "ABNORMAL_CLOSE",

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.record.tags import SDK_FIELDS
-from wirediff.reports.formatters import anchor, id_free, redact
+from wirediff.reports.formatters import anchor, redact
 
 __all__ = [
     "MAX_CARD_CAPTURES",
@@ -160,22 +161,19 @@ def skipped_of(ex: pd.DataFrame, max_examples: int) -> list[SkippedGroup]:
         return []
     part = ex.iloc[at]
     reasons = part["skip_reason"].astype(object).where(part["skip_reason"].notna(), "")
-    said = reasons.map(lambda r: redact(r or "no reason recorded"))
+    said = reasons.map(lambda r: without_ids(redact(r or "no reason recorded")))
     frame = pd.DataFrame(
         {
             "label": part["label"].astype(str).to_numpy(),
             "endpoint": part["endpoint"].astype(str).to_numpy(),
             "reason": said.to_numpy(),
-            "free": said.map(id_free).to_numpy(),
             "stream": part["stream"].eq(True).fillna(False).to_numpy(dtype=bool),
             "id": part["id"].to_numpy(),
         }
     )
     groups = []
-    for (label, endpoint, free), g in frame.groupby(["label", "endpoint", "free"], sort=False):
-        group = SkippedGroup(
-            anchor("skip", label, endpoint, free), label, endpoint, g["reason"].iat[0]
-        )
+    for (label, endpoint, reason), g in frame.groupby(["label", "endpoint", "reason"], sort=False):
+        group = SkippedGroup(anchor("skip", label, endpoint, reason), label, endpoint, reason)
         group.count, group.streamed = len(g), int(g["stream"].sum())
         group.ids = g["id"].tolist()[:max_examples]
         groups.append(group)

@@ -1,12 +1,13 @@
 """The findings the report lists: divergence and conformance rows folded into distinct
-findings (identical ones counted, their first examples kept), grouped by kind and path —
-worst severity first, then the most frequent, headers last — and cut to the report's size
-budget (their examples are laid out by `wirediff.reports.examples`)."""
+findings (identical ones counted, their first examples kept), the findings of several
+references about one problem of the same exchanges made one (`one_per_problem`), grouped by
+kind and path — worst severity first, then the most frequent, headers last — and cut to the
+report's size budget (their examples are laid out by `wirediff.reports.examples`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
+from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
 from wirediff.reports.hops import NO_ENDPOINT
 
@@ -34,6 +36,7 @@ __all__ = [
     "group_findings",
     "kind_order",
     "listed",
+    "one_per_problem",
 ]
 
 KINDS = kind_names()
@@ -91,6 +94,13 @@ class Finding:
     shown: bool = True
     views: list[View] = field(default_factory=list)
     """The first example laid out side by side, when it fits the report's size budget."""
+    also: list[Finding] = field(default_factory=list)
+    """What other references said of the same problem of the same exchanges."""
+
+    @property
+    def sources(self) -> list[str]:
+        """Every reference that found it, its own first."""
+        return list(dict.fromkeys(f.source for f in (self, *self.also) if f.source))
 
 
 @dataclass(slots=True)
@@ -309,6 +319,31 @@ def finish_folds(folds: Folds, timeline_anchor: Mapping[Any, str]) -> list[Findi
             )
         )
     return out
+
+
+def one_per_problem(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings of several references (the baseline diff, the OpenAPI document, the SDK
+    types, Open Responses, the grammars) about one problem (`sameness.problem_key`) of one
+    backend's endpoint, on the same exchanges (their examples meet), as one: the worst and
+    most frequent speaks, the others are its `also`; in the order of their first."""
+    by_problem: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in findings:
+        key = (f.label, f.endpoint, problem_key(f.path, f.evidence))
+        by_problem.setdefault(key, []).append(f)
+    merged_into: dict[int, Finding] = {}
+    for group in by_problem.values():
+        heads: list[tuple[Finding, set[str]]] = []
+        for f in sorted(group, key=lambda f: (severity_rank(f.severity), -f.count)):
+            mine = {e.candidate_id for e in f.examples}
+            head = next((h for h, ids in heads if ids & mine), None)
+            if head is None:
+                heads.append((f, mine))
+                continue
+            head.also.append(f)
+            head.count = max(head.count, f.count)
+            head.evidence = head.evidence or f.evidence
+            merged_into[id(f)] = head
+    return [f for f in findings if id(f) not in merged_into]
 
 
 def kind_order(kind: str) -> tuple[int, str]:

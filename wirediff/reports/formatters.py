@@ -30,7 +30,6 @@ __all__ = [
     "MAX_LINES",
     "anchor",
     "hits",
-    "id_free",
     "missing",
     "nice_ticks",
     "path_only",
@@ -64,19 +63,6 @@ ANCHOR_HASH = 6
 def redact(text: object) -> str:
     """`text` as a string, anything shaped like a credential replaced (`scrub_output`)."""
     return scrub_output("" if text is None else str(text))
-
-
-_ID = re.compile(
-    r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"  # uuid
-    r"|\b[A-Za-z]{2,12}[_-](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{12,}\b"  # resp_…, call_…, chatcmpl-…
-    r"|\b[0-9a-f]{16,}\b"
-)
-"""What servers and the replayer generate per exchange: response, call and record ids."""
-
-
-def id_free(text: str) -> str:
-    """`text` with generated ids replaced, to fold what differs only by them."""
-    return _ID.sub("<id>", text)
 
 
 def missing(value: object) -> bool:

@@ -21,8 +21,9 @@ import pandas as pd
 
 from wirediff._support import error_kind, merge_earliest
 from wirediff._types import Record
+from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.diagnosis.explain import CODES
-from wirediff.reports.formatters import anchor, id_free, missing, path_only, redact, status_class
+from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
 
 __all__ = [
     "MAX_CHAIN_GROUPS",
@@ -275,11 +276,11 @@ def collect_chains(
             c.label,
             c.endpoint,
             tuple(
-                (code, provider, id_free(summary), remedy)
+                (code, provider, without_ids(summary), remedy)
                 for code, provider, summary, remedy in said
             ),
             _shape(c.exchange_ids, records_by_id),
-            tuple(id_free(e) for e in c.evidence),
+            tuple(without_ids(e) for e in c.evidence),
             c.recovered,
         )
         found = groups.get(key)

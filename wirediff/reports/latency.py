@@ -179,6 +179,12 @@ class Bar:
     x75: float
     x95: float
 
+    @property
+    def median_at(self) -> float:
+        """Where the median's label is centred: on the median, unless that would push it
+        into the backends' names."""
+        return max(self.x50, CHART_LEFT + VALUE_HALF)
+
 
 @dataclass(slots=True)
 class Chart:
@@ -190,7 +196,11 @@ class Chart:
     height: int
 
 
-CHART_LEFT, CHART_WIDTH, ROW = 130, 460, 30
+CHART_LEFT, CHART_WIDTH, ROW = 130, 460, 44
+"""The plot's left edge and width, and the height of one backend's row: the median's value
+above its box, the box, and the p95's value after its whisker."""
+VALUE_HALF = 40
+"""Half the width of a value's label: a label centred on the median stays in the plot."""
 
 
 def chart(metric: str, title: str, per_label: Mapping[str, Stats]) -> Chart:
@@ -210,7 +220,7 @@ def chart(metric: str, title: str, per_label: Mapping[str, Stats]) -> Chart:
         title,
         bars,
         [(t, x(t)) for t in axis],
-        CHART_LEFT + CHART_WIDTH + 60,
+        CHART_LEFT + CHART_WIDTH + 90,
         28 + len(bars) * ROW,
     )
 

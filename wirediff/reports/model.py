@@ -26,6 +26,7 @@ from wirediff.analysis.comparison.verdicts import FAMILIES, roles_of, verdict_fr
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.index.analyze import CONFORMANCE, Analysis, Diagnosed
 from wirediff.probe.run import ProbeResult
+from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.captures import (
     SKIPPED,
     Capture,
@@ -45,6 +46,7 @@ from wirediff.reports.findings import (
     group_findings,
     kind_order,
     listed,
+    one_per_problem,
 )
 from wirediff.reports.formatters import anchor, missing, redact, status_class
 from wirediff.reports.hops import NO_ENDPOINT, ChainGroup, collect_chains, finish_chains
@@ -97,6 +99,7 @@ class Verdict:
     deviations: int
     cosmetic: int
     exchanges: int
+    headline: str
     anchor: str = ""
 
     @property
@@ -117,6 +120,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
             int(r["deviations"]),
             int(r["cosmetic"]),
             int(r["exchanges"]),
+            str(r["headline"]),
         )
         for r in frame.to_dict("records")
     ]
@@ -175,6 +179,8 @@ class ReportModel:
     endpoints: list[tuple[str, str]]
     cells: dict[tuple[str, str], Cell]
     verdicts: list[Verdict]
+    bottom_line: list[str]
+    """One sentence per candidate: can it replace the baseline, or what stops it."""
     baseline_flawed: bool
     """The baseline itself breaks a reference: every comparison inherits its flaws."""
     findings: list[Finding]
@@ -224,6 +230,17 @@ class ReportModel:
         return list(ids)
 
 
+def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
+    """A cell's outcomes as its verdict counts them: a route-level failure is `unsupported`
+    in a cell that is, and `breaking` in one where other calls work (the client loses what
+    it asked for)."""
+    if verdict == "unsupported" or "unsupported" not in outcomes:
+        return outcomes
+    moved = Counter(outcomes)
+    moved["breaking"] += moved.pop("unsupported")
+    return _in_order(moved)
+
+
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
     """Exchange outcomes counted, in `OUTCOMES` order."""
     return {o: int(counts[o]) for o in OUTCOMES if o in counts}
@@ -254,7 +271,7 @@ def build(
     tls, anchors = finish_alignments(alignments, anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
     folds = collect_folds(found, max_examples, timeline_of)
-    folded = finish_folds(folds, {k: a for k, a in anchors.items() if a in drawn})
+    folded = one_per_problem(finish_folds(folds, {k: a for k, a in anchors.items() if a in drawn}))
     chains = finish_chains(collect_chains(diagnosed.frame, diagnosed.evidence))
     skipped = skipped_of(ex, max_examples)
 
@@ -289,6 +306,8 @@ def build(
         cell = cells.get((str(lab), str(endpoint)))
         if cell is not None:
             cell.verdict, cell.reasons = str(verdict), list(reasons)
+    for cell in cells.values():
+        cell.outcomes = agreeing(cell.outcomes, cell.verdict)
     for v in drop_in:
         mine = [
             c for c in cells.values() if c.label == v.label and c.family == v.family and c.total
@@ -323,6 +342,9 @@ def build(
         by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
     no_answer = ex["error_kind"].astype(object).where(ex["error_kind"] == SKIPPED, "none")
     status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
+    status = status.where(
+        ~ex["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool), status + " error body"
+    )
     status_mix = pd.DataFrame({"label": labels_of, "status": status.to_numpy()}).value_counts(
         sort=False
     )
@@ -343,9 +365,9 @@ def build(
         families = [v for v in drop_in if v.label == label]
         kinds_of = kind_counts.get(label, {})
         counted: Counter[str] = Counter()
-        for (lab, _, what), n in outcomes.items():
-            if lab == label:
-                counted[what] += int(n)
+        for c in cells.values():
+            if c.label == label:
+                counted.update(c.outcomes)
         backends.append(
             Backend(
                 label,
@@ -388,6 +410,7 @@ def build(
         endpoints=endpoints,
         cells=cells,
         verdicts=drop_in,
+        bottom_line=bottom_line(frame),
         baseline_flawed=any(v.role == "baseline" and (v.breaking or v.deviations) for v in drop_in),
         findings=folded,
         kinds=kind_groups,

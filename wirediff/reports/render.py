@@ -187,6 +187,11 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
             "source": f.source,
             "schema_pointer": f.schema_pointer,
             "evidence": f.evidence,
+            "sources": f.sources,
+            "also": [
+                {"kind": a.kind, "path": a.path, "source": a.source, "message": a.message}
+                for a in f.also
+            ],
         }
         for f in model.findings
     ]
@@ -199,6 +204,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
         "baseline_chosen_by": model.baseline_chosen_by,
         "baseline_flawed": model.baseline_flawed,
         "totals": model.totals,
+        "bottom_line": model.bottom_line,
         "verdicts": [verdict_item(v) for v in model.verdicts],
         "backends": backends,
         "matrix": matrix,

@@ -294,9 +294,16 @@ def _remember(key: tuple[Any, ...], outcome: Outcome) -> None:
         _memo[key] = outcome
 
 
+def _memo_key(record: Record) -> tuple[Any, ...] | None:
+    """Key an outcome by its skeleton and by the clients that measure it, so an answer measured
+    with the Node SDK is not reused where the Node SDK is off."""
+    key = _key(record)
+    return None if key is None else (str(node.node_sdk()), key)
+
+
 def impact(record: Record) -> Outcome:
     """The outcome of `record`'s answer through the real clients (remembered per skeleton)."""
-    key = _key(record)
+    key = _memo_key(record)
     if key is None:
         return Outcome(judged=False)
     found = _memo.get(key)
@@ -314,7 +321,7 @@ def prepare(records: Iterable[Record]) -> None:
         return
     pending: dict[tuple[Any, ...], Record] = {}
     for rec in records:
-        key = _key(rec)
+        key = _memo_key(rec)
         if key is not None and key not in _memo and key not in pending:
             pending[key] = rec
     if not pending:

@@ -48,6 +48,8 @@ class Reading:
     answered: str
     """The answer in a verdict's words (`404: the server's words`)."""
     not_implemented: str
+    status: str
+    """The answer's status in short (`404`, `200 with an error body`)."""
     words: str
     """The server's own error message, quoted by a break (`server_words`)."""
     failed: bool
@@ -63,7 +65,7 @@ def read_answer(record: Record) -> Reading:
     observed = observe(record)
     observed.headers = {REQUEST_ID: ""} if REQUEST_ID in observed.headers else {}
     check, rows = record_check(record)
-    answered, not_implemented = answer_texts(record)
+    answered, not_implemented, status = answer_texts(record)
     return Reading(
         observed,
         check,
@@ -71,6 +73,7 @@ def read_answer(record: Record) -> Reading:
         route_failure(record),
         answered,
         not_implemented,
+        status,
         server_words(record),
         answer_failed(record),
         stream_labels(record),
@@ -155,6 +158,7 @@ def same_reading(reading: Reading) -> tuple[Any, ...]:
         reading.route_failure,
         reading.answered,
         reading.not_implemented,
+        reading.status,
         reading.words,
         reading.failed,
         reading.timeline,

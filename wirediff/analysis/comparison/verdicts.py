@@ -6,7 +6,10 @@ finding, one endpoint of the family not implemented while others work, or nothin
 succeeded), `unsupported`
 (nothing in the cell succeeded and every failure is route-level: 404/405/501 not about a
 model, an error in a 2xx, a refused WebSocket upgrade). Each verdict carries its top reasons,
-worst and most frequent first, headers last, in the server's or the SDK's words. The
+worst and most frequent first, headers last, in the server's or the SDK's words, and its
+headline (what a one-sentence summary says of it). Findings are counted as problems: the
+findings of every reference about one field, event or client loss are one
+(`wirediff.analysis.comparison.sameness`), counted once per exchange. The
 baseline is judged too, by its conformance alone: every comparison inherits its flaws.
 """
 
@@ -24,6 +27,7 @@ from wirediff._support import error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
+from wirediff.analysis.comparison.sameness import problem_key, without_ids
 
 __all__ = [
     "FAMILIES",
@@ -52,6 +56,7 @@ VERDICT_COLUMNS = [
     "deviations",
     "cosmetic",
     "exchanges",
+    "headline",
 ]
 ROLES = ("baseline", "candidate", "capture")
 FAMILIES = (
@@ -135,6 +140,8 @@ class Answer:
     answered: str
     """The first answer: `404: the server's words`, or the failure when none came."""
     not_implemented: str
+    status: str
+    """The first answer's status, in short: `404`, `200 with an error body`, `timeout`."""
     route_failure: bool = True
     """Every exchange failed route-level (all)."""
     original_ok: bool = False
@@ -143,23 +150,29 @@ class Answer:
     def merge(self, other: Answer) -> None:
         if other.first < self.first:
             self.first, self.answered = other.first, other.answered
-            self.not_implemented = other.not_implemented
+            self.not_implemented, self.status = other.not_implemented, other.status
         self.route_failure &= other.route_failure
         self.original_ok |= other.original_ok
 
 
 @dataclass(slots=True)
 class Reason:
-    """Findings of one severity, kind and path in a cell."""
+    """One problem in a cell (`sameness.problem_key`): the findings of every reference
+    about it."""
 
     n: int
+    """Exchanges it is found on."""
+    rank: int
+    """Its worst finding's severity rank."""
     text: str
-    """The evidence (or message) that sorts first: one, whatever the order."""
+    """The evidence (or message) of its worst findings that sorts first: one, whatever the
+    order."""
     first: Any
 
     def merge(self, other: Reason) -> None:
         self.n += other.n
-        self.text = min(self.text, other.text)
+        if (other.rank, other.text) < (self.rank, self.text):
+            self.rank, self.text = other.rank, other.text
         self.first = min(self.first, other.first)
 
 
@@ -171,15 +184,24 @@ class Cell:
     exchanges: int = 0
     route_failure: bool = True
     succeeded: bool = False
-    counts: list[int] = field(default_factory=lambda: [0] * len(SEVERITIES))
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
-    reasons: dict[tuple[float, bool, str, str], Reason] = field(default_factory=dict)
+    reasons: dict[tuple[bool, str], Reason] = field(default_factory=dict)
+    """By (a header's, `sameness.problem_key`): an exchange's findings all lie in one part of
+    the captures, so the parts' counts of exchanges add up."""
+
+    @property
+    def counts(self) -> list[int]:
+        """Problems by severity, worst first."""
+        out = [0] * len(SEVERITIES)
+        for reason in self.reasons.values():
+            if reason.rank < len(SEVERITIES):
+                out[reason.rank] += 1
+        return out
 
     def merge(self, other: Cell) -> None:
         self.exchanges += other.exchanges
         self.route_failure &= other.route_failure
         self.succeeded |= other.succeeded
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         for key, answer in other.answers.items():
             mine = self.answers.get(key)
             if mine is None:
@@ -197,15 +219,18 @@ class Cell:
 Cells = dict[tuple[Hashable, ...], Cell]
 
 
-def answer_texts(record: Record) -> tuple[str, str]:
-    """An answer in a verdict's words (`404: the server's words`), and what a
-    not-implemented reason says of it."""
+def answer_texts(record: Record) -> tuple[str, str, str]:
+    """An answer in a verdict's words (`404: the server's words`), what a not-implemented
+    reason says of it, and its status in short (`404`, `200 with an error body`)."""
     status = response_status(record)
-    shown = status or error_kind(record) or "no answer"
-    words = server_words(record)
+    shown = f"{status or error_kind(record) or 'no answer'}"
+    if record["tags"].get("soft_error"):
+        shown = f"{shown} with an error body"
+    words = without_ids(server_words(record))
     return (
-        f"{shown}" + (f": {words}" if words else ""),
-        f"{status}" + (f": {words})" if words else ")"),
+        shown + (f": {words}" if words else ""),
+        shown + (f": {words})" if words else ")"),
+        shown,
     )
 
 
@@ -214,11 +239,11 @@ def verdict_cells(
 ) -> Cells:
     """The cells `verdict_frame` judges, per label and `by`. `exchanges`, one row each in
     the captures' order: `label`, the `by` columns, `method`, `endpoint`, `status`,
-    `soft_error`, `outcome` (`exchange_outcomes`), `answered` and `not_implemented` (its
-    answer's `answer_texts`), `original_ok` (it was compared with an original that was sent
+    `soft_error`, `outcome` (`exchange_outcomes`), `answered`, `not_implemented` and
+    `answer_status` (its answer's `answer_texts`), `original_ok` (it was compared with an original that was sent
     and did not fail route-level). `findings`, in their order: `row` (the exchange's),
-    `severity`, `kind`, `path`, `text` (the evidence, else the message, with any
-    `assumed_note`)."""
+    `severity`, `kind`, `path`, `evidence`, `text` (the evidence, else the message, ids
+    left out, with any `assumed_note`). A problem (`problem_key`) counts once per exchange."""
     kept = exchanges["outcome"].to_numpy() != SKIPPED
     if not kept.any():
         return {}
@@ -228,6 +253,7 @@ def verdict_cells(
     ex = ex.assign(
         answered=exchanges["answered"].to_numpy()[kept],
         not_implemented=exchanges["not_implemented"].to_numpy()[kept],
+        answer_status=exchanges["answer_status"].to_numpy()[kept],
         original_ok=exchanges["original_ok"].to_numpy(dtype=bool)[kept],
         failing=exchanges["outcome"].to_numpy()[kept] == UNSUPPORTED,
         succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).to_numpy(dtype=bool)
@@ -248,17 +274,20 @@ def verdict_cells(
     routes = ex.assign(_place=np.flatnonzero(kept)).groupby(
         ["_cell", "method", "endpoint"], sort=False, dropna=False, observed=True
     )
-    firsts = routes[["_place", "answered", "not_implemented"]].first()
-    for (at, method, endpoint), first, answered, missing, route, original in zip(
+    firsts = routes[["_place", "answered", "not_implemented", "answer_status"]].first()
+    for (at, method, endpoint), first, answered, missing, shown, route, original in zip(
         firsts.index.tolist(),
         firsts["_place"].tolist(),
         firsts["answered"].tolist(),
         firsts["not_implemented"].tolist(),
+        firsts["answer_status"].tolist(),
         routes["failing"].all().tolist(),
         routes["original_ok"].any().tolist(),
         strict=True,
     ):
-        cells[at].answers[(method, endpoint)] = Answer(first, answered, missing, route, original)
+        cells[at].answers[(method, endpoint)] = Answer(
+            first, answered, missing, shown, route, original
+        )
     if len(findings):
         cell_at = np.full(len(exchanges), -1, dtype=np.int64)
         cell_at[kept] = ex["_cell"].to_numpy()
@@ -266,63 +295,82 @@ def verdict_cells(
             _cell=cell_at[findings["row"].to_numpy()],
             _rank=findings["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int),
             _order=np.arange(len(findings)),
+            _header=findings["kind"].to_numpy() == "header",
+            _problem=_problem_keys(findings),
         )
         mine = mine[mine["_cell"].to_numpy() >= 0]
-        counted = mine[mine["_rank"].to_numpy() < len(SEVERITIES)]
-        for (at, rank), n in counted.groupby(["_cell", "_rank"]).size().items():
-            cells[at].counts[rank] += int(n)
-        reasons = mine.groupby(["_cell", "_rank", "kind", "path"], sort=False, observed=True)
-        texts = reasons["text"].unique()
-        for (at, rank, kind, path), n, first, said in zip(
-            texts.index.tolist(),
-            reasons.size().tolist(),
-            reasons["_order"].min().tolist(),
-            texts.tolist(),
+        # a problem's words: those of its worst findings that sort first
+        mine = mine.sort_values(["_rank", "text", "_order"], kind="stable")
+        problems = mine.groupby(["_cell", "_header", "_problem"], sort=False)
+        firsts = problems[["_rank", "text"]].first()
+        for (at, header, problem), n, rank, said, first in zip(
+            firsts.index.tolist(),
+            problems["row"].nunique().tolist(),
+            firsts["_rank"].tolist(),
+            firsts["text"].tolist(),
+            problems["_order"].min().tolist(),
             strict=True,
         ):
-            key = (float(rank), kind == "header", kind, path)
-            cells[at].reasons[key] = Reason(int(n), min(said), first)
+            cells[at].reasons[(header, problem)] = Reason(int(n), int(rank), said, first)
     return dict(zip(named, cells, strict=True))
 
 
-def _finding_reasons(cell: Cell) -> list[str]:
-    """One line per (severity, kind, path), worst and most frequent first, headers last;
-    the evidence (the SDK's or the server's words) where there is some."""
-    top = sorted(cell.reasons.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[1].n, kv[1].first))
-    out: list[str] = []
+def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
+    """Per finding, its `problem_key`, computed once per distinct path and evidence."""
+    pairs = pd.MultiIndex.from_arrays([findings["path"], findings["evidence"]])
+    codes, uniques = pd.factorize(pairs)
+    keys = np.array([problem_key(str(p), str(e)) for p, e in uniques.tolist()], dtype=object)
+    return keys[codes]
+
+
+def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:
+    """One line per problem with its severity rank and the exchanges it is found on, worst
+    and most frequent first, headers last; the evidence (the SDK's or the server's words)
+    where there is some."""
+    top = sorted(cell.reasons.items(), key=lambda kv: (kv[1].rank, kv[0][0], -kv[1].n, kv[1].first))
+    out: list[tuple[int, str, int]] = []
     for _, reason in top:
         line = _POSITION.sub("", str(reason.text))
-        if all(not r.startswith(line) for r in out):
-            out.append(f"{line} (x{reason.n})" if reason.n > 1 else line)
+        if all(not r.startswith(line) for _, r, _ in out):
+            out.append((reason.rank, line, reason.n))
         if len(out) == MAX_REASONS:
             break
     return out
 
 
-def _verdict(cell: Cell, role: str) -> tuple[str, list[str]]:
+def _verdict(cell: Cell, role: str) -> tuple[str, list[str], str]:
+    """The verdict, its reasons and its headline: what follows the family's name in a
+    sentence (`is not implemented (404)`, `breaks: …`), or nothing when it is compatible."""
     answers = sorted(cell.answers.items())
     if cell.route_failure:
         reasons = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers]
-        return UNSUPPORTED, reasons[:MAX_REASONS]
-    missing, unserved = [], []
+        statuses = ", ".join(dict.fromkeys(a.status for _, a in answers))
+        return UNSUPPORTED, reasons[:MAX_REASONS], f"is not implemented ({statuses})"
+    missing, unserved, headline = [], [], ""
     if role == "candidate":
-        missing = [
-            f"{m} {e}: not implemented ({a.not_implemented}"
-            for (m, e), a in answers
-            if a.route_failure and a.original_ok
-        ]
+        gone = [((m, e), a) for (m, e), a in answers if a.route_failure and a.original_ok]
+        missing = [f"{m} {e}: not implemented ({a.not_implemented}" for (m, e), a in gone]
+        if gone:
+            headline = "lacks " + ", ".join(f"{m} {e} ({a.status})" for (m, e), a in gone)
     elif role == "baseline":  # a route of the API it does not serve, while others work
         unserved = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers if a.route_failure]
     if not cell.succeeded:
         missing = [f"{m} {e}: failed ({a.answered})" for (m, e), a in answers] + missing
+        statuses = ", ".join(dict.fromkeys(a.status for _, a in answers))
+        headline = f"fails on every call ({statuses})"
+    counts = cell.counts
+    top = _top_reasons(cell)
+    if not headline and counts[0]:
+        headline = "breaks: " + next(text for rank, text, _ in top if rank == 0)
     verdict = (
         "breaking"
-        if missing or cell.counts[0]
+        if missing or counts[0]
         else "compatible with deviations"
-        if cell.counts[1] or unserved
+        if counts[1] or unserved
         else "compatible"
     )
-    return verdict, (missing + unserved + _finding_reasons(cell))[:MAX_REASONS]
+    lines = [f"{text} (x{n})" if n > 1 else text for _, text, n in top]
+    return verdict, (missing + unserved + lines)[:MAX_REASONS], headline
 
 
 def verdict_frame(
@@ -335,8 +383,8 @@ def verdict_frame(
     rows = []
     for key, cell in cells.items():
         role = role_of.get(str(key[0]), "capture")
-        verdict, reasons = _verdict(cell, role)
-        rows.append((*key, role, verdict, reasons, *cell.counts, cell.exchanges))
+        verdict, reasons, headline = _verdict(cell, role)
+        rows.append((*key, role, verdict, reasons, *cell.counts, cell.exchanges, headline))
     out = pd.DataFrame.from_records(rows, columns=columns)
     out["_role"] = out["role"].map(ROLES.index)
     order = ["_role", "label", *by]

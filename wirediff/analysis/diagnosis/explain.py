@@ -30,6 +30,7 @@ __all__ = [
     "Backends",
     "answered_prefixes",
     "backend_key",
+    "count_line",
     "diagnose_chain",
     "diagnose_chains",
     "diagnosis_frame",
@@ -277,8 +278,15 @@ def format_diagnoses(df: pd.DataFrame) -> str:
     if df.empty:
         return "no failing chains: nothing to diagnose\n"
     lines = format_chains(df)
-    lines.append(f"{len(df)} diagnoses in {df['chain_id'].nunique()} chains")
+    lines.append(count_line(len(df), df["chain_id"].nunique()))
     return "\n".join(lines) + "\n"
+
+
+def count_line(diagnoses: int, chains: int, distinct: int | None = None) -> str:
+    """`1 diagnosis in 1 chain`, `8 diagnoses in 5 chains, 2 distinct`."""
+    line = f"{diagnoses} {'diagnosis' if diagnoses == 1 else 'diagnoses'} in {chains} "
+    line += "chain" if chains == 1 else "chains"
+    return line + (f", {distinct} distinct" if distinct is not None and distinct < chains else "")
 
 
 def format_chains(df: pd.DataFrame) -> list[str]:

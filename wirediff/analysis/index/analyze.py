@@ -27,6 +27,7 @@ from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.noise import glob_regex, ignored, pair_noise
 from wirediff.analysis.comparison.pairing import Baseline, pair_exchanges, text
 from wirediff.analysis.comparison.reading import Reading, pair_findings
+from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.comparison.verdicts import (
     RANKS,
     exchange_outcomes,
@@ -224,6 +225,7 @@ class Analysis:
                 "outcome": self.outcomes,
                 "answered": self.answers("answered"),
                 "not_implemented": self.answers("not_implemented"),
+                "answer_status": self.answers("status"),
                 "original_ok": base_ok,
             }
         )
@@ -231,11 +233,15 @@ class Analysis:
 
     def cell_findings(self, said: Callable[[str], str] | None = None) -> pd.DataFrame:
         """The findings as verdict cells read them: `row`, `severity`, `kind`, `path`,
-        `text` (the evidence, else the message, with its `assumed_note`)."""
+        `evidence`, `text` (the evidence, else the message, ids left out, with its
+        `assumed_note`)."""
         t = self.templates
         path = t["path"] if said is None else t["path"].map(said)
         message = t["message"] if said is None else t["message"].map(said)
-        words = np.where(t["evidence"] != "", t["evidence"], message)
+        words = [
+            without_ids(str(w))
+            for w in np.where(t["evidence"] != "", t["evidence"], message).tolist()
+        ]
         rows = self.findings["row"].to_numpy()
         template = self.findings["template"].to_numpy()
         standin = self.answers("standin")[rows]
@@ -254,6 +260,7 @@ class Analysis:
                 "severity": t["severity"].to_numpy()[template],
                 "kind": t["kind"].to_numpy()[template],
                 "path": path.to_numpy()[template],
+                "evidence": t["evidence"].to_numpy()[template],
                 "text": noted[codes],
             }
         )

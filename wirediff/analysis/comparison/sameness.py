@@ -1,0 +1,43 @@
+"""When two findings are one problem, and a finding's words without what tells repeats apart.
+
+References report one fact in their own words: the baseline diff says
+"`choices[].message.refusal` is missing", the OpenAPI document "'refusal' is a required
+property", the SDK types "Field required"; a client break and every finding it explains carry
+the same evidence (the SDK's words). So a problem is the field or event a finding is about —
+or, where the client breaks, what the client lost. Ids, timestamps and counts tell repeats of
+one problem apart and nothing else: `without_ids` shows a text without them, `problem_key`
+leaves them (and the numbers) out of the key.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["problem_key", "without_ids"]
+
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+_PREFIXED = re.compile(r"\b([A-Za-z]{2,16}[_-])(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{12,}\b")
+"""An id with its kind's prefix: `resp_…`, `chatcmpl-…`, `call_…`, `msg_…`."""
+_HEX = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{16,}\b")
+_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_CALL = re.compile(r"(`[\w.]+)\([^`)]*\)`")
+"""An SDK call as a finding names it: `client.responses.create(stream=True)`."""
+
+
+def without_ids(text: str) -> str:
+    """`text` with ids and timestamps shown as an ellipsis (an id keeps its kind's prefix:
+    `resp_…`), for a line a person reads; the exchange it came from is linked, not named."""
+    text = _UUID.sub("…", text)
+    text = _PREFIXED.sub(r"\1…", text)
+    text = _HEX.sub("…", text)
+    return _TIME.sub("…", text)
+
+
+def problem_key(path: str, evidence: str) -> str:
+    """What a finding is about, whichever reference found it: the client's loss where the
+    client breaks (`evidence`, the same words on every finding it explains; the call's
+    arguments, ids and numbers aside), else the field or event (`path`)."""
+    if evidence:
+        return "effect:" + _NUMBER.sub("n", _CALL.sub(r"\1()`", without_ids(evidence)))
+    return "path:" + path

@@ -1,0 +1,191 @@
+"""A capture's lines as values: read within bounds, parsed in batches, torn ones told apart.
+
+Every reader of captures (`wirediff.record.store.iter_records`, the engine's scan) reads
+lines with `next_line`, which never holds one longer than a record a capture writes, and
+parses them with `parse_batch` (or its own parser, then `within_bounds`): a line that is
+not JSON (a write torn by a crash) or holds more than a capture writes
+(`wirediff.record.validate`) is left out and noted, to be warned about by file:line.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from wirediff.errors import CaptureError
+from wirediff.record.validate import (
+    MAX_CONTAINERS,
+    MAX_DEPTH,
+    MAX_LINE_BYTES,
+    line_past_bounds,
+    past_bounds,
+)
+
+__all__ = [
+    "BATCH_LINES",
+    "LineError",
+    "Parsed",
+    "Torn",
+    "is_json",
+    "next_line",
+    "parse_batch",
+    "readable_lines",
+    "skip_line",
+    "within_bounds",
+]
+
+READ_PIECE = 1 << 20
+"""Bytes of a line read at a time: a line is held whole only once it is known to end in
+time."""
+BATCH_LINES = 1000
+"""Lines parsed by one `json.loads` call: the decoder shares the key strings of all the
+records in a call, which saves a fifth of their memory."""
+_RECORD_START = b'{"format":'
+
+
+class LineError(CaptureError):
+    """A line that is no readable record: where it is (`lineno`) and why (`text`)."""
+
+    def __init__(self, path: object, lineno: int, text: str) -> None:
+        super().__init__(f"{path}:{lineno}: {text}")
+        self.lineno, self.text = lineno, text
+
+
+Torn = list[tuple[int, str]]
+"""Lines skipped (torn writes, past the bounds): `(lineno, why)`, in their order."""
+
+
+def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
+    """One line's value; a torn line (not JSON) is skipped (None, noted in `torn`), or,
+    when a whole record was appended after the fragment, that record (and its text)."""
+    try:
+        return line, json.loads(line)
+    except RecursionError:
+        raise LineError(
+            p,
+            lineno,
+            f"record nested too deeply to read (over {MAX_DEPTH} levels "
+            "is kept as text by the capture)",
+        ) from None
+    except UnicodeDecodeError as e:
+        if is_json(line.decode("utf-8", "replace").encode("utf-8")):  # whole, but for bytes
+            raise LineError(
+                p,
+                lineno,
+                f"not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1}); the "
+                "recorder writes UTF-8 only",
+            ) from None
+    except ValueError:
+        pass
+    at = line.find(_RECORD_START, 1)
+    while at > 0:  # the record's start, not an object inside it with a "format" key
+        with contextlib.suppress(ValueError, RecursionError):
+            value = json.loads(line[at:])
+            bisect.insort(torn, (lineno, "a torn line before a whole record: the fragment skipped"))
+            return line[at:], value
+        at = line.find(_RECORD_START, at + 1)
+    bisect.insort(torn, (lineno, "not a JSON record (a torn write): skipped"))
+    return line, None
+
+
+Parsed = list[tuple[int, bytes, Any]]
+
+
+def readable_lines(batch: list[tuple[int, bytes]], torn: Torn) -> list[tuple[int, bytes]]:
+    """The lines of `batch` that can be records a capture wrote; each other one (too long,
+    too many objects: `wirediff.record.validate.line_past_bounds`) is left out, never
+    parsed, and noted in `torn`."""
+    if all(len(line) < 2 * MAX_CONTAINERS for _, line in batch):
+        return batch
+    out = []
+    for lineno, line in batch:
+        why = line_past_bounds(line)
+        if why is None:
+            out.append((lineno, line))
+        else:
+            bisect.insort(torn, (lineno, f"{why}: skipped"))
+    return out
+
+
+def within_bounds(parsed: Parsed, torn: Torn) -> Parsed:
+    """The records of `parsed` that hold no more than a capture writes; each other one
+    (`wirediff.record.validate.past_bounds`) is left out and noted in `torn`."""
+    out = []
+    for lineno, line, value in parsed:
+        why = past_bounds(line, value)
+        if why is None:
+            out.append((lineno, line, value))
+        else:
+            bisect.insort(torn, (lineno, f"{why}: skipped"))
+    return out
+
+
+def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
+    """`(lineno, text, value)` for each line of `batch`; torn lines left out (`text` is
+    the whole record after a torn fragment), and lines or records past what a capture
+    writes (`readable_lines`, `within_bounds`)."""
+    batch = readable_lines(batch, torn)
+    if not batch:
+        return []
+    try:
+        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
+        if isinstance(values, list) and len(values) == len(batch):
+            parsed = [(n, line, v) for (n, line), v in zip(batch, values, strict=True)]
+            return within_bounds(parsed, torn)
+    except (ValueError, RecursionError):
+        pass
+    out = []  # one line at a time, to find the bad ones
+    for lineno, line in batch:
+        text, value = _parse_line(p, lineno, line, torn)
+        if value is not None:
+            out.append((lineno, text, value))
+    return within_bounds(out, torn)
+
+
+def is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def next_line(fh: IO[bytes], where: int, torn: Torn) -> tuple[bytes, int]:
+    """The next line of `fh` and its length (0 at the end). A line longer than any record
+    a capture writes (`MAX_LINE_BYTES`) is read past a piece at a time, never held: it is
+    given as b"" and noted in `torn` at `where` (its line number, or its offset). A long
+    line is measured first and read in one piece (held once) when the file can seek."""
+    line = fh.readline(READ_PIECE)
+    if not line or line.endswith(b"\n"):
+        return line, len(line)
+    if fh.seekable():
+        rest = fh.tell()
+        size = len(line) + skip_line(fh)
+        if size <= MAX_LINE_BYTES:
+            fh.seek(rest - len(line))
+            return fh.read(size), size
+    else:
+        pieces, size, ended = [line], len(line), False
+        while size <= MAX_LINE_BYTES and not ended and (piece := fh.readline(READ_PIECE)):
+            pieces.append(piece)
+            size += len(piece)
+            ended = piece.endswith(b"\n")
+        if size <= MAX_LINE_BYTES:
+            return b"".join(pieces), size
+        pieces.clear()
+        size += 0 if ended else skip_line(fh)
+    bisect.insort(torn, (where, f"{line_past_bounds(b'', size)}: skipped"))
+    return b"", size
+
+
+def skip_line(fh: IO[bytes]) -> int:
+    """Read past the rest of the line `fh` is in, a piece at a time; its length."""
+    size = 0
+    while piece := fh.readline(READ_PIECE):
+        size += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return size

@@ -1,0 +1,68 @@
+"""The bottom line: one sentence per candidate saying whether it can replace the baseline,
+and if not, what stops it — what the report, `check` and the demo open with.
+
+    ollama can replace openai for chat.completions and responses, with 6 deviations no
+    client notices.
+    lmstudio cannot replace openai: chat.completions breaks: … ; responses is not
+    implemented (200 with an error body).
+
+Made from the drop-in verdicts alone (`wirediff.analysis.comparison.verdicts`: their
+headlines and their counts of problems), so every command that judges says the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from wirediff._support import clip
+
+__all__ = ["bottom_line"]
+
+DROP_IN = ("compatible", "compatible with deviations")
+"""Verdicts under which a candidate can replace the baseline."""
+HEADLINE = 200
+"""Characters of one family's headline kept in a sentence."""
+
+
+def _names(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _family(row: Mapping[Hashable, Any]) -> str:
+    transport = str(row["transport"])
+    return str(row["family"]) + ("" if transport == "http" else f" ({transport})")
+
+
+def _deviations(rows: Sequence[Mapping[Hashable, Any]]) -> str:
+    n = sum(int(r["deviations"]) for r in rows)
+    return f", with {n} deviation{'s' if n != 1 else ''} no client notices" if n else ""
+
+
+def bottom_line(verdicts: pd.DataFrame) -> list[str]:
+    """One sentence per candidate label of `verdicts` (`verdict_frame`'s rows), in their
+    order; none when nothing was compared."""
+    rows = verdicts.to_dict("records")
+    baselines = list(dict.fromkeys(str(r["label"]) for r in rows if r["role"] == "baseline"))
+    if not baselines:
+        return []
+    base = _names(baselines)
+    out = []
+    for label in dict.fromkeys(str(r["label"]) for r in rows if r["role"] == "candidate"):
+        mine = [r for r in rows if r["label"] == label]
+        good = [r for r in mine if r["verdict"] in DROP_IN]
+        bad = [r for r in mine if r["verdict"] not in DROP_IN]
+        if not bad:
+            families = _names([_family(r) for r in good])
+            out.append(f"{label} can replace {base} for {families}{_deviations(good)}.")
+            continue
+        stops = "; ".join(
+            f"{_family(r)} {clip(str(r['headline']) or str(r['verdict']), HEADLINE).rstrip('.')}"
+            for r in bad
+        )
+        rest = f"; it can for {_names([_family(r) for r in good])}" if good else ""
+        out.append(f"{label} cannot replace {base}: {stops}{rest}{_deviations(good)}.")
+    return out
