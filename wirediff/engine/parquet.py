@@ -241,7 +241,8 @@ def _extra(rec: Record) -> dict[str, Any]:
     replay_of = rec.get("replay_of")
     original = replay_of is None
     request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
-    resp, req = rec.get("response") or {}, rec["request"]
+    resp: Any = rec.get("response") or {}
+    req = rec["request"]
     models = None
     if (
         (rec.get("tags") or {}).get("endpoint") == "/v1/models"

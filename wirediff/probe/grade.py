@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.index.analyze import Analysis, analyze, diagnose
+from wirediff.analysis.index.analyze import Analysis, Diagnosed, analyze, diagnose_index
 
 __all__ = ["Graded", "grade"]
 
@@ -29,8 +29,12 @@ class Graded:
     analysis: Analysis
     findings: pd.DataFrame
     """Conformance and client findings (`DIVERGENCE_COLUMNS`), one per problem per exchange."""
-    diagnoses: pd.DataFrame
-    """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+    diagnosed: Diagnosed
+
+    @property
+    def diagnoses(self) -> pd.DataFrame:
+        """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+        return self.diagnosed.frame
 
     def findings_for(self, ids: Iterable[str], sources: Sequence[str] = ()) -> list[dict[str, str]]:
         """The breaking and deviating findings of these exchanges (of `sources` only, when
@@ -62,4 +66,4 @@ class Graded:
 def grade(records: list[Record]) -> Graded:
     """Grade the probe's records (one label: the server probed)."""
     analysis = analyze(records)
-    return Graded(analysis, analysis.frame(), diagnose(records, index=analysis.index))
+    return Graded(analysis, analysis.frame(), diagnose_index(analysis.index))

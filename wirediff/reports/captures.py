@@ -131,7 +131,7 @@ def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
         client = Client({k: v for k, v in sdk.items() if v is not None}, n)
         seen[tuple(key)].append((first, client))
     out: dict[str, list[Capture]] = {}
-    for (label, session, replayed), n in sizes.items():
+    for (label, session, replayed), n in zip(sizes.index.tolist(), sizes.tolist(), strict=True):
         ranked = sorted(seen[(label, session, replayed)], key=lambda fc: (-fc[1].exchanges, fc[0]))
         cap = Capture(label, session, bool(replayed), int(n), [c for _, c in ranked])
         out.setdefault(label, []).append(cap)
@@ -173,7 +173,8 @@ def skipped_of(ex: pd.DataFrame, max_examples: int) -> list[SkippedGroup]:
     )
     groups = []
     for (label, endpoint, reason), g in frame.groupby(["label", "endpoint", "reason"], sort=False):
-        group = SkippedGroup(anchor("skip", label, endpoint, reason), label, endpoint, reason)
+        names = (str(label), str(endpoint), str(reason))
+        group = SkippedGroup(anchor("skip", *names), *names)
         group.count, group.streamed = len(g), int(g["stream"].sum())
         group.ids = g["id"].tolist()[:max_examples]
         groups.append(group)

@@ -241,6 +241,11 @@ def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
     return _in_order(moved)
 
 
+def _counted(counts: pd.Series) -> list[tuple[Any, int]]:
+    """`value_counts` as (its key, its count) pairs."""
+    return list(zip(counts.index.tolist(), counts.tolist(), strict=True))
+
+
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
     """Exchange outcomes counted, in `OUTCOMES` order."""
     return {o: int(counts[o]) for o in OUTCOMES if o in counts}
@@ -293,7 +298,7 @@ def build(
         {"label": labels_of, "endpoint": ex["endpoint"].to_numpy(), "what": analysis.outcomes}
     ).value_counts(sort=False)
     for (lab, endpoint, what), n in sorted(
-        outcomes.items(), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
+        _counted(outcomes), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
     ):
         cells[(lab, endpoint)].outcomes[what] = int(n)
     by_endpoint = verdict_frame(
@@ -333,7 +338,7 @@ def build(
         }
     ).value_counts(sort=False)
     kind_counts: dict[str, dict[str, int]] = {}
-    for (lab, kind), n in kinds.items():
+    for (lab, kind), n in _counted(kinds):
         kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
     unmatched = analysis.unmatched
     unmatched_groups_ = unmatched_groups(unmatched, max_examples)
@@ -361,7 +366,7 @@ def build(
     label_endpoints = ex[["label", "endpoint"]].drop_duplicates()
     backends = []
     for label in labels:
-        mix = {s: int(n) for (lab, s), n in status_mix.items() if lab == label}
+        mix = {s: int(n) for (lab, s), n in _counted(status_mix) if lab == label}
         families = [v for v in drop_in if v.label == label]
         kinds_of = kind_counts.get(label, {})
         counted: Counter[str] = Counter()

@@ -209,7 +209,7 @@ def collect_alignments(
     records = read([r for b, c in zip(firsts["b"], firsts["c"], strict=True) for r in (b, c)])
     for n, (_, group) in enumerate(folds):
         head = group.iloc[0]
-        key = (head["label"], head["baseline_label"], head["endpoint"])
+        key: tuple[Any, ...] = (head["label"], head["baseline_label"], head["endpoint"])
         key += (head["b_labels"], head["c_labels"])
         base, cand = records[2 * n], records[2 * n + 1]
         rows = align(runs(base), runs(cand))

@@ -117,16 +117,17 @@ def pair_noise(
     at = np.flatnonzero(pairs["bid"].isin(list(noisy)).to_numpy())
     found: dict[tuple[int, int], list[Finding]] = {}
     numbered: dict[frozenset[str], int] = {sets[0]: 0}
-    for bid, group in pairs.iloc[at].assign(_at=at).groupby("bid", sort=False):
-        b = int(group["b"].iat[0])
+    for _, group in pairs.iloc[at].assign(_at=at).groupby("bid", sort=False):
+        b = int(group["b"].to_numpy()[0])
         c_keys, labels = group["c"].tolist(), group["label"].tolist()
         for k in c_keys:
             if (b, k) not in found:
                 found[(b, k)] = compare(observed[b], observed[k])
         cands = {p: observed[k] for p, k in enumerate(c_keys)}
         mine = {p: found[(b, k)] for p, k in enumerate(c_keys)}
-        everywhere, by_label = group_noise(cands, mine, labels, group["baseline_label"].iat[0])
-        everywhere |= repeats.get(bid, set())
+        baseline_label = str(group["baseline_label"].to_numpy()[0])
+        everywhere, by_label = group_noise(cands, mine, labels, baseline_label)
+        everywhere |= repeats.get(int(group["bid"].to_numpy()[0]), set())
         for where, label in zip(group["_at"].tolist(), labels, strict=True):
             noise = frozenset(everywhere | by_label.get(label, set()))
             number = numbered.get(noise)

@@ -245,7 +245,10 @@ def diagnose_chains(
         )
         found = done.get(key)
         if found is None:
-            records = {rid: {**rec, "id": rid} for rid, (_, rec) in zip(ids, seen, strict=True)}
+            records: dict[str, Record] = {
+                rid: {**rec, "id": rid}  # type: ignore[typeddict-item]
+                for rid, (_, rec) in zip(ids, seen, strict=True)
+            }
             found = done[key] = [
                 {**r, "exchange_ids": [at[i] for i in r["exchange_ids"]]}
                 for r in diagnose_chain(chain, records, served, backends)

@@ -46,7 +46,7 @@ from wirediff.analysis.diagnosis.explain import (
 )
 from wirediff.analysis.index.kept import kept_rows
 from wirediff.analysis.index.row import Reader, index_frame
-from wirediff.record.store import BATCH_LINES
+from wirediff.record.lines import BATCH_LINES
 
 __all__ = [
     "Analysis",
@@ -281,7 +281,8 @@ class Analysis:
         )
         out: GateCounts = {}
         keys = ["label", "family", "transport"]
-        for key, cell in frame.groupby(keys, sort=False):
+        for (label, family, transport), cell in frame.groupby(keys, sort=False):
+            key = (str(label), str(family), str(transport))
             out[key] = (int(cell["rank"].min()), frozenset(cell["kind"].tolist()))
         return out
 
