@@ -34,9 +34,9 @@ from tests.bugs.workload import (
 )
 from tests.conftest import launch_mitmdump, missing
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import Analysis, analyze, findings_of
 from wirediff.analysis.comparison.clients import node
 from wirediff.analysis.comparison.impact import impact
+from wirediff.analysis.index.analyze import Analysis, analyze
 from wirediff.backends.standin import make_standin
 from wirediff.cli.replay import main_replay
 from wirediff.profiles import Profile, bug_profile, load_bugs, profile
@@ -151,7 +151,7 @@ def pairs_of(analysis: Analysis, label: str, steps: tuple[str, ...] = ()) -> lis
 
 
 def findings(analysis: Analysis) -> pd.DataFrame:
-    return findings_of(analysis.divergences, analysis.conformance)
+    return analysis.frame()
 
 
 RANK = {"breaking": 0, "deviation": 1, "cosmetic": 2}

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.sessions import write_fixtures
 from wirediff.cli import main
-from wirediff.engine.commands import Run
+from wirediff.engine.run import Run
 
 pytestmark = pytest.mark.e2e
 

@@ -22,11 +22,10 @@ from tests.conftest import missing, wait_for
 from tests.fixtures.records import body, chat_record, openai_session, replay, retag
 from tests.fixtures.sessions import masked, replicated, summary_and_lines, write_fixtures
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import analyze, diagnose
 from wirediff.cli import main
 from wirediff.engine import run as engine_run
-from wirediff.engine.commands import Run
+from wirediff.engine.run import Run
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.reports.model import build
 from wirediff.reports.render import write_findings
@@ -60,7 +59,7 @@ def ten_k(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def summary_of(run: Run, paths: list[Path], out: Path) -> Any:
-    model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
+    model = run.report([str(p) for p in paths], ignore=(), max_examples=3)
     return summary_and_lines(model, out)
 
 
@@ -166,7 +165,7 @@ def test_summary_is_the_same_on_either_engine_on_a_10k_set(
         assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
     with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
-        model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3, rows=True)
+        model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3)
         assert summary_and_lines(model, tmp_path / "pool") == reference
         written = (tmp_path / "pool" / "findings.jsonl").read_bytes()
         pipe, got = tmp_path / "pipe", []  # `--findings /dev/stdout | jq`: written in order

@@ -26,7 +26,7 @@ from tests.peers.conftest import LLAMA_CTX, TINY_ANSWER, Ors, sdk
 from wirediff._types import Record
 from wirediff.analysis.comparison.clients import node
 from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers

@@ -23,7 +23,7 @@ from tests.peers.conftest import (
 )
 from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.cli import main
 from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records

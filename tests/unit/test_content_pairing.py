@@ -22,7 +22,6 @@ from tests.fixtures.records import (
     retag,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.pairing import (
     CONTENT,
@@ -37,6 +36,7 @@ from wirediff.analysis.comparison.pairing import (
     pair_exchanges,
     with_fingerprints,
 )
+from wirediff.analysis.index.analyze import analyze
 from wirediff.cli import main
 from wirediff.errors import UsageError
 from wirediff.record.keys import request_fingerprint

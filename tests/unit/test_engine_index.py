@@ -16,12 +16,11 @@ from tests.fixtures.sessions import write_fixtures
 from wirediff.analysis.comparison.noise import NOISE_SAMPLES
 from wirediff.engine import plan, scan
 from wirediff.engine.columns import Columns, bucket_of
-from wirediff.engine.commands import Run
 from wirediff.engine.engines import LocalEngine
 from wirediff.engine.index import Index
 from wirediff.engine.plan import NO_LINKS, content_pairing, root_pieces
 from wirediff.engine.progress import Progress
-from wirediff.engine.run import scan_inputs
+from wirediff.engine.run import Run, scan_inputs
 from wirediff.engine.sources import read_records
 from wirediff.errors import UsageError
 from wirediff.record.keys import digest

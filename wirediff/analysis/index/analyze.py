@@ -172,7 +172,8 @@ class Analysis:
         readings = self.index.readings
         keys = self.index.rows["reading"]
         codes, uniques = pd.factorize(keys)
-        values = np.array([getattr(readings[k], name) for k in uniques.tolist()], dtype=object)
+        values = np.empty(len(uniques), dtype=object)  # tuples stay whole, not a 2-d array
+        values[:] = [getattr(readings[k], name) for k in uniques.tolist()]
         return values[codes]
 
     @functools.cached_property
