@@ -176,7 +176,8 @@ def scan_file(scan: str, sources: Sequence[Source], src: int, file: int) -> Scan
             raise CaptureError(
                 f"{url}: not a file of a wirediff dataset (no `{'`, `'.join(sorted(missing))}`)"
             )
-        table = pf.read(columns=["ordinal", "record"])
+        # every column read, though two are used: a damaged page anywhere is said, not skipped
+        table = pf.read().select(["ordinal", "record"])
     texts = table.column("record").to_pylist()
     read = [dataset_record(url, i, text) for i, text in enumerate(texts)]
     rows: list[tuple[Any, ...]] = []

@@ -264,9 +264,10 @@ def _integers(column: pd.Series) -> pd.Series:
 
 def concat_index(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
     """Index frames one after another, categories united (a code a row still)."""
-    parts = [f for f in frames if len(f)]
+    given = list(frames)
+    parts = [f for f in given if len(f)]
     if not parts:
-        return index_frame([])
+        return given[0].iloc[:0] if given else index_frame([])
     if len(parts) == 1:
         return parts[0].reset_index(drop=True)
     columns = {}
