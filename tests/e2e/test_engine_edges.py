@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.fixtures.sessions import fixture_sessions, replicated, summary_and_lines
 from wirediff._types import Record
-from wirediff.analysis.index.analyze import analyze
+from wirediff.analysis.index.analyze import analyze, diagnose_index
 from wirediff.engine import run as engine_run
 from wirediff.engine import scan
 from wirediff.engine.run import Run
@@ -57,7 +57,8 @@ def same_everywhere(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatc
     expected = in_memory(paths, tmp / "memory.json")
     assert on_engine(paths, tmp / "one.json") == expected
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
-    assert on_engine(paths, tmp / "pool.json", workers=2, part_bytes=2 << 10) == expected
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 2 << 10)
+    assert on_engine(paths, tmp / "pool.json", workers=2) == expected
     return expected
 
 

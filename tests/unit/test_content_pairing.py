@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.analysed import pair_frame
 from tests.fixtures.records import (
     answer,
     body,
@@ -31,7 +32,6 @@ from wirediff.analysis.comparison.pairing import (
     UNMATCHED_COLUMNS,
     align,
     choose_baseline,
-    pair_columns,
     pair_exchanges,
 )
 from wirediff.analysis.index.analyze import Index, analyze
@@ -182,7 +182,7 @@ def _pairing(records: list[Record], baseline: str | None = None) -> Any:
     index = Index.of(records).rows
     got = pair_exchanges(index, baseline=baseline)
     return SimpleNamespace(
-        baseline=got.baseline, pairs=pair_columns(index, got.pairs), unmatched=got.unmatched
+        baseline=got.baseline, pairs=pair_frame(index, got.pairs), unmatched=got.unmatched
     )
 
 

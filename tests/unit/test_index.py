@@ -39,7 +39,7 @@ def test_a_replay_goes_back_to_its_original_whatever_file_it_is_in(tmp_path: Pat
     replays = rows["replay_of"].notna().to_numpy()
     assert replays.any() and not replays.all()
     of = [r["replay_of"] for r in records if r.get("replay_of") is not None]
-    assert replay_roots(rows)[replays].tolist() == [digest(r) for r in of]
+    assert replay_roots(rows)[replays].tolist() == [digest(str(r)) for r in of]
 
 
 def test_the_scan_marks_records_to_read_carefully_and_reads_them_as_loading_does(
@@ -155,7 +155,9 @@ def test_no_exchange_at_all_is_a_usage_error(tmp_path: Path) -> None:
 def roots_by_walking(frame: pd.DataFrame) -> list[int]:
     """Each row's root as its `replay_of` pointers lead, followed one by one: the first
     id that is no captured replay's, or the least digest of the cycle they fall into."""
-    parent = {i: o for i, o in zip(frame["id"], frame["replay_of"], strict=True) if isinstance(o, str)}
+    parent = {
+        i: o for i, o in zip(frame["id"], frame["replay_of"], strict=True) if isinstance(o, str)
+    }
     out = []
     for own in frame["id"].tolist():
         x, path = own, []

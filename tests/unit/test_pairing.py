@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.fixtures.analysed import pairs_of
 from tests.fixtures.records import answer, chat_record, error_record, replay, set_header
 from wirediff._types import Record
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, pair_columns
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS
 from wirediff.analysis.index.analyze import analyze
 from wirediff.cli.report import load_ignore
 from wirediff.errors import UsageError
@@ -21,7 +22,7 @@ from wirediff.errors import UsageError
 def pairs_frame(records: list[Record]) -> pd.DataFrame:
     """The pairs of the records' analysis, both sides' columns side by side."""
     analysis = analyze(records)
-    return pair_columns(analysis.exchanges, analysis.pairs)
+    return pairs_of(analysis)
 
 
 def test_a_session_replayed_to_two_targets_gives_one_pair_per_target() -> None:

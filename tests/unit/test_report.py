@@ -18,7 +18,6 @@ from typing import Any
 
 import jsonschema
 import openai
-import pandas as pd
 import pytest
 
 from tests.fixtures import records as fx
@@ -178,7 +177,7 @@ def sample_records() -> list[Record]:
     return out
 
 
-def sample() -> tuple[Analysis, pd.DataFrame]:
+def sample() -> tuple[Analysis, Diagnosed]:
     return analysed(sample_records())
 
 
@@ -623,7 +622,7 @@ def test_wirediff_report_is_wired_into_the_cli(
     assert not (tmp_path / "r.html").exists()
 
 
-def _synthetic(n: int) -> tuple[Analysis, pd.DataFrame]:
+def _synthetic(n: int) -> tuple[Analysis, Diagnosed]:
     """n exchanges: the sample session's shapes repeated, replayed to three candidates:
     ollama and lmstudio send no request id, ollama's chat streams no usage chunk."""
     base = fx.openai_session()

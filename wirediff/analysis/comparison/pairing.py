@@ -41,7 +41,6 @@ __all__ = [
     "align",
     "choose_baseline",
     "content_links",
-    "pair_columns",
     "pair_exchanges",
     "text",
 ]
@@ -73,9 +72,6 @@ PAIR_COLUMNS = [
     "pairing",
 ]
 UNMATCHED_COLUMNS = ["label", "baseline_label", "side", "id", "session", "method", "endpoint"]
-
-_SIDE_COLUMNS = ["id", "label", "status", "ttfb_ms", "duration_ms", "first_event_ms"]
-_REQUEST_COLUMNS = ["family", "endpoint", "method", "stream"]
 
 
 @dataclass(frozen=True)
@@ -254,27 +250,3 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
         }
     )
     return Pairing(pairs, unmatched, chosen)
-
-
-def pair_columns(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
-    """The pairs with both sides' columns (`PAIR_COLUMNS`); the request's from the
-    baseline's side."""
-    cand = exchanges[_SIDE_COLUMNS].iloc[pairs["c"].to_numpy()].reset_index(drop=True)
-    base = exchanges[_SIDE_COLUMNS + _REQUEST_COLUMNS].iloc[pairs["b"].to_numpy()]
-    base = base.reset_index(drop=True)
-    out = pd.DataFrame(
-        {
-            "pair_id": cand["id"],
-            "label": cand["label"].astype(object),
-            "baseline_label": base["label"].astype(object),
-            "baseline_id": base["id"],
-            "candidate_id": cand["id"],
-            **{c: base[c].astype(object) for c in _REQUEST_COLUMNS},
-        }
-    )
-    for side, frame in (("baseline", base), ("candidate", cand)):
-        out[f"{side}_status"] = frame["status"].astype("Int64")
-        for col in ("ttfb_ms", "duration_ms", "first_event_ms"):
-            out[f"{side}_{col}"] = frame[col].astype("float64")
-    out["pairing"] = pairs["pairing"].astype(str).to_numpy()
-    return out[PAIR_COLUMNS]
