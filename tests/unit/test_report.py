@@ -545,10 +545,9 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         *,
         ignore: tuple[str, ...],
         max_examples: int,
-        rows: bool,
         baseline: str | None,
     ) -> ReportModel:
-        seen["ignore"], seen["captures"], seen["rows"] = ignore, captures, rows
+        seen["ignore"], seen["captures"] = ignore, captures
         return build(analysis, diagnoses, max_examples=max_examples)
 
     monkeypatch.setattr(Run, "report", fake_report)
@@ -568,7 +567,6 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     assert seen == {
         "ignore": ("usage.*", "system_fingerprint"),
         "captures": [str(capture)],
-        "rows": True,
     }
     assert (out / "r.html").stat().st_size > 10_000
     validate(json.loads((out / "s.json").read_text()), schema(), schema())
