@@ -200,3 +200,19 @@ def test_replay_roots_are_the_pointers_followed_one_by_one() -> None:
         }
         frame = frame_of(of, ids)
         assert replay_roots(frame).tolist() == roots_by_walking(frame)
+
+
+def test_captures_past_this_machines_memory_are_one_line_that_suggests_dask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local engine holds the index in memory: what would not fit is said before any
+    of it is read, never an OOM kill."""
+    from wirediff.cli import main
+    from wirediff.engine import run as engine_run
+
+    files = write_fixtures(tmp_path)
+    monkeypatch.setattr(engine_run, "_available", lambda: 1 << 10)
+    assert main(["report", *map(str, files), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--engine dask --scheduler ADDRESS" in err, err
+    assert not (tmp_path / "r.html").exists()
