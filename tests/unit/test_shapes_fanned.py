@@ -144,3 +144,25 @@ def test_findings_of_each_distinct_reading_are_each_exchanges_own(seed: int) -> 
         ids = (records[ci]["id"], records[bi]["id"])
         paired.update((*ids, *row) for row in (*found, *said))
     assert _rows(analysis.divergences, "candidate_id", "baseline_id") == paired
+
+
+def test_an_index_sent_as_an_object_is_read_as_its_text() -> None:
+    """Any JSON may come where an index is: a chat chunk's `choices[].index`, a Responses
+    event's `content_index` as an object are read (and found), never a crash."""
+    from tests.fixtures.records import chat_record, payloads, responses_record, set_payloads
+
+    chat, responses = (
+        chat_record(id="c", stream=True, tool=True),
+        responses_record(id="r", stream=True),
+    )
+    for rec, where in ((chat, "choices"), (responses, "content_index")):
+        changed = []
+        for data in payloads(rec):
+            if isinstance(data, dict) and where == "choices" and data.get("choices"):
+                data["choices"][0]["index"] = {"a": 1}
+            elif isinstance(data, dict) and where in data:
+                data[where] = {"a": 1}
+            changed.append(data)
+        set_payloads(rec, changed, renumber=False)
+    found = analyze([chat, responses]).conformance
+    assert {"c", "r"} <= set(found["candidate_id"])
