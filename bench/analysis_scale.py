@@ -311,13 +311,11 @@ def measure_engine(path: Path) -> dict[str, Any]:
 
 def measure_in_memory(path: Path) -> dict[str, Any]:
     """load + analyze + diagnose in this process, the whole captures in memory."""
-    from wirediff.analysis.comparison.analyze import analyze
-    from wirediff.analysis.diagnosis.explain import diagnose
+    from wirediff.analysis.index.analyze import analyze, diagnose_index
 
     t = time.perf_counter()
     records = load_records([path])
-    result = analyze(records)
-    diagnose(records, exchanges=result.exchanges, records_by_id=result.records_by_id)
+    diagnose_index(analyze(records).index)
     return {
         "memory": time.perf_counter() - t,
         "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

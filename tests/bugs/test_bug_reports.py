@@ -33,10 +33,11 @@ from tests.bugs.workload import (
     run_workload,
 )
 from tests.conftest import launch_mitmdump, missing
+from tests.fixtures.analysed import pair_frame, records_of
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import Analysis, analyze, findings_of
 from wirediff.analysis.comparison.clients import node
 from wirediff.analysis.comparison.impact import impact
+from wirediff.analysis.index.analyze import Analysis, analyze
 from wirediff.backends.standin import make_standin
 from wirediff.cli.replay import main_replay
 from wirediff.profiles import Profile, bug_profile, load_bugs, profile
@@ -141,8 +142,9 @@ def _step(record: Record) -> str:
 
 def pairs_of(analysis: Analysis, label: str, steps: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """`(baseline id, candidate id)` of the label's exchanges (of these steps)."""
-    pairs = analysis.pairs[analysis.pairs["label"] == label]
-    by_id = analysis.records_by_id
+    pairs = pair_frame(analysis.exchanges, analysis.pairs)
+    pairs = pairs[pairs["label"] == label]
+    by_id = records_of(analysis)
     return [
         (b, c)
         for b, c in zip(pairs["baseline_id"], pairs["candidate_id"], strict=True)
@@ -151,7 +153,7 @@ def pairs_of(analysis: Analysis, label: str, steps: tuple[str, ...] = ()) -> lis
 
 
 def findings(analysis: Analysis) -> pd.DataFrame:
-    return findings_of(analysis.divergences, analysis.conformance)
+    return analysis.frame()
 
 
 RANK = {"breaking": 0, "deviation": 1, "cosmetic": 2}
@@ -234,8 +236,8 @@ def test_no_finding_is_cosmetic_where_a_client_call_changes_its_result(
     wrong = []
     for analysis in tier.values():
         found = findings(analysis)
-        by_id = analysis.records_by_id
-        for label in sorted(set(analysis.pairs["label"])):
+        by_id = records_of(analysis)
+        for label in sorted(set(pair_frame(analysis.exchanges, analysis.pairs)["label"])):
             for b, c in pairs_of(analysis, label):
                 changed = calls_changed(by_id[b], by_id[c])
                 mine = found[(found["candidate_id"] == c) & (found["kind"] != "header")]

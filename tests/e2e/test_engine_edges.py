@@ -21,11 +21,10 @@ import pytest
 from tests.conftest import wait_for
 from tests.fixtures.sessions import fixture_sessions, replicated, summary_and_lines
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import analyze, diagnose_index
 from wirediff.engine import run as engine_run
 from wirediff.engine import scan
-from wirediff.engine.commands import Run
+from wirediff.engine.run import Run
 from wirediff.errors import CaptureError
 from wirediff.record.store import load_records
 from wirediff.reports.model import build
@@ -43,13 +42,12 @@ def dump(path: Path, records: list[Record]) -> Path:
 def in_memory(paths: list[Path], out: Path) -> Any:
     records = load_records(paths)
     analysis = analyze(records)
-    found = diagnose(records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id)
-    return summary_and_lines(build(analysis, found, max_examples=3), out)
+    return summary_and_lines(build(analysis, diagnose_index(analysis.index), max_examples=3), out)
 
 
 def on_engine(paths: list[Path], out: Path, **kw: Any) -> Any:
     with Run("local", progress=False, **kw) as run:
-        model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
+        model = run.report([str(p) for p in paths], ignore=(), max_examples=3)
         return summary_and_lines(model, out)
 
 
@@ -59,7 +57,8 @@ def same_everywhere(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatc
     expected = in_memory(paths, tmp / "memory.json")
     assert on_engine(paths, tmp / "one.json") == expected
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
-    assert on_engine(paths, tmp / "pool.json", workers=2, part_bytes=2 << 10) == expected
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 2 << 10)
+    assert on_engine(paths, tmp / "pool.json", workers=2) == expected
     return expected
 
 
@@ -204,7 +203,7 @@ def test_the_first_bad_line_is_named_whichever_chunk_finishes_first(
     monkeypatch.setattr(scan, "CHUNK_BYTES", sum(len(line) + 1 for line in lines[:half]))
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
     with Run("local", workers=2, progress=False) as run, pytest.raises(CaptureError) as scanned:
-        run.report([str(path)], ignore=(), max_examples=3, rows=False)
+        run.report([str(path)], ignore=(), max_examples=3)
     assert str(scanned.value) == str(loading.value)
 
 
@@ -212,7 +211,7 @@ INTERRUPTED = textwrap.dedent(
     """
     import signal, sys, time
     from pathlib import Path
-    from wirediff.engine.commands import Run
+    from wirediff.engine.run import Run
 
     # as a command started from a terminal: a suite run in the background (`make test &`)
     # would hand it an ignored SIGINT

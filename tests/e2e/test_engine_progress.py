@@ -10,20 +10,22 @@ import pytest
 
 from tests.fixtures.sessions import write_fixtures
 from wirediff.cli import main
-from wirediff.engine.commands import Run
+from wirediff.engine import scan
+from wirediff.engine.run import Run
 
 pytestmark = pytest.mark.e2e
 
 
 def test_a_terminal_gets_parts_done_and_exchanges_per_second(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 16 << 10)
     files = [str(p) for p in write_fixtures(tmp_path)]
-    with Run("local", progress=True, part_bytes=16 << 10) as run:
+    with Run("local", progress=True) as run:
         run.diagnose(files)
         run.check(files[0], files[1:])
     err = capsys.readouterr().err
-    assert "compare" in err and "ex/s" in err
+    assert "scan" in err and "ex/s" in err
     parts = [int(n) for n in re.findall(r"(\d+)/\d+ parts", err)]
     assert parts and max(parts) > 1, err
 
@@ -46,6 +48,6 @@ def test_a_terminal_that_says_it_has_no_rows_still_gets_its_bars(
 
     monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: lambda fp: (-1, -1))
     files = [str(p) for p in write_fixtures(tmp_path)]
-    with Run("local", progress=True, part_bytes=16 << 10) as run:
+    with Run("local", progress=True) as run:
         run.check(files[0], files[1:])
     assert "ex/s" in capsys.readouterr().err

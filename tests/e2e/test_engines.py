@@ -22,11 +22,11 @@ from tests.conftest import missing, wait_for
 from tests.fixtures.records import body, chat_record, openai_session, replay, retag
 from tests.fixtures.sessions import masked, replicated, summary_and_lines, write_fixtures
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import analyze, diagnose_index
 from wirediff.cli import main
 from wirediff.engine import run as engine_run
-from wirediff.engine.commands import Run
+from wirediff.engine import scan
+from wirediff.engine.run import Run
 from wirediff.record.store import RecordWriter, load_records
 from wirediff.reports.model import build
 from wirediff.reports.render import write_findings
@@ -34,7 +34,7 @@ from wirediff.reports.render import write_findings
 pytestmark = pytest.mark.e2e
 
 SMALL_PARTS = 64 << 10
-"""Bytes per comparison partition that cut the fixtures into several, the 10k set into many."""
+"""Bytes per scan task that cut the fixtures into several, the 10k set into many."""
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +60,14 @@ def ten_k(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def summary_of(run: Run, paths: list[Path], out: Path) -> Any:
-    model = run.report([str(p) for p in paths], ignore=(), max_examples=3, rows=True)
+    model = run.report([str(p) for p in paths], ignore=(), max_examples=3)
     return summary_and_lines(model, out)
 
 
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Partitions of `SMALL_PARTS` bytes, and a local engine that runs them on its pool."""
-    defaults = Run.__init__.__kwdefaults__
-    assert defaults is not None
-    monkeypatch.setitem(defaults, "part_bytes", SMALL_PARTS)
+    """Scan tasks of `SMALL_PARTS` bytes, and a local engine that runs them on its pool."""
+    monkeypatch.setattr(scan, "CHUNK_BYTES", SMALL_PARTS)
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
 
 
@@ -156,17 +154,16 @@ def test_summary_is_the_same_on_either_engine_on_a_10k_set(
     assert reference["totals"]["exchanges"] >= 10_000
     records = load_records(ten_k)
     analysis = analyze(records)
-    diagnoses = diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
+    diagnoses = diagnose_index(analysis.index)
     in_memory = summary_and_lines(build(analysis, diagnoses, max_examples=3), tmp_path / "mem")
     assert in_memory == reference, "as held all in memory"
     del records, analysis, diagnoses
-    with Run("dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS) as run:
+    monkeypatch.setattr(scan, "CHUNK_BYTES", SMALL_PARTS)
+    with Run("dask", cluster.scheduler_address, progress=False) as run:
         assert summary_of(run, ten_k, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
-    with Run("local", workers=2, progress=False, part_bytes=SMALL_PARTS) as run:
-        model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3, rows=True)
+    with Run("local", workers=2, progress=False) as run:
+        model = run.report([str(p) for p in ten_k], ignore=(), max_examples=3)
         assert summary_and_lines(model, tmp_path / "pool") == reference
         written = (tmp_path / "pool" / "findings.jsonl").read_bytes()
         pipe, got = tmp_path / "pipe", []  # `--findings /dev/stdout | jq`: written in order
@@ -222,9 +219,7 @@ def _independent_captures(tmp_path: Path) -> list[str]:
 def _in_memory(paths: list[str], out: Path) -> Any:
     records: list[Record] = load_records(paths)
     analysis = analyze(records)
-    diagnoses = diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
+    diagnoses = diagnose_index(analysis.index)
     return summary_and_lines(build(analysis, diagnoses, max_examples=3), out)
 
 
@@ -253,11 +248,11 @@ def test_independent_captures_and_mirrors_give_the_same_on_either_engine(
     paths = [Path(f) for f in files]
     with Run("local", progress=False) as run:
         assert summary_of(run, paths, tmp_path / "local.json") == reference
-    tiny = 4 << 10  # a partition or so per original
-    with Run("dask", cluster.scheduler_address, progress=False, part_bytes=tiny) as run:
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 4 << 10)  # a scan task or so per original
+    with Run("dask", cluster.scheduler_address, progress=False) as run:
         assert summary_of(run, paths, tmp_path / "dask.json") == reference
     monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
-    with Run("local", workers=2, progress=False, part_bytes=tiny) as run:
+    with Run("local", workers=2, progress=False) as run:
         assert summary_of(run, paths, tmp_path / "pool.json") == reference
 
 
@@ -287,19 +282,18 @@ def test_check_on_independent_captures_says_the_same_on_either_engine(
 
 
 def test_a_worker_killed_mid_run_is_survived(
-    cluster: Any, ten_k: list[Path], tmp_path: Path
+    cluster: Any, ten_k: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from distributed import Client
 
     with Run("local", progress=False) as run:
         reference = summary_of(run, ten_k, tmp_path / "local.json")
     outcome: dict[str, Any] = {}
+    monkeypatch.setattr(scan, "CHUNK_BYTES", SMALL_PARTS)
 
     def analyse() -> None:
         try:
-            with Run(
-                "dask", cluster.scheduler_address, progress=False, part_bytes=SMALL_PARTS
-            ) as run:
+            with Run("dask", cluster.scheduler_address, progress=False) as run:
                 outcome["summary"] = summary_of(run, ten_k, tmp_path / "dask.json")
         except BaseException as e:  # handed to the test's thread
             outcome["error"] = e
@@ -309,15 +303,15 @@ def test_a_worker_killed_mid_run_is_survived(
         worker = threading.Thread(target=analyse)
         worker.start()
 
-        def comparing() -> tuple[str, str] | None:
-            """A worker and the comparison partition it is working on, if any."""
+        def scanning() -> tuple[str, str] | None:
+            """A worker and the scan task it is working on, if any."""
             for address, keys in observer.processing().items():
                 for key in keys:
-                    if "compare_part" in str(key):
+                    if str(key).startswith("wirediff-"):
                         return address, str(key)
             return None
 
-        address, key = wait_for(comparing, timeout=120, what="a comparison partition running")
+        address, key = wait_for(scanning, timeout=120, what="a scan task running")
         os.kill(pids[address], signal.SIGKILL)
         worker.join(timeout=300)
         assert not worker.is_alive(), "the run went on after the worker was killed"

@@ -15,7 +15,8 @@ import openai
 import pytest
 
 from tests.conftest import NOT_PROXIED
-from wirediff.analysis.diagnosis.explain import diagnose, format_diagnoses
+from wirediff.analysis.diagnosis.explain import format_diagnoses
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.backends.standin import standin
 from wirediff.profiles import profile
 

@@ -23,7 +23,7 @@ from tests.e2e.test_replay_e2e import ASK, KEY, MODEL, MODELS, body, drive
 from tests.fixtures.records import answer, error_of
 from tests.readme_blocks import readme_command, readme_output
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze, findings_of
+from wirediff.analysis.index.analyze import analyze
 from wirediff.backends.standin import Standin, make_standin, standin
 from wirediff.cli import main
 from wirediff.cli.replay import main_replay
@@ -123,7 +123,7 @@ def test_the_shadow_mirrors_every_call_state_aware(
 
 def _findings(records: list[Record]) -> tuple[set[tuple[Any, ...]], set[tuple[Any, ...]]]:
     result = analyze(records)
-    found = findings_of(result.divergences, result.conformance)
+    found = result.frame()
     rows = set(
         found[["label", "endpoint", "kind", "path", "severity"]].itertuples(index=False, name=None)
     )

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import wait_for
-from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.index.analyze import analyze
 from wirediff.backends.standin import standin
 from wirediff.cli.demo import MODEL, WEATHER_CHAT, WEATHER_RESP, drive_sdk
 from wirediff.cli.mitm import CaptureProxy

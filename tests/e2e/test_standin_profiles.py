@@ -28,7 +28,7 @@ import pytest
 
 from tests.e2e.test_demo import run_demo
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.index.analyze import analyze
 from wirediff.cli.demo import CANDIDATES
 from wirediff.profiles import profile
 from wirediff.record.store import load_records

@@ -16,7 +16,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
 from wirediff.analysis.comparison.conformance.checks import record_problems
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.backends.standin import standin
 
 pytestmark = pytest.mark.e2e

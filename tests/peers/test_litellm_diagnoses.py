@@ -17,11 +17,11 @@ import pytest
 from websockets.exceptions import ConnectionClosedError
 
 from tests.conftest import NOT_PROXIED, Mitmdump
+from tests.fixtures.analysed import conformance
 from tests.fixtures.records import answer
 from tests.peers.conftest import LiteLLM, sdk
 from wirediff._types import Record
-from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import diagnose
 
 pytestmark = pytest.mark.peers
 

@@ -24,7 +24,7 @@ from tests.conftest import NOT_PROXIED, Mitmdump
 from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, LLAMA_KEY, TINY_ANSWER, Llama, sdk
 from wirediff._types import Record
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers

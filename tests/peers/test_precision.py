@@ -18,7 +18,8 @@ from openai.types.responses import ResponseCompletedEvent
 from tests.conftest import Mitmdump
 from tests.fixtures.records import answer
 from tests.peers.conftest import sdk
-from wirediff.analysis.diagnosis.explain import diagnose, format_diagnoses
+from wirediff.analysis.diagnosis.explain import format_diagnoses
+from wirediff.analysis.index.analyze import diagnose
 
 pytestmark = pytest.mark.peers
 

@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from tests.conftest import Mitmdump
 from tests.fixtures.records import answer, auth_of, events_of
 from tests.peers.conftest import CLIENT_KEY, LiteLLM, sdk
-from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.index.analyze import analyze
 from wirediff.backends.standin import standin
 from wirediff.cli.replay import main_replay
 from wirediff.record.redact import fingerprint

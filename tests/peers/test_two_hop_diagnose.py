@@ -21,9 +21,8 @@ from tests.peers.conftest import (
     LiteLLM,
     by_listener,
 )
-from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import Index, diagnose
 from wirediff.cli import main
 from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
@@ -38,7 +37,7 @@ def test_one_chain_spans_both_hops(auth_dropped_capture: Path, litellm: LiteLLM)
     assert outer["tags"]["model"] != inner["tags"]["model"]
     assert outer["request"]["body"] != inner["request"]["body"]
 
-    (row,) = chain_rows(exchanges_frame(records), {r["id"]: r for r in records})
+    (row,) = chain_rows(Index.of(records).rows)
     chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
     assert chain["exchange_ids"] == [outer["id"], inner["id"]]
     assert chain["links"] == [("hop", outer["id"], inner["id"])]

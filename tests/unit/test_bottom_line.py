@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from tests.fixtures.records import answer, openai_error, openai_session, replay, responses_record
-from wirediff.analysis.comparison.analyze import analyze
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
 from wirediff.analysis.comparison.verdicts import VERDICT_COLUMNS
+from wirediff.analysis.index.analyze import analyze
 from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.findings import Example, Finding, one_per_problem
 from wirediff.reports.model import agreeing

@@ -22,19 +22,18 @@ from tests.fixtures.chain_records import (
     sdk_headers,
 )
 from wirediff._types import Event, Record
-from wirediff.analysis.comparison.frames import exchanges_frame
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
 from wirediff.analysis.diagnosis.outcome import exchange_ok, stream_end, stream_problem
-from wirediff.engine.scan import CATEGORIES
+from wirediff.analysis.index.analyze import Index
 
 
 def chains(records: list[Record]) -> pd.DataFrame:
-    ex, by_id = exchanges_frame(records), {r["id"]: r for r in records}
-    rows = chain_rows(ex, by_id)
-    # the engine's index keeps its columns of few values as categories: the same chains
-    kept = ex.astype({c: "category" for c in CATEGORIES if c in ex.columns})
-    assert chain_rows(kept, by_id) == rows
-    assert chain_rows(kept, by_id, failing_only=True) == chain_rows(ex, by_id, failing_only=True)
+    index = Index.of(records).rows
+    rows = chain_rows(index)
+    ok = dict(zip(index["id"], index["ok"], strict=True))
+    members = CHAIN_COLUMNS.index("exchange_ids")
+    failing = [row for row in rows if not all(ok[i] for i in row[members])]
+    assert chain_rows(index, failing_only=True) == failing
     return pd.DataFrame.from_records(rows, columns=CHAIN_COLUMNS)
 
 
@@ -51,7 +50,7 @@ def test_columns_and_singletons() -> None:
 
 
 def test_empty() -> None:
-    assert chain_rows(exchanges_frame([]), {}) == []
+    assert chain_rows(Index.of([]).rows) == []
 
 
 def test_sdk_retries_are_one_chain_and_a_new_call_starts_another() -> None:

@@ -26,8 +26,8 @@ from tests.fixtures.records import (
     set_header,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.comparison.verdicts import verdicts
+from wirediff.analysis.comparison.verdicts import verdict_frame
+from wirediff.analysis.index.analyze import analyze
 from wirediff.cli import main
 from wirediff.record.store import RecordWriter
 from wirediff.reports.render import SCHEMA_PATH
@@ -264,11 +264,8 @@ def test_a_route_the_baseline_does_not_serve_is_no_divergence() -> None:
     verdict, reasons = verdict_of(records, "openai", "responses")
     assert verdict == "compatible with deviations"
     assert reasons == [f"POST /v1/responses/compact: not here (405: {said})"]
-    v = analyze(records).verdicts  # per endpoint, as the report's matrix shows it
-    by_endpoint = verdicts(
-        analyze(records).exchanges, v.iloc[0:0], analyze(records).records_by_id,
-        analyze(records).pairs, by=("endpoint",),
-    )  # fmt: skip
+    analysis = analyze(records)  # per endpoint, as the report's matrix shows it
+    by_endpoint = verdict_frame(analysis.cells(("endpoint",)), analysis.roles(), by=("endpoint",))
     row = by_endpoint[
         (by_endpoint["label"] == "openai") & (by_endpoint["endpoint"] == "/v1/responses/compact")
     ]

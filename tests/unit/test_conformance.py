@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.analysed import conformance
 from tests.fixtures.records import (
     answer,
     as_events,
@@ -30,10 +31,10 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS, conformance
 from wirediff.analysis.comparison.conformance.sdk_types import prune_union_errors
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.impact import SDK_SOURCE
+from wirediff.analysis.index.analyze import analyze
 
 SPEC = "openai-openapi 2.3.0"
 SDK = SDK_SOURCE
@@ -44,7 +45,7 @@ OPEN = "open-responses 2026-04-24"
 def test_openai_shaped_traffic_conforms() -> None:
     frame = conformance(openai_session())
     assert frame.empty
-    assert list(frame.columns) == CONFORMANCE_COLUMNS
+    assert list(frame.columns) == DIVERGENCE_COLUMNS
 
 
 def test_error_answers_are_held_against_the_error_object() -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.fixtures.analysed import pair_frame
 from tests.fixtures.records import (
     answer,
     body,
@@ -22,21 +24,17 @@ from tests.fixtures.records import (
     retag,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
 from wirediff.analysis.comparison.pairing import (
     CONTENT,
     ONLY_BASELINE,
     ONLY_CANDIDATE,
     REPLAY,
     UNMATCHED_COLUMNS,
-    ContentLinks,
     align,
     choose_baseline,
-    content_links,
     pair_exchanges,
-    with_fingerprints,
 )
+from wirediff.analysis.index.analyze import Index, analyze
 from wirediff.cli import main
 from wirediff.errors import UsageError
 from wirediff.record.keys import request_fingerprint
@@ -180,8 +178,12 @@ def _captured(label: str, records: list[Record], session: str = "s2") -> list[Re
 
 
 def _pairing(records: list[Record], baseline: str | None = None) -> Any:
-    by_id = {r["id"]: r for r in records}
-    return pair_exchanges(exchanges_frame(records), events_frame(records), by_id, baseline=baseline)
+    """The pairing of the records' index, its pairs with both sides' columns."""
+    index = Index.of(records).rows
+    got = pair_exchanges(index, baseline=baseline)
+    return SimpleNamespace(
+        baseline=got.baseline, pairs=pair_frame(index, got.pairs), unmatched=got.unmatched
+    )
 
 
 def test_two_captures_of_one_app_pair_by_content_and_list_what_only_one_made() -> None:
@@ -203,38 +205,6 @@ def test_two_captures_of_one_app_pair_by_content_and_list_what_only_one_made() -
         ["ollama", ONLY_BASELINE, base[3]["id"]],
         ["ollama", ONLY_CANDIDATE, "ollama-extra"],
     ]
-
-
-def test_links_made_over_all_captures_pair_a_part_of_them_the_same() -> None:
-    """An engine analysing a part of the captures at a time makes the links once, from an
-    index (id, order, fingerprint), and hands each part its own: the same pairs and the
-    same unmatched calls as one analysis of everything."""
-    base = openai_session()
-    cand = _captured("ollama", base[:3] + base[4:])
-    records = base + cand
-    whole = _pairing(records)
-    index = with_fingerprints(exchanges_frame(records), {r["id"]: r for r in records})
-    links = content_links(index, "openai")
-    assert sorted(links.links) == sorted(
-        zip(whole.pairs["candidate_id"], whole.pairs["baseline_id"], strict=True)
-    )
-    assert links.unmatched.equals(whole.unmatched)
-
-    first = {base[0]["id"], cand[0]["id"]}
-    part = [r for r in records if r["id"] in first]
-    by_id = {r["id"]: r for r in part}
-    mine = [(c, b) for c, b in links.links if c in first]
-    got = pair_exchanges(
-        exchanges_frame(part),
-        events_frame(part),
-        by_id,
-        baseline="openai",
-        content=ContentLinks(mine, links.unmatched),
-    )
-    assert got.pairs[["candidate_id", "baseline_id", "pairing"]].values.tolist() == [
-        [cand[0]["id"], base[0]["id"], CONTENT]
-    ]
-    assert got.unmatched.equals(whole.unmatched)
 
 
 def test_retries_are_left_out_and_replays_pair_by_replay_of() -> None:
@@ -266,12 +236,12 @@ def test_the_baseline_can_be_chosen_and_is_checked() -> None:
         "openai"
     }
 
-    ex = exchanges_frame(records)
+    ex = Index.of(records).rows
     with pytest.raises(
         UsageError, match=r"--baseline vllm: no capture has that label \(labels: openai, ollama\)"
     ):
         choose_baseline(ex, "vllm")
-    replays = exchanges_frame([*records, replay(base[0], id="r1", label="vllm")])
+    replays = Index.of([*records, replay(base[0], id="r1", label="vllm")]).rows
     with pytest.raises(UsageError, match="replayed from openai"):
         choose_baseline(replays, "ollama")
     assert choose_baseline(replays, "openai").chosen_by == "replays"

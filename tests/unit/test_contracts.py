@@ -29,6 +29,7 @@ from wirediff.analysis.comparison.breaks import (
     implicates,
     pair_breaks,
     record_breaks,
+    server_words,
 )
 from wirediff.analysis.comparison.clients.asked import arguments_kind, asked, structured_kind
 from wirediff.analysis.comparison.impact import impact, skeleton
@@ -42,6 +43,11 @@ FORECAST = {
     "required": ["city", "unit"],
     "additionalProperties": False,
 }
+
+
+def breaks_between(base: Record, cand: Record) -> tuple[Any, ...]:
+    """What breaks on the candidate's answer that did not on the baseline's (both answered)."""
+    return pair_breaks(impact(base), impact(cand), server_words(cand), None)
 
 
 def structured_chat(content: str) -> Record:
@@ -151,12 +157,12 @@ def test_finish_reason_on_an_answer_that_calls_tools() -> None:
     model's business."""
     base, cand = chat_record(tool=True), chat_record(tool=True, id="c1")
     body(cand)["choices"][0]["finish_reason"] = "stop"
-    (brk,) = pair_breaks(base, cand, impact(base), impact(cand))
+    (brk,) = breaks_between(base, cand)
     assert brk.rule == FINISH and brk.baseline == "tool_calls" and brk.candidate == "stop"
     assert implicates(brk, "enum", "choices[].finish_reason")
     text, other = chat_record(), chat_record(id="c2")
     body(other)["choices"][0]["finish_reason"] = "length"
-    assert pair_breaks(text, other, impact(text), impact(other)) == ()
+    assert breaks_between(text, other) == ()
 
 
 def test_the_reasoning_text_moved_is_lost_to_apps_reading_it() -> None:
@@ -164,7 +170,7 @@ def test_the_reasoning_text_moved_is_lost_to_apps_reading_it() -> None:
     body(base)["choices"][0]["message"]["reasoning_content"] = "Thinking about it."
     body(cand)["choices"][0]["message"]["reasoning"] = "Thinking about it."
     assert impact(base).get("reasoning_content") == "text"
-    (brk,) = pair_breaks(base, cand, impact(base), impact(cand))
+    (brk,) = breaks_between(base, cand)
     assert brk.rule == LOST and "reasoning_content" in brk.message
     assert implicates(brk, "schema_missing", "choices[].message.reasoning_content")
     assert not implicates(brk, "schema_extra", "usage.prompt_tokens_details")

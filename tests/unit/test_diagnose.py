@@ -34,12 +34,8 @@ from tests.fixtures.chain_records import (
     sdk_headers,
 )
 from wirediff._types import Event, Record
-from wirediff.analysis.diagnosis.explain import (
-    CODES,
-    DIAGNOSIS_COLUMNS,
-    diagnose,
-    format_diagnoses,
-)
+from wirediff.analysis.diagnosis.explain import CODES, DIAGNOSIS_COLUMNS, format_diagnoses
+from wirediff.analysis.index.analyze import diagnose
 from wirediff.profiles import load_profiles, load_remedies
 
 RESPONSES: dict[str, Any] = {"path": "/v1/responses", "body": responses_body()}

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from tests.fixtures.analysed import conformance, divergences
 from tests.fixtures.records import (
     ARGUMENT_FRAGMENTS,
     TEXT_FRAGMENTS,
@@ -32,13 +33,10 @@ from tests.fixtures.records import (
 )
 from wirediff._types import Record
 from wirediff.analysis.comparison.compare import Finding, compare
-from wirediff.analysis.comparison.conformance import conformance
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, divergences
-from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names
 from wirediff.analysis.comparison.noise import glob_regex
 from wirediff.analysis.comparison.observe import CHUNK_ARGUMENTS, observe
-from wirediff.analysis.comparison.pairing import pairs_frame
 
 Change = Callable[[Record], object]
 KINDS = kind_names(compared_only=True)
@@ -336,8 +334,7 @@ def test_a_type_change_reports_the_topmost_path_only() -> None:
 
 
 def _analyse(records: list[Record], ignore: tuple[str, ...] = ()) -> pd.DataFrame:
-    pairs = pairs_frame(exchanges_frame(records), events_frame(records))
-    return divergences({r["id"]: r for r in records}, pairs, ignore=ignore)
+    return divergences(records, ignore)
 
 
 def _found(frame: pd.DataFrame) -> set[tuple[str, str, str, str]]:

@@ -16,13 +16,12 @@ import pytest
 
 import wirediff.analysis.comparison as comparison
 from tests.fixtures import records as fx
+from tests.fixtures.analysed import conformance
 from tests.fixtures.records import answer
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.comparison.conformance import conformance
 from wirediff.analysis.comparison.kinds import KINDS, SEVERITIES, kind_names
 from wirediff.analysis.comparison.verdicts import VERDICTS
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import analyze, diagnose_index
 from wirediff.cli import build_parser
 from wirediff.cli.check import parse_kinds
 from wirediff.errors import UsageError
@@ -105,7 +104,8 @@ def test_the_report_orders_and_lists_kinds_as_the_registry_does() -> None:
         fx.replay(base, id="r1", label="vllm", change=no_request_id),
         fx.replay(base, id="r2", label="ollama", change=server_error),
     ]
-    model = build(analyze(records), diagnose(records))
+    analysis = analyze(records)
+    model = build(analysis, diagnose_index(analysis.index))
     assert {"status", "header"} <= set(model.filter_kinds)
     assert model.filter_kinds == [k for k in kind_names() if k in model.filter_kinds]
     contract = summary_from(model)["contract"]

@@ -9,22 +9,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.fixtures.records import answer, chat_record, error_record, events_of, replay, set_header
+from tests.fixtures.analysed import pairs_of
+from tests.fixtures.records import answer, chat_record, error_record, replay, set_header
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import (
-    LATENCY_COLUMNS,
-    analyze,
-    latency_frame,
-    load_ignore,
-)
-from wirediff.analysis.comparison.conformance import CONFORMANCE_COLUMNS
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
-from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, pairs_frame
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS
+from wirediff.analysis.index.analyze import analyze
+from wirediff.cli.report import load_ignore
+from wirediff.errors import UsageError
 
 
-def _frames(records: list[Record]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return exchanges_frame(records), events_frame(records)
+def pairs_frame(records: list[Record]) -> pd.DataFrame:
+    """The pairs of the records' analysis, both sides' columns side by side."""
+    analysis = analyze(records)
+    return pairs_of(analysis)
 
 
 def test_a_session_replayed_to_two_targets_gives_one_pair_per_target() -> None:
@@ -34,7 +32,7 @@ def test_a_session_replayed_to_two_targets_gives_one_pair_per_target() -> None:
         for label in ("ollama", "vllm")
         for o in originals
     ]
-    pairs = pairs_frame(*_frames(originals + replays))
+    pairs = pairs_frame(originals + replays)
 
     assert list(pairs.columns) == PAIR_COLUMNS
     assert len(pairs) == 4
@@ -49,7 +47,7 @@ def test_pair_columns_carry_both_sides() -> None:
     base = chat_record(id="o1", stream=True, ttfb_ms=90.0, duration_ms=400.0)
     cand = replay(base, id="r1", label="vllm")
     cand.update({"ttfb_ms": 150.0, "duration_ms": 700.0})
-    row = pairs_frame(*_frames([base, cand])).iloc[0]
+    row = pairs_frame([base, cand]).iloc[0]
 
     assert (row["family"], row["endpoint"], row["method"], bool(row["stream"])) == (
         "chat.completions", "/v1/chat/completions", "POST", True,
@@ -63,7 +61,7 @@ def test_pair_columns_carry_both_sides() -> None:
 def test_first_event_is_nan_without_events_and_status_follows_each_side() -> None:
     base = chat_record(id="o1")
     cand = error_record(id="r1", status=404, label="ollama", replay_of="o1")
-    row = pairs_frame(*_frames([base, cand])).iloc[0]
+    row = pairs_frame([base, cand]).iloc[0]
 
     assert math.isnan(row["baseline_first_event_ms"])
     assert (row["baseline_status"], row["candidate_status"]) == (200, 404)
@@ -72,7 +70,7 @@ def test_first_event_is_nan_without_events_and_status_follows_each_side() -> Non
 def test_replays_without_their_original_and_originals_without_replays_are_not_pairs() -> None:
     lonely = chat_record(id="o1")
     orphan = replay(chat_record(id="missing"), id="r9", label="vllm")
-    pairs = pairs_frame(*_frames([lonely, orphan]))
+    pairs = pairs_frame([lonely, orphan])
 
     assert pairs.empty
     assert list(pairs.columns) == PAIR_COLUMNS
@@ -81,7 +79,7 @@ def test_replays_without_their_original_and_originals_without_replays_are_not_pa
 def test_a_record_loaded_twice_pairs_once() -> None:
     base = chat_record(id="o1")
     cand = replay(base, id="r1", label="vllm")
-    assert len(pairs_frame(*_frames([base, cand, base, cand]))) == 1
+    assert len(pairs_frame([base, cand, base, cand])) == 1
 
 
 # --- the whole analysis -------------------------------------------------------------------
@@ -98,18 +96,14 @@ def test_analyze_builds_every_frame_from_records() -> None:
                replay(other, id="r2", label="vllm")]  # fmt: skip
     result = analyze(records, ignore=["usage.*"])
 
-    assert set(result.records_by_id) == {"o1", "o2", "r1", "r2"}
-    assert len(result.exchanges) == 4
-    assert len(result.events) == 2 * len(events_of(base))
+    assert set(result.exchanges["id"]) == {"o1", "o2", "r1", "r2"}
     assert len(result.pairs) == 2
     assert list(result.divergences.columns) == DIVERGENCE_COLUMNS
     assert result.divergences[["pair_id", "kind", "path"]].values.tolist() == [
         ["r1", "header", "headers.x-request-id"]
     ]
-    assert list(result.conformance.columns) == CONFORMANCE_COLUMNS
+    assert list(result.conformance.columns) == DIVERGENCE_COLUMNS
     assert result.conformance.empty
-    assert list(result.latency.columns) == LATENCY_COLUMNS
-    assert result.latency["label"].tolist() == ["openai", "vllm"]
 
 
 def test_ignored_paths_leave_the_conformance_rows_too() -> None:
@@ -121,29 +115,12 @@ def test_ignored_paths_leave_the_conformance_rows_too() -> None:
     assert analyze(records, ignore=["choices[].message.*"]).conformance.empty
 
 
-def test_latency_per_label_has_medians_and_p90() -> None:
-    records = [
-        chat_record(id=f"o{i}", seq=i, ttfb_ms=float(10 * (i + 1)), stream=i == 0)
-        for i in range(10)
-    ]
-    latency = latency_frame(*_frames(records))
-    [row] = latency.to_dict("records")
-    assert row["exchanges"] == 10
-    assert row["ttfb_ms_median"] == 55.0
-    assert row["ttfb_ms_p90"] == pytest.approx(91.0)
-    assert row["first_event_ms_median"] == 40.0
-    assert row["duration_ms_p90"] == 480.0
-
-
-def test_latency_of_nothing_is_an_empty_frame() -> None:
-    assert list(latency_frame(*_frames([])).columns) == LATENCY_COLUMNS
-
-
 def test_load_ignore_reads_the_ignore_list(tmp_path: Path) -> None:
     (tmp_path / "wirediff.yaml").write_text("ignore:\n  - usage.*\n  - system_fingerprint\n")
-    assert load_ignore(tmp_path) == ["usage.*", "system_fingerprint"]
-    assert load_ignore(tmp_path / "wirediff.yaml") == ["usage.*", "system_fingerprint"]
-    assert load_ignore(tmp_path / "absent.yaml") == []
+    assert load_ignore(tmp_path) == ("usage.*", "system_fingerprint")
+    assert load_ignore(tmp_path / "wirediff.yaml") == ("usage.*", "system_fingerprint")
+    with pytest.raises(UsageError, match=r"absent\.yaml: no such ignore config"):
+        load_ignore(tmp_path / "absent.yaml")
 
 
 @pytest.mark.parametrize(
@@ -152,6 +129,6 @@ def test_load_ignore_reads_the_ignore_list(tmp_path: Path) -> None:
 def test_load_ignore_rejects_a_malformed_file_in_one_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "wirediff.yaml"
     path.write_text(text)
-    with pytest.raises(ValueError, match=r"wirediff\.yaml(:\d+)?: ") as e:
+    with pytest.raises(UsageError, match=r"wirediff\.yaml(:\d+)?: ") as e:
         load_ignore(path)
     assert "\n" not in str(e.value)

@@ -363,20 +363,12 @@ def test_index_columns_another_tool_emptied_are_read_from_the_records(
     assert outputs(datasets, tmp_path / "emptied", capsys) == whole
 
 
-def test_a_datasets_rows_go_back_to_their_order_a_piece_at_a_time(
-    tmp_path: Path,
-    captures: list[Path],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_datasets_rows_go_back_to_their_order(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A dataset is written by root, its rows' places kept (`ordinal`): the index puts
-    each row at its place a piece at a time (pieces of 5 rows here), never sorting every
-    row of a column at once, and gives the order the captures give."""
-    from wirediff.engine import index as index_module
-    from wirediff.engine.engines import LocalEngine
-    from wirediff.engine.progress import Progress
-    from wirediff.engine.run import scan_inputs
-    from wirediff.engine.sources import read_records
+    each row back at its place, in the order the captures give."""
+    from wirediff.engine.run import Run
 
     dataset = tmp_path / "dataset"
     export(captures, str(dataset), capsys)
@@ -384,18 +376,8 @@ def test_a_datasets_rows_go_back_to_their_order_a_piece_at_a_time(
     assert written != sorted(written), "the dataset holds its rows out of their order"
 
     def ids(inputs: list[str]) -> list[str]:
-        index = scan_inputs(LocalEngine(1), inputs, Progress(False))
-        try:
-            f = index.load("src", "a", "b")
-            records = read_records(index.sources, *(f[c].tolist() for c in ("src", "a", "b")))
-            return [r["id"] for r in records]
-        finally:
-            index.close()
+        with Run("local", progress=False, workers=1) as run:
+            index, _ = run.scan(inputs)
+        return [str(i) for i in index.rows["id"]]
 
-    expected = ids([str(p) for p in captures])
-
-    def whole(*_: Any) -> None:
-        raise AssertionError("a column sorted whole")
-
-    monkeypatch.setattr(index_module, "_take", whole)
-    assert ids([str(dataset)]) == expected
+    assert ids([str(dataset)]) == ids([str(p) for p in captures])

@@ -16,7 +16,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from tests.fixtures import records as fx
 from wirediff._types import Record
-from wirediff.engine.commands import Run
+from wirediff.engine.run import Run
 from wirediff.engine.sources import open_binary
 from wirediff.record import lines, validate
 from wirediff.record.build import build_record
@@ -105,7 +105,7 @@ def test_every_reader_skips_a_record_past_the_bounds_naming_it(
     assert [r.getMessage() for r in caplog.records] == said
     caplog.clear()
     with Run("local", progress=False) as run:
-        run.report([str(path)], ignore=(), max_examples=3, rows=False)
+        run.report([str(path)], ignore=(), max_examples=3)
     assert [r.getMessage() for r in caplog.records] == said
 
 

@@ -18,18 +18,17 @@ from typing import Any
 
 import jsonschema
 import openai
-import pandas as pd
 import pytest
 
 from tests.fixtures import records as fx
 from tests.fixtures.records import answer
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import Analysis, analyze
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
-from wirediff.analysis.diagnosis.explain import CODES, diagnose
+from wirediff.analysis.diagnosis.explain import CODES
+from wirediff.analysis.index.analyze import Analysis, Diagnosed, analyze, diagnose_index
 from wirediff.cli import report as report_cli
-from wirediff.engine.commands import Run
+from wirediff.engine.run import Run
 from wirediff.errors import UsageError
 from wirediff.record.redact import fingerprint, redact_headers, redact_url
 from wirediff.record.store import RecordWriter
@@ -52,21 +51,17 @@ GATEWAY = "reverse:http://127.0.0.1:4100@4001"
 UPSTREAM = "reverse:http://127.0.0.1:4200@4002"
 
 
-def analysed(records: list[Record]) -> tuple[Analysis, pd.DataFrame]:
+def analysed(records: list[Record]) -> tuple[Analysis, Diagnosed]:
     """The analysis and the diagnoses of `records`, as `wirediff report` makes them."""
     analysis = analyze(records)
-    return analysis, diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
+    return analysis, diagnose_index(analysis.index)
 
 
-def render(
-    analysis: Analysis, diagnoses: pd.DataFrame, out: Path, *, max_examples: int = 3
-) -> Path:
+def render(analysis: Analysis, diagnoses: Diagnosed, out: Path, *, max_examples: int = 3) -> Path:
     return render_html(build(analysis, diagnoses, max_examples=max_examples), out)
 
 
-def summary_json(analysis: Analysis, diagnoses: pd.DataFrame) -> dict[str, Any]:
+def summary_json(analysis: Analysis, diagnoses: Diagnosed) -> dict[str, Any]:
     """`summary.json` as written and read back."""
     return dict(json.loads(json.dumps(summary_from(build(analysis, diagnoses)))))
 
@@ -182,7 +177,7 @@ def sample_records() -> list[Record]:
     return out
 
 
-def sample() -> tuple[Analysis, pd.DataFrame]:
+def sample() -> tuple[Analysis, Diagnosed]:
     return analysed(sample_records())
 
 
@@ -325,7 +320,7 @@ def test_injection_is_shown_as_text(report: tuple[Path, str]) -> None:
 
 def test_canary_key_never_written(tmp_path: Path) -> None:
     analysis, diagnoses = sample()
-    raw = json.dumps(list(analysis.records_by_id.values()))
+    raw = json.dumps(list(analysis.index.read(range(len(analysis.index)))))
     assert CANARY in raw  # the sample does carry it (an error body echoing the key)
     model = build(analysis, diagnoses, max_examples=5)
     html = render_html(model, tmp_path / "report.html").read_text()
@@ -541,7 +536,7 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     analysis, diagnoses = sample()
     capture = tmp_path / "c.jsonl"
     with RecordWriter(capture) as w:
-        for rec in analysis.records_by_id.values():
+        for rec in analysis.index.read(range(len(analysis.index))):
             w.write(rec)
     seen: dict[str, Any] = {}
 
@@ -551,10 +546,9 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         *,
         ignore: tuple[str, ...],
         max_examples: int,
-        rows: bool,
         baseline: str | None,
     ) -> ReportModel:
-        seen["ignore"], seen["captures"], seen["rows"] = ignore, captures, rows
+        seen["ignore"], seen["captures"] = ignore, captures
         return build(analysis, diagnoses, max_examples=max_examples)
 
     monkeypatch.setattr(Run, "report", fake_report)
@@ -574,7 +568,6 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
     assert seen == {
         "ignore": ("usage.*", "system_fingerprint"),
         "captures": [str(capture)],
-        "rows": True,
     }
     assert (out / "r.html").stat().st_size > 10_000
     validate(json.loads((out / "s.json").read_text()), schema(), schema())
@@ -628,7 +621,7 @@ def test_wirediff_report_is_wired_into_the_cli(
     assert not (tmp_path / "r.html").exists()
 
 
-def _synthetic(n: int) -> tuple[Analysis, pd.DataFrame]:
+def _synthetic(n: int) -> tuple[Analysis, Diagnosed]:
     """n exchanges: the sample session's shapes repeated, replayed to three candidates:
     ollama and lmstudio send no request id, ollama's chat streams no usage chunk."""
     base = fx.openai_session()
@@ -754,7 +747,7 @@ def test_the_summary_on_stdout_is_utf8_whatever_the_locale(
     (tmp_path / "captures").mkdir()
     files = [str(p) for p in write_fixtures(tmp_path / "captures")]
     with Run("local") as run:
-        model = run.report(files, ignore=(), max_examples=1, rows=True)
+        model = run.report(files, ignore=(), max_examples=1)
         ascii_out = io.TextIOWrapper(sys.stdout.buffer, encoding="ascii")
         monkeypatch.setattr(sys, "stdout", ascii_out)
         write_summary(model, "-")
@@ -774,7 +767,7 @@ def test_latencies_at_the_ends_of_a_double_are_charted(tmp_path: Path, ms: float
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     with Run("local", progress=False) as run:
-        model = run.report([str(path)], ignore=(), max_examples=3, rows=True)
+        model = run.report([str(path)], ignore=(), max_examples=3)
     assert "<svg" in render_html(model, tmp_path / "engine.html").read_text(encoding="utf-8")
     ticks = nice_ticks(ms)
     assert ticks[0] == 0 and ticks[-1] >= ms and all(math.isfinite(t) for t in ticks)

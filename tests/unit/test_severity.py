@@ -24,7 +24,7 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import analyze, findings_of
+from wirediff.analysis.index.analyze import analyze
 
 Change = Callable[[Record], object]
 Row = tuple[str, str, str]
@@ -138,7 +138,7 @@ RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
 
 def judged(base: Record, change: Change) -> pd.DataFrame:
     analysis = analyze([base, replay(base, id="c1", change=change)])
-    found = findings_of(analysis.divergences, analysis.conformance)
+    found = analysis.frame()
     return found[found["candidate_id"] == "c1"]
 
 
@@ -149,7 +149,7 @@ def test_each_rule_gives_its_severity(
     make: Callable[[], Record], change: Change, expected: set[Row]
 ) -> None:
     base = make()
-    assert findings_of(analyze([base]).divergences, analyze([base]).conformance).empty
+    assert analyze([base]).frame().empty
     found = judged(base, change)
     got = set(zip(found["kind"], found["path"], found["severity"], strict=True))
     assert got == expected, found[["kind", "path", "severity", "message"]].to_string()

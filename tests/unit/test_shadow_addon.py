@@ -24,7 +24,7 @@ from wirediff._types import Record
 from wirediff.addons import shadow as shadow_module
 from wirediff.addons.capture import Capture
 from wirediff.addons.shadow import Shadow
-from wirediff.analysis.comparison.analyze import analyze
+from wirediff.analysis.index.analyze import analyze
 from wirediff.record.store import load_records
 from wirediff.replay import mirror_process
 from wirediff.replay.mirror_process import Mirroring

@@ -24,15 +24,15 @@ import pandas as pd
 from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
+from wirediff.analysis.index.analyze import GateCounts
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
 from wirediff.reports.bottom_line import bottom_line
-from wirediff.reports.partial import GateCounts, gate_counts
 
-__all__ = ["CHECK_FORMAT", "gate", "gate_from", "parse_kinds", "register", "write_junit"]
+__all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]
 
 ALL_KINDS = kind_names()
 CHECK_FORMAT = "wirediff-check/1"
@@ -53,23 +53,13 @@ def cell_name(family: str, transport: str) -> str:
     return family if transport == "http" else f"{family} ({transport})"
 
 
-def gate(
-    verdicts: pd.DataFrame,
-    findings: pd.DataFrame,
-    exchanges: pd.DataFrame,
-    severity: str,
-    fail_on: tuple[str, ...],
-) -> pd.DataFrame:
-    """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
-    above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
-    fails the gate, it is shown)."""
-    return gate_from(verdicts, gate_counts(findings, exchanges), severity, fail_on)
-
-
 def gate_from(
     verdicts: pd.DataFrame, counts: GateCounts, severity: str, fail_on: tuple[str, ...]
 ) -> pd.DataFrame:
-    """`gate`, from the worst severity and the kinds of each cell's findings."""
+    """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
+    above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
+    fails the gate, it is shown), from the worst severity and the kinds of each cell's
+    findings."""
     failing = {
         cell
         for cell, (rank, kinds) in counts.items()

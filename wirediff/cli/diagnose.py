@@ -55,16 +55,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         rows = run.diagnose(named)
         if args.json:
             sep = "[\n  "
-            for frame in rows.frames():
-                for item in frame.to_dict(orient="records"):
-                    text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
-                    out.write(sep + text)
-                    sep = ",\n  "
+            for item in rows.to_dict(orient="records"):
+                text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
+                out.write(sep + text)
+                sep = ",\n  "
             out.write("[]\n" if sep.startswith("[") else "\n]\n")
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
-            groups = fold_chains(rows.frames())
+            groups = fold_chains([rows])
             for lines, _ in groups:
                 out.write("\n".join(map(printable, lines)) + "\n")
             chains = sum(len(ids) for _, ids in groups)

@@ -27,7 +27,7 @@ def add_engine_options(p: Any) -> None:
 
 
 def open_run(args: argparse.Namespace) -> Any:
-    """The command's `wirediff.engine.Run` (imported only when a command runs)."""
-    from wirediff.engine.commands import Run
+    """The command's `wirediff.engine.run.Run` (imported only when a command runs)."""
+    from wirediff.engine.run import Run
 
     return Run(args.engine, args.scheduler)

@@ -140,7 +140,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     for line in terminal_matrix(result):
         print(printable(line), file=lines)
     if args.output or args.json:
-        model = build(result.graded.analysis, result.graded.diagnoses)
+        model = build(result.graded.analysis, result.graded.diagnosed)
         model.probe = result
         if args.output:
             path = render_html(model, args.output)

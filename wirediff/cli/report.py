@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wirediff._support import read_yaml
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import exit_codes, standalone
@@ -20,6 +21,7 @@ from wirediff.reports.render import render_html, write_csv, write_findings, writ
 
 __all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register"]
 
+CONFIG_NAME = "wirediff.yaml"
 BASELINE_HELP = (
     "the label the others are compared with, when the files do not imply one (replays imply "
     "the label they were replayed from); default: the first capture's label"
@@ -27,16 +29,27 @@ BASELINE_HELP = (
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
-    """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist)."""
-    from wirediff.analysis.comparison.analyze import load_ignore as read_patterns
-
+    """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist):
+    a file, or a directory holding one."""
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{p}: no such ignore config")
+    if p.is_dir():
+        p = p / CONFIG_NAME
+        if not p.is_file():
+            return ()
     try:
-        return tuple(read_patterns(p))
+        config = read_yaml(p)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if config is None:
+        return ()
+    if not isinstance(config, dict):
+        raise UsageError(f"{p}: expected a mapping with an `ignore:` list")
+    patterns = config.get("ignore") or []
+    if not isinstance(patterns, list) or not all(isinstance(x, str) for x in patterns):
+        raise UsageError(f"{p}: `ignore` must be a list of path patterns")
+    return tuple(patterns)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -50,11 +63,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--json - and --findings -: only one of them can go to stdout")
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
-            named,
-            ignore=ignore,
-            max_examples=args.max_examples,
-            rows=bool(args.findings or args.csv),
-            baseline=args.baseline,
+            named, ignore=ignore, max_examples=args.max_examples, baseline=args.baseline
         )
         written = [render_html(model, args.output)]
         if args.json:

@@ -1,4 +1,4 @@
-"""Where the partition functions run: `local` (this machine's cores, a process pool; in this
+"""Where the scan's tasks run: `local` (this machine's cores, a process pool; in this
 process when there is one task), or `dask` (a `dask.distributed` cluster: the scheduler at
 `--scheduler ADDRESS`, else a local cluster). Both hand results back as they finish; a
 worker lost mid-task costs Dask a retry of that task, never the run."""
@@ -15,44 +15,21 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from wirediff.errors import UsageError, WirediffError
 
-__all__ = ["ENGINES", "Call", "Calls", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
+__all__ = ["ENGINES", "Call", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
 
 ENGINES = ("local", "dask")
 Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-class Calls(Sequence[Call]):
-    """Calls whose arguments are made when the engine takes them (a local engine takes
-    them as workers free up), so that the command holds the arguments of the tasks in
-    flight, not of all."""
-
-    def __init__(self, count: int, make: Callable[[int], Call]) -> None:
-        self._count, self._make = count, make
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, i: int) -> Call: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Call]: ...
-    def __getitem__(self, i: int | slice) -> Call | Sequence[Call]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self._count))]
-        if not -self._count <= i < self._count:
-            raise IndexError(i)
-        return self._make(i % self._count)
-
-
 class Engine(Protocol):
     workers: int
-    shares_disk: bool
-    """The workers write where the command does (its temporary files)."""
+    local: bool
+    """The workers run on this machine."""
 
     def run(
         self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
@@ -65,12 +42,12 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """A pool of processes, one per core; at most `workers` tasks in flight, so memory is
-    bounded by the partitions being worked on."""
+    """A pool of processes, one per core; at most one task more than workers in flight,
+    so memory holds the results of those only."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self.shares_disk = True
+        self.local = True
         self._pool: ProcessPoolExecutor | None = None
 
     def run(
@@ -127,7 +104,7 @@ class DaskEngine:
                 "--engine dask needs dask.distributed: pip install 'wirediff[dask]'"
             ) from None
         self._cluster = None
-        self.shares_disk = False
+        self.local = scheduler is None
         if scheduler is not None:
             self._client = _connected(_address(scheduler), connect_s)
         else:

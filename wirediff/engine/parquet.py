@@ -31,41 +31,24 @@ partitions are ranges of `root`, so each reads a few row groups.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wirediff import FORMAT, __version__
 from wirediff._types import Record
 from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
+from wirediff.analysis.diagnosis.chains import redirect_location
+from wirediff.analysis.diagnosis.explain import models_listed
+from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.engine.decode import loads
-from wirediff.engine.scan import (
-    DIGESTS,
-    FROM_EXCHANGES,
-    INDEX_COLUMNS,
-    Scanned,
-    compact,
-    frame_of,
-    index_row,
-)
-from wirediff.engine.sources import (
-    DATASET_MARK,
-    Source,
-    dataset_record,
-    is_url,
-    open_binary,
-    read_texts,
-    reading_parquet,
-)
+from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
 from wirediff.errors import CaptureError
-from wirediff.record.keys import digest
+from wirediff.record.keys import ask_digest, digest, digests, request_fingerprint
 from wirediff.record.scrub import scrub_output
 from wirediff.record.store import is_utf8, read_depth
 
@@ -75,8 +58,8 @@ __all__ = [
     "EXCHANGE_SCHEMA",
     "PARTITION_KEYS",
     "export_part",
+    "mark",
     "partition_keys",
-    "scan_file",
 ]
 
 DATASET_FORMAT = "wirediff-dataset/1"
@@ -232,13 +215,7 @@ def export_part(
         exact &= all(isinstance(k, str) or k is None for k in (session, label))
         for root, ordinal, text, rec in members:
             values = dict(zip(EXCHANGE_COLUMNS, exchange_row(rec), strict=True))
-            values.update(
-                zip(
-                    INDEX_COLUMNS[len(FROM_EXCHANGES) :],
-                    index_row(rec)[len(FROM_EXCHANGES) :],
-                    strict=True,
-                )
-            )
+            values.update(_extra(rec))
             values.update(ordinal=ordinal, root=root, nbytes=len(text), record=_text(text))
             for name, kind in zip(EXCHANGE_SCHEMA.names, EXCHANGE_SCHEMA.types, strict=True):
                 value = values[name]
@@ -257,6 +234,35 @@ def export_part(
             n_events += len(events["id"])
             _write(pa.table(events, schema=EVENT_SCHEMA), f"{out}/events/{where_to}")
     return len(texts), n_events, len(groups)
+
+
+def _extra(rec: Record) -> dict[str, Any]:
+    """The keys pairing and chains read of a record (`EXTRA`), as the dataset holds them."""
+    replay_of = rec.get("replay_of")
+    original = replay_of is None
+    request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
+    resp: Any = rec.get("response") or {}
+    req = rec["request"]
+    models = None
+    if (
+        (rec.get("tags") or {}).get("endpoint") == "/v1/models"
+        and req.get("method") == "GET"
+        and resp.get("status") == 200
+    ):
+        listed = models_listed(rec)
+        models = sorted(listed) if listed is not None else None
+    return {
+        "id_digest": digest(rec["id"]),
+        "replay_digest": digest(replay_of) if replay_of is not None else 0,
+        "request_digest": request,
+        "body_digest": body,
+        "hop_digest": hop,
+        "fingerprint": int(request_fingerprint(rec)[:16], 16) if original else 0,
+        "ask_digest": ask_digest(req) if original else 0,
+        "location": redirect_location(rec),
+        "ok": exchange_ok(rec),
+        "models": models,
+    }
 
 
 def _scrubbed(line: bytes) -> bytes:
@@ -300,10 +306,6 @@ def _events(rec: Record, out: dict[str, list[Any]]) -> None:
             out[name].append(value if _fits(value, kind) else None)
 
 
-def export_tasks(count_bytes: int, workers: int) -> int:
-    return max(workers, math.ceil(count_bytes / EXPORT_BYTES))
-
-
 def mark(out: str, exchanges: int, events: int, files: int) -> None:
     """The dataset's mark: what it is, written last (a dataset without one is unfinished);
     `files`: its files of exchanges."""
@@ -325,57 +327,3 @@ def mark(out: str, exchanges: int, events: int, files: int) -> None:
     from pathlib import Path
 
     (Path(out) / DATASET_MARK).write_text(text, encoding="utf-8")
-
-
-def _exact_index(
-    pf: pq.ParquetFile, src: int, file: int, keys: tuple[str | None, str | None]
-) -> pd.DataFrame | None:
-    """The index rows from the file's columns, or None when they cannot be read so (a
-    column missing, nulls where export writes none): the records say the same."""
-    names = ["nbytes", "ordinal", *INDEX_COLUMNS]
-    stored = [n for n in names if n not in PARTITION_KEYS]
-    try:
-        table = pf.read(columns=stored)
-        if any(table.column(n).null_count for n in ("nbytes", "ordinal", *DIGESTS)):
-            return None
-        columns = {n: table.column(n).to_pylist() for n in stored}
-        by_key = dict(zip(PARTITION_KEYS, keys, strict=True))
-        frame = pd.DataFrame({n: columns[n] if n in columns else by_key[n] for n in names})
-        frame.insert(0, "src", src)
-        frame.insert(1, "a", file)
-        frame.insert(2, "b", np.arange(len(frame)))
-        frame["careful"] = True
-        return compact(frame)
-    except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException):
-        return None
-
-
-def scan_file(sources: Sequence[Source], src: int, file: int) -> Scanned:
-    """The index rows of one file of a dataset: from its columns when they hold every
-    value as it is (`wirediff.exact`) and can be read so, else from its records."""
-    url = sources[src].files[file]
-    with open_binary(url) as fh, reading_parquet(url):
-        pf = pq.ParquetFile(fh)
-        missing = {"ordinal", "record"} - set(pf.schema_arrow.names)
-        if missing:
-            raise CaptureError(
-                f"{url}: not a file of a wirediff dataset (no `{'`, `'.join(sorted(missing))}`)"
-            )
-        meta = pf.schema_arrow.metadata or {}
-        frame = None
-        if (
-            meta.get(b"wirediff.exact") == b"1"
-            and meta.get(b"wirediff.version") == __version__.encode()
-        ):
-            frame = _exact_index(pf, src, file, partition_keys(url))
-        if frame is None:
-            table = pf.read(columns=["ordinal", "record"])
-            records = table.column("record").to_pylist()
-            read = [dataset_record(url, i, text) for i, text in enumerate(records)]
-            rows = [index_row(rec) for _, rec in read]
-            frame = frame_of(src, [(file, i) for i in range(len(rows))], rows)
-            frame["nbytes"] = [len(text) for text, _ in read]
-            frame["ordinal"] = table.column("ordinal").to_pylist()
-            frame = frame[["src", "a", "b", "nbytes", "ordinal", *INDEX_COLUMNS, "careful"]]
-    scanned = Scanned(src, file, frame, lines=len(frame), records=len(frame))
-    return scanned

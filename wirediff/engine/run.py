@@ -1,357 +1,376 @@
-"""The analysis as partition functions: scan, then compare partitions and diagnose batches of
-failing chains on an engine, merging results as they come (`Partial.merge`, the chains'
-merge), every row that tables list spilled to disk, and the index on disk too
-(`columns.Columns`, a file a column, in pieces) — so memory holds a piece or a bucket of
-the columns a step reads while it runs and the tasks in flight, never the captures.
-
-    scan      chunks of each file (or a dataset's files) → the index (`index.build_index`)
-    noise     the first repeats of each repeated request → its noise (one task)
-    compare   partitions: originals with all their replays → `Partial` (+ finding rows)
-    chains    linked once over the index, as positions, among the rows that can have a
-              link (they may span sessions: two proxies' hops; `chaining`)
-    diagnose  batches of whole failing chains → named from their records, diagnosed →
-              diagnosis rows (+ the report's chain groups)
-"""
+"""What `report`, `check`, `diagnose` and `export` ask of the engine, for one command's run:
+the captures scanned on the engine's workers into the index (`scan`), held in this process
+as one table, then analysed over it (`wirediff.analysis.index`); a few records read again
+where a report quotes them. `Run` is a context manager: its engine lives as long as it."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import os
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import numpy as np
-import orjson
 import pandas as pd
 
-from wirediff._support import task_gc
-from wirediff.analysis.comparison.pairing import Baseline
-from wirediff.analysis.diagnosis.explain import BACKEND_SCAN, answered_prefixes, backend_key
-from wirediff.analysis.diagnosis.subject import Served
-from wirediff.engine import plan, tasks
-from wirediff.engine.chaining import BATCH_INPUTS, chain_batch, failing_chains
-from wirediff.engine.columns import Columns, bucket_of
-from wirediff.engine.engines import Call, Calls, Engine
-from wirediff.engine.index import Index, build_index, give_back, lean
-from wirediff.engine.plan import NO_LINKS, ByContent, noise_samples
+from wirediff import FORMAT
+from wirediff._types import Record
+from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
+from wirediff.analysis.comparison.reading import Reading
+from wirediff.analysis.comparison.verdicts import verdict_frame
+from wirediff.analysis.index.analyze import GateCounts, Index, analyse, diagnose_index
+from wirediff.analysis.index.kept import kept_rows, replay_roots
+from wirediff.analysis.index.row import concat_index
+from wirediff.engine import parquet
+from wirediff.engine.engines import Call, open_engine
 from wirediff.engine.progress import Progress
-from wirediff.engine.scan import chunks, plain
-from wirediff.engine.sources import PARQUET, Source, resolve
-from wirediff.engine.spill import Spill
-from wirediff.record.keys import digest
-from wirediff.reports.hops import ChainCounts, merge_chains
-from wirediff.reports.partial import Partial
+from wirediff.engine.scan import Scanned, chunks, scan_chunk, scan_file
+from wirediff.engine.sources import (
+    DATASET_MARK,
+    PARQUET,
+    Source,
+    open_binary,
+    read_records,
+    resolve,
+)
+from wirediff.errors import CaptureError, UsageError
+from wirediff.record.store import log as store_log
+from wirediff.reports.model import ReportModel, build
 
-__all__ = [
-    "Diagnosed",
-    "compare",
-    "content_pairing",
-    "diagnose",
-    "failing_chains",
-    "fetch",
-    "locators",
-    "scan_inputs",
-    "total_bytes",
-]
+__all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
-PART_BYTES = 48 << 20
-"""Bytes of records a comparison partition holds, about: its memory is a few times that."""
-BATCH_RECORDS = 4000
-"""Records of the failing chains one diagnosis task reads, about."""
-
-
-def locators(frame: pd.DataFrame, rows: np.ndarray | Sequence[int] | None = None) -> tasks.Locators:
-    part = frame if rows is None else frame.iloc[np.asarray(rows, dtype=np.int64)]
-    return (part["src"].tolist(), part["a"].tolist(), part["b"].tolist())
-
-
+EXCHANGE_BYTES = 2_000
+"""Memory the analysis holds per exchange, about (the index, the findings, the pairs):
+what the local engine checks the captures against before it starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process."""
 
 
-def scan_inputs(
-    engine: Engine,
-    args: Sequence[str],
-    progress: Progress,
-    *,
-    retried: bool = False,
-    scoped: bool = False,
-) -> Index:
-    """Every record of the inputs, indexed; failed replay attempts tried again left out
-    (over all the inputs, as loading them together does; with `scoped`, within each
-    argument, as `check` loads each capture on its own), unless `retried`."""
-    from wirediff.engine import parquet
-
-    sources: list[Source] = []
-    scopes: list[int] = []
-    for scope, found in enumerate(resolve(args, scoped=scoped)):
-        sources += found
-        scopes += [scope if scoped else 0] * len(found)
-    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-    for src, start, end in chunks(sources):
-        calls.append((tasks.scan, (sources, src, start, end)))
-    for src, source in enumerate(sources):
-        if source.kind == PARQUET:
-            calls += [(parquet.scan_file, (sources, src, f)) for f in range(len(source.files))]
-    small = (
-        not any(s.kind == PARQUET for s in sources) and sum(s.size for s in sources) < SMALL_BYTES
-    )
-    bar = progress.phase("scan", None, "ex", len(calls))
-    scans, pieces, order = [], Columns(), []
-    for _, result in engine.run(_scan, [((fn, a), {}) for fn, a in calls], small=small):
-        bar.done(1, len(result.frame))
-        if len(result.frame):  # on disk as it comes: never every chunk's rows at once
-            pieces.append(result.frame)
-            order.append((result.src, result.start))
-        result.frame = _NOTHING
-        scans.append(result)
-    bar.close()
-    index = build_index(sources, scopes, scans, pieces, order, retried=retried)
-    give_back()
-    return index
-
-
-_NOTHING = pd.DataFrame()
-
-
-def _scan(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    with task_gc():
-        return lean(fn(*args))
-
-
-def content_pairing(
-    engine: Engine, index: Index, requested: str | None
-) -> tuple[Baseline, ByContent]:
-    """`plan.content_pairing`, the exchanges it found unmatched named by their ids."""
-    chosen, found = plan.content_pairing(index, requested)
-    if len(found.unmatched):
-        names = _names(engine, index, found.unmatched["id"].tolist())
-        found.unmatched["id"] = [names[d] for d in found.unmatched["id"].tolist()]
-    give_back()
-    return chosen, found
-
-
-FETCHED = 2000
-"""Records one task reads to name ids."""
-
-
-def _names(engine: Engine, index: Index, digests: Sequence[int]) -> dict[int, str]:
-    """The id of each of these id digests (read from the records)."""
-    where = _where(index, digests)
-    calls: list[Call] = [
-        ((index.sources, locators(where.iloc[i : i + FETCHED])), {})
-        for i in range(0, len(where), FETCHED)
-    ]
-    out: dict[int, str] = {}
-    for _, records in engine.run(tasks.fetch, calls, small=len(calls) < 3):
-        out.update((digest(r["id"]), r["id"]) for r in records)
-    return out
-
-
-def compare(
-    engine: Engine,
-    index: Index,
-    progress: Progress,
-    *,
-    ignore: Sequence[str] = (),
-    max_examples: int,
-    report: bool = True,
-    spill: Spill | None = None,
-    part_bytes: int = PART_BYTES,
-    links: np.ndarray = NO_LINKS,
-) -> Partial:
-    """Every partition (about `part_bytes` of records) compared and merged; finding rows
-    into `spill` when given. `links`: the originals paired by content over all the captures
-    (`content_pairing`, by id digest), each compared in its baseline original's partition."""
-    sources = index.sources
-    total = total_bytes(index)
-    count = max(1, math.ceil(total / part_bytes))
-    if engine.workers > 1 and total > SMALL_BYTES:
-        count = max(count, engine.workers)
-    noise = _noise(engine, index, links)
-    give_back()
-    link_part = bucket_of(links[:, 1], count).tolist()
-    links_of: dict[int, list[tuple[int, int, int]]] = {}
-    for n, (cand, base) in enumerate(links.tolist()):
-        links_of.setdefault(link_part[n], []).append((cand, base, n))
-    by_part = plan.split(index, count, ["src", "a", "b", "request_digest", "careful"], links)
-    give_back()
-
-    def call(i: int) -> Call:  # made as a worker takes it: one partition's rows read
-        part = by_part.read(i)
-        rows, requests = part["row"], part["request_digest"]
-        mine = {int(r): noise[int(r)] for r in np.unique(requests).tolist() if int(r) in noise}
-        kwargs = {
-            "ignore": tuple(ignore),
-            "noise": mine,
-            "links": links_of.get(by_part.parts[i], []),
-            "max_examples": max_examples,
-            "report": report,
-            "rows": spill is not None,
-            "spill_to": spill.directory if spill is not None and engine.shares_disk else None,
-            "careful": part["careful"].tolist(),
-        }
-        where = (part["src"], part["a"], part["b"])
-        return (sources, where, rows), kwargs
-
-    merged = Partial(max_examples)
-    try:
-        calls = Calls(len(by_part.parts), call)
-        bar = progress.phase("compare", len(index), "ex", len(calls))
-        for _, result in engine.run(tasks.compare_part, calls):
-            merged.merge(result.part)
-            if result.spilled is not None and spill is not None:
-                spill.add_findings_file(*result.spilled)
-            elif spill is not None:
-                spill.add_findings(result.rows)
-            bar.done(1, result.exchanges)
-    finally:
-        by_part.close()
-    bar.close()
-    give_back()
-    return merged
-
-
-def total_bytes(index: Index) -> int:
-    """Bytes of every record, a piece at a time."""
-    return sum(int(f["nbytes"].sum()) for _, f in index.pieces("nbytes"))
-
-
-def _noise(engine: Engine, index: Index, links: np.ndarray) -> dict[int, set[str]]:
-    samples = noise_samples(index, links)
-    if not samples:
-        return {}
-    read = [r for _, rows in samples for r in rows]
-    where = index.load("src", "a", "b", rows=np.asarray(read, dtype=np.int64))
-    starts = np.cumsum([0, *(len(rows) for _, rows in samples)]).tolist()
-    work = [
-        (request, locators(where.iloc[starts[k] : starts[k + 1]]))
-        for k, (request, _) in enumerate(samples)
-    ]
-    noise: dict[int, set[str]] = {}
-    calls: list[Call] = [((index.sources, work[i : i + 200]), {}) for i in range(0, len(work), 200)]
-    for _, found in engine.run(tasks.learn_noise, calls, small=len(work) < 200):
-        noise.update(found)
-    return noise
-
-
 @dataclass
-class Diagnosed:
-    chains: ChainCounts = field(default_factory=dict)
-    rows: int = 0
+class CheckResult:
+    verdicts: pd.DataFrame
+    gate: GateCounts
+    baseline: int
+    """Exchanges of the baseline capture."""
+    label: str
+    """The baseline's label."""
+    replayed: int
+    """Pairs of a replay with its original."""
+    by_content: dict[str, int]
+    """Per candidate label: its originals paired by content with the baseline's."""
+    unmatched: pd.DataFrame
+    """Exchanges of independent captures without a counterpart (`UNMATCHED_COLUMNS`)."""
 
 
-def _served(index: Index) -> Served:
-    """`wirediff.analysis.diagnosis.explain.served_by`, from the index."""
-    rows = [np.zeros(0, dtype=np.int64)]
-    prefixes: dict[str, set[str]] = {}
-    for start, asked in index.pieces(
-        "endpoint", "method", "status", "label", "family", "prefix", "soft_error"
-    ):
-        hit = (
-            (asked["endpoint"] == "/v1/models")
-            & (asked["method"] == "GET")
-            & (asked["status"].fillna(0) == 200)
+class Run:
+    """One command's analysis on an engine (`local`, or `dask` at `scheduler`)."""
+
+    def __init__(
+        self,
+        engine: str = "local",
+        scheduler: str | None = None,
+        *,
+        workers: int | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        self.engine = open_engine(engine, scheduler, workers)
+        self.progress = Progress(progress)
+        self.sources: list[Source] = []
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(now=kind is not None)
+
+    def close(self, now: bool = False) -> None:
+        """`now`: the run was cut short, its tasks are stopped, not waited for."""
+        self.engine.close(now)
+
+    def scan(
+        self, args: Sequence[str], *, scoped: bool = False, retried: bool = False
+    ) -> tuple[Index, np.ndarray]:
+        """The index of every record of the inputs, and the argument each row came from;
+        failed replay attempts tried again left out (over all the inputs, as loading them
+        together does; with `scoped`, within each argument, as `check` loads each capture
+        on its own), unless `retried`."""
+        sources: list[Source] = []
+        scopes: list[int] = []
+        for scope, found in enumerate(resolve(args, scoped=scoped)):
+            sources += found
+            scopes += [scope if scoped else 0] * len(found)
+        if self.engine.local:
+            _fits(sources)
+        name = uuid.uuid4().hex
+        calls: list[Call] = [((scan_chunk, name, sources, *span), {}) for span in chunks(sources)]
+        for src, source in enumerate(sources):
+            if source.kind == PARQUET:
+                calls += [
+                    ((scan_file, name, sources, src, f), {}) for f in range(len(source.files))
+                ]
+        small = not any(s.kind == PARQUET for s in sources)
+        small &= sum(s.size for s in sources) < SMALL_BYTES
+        bar = self.progress.phase("scan", None, "ex", len(calls))
+        scans: list[Scanned] = []
+        for _, result in self.engine.run(_call, calls, small=small):
+            bar.done(1, len(result.frame))
+            scans.append(result)
+        bar.close()
+        scans.sort(key=lambda s: (s.src, s.start))
+        _say(sources, scans)
+        readings, evidence = _complete(scans, calls)
+        frame = concat_index(s.frame for s in scans)
+        del scans
+        # a dataset's rows back in the order they were exported (a file's, by offset)
+        order = np.lexsort((frame["ordinal"].to_numpy(), frame["src"].to_numpy()))
+        frame = frame.iloc[order].reset_index(drop=True)
+        self.sources = sources
+        scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
+        at = kept_rows(frame, scope if scoped else None, retried=retried)
+        frame = frame.iloc[at].reset_index(drop=True)
+        return Index(frame, readings, evidence, _reading(sources, frame)), scope[at]
+
+    def report(
+        self,
+        args: Sequence[str],
+        *,
+        ignore: Sequence[str],
+        max_examples: int,
+        baseline: str | None = None,
+    ) -> ReportModel:
+        """The report's model. `baseline`: the label independent captures are compared
+        with (`--baseline`); when the captures did not imply one and none was asked for,
+        stderr says which it is."""
+        index, _ = self.scan(args)
+        if not len(index):
+            raise UsageError(f"no exchanges in {', '.join(args)}")
+        analysis = analyse(index, ignore=ignore, baseline=baseline)
+        chosen = analysis.baseline
+        if chosen.chosen_by == "first capture" and index.rows["label"].nunique() > 1:
+            print(
+                f"wirediff: baseline: {chosen.label} (the first capture's label; "
+                "--baseline LABEL chooses another)",
+                file=sys.stderr,
+            )
+        return build(analysis, diagnose_index(index), max_examples=max_examples)
+
+    def check(
+        self, baseline: str, candidates: Sequence[str], label: str | None = None
+    ) -> CheckResult:
+        """The drop-in verdicts of the candidates against the baseline (its `label`: by
+        default that of most of its originals), and what the gate reads; a candidate none
+        of whose exchanges pairs with one of the captures (by replay or by content) is a
+        usage error."""
+        index, scope = self.scan([baseline, *candidates], scoped=True)
+        rows = index.rows
+        mine = rows[scope == 0]
+        labels = text(mine["label"])
+        originals = Counter(labels[mine["replay_of"].isna().to_numpy()].tolist())
+        if not originals:
+            raise UsageError(f"{baseline}: no original exchange to compare with (only replays)")
+        base_label = originals.most_common(1)[0][0]
+        if label is not None:
+            known = list(pd.unique(labels))
+            if label not in known:
+                raise UsageError(
+                    f"--baseline {label}: {baseline} has no exchange of that label "
+                    f"(labels: {', '.join(known)})"
+                )
+            base_label = label
+        analysis = analyse(index, baseline=base_label)
+        pairs = analysis.pairs
+        paired = set(scope[pairs["c"].to_numpy()].tolist())
+        for n, path in enumerate(candidates, 1):
+            if n not in paired:
+                raise UsageError(
+                    f"{path}: no exchange pairs with {baseline} ({base_label}): none replays "
+                    "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
+                )
+        how = pairs["pairing"].astype(str).to_numpy()
+        by_label = text(rows["label"]).to_numpy()[pairs["c"].to_numpy()]
+        content = Counter(by_label[how == CONTENT].tolist())
+        return CheckResult(
+            verdict_frame(analysis.cells(), analysis.roles()),
+            analysis.gate(),
+            int((scope == 0).sum()),
+            base_label,
+            int((how == REPLAY).sum()),
+            dict(sorted(content.items())),
+            analysis.unmatched,
         )
-        rows.append(start + np.flatnonzero(hit.to_numpy(dtype=bool)))
-        for label, found in answered_prefixes(asked).items():
-            prefixes.setdefault(label, set()).update(found)
-    listed = index.load("label", "models", rows=np.concatenate(rows))
-    out: dict[str, set[str]] = {}
-    for label, models in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
-        if isinstance(models, str):  # as JSON (`lean`)
-            out.setdefault(str(label), set()).update(orjson.loads(models))
-    return Served(out, prefixes)
+
+    def diagnose(self, args: Sequence[str]) -> pd.DataFrame:
+        """Every diagnosis, in the order `diagnose` gives them."""
+        index, _ = self.scan(args)
+        return diagnose_index(index).frame
+
+    def export(self, args: Sequence[str], out: str) -> tuple[int, int]:
+        """The captures as a Parquet dataset at `out`; how many exchanges and events."""
+        index, _ = self.scan(args, retried=True)
+        rows = index.rows
+        if not len(rows):
+            raise UsageError(f"no exchanges in {', '.join(args)}")
+        total = sum(s.size for s in self.sources)
+        count = max(1, math.ceil(total / parquet.EXPORT_BYTES))
+        if self.engine.workers > 1 and total > SMALL_BYTES:
+            count = max(count, self.engine.workers)
+        root = replay_roots(rows)
+        task = (root % np.uint64(count)).astype(np.int64)
+        order = np.lexsort((np.arange(len(rows)), root, task))
+        bounds = np.searchsorted(task[order], np.arange(count + 1))
+        sources = self.sources
+        calls: list[Call] = []
+        for k in range(count):
+            at = order[bounds[k] : bounds[k + 1]]
+            if not len(at):
+                continue
+            where = tuple(rows[c].to_numpy()[at].tolist() for c in ("src", "a", "b"))
+            calls.append(
+                ((parquet.export_part, sources, where, at.tolist(), root[at].tolist(), out, k), {})
+            )
+        exchanges = events = files = 0
+        bar = self.progress.phase("export", len(rows), "ex", len(calls))
+        for _, (n, m, f) in self.engine.run(_call, calls, small=total < SMALL_BYTES):
+            exchanges, events, files = exchanges + n, events + m, files + f
+            bar.done(1, n)
+        bar.close()
+        parquet.mark(out, exchanges, events, files)
+        return exchanges, events
 
 
-def _backends(engine: Engine, index: Index) -> dict[tuple[Any, Any], Any]:
-    """Each backend's provider from its first `BACKEND_SCAN` exchanges (`Backends`)."""
-    codes = (  # by category: no string a row
-        (f["label"].cat.codes.to_numpy(), f["listener"].cat.codes.to_numpy())
-        for _, f in index.pieces("label", "listener")
-    )
-    shape = (len(index.categories("label")), len(index.categories("listener")))
-    heads = plan.first_rows(codes, shape, BACKEND_SCAN)
-    head = plain(index.load("label", "listener", rows=heads), ["label", "listener"])
-    where = index.load("src", "a", "b", rows=heads)
-    keys = map(backend_key, head["label"].tolist(), head["listener"].tolist())
-    first: dict[tuple[Any, Any], list[int]] = {}
-    for k, key in enumerate(keys):
-        first.setdefault(key, []).append(k)
-    work = [(key, locators(where, at)) for key, at in first.items()]
-    known: dict[tuple[Any, Any], Any] = {}
-    for _, found in engine.run(tasks.providers, [((index.sources, work), {})], small=True):
-        known.update(found)
-    return known
+def _call(fn: Any, *args: Any) -> Any:
+    return fn(*args)
 
 
-def diagnose(
-    engine: Engine,
-    index: Index,
-    progress: Progress,
-    *,
-    report: bool = True,
-    spill: Spill | None,
-) -> Diagnosed:
-    """Every failing chain diagnosed, in batches; rows into `spill`."""
-    failing = failing_chains(index, BATCH_RECORDS)
-    give_back()
-    out = Diagnosed()
-    if not failing.count:
-        return out
-    served = _served(index)
-    known = _backends(engine, index)
-    batches = plan.pieces_of(index, [rows for _, rows, _ in failing.batches], BATCH_INPUTS)
-    give_back()
+def _complete(
+    scans: list[Scanned], calls: Sequence[Call]
+) -> tuple[dict[int, Reading], dict[int, Record]]:
+    """The readings and evidence the scans handed back. A worker hands back each once: one
+    lost with its worker after handing it back (a task retried elsewhere) is read again
+    here, by scanning again the chunks that need it."""
+    readings: dict[int, Reading] = {}
+    evidence: dict[int, Record] = {}
+    for s in scans:
+        readings.update(s.readings)
+        evidence.update(s.evidence)
+    again = uuid.uuid4().hex
+    for k, s in enumerate(scans):
+        frame = s.frame
+        if not len(frame):
+            continue
+        keys = set(frame["reading"].unique().tolist())
+        failing = set(frame["evidence"].unique().tolist()) - {0}
+        if keys <= readings.keys() and failing <= evidence.keys():
+            continue
+        (fn, _, *args), _ = next(c for c in calls if c[0][3:5] == (s.src, s.start))
+        redone = fn(again, *args)
+        readings.update(redone.readings)
+        evidence.update(redone.evidence)
+        scans[k] = redone
+    return readings, evidence
 
-    def call(i: int) -> Call:
-        first, _, links = failing.batches[i]
-        part = pd.DataFrame({name: batches.piece(name, i) for name in batches.names})
-        batch = chain_batch(part, links)
-        _, at = np.unique(batch.ids, return_index=True)
-        read = np.sort(at)
-        spill_to = spill.directory if spill is not None and engine.shares_disk else None
-        args = (index.sources, batch, locators(part, read), served, known, first, report)
-        return (*args, spill_to), {"careful": part["careful"].to_numpy()[read].tolist()}
 
-    calls = Calls(len(failing.batches), call)
-    bar = progress.phase("diagnose", failing.count, "chains", len(calls))
+class _Reading:
+    """The records at rows of the index, read again by their locators."""
+
+    def __init__(self, sources: list[Source], frame: pd.DataFrame) -> None:
+        self.sources = sources
+        self.where = frame[["src", "a", "b", "careful"]]
+
+    def __call__(self, rows: Sequence[int]) -> list[Record]:
+        part = self.where.iloc[list(rows)]
+        return read_records(
+            self.sources,
+            part["src"].tolist(),
+            part["a"].tolist(),
+            part["b"].tolist(),
+            careful=part["careful"].tolist(),
+        )
+
+
+def _reading(sources: list[Source], frame: pd.DataFrame) -> _Reading:
+    return _Reading(sources, frame)
+
+
+def _fits(sources: Sequence[Source]) -> None:
+    """A usage error when the captures (JSON Lines files, by their size, and their records'
+    size at their start) would hold more in memory than this machine has."""
+    size = sum(s.size for s in sources if s.kind != PARQUET)
+    if not size:
+        return
+    first = next(s for s in sources if s.kind != PARQUET and s.size)
+    with open_binary(first.url) as fh:
+        head = fh.read(1 << 20)
+    lines = max(head.count(b"\n"), 1)
+    exchanges = size * lines // max(len(head), 1)
+    need = exchanges * EXCHANGE_BYTES
+    have = _available()
+    if have is not None and need > have:
+        raise UsageError(
+            f"about {exchanges:,} exchanges: more than this machine's memory holds for the "
+            f"analysis ({need / 2**30:.1f} GB of {have / 2**30:.1f} GB available); "
+            "run it on a Dask cluster: --engine dask --scheduler ADDRESS"
+        )
+
+
+def _available() -> int | None:
+    """The memory this process may still take, in bytes (None: not known)."""
     try:
-        for i, result in engine.run(tasks.diagnose_batch, calls, small=len(calls) < 3):
-            first = failing.batches[i][0]
-            if spill is not None and result.spilled is not None:
-                spill.add_diagnoses_file(first, *result.spilled)
-            elif spill is not None:
-                spill.add_diagnoses(first, result.rows, result.lines)
-            out.rows += result.spilled[2] if result.spilled is not None else len(result.rows)
-            merge_chains(out.chains, result.chains)
-            bar.done(1, result.count)
-    finally:
-        batches.close()
-    bar.close()
-    return out
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
-def _where(index: Index, digests: Sequence[int] | np.ndarray) -> pd.DataFrame:
-    """The locators of the records with these id digests, in index order."""
-    wanted = np.unique(np.asarray(digests, dtype=np.uint64))
-    rows = [
-        start + np.flatnonzero(np.isin(f["id_digest"].to_numpy(dtype=np.uint64), wanted))
-        for start, f in index.pieces("id_digest")
-    ]
-    return index.load("src", "a", "b", rows=np.concatenate(rows) if rows else np.zeros(0, int))
+def line_number(url: str, offset: int) -> int:
+    """The line of a file that starts at byte `offset` (counting newlines before it)."""
+    n = 1
+    with open_binary(url) as fh:
+        left = offset
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            n += block.count(b"\n")
+            left -= len(block)
+    return n
 
 
-def fetch(engine: Engine, index: Index, ids: Sequence[str]) -> Mapping[str, Any]:
-    """The records with these ids."""
-    if not ids:
-        return {}
-    wanted = np.fromiter((digest(i) for i in ids), dtype=np.uint64, count=len(ids))
-    out: dict[str, Any] = {}
-    calls: list[Call] = [((index.sources, locators(_where(index, wanted))), {})]
-    named = set(ids)
-    for _, records in engine.run(tasks.fetch, calls, small=True):
-        for rec in records:
-            if rec["id"] in named:
-                out[rec["id"]] = rec
-    return out
+def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
+    """Warn about torn lines and raise the first problem, file by file, as loading each
+    file whole would (`wirediff.record.store.iter_records`)."""
+    by_src: dict[int, list[Scanned]] = {}
+    for s in scans:
+        by_src.setdefault(s.src, []).append(s)
+    for src, parts in sorted(by_src.items()):
+        url, name = sources[src].url, sources[src].name
+        error = next((s.error for s in parts if s.error is not None), None)
+        torn = [t for s in parts for t in s.torn]
+        if error is not None:
+            torn = [t for t in torn if t[0] < error[0]]
+        if any(s.records for s in parts):
+            for offset, why in torn:
+                store_log.warning(f"{name}:{line_number(url, offset)}: {why}")
+        if error is not None:
+            raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
+        if sum(s.lines for s in parts) and not sum(s.records for s in parts):
+            raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
+        said, held = sources[src].exchanges, sum(s.records for s in parts)
+        if said is not None and held != said:
+            raise CaptureError(
+                f"{name}: {held:,} exchanges where its {DATASET_MARK} says {said:,}: "
+                "a file of the dataset was changed"
+            )

@@ -1,16 +1,16 @@
-"""The first pass: every record read once, checked as loading checks it, and reduced to a row
-of the index — where it is (its locator), what pairs it (ids, `replay_of`, the request's
-digest), and what chains are made of (`wirediff.analysis.diagnosis.chains`) — in chunks of
-a file, side by side on the engine's workers.
+"""The one reading of the captures: every record read once, checked as loading checks it,
+and made its row of the index (`wirediff.analysis.index.row`), in chunks of a file (or a
+dataset's files), side by side on the engine's workers. Each worker hands back its chunk's
+rows with their locators, and the readings and evidence records it had not handed back
+before.
 
-Problems are placed by byte offset; the caller turns offsets into line numbers (counting
+Problems are placed by byte offset; the command turns offsets into line numbers (counting
 newlines only when there is something to say), so the messages are those of loading the
 file whole (`wirediff.record.store.iter_records`).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +18,13 @@ from typing import Any
 
 import pandas as pd
 
+from wirediff._support import task_gc
 from wirediff._types import Record
-from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
-from wirediff.analysis.diagnosis.chains import redirect_location
-from wirediff.analysis.diagnosis.explain import models_listed
-from wirediff.analysis.diagnosis.outcome import exchange_ok
+from wirediff.analysis.comparison.reading import Reading
+from wirediff.analysis.index.row import Reader, index_frame
 from wirediff.engine.decode import parse
-from wirediff.engine.sources import JSONL, Source, open_binary
-from wirediff.record.keys import ask_digest, digest, digests, request_fingerprint
+from wirediff.engine.sources import JSONL, Source, dataset_record, open_binary, reading_parquet
+from wirediff.errors import CaptureError
 from wirediff.record.lines import (
     BATCH_LINES,
     LineError,
@@ -40,129 +39,37 @@ from wirediff.record.lines import (
 )
 from wirediff.record.store import checked
 
-__all__ = [
-    "CATEGORIES",
-    "CHUNK_BYTES",
-    "DIGESTS",
-    "FROM_EXCHANGES",
-    "INDEX_COLUMNS",
-    "Scanned",
-    "chunks",
-    "compact",
-    "fingerprint_digest",
-    "index_row",
-    "plain",
-    "scan_chunk",
-]
+__all__ = ["CHUNK_BYTES", "Scanned", "chunks", "scan_chunk", "scan_file"]
 
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 16 << 20
 """Bytes of a capture file scanned by one task."""
-FROM_EXCHANGES = [
-    "id",
-    "session",
-    "label",
-    "replay_of",
-    "listener",
-    "started",
-    "duration_ms",
-    "method",
-    "path",
-    "url",
-    "status",
-    "family",
-    "endpoint",
-    "prefix",
-    "model",
-    "sdk_lang",
-    "sdk_version",
-    "retry",
-    "auth_fingerprint",
-    "soft_error",
-    "error_kind",
-    "seq",
-]
-"""The columns of `exchanges_frame` that pairing (by replay and by content), chains and
-backends need."""
-_PICK = [EXCHANGE_COLUMNS.index(c) for c in FROM_EXCHANGES]
-DIGESTS = (
-    "id_digest",
-    "replay_digest",
-    "request_digest",
-    "body_digest",
-    "hop_digest",
-    "fingerprint",
-    "ask_digest",
-)
-"""The index's 64-bit digest columns."""
-INDEX_COLUMNS = [
-    *FROM_EXCHANGES,
-    *DIGESTS,
-    "location",
-    "ok",
-    "models",
-]
-"""A row of the index, after the locator (`src`, `a`, `b`), its size and its place in its
-source (`nbytes`, `ordinal`): `hop_digest` only for an original on a named listener (a hop
-candidate, else 0), `fingerprint` and `ask_digest` only for an original
-(`fingerprint_digest`, `ask_digest`, else 0), `models` only for a `/v1/models` answer."""
-_INTERNED = ("session", "label", "listener", "method", "path", "url", "family", "endpoint")
-_INTERN = [FROM_EXCHANGES.index(c) for c in _INTERNED]
-CATEGORIES = [
-    *_INTERNED,
-    "prefix",
-    "model",
-    "sdk_lang",
-    "sdk_version",
-    "auth_fingerprint",
-    "error_kind",
-]
-"""Index columns of few distinct values, kept as categories (a small code a row, each
-value once): most of what the index of a million exchanges would hold is these strings."""
+_readers: dict[str, Reader] = {}
+"""This process's reader of each scan: it hands back each reading and evidence record
+once (a worker of a Dask cluster serves many commands)."""
 
 
-def fingerprint_digest(rec: Record) -> int:
-    """`request_fingerprint` as a 64-bit number (its first 8 bytes): what pairing by content
-    compares, in 8 bytes a row."""
-    return int(request_fingerprint(rec)[:16], 16)
-
-
-def index_row(rec: Record) -> tuple[Any, ...]:
-    """One record's row of the index (`INDEX_COLUMNS`)."""
-    row = exchange_row(rec)
-    picked = [row[i] for i in _PICK]
-    for i in _INTERN:
-        if type(picked[i]) is str:
-            picked[i] = sys.intern(picked[i])
-    replay_of = rec.get("replay_of")
-    candidate = isinstance(rec.get("listener"), str) and replay_of is None
-    request, body, hop = digests(rec, candidate)
-    models = None
-    if picked[12] == "/v1/models" and picked[7] == "GET" and picked[10] == 200:
-        listed = models_listed(rec)
-        models = sorted(listed) if listed is not None else None
-    return (
-        *picked,
-        digest(rec["id"]),
-        digest(replay_of) if replay_of is not None else 0,  # "" too: pairing pairs it
-        request,
-        body,
-        hop,
-        0 if replay_of is not None else fingerprint_digest(rec),
-        0 if replay_of is not None else ask_digest(rec["request"]),
-        redirect_location(rec),
-        exchange_ok(rec),
-        models,
-    )
+def _reader(scan: str) -> Reader:
+    if scan not in _readers:
+        while len(_readers) >= 4:  # scans of commands gone
+            _readers.pop(next(iter(_readers)))
+        _readers[scan] = Reader()
+    return _readers[scan]
 
 
 @dataclass
 class Scanned:
-    """What a chunk of a file held: its index rows with their locators, and what loading
-    it would have said (torn lines skipped, or the first line that is no record)."""
+    """What a chunk of a file held: its index rows with their locators (`src`, `a`, `b`:
+    a file and a byte range, or a dataset's file and row) and `careful` (reading the
+    record again must check it as the scan did: orjson would not read it as `json` does,
+    or a body nested too deeply was kept as text); what loading it would have said (torn
+    lines skipped, or the first line that is no record); the readings and evidence its
+    process read first here."""
 
     src: int
     start: int
     frame: pd.DataFrame
+    readings: dict[int, Reading] = field(default_factory=dict)
+    evidence: dict[int, Record] = field(default_factory=dict)
     lines: int = 0
     records: int = 0
     torn: Torn = field(default_factory=list)
@@ -171,43 +78,19 @@ class Scanned:
     """`(offset, why)`: the chunk's first unreadable line (the rest is not read)."""
 
 
-def frame_of(
-    src: int,
-    locators: list[tuple[int, int]],
-    rows: list[tuple[Any, ...]],
-    careful: list[bool] | bool = True,
-) -> pd.DataFrame:
-    """The index rows of one chunk: locator (`src`, `a`, `b`), size, `INDEX_COLUMNS`, and
-    `careful`: whether reading the record again must check it as the scan did — a body or
-    event nested too deeply was kept as text, or orjson would not read it as `json` does
-    (when unknown, True)."""
-    frame = pd.DataFrame.from_records(rows, columns=INDEX_COLUMNS)
-    frame.insert(0, "src", src)
-    frame.insert(1, "a", [a for a, _ in locators])
-    frame.insert(2, "b", [b for _, b in locators])
-    frame.insert(3, "nbytes", [b for _, b in locators])
-    frame.insert(4, "ordinal", frame["a"])
+def _located(
+    scanned: Scanned, rows: list[tuple[Any, ...]], where: list[tuple[int, int]], careful: list[bool]
+) -> Scanned:
+    """`scanned` with its frame made: rows, locators, `careful`."""
+    frame = index_frame(rows)
+    frame["src"] = scanned.src
+    frame["a"] = [a for a, _ in where]
+    frame["b"] = [b for _, b in where]
     frame["careful"] = careful
-    return compact(frame)
-
-
-def compact(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with the `CATEGORIES` columns as categories (`plain` gives them back)."""
-    for name in CATEGORIES:
-        frame[name] = frame[name].astype("category")
-    return frame
-
-
-def plain(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """A copy of these columns of an index frame, categories as the values they stand for
-    (strings as pandas reads them, missing ones NaN)."""
-    out = frame[list(columns)]
-    for name in columns:
-        column = out[name]
-        if isinstance(column.dtype, pd.CategoricalDtype):
-            strings = all(isinstance(c, str) for c in column.cat.categories.tolist())
-            out[name] = column.astype("str" if strings else object)
-    return out
+    frame["ordinal"] = frame["a"]
+    scanned.frame = frame
+    scanned.records = len(rows)
+    return scanned
 
 
 def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
@@ -225,11 +108,17 @@ def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed,
     return parsed, [exact[offset] for offset, _, _ in parsed]
 
 
-def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
-    """Index the lines of a JSON Lines file that start in `[start, end)`."""
+def scan_chunk(scan: str, sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
+    """Index the lines of a JSON Lines file that start in `[start, end)`, for the scan
+    named `scan`."""
+    with task_gc():
+        return _scan_chunk(_reader(scan), sources[src], src, start, end)
+
+
+def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) -> Scanned:
     p = Path(source.name)  # in messages
     out = Scanned(src, start, pd.DataFrame())
-    locators: list[tuple[int, int]] = []
+    where: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []
     careful: list[bool] = []
     batch: list[tuple[int, bytes]] = []
@@ -237,11 +126,13 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
     def flush() -> None:
         lengths = {offset: len(line) for offset, line in batch}
         parsed, exact = _parse(p, batch, out.torn)
+        records = []
         for (offset, text, rec, limited), by_orjson in zip(checked(p, parsed), exact, strict=True):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record
-            locators.append((offset + skipped, len(text)))
-            rows.append(index_row(rec))
+            where.append((offset + skipped, len(text)))
             careful.append(limited or not by_orjson)
+            records.append(rec)
+        rows.extend(reader.rows(records))
         batch.clear()
 
     with open_binary(source.url) as fh:
@@ -267,8 +158,35 @@ def scan_chunk(source: Source, src: int, start: int, end: int) -> Scanned:
             flush()
         except LineError as e:
             out.error = (e.lineno, e.text)
-    out.records = len(rows)
-    out.frame = frame_of(src, locators, rows, careful)
+    out.readings, out.evidence = reader.take()
+    return _located(out, rows, where, careful)
+
+
+def scan_file(scan: str, sources: Sequence[Source], src: int, file: int) -> Scanned:
+    """Index the records of one file of a dataset (`wirediff export`), in their order, for
+    the scan named `scan`."""
+    import pyarrow.parquet as pq
+
+    reader = _reader(scan)
+    url = sources[src].files[file]
+    with task_gc(), open_binary(url) as fh, reading_parquet(url):
+        pf = pq.ParquetFile(fh)
+        missing = {"ordinal", "record"} - set(pf.schema_arrow.names)
+        if missing:
+            raise CaptureError(
+                f"{url}: not a file of a wirediff dataset (no `{'`, `'.join(sorted(missing))}`)"
+            )
+        # every column read, though two are used: a damaged page anywhere is said, not skipped
+        table = pf.read().select(["ordinal", "record"])
+    texts = table.column("record").to_pylist()
+    read = [dataset_record(url, i, text) for i, text in enumerate(texts)]
+    rows: list[tuple[Any, ...]] = []
+    for begin in range(0, len(read), BATCH_LINES):
+        rows += reader.rows([rec for _, rec in read[begin : begin + BATCH_LINES]])
+    out = Scanned(src, file, pd.DataFrame(), lines=len(read))
+    out.readings, out.evidence = reader.take()
+    out = _located(out, rows, [(file, i) for i in range(len(read))], [True] * len(read))
+    out.frame["ordinal"] = table.column("ordinal").to_pylist()
     return out
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from wirediff._types import Record
-from wirediff.analysis.comparison.analyze import Analysis, analyze, findings_of
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import Analysis, Diagnosed, analyze, diagnose_index
 
 __all__ = ["Graded", "grade"]
 
@@ -31,8 +30,12 @@ class Graded:
     analysis: Analysis
     findings: pd.DataFrame
     """Conformance and client findings (`DIVERGENCE_COLUMNS`), one per problem per exchange."""
-    diagnoses: pd.DataFrame
-    """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+    diagnosed: Diagnosed
+
+    @property
+    def diagnoses(self) -> pd.DataFrame:
+        """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+        return self.diagnosed.frame
 
     def findings_for(self, ids: Iterable[str], sources: Sequence[str] = ()) -> list[dict[str, str]]:
         """Return the breaking and deviating findings of these exchanges, worst first.
@@ -65,7 +68,4 @@ class Graded:
 def grade(records: list[Record]) -> Graded:
     """Grade the probe's records, whose one label is the server probed."""
     analysis = analyze(records)
-    diagnoses = diagnose(
-        records, exchanges=analysis.exchanges, records_by_id=analysis.records_by_id
-    )
-    return Graded(analysis, findings_of(analysis.divergences, analysis.conformance), diagnoses)
+    return Graded(analysis, analysis.frame(), diagnose_index(analysis.index))

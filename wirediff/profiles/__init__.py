@@ -29,6 +29,7 @@ __all__ = [
     "noisy",
     "profile",
     "render_answer",
+    "signature_headers",
 ]
 
 Profile = dict[str, Any]
@@ -139,6 +140,14 @@ def _compiled() -> list[tuple[str, str, dict[str, Any], re.Pattern[str] | None]]
             body = when.get("body")
             sigs.append((name, sig["id"], when, re.compile(body) if body else None))
     return sigs
+
+
+@cache
+def signature_headers() -> frozenset[str]:
+    """The headers (lower-cased) some error signature's `header` condition names."""
+    return frozenset(
+        str(k).lower() for _, _, when, _ in _compiled() for k in when.get("header", {})
+    )
 
 
 def match_signature(

@@ -27,7 +27,7 @@ from wirediff.record.names import (
     ascii_lower,
 )
 
-__all__ = ["REDACTED", "scrub_output"]
+__all__ = ["REDACTED", "SCRUB_WORDS", "scrub_output"]
 
 T = TypeVar("T")
 
@@ -52,6 +52,9 @@ _NAMES = (
 """What a credential-named field, a key-like query parameter or a subprotocol's key
 prefix ends with (lower-cased)."""
 _SCHEMES = ("bearer", "basic", "token")
+SCRUB_WORDS = ("api key provided", *_SCHEMES, *KEY_MARKS, *_NAMES)
+"""The words the scrub looks for (ASCII letters in any case): a text holding none of them
+is written as it is."""
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SPACE = frozenset(" \t\r\n")
 _NOT_WORD = frozenset("\"'\\.:= \t\r\n")

@@ -17,6 +17,7 @@ from wirediff.record.names import AUTH_HEADERS
 from wirediff.record.redact import fingerprint, split_scheme
 
 __all__ = [
+    "SDK_FIELDS",
     "auth_tag",
     "client_of",
     "header_get",
@@ -126,6 +127,19 @@ def client_of(user_agent: str) -> tuple[str, str] | None:
             return name, (versions or [found[named[0]]])[0]
     first, version = next(iter(products(user_agent)))
     return None if first.split("/")[0] in _SDK_PRODUCTS else (first, version)
+
+
+SDK_FIELDS = (
+    "user_agent",
+    "lang",
+    "version",
+    "runtime",
+    "runtime_version",
+    "async",
+    "client",
+    "client_version",
+)
+"""What `tags.sdk` says about the client (`sdk_identity`)."""
 
 
 def sdk_identity(headers: Sequence[Sequence[str]]) -> Sdk | None:

@@ -12,15 +12,16 @@ by candidate, side and endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from wirediff._support import merge_earliest
-from wirediff._types import Record
 from wirediff.analysis.comparison.sameness import without_ids
+from wirediff.record.tags import SDK_FIELDS
 from wirediff.reports.formatters import anchor, redact
 
 __all__ = [
@@ -28,18 +29,11 @@ __all__ = [
     "MAX_CARD_CLIENTS",
     "SKIPPED",
     "Capture",
-    "CaptureCounts",
     "Client",
     "SkippedGroup",
-    "Skips",
     "UnmatchedGroup",
-    "captures",
-    "collect_captures",
-    "collect_skipped",
-    "finish_captures",
-    "finish_skipped",
-    "merge_skipped",
-    "skipped_groups",
+    "captures_of",
+    "skipped_of",
     "unmatched_groups",
 ]
 
@@ -48,17 +42,6 @@ MAX_CARD_CAPTURES = 6
 """Sessions listed on one backend's card; summary.json lists them all."""
 MAX_CARD_CLIENTS = 4
 """Clients listed per session on a card; summary.json lists them all."""
-SDK_FIELDS = (
-    "user_agent",
-    "lang",
-    "version",
-    "runtime",
-    "runtime_version",
-    "async",
-    "client",
-    "client_version",
-)
-"""What `tags.sdk` says about the client (`wirediff.record.tags.sdk_identity`)."""
 
 
 @dataclass(slots=True)
@@ -118,34 +101,6 @@ class Capture:
         }
 
 
-def _sdk(record: Record | None) -> Mapping[str, Any]:
-    sdk = record["tags"].get("sdk") if record is not None else None
-    return sdk if sdk is not None else {}
-
-
-@dataclass(slots=True)
-class Seen:
-    """A capture's exchanges counted, and its clients with where each was first seen."""
-
-    exchanges: int = 0
-    clients: dict[tuple[Any, ...], tuple[Any, Client]] = field(default_factory=dict)
-
-    def merge(self, other: Seen) -> None:
-        self.exchanges += other.exchanges
-        for key, (first, client) in other.clients.items():
-            mine = self.clients.get(key)
-            if mine is None:
-                self.clients[key] = (first, client)
-            else:
-                mine[1].exchanges += client.exchanges
-                if first < mine[0]:
-                    self.clients[key] = (first, mine[1])
-
-
-CaptureCounts = dict[tuple[str, str, bool], Seen]
-"""Per (label, session, replayed): `collect_captures`'s, merged."""
-
-
 def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
     """Key a client by who it says it is, so one client whose user agent varies by call is
     one client: the Vercel AI SDK adds its provider-utils and runtime tokens to streamed
@@ -154,56 +109,48 @@ def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(sdk.get(k) for k in SDK_FIELDS if k != "user_agent" or not named)
 
 
-def collect_captures(
-    ex: pd.DataFrame, records_by_id: Mapping[str, Record], positions: Sequence[Any] | None = None
-) -> CaptureCounts:
-    """The captures of these exchanges and their clients, counted; `positions` place the
-    exchanges among all the captures' (by default: as they come)."""
-    out: CaptureCounts = {}
+def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
+    """Per backend label, its captures (a session, captured or replayed) and the clients of
+    each, the most active first. `ex`: the index, labels filled, in the captures' order."""
     if ex.empty:
-        return out
-    replayed = (ex["replay_of"].notna() & (ex["replay_of"].astype(str) != "")).tolist()
-    places = range(len(ex)) if positions is None else positions
-    columns = (
-        places,
-        ex["id"].astype(str).tolist(),
-        ex["label"].astype(str).tolist(),
-        ex["session"].fillna("").astype(str).tolist(),
-        replayed,
+        return {}
+    of = ex["replay_of"]
+    frame = pd.DataFrame(
+        {
+            "label": ex["label"].astype(str).to_numpy(),
+            "session": ex["session"].astype("str").fillna("").to_numpy(),
+            "replayed": (of.notna() & (of != "")).to_numpy(),
+            "client": ex["client"].astype(str).to_numpy(),
+        }
     )
-    for place, rid, label, session, again in zip(*columns, strict=True):
-        cap = out.get((label, session, again))
-        if cap is None:
-            cap = out[(label, session, again)] = Seen()
-        cap.exchanges += 1
-        sdk = _sdk(records_by_id.get(rid))
-        key = _identity(sdk)
-        seen = cap.clients.get(key)
-        if seen is None:
-            said = {k: redact(v) if isinstance(v, str) else v for k, v in sdk.items()}
-            seen = cap.clients[key] = (
-                place,
-                Client({k: said[k] for k in SDK_FIELDS if said.get(k) is not None}),
-            )
-        seen[1].exchanges += 1
-    return out
-
-
-def finish_captures(counts: CaptureCounts) -> dict[str, list[Capture]]:
-    """Per backend label, its captures and the clients of each, the most active first."""
+    keys = ["label", "session", "replayed"]
+    sizes = frame.groupby(keys, sort=False).size()
+    clients = frame.groupby([*keys, "client"], sort=False)
+    seen: dict[tuple[Any, ...], list[tuple[int, Client]]] = {k: [] for k in sizes.index}
+    for (*key, said), n, first in zip(
+        clients.size().index.tolist(),
+        clients.size().tolist(),
+        clients.head(1).index.tolist(),
+        strict=True,
+    ):
+        sdk = {
+            k: redact(v) if isinstance(v, str) else v
+            for k, v in zip(SDK_FIELDS, json.loads(said), strict=True)
+        }
+        client = Client({k: v for k, v in sdk.items() if v is not None}, n)
+        same = next((c for _, c in seen[tuple(key)] if _identity(c.sdk) == _identity(sdk)), None)
+        if same is None:
+            seen[tuple(key)].append((first, client))
+        else:  # in the captures' order: the first seen gives the user agent shown
+            same.exchanges += n
     out: dict[str, list[Capture]] = {}
-    for (label, session, replayed), seen in counts.items():
-        clients = sorted(seen.clients.values(), key=lambda fc: (-fc[1].exchanges, fc[0]))
-        cap = Capture(label, session, replayed, seen.exchanges, [c for _, c in clients])
+    for (label, session, replayed), n in zip(sizes.index.tolist(), sizes.tolist(), strict=True):
+        ranked = sorted(seen[(label, session, replayed)], key=lambda fc: (-fc[1].exchanges, fc[0]))
+        cap = Capture(label, session, bool(replayed), int(n), [c for _, c in ranked])
         out.setdefault(label, []).append(cap)
     for caps in out.values():
         caps.sort(key=lambda c: (c.replayed, -c.exchanges, c.session))
     return out
-
-
-def captures(ex: pd.DataFrame, records_by_id: Mapping[str, Record]) -> dict[str, list[Capture]]:
-    """Per backend label, its captures and the clients of each, the most active first."""
-    return finish_captures(collect_captures(ex, records_by_id))
 
 
 @dataclass(slots=True)
@@ -217,82 +164,34 @@ class SkippedGroup:
     count: int = 0
     streamed: int = 0
     ids: list[str] = field(default_factory=list)
-    places: list[Any] = field(default_factory=list)
-    """Where the steps `ids` stand among all the captures' exchanges."""
 
 
-Skips = dict[tuple[str, str, str], tuple[Any, SkippedGroup]]
-"""Per (label, endpoint, reason ids aside): the first step's place and the group."""
-
-
-def collect_skipped(
-    ex: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    max_examples: int,
-    positions: Sequence[Any] | None = None,
-) -> Skips:
-    """Replay steps recorded as skipped, folded by backend, endpoint and reason."""
-    skipped = (ex["error_kind"] == SKIPPED).to_numpy()
-    part = ex[skipped]
-    places = [
-        p
-        for p, s in zip(
-            range(len(ex)) if positions is None else positions, skipped.tolist(), strict=True
-        )
-        if s
-    ]
-    groups: Skips = {}
-    for place, rid, label, endpoint, stream in zip(
-        places,
-        part["id"].astype(str).tolist(),
-        part["label"].astype(str).tolist(),
-        part["endpoint"].astype(str).tolist(),
-        part["stream"].eq(True).tolist(),
-        strict=True,
-    ):
-        rec = records_by_id.get(rid)
-        error = rec.get("error") if rec is not None else None
-        reason = without_ids(
-            redact((error["message"] if error is not None else "") or "no reason recorded")
-        )
-        key = (label, endpoint, reason)
-        found = groups.get(key)
-        if found is None:
-            found = groups[key] = (
-                place,
-                SkippedGroup(anchor("skip", *key), label, endpoint, reason),
-            )
-        g = found[1]
-        g.count += 1
-        g.streamed += stream
-        if len(g.ids) < max_examples:
-            g.ids.append(rid)
-            g.places.append(place)
-    return groups
-
-
-def merge_skipped(into: Skips, other: Skips, max_examples: int) -> Skips:
-    def merge(g: SkippedGroup, group: SkippedGroup, theirs_first: bool) -> None:
-        if theirs_first:
-            g.reason = group.reason
-        g.count += group.count
-        g.streamed += group.streamed
-        both = sorted(zip(g.places + group.places, g.ids + group.ids, strict=True))[:max_examples]
-        g.places, g.ids = [p for p, _ in both], [i for _, i in both]
-
-    return merge_earliest(into, other, merge)
-
-
-def finish_skipped(groups: Skips) -> list[SkippedGroup]:
-    ordered = [g for _, g in sorted(groups.values(), key=lambda fg: fg[0])]
-    return sorted(ordered, key=lambda g: (g.label, g.endpoint, -g.count))
-
-
-def skipped_groups(
-    ex: pd.DataFrame, records_by_id: Mapping[str, Record], max_examples: int
-) -> list[SkippedGroup]:
-    """Replay steps recorded as skipped, folded by backend, endpoint and reason."""
-    return finish_skipped(collect_skipped(ex, records_by_id, max_examples))
+def skipped_of(ex: pd.DataFrame, max_examples: int) -> list[SkippedGroup]:
+    """Replay steps recorded as skipped, folded by backend, endpoint and reason (ids aside),
+    each with its first `max_examples` steps. `ex`: the index, labels and endpoints filled."""
+    at = np.flatnonzero(ex["error_kind"].eq(SKIPPED).fillna(False).to_numpy(dtype=bool))
+    if not len(at):
+        return []
+    part = ex.iloc[at]
+    reasons = part["skip_reason"].astype(object).where(part["skip_reason"].notna(), "")
+    said = reasons.map(lambda r: without_ids(redact(r or "no reason recorded")))
+    frame = pd.DataFrame(
+        {
+            "label": part["label"].astype(str).to_numpy(),
+            "endpoint": part["endpoint"].astype(str).to_numpy(),
+            "reason": said.to_numpy(),
+            "stream": part["stream"].eq(True).fillna(False).to_numpy(dtype=bool),
+            "id": part["id"].to_numpy(),
+        }
+    )
+    groups = []
+    for (label, endpoint, reason), g in frame.groupby(["label", "endpoint", "reason"], sort=False):
+        names = (str(label), str(endpoint), str(reason))
+        group = SkippedGroup(anchor("skip", *names), *names)
+        group.count, group.streamed = len(g), int(g["stream"].sum())
+        group.ids = g["id"].tolist()[:max_examples]
+        groups.append(group)
+    return sorted(groups, key=lambda g: (g.label, g.endpoint, -g.count))
 
 
 @dataclass(slots=True)

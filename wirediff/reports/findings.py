@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
 from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
@@ -30,11 +30,12 @@ __all__ = [
     "Fold",
     "Folds",
     "KindGroup",
+    "Listed",
     "collect_folds",
-    "findings_frame",
     "finish_folds",
     "group_findings",
     "kind_order",
+    "listed",
     "one_per_problem",
 ]
 
@@ -59,24 +60,6 @@ def redact_series(s: pd.Series) -> pd.Series:
 
 def position_free(text: str) -> str:
     return _POSITION.sub("#n", text)
-
-
-def findings_frame(divergences: pd.DataFrame, conformance: pd.DataFrame) -> pd.DataFrame:
-    """Divergences and conformance rows in one table of strings, credentials scrubbed."""
-    frames = [f for f in (divergences, conformance) if f is not None and len(f)]
-    if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIVERGENCE_COLUMNS})
-    df = pd.concat([f.reindex(columns=DIVERGENCE_COLUMNS) for f in frames], ignore_index=True)
-    for col in DIVERGENCE_COLUMNS:
-        column = df[col]
-        if column.dtype != "str":
-            df[col] = column.astype(object).where(column.notna(), "").astype(str)
-        elif column.hasnans:
-            df[col] = column.fillna("")
-    for col in ("baseline", "candidate", "message", "path"):
-        df[col] = redact_series(df[col])
-    df["endpoint"] = df["endpoint"].replace("", NO_ENDPOINT)
-    return df
 
 
 @dataclass(slots=True)
@@ -192,54 +175,116 @@ class Fold:
     is the key of the pair's stream alignment (`wirediff.reports.timeline`), if any."""
     evidence: str
 
-    def merge(self, other: Fold, max_examples: int) -> None:
-        if other.first < self.first:
-            self.first, self.row = other.first, other.row
-        self.count += other.count
-        self.examples = sorted(self.examples + other.examples, key=lambda e: e[0])[:max_examples]
-        self.evidence = min(self.evidence, other.evidence)
-
 
 Folds = dict[tuple[str, ...], Fold]
 
 
-def collect_folds(
-    df: pd.DataFrame,
-    order: Sequence[Any],
-    max_examples: int,
-    timeline_of: Mapping[str, Any],
-) -> Folds:
-    """Identical findings of `df` (`findings_frame`) folded: same kind, path, backends,
-    endpoint, severity, source, values and message (event positions aside). `order` places
-    each row among all the captures' findings; `timeline_of` maps a pair to its alignment."""
-    if df.empty:
+@dataclass
+class Listed:
+    """Every finding as the report writes it (`DIVERGENCE_COLUMNS`, text; credentials
+    scrubbed from the values, paths and messages; a missing endpoint `NO_ENDPOINT`), held
+    as a template a finding and the exchanges it names."""
+
+    values: pd.DataFrame
+    """`FINDING_COLUMNS` of each template."""
+    template: np.ndarray
+    candidate: np.ndarray
+    """Per finding, the exchange it is about (its pair's candidate)."""
+    baseline: np.ndarray
+    """Per finding, its pair's baseline; -1 for an exchange's own finding."""
+    ids: np.ndarray
+    labels: np.ndarray
+    families: np.ndarray
+    endpoints: np.ndarray
+    """Per exchange: its id, label, family and endpoint, as text."""
+
+    def __len__(self) -> int:
+        return len(self.template)
+
+    def meta(self, at: slice | np.ndarray = slice(None)) -> dict[str, np.ndarray]:
+        """`PAIR_META` of these findings."""
+        c, b = self.candidate[at], self.baseline[at]
+        own = b < 0
+        base = np.where(own, c, b)
+        ids = self.ids[c]
+        return {
+            "pair_id": ids,
+            "label": self.labels[c],
+            "baseline_label": np.where(own, "", self.labels[b]),
+            "baseline_id": np.where(own, "", self.ids[b]),
+            "candidate_id": ids,
+            "family": self.families[base],
+            "endpoint": self.endpoints[base],
+        }
+
+    def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
+        """These findings in full."""
+        values = self.values.iloc[self.template[at]].reset_index(drop=True)
+        return pd.concat([pd.DataFrame(self.meta(at)), values], axis=1)[DIVERGENCE_COLUMNS]
+
+
+def listed(
+    rows: pd.DataFrame,
+    templates: pd.DataFrame,
+    template: np.ndarray,
+    candidate: np.ndarray,
+    baseline: np.ndarray,
+) -> Listed:
+    """`Listed` from the index (`rows`), the findings' templates and, per finding, its
+    template, candidate and baseline (-1: none)."""
+    values = templates.astype(object).where(templates.notna(), "").astype(str)
+    for col in ("baseline", "candidate", "message", "path"):
+        values[col] = redact_series(values[col])
+
+    def text(name: str) -> np.ndarray:
+        return rows[name].astype("str").fillna("").to_numpy(dtype=object)
+
+    endpoints = text("endpoint")
+    endpoints[endpoints == ""] = NO_ENDPOINT
+    return Listed(
+        values, template, candidate, baseline, text("id"), text("label"), text("family"), endpoints
+    )
+
+
+def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, Any]) -> Folds:
+    """Identical findings folded: same kind, path, backends, endpoint, severity, source,
+    values and message (event positions aside); `timeline_of` maps a pair to its
+    alignment."""
+    if not len(found):
         return {}
-    keyed = df.assign(
-        _b=map_unique(df["baseline"], position_free),
-        _c=map_unique(df["candidate"], position_free),
-        _m=map_unique(df["message"], position_free),
+    v = found.values
+    shown = v.assign(
+        _b=map_unique(v["baseline"], position_free),
+        _c=map_unique(v["candidate"], position_free),
+        _m=map_unique(v["message"], position_free),
     )
-    keys = ["kind", "path", "label", "baseline_label", "endpoint", "severity", "source"]
-    keys += ["_b", "_c", "_m"]
-    group = keyed.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    same = ["kind", "path", "severity", "source", "_b", "_c", "_m"]
+    alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
+    meta = found.meta()
+    codes = [pd.factorize(meta[name])[0] for name in ("label", "baseline_label", "endpoint")]
+    keyed = pd.DataFrame({"t": alike[found.template], "l": codes[0], "bl": codes[1], "e": codes[2]})
+    group = keyed.groupby(["t", "l", "bl", "e"], sort=False).ngroup().to_numpy()
     sizes = np.bincount(group)
-    rank = keyed.groupby(group).cumcount().to_numpy()
-    shown = rank < max_examples
-    examples: dict[int, list[tuple[Any, str, str, str, Any]]] = {}
-    columns = (
-        keyed[c].to_numpy()[shown].tolist() for c in ("pair_id", "baseline_id", "candidate_id")
-    )
-    order_shown = [o for o, s in zip(order, shown.tolist(), strict=True) if s]
-    for g, first, pid, bid, cid in zip(group[shown].tolist(), order_shown, *columns, strict=True):
-        examples.setdefault(g, []).append((first, pid, bid, cid, timeline_of.get(pid)))
-    evidence = keyed["evidence"].groupby(group).min().tolist()
+    rank = pd.Series(group).groupby(group).cumcount().to_numpy()
+    evidence = pd.Series(v["evidence"].to_numpy()[found.template]).groupby(group).min().tolist()
     out: Folds = {}
-    heads = rank == 0
-    key_rows = keyed.loc[heads, keys].itertuples(index=False, name=None)
-    rows = keyed.loc[heads, FOLD_COLUMNS].itertuples(index=False, name=None)
-    firsts = [o for o, h in zip(order, heads.tolist(), strict=True) if h]
-    for g, key, row, first in zip(group[heads].tolist(), key_rows, rows, firsts, strict=True):
-        out[key] = Fold(first, row, int(sizes[g]), examples[g], evidence[g])
+    heads: dict[int, tuple[str, ...]] = {}
+    for at in np.flatnonzero(rank < max_examples).tolist():
+        g = int(group[at])
+        pid = meta["pair_id"][at]
+        example = (at, pid, meta["baseline_id"][at], meta["candidate_id"][at], timeline_of.get(pid))
+        if rank[at]:
+            out[heads[g]].examples.append(example)
+            continue
+        values = v.iloc[found.template[at]]
+        row = {**{k: meta[k][at] for k in ("label", "baseline_label", "endpoint", "family")}}
+        row.update({k: values[k] for k in FINDING_COLUMNS})
+        key = tuple(row[k] for k in ("kind", "path", "label", "baseline_label", "endpoint"))
+        key += (row["severity"], row["source"], *shown.iloc[found.template[at]][["_b", "_c", "_m"]])
+        heads[g] = key
+        out[key] = Fold(
+            at, tuple(row[k] for k in FOLD_COLUMNS), int(sizes[g]), [example], evidence[g]
+        )
     return out
 
 

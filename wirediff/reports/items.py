@@ -6,19 +6,37 @@ finding's line once and the command only merges lines in order."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
+from wirediff.analysis.comparison.divergences import (
+    DIVERGENCE_COLUMNS,
+    FINDING_COLUMNS,
+    PAIR_META,
+)
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
-from wirediff.record.scrub import scrub_output
+from wirediff.record.scrub import SCRUB_WORDS, scrub_output
+from wirediff.reports.findings import Listed
 from wirediff.reports.formatters import missing, redact
 
-__all__ = ["diagnosis_items", "diagnosis_lines", "finding_line", "jsonable", "line"]
+__all__ = [
+    "diagnosis_items",
+    "diagnosis_lines",
+    "finding_line",
+    "finding_lines",
+    "jsonable",
+    "line",
+]
+
+CHUNK = 1 << 16
+"""Findings whose lines are made together."""
 
 
 def line(item: Mapping[str, Any]) -> str:
@@ -36,6 +54,70 @@ def line(item: Mapping[str, Any]) -> str:
 def finding_line(values: Sequence[Any]) -> str:
     """The line of a finding row (`DIVERGENCE_COLUMNS` values)."""
     return line(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
+
+
+def _encoded(values: Iterable[Any]) -> list[str]:
+    """Each value as JSON text, as `line` writes it."""
+    out = []
+    for v in values:
+        try:
+            out.append(orjson.dumps(v).decode("utf-8"))
+        except TypeError:
+            out.append(json.dumps(v, ensure_ascii=False))
+    return out
+
+
+_MAY_HOLD = "|".join(re.escape(word) for word in SCRUB_WORDS)
+"""Any word the scrub looks at (`scrub_output`): a line without one is left as it is."""
+
+
+def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
+    """The lines of every finding, in order (`finding_line`'s), made a chunk at a time
+    from the text of each exchange and each distinct finding, written once each."""
+    if not len(found):
+        return
+    keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
+    ids, labels = pa.array(_encoded(found.ids)), pa.array(_encoded(found.labels))
+    families, endpoints = pa.array(_encoded(found.families)), pa.array(_encoded(found.endpoints))
+    values = found.values[FINDING_COLUMNS]
+    tails = pa.array(
+        [
+            "".join(f",{k}:{v}" for k, v in zip(keys[len(PAIR_META) :], row, strict=True)) + "}\n"
+            for row in zip(*(_encoded(values[c]) for c in FINDING_COLUMNS), strict=True)
+        ]
+    )
+    empty = pa.scalar('""')
+    for start in range(0, len(found), chunk):
+        at = slice(start, start + chunk)
+        c, b = found.candidate[at], found.baseline[at]
+        own = b < 0
+        base = np.where(own, c, b)
+        idc = ids.take(c)
+        parts = [
+            f"{{{keys[0]}:",
+            idc,
+            f",{keys[1]}:",
+            labels.take(c),
+            f",{keys[2]}:",
+            pc.if_else(own, empty, labels.take(np.maximum(b, 0))),
+            f",{keys[3]}:",
+            pc.if_else(own, empty, ids.take(np.maximum(b, 0))),
+            f",{keys[4]}:",
+            idc,
+            f",{keys[5]}:",
+            families.take(base),
+            f",{keys[6]}:",
+            endpoints.take(base),
+            tails.take(found.template[at]),
+        ]
+        lines = pc.binary_join_element_wise(*parts, "")
+        hit = pc.match_substring_regex(lines, _MAY_HOLD, ignore_case=True).to_numpy(
+            zero_copy_only=False
+        )
+        texts = lines.to_pylist()
+        for k in np.flatnonzero(hit).tolist():
+            texts[k] = scrub_output(texts[k])
+        yield "".join(texts)
 
 
 def jsonable(value: Any) -> Any:

@@ -27,7 +27,6 @@ __all__ = [
     "Quantiles",
     "collect_latency",
     "finish_latency",
-    "latency",
 ]
 
 QUANTILES = (5, 25, 50, 75, 90, 95, 99)
@@ -141,19 +140,15 @@ LatencyCounts = dict[tuple[str, str], Measures]
 """Per (label, family): `collect_latency`'s, merged."""
 
 
-def collect_latency(ex: pd.DataFrame, events: pd.DataFrame) -> LatencyCounts:
-    """The measures of these exchanges, per backend and family."""
-    first = (
-        events.groupby("id", sort=False)["t_ms"].min()
-        if len(events)
-        else pd.Series(dtype="float64")
-    )
+def collect_latency(ex: pd.DataFrame) -> LatencyCounts:
+    """The measures of these exchanges (labels and families filled), per backend and
+    family."""
     frame = pd.DataFrame(
         {
             "label": ex["label"].astype(str),
-            "family": ex["family"].fillna("other").astype(str),
+            "family": ex["family"].astype(str),
             "ttfb": pd.to_numeric(ex["ttfb_ms"], errors="coerce").astype("float64"),
-            "ttfe": ex["id"].map(first).astype("float64"),
+            "ttfe": ex["first_event_ms"].astype("float64"),
             "duration": pd.to_numeric(ex["duration_ms"], errors="coerce").astype("float64"),
         }
     )
@@ -235,11 +230,6 @@ class Latency:
     charts: list[Chart]
     table: list[dict[str, Any]]
     per_label: dict[str, dict[str, Stats]]
-
-
-def latency(ex: pd.DataFrame, events: pd.DataFrame, labels: Sequence[str]) -> Latency:
-    """Time to first byte, to the first SSE event, and duration, per backend (and family)."""
-    return finish_latency(collect_latency(ex, events), labels)
 
 
 def finish_latency(counts: LatencyCounts, labels: Sequence[str]) -> Latency:

@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from wirediff._support import STOPPED_IN_FLIGHT
 from wirediff.analysis.comparison.impact import clients
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
-from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, Baseline
+from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
 from wirediff.analysis.comparison.verdicts import FAMILIES, STOPPED, roles_of, verdict_frame
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
-from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
+from wirediff.analysis.index.analyze import CONFORMANCE, Analysis, Diagnosed
 from wirediff.probe.drive import ProbeResult
 from wirediff.reports.bottom_line import bottom_line
 from wirediff.reports.captures import (
@@ -31,25 +33,26 @@ from wirediff.reports.captures import (
     Capture,
     SkippedGroup,
     UnmatchedGroup,
-    finish_captures,
-    finish_skipped,
+    captures_of,
+    skipped_of,
     unmatched_groups,
 )
 from wirediff.reports.examples import lay_out
 from wirediff.reports.findings import (
     Finding,
     KindGroup,
+    Listed,
+    collect_folds,
     finish_folds,
     group_findings,
     kind_order,
+    listed,
     one_per_problem,
 )
-from wirediff.reports.formatters import anchor, status_class
-from wirediff.reports.hops import ChainCounts, ChainGroup, collect_chains, finish_chains
-from wirediff.reports.latency import Latency, finish_latency
-from wirediff.reports.partial import AnalysisLike, Partial, collect
-from wirediff.reports.rows import Rows
-from wirediff.reports.timeline import Timeline, finish_alignments
+from wirediff.reports.formatters import anchor, missing, redact, status_class
+from wirediff.reports.hops import NO_ENDPOINT, ChainGroup, collect_chains, finish_chains
+from wirediff.reports.latency import Latency, collect_latency, finish_latency
+from wirediff.reports.timeline import Alignments, Timeline, collect_alignments, finish_alignments
 
 __all__ = [
     "DEFAULT_MAX_EXAMPLES",
@@ -58,11 +61,9 @@ __all__ = [
     "MAX_TIMELINES",
     "OUTCOMES",
     "VERDICTS",
-    "AnalysisLike",
     "ReportModel",
     "Verdict",
     "build",
-    "finish",
 ]
 
 
@@ -194,9 +195,9 @@ class ReportModel:
     baseline_chosen_by: str
     """How the baseline label was chosen (`wirediff.analysis.comparison.pairing.Baseline`)."""
     latency: Latency
-    findings_rows: Rows
-    """Every finding (`findings_frame`'s columns), for summary.json and the CSV."""
-    diagnoses: Rows
+    listed: Listed
+    """Every finding, for `--findings` and the CSV."""
+    diagnoses: pd.DataFrame
     """Every diagnosis (`DIAGNOSIS_COLUMNS`)."""
     max_examples: int
     verdict_frame: pd.DataFrame
@@ -241,65 +242,51 @@ def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
     return _in_order(moved)
 
 
+def _counted(counts: pd.Series) -> list[tuple[Any, int]]:
+    """`value_counts` as (its key, its count) pairs."""
+    return list(zip(counts.index.tolist(), counts.tolist(), strict=True))
+
+
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
     """Exchange outcomes counted, in `OUTCOMES` order."""
     return {o: int(counts[o]) for o in OUTCOMES if o in counts}
 
 
 def build(
-    analysis: AnalysisLike,
-    diagnoses: pd.DataFrame,
-    *,
-    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    analysis: Analysis, diagnosed: Diagnosed, *, max_examples: int = DEFAULT_MAX_EXAMPLES
 ) -> ReportModel:
-    """Everything the report shows, from an analysis and its diagnoses."""
-    diagnoses = diagnoses if diagnoses is not None else pd.DataFrame(columns=DIAGNOSIS_COLUMNS)
-    part, ffr, _ = collect(analysis, max_examples=max_examples)
-    chains = collect_chains(diagnoses, analysis.records_by_id)
-    model = finish(
-        part,
-        chains,
-        Rows.of(ffr),
-        Rows.of(diagnoses),
-        unmatched=analysis.unmatched,
-        baseline=analysis.baseline,
+    """Everything the report shows, from the analysis of the captures and the diagnoses of
+    their failing chains; the examples laid out (their records read again)."""
+    rows = analysis.index.rows
+    ex = rows.assign(
+        label=text(rows["label"]),
+        family=rows["family"].astype("str").fillna("other"),
+        endpoint=rows["endpoint"].astype("str").fillna(NO_ENDPOINT),
     )
-    lay_out(model.kinds, analysis.records_by_id)
-    return model
-
-
-def finish(
-    part: Partial,
-    chain_counts: ChainCounts,
-    findings: Rows,
-    diagnoses: Rows,
-    *,
-    unmatched: pd.DataFrame,
-    baseline: Baseline,
-) -> ReportModel:
-    """Everything the report shows, from the merged `Partial` of the captures and of their
-    failing chains, and what pairing by content decided over all of them (the `unmatched`
-    exchanges, `pairing.UNMATCHED_COLUMNS`, and the `baseline`); the examples are laid out afterwards (`lay_out`), with the records
-    `ReportModel.examples_to_lay_out` names."""
-    max_examples = part.max_examples
-    role_of = roles_of(part.labels, part.baseline_labels, part.candidate_labels)
+    labels_of = ex["label"].to_numpy(dtype=object)
+    role_of = roles_of(set(labels_of.tolist()), *analysis.pair_labels())
     labels = list(role_of)
-    frame = verdict_frame(part.family_cells, role_of)
+    frame = verdict_frame(analysis.cells(), role_of)
     drop_in = verdict_rows(frame)
     fam_order = {f: i for i, f in enumerate(FAMILIES)}
     drop_in.sort(
         key=lambda v: (labels.index(v.label), fam_order.get(v.family, len(fam_order)), v.transport)
     )
-    tls, anchors = finish_alignments(part.alignments, anchor)
+    found = _listed(analysis)
+    alignments, timeline_of = _alignments(analysis, max_examples)
+    tls, anchors = finish_alignments(alignments, anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
-    folded = one_per_problem(
-        finish_folds(part.folds, {k: a for k, a in anchors.items() if a in drawn})
-    )
-    chains = finish_chains(chain_counts)
-    skipped = finish_skipped(part.skipped)
+    folds = collect_folds(found, max_examples, timeline_of)
+    folded = one_per_problem(finish_folds(folds, {k: a for k, a in anchors.items() if a in drawn}))
+    chains = finish_chains(collect_chains(diagnosed.frame, diagnosed.evidence))
+    skipped = skipped_of(ex, max_examples)
 
     fam_rank = {f: i for i, f in enumerate(FAMILIES)}
-    endpoints = sorted(part.endpoints, key=lambda fe: (fam_rank.get(fe[0], len(fam_rank)), fe[1]))
+    pairs_ex = ex[["family", "endpoint"]].drop_duplicates()
+    endpoints = sorted(
+        zip(pairs_ex["family"].tolist(), pairs_ex["endpoint"].tolist(), strict=True),
+        key=lambda fe: (fam_rank.get(fe[0], len(fam_rank)), fe[1]),
+    )
     family_of = {e: f for f, e in endpoints}
     cells = {
         (label, endpoint): Cell(
@@ -308,11 +295,16 @@ def finish(
         for label in labels
         for _, endpoint in endpoints
     }
+    outcomes = pd.DataFrame(
+        {"label": labels_of, "endpoint": ex["endpoint"].to_numpy(), "what": analysis.outcomes}
+    ).value_counts(sort=False)
     for (lab, endpoint, what), n in sorted(
-        part.outcomes.items(), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
+        _counted(outcomes), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
     ):
         cells[(lab, endpoint)].outcomes[what] = int(n)
-    by_endpoint = verdict_frame(part.endpoint_cells, role_of, by=("endpoint",))
+    by_endpoint = verdict_frame(
+        analysis.cells(("endpoint",), endpoint=NO_ENDPOINT, said=redact), role_of, by=("endpoint",)
+    )
     for lab, endpoint, verdict, reasons in zip(
         *(by_endpoint[c].tolist() for c in ("label", "endpoint", "verdict", "reasons")),
         strict=True,
@@ -338,37 +330,63 @@ def finish(
             cell.chains.append(g)
     for s in skipped:
         cells[(s.label, s.endpoint)].skipped.append(s)
-    captures_of = finish_captures(part.captures)
+    captures_of_label = captures_of(ex)
 
+    kinds = pd.DataFrame(
+        {
+            "label": found.labels[found.candidate],
+            "kind": found.values["kind"].to_numpy()[found.template],
+        }
+    ).value_counts(sort=False)
     kind_counts: dict[str, dict[str, int]] = {}
-    for (lab, kind), n in part.kinds.items():
+    for (lab, kind), n in _counted(kinds):
         kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
+    unmatched = analysis.unmatched
     unmatched_groups_ = unmatched_groups(unmatched, max_examples)
     by_side: dict[tuple[str, str], int] = {}
     for lab, side in zip(unmatched["label"], unmatched["side"], strict=True):
         by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
+    no_answer = ex["error_kind"].astype(object).where(ex["error_kind"] == SKIPPED, "none")
+    status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
+    status = status.where(
+        ~ex["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool), status + " error body"
+    )
+    status_mix = pd.DataFrame({"label": labels_of, "status": status.to_numpy()}).value_counts(
+        sort=False
+    )
+    paired = (
+        pd.DataFrame(
+            {
+                "label": rows["label"].astype(object).to_numpy()[analysis.pairs["c"].to_numpy()],
+                "how": analysis.pairs["pairing"].astype(str).to_numpy(),
+            }
+        )
+        .astype(str)
+        .value_counts(sort=False)
+    )
+    label_endpoints = ex[["label", "endpoint"]].drop_duplicates()
     backends = []
     for label in labels:
-        mix = {s: n for (lab, s), n in part.status_mix.items() if lab == label}
+        mix = {s: int(n) for (lab, s), n in _counted(status_mix) if lab == label}
         families = [v for v in drop_in if v.label == label]
-        kinds = kind_counts.get(label, {})
-        outcomes: Counter[str] = Counter()
+        kinds_of = kind_counts.get(label, {})
+        counted: Counter[str] = Counter()
         for c in cells.values():
             if c.label == label:
-                outcomes.update(c.outcomes)
+                counted.update(c.outcomes)
         backends.append(
             Backend(
                 label,
                 role_of[label],
                 sum(mix.values()),
-                sorted(e for lab, e in part.label_endpoints if lab == label),
+                sorted(label_endpoints.loc[label_endpoints["label"] == label, "endpoint"]),
                 [(str(s), int(n), status_class(s)) for s, n in sorted(mix.items())],
-                {k: kinds[k] for k in sorted(kinds, key=kind_order)},
+                {k: kinds_of[k] for k in sorted(kinds_of, key=kind_order)},
                 families,
-                _in_order(outcomes),
-                captures_of.get(label, []),
+                _in_order(counted),
+                captures_of_label.get(label, []),
                 [s for s in skipped if s.label == label],
-                {how: part.paired.get((label, how), 0) for how in (REPLAY, CONTENT)}
+                {how: int(paired.get((label, how), 0)) for how in (REPLAY, CONTENT)}
                 if role_of[label] == "candidate"
                 else {},
                 {side: n for (lab, side), n in by_side.items() if lab == label},
@@ -376,18 +394,19 @@ def finish(
         )
 
     kind_groups = group_findings(folded)
+    group = analysis.findings["group"].to_numpy()
     totals = {
-        "exchanges": part.exchanges,
-        "pairs": part.pairs,
-        "divergences": part.divergences,
-        "conformance": part.conformance,
+        "exchanges": len(rows),
+        "pairs": len(analysis.pairs),
+        "divergences": int((group != CONFORMANCE).sum()),
+        "conformance": int((group == CONFORMANCE).sum()),
         "findings": len(folded),
-        "diagnoses": len(diagnoses),
+        "diagnoses": len(diagnosed.frame),
         "streams": len(tls),
         "skipped": sum(s.count for s in skipped),
         "unmatched": len(unmatched),
     }
-    return ReportModel(
+    model = ReportModel(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         measured_by=list(clients()),
         labels=labels,
@@ -409,10 +428,57 @@ def finish(
             {str(k): (None if pd.isna(v) else str(v)) for k, v in row.items()}
             for row in unmatched.to_dict("records")
         ],
-        baseline_chosen_by=baseline.chosen_by,
-        latency=finish_latency(part.latency, labels),
-        findings_rows=findings,
-        diagnoses=diagnoses,
+        baseline_chosen_by=analysis.baseline.chosen_by,
+        latency=finish_latency(collect_latency(ex), labels),
+        listed=found,
+        diagnoses=diagnosed.frame,
         max_examples=max_examples,
         verdict_frame=frame,
     )
+    wanted = model.examples_to_lay_out()
+    at = pd.Index(rows["id"]).get_indexer(wanted)
+    lay_out(model.kinds, {r["id"]: r for r in analysis.index.read(at[at >= 0].tolist())})
+    return model
+
+
+def _listed(analysis: Analysis) -> Listed:
+    f = analysis.findings
+    pair = f["pair"].to_numpy()
+    base = analysis.pairs["b"].to_numpy()[np.maximum(pair, 0)] if len(analysis.pairs) else pair
+    return listed(
+        analysis.index.rows,
+        analysis.templates,
+        f["template"].to_numpy(),
+        f["row"].to_numpy(),
+        np.where(pair >= 0, base, -1),
+    )
+
+
+def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict[str, Any]]:
+    """The stream alignments of the pairs both of whose sides were sent and not cut by the
+    capture's stop."""
+    rows, pairs = analysis.index.rows, analysis.pairs
+    c, b = pairs["c"].to_numpy(), pairs["b"].to_numpy()
+    sent = ~np.isin(rows["error_kind"].to_numpy(dtype=object), [SKIPPED, STOPPED_IN_FLIGHT])
+    both = np.flatnonzero(sent[c] & sent[b])
+    c, b = c[both], b[both]
+    timeline = analysis.answers("timeline")
+
+    def named(column: str, at: np.ndarray) -> np.ndarray:
+        values = rows[column].astype(object).to_numpy()[at]
+        return np.array(["None" if missing(v) else str(v) for v in values], dtype=object)
+
+    frame = pd.DataFrame(
+        {
+            "pair_id": rows["id"].to_numpy(dtype=object)[c],
+            "label": named("label", c),
+            "baseline_label": named("label", b),
+            "endpoint": named("endpoint", b),
+            "place": pairs["place"].to_numpy()[both],
+            "b": b,
+            "c": c,
+            "b_labels": timeline[b],
+            "c_labels": timeline[c],
+        }
+    )
+    return collect_alignments(frame, analysis.index.read, max_examples=max_examples)

@@ -38,7 +38,7 @@ from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS
 from wirediff.reports.hops import MAX_CHAIN_GROUPS
-from wirediff.reports.items import diagnosis_lines, finding_line
+from wirediff.reports.items import CHUNK, diagnosis_lines, finding_lines
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
@@ -220,28 +220,11 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
     }
 
 
-def finding_lines(model: ReportModel) -> Iterator[str]:
-    """Every finding's line (`wirediff.reports.items`): as the engine's workers made them,
-    or made here from the rows."""
-    rows = model.findings_rows
-    if rows.lines is not None:
-        yield from rows.lines()
-        return
-    for frame in rows.frames():
-        if len(frame):
-            columns = [frame[c].tolist() for c in DIVERGENCE_COLUMNS]
-            yield from map(finding_line, zip(*columns, strict=True))
-
-
 def diagnosis_lines_of(model: ReportModel) -> Iterator[str]:
-    """Every diagnosis's line."""
+    """Every diagnosis's line, a chunk of diagnoses at a time."""
     rows = model.diagnoses
-    if rows.lines is not None:
-        yield from rows.lines()
-        return
-    for frame in rows.frames():
-        if len(frame):
-            yield from diagnosis_lines(frame)
+    for start in range(0, len(rows), WRITTEN):
+        yield "".join(diagnosis_lines(rows.iloc[start : start + WRITTEN]))
 
 
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
@@ -271,7 +254,7 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 def write_findings(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Every finding, then every diagnosis, one JSON line each, streamed: never all in
     memory. `-`: to stdout."""
-    lines = itertools.chain(finding_lines(model), diagnosis_lines_of(model))
+    lines = itertools.chain(finding_lines(model.listed), diagnosis_lines_of(model))
     if str(out_path) == "-":
         sys.stdout.flush()
         utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
@@ -289,21 +272,19 @@ def write_findings(model: ReportModel, out_path: str | os.PathLike[str]) -> Path
 
 
 def _write_lines(fh: TextIO, lines: Iterator[str]) -> None:
-    while batch := list(itertools.islice(lines, WRITTEN)):
-        fh.write("".join(batch))
+    for text in lines:
+        fh.write(text)
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """The divergence table (conformance rows included), one finding per line."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = True
+    found = model.listed
     with out.open("w", encoding="utf-8", newline="") as fh:
-        for frame in model.findings_rows.frames():
-            if len(frame) or header:
-                rows = frame.reindex(columns=DIVERGENCE_COLUMNS)
-                fh.write(scrub_output(rows.to_csv(index=False, header=header)))
-                header = False
-        if header:
+        if not len(found):
             pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)
+        for start in range(0, len(found), CHUNK):
+            rows = found.frame(slice(start, start + CHUNK))
+            fh.write(scrub_output(rows.to_csv(index=False, header=not start)))
     return out

@@ -10,14 +10,13 @@ reason (`wirediff.reports.captures`), not drawn as every event missing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
 import pandas as pd
 
-from wirediff._support import error_kind
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.observe import event_label
 
@@ -27,7 +26,6 @@ __all__ = [
     "Timeline",
     "collect_alignments",
     "finish_alignments",
-    "timelines",
 ]
 
 CHAT_FAMILIES = frozenset({"chat.completions", "completions"})
@@ -105,27 +103,8 @@ def _events(record: Record | None) -> list[Event] | None:
     return resp["events"] if resp is not None else None
 
 
-def sent(record: Record | None) -> bool:
-    """Not a replay step recorded as skipped."""
-    return record is None or error_kind(record) != "skipped"
-
-
 def is_chat(record: Record | None) -> bool:
     return record is not None and record["tags"].get("family") in CHAT_FAMILIES
-
-
-def labels(record: Record | None) -> tuple[str, ...]:
-    """The record's event labels with delta runs collapsed; empty when it is not a stream."""
-    chat = is_chat(record)
-    out: list[str] = []
-    for ev in _events(record) or ():
-        label = event_label(ev, chat)
-        if label.endswith(".delta"):
-            label += "+"
-            if out and out[-1] == label:
-                continue
-        out.append(label)
-    return tuple(out)
 
 
 def runs(record: Record | None) -> list[Run]:
@@ -210,48 +189,40 @@ Alignments = dict[tuple[Any, ...], Alignment]
 
 
 def collect_alignments(
-    pairs: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    *,
-    max_examples: int,
-    order: Sequence[Any] | None = None,
+    pairs: pd.DataFrame, read: Callable[[Sequence[int]], Sequence[Record]], *, max_examples: int
 ) -> tuple[Alignments, dict[str, tuple[Any, ...]]]:
     """Streamed pairs folded by (backends, endpoint, both collapsed label sequences), and
-    `pair_id → key` for every streamed pair. `order` places each pair among all the
-    captures' pairs (by default: as they come)."""
-    if pairs.empty:
+    `pair_id → key` for every streamed pair. `pairs`, in their order, both sides sent:
+    `pair_id`, `label`, `baseline_label`, `endpoint`, `place`, `b` and `c` (the rows of
+    baseline and candidate, `read` gives their records) and `b_labels`, `c_labels` (each
+    side's `stream_labels`). The first pair of each fold is aligned."""
+    streamed = pairs[(pairs["b_labels"].map(len) + pairs["c_labels"].map(len)).to_numpy() > 0]
+    if streamed.empty:
         return {}, {}
-    seen: dict[str, tuple[str, ...]] = {}
-
-    def key_of(rid: str) -> tuple[str, ...]:
-        got = seen.get(rid)
-        if got is None:
-            got = seen[rid] = labels(records_by_id.get(rid))
-        return got
-
+    streamed = streamed.assign(
+        _b=pd.factorize(streamed["b_labels"])[0], _c=pd.factorize(streamed["c_labels"])[0]
+    )
     groups: Alignments = {}
     by_pair: dict[str, tuple[Any, ...]] = {}
-    columns = [
-        pairs[c].astype(str).tolist()
-        for c in ("pair_id", "label", "baseline_label", "endpoint", "baseline_id", "candidate_id")
-    ]
-    places = range(len(pairs)) if order is None else order
-    for place, pid, label, baseline_label, endpoint, bid, cid in zip(places, *columns, strict=True):
-        if not (sent(records_by_id.get(bid)) and sent(records_by_id.get(cid))):
-            continue
-        b_key, c_key = key_of(bid), key_of(cid)
-        if not b_key and not c_key:
-            continue
-        key = (label, baseline_label, endpoint, b_key, c_key)
-        group = groups.get(key)
-        if group is None:
-            base, cand = records_by_id.get(bid), records_by_id.get(cid)
-            rows = align(runs(base), runs(cand))
-            group = groups[key] = Alignment(place, [], 0, rows, ticks(base), ticks(cand))
-        group.count += 1
-        if len(group.pair_ids) < max_examples:
-            group.pair_ids.append((place, pid))
-        by_pair[pid] = key
+    folds = streamed.groupby(["label", "baseline_label", "endpoint", "_b", "_c"], sort=False)
+    firsts = folds.head(1)
+    records = read([r for b, c in zip(firsts["b"], firsts["c"], strict=True) for r in (b, c)])
+    for n, (_, group) in enumerate(folds):
+        head = group.iloc[0]
+        key: tuple[Any, ...] = (head["label"], head["baseline_label"], head["endpoint"])
+        key += (head["b_labels"], head["c_labels"])
+        base, cand = records[2 * n], records[2 * n + 1]
+        rows = align(runs(base), runs(cand))
+        places, ids = group["place"].tolist(), group["pair_id"].tolist()
+        groups[key] = Alignment(
+            places[0],
+            list(zip(places[:max_examples], ids[:max_examples], strict=True)),
+            len(group),
+            rows,
+            ticks(base),
+            ticks(cand),
+        )
+        by_pair.update(dict.fromkeys(ids, key))
     return groups, by_pair
 
 
@@ -279,20 +250,3 @@ def finish_alignments(
         anchors[key] = tl.anchor
     out.sort(key=lambda t: (not t.diverges, -t.count, t.label, t.endpoint))
     return out, anchors
-
-
-def timelines(
-    pairs: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    *,
-    max_examples: int,
-    anchor: Callable[..., str],
-) -> tuple[list[Timeline], dict[str, str]]:
-    """Fold streamed pairs by (backends, endpoint, both collapsed label sequences).
-
-    Only the first pair of each group is laid out; returns the timelines (diverging
-    first, then by count) and `pair_id → anchor` for every streamed pair.
-    """
-    groups, by_pair = collect_alignments(pairs, records_by_id, max_examples=max_examples)
-    out, anchors = finish_alignments(groups, anchor)
-    return out, {pid: anchors[key] for pid, key in by_pair.items()}

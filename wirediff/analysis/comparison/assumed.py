@@ -17,7 +17,7 @@ from typing import Any
 from wirediff._types import Record
 from wirediff.profiles import STANDIN_HEADER, load_bugs, load_profiles
 
-__all__ = ["assumed_note"]
+__all__ = ["assumed_note", "standin_of"]
 
 
 @cache
@@ -33,18 +33,19 @@ def _facts(name: str) -> tuple[str, tuple[tuple[re.Pattern[str], str], ...]]:
     return str(prof.get("title") or name), facts
 
 
-def _standin(record: Record | None) -> str:
-    resp = record.get("response") if record is not None else None
+def standin_of(record: Record) -> str:
+    """The stand-in profile that gave the answer (`x-wirediff-standin`), or ``."""
+    resp = record.get("response")
     for name, value in resp.get("headers") or () if resp is not None else ():
         if str(name).lower() == STANDIN_HEADER:
             return str(value)
     return ""
 
 
-def assumed_note(record: Record | None, path: str, words: str) -> str:
-    """` (assumed behaviour of <title>: <says>)` when the finding `path`/`words` on this
-    record's answer rests on an assumed fact of the stand-in that gave it, else ``."""
-    name = _standin(record)
+def assumed_note(name: str, path: str, words: str) -> str:
+    """` (assumed behaviour of <title>: <says>)` when the finding `path`/`words` on an
+    answer of the stand-in profile `name` (`standin_of`) rests on an assumed fact of it,
+    else ``."""
     if not name:
         return ""
     title, facts = _facts(name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from wirediff._support import clip, error_kind, is_2xx, response_status
+from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Record
 from wirediff.analysis.comparison.clients.observations import Failure
 from wirediff.analysis.comparison.compare import error_message
@@ -280,13 +280,12 @@ def _finish_keys(prefix: str) -> list[tuple[str, str]]:
     ]
 
 
-def _pair_for(b: Outcome, c: Outcome, cand: Record, prefix: str) -> list[Break]:
+def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
     client = _client_of(c, prefix)
     out: list[Break] = []
     b_raised, c_raised = b.get(f"{prefix}raises"), c.get(f"{prefix}raises")
     if c_raised is not None and (b_raised is None or _class(b_raised) != _class(c_raised)):
         probe = c.probe_of(f"{prefix}raises")
-        words = server_words(cand)
         message = f"{_who(probe, client)} raises {_class(c_raised)}" + (
             f": {words}" if words else ""
         )
@@ -329,7 +328,6 @@ def _pair_for(b: Outcome, c: Outcome, cand: Record, prefix: str) -> list[Break]:
     key = f"{prefix}error.message"
     if b.get(key) == "the server's words" and c.get(key) == "no server words":
         probe = c.probe_of(key)
-        words = server_words(cand)
         message = f"{_who(probe, client)} raises an error without the server's words" + (
             f" ({words!r} is lost)" if words else ""
         )
@@ -350,14 +348,15 @@ def _pair_for(b: Outcome, c: Outcome, cand: Record, prefix: str) -> list[Break]:
     return out
 
 
-def pair_breaks(base: Record, cand: Record, b: Outcome, c: Outcome) -> tuple[Break, ...]:
-    """What breaks on the candidate's answer that did not on the baseline's."""
+def pair_breaks(b: Outcome, c: Outcome, words: str, no_answer: str | None) -> tuple[Break, ...]:
+    """What breaks on the candidate's answer that did not on the baseline's: `words` are
+    the server's own (`server_words`), `no_answer` why the candidate got none (None: it
+    did)."""
     if not b.judged:
         return ()
-    if not cand.get("response"):
-        kind = error_kind(cand) or "no response"
+    if no_answer is not None:
         probe = b.probes[0][1] if b.probes else ""
-        message = f"`{probe}` raises APIConnectionError: no answer ({kind})"
+        message = f"`{probe}` raises APIConnectionError: no answer ({no_answer})"
         return (
             Break(
                 RAISES, probe, message, b.get("raises") or "", "APIConnectionError", key="raises"
@@ -368,7 +367,7 @@ def pair_breaks(base: Record, cand: Record, b: Outcome, c: Outcome) -> tuple[Bre
     known = {(f.probe, f.client, f.error) for f in b.failures}
     out = [failure_break(f) for f in c.failures if (f.probe, f.client, f.error) not in known]
     for prefix in CLIENTS:
-        out += _pair_for(b, c, cand, prefix)
+        out += _pair_for(b, c, words, prefix)
     return tuple(out)
 
 

@@ -315,7 +315,10 @@ def impact(record: Record) -> Outcome:
 
 def prepare(records: Iterable[Record]) -> None:
     """Measure the answers of `records` not remembered yet, one per skeleton, the Node SDK's
-    calls in one batch (so `impact` finds them)."""
+    calls in one batch (so `impact` finds them); without the Node SDK, `impact` measures
+    each as it meets it."""
+    if isinstance(node.node_sdk(), str):
+        return
     pending: dict[tuple[Any, ...], Record] = {}
     for rec in records:
         key = _memo_key(rec)

@@ -9,26 +9,23 @@ that original. Ignore patterns (`wirediff.yaml`) drop paths the user names.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
-from wirediff._types import Record
 from wirediff.analysis.comparison.compare import Finding, compare
-from wirediff.analysis.comparison.observe import Observed, observe
+from wirediff.analysis.comparison.observe import Observed
 from wirediff.analysis.comparison.shapes import ancestors
-from wirediff.record.keys import request_digest, request_key
 
 __all__ = [
     "drop_ignored",
     "glob_regex",
     "group_noise",
-    "group_sample_noise",
+    "ignored",
     "is_noise",
     "noise_among",
-    "repeated_original_noise",
-    "request_groups",
+    "pair_noise",
 ]
 
 NOISE_SAMPLES = 8
@@ -49,47 +46,6 @@ def noise_among(observed: Sequence[Observed]) -> set[str]:
     return paths
 
 
-def request_groups(records_by_id: Mapping[str, Record], ids: Iterable[str]) -> list[list[str]]:
-    """The originals `ids` (in order) grouped by `request_key`: repeats of one request."""
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for rid in ids:
-        rec = records_by_id.get(rid)
-        if rec is not None:
-            groups.setdefault(request_key(rec), []).append(rid)
-    return list(groups.values())
-
-
-def group_sample_noise(sample: Sequence[Record]) -> set[str]:
-    """The noise of one request's repeats, learned from its first `1 + NOISE_SAMPLES`."""
-    return noise_among([observe(r) for r in sample[: 1 + NOISE_SAMPLES]])
-
-
-def repeated_original_noise(
-    records_by_id: Mapping[str, Record],
-    ids: Iterable[str],
-    known: Mapping[int, set[str]] | None = None,
-) -> dict[str, set[str]]:
-    """Noise learned from originals that repeat one request: per original id. With
-    `known` (by `request_digest`: learned beforehand from each request's first repeats,
-    which may lie elsewhere), it is looked up instead."""
-    noise: dict[str, set[str]] = {}
-    if known is not None:
-        for rid in ids:
-            rec = records_by_id.get(rid)
-            paths = known.get(request_digest(rec)) if rec is not None and known else None
-            if paths:
-                noise[rid] = paths
-        return noise
-    for members in request_groups(records_by_id, ids):
-        if len(members) < 2:
-            continue
-        paths = group_sample_noise([records_by_id[m] for m in members])
-        if paths:
-            for m in members:
-                noise[m] = paths
-    return noise
-
-
 def glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
     """`usage.*` → matches `usage` and everything under it; `*` spans dots and brackets."""
     parts = []
@@ -104,15 +60,20 @@ def glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
 _EVENT_PREFIX = re.compile(r"^events\[[^\]]*\]\.")
 
 
+def ignored(paths: pd.Series, rx: re.Pattern[str] | None) -> np.ndarray:
+    """Whether each path matches the ignore patterns (`glob_regex`), with or without its
+    event prefix."""
+    if rx is None or paths.empty:
+        return np.zeros(len(paths), dtype=bool)
+    paths = paths.astype(str)
+    bare = paths.str.replace(_EVENT_PREFIX, "", regex=True)
+    return (paths.str.fullmatch(rx) | bare.str.fullmatch(rx)).to_numpy(dtype=bool)
+
+
 def drop_ignored(frame: pd.DataFrame, ignore: Sequence[str]) -> pd.DataFrame:
     """Remove rows whose path matches an ignore pattern, with or without its event prefix."""
-    rx = glob_regex(ignore)
-    if rx is None or frame.empty:
-        return frame
-    paths = frame["path"].astype(str)
-    bare = paths.str.replace(_EVENT_PREFIX, "", regex=True)
-    hit = paths.str.fullmatch(rx) | bare.str.fullmatch(rx)
-    return frame.loc[~hit.astype(bool)].reset_index(drop=True)
+    hit = ignored(frame["path"], glob_regex(ignore)) if len(frame) else np.zeros(0, bool)
+    return frame.loc[~hit].reset_index(drop=True) if hit.any() else frame
 
 
 def group_noise(
@@ -132,3 +93,62 @@ def group_noise(
             everywhere.update(f.path for p in ps for f in found[p])
             everywhere |= by_label.get(label, set())
     return everywhere, by_label
+
+
+def pair_noise(
+    pairs: pd.DataFrame, observed: Mapping[int, Observed]
+) -> tuple[np.ndarray, list[frozenset[str]]]:
+    """The noise of each pair (`b`, `c`: the readings of its baseline's and its candidate's
+    answers, `bid` its original, `label`, `baseline_label`, `request`: its original's
+    request digest; in the order the analysis meets them), as a number into the noise sets
+    listed (0: none). Noise comes from replays to the baseline's own label and several
+    replays to one label (`group_noise`), and from originals that repeat one request: what
+    differs among the first `1 + NOISE_SAMPLES` of them, for each (`noise_among`)."""
+    sets: list[frozenset[str]] = [frozenset()]
+    out = np.zeros(len(pairs), dtype=np.int64)
+    if not len(pairs):
+        return out, sets
+    repeats = _repeat_noise(pairs, observed)
+    dup = pairs.duplicated(["bid", "label"], keep=False).to_numpy()
+    own = (pairs["label"] == pairs["baseline_label"]).to_numpy(dtype=bool)
+    noisy = set(pairs["bid"].to_numpy()[dup | own].tolist()) | set(repeats)
+    if not noisy:
+        return out, sets
+    at = np.flatnonzero(pairs["bid"].isin(list(noisy)).to_numpy())
+    found: dict[tuple[int, int], list[Finding]] = {}
+    numbered: dict[frozenset[str], int] = {sets[0]: 0}
+    for _, group in pairs.iloc[at].assign(_at=at).groupby("bid", sort=False):
+        b = int(group["b"].to_numpy()[0])
+        c_keys, labels = group["c"].tolist(), group["label"].tolist()
+        for k in c_keys:
+            if (b, k) not in found:
+                found[(b, k)] = compare(observed[b], observed[k])
+        cands = {p: observed[k] for p, k in enumerate(c_keys)}
+        mine = {p: found[(b, k)] for p, k in enumerate(c_keys)}
+        baseline_label = str(group["baseline_label"].to_numpy()[0])
+        everywhere, by_label = group_noise(cands, mine, labels, baseline_label)
+        everywhere |= repeats.get(int(group["bid"].to_numpy()[0]), set())
+        for where, label in zip(group["_at"].tolist(), labels, strict=True):
+            noise = frozenset(everywhere | by_label.get(label, set()))
+            number = numbered.get(noise)
+            if number is None:
+                number = numbered[noise] = len(sets)
+                sets.append(noise)
+            out[where] = number
+    return out, sets
+
+
+def _repeat_noise(pairs: pd.DataFrame, observed: Mapping[int, Observed]) -> dict[int, set[str]]:
+    """Per original that repeats another's request, the noise of that request's repeats,
+    learned from the first `1 + NOISE_SAMPLES` originals of the pairs (in their order)."""
+    firsts = pairs.drop_duplicates("bid")
+    repeated = firsts[firsts.duplicated("request", keep=False)]
+    out: dict[int, set[str]] = {}
+    learned: dict[tuple[int, ...], set[str]] = {}
+    for _, group in repeated.groupby("request", sort=False):
+        sample = tuple(group["b"].tolist()[: 1 + NOISE_SAMPLES])
+        if sample not in learned:
+            learned[sample] = noise_among([observed[k] for k in sample])
+        if learned[sample]:
+            out.update(dict.fromkeys(group["bid"].tolist(), learned[sample]))
+    return out

@@ -36,10 +36,12 @@ __all__ = [
     "chunk_label",
     "collapse",
     "event_label",
+    "json_key",
     "media_type",
     "observe",
     "sequence_fault",
     "split_terminal",
+    "stream_labels",
     "union",
 ]
 
@@ -194,6 +196,22 @@ def collapse(labels: Iterable[str]) -> list[str]:
     return out
 
 
+def stream_labels(record: Record) -> tuple[str, ...]:
+    """Label every event of the record's stream, delta runs collapsed (what a stream
+    timeline aligns, partial events too); empty when it has no stream."""
+    resp = record.get("response")
+    events = resp.get("events") if resp is not None else None
+    if not events:
+        return ()
+    chat = (record.get("tags") or {}).get("family") in ("chat.completions", "completions")
+    return tuple(collapse(event_label(ev, chat) for ev in events))
+
+
+def json_key(value: Any) -> Any:
+    """A JSON value as a key: an object or a list as its text (an index may be any JSON)."""
+    return repr(value) if isinstance(value, dict | list) else value
+
+
 def split_terminal(labels: list[str], chat: bool) -> tuple[list[str], str | None]:
     """Separate the terminal event (`[DONE]`, `response.completed`, …) from the rest."""
     if chat:
@@ -242,7 +260,7 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
             for call in (delta.get("tool_calls") or ()) if isinstance(delta, dict) else ():
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict) and "arguments" in fn:
-                    key = (choice.get("index"), call.get("index"))
+                    key = (json_key(choice.get("index")), json_key(call.get("index")))
                     if isinstance(fn["arguments"], str):
                         fragments.setdefault(key, []).append(fn["arguments"])
                     else:

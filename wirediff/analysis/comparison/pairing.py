@@ -4,7 +4,8 @@ A replay (or a shadow mirror) names its original (`replay_of`): one pair per (or
 target label), `pairing = "replay"`. Independent captures of one app against different
 backends name nothing: their exchanges pair by content (`pairing = "content"`). Per label,
 the exchanges in order (sessions by when they started, then `seq`, then start time) give a
-sequence of request fingerprints (`wirediff.record.keys.request_fingerprint`); the baseline's
+sequence of request fingerprints (`wirediff.record.keys.request_fingerprint`, the index's
+`fingerprint`); the baseline's
 is aligned with each candidate's (`difflib.SequenceMatcher`, no junk heuristic), its equal
 blocks pair, then what is left pairs by equal fingerprint in order (a repeat, or calls a
 concurrent client sent in another order); the rest is unmatched, listed per candidate as
@@ -18,15 +19,14 @@ the label of the first capture loaded.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+import numpy as np
 import pandas as pd
 
-from wirediff._types import Record
 from wirediff.errors import UsageError
-from wirediff.record.keys import request_fingerprint
 
 __all__ = [
     "ALIGN_LIMIT",
@@ -37,15 +37,12 @@ __all__ = [
     "REPLAY",
     "UNMATCHED_COLUMNS",
     "Baseline",
-    "ContentLinks",
     "Pairing",
     "align",
     "choose_baseline",
     "content_links",
-    "first_event_ms",
     "pair_exchanges",
-    "pairs_frame",
-    "with_fingerprints",
+    "text",
 ]
 
 REPLAY, CONTENT = "replay", "content"
@@ -76,9 +73,6 @@ PAIR_COLUMNS = [
 ]
 UNMATCHED_COLUMNS = ["label", "baseline_label", "side", "id", "session", "method", "endpoint"]
 
-_SIDE_COLUMNS = ["id", "label", "status", "ttfb_ms", "duration_ms", "first_event_ms"]
-_REQUEST_COLUMNS = ["family", "endpoint", "method", "stream"]
-
 
 @dataclass(frozen=True)
 class Baseline:
@@ -92,36 +86,31 @@ class Baseline:
 @dataclass(frozen=True)
 class Pairing:
     pairs: pd.DataFrame
-    """`PAIR_COLUMNS`, one row per candidate exchange paired."""
+    """One row per candidate exchange paired, in the order the analysis meets them: `c` and
+    `b` (the candidate's and the baseline's rows in the index), `pairing` and `place` (the
+    pair's place among all: a replay's its candidate's row, a pair by content the index's
+    length and its link's number)."""
     unmatched: pd.DataFrame
     """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart."""
     baseline: Baseline
 
 
-def first_event_ms(events: pd.DataFrame) -> pd.Series:
-    """Time of each exchange's first SSE event, indexed by exchange id."""
-    if events.empty:
-        return pd.Series(dtype="float64", name="first_event_ms")
-    return events.groupby("id", sort=False)["t_ms"].min().rename("first_event_ms")
+def text(column: pd.Series) -> pd.Series:
+    """A column of the index as text: a missing value empty."""
+    return column.astype("str").fillna("")
 
 
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:
     """The baseline label (see the module); a `requested` label that no original has, or
     that contradicts what the replays were replayed from, is a `UsageError`."""
-    ex = exchanges.drop_duplicates("id")
-    originals = ex.loc[ex["replay_of"].isna(), ["id", "label"]]
-    labels = list(dict.fromkeys(originals["label"].fillna("").astype(str)))
-    replayed = set(ex["replay_of"].dropna().astype(str))
-    from_replays = list(
-        dict.fromkeys(
-            originals.loc[originals["id"].astype(str).isin(replayed), "label"]
-            .fillna("")
-            .astype(str)
-        )
-    )
-    if requested is not None and requested not in labels:
-        known = ", ".join(labels) or "none"
-        raise UsageError(f"--baseline {requested}: no capture has that label (labels: {known})")
+    original = exchanges["replay_of"].isna().to_numpy()
+    labels = text(exchanges["label"])[original]
+    known = list(pd.unique(labels))
+    replayed = exchanges["id"][original].isin(exchanges["replay_of"].dropna().unique())
+    from_replays = list(pd.unique(labels[replayed.to_numpy()]))
+    if requested is not None and requested not in known:
+        named = ", ".join(known) or "none"
+        raise UsageError(f"--baseline {requested}: no capture has that label (labels: {named})")
     if from_replays:
         if requested is not None and requested not in from_replays:
             raise UsageError(
@@ -131,8 +120,8 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
         return Baseline(requested or from_replays[0], "replays")
     if requested is not None:
         return Baseline(requested, "option")
-    if labels:
-        return Baseline(labels[0], "first capture")
+    if known:
+        return Baseline(known[0], "first capture")
     return Baseline(None, "none")
 
 
@@ -182,9 +171,9 @@ def align(a: Sequence[str], b: Sequence[str]) -> tuple[list[tuple[int, int]], li
 def _in_call_order(originals: pd.DataFrame) -> pd.DataFrame:
     """Sessions by when they started, then `seq`, then start time; SDK retries left out."""
     retry = pd.to_numeric(originals["retry"], errors="coerce").fillna(0) > 0
-    ex = originals.loc[~retry]
+    ex = originals.loc[~retry.to_numpy()]
     started = pd.to_numeric(ex["started"], errors="coerce").fillna(0.0)
-    session = ex["session"].fillna("").astype(str)
+    session = text(ex["session"])
     return ex.assign(
         _session=session,
         _began=started.groupby(session).transform("min"),
@@ -193,97 +182,71 @@ def _in_call_order(originals: pd.DataFrame) -> pd.DataFrame:
     ).sort_values(["_began", "_session", "_seq", "_started"], kind="stable")
 
 
-@dataclass(frozen=True)
-class ContentLinks:
-    """Exchanges of independent captures paired by content (`content_links`)."""
-
-    links: list[tuple[str, str]]
-    """`(candidate id, baseline id)`."""
-    unmatched: pd.DataFrame
-    """`UNMATCHED_COLUMNS`."""
-
-
-def content_links(exchanges: pd.DataFrame, baseline: str) -> ContentLinks:
+def content_links(
+    exchanges: pd.DataFrame, baseline: str
+) -> tuple[list[tuple[int, int]], pd.DataFrame]:
     """The originals of other labels paired with the baseline's by their request
-    `fingerprint` column (see the module), and what found no counterpart. Needs the columns
-    id, label, session, seq, started, retry, replay_of, method, endpoint and fingerprint:
-    an index of the captures is enough, not the records."""
-    none = ContentLinks([], pd.DataFrame(columns=UNMATCHED_COLUMNS))
-    originals = exchanges.loc[exchanges["replay_of"].isna()]
-    labels = originals["label"].fillna("").astype(str)
-    if labels.nunique() < 2:
-        return none
-    ordered = _in_call_order(originals.assign(label=labels))
-    ids = ordered["id"].astype(str).tolist()
+    `fingerprint` (see the module) as `(candidate, baseline)` rows of `exchanges`, and what
+    found no counterpart (`UNMATCHED_COLUMNS`)."""
+    original = exchanges["replay_of"].isna().to_numpy()
+    originals = exchanges.loc[original].assign(label=text(exchanges["label"])[original])
+    if originals["label"].nunique() < 2:
+        return [], pd.DataFrame(columns=UNMATCHED_COLUMNS)
+    ordered = _in_call_order(originals)
+    rows = ordered.index.to_numpy().tolist()
     prints = ordered["fingerprint"].tolist()
     by_label: dict[str, list[int]] = defaultdict(list)
     for pos, label in enumerate(ordered["label"].tolist()):
         by_label[label].append(pos)
     base = by_label.pop(baseline, [])
-    meta = list(zip(ordered["session"], ordered["method"], ordered["endpoint"], strict=True))
-    links: list[tuple[str, str]] = []
-    rows = []
+    ids = ordered["id"].tolist()
+    meta = list(
+        zip(
+            text(ordered["session"]).tolist(),
+            text(ordered["method"]).tolist(),
+            text(ordered["endpoint"]).tolist(),
+            strict=True,
+        )
+    )
+    links: list[tuple[int, int]] = []
+    unmatched = []
     for label, cand in by_label.items():
         pairs, only_base, only_cand = align([prints[p] for p in base], [prints[p] for p in cand])
-        links += [(ids[cand[j]], ids[base[i]]) for i, j in pairs]
-        rows += [(label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base]
-        rows += [(label, baseline, ONLY_CANDIDATE, ids[cand[j]], *meta[cand[j]]) for j in only_cand]
-    return ContentLinks(links, pd.DataFrame.from_records(rows, columns=UNMATCHED_COLUMNS))
+        links += [(rows[cand[j]], rows[base[i]]) for i, j in pairs]
+        unmatched += [
+            (label, baseline, ONLY_BASELINE, ids[base[i]], *meta[base[i]]) for i in only_base
+        ]
+        unmatched += [
+            (label, baseline, ONLY_CANDIDATE, ids[cand[j]], *meta[cand[j]]) for j in only_cand
+        ]
+    return links, pd.DataFrame.from_records(unmatched, columns=UNMATCHED_COLUMNS)
 
 
-def with_fingerprints(exchanges: pd.DataFrame, records_by_id: Mapping[str, Record]) -> pd.DataFrame:
-    """`exchanges` with each original's request `fingerprint` (replays need none)."""
-    original = exchanges["replay_of"].isna()
-    prints = [
-        request_fingerprint(records_by_id.get(i) or {}) if o else None
-        for i, o in zip(exchanges["id"].astype(str).tolist(), original.tolist(), strict=True)
-    ]
-    return exchanges.assign(fingerprint=pd.Series(prints, index=exchanges.index, dtype=object))
-
-
-def pair_exchanges(
-    exchanges: pd.DataFrame,
-    events: pd.DataFrame,
-    records_by_id: Mapping[str, Record] | None = None,
-    *,
-    baseline: str | None = None,
-    content: ContentLinks | None = None,
-) -> Pairing:
-    """Replays with their originals, and the originals of other labels with the baseline's
-    by content: as `content` says (links made over all the captures, when these exchanges
-    are a part of them), else worked out here (given the records); the request columns come
-    from the baseline's side."""
-    ex = exchanges.drop_duplicates("id")
-    ex = ex.assign(first_event_ms=ex["id"].map(first_event_ms(events)).astype("float64"))
-    chosen = choose_baseline(ex, baseline)
-    links = ex.loc[ex["replay_of"].notna(), ["id", "replay_of"]].assign(pairing=REPLAY)
-    if content is None and records_by_id is not None and chosen.label is not None:
-        content = content_links(with_fingerprints(ex, records_by_id), chosen.label)
-    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS) if content is None else content.unmatched
-    if content is not None and content.links:
-        by_content = pd.DataFrame.from_records(content.links, columns=["id", "replay_of"])
-        links = pd.concat([links, by_content.assign(pairing=CONTENT)], ignore_index=True)
-    candidate = ex[_SIDE_COLUMNS].add_prefix("candidate_")
-    base = ex[_SIDE_COLUMNS + _REQUEST_COLUMNS].rename(
-        columns={c: f"baseline_{c}" for c in _SIDE_COLUMNS}
+def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> Pairing:
+    """Replays with their originals, in the order of the replays, then the originals of
+    other labels with the baseline's by content (`content_links`). `exchanges`: the index,
+    ids unique, rows numbered from 0."""
+    chosen = choose_baseline(exchanges, baseline)
+    replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
+    of = pd.Index(exchanges["id"]).get_indexer(exchanges["replay_of"].to_numpy()[replays])
+    found = of >= 0
+    c, b = replays[found], of[found]
+    kinds = [REPLAY] * len(c)
+    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
+    if chosen.label is not None:
+        links, unmatched = content_links(exchanges, chosen.label)
+        if links:
+            linked = np.asarray(links, dtype=np.int64)
+            c, b = np.concatenate([c, linked[:, 0]]), np.concatenate([b, linked[:, 1]])
+            kinds += [CONTENT] * len(links)
+    n = len(exchanges)
+    place = np.concatenate([c[: len(replays[found])], n + np.arange(len(c) - len(replays[found]))])
+    pairs = pd.DataFrame(
+        {
+            "c": c.astype(np.int64),
+            "b": b.astype(np.int64),
+            "pairing": pd.Categorical(kinds, categories=[REPLAY, CONTENT]),
+            "place": place.astype(np.int64),
+        }
     )
-    pairs = links.merge(candidate, left_on="id", right_on="candidate_id").merge(
-        base, left_on="replay_of", right_on="baseline_id"
-    )
-    pairs = pairs.rename(columns={"id": "pair_id", "candidate_label": "label"})
-    for side in ("baseline", "candidate"):
-        pairs[f"{side}_status"] = pairs[f"{side}_status"].astype("Int64")
-        for col in ("ttfb_ms", "duration_ms", "first_event_ms"):
-            pairs[f"{side}_{col}"] = pairs[f"{side}_{col}"].astype("float64")
-    return Pairing(pairs[PAIR_COLUMNS].reset_index(drop=True), unmatched, chosen)
-
-
-def pairs_frame(
-    exchanges: pd.DataFrame,
-    events: pd.DataFrame,
-    records_by_id: Mapping[str, Record] | None = None,
-    *,
-    baseline: str | None = None,
-) -> pd.DataFrame:
-    """The pairs of `pair_exchanges`."""
-    return pair_exchanges(exchanges, events, records_by_id, baseline=baseline).pairs
+    return Pairing(pairs, unmatched, chosen)

@@ -11,27 +11,18 @@ candidate answered well and the baseline did not; else `deviation`.
 
 from __future__ import annotations
 
-from typing import Any
-
-import pandas as pd
-
-from wirediff._support import is_2xx, says_of_server
+from wirediff._support import is_2xx
 from wirediff._types import Record
-from wirediff.analysis.comparison.breaks import RAISES, Break, implicates, pair_breaks
+from wirediff.analysis.comparison.breaks import Break, implicates, pair_breaks
 from wirediff.analysis.comparison.conformance import RecordCheck
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, PAIR_META
-from wirediff.analysis.comparison.impact import Outcome
-from wirediff.analysis.comparison.observe import MEMO_LIMIT
 
-__all__ = ["judge", "severity_of"]
+__all__ = ["answer_failed", "judging_breaks", "severity_of"]
 
 SCHEMA_KINDS = frozenset({"schema_missing", "schema_extra", "schema_type", "enum"})
 EVENT_KINDS = frozenset({"event_missing", "event_extra", "event_order"})
 GRAMMAR_KINDS = frozenset({"event_terminal", "event_sequence"})
 ANSWER_KINDS = frozenset({"status", "soft_error", "transport", "error_shape"})
 _BOUNDARIES = ".[@"
-_NO_CHECK = RecordCheck(Outcome(judged=False))
-_judged: dict[tuple[Any, ...], tuple[str, str]] = {}
 
 
 def _at_or_below(path: str, paths: frozenset[str]) -> bool:
@@ -70,89 +61,23 @@ def severity_of(
     return "deviation", ""
 
 
-def _failed(record: Record | None) -> bool:
-    resp = record["response"] if record is not None else None
-    if resp is None or record is None:
-        return True
-    return not is_2xx(resp["status"]) or record["tags"]["soft_error"]
+def answer_failed(record: Record) -> bool:
+    """No answer, no 2xx, or an error in a 2xx: a candidate that answered well where such a
+    baseline did not is no worse for what else differs."""
+    resp = record["response"]
+    return resp is None or not is_2xx(resp["status"]) or bool(record["tags"]["soft_error"])
 
 
-_pairs: dict[tuple[Outcome, Outcome], tuple[Break, ...]] = {}
-
-
-def _pair_breaks(base: Record, cand: Record, b: RecordCheck, c: RecordCheck) -> tuple[Break, ...]:
-    """`pair_breaks`, remembered per pair of outcomes unless a break quotes the server."""
-    if not cand.get("response"):
-        return pair_breaks(base, cand, b.outcome, c.outcome)
-    key = (b.outcome, c.outcome)
-    found = _pairs.get(key)
-    if found is None:
-        found = pair_breaks(base, cand, b.outcome, c.outcome)
-        if any(brk.rule == RAISES or brk.key.endswith("error.message") for brk in found):
-            return found  # they quote the server
-        if len(_pairs) >= MEMO_LIMIT:
-            _pairs.clear()
-        _pairs[key] = found
-    return found
-
-
-def _client_row(meta: tuple[Any, ...], brk: Break) -> tuple[Any, ...]:
-    finding = (brk.probe, brk.baseline, brk.candidate, "breaking", brk.client, "", brk.message)
-    return (*meta, "client", *finding, brk.message)
-
-
-def judge(
-    divergences: pd.DataFrame,
-    pairs: pd.DataFrame,
-    records_by_id: dict[str, Record],
-    checks: dict[str, RecordCheck],
-) -> pd.DataFrame:
-    """The divergences with their severity and evidence, and a `client` row for each break
-    of a pair that its candidate's answer does not show alone (those are conformance rows)."""
-    context: dict[str, tuple[tuple[Break, ...], RecordCheck, bool]] = {}
-    client_rows: list[tuple[Any, ...]] = []
-    for meta in zip(*(pairs[c].tolist() for c in PAIR_META), strict=True):
-        pair_id, bid, cid = (
-            meta[PAIR_META.index(c)] for c in ("pair_id", "baseline_id", "candidate_id")
-        )
-        base, cand = records_by_id.get(bid), records_by_id.get(cid)
-        if base is None or cand is None or not (says_of_server(base) and says_of_server(cand)):
-            continue
-        b_check, c_check = checks.get(bid, _NO_CHECK), checks.get(cid, _NO_CHECK)
-        alone = {(b.rule, b.probe) for b in c_check.breaks}
-        found = tuple(
-            b for b in _pair_breaks(base, cand, b_check, c_check) if (b.rule, b.probe) not in alone
-        )
-        client_rows += [_client_row(meta, brk) for brk in found]
-        context[pair_id] = (c_check.breaks + found, c_check, _failed(base) and not _failed(cand))
-    if divergences.empty:
-        judged = divergences.reindex(columns=DIVERGENCE_COLUMNS)
-    else:
-        severities: list[str] = []
-        evidence: list[str] = []
-        rows = zip(
-            *(
-                divergences[c].tolist()
-                for c in ("pair_id", "kind", "path", "baseline", "candidate")
-            ),
-            strict=True,
-        )
-        for pair_id, *finding in rows:
-            breaks, check, better = context.get(pair_id, ((), _NO_CHECK, False))
-            key = (*finding, breaks, check.paths, check.grammar, better)
-            verdict = _judged.get(key)
-            if verdict is None:
-                if len(_judged) >= MEMO_LIMIT:
-                    _judged.clear()
-                kind, path, base_value, cand_value = finding
-                verdict = _judged[key] = severity_of(
-                    (kind, path, base_value, cand_value), breaks, check, better
-                )
-            severities.append(verdict[0])
-            evidence.append(verdict[1])
-        judged = divergences.assign(severity=severities, evidence=evidence)
-    if not client_rows:
-        return judged
-    client = pd.DataFrame.from_records(client_rows, columns=DIVERGENCE_COLUMNS)
-    frames = [f for f in (judged, client) if len(f)]
-    return pd.concat(frames, ignore_index=True)[DIVERGENCE_COLUMNS]
+def judging_breaks(
+    b: RecordCheck, c: RecordCheck, words: str, no_answer: str | None
+) -> tuple[tuple[Break, ...], tuple[Break, ...]]:
+    """The breaks a candidate's divergences are judged by (its answer's own and the pair's),
+    and the pair's own: those its answer does not show alone, each a `client` row of the
+    pair (its answer's are conformance rows). `words` and `no_answer`: as `pair_breaks`."""
+    alone = {(x.rule, x.probe) for x in c.breaks}
+    found = tuple(
+        x
+        for x in pair_breaks(b.outcome, c.outcome, words, no_answer)
+        if (x.rule, x.probe) not in alone
+    )
+    return c.breaks + found, found

@@ -20,11 +20,11 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, statuses_2xx
 from wirediff._types import Record
-from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
@@ -36,13 +36,12 @@ __all__ = [
     "VERDICTS",
     "VERDICT_COLUMNS",
     "Cell",
+    "answer_texts",
     "exchange_outcomes",
-    "roles",
     "roles_of",
     "route_failure",
     "verdict_cells",
     "verdict_frame",
-    "verdicts",
 ]
 
 VERDICTS = ("compatible", "compatible with deviations", "breaking", "unsupported")
@@ -87,17 +86,10 @@ ROUTE_STATUSES = frozenset({404, 405, 501})
 _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
-def roles(exchanges: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, str]:
-    """`baseline` for labels compared with (replayed from, or the baseline of independent
-    captures), `candidate` for labels compared (replayed to, or paired by content), else
-    `capture`; in that order, then by label."""
-    base = set(pairs["baseline_label"].dropna().astype(str)) if len(pairs) else set()
-    cand = set(pairs["label"].dropna().astype(str)) if len(pairs) else set()
-    return roles_of(set(exchanges["label"].fillna("").astype(str).unique()), base, cand)
-
-
 def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[str, str]:
-    """`roles` from the labels of the exchanges, of the baselines and of the candidates."""
+    """Each label's role: `baseline` for labels compared with (replayed from, or the
+    baseline of independent captures), `candidate` for labels compared (replayed to, or
+    paired by content), else `capture`; in that order, then by label."""
     out = {
         label: "baseline" if label in baseline else "candidate" if label in candidate else "capture"
         for label in labels
@@ -128,38 +120,19 @@ def route_failure(record: Record | None) -> bool:
     return False
 
 
-def _route_status(status: Any) -> bool:
-    """A status that may say "not here" (a frame's missing status is `pd.NA`: not one)."""
-    return isinstance(status, int) and (status in ROUTE_STATUSES or status == 426)
-
-
-def exchange_outcomes(
-    exchanges: pd.DataFrame, findings: pd.DataFrame, records_by_id: Mapping[str, Record]
-) -> list[str]:
-    """Per exchange: `skipped`, `stopped`, `unsupported` (a route-level failure), else
-    the worst severity of its findings, or `ok`."""
-    worst: dict[Any, int] = {}
-    if len(findings):
-        ranks = findings["severity"].map(RANKS).fillna(len(SEVERITIES))
-        worst = ranks.groupby(findings["candidate_id"].to_numpy()).min().astype(int).to_dict()
-    out = []
-    for rid, kind, status, soft in zip(
-        exchanges["id"].tolist(),
-        exchanges["error_kind"].tolist(),
-        exchanges["status"].tolist(),
-        exchanges["soft_error"].tolist(),
-        strict=True,
-    ):
-        if kind == SKIPPED:
-            out.append(SKIPPED)
-        elif kind == STOPPED_IN_FLIGHT:
-            out.append(STOPPED)
-        elif (soft is True or _route_status(status)) and route_failure(records_by_id.get(rid)):
-            out.append(UNSUPPORTED)
-        elif rid in worst:
-            out.append(SEVERITIES[worst[rid]])
-        else:
-            out.append("ok")
+def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
+    """Per exchange (`error_kind`, `status`, `soft_error`, `route_failure`: its answer's):
+    `skipped`, `stopped`, `unsupported` (a route-level failure), else the worst severity of its
+    findings (`worst`: their least rank, -1 for none), or `ok`."""
+    status = pd.to_numeric(exchanges["status"], errors="coerce")
+    route = status.isin(list(ROUTE_STATUSES | {426})).to_numpy()
+    soft = exchanges["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool)
+    unsupported = (soft | route) & exchanges["route_failure"].to_numpy(dtype=bool)
+    named = np.array([*SEVERITIES, "ok"], dtype=object)
+    out = named[np.where(worst >= 0, worst, len(SEVERITIES))]
+    out[unsupported] = UNSUPPORTED
+    out[exchanges["error_kind"].eq(SKIPPED).fillna(False).to_numpy(dtype=bool)] = SKIPPED
+    out[exchanges["error_kind"].eq(STOPPED_IN_FLIGHT).fillna(False).to_numpy(dtype=bool)] = STOPPED
     return out
 
 
@@ -251,11 +224,9 @@ class Cell:
 Cells = dict[tuple[Hashable, ...], Cell]
 
 
-def _answer_text(record: Record | None) -> tuple[str, str, str]:
-    """`Answer.answered` (`404: words`), what a not-implemented reason says of it, and
-    `Answer.status`."""
-    if record is None:
-        return "no answer", "None)", "no answer"
+def answer_texts(record: Record) -> tuple[str, str, str]:
+    """An answer in a verdict's words (`404: the server's words`), what a not-implemented
+    reason says of it, and its status in short (`404`, `200 with an error body`)."""
     status = response_status(record)
     shown = f"{status or error_kind(record) or 'no answer'}"
     if record["tags"].get("soft_error"):
@@ -269,96 +240,92 @@ def _answer_text(record: Record | None) -> tuple[str, str, str]:
 
 
 def verdict_cells(
-    exchanges: pd.DataFrame,
-    findings: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    by: Sequence[str] = ("family", "transport"),
-    *,
-    positions: Sequence[Any] | None = None,
-    finding_order: Sequence[Any] | None = None,
-    outcomes: Sequence[str] | None = None,
-    pairs: pd.DataFrame | None = None,
+    exchanges: pd.DataFrame, findings: pd.DataFrame, by: Sequence[str] = ("family", "transport")
 ) -> Cells:
-    """The cells of `verdicts` for these exchanges and their findings. `positions` and
-    `finding_order` place the rows among all the captures' (by default: as they come),
-    so that the first answer and the order of reasons come out as for the whole; `pairs`
-    (`pair_exchanges`) say which exchange each candidate's was compared with."""
-    if exchanges.empty:
+    """The cells `verdict_frame` judges, per label and `by`. `exchanges`, one row each in
+    the captures' order: `label`, the `by` columns, `method`, `endpoint`, `status`,
+    `soft_error`, `outcome` (`exchange_outcomes`), `answered`, `not_implemented` and
+    `answer_status` (its answer's `answer_texts`), `original_ok` (it was compared with an original that was sent
+    and did not fail route-level). `findings`, in their order: `row` (the exchange's),
+    `severity`, `kind`, `path`, `evidence`, `text` (the evidence, else the message, ids
+    left out, with any `assumed_note`). A problem (`problem_key`) counts once per exchange."""
+    kept = ~np.isin(exchanges["outcome"].to_numpy(dtype=object), [SKIPPED, STOPPED])
+    if not kept.any():
         return {}
-    ex = exchanges.assign(
-        label=exchanges["label"].fillna("").astype(str),
-        family=exchanges["family"].fillna("other").astype(str),
-        endpoint=exchanges["endpoint"].fillna("(none)").astype(str),
-        transport=exchanges["transport"].fillna("http").astype(str),
-        method=exchanges["method"].fillna("").astype(str),
-    )
-    pos = list(range(len(ex))) if positions is None else list(positions)
-    if outcomes is None:
-        outcomes = exchange_outcomes(ex, findings, records_by_id)
-    kept = [o not in (SKIPPED, STOPPED) for o in outcomes]
+    keys = ["label", *by]
+    ex = exchanges.loc[kept, list(dict.fromkeys([*keys, "method", "endpoint", "status"]))]
     status = pd.to_numeric(ex["status"], errors="coerce")
-    succeeded = (
-        (statuses_2xx(status) | (status == 101)).fillna(False).astype(bool)
-        & ~ex["soft_error"].eq(True)
-    ).tolist()
-    failing = [o == UNSUPPORTED for o in outcomes]
-    ids = ex["id"].tolist()
-    baseline_ok = {rid for rid, k, f in zip(ids, kept, failing, strict=True) if k and not f}
-    baseline_of = (
-        dict(zip(pairs["candidate_id"].tolist(), pairs["baseline_id"].tolist(), strict=True))
-        if pairs is not None and len(pairs)
-        else {}
+    ex = ex.assign(
+        answered=exchanges["answered"].to_numpy()[kept],
+        not_implemented=exchanges["not_implemented"].to_numpy()[kept],
+        answer_status=exchanges["answer_status"].to_numpy()[kept],
+        original_ok=exchanges["original_ok"].to_numpy(dtype=bool)[kept],
+        failing=exchanges["outcome"].to_numpy()[kept] == UNSUPPORTED,
+        succeeded=(statuses_2xx(status) | (status == 101)).fillna(False).to_numpy(dtype=bool)
+        & ~exchanges["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool)[kept],
+        _cell=exchanges.loc[kept, keys].groupby(keys, sort=False, dropna=False).ngroup(),
     )
-    keys = list(zip(*(ex[c].tolist() for c in ("label", *by)), strict=True))
-    cells: Cells = {}
-    place: dict[Any, list[Cell]] = {}
-    columns = (ids, ex["method"].tolist(), ex["endpoint"].tolist())
-    for i, (rid, method, endpoint) in enumerate(zip(*columns, strict=True)):
-        if not kept[i]:
-            continue
-        cell = cells.get(keys[i])
-        if cell is None:
-            cell = cells[keys[i]] = Cell()
-        place.setdefault(rid, []).append(cell)
-        cell.exchanges += 1
-        cell.route_failure &= failing[i]
-        cell.succeeded |= succeeded[i]
-        answer = cell.answers.get((method, endpoint))
-        if answer is None:
-            answer = cell.answers[(method, endpoint)] = Answer(
-                pos[i], *_answer_text(records_by_id.get(rid))
-            )
-        answer.route_failure &= failing[i]
-        answer.original_ok |= baseline_of.get(rid) in baseline_ok
-    if len(findings):
-        order = list(range(len(findings))) if finding_order is None else finding_order
-        rows = zip(
-            findings["candidate_id"].tolist(),
-            findings["severity"].tolist(),
-            findings["kind"].tolist(),
-            findings["path"].tolist(),
-            findings["evidence"].tolist(),
-            findings["message"].tolist(),
-            order,
+    grouped = ex.groupby("_cell", sort=True)
+    named = grouped[keys].first().itertuples(index=False, name=None)
+    cells = [
+        Cell(exchanges=n, route_failure=route, succeeded=ok)
+        for n, route, ok in zip(
+            grouped.size().tolist(),
+            grouped["failing"].all().tolist(),
+            grouped["succeeded"].any().tolist(),
             strict=True,
         )
-        seen: set[tuple[int, tuple[bool, str], Any]] = set()
-        for cid, severity, kind, path, evidence, message, first in rows:
-            text = without_ids(evidence if evidence != "" else message)
-            text += assumed_note(records_by_id.get(cid), path, text)
-            rank = RANKS.get(severity, len(SEVERITIES))
-            key = (kind == "header", problem_key(path, evidence))
-            for cell in place.get(cid, ()):
-                new = (id(cell), key, cid) not in seen
-                seen.add((id(cell), key, cid))
-                reason = cell.reasons.get(key)
-                if reason is None:
-                    cell.reasons[key] = Reason(1, rank, text, first)
-                    continue
-                reason.n += new
-                if (rank, text) < (reason.rank, reason.text):
-                    reason.rank, reason.text = rank, text
-    return cells
+    ]
+    routes = ex.assign(_place=np.flatnonzero(kept)).groupby(
+        ["_cell", "method", "endpoint"], sort=False, dropna=False, observed=True
+    )
+    firsts = routes[["_place", "answered", "not_implemented", "answer_status"]].first()
+    for (at, method, endpoint), first, answered, missing, shown, route, original in zip(
+        firsts.index.tolist(),
+        firsts["_place"].tolist(),
+        firsts["answered"].tolist(),
+        firsts["not_implemented"].tolist(),
+        firsts["answer_status"].tolist(),
+        routes["failing"].all().tolist(),
+        routes["original_ok"].any().tolist(),
+        strict=True,
+    ):
+        cells[at].answers[(method, endpoint)] = Answer(
+            first, answered, missing, shown, route, original
+        )
+    if len(findings):
+        cell_at = np.full(len(exchanges), -1, dtype=np.int64)
+        cell_at[kept] = ex["_cell"].to_numpy()
+        mine = findings.assign(
+            _cell=cell_at[findings["row"].to_numpy()],
+            _rank=findings["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int),
+            _order=np.arange(len(findings)),
+            _header=findings["kind"].to_numpy() == "header",
+            _problem=_problem_keys(findings),
+        )
+        mine = mine[mine["_cell"].to_numpy() >= 0]
+        # a problem's words: those of its worst findings that sort first
+        mine = mine.sort_values(["_rank", "text", "_order"], kind="stable")
+        problems = mine.groupby(["_cell", "_header", "_problem"], sort=False)
+        firsts = problems[["_rank", "text"]].first()
+        for (at, header, problem), n, rank, said, first in zip(
+            firsts.index.tolist(),
+            problems["row"].nunique().tolist(),
+            firsts["_rank"].tolist(),
+            firsts["text"].tolist(),
+            problems["_order"].min().tolist(),
+            strict=True,
+        ):
+            cells[at].reasons[(header, problem)] = Reason(int(n), int(rank), said, first)
+    return dict(zip(named, cells, strict=True))
+
+
+def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
+    """Per finding, its `problem_key`, computed once per distinct path and evidence."""
+    pairs = pd.MultiIndex.from_arrays([findings["path"], findings["evidence"]])
+    codes, uniques = pd.factorize(pairs)
+    keys = np.array([problem_key(str(p), str(e)) for p, e in uniques.tolist()], dtype=object)
+    return keys[codes]
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:
@@ -431,16 +398,3 @@ def verdict_frame(
         order = ["_role", "label", "_family", *by]
     out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
     return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
-
-
-def verdicts(
-    exchanges: pd.DataFrame,
-    findings: pd.DataFrame,
-    records_by_id: Mapping[str, Record],
-    pairs: pd.DataFrame,
-    by: Sequence[str] = ("family", "transport"),
-) -> pd.DataFrame:
-    """One verdict per label and `by` (family and transport; or endpoint, for the report's
-    matrix), with its reasons and counts, baseline first."""
-    cells = verdict_cells(exchanges, findings, records_by_id, by, pairs=pairs)
-    return verdict_frame(cells, roles(exchanges, pairs), by)

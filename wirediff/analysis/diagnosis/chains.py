@@ -26,15 +26,7 @@ import pandas as pd
 
 from wirediff._support import statuses_2xx
 from wirediff._types import Record
-from wirediff.analysis.diagnosis.outcome import exchange_ok
-from wirediff.record.keys import (
-    HOP_LOOKBACK,
-    HOP_SLACK_S,
-    HOP_WINDOW_S,
-    ask_digest,
-    body_key,
-    hop_key,
-)
+from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S
 from wirediff.record.tags import header_get
 
 __all__ = [
@@ -45,7 +37,6 @@ __all__ = [
     "chain_links",
     "chain_roots",
     "chain_rows",
-    "chain_rows_from",
     "fallback_sources",
     "prepared",
     "redirect_location",
@@ -324,61 +315,25 @@ def redirect_location(record: Record) -> str | None:
     return None
 
 
-def chain_rows(
-    exchanges: pd.DataFrame, records_by_id: Mapping[str, Record], *, failing_only: bool = False
-) -> list[tuple[Any, ...]]:
-    """`exchanges_frame` rows grouped into chains: one tuple per chain in `CHAIN_COLUMNS`
-    order; with `failing_only`, those of the chains with an exchange that did not succeed."""
+def chain_rows(exchanges: pd.DataFrame, *, failing_only: bool = False) -> list[tuple[Any, ...]]:
+    """The index's exchanges grouped into chains: one tuple per chain in `CHAIN_COLUMNS`
+    order; with `failing_only`, those of the chains with an exchange that did not succeed.
+    Reads what each exchange contributes to links: its `hop_digest` (of a hop candidate),
+    `ask_digest`, `body_digest`, redirect `location` and whether it was `ok`."""
     if len(exchanges) == 0:
         return []
-    ids = exchanges["id"].tolist()
-    # Only originals on a named listener can be hops (`_hop_links`): the others need no key.
-    hop_candidates = [
-        isinstance(listener, str) and not replayed
-        for listener, replayed in zip(
-            exchanges["listener"].tolist(), exchanges["replay_of"].notna().tolist(), strict=True
+    f = prepared(exchanges)
+    located = exchanges["location"].notna().to_numpy()
+    targets = dict(
+        zip(
+            np.flatnonzero(located).tolist(),
+            exchanges["location"].to_numpy()[located].tolist(),
+            strict=True,
         )
-    ]
-    originals = exchanges["replay_of"].isna().tolist()
-    requests, contents, asks, locations, oks = [], [], [], [], []
-    for rid, candidate, original in zip(ids, hop_candidates, originals, strict=True):
-        rec = records_by_id[rid]
-        requests.append(rec["request"])
-        contents.append(hop_key(rec["request"]) if candidate else None)
-        asks.append(ask_digest(rec["request"]) if original else 0)
-        locations.append(redirect_location(rec))
-        oks.append(exchange_ok(rec))
-    return chain_rows_from(
-        exchanges,
-        contents,
-        asks,
-        locations,
-        oks,
-        lambda i: body_key(requests[i]),
-        failing_only=failing_only,
     )
-
-
-def chain_rows_from(
-    exchanges: pd.DataFrame,
-    contents: Sequence[Hashable],
-    asks: Sequence[int],
-    locations: Sequence[str | None],
-    oks: Sequence[bool],
-    body_keys: Callable[[int], Hashable],
-    *,
-    failing_only: bool = False,
-) -> list[tuple[Any, ...]]:
-    """`chain_rows` from what each exchange contributes, worked out beforehand (where the
-    records themselves are not at hand): its `hop_key` (None: no hop candidate), its
-    `ask_digest` (0 for a replay), its redirect location, whether it succeeded, and the
-    `body_key` of the exchange at a position."""
-    if len(exchanges) == 0:
-        return []
-    f = prepared(exchanges).assign(ask_digest=np.asarray(asks, dtype=np.uint64))
-    targets = {i: loc for i, loc in enumerate(locations) if loc}
-    links = chain_links(f, contents, targets, body_keys)
-    return assemble(f, links, oks, failing_only=failing_only)
+    bodies = exchanges["body_digest"].to_numpy()
+    links = chain_links(f, exchanges["hop_digest"].to_numpy(), targets, lambda i: int(bodies[i]))
+    return assemble(f, links, exchanges["ok"].tolist(), failing_only=failing_only)
 
 
 def prepared(exchanges: pd.DataFrame, replay: Any = None) -> pd.DataFrame:

@@ -8,21 +8,20 @@ several.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from wirediff._support import paused_gc, statuses_2xx
+from wirediff._support import statuses_2xx
 from wirediff._types import Record
-from wirediff.analysis.comparison.frames import exchanges_frame
-from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
+from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
 from wirediff.analysis.diagnosis.subject import Served
 from wirediff.analysis.diagnosis.view import ExchangeView, view
-from wirediff.record.store import first_of_each_id
 
 __all__ = [
     "BACKEND_SCAN",
@@ -32,8 +31,8 @@ __all__ = [
     "answered_prefixes",
     "backend_key",
     "count_line",
-    "diagnose",
     "diagnose_chain",
+    "diagnose_chains",
     "diagnosis_frame",
     "format_chains",
     "format_diagnoses",
@@ -84,19 +83,14 @@ DIAGNOSIS_COLUMNS = [
 `title`: the chain's one-line story."""
 
 
-def served_by(records_by_id: Mapping[str, Record], exchanges: pd.DataFrame) -> Served:
+def served_by(exchanges: pd.DataFrame) -> Served:
     """What each backend label showed it serves: the model ids a captured `GET /v1/models`
-    listed, and the prefixes under which a call of a known family succeeded."""
-    hit = exchanges[
-        (exchanges["endpoint"] == "/v1/models")
-        & (exchanges["method"] == "GET")
-        & (exchanges["status"].fillna(0) == 200)
-    ]
+    listed (the index's `models`, as JSON), and the prefixes under which a call of a known
+    family succeeded."""
+    listed = exchanges.loc[exchanges["models"].notna(), ["label", "models"]]
     models: dict[str, set[str]] = {}
-    for rid, label in zip(hit["id"], hit["label"], strict=True):
-        ids = models_listed(records_by_id[rid])
-        if ids is not None:
-            models.setdefault(str(label), set()).update(ids)
+    for label, ids in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
+        models.setdefault(str(label), set()).update(json.loads(ids))
     return Served(models, answered_prefixes(exchanges))
 
 
@@ -150,32 +144,27 @@ def backend_key(label: Any, listener: Any) -> tuple[str | None, str | None]:
 
 
 class Backends:
-    """The exchanges of each backend (label and listener), for naming its provider when a
-    failing chain carries no mark of it; identified once per backend."""
+    """The first `BACKEND_SCAN` exchanges of each backend (label and listener), for naming
+    its provider when a failing chain carries no mark of it; identified once per backend,
+    their records read when first needed (`read`: the records at these rows)."""
 
-    def __init__(self, records_by_id: Mapping[str, Record], exchanges: pd.DataFrame) -> None:
-        self.records_by_id = records_by_id
-        self.ids: dict[tuple[Any, Any], list[str]] = {}
-        for rid, label, listener in zip(
-            exchanges["id"], exchanges["label"], exchanges["listener"], strict=True
-        ):
-            ids = self.ids.setdefault(backend_key(label, listener), [])
-            if len(ids) < BACKEND_SCAN:
-                ids.append(rid)
+    def __init__(
+        self, exchanges: pd.DataFrame, read: Callable[[Sequence[int]], Sequence[Record]]
+    ) -> None:
+        self.read = read
+        heads = exchanges[["label", "listener"]].astype(object)
+        keys = [backend_key(a, b) for a, b in zip(heads["label"], heads["listener"], strict=True)]
+        self.rows: dict[tuple[Any, Any], list[int]] = {}
+        for row, key in enumerate(keys):
+            rows = self.rows.setdefault(key, [])
+            if len(rows) < BACKEND_SCAN:
+                rows.append(row)
         self.known: dict[tuple[Any, Any], Provider] = {}
-
-    @classmethod
-    def identified(cls, known: Mapping[tuple[Any, Any], Provider]) -> Backends:
-        """Backends whose providers were identified beforehand (from the first
-        `BACKEND_SCAN` exchanges of each, read elsewhere)."""
-        out = cls({}, pd.DataFrame({"id": [], "label": [], "listener": []}))
-        out.known = dict(known)
-        return out
 
     def provider(self, x: ExchangeView) -> Provider:
         key = backend_key(x.label, x.rec.get("listener"))
         if key not in self.known:
-            others = (view(self.records_by_id[i]) for i in self.ids.get(key, ()))
+            others = (view(r) for r in self.read(self.rows.get(key, [])))
             self.known[key] = identify([], others)
         return self.known[key]
 
@@ -232,38 +221,49 @@ def diagnose_chain(
     return rows
 
 
-def diagnose(
-    records: Iterable[Record],
-    *,
-    exchanges: pd.DataFrame | None = None,
-    records_by_id: Mapping[str, Record] | None = None,
-) -> pd.DataFrame:
-    """One row per (failing chain, diagnosis code); see `DIAGNOSIS_COLUMNS`.
-
-    A caller that has analysed the records already passes what it built from them
-    (`Analysis.exchanges`, `Analysis.records_by_id`), so that it is not built again. The
-    cyclic garbage collector is paused meanwhile, as in `wirediff.analysis.comparison.analyze.analyze`."""
-    with paused_gc():
-        return _diagnose(records, exchanges, records_by_id)
-
-
-def _diagnose(
-    records: Iterable[Record],
-    exchanges: pd.DataFrame | None,
-    records_by_id: Mapping[str, Record] | None,
-) -> pd.DataFrame:
-    if records_by_id is None or exchanges is None:
-        records = first_of_each_id(list(records))
-    by_id = records_by_id if records_by_id is not None else {r["id"]: r for r in records}
-    ex = exchanges if exchanges is not None else exchanges_frame(records)
-    failing = chain_rows(ex, by_id, failing_only=True)
-    served = served_by(by_id, ex) if failing else Served()
-    backends = Backends(by_id, ex) if failing else None
+def diagnose_chains(
+    chains: Sequence[tuple[Any, ...]],
+    evidence: Callable[[str], tuple[int, Record]],
+    served: Served,
+    backends: Backends,
+) -> list[dict[str, Any]]:
+    """Diagnosis rows for failing chains (`chain_rows` rows), each distinct chain diagnosed
+    once: chains whose exchanges read the same (`evidence`: an exchange's evidence key and
+    record, by id), with the same links, ending and title, get the same rows, their own
+    ids put in."""
+    done: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     rows: list[dict[str, Any]] = []
-    for row in failing:
+    for row in chains:
         chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
-        rows.extend(diagnose_chain(chain, by_id, served, backends))
-    return diagnosis_frame(rows)
+        ids: list[str] = list(chain["exchange_ids"])
+        at = {rid: n for n, rid in enumerate(ids)}
+        seen = [evidence(rid) for rid in ids]
+        key = (
+            tuple(k for k, _ in seen),
+            tuple((kind, at[a], at[b]) for kind, a, b in chain["links"]),
+            at[chain["final_id"]],
+            bool(chain["ok"]),
+            chain["title"],
+        )
+        found = done.get(key)
+        if found is None:
+            records: dict[str, Record] = {
+                rid: {**rec, "id": rid}  # type: ignore[typeddict-item]
+                for rid, (_, rec) in zip(ids, seen, strict=True)
+            }
+            found = done[key] = [
+                {**r, "exchange_ids": [at[i] for i in r["exchange_ids"]]}
+                for r in diagnose_chain(chain, records, served, backends)
+            ]
+        rows += [
+            {
+                **r,
+                "chain_id": chain["chain_id"],
+                "exchange_ids": [ids[n] for n in r["exchange_ids"]],
+            }
+            for r in found
+        ]
+    return rows
 
 
 def diagnosis_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -65,7 +65,7 @@ def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
         return None
     name = data.get("type") if isinstance(data, dict) else None
     name = name if isinstance(name, str) else ev.get("event")
-    return name if name in RESPONSE_TERMINALS else None
+    return name if isinstance(name, str) and name in RESPONSE_TERMINALS else None
 
 
 def stream_end(record: Record) -> StreamEnd | None:

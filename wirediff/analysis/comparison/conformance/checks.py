@@ -8,8 +8,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from wirediff._support import is_2xx, response_status
 from wirediff._types import Event, Record, RecordResponse
 from wirediff.analysis.comparison import impact as sdk
@@ -22,14 +20,12 @@ from wirediff.analysis.comparison.conformance import (
     sdk_types,
 )
 from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem, remembered
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.frames import transport_of
 from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 
-__all__ = ["CONFORMANCE_COLUMNS", "RecordCheck", "check_records", "conformance", "record_problems"]
+__all__ = ["ConformanceRow", "RecordCheck", "record_check", "record_problems"]
 
-CONFORMANCE_COLUMNS = DIVERGENCE_COLUMNS
 WEBSOCKET_CLIENT_EVENT = "response.create"
 """The client's frame on a Responses WebSocket: it starts a turn, it is not an answer."""
 WEBSOCKET_PROBE = "client.responses.connect()"
@@ -253,65 +249,44 @@ def _unanswered_turns(record: Record) -> tuple[Break, ...]:
     return (Break(LOST, WEBSOCKET_PROBE, message, "", "none"),)
 
 
-def check_records(records: Iterable[Record]) -> tuple[pd.DataFrame, dict[str, RecordCheck]]:
-    """The conformance frame (one row per distinct problem and per break of each record) and
-    what each record showed, for judging its divergences."""
-    rows: list[tuple[Any, ...]] = []
-    checks: dict[str, RecordCheck] = {}
-    records = list(records)
-    sdk.prepare(records)  # each client once per distinct answer, Node's calls in one batch
-    for rec in records:
-        outcome = sdk.impact(rec)
-        breaks = _record_breaks(rec, outcome) + _unanswered_turns(rec)
-        problems = merge(record_problems(rec))
-        rid = rec["id"]
-        if not problems and not breaks:
-            checks[rid] = RecordCheck(outcome)
-            continue
-        tags = rec.get("tags") or {}
-        meta = (rid, rec.get("label"), "", "", rid, tags.get("family"), tags.get("endpoint"))
-        for problem, count in problems:
-            text = _text(problem, count)
-            cause = next((b for b in breaks if implicates(b, "conformance", problem.path)), None)
-            rows.append(
-                (
-                    *meta,
-                    "conformance",
-                    problem.path,
-                    "",
-                    text,
-                    "breaking" if cause else "deviation",
-                    problem.source,
-                    problem.pointer,
-                    cause.message if cause else "",
-                    f"`{problem.path}`: {text}",
-                )
+ConformanceRow = tuple[str, str, str, str, str, str, str, str, str]
+"""A conformance or `client` row of one record, `FINDING_COLUMNS` values."""
+
+
+def record_check(rec: Record) -> tuple[RecordCheck, tuple[ConformanceRow, ...]]:
+    """What one record showed (for judging its divergences) and its conformance rows: one
+    per distinct problem and one `client` row per break (`prepare` the records first to
+    measure Node's calls in one batch)."""
+    outcome = sdk.impact(rec)
+    breaks = _record_breaks(rec, outcome) + _unanswered_turns(rec)
+    problems = merge(record_problems(rec))
+    if not problems and not breaks:
+        return RecordCheck(outcome), ()
+    rows: list[ConformanceRow] = []
+    for problem, count in problems:
+        text = _text(problem, count)
+        cause = next((b for b in breaks if implicates(b, "conformance", problem.path)), None)
+        rows.append(
+            (
+                "conformance",
+                problem.path,
+                "",
+                text,
+                "breaking" if cause else "deviation",
+                problem.source,
+                problem.pointer,
+                cause.message if cause else "",
+                f"`{problem.path}`: {text}",
             )
-        for b in breaks:
-            rows.append(
-                (
-                    *meta,
-                    "client",
-                    b.probe,
-                    "",
-                    b.candidate,
-                    "breaking",
-                    b.client,
-                    "",
-                    b.message,
-                    b.message,
-                )
-            )
-        checks[rid] = RecordCheck(
-            outcome,
-            breaks,
-            _intern(frozenset(p.path for p, _ in problems)),
-            _intern(tuple(f"{p.path} {p.message}" for p, _ in problems if p.source == GRAMMAR)),
         )
-    return pd.DataFrame.from_records(rows, columns=CONFORMANCE_COLUMNS), checks
-
-
-def conformance(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per distinct problem per record, and one `client` row per break; no
-    baseline needed."""
-    return check_records(records)[0]
+    for b in breaks:
+        rows.append(
+            ("client", b.probe, "", b.candidate, "breaking", b.client, "", b.message, b.message)
+        )
+    check = RecordCheck(
+        outcome,
+        breaks,
+        _intern(frozenset(p.path for p, _ in problems)),
+        _intern(tuple(f"{p.path} {p.message}" for p, _ in problems if p.source == GRAMMAR)),
+    )
+    return check, tuple(rows)

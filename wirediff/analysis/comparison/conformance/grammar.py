@@ -21,7 +21,12 @@ from typing import Any
 from wirediff._types import Event
 from wirediff.analysis.comparison.compare import short
 from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem
-from wirediff.analysis.comparison.observe import CHUNK_ARGUMENTS, DONE, RESPONSE_TERMINALS
+from wirediff.analysis.comparison.observe import (
+    CHUNK_ARGUMENTS,
+    DONE,
+    RESPONSE_TERMINALS,
+    json_key,
+)
 
 __all__ = ["RULES", "chat_grammar", "responses_grammar"]
 
@@ -261,7 +266,7 @@ def _items(typed: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
                     for k in sorted(set(state.ids) - state.closed)
                 ]
             continue
-        part = (index, data.get("content_index"))
+        part = (index, json_key(data.get("content_index")))
         if typ == "response.content_part.done" and part in state.texted:
             unclosed = f"content part {part[1]} of item {index} closed without its text's .done"
             out.append(_problem("text-done", "events[response.output_text.done]", unclosed, i))
@@ -293,7 +298,7 @@ def _item_event(state: _Items, typ: str, index: int, data: dict[str, Any]) -> st
     known = state.ids[index]
     if isinstance(item_id, str) and isinstance(known, str) and item_id != known:
         return f"`item_id` {item_id} is not the id of output item {index}"
-    part = (index, data.get("content_index"))
+    part = (index, json_key(data.get("content_index")))
     if typ == "response.content_part.added":
         state.parts.add(part)
     elif typ == "response.content_part.done":

@@ -1,5 +1,5 @@
-"""The failing chains over the engine's index: links are looked for only among the rows
-that can have one, and what that finds is what looking among all of them finds."""
+"""The failing chains of scanned captures: those of the same records held in memory, every
+link kind found across the chunks of a file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tests.fixtures.chain_records import (
@@ -19,11 +18,11 @@ from tests.fixtures.chain_records import (
     sdk_headers,
 )
 from wirediff._types import Record
-from wirediff.engine.chaining import Failing, failing_chains, linkable_rows
-from wirediff.engine.engines import LocalEngine
-from wirediff.engine.progress import Progress
-from wirediff.engine.run import scan_inputs
-from wirediff.record.store import RecordWriter
+from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
+from wirediff.analysis.index.analyze import Index
+from wirediff.engine import scan
+from wirediff.engine.run import Run
+from wirediff.record.store import RecordWriter, load_records
 
 ERR: dict[str, Any] = dict(status=502, content_type="text/html", resp_text="Bad Gateway")
 MISSING: dict[str, Any] = dict(status=404, resp_body={"detail": "Not Found"})
@@ -84,47 +83,49 @@ def capture(path: Path, copies: int) -> Path:
     return path
 
 
-def same(a: Failing, b: Failing) -> bool:
-    return a.count == b.count and [
-        (first, rows.tolist(), links) for first, rows, links in a.batches
-    ] == [(first, rows.tolist(), links) for first, rows, links in b.batches]
+def failing(path: Path) -> list[tuple[Any, ...]]:
+    """The failing chains of a capture scanned in chunks of a few records, checked to be
+    those of its records held in memory."""
+    with Run("local", progress=False, workers=1) as run:
+        index, _ = run.scan([str(path)])
+    found = chain_rows(index.rows, failing_only=True)
+    assert found == chain_rows(Index.of(load_records([path])).rows, failing_only=True)
+    return found
 
 
-@pytest.mark.parametrize("batch", [1, 5, 4000])
-def test_links_among_the_rows_that_can_have_one_are_those_among_all(
-    tmp_path: Path, batch: int
+def column(found: list[tuple[Any, ...]], name: str) -> list[Any]:
+    return [row[CHAIN_COLUMNS.index(name)] for row in found]
+
+
+def test_the_scan_links_every_kind_as_the_records_in_memory_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = scan_inputs(LocalEngine(1), [str(capture(tmp_path / "c.jsonl", 3))], Progress(False))
-    n = len(index)
-    linkable = linkable_rows(index)
-    assert 0 < len(linkable) < n  # the exchanges of one are left out
-    found = failing_chains(index, batch)
-    assert same(found, failing_chains(index, batch, np.arange(n)))
-    kinds = {kind for _, _, links in found.batches for kind, _, _ in links}
-    assert kinds == {"hop", "retry", "fallback", "redirect"}
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 1 << 12)
+    found = failing(capture(tmp_path / "c.jsonl", 3))
+    assert {kind for kinds in column(found, "kinds") for kind in kinds} == {
+        "hop", "retry", "fallback", "redirect",
+    }  # fmt: skip
     # per copy: the hop, r0-r1, x0 (x1 is ok), the fallback, the soft fallback, `alone`
     # (`other` is ok), the redirect, `down`
-    assert found.count == 3 * 8
+    assert len(found) == 3 * 8
 
 
-def test_no_row_can_be_linked_in_a_capture_of_plain_calls(tmp_path: Path) -> None:
+def test_no_row_is_linked_in_a_capture_of_plain_calls(tmp_path: Path) -> None:
     recs = [record(id=f"c{k}", body=asking(f"q{k}"), started=T0 + k) for k in range(5)]
     recs.append(record(id="bad", body=asking("q-bad"), started=T0 + 9, **ERR))
     path = tmp_path / "c.jsonl"
     with RecordWriter(path) as w:
         for rec in recs:
             w.write(rec)
-    index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
-    assert linkable_rows(index).tolist() == []
-    found = failing_chains(index, 4000)
-    assert found.count == 1 and same(found, failing_chains(index, 4000, np.arange(len(index))))
+    found = failing(path)
+    assert column(found, "exchange_ids") == [["bad"]] and column(found, "kinds") == [[]]
 
 
-def test_urls_that_do_not_parse_and_missing_keys_are_linked_as_among_all_rows(
+def test_urls_that_do_not_parse_and_missing_keys_are_each_the_same_as_itself_only(
     tmp_path: Path,
 ) -> None:
     """A port that is no number, beside a redirect and as a redirect's target; an exchange
-    without a listener or a key: each the same as itself only, on either path."""
+    without a listener or a key."""
     odd = "http://api.test:abc/v1/chat/completions"
     recs = [
         *redirected_post(),
@@ -140,9 +141,6 @@ def test_urls_that_do_not_parse_and_missing_keys_are_linked_as_among_all_rows(
     with RecordWriter(path) as w:
         for rec in recs:
             w.write(rec)
-    index = scan_inputs(LocalEngine(1), [str(path)], Progress(False))
-    found = failing_chains(index, 4000)
-    assert same(found, failing_chains(index, 4000, np.arange(len(index))))
-    links = sorted(link for _, _, links in found.batches for link in links)
-    assert links == [("redirect", 0, 1), ("redirect", 3, 4)]
-    assert found.count == 4  # the two redirects, `bad-port`, `bare`
+    found = failing(path)
+    assert [list(k) for k in column(found, "kinds")].count(["redirect"]) == 2
+    assert len(found) == 4  # the two redirects, `bad-port`, `bare`

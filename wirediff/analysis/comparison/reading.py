@@ -1,0 +1,200 @@
+"""What the comparison reads of one exchange, read once: what `compare` looks at
+(`observe`), what the references and the real clients make of its answer (`record_check`,
+with its conformance rows), whether it says "not here" and in what words, and its stream's
+event labels.
+
+Equal readings, equal findings: every check after this reads a `Reading`, never the record,
+so the analysis of many exchanges works once per distinct reading (`reading_key`) and fans
+the result back to the exchanges that share it. A reading keeps nothing per exchange: no
+id, no time, only the presence of `x-request-id` among the headers (its value is never
+compared).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from wirediff._types import Record
+from wirediff.analysis.comparison.assumed import standin_of
+from wirediff.analysis.comparison.breaks import server_words
+from wirediff.analysis.comparison.compare import compare
+from wirediff.analysis.comparison.conformance import ConformanceRow, RecordCheck, record_check
+from wirediff.analysis.comparison.divergences import BASELINE_SOURCE
+from wirediff.analysis.comparison.noise import is_noise
+from wirediff.analysis.comparison.observe import Observed, observe, stream_labels
+from wirediff.analysis.comparison.severity import answer_failed, judging_breaks, severity_of
+from wirediff.analysis.comparison.verdicts import answer_texts, route_failure
+
+__all__ = ["FindingRow", "Reading", "pair_findings", "read_answer", "reading_key", "same_reading"]
+
+REQUEST_ID = "x-request-id"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Reading:
+    """One exchange as the comparison reads it."""
+
+    observed: Observed
+    check: RecordCheck
+    rows: tuple[ConformanceRow, ...]
+    """Its conformance and `client` rows (`FINDING_COLUMNS` values)."""
+    route_failure: bool
+    answered: str
+    """The answer in a verdict's words (`404: the server's words`)."""
+    not_implemented: str
+    status: str
+    """The answer's status in short (`404`, `200 with an error body`)."""
+    words: str
+    """The server's own error message, quoted by a break (`server_words`)."""
+    failed: bool
+    """No 2xx answer, or an error in one."""
+    timeline: tuple[str, ...]
+    """Its stream's event labels, delta runs collapsed (`stream_labels`)."""
+    standin: str
+    """The stand-in profile that gave the answer, if one did (`standin_of`)."""
+
+
+def read_answer(record: Record) -> Reading:
+    """The reading of one record (`prepare` its batch for the clients first)."""
+    observed = observe(record)
+    observed.headers = {REQUEST_ID: ""} if REQUEST_ID in observed.headers else {}
+    check, rows = record_check(record)
+    answered, not_implemented, status = answer_texts(record)
+    return Reading(
+        observed,
+        check,
+        rows,
+        route_failure(record),
+        answered,
+        not_implemented,
+        status,
+        server_words(record),
+        answer_failed(record),
+        stream_labels(record),
+        standin_of(record),
+    )
+
+
+FindingRow = tuple[str, str, str, str, str, str, str, str, str]
+"""A finding's `FINDING_COLUMNS` values."""
+
+
+def pair_findings(
+    b: Reading, c: Reading, noise: frozenset[str] = frozenset()
+) -> tuple[tuple[FindingRow, ...], tuple[FindingRow, ...]]:
+    """A candidate's answer against its baseline's: the divergences (what `compare` finds
+    less the `noise` paths, none when the baseline says "not here": the candidate has
+    nothing to differ from), judged (`severity_of`), and the pair's `client` rows."""
+    cand = c.observed
+    breaks, own = judging_breaks(
+        b.check, c.check, c.words, None if cand.responded else cand.failure
+    )
+    better = b.failed and not c.failed
+    found: list[FindingRow] = []
+    if not b.route_failure:
+        for f in compare(b.observed, cand):
+            if is_noise(f.path, noise):
+                continue
+            severity, evidence = severity_of(
+                (f.kind, f.path, f.baseline, f.candidate), breaks, c.check, better
+            )
+            found.append(
+                (
+                    f.kind,
+                    f.path,
+                    f.baseline,
+                    f.candidate,
+                    severity,
+                    BASELINE_SOURCE,
+                    "",
+                    evidence,
+                    f.message,
+                )
+            )
+    clients = tuple(
+        ("client", x.probe, x.baseline, x.candidate, "breaking", x.client, "", x.message, x.message)
+        for x in own
+    )
+    return tuple(found), clients
+
+
+def same_reading(reading: Reading) -> tuple[Any, ...]:
+    """A hashable value equal for readings that are equal, in this process: the memoised
+    shapes and checks are shared objects, so this is cheap to hash."""
+    o = reading.observed
+    error_doc = _plain_bytes(o.error_doc) if o.error_doc is not None else None
+    observed = (
+        o.responded,
+        o.failure,
+        o.status,
+        o.content_type,
+        o.media_type,
+        bool(o.headers),
+        o.rate_limits,
+        o.asked_stream,
+        o.is_stream,
+        o.failed,
+        o.soft_error,
+        error_doc,
+        o.error_prefix,
+        o.shape,
+        o.values,
+        tuple(o.event_shapes.items()),
+        tuple(o.embedded.items()),
+        tuple(o.labels),
+        o.terminal,
+        o.sequence_fault,
+    )
+    return (
+        observed,
+        reading.check,
+        reading.rows,
+        reading.route_failure,
+        reading.answered,
+        reading.not_implemented,
+        reading.status,
+        reading.words,
+        reading.failed,
+        reading.timeline,
+        reading.standin,
+    )
+
+
+def reading_key(reading: Reading) -> int:
+    """A 63-bit number for a reading, the same in every process and on every machine (sets
+    sorted, objects in their order, types kept): what the analysis groups exchanges by."""
+    text = _plain_bytes(_plain(same_reading(reading)))
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest()) >> 1
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON values that say the same in any process: a set sorted, a tuple a
+    list, an object a list of its items in their order, a dataclass its name and fields."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, frozenset | set):
+        items = [_plain(v) for v in value]
+        return ["{set}", *sorted(items, key=_plain_bytes)]
+    if isinstance(value, dict):
+        return ["{dict}", *([_plain(k), _plain(v)] for k, v in value.items())]
+    if isinstance(value, bytes):
+        return ["{bytes}", value.hex()]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = (getattr(value, f.name) for f in dataclasses.fields(value))
+        return [type(value).__name__, *map(_plain, fields)]
+    return ["{other}", repr(value)]
+
+
+def _plain_bytes(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # an integer past 64 bits, a lone surrogate
+        return json.dumps(value, ensure_ascii=True, default=repr).encode()

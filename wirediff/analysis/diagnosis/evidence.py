@@ -1,0 +1,120 @@
+"""What the diagnosis reads of an exchange, and nothing else: its record cut down to what
+`view`, the rules and the provider look at (`evidence_record`), and a number equal for
+exchanges whose diagnoses read the same (`evidence_key`).
+
+A failing chain is diagnosed once per distinct sequence of such records and links, and the
+rows fanned back to every chain that reads the same (`wirediff.analysis.diagnosis.explain`):
+ids, times and generated text the rules never quote do not make chains differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from typing import Any
+
+import orjson
+
+from wirediff._types import Record
+from wirediff.analysis.diagnosis.provider import GO_PLAIN, PRODUCT_HEADERS
+from wirediff.profiles import signature_headers
+
+__all__ = ["evidence_key", "evidence_record"]
+
+_REQUEST_VALUES = frozenset({"model", "previous_response_id"})
+"""Request body keys whose values the rules read (of the others, only the names)."""
+
+
+@cache
+def _headers_read() -> frozenset[str]:
+    """The response headers the rules and the provider read, by name."""
+    named = {"content-type", "location", "www-authenticate", "allow", "server", "x-powered-by"}
+    return frozenset(named | {name for name, _ in PRODUCT_HEADERS} | signature_headers())
+
+
+def evidence_record(rec: Record, ok: bool) -> Record:
+    """`rec` as the diagnosis reads it (`ok`: whether the exchange succeeded, as
+    `exchange_ok` says): of a failing answer its body, text and events whole (event times
+    left out), of a successful one what names its provider and how its stream ended."""
+    req = rec["request"]
+    body = req.get("body")
+    asked: dict[str, Any] = {
+        "method": req.get("method"),
+        "path": req.get("path"),
+        "url": req.get("url"),
+        "headers": [h for h in req.get("headers") or () if h[0].lower() == "upgrade"],
+        "body": (
+            {k: (v if k in _REQUEST_VALUES else None) for k, v in body.items()}
+            if isinstance(body, dict)
+            else None
+            if body is None
+            else 0
+        ),
+    }
+    if req.get("forwarded_headers") is not None:
+        asked["forwarded_headers"] = req["forwarded_headers"]
+    out: dict[str, Any] = {
+        "id": rec["id"],
+        "label": rec.get("label"),
+        "listener": rec.get("listener"),
+        "request": asked,
+        "response": None,
+        "error": rec.get("error"),
+        "tags": rec.get("tags"),
+    }
+    resp = rec.get("response")
+    if resp is None:
+        return out  # type: ignore[return-value]
+    read = _headers_read()
+    answer: dict[str, Any] = {
+        "status": resp.get("status"),
+        "headers": [h for h in resp.get("headers") or () if h[0].lower() in read],
+        "complete": resp.get("complete"),
+        "websocket": resp.get("websocket"),
+    }
+    events = resp.get("events")
+    if not ok:
+        answer["body"], answer["text"] = resp.get("body"), resp.get("text")
+        if events is not None:
+            answer["events"] = [{k: v for k, v in ev.items() if k != "t_ms"} for ev in events]
+    else:
+        answer["body"] = _named_body(resp.get("body"))
+        text = resp.get("text")
+        answer["text"] = text if isinstance(text, str) and GO_PLAIN.match(text) else None
+        if events is not None:
+            answer["events"] = [_event_end(ev) for ev in events]
+    out["response"] = answer
+    return out  # type: ignore[return-value]
+
+
+def _named_body(body: Any) -> Any:
+    """Of a successful answer's body, what names its provider (`system_fingerprint`, a
+    body of `detail` alone), and whether it is an object."""
+    if not isinstance(body, dict):
+        return None if body is None else 0
+    if body.get("system_fingerprint") == "fp_ollama":
+        return {"system_fingerprint": "fp_ollama"}
+    return {"detail": None} if set(body) == {"detail"} else {}
+
+
+def _event_end(ev: Any) -> Any:
+    """Of a successful stream's event, what tells how the stream ended: its name, the
+    `type` of its data, whether it is cut, and who sent it."""
+    data = ev.get("data")
+    if isinstance(data, dict):
+        data = {"type": data["type"]} if "type" in data else {}
+    elif data != "[DONE]":
+        data = ""
+    return {k: v for k, v in (*ev.items(), ("data", data)) if k != "t_ms"}
+
+
+def evidence_key(record: Record) -> int:
+    """A 63-bit number equal for evidence records that read the same, ids aside, in every
+    process."""
+    content = {k: v for k, v in record.items() if k != "id"}
+    try:
+        text = orjson.dumps(content)
+    except TypeError:  # an integer past 64 bits, a lone surrogate
+        text = json.dumps(content, ensure_ascii=True, default=repr).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest()) >> 1

@@ -1,0 +1,102 @@
+"""Which rows of the index an analysis keeps, and where each goes back to.
+
+An id is one exchange: a row whose id an earlier row has (the same capture given twice, a
+capture with its export) is left out, with a warning. A replay attempt that got no answer
+(`RETRIED_KINDS`) and was tried again later for the same original and label is left out: a
+resumed `wirediff replay` appends the new attempt, and only the newest says how the target
+answers (answered replays all stay: two answers to one original tell noise from a
+divergence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from wirediff.record.keys import digest
+from wirediff.record.store import RETRIED_KINDS, warn_repeated_ids
+
+__all__ = ["first_of_each_id", "kept_rows", "not_retried", "replay_roots"]
+
+
+def first_of_each_id(index: pd.DataFrame) -> np.ndarray:
+    """Whether each row is the first of its id (the others said in one warning)."""
+    first = ~index["id"].duplicated().to_numpy()
+    if not first.all():
+        warn_repeated_ids(int((~first).sum()))
+    return first
+
+
+def not_retried(index: pd.DataFrame, scope: np.ndarray | None = None) -> np.ndarray:
+    """Whether each row is no replay attempt superseded by a later one (the greatest
+    `started`, a missing one 0; on a tie the later row) at the same original and label,
+    within each `scope` (`check`'s arguments; by default all rows are one)."""
+    of = index["replay_of"]
+    replay = (of.notna() & (of != "")).to_numpy()
+    retried = replay & index["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
+    keep = np.ones(len(index), dtype=bool)
+    if not retried.any():
+        return keep
+    rows = np.flatnonzero(replay)
+    group = pd.DataFrame(
+        {
+            "scope": 0 if scope is None else scope[rows],
+            "of": of.to_numpy()[rows],
+            "label": index["label"].to_numpy()[rows],
+            "started": index["started"].to_numpy()[rows],
+            "row": rows,
+        }
+    )
+    group["started"] = group["started"].fillna(0.0)
+    group = group.sort_values(["started", "row"], kind="stable")
+    latest = ~group.duplicated(["scope", "of", "label"], keep="last").to_numpy()
+    newest = np.zeros(len(index), dtype=bool)
+    newest[group["row"].to_numpy()[latest]] = True
+    keep[retried & ~newest] = False
+    return keep
+
+
+def kept_rows(
+    index: pd.DataFrame, scope: np.ndarray | None = None, *, retried: bool = False
+) -> np.ndarray:
+    """The rows an analysis keeps, in order: the first of each id, less superseded replay
+    attempts (`not_retried`, within each `scope`) unless `retried`."""
+    at = np.flatnonzero(first_of_each_id(index))
+    if not retried:
+        at = at[not_retried(index.iloc[at], None if scope is None else scope[at])]
+    return at
+
+
+def replay_roots(index: pd.DataFrame) -> np.ndarray:
+    """The digest of the original each row goes back to through `replay_of` (its own for
+    an original; through replays of replays, however deep; a missing original's id). A
+    cycle of replays has no original: its rows go back to the least digest in it."""
+    ids = index["id"].to_numpy()
+    parent = pd.Index(ids).get_indexer(index["replay_of"].to_numpy())
+    own = np.fromiter((digest(str(i)) for i in ids), dtype=np.uint64, count=len(ids))
+    missing = index["replay_of"].notna().to_numpy() & (parent < 0)
+    root = own.copy()
+    root[missing] = np.fromiter(
+        (digest(str(i)) for i in index["replay_of"].to_numpy()[missing]),
+        dtype=np.uint64,
+        count=int(missing.sum()),
+    )
+    up = np.where(parent >= 0, parent, np.arange(len(ids)))
+    for _ in range(64):  # pointers doubled: 2**64 steps reach any original
+        higher = up[up]
+        if (higher == up).all():
+            break
+        up = higher
+    cycled = parent[up] >= 0  # still on a replay: on a cycle
+    root = np.where(missing[up], root[up], own[up])
+    least: dict[int, np.uint64] = {}
+    for k in np.flatnonzero(cycled).tolist():
+        on = int(up[k])
+        if on not in least:
+            cycle, x = [on], int(parent[on])
+            while x != on:
+                cycle.append(x)
+                x = int(parent[x])
+            least.update(dict.fromkeys(cycle, min(own[c] for c in cycle)))
+        root[k] = least[on]
+    return root

@@ -1,0 +1,283 @@
+"""One record read into the index: its row (`INDEX_COLUMNS`: what pairing, the rules, the
+chains, the verdicts and the report count on) and, once per distinct value, what the checks
+made of its answer (`Reading`) and what the diagnosis reads of a failing exchange (its
+evidence record).
+
+`Reader` reads records one batch at a time, wherever they are (the command's process, a
+pool's worker, a Dask worker), and hands out the readings and evidence it has not handed
+out before, keyed by numbers every process computes alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from wirediff._types import Record
+from wirediff.analysis.comparison import impact
+from wirediff.analysis.comparison.frames import transport_of
+from wirediff.analysis.comparison.reading import Reading, read_answer, reading_key, same_reading
+from wirediff.analysis.comparison.shapes import known_structures
+from wirediff.analysis.diagnosis.chains import redirect_location
+from wirediff.analysis.diagnosis.evidence import evidence_key, evidence_record
+from wirediff.analysis.diagnosis.explain import models_listed
+from wirediff.analysis.diagnosis.outcome import exchange_ok
+from wirediff.record.keys import ask_digest, digests, request_fingerprint
+from wirediff.record.tags import SDK_FIELDS
+
+__all__ = ["CATEGORIES", "INDEX_COLUMNS", "Reader", "concat_index", "index_frame"]
+
+INDEX_COLUMNS = [
+    "id",
+    "session",
+    "label",
+    "seq",
+    "replay_of",
+    "listener",
+    "started",
+    "ttfb_ms",
+    "duration_ms",
+    "method",
+    "path",
+    "url",
+    "status",
+    "family",
+    "endpoint",
+    "prefix",
+    "stream",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "retry",
+    "auth_fingerprint",
+    "soft_error",
+    "error_kind",
+    "transport",
+    "first_event_ms",
+    "client",
+    "skip_reason",
+    "fingerprint",
+    "request_digest",
+    "ask_digest",
+    "hop_digest",
+    "body_digest",
+    "ok",
+    "location",
+    "models",
+    "reading",
+    "evidence",
+]
+"""A record's row: its fields; `first_event_ms` (its first SSE event's time); `client`
+(`tags.sdk`'s `SDK_FIELDS`, as JSON) and `skip_reason` (a skipped replay step's); the
+digests pairing, noise and chains compare (`record.keys`: `fingerprint` and `ask_digest`
+of an original only, `hop_digest` of a hop candidate only, else 0); `ok`, `location` and
+`models` (a `/v1/models` answer's, as JSON); `reading` (`reading_key`) and `evidence`
+(`evidence_key` of a failing exchange, else 0)."""
+CATEGORIES = (
+    "session",
+    "label",
+    "listener",
+    "method",
+    "path",
+    "url",
+    "family",
+    "endpoint",
+    "prefix",
+    "model",
+    "sdk_lang",
+    "sdk_version",
+    "auth_fingerprint",
+    "error_kind",
+    "transport",
+    "client",
+    "skip_reason",
+    "location",
+    "models",
+)
+"""Columns of few distinct values, as categories: a code a row, each value once."""
+_FLOATS = ("started", "ttfb_ms", "duration_ms", "first_event_ms")
+_INTEGERS = ("seq", "retry", "status")
+_DIGESTS = ("fingerprint", "request_digest", "ask_digest", "hop_digest", "body_digest")
+_KEYS = ("reading", "evidence")
+_BOOLEANS = ("stream", "soft_error")
+MEMO_LIMIT = 1 << 14
+"""Readings remembered by their local value before the table starts over."""
+_EMPTY: dict[str, Any] = {}
+
+
+def _first_event_ms(events: Any) -> float | None:
+    """The earliest time among the events that have one."""
+    times = [
+        t for ev in events or () if type(t := ev.get("t_ms")) in (int, float) and not math.isnan(t)
+    ]
+    return float(min(times)) if times else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if type(value) is dict else _EMPTY
+
+
+class Reader:
+    """Records into index rows, remembering which readings and evidence records it read
+    (`take` hands out those not handed out before)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[Any, ...], int] = {}
+        self._handed: set[int] = set()
+        self.readings: dict[int, Reading] = {}
+        self.evidence: dict[int, Record] = {}
+
+    def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
+        """The rows of a batch of records (the clients measure its answers together)."""
+        with known_structures():
+            impact.prepare(records)
+            return [self.row(rec) for rec in records]
+
+    def row(self, rec: Record) -> tuple[Any, ...]:
+        req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
+        sdk, auth, error = _dict(tags.get("sdk")), _dict(tags.get("auth")), _dict(rec.get("error"))
+        replay_of = rec.get("replay_of")
+        original = replay_of is None
+        request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
+        ok = exchange_ok(rec)
+        status, method, endpoint = resp.get("status"), req.get("method"), tags.get("endpoint")
+        models = None
+        if endpoint == "/v1/models" and method == "GET" and status == 200:
+            listed = models_listed(rec)
+            models = orjson.dumps(sorted(listed)).decode() if listed is not None else None
+        kind = error.get("kind")
+        return (
+            rec["id"],
+            rec.get("session"),
+            rec.get("label"),
+            rec.get("seq"),
+            replay_of,
+            rec.get("listener"),
+            rec.get("started"),
+            rec.get("ttfb_ms"),
+            rec.get("duration_ms"),
+            method,
+            req.get("path"),
+            req.get("url"),
+            status,
+            tags.get("family"),
+            endpoint,
+            tags.get("prefix"),
+            tags.get("stream"),
+            tags.get("model"),
+            sdk.get("lang"),
+            sdk.get("version"),
+            tags.get("retry"),
+            auth.get("fingerprint"),
+            tags.get("soft_error"),
+            kind,
+            transport_of(rec),
+            _first_event_ms(resp.get("events")),
+            _client(tags.get("sdk")),
+            error.get("message") if kind == "skipped" else None,
+            int(request_fingerprint(rec)[:16], 16) if original else 0,
+            request,
+            ask_digest(req) if original else 0,
+            hop,
+            body,
+            ok,
+            redirect_location(rec),
+            models,
+            self._reading(rec),
+            0 if ok else self._evidence(rec),
+        )
+
+    def _reading(self, rec: Record) -> int:
+        reading = read_answer(rec)
+        local = same_reading(reading)
+        key = self._keys.get(local)
+        if key is None:
+            if len(self._keys) >= MEMO_LIMIT:
+                self._keys.clear()
+            key = self._keys[local] = reading_key(reading)
+            if key not in self._handed:
+                self._handed.add(key)
+                self.readings[key] = reading
+        return key
+
+    def _evidence(self, rec: Record) -> int:
+        seen = evidence_record(rec, ok=False)
+        key = evidence_key(seen)
+        if key not in self._handed:
+            self._handed.add(key)
+            self.evidence[key] = seen
+        return key
+
+    def take(self) -> tuple[dict[int, Reading], dict[int, Record]]:
+        """The readings and evidence records read since the last `take`."""
+        out = (self.readings, self.evidence)
+        self.readings, self.evidence = {}, {}
+        return out
+
+
+def _client(sdk: Any) -> str:
+    """The client a record's `tags.sdk` describes, as the JSON of its `SDK_FIELDS`."""
+    said = sdk if isinstance(sdk, dict) else _EMPTY
+    values = [said.get(k) for k in SDK_FIELDS]
+    try:
+        return orjson.dumps(values).decode()
+    except TypeError:  # an integer past 64 bits
+        return orjson.dumps([v if not isinstance(v, int) else str(v) for v in values]).decode()
+
+
+def index_frame(rows: Sequence[tuple[Any, ...]]) -> pd.DataFrame:
+    """The index of these rows (`INDEX_COLUMNS`), typed."""
+    frame = pd.DataFrame.from_records(list(rows), columns=INDEX_COLUMNS)
+    for name in CATEGORIES:
+        codes = frame[name].astype("category")
+        # one dtype of categories in every part, whatever values a part happens to hold
+        frame[name] = codes.cat.set_categories(codes.cat.categories.astype(object))
+    for name in _FLOATS:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    for name in _INTEGERS:
+        frame[name] = _integers(frame[name])
+    for name in _DIGESTS:
+        frame[name] = frame[name].astype("uint64")
+    for name in _KEYS:
+        frame[name] = frame[name].astype("int64")
+    for name in _BOOLEANS:
+        frame[name] = frame[name].astype("boolean")
+    frame["ok"] = frame["ok"].astype(bool)
+    for name in ("id", "replay_of"):
+        frame[name] = frame[name].astype("str")
+    return frame
+
+
+def _integers(column: pd.Series) -> pd.Series:
+    """Whole numbers as nullable integers; past 64 bits, as floats."""
+    try:
+        return column.astype("Int64")
+    except (OverflowError, TypeError, ValueError):
+        return pd.to_numeric(column, errors="coerce").astype("float64")
+
+
+def concat_index(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Index frames one after another, categories united (a code a row still)."""
+    given = list(frames)
+    parts = [f for f in given if len(f)]
+    if not parts:
+        return given[0].iloc[:0] if given else index_frame([])
+    if len(parts) == 1:
+        return parts[0].reset_index(drop=True)
+    columns = {}
+    for name in parts[0].columns:
+        if isinstance(parts[0][name].dtype, pd.CategoricalDtype):
+            columns[name] = pd.Series(union_categoricals([p[name] for p in parts]))
+        else:
+            columns[name] = pd.concat([p[name] for p in parts], ignore_index=True)
+    return pd.DataFrame(columns)
+
+
+def as_int64(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
