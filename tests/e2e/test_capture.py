@@ -19,8 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from openai.types.responses import ToolParam
 
 from tests.conftest import Lockstep, free_port
-from wirediff.analysis.comparison.analyze import analyze
-from wirediff.analysis.diagnosis.explain import diagnose
+from wirediff.analysis.index.analyze import analyze, diagnose
 from wirediff.backends.standin import make_standin, standin
 
 pytestmark = pytest.mark.e2e
