@@ -165,7 +165,7 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     # listeners by code: a category's values made into a string a row would be most of
     # the memory the chains take over a million exchanges
     listener = f["listener"]
-    if isinstance(listener.dtype, pd.CategoricalDtype):  # the engine's index: codes made
+    if isinstance(listener.dtype, pd.CategoricalDtype):  # the engine's index: its codes are made
         codes, values = listener.cat.codes.to_numpy(), listener.cat.categories
     else:
         codes, values = pd.factorize(listener, use_na_sentinel=True)
@@ -177,8 +177,8 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     cand = cand[np.argsort(started[cand], kind="stable")]  # in start order, ties by row
     if not len(cand):
         return []
-    # compact columns of the candidates only (a million exchanges' floats as objects
-    # would be most of the memory the chains take)
+    # compact columns of the candidates only: a million exchanges' floats as objects
+    # would be most of the memory the chains take
     keys: Any = (
         array("Q", content[cand].astype(np.uint64).tobytes())
         if isinstance(content, np.ndarray)
