@@ -1,4 +1,4 @@
-"""wirediff: OpenAI-API compatibility, made visible on the wire."""
+"""Make OpenAI-API compatibility visible on the wire."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m wirediff`: the command line."""
+"""Run the command line as `python -m wirediff`."""
 
 import sys
 

@@ -35,7 +35,7 @@ HeaderList = list[list[str]]
 
 
 class Event(TypedDict):
-    """One event of `response.events`: an SSE event, or a WebSocket message."""
+    """Type one event of `response.events`: an SSE event, or a WebSocket message."""
 
     t_ms: NotRequired[float | None]
     """Milliseconds from the request start to the chunk it was decoded from (in every
@@ -64,7 +64,7 @@ class Directions(TypedDict):
 
 
 class WebSocketSummary(TypedDict):
-    """`response.websocket`: how a WebSocket session closed, and its messages each way."""
+    """Type `response.websocket`: how a WebSocket session closed, and its messages each way."""
 
     close_code: int | None
     """None: it had not closed when it was recorded."""
@@ -76,7 +76,7 @@ class WebSocketSummary(TypedDict):
 
 
 class RecordRequest(TypedDict):
-    """`request`: what the client sent (its headers as the client sent them)."""
+    """Type `request`: what the client sent, its headers as the client sent them."""
 
     method: str
     url: str
@@ -97,7 +97,7 @@ class RecordRequest(TypedDict):
 
 
 class RecordResponse(TypedDict):
-    """`response`: what came back (for a WebSocket session, the handshake and its messages)."""
+    """Type `response`: what came back; for a WebSocket session, the handshake and its messages."""
 
     status: int
     reason: str
@@ -121,7 +121,7 @@ class RecordResponse(TypedDict):
 
 
 class ExchangeError(TypedDict):
-    """`error`: why the exchange did not end normally."""
+    """Type `error`: why the exchange did not end normally."""
 
     kind: str
     """`client_disconnect`, `upstream_unreachable`, `timeout`, `tls`, `skipped`, …"""
@@ -149,7 +149,7 @@ hence the functional form.)"""
 
 
 class Auth(TypedDict):
-    """`tags.auth`: the client's credential header, without the credential."""
+    """Type `tags.auth`: the client's credential header, without the credential."""
 
     header: str
     scheme: str | None
@@ -159,7 +159,7 @@ class Auth(TypedDict):
 
 
 class Tags(TypedDict):
-    """`tags`: what the exchange is."""
+    """Type `tags`: what the exchange is."""
 
     family: str
     endpoint: str

@@ -1,2 +1,3 @@
-"""Comparison and diagnosis of recorded exchanges (pandas): `wirediff.analysis.comparison`, then
-`wirediff.analysis.diagnosis` on top of it."""
+"""Compare and diagnose recorded exchanges with pandas.
+
+`wirediff.analysis.comparison` comes first, `wirediff.analysis.diagnosis` builds on it."""

@@ -1,12 +1,14 @@
-"""`wirediff check BASELINE CANDIDATE…`: the CI gate. A verdict per candidate and endpoint
-family (and transport); exit 0 compatible, 1 not, 2 bad usage or input. A candidate is a
-replay of the baseline, or a capture of the same app against another backend (paired by
-request content and order; what pairs with nothing is counted per candidate).
+"""Gate CI with `wirediff check BASELINE CANDIDATE…`: a verdict per candidate and endpoint family.
 
-By default the gate fails on `breaking` findings (and on families a candidate does not
-support); `--fail-on-severity deviation` is stricter, `--fail-on KIND,…` also fails on
-findings of those kinds at any severity. `--json FILE` writes the verdicts, `--junit FILE`
-one testcase per candidate and family whose failure message holds the reasons.
+Verdicts are per transport too, where a family has several. It exits 0 when compatible, 1 when
+not, 2 on bad usage or input. A candidate is a replay of the baseline, or a capture of the same
+app against another backend, paired by request content and order; what pairs with nothing is
+counted per candidate.
+
+By default the gate fails on `breaking` findings and on families a candidate does not support;
+`--fail-on-severity deviation` is stricter, and `--fail-on KIND,…` also fails on findings of
+those kinds at any severity. `--json FILE` writes the verdicts, `--junit FILE` one testcase per
+candidate and family whose failure message holds the reasons.
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ def cell_name(family: str, transport: str) -> str:
 def gate_from(
     verdicts: pd.DataFrame, counts: GateCounts, severity: str, fail_on: tuple[str, ...]
 ) -> pd.DataFrame:
-    """The verdict rows with `fails`: a breaking or unsupported verdict, a finding at or
-    above `severity`, or one of the `fail_on` kinds (candidates only; the baseline never
-    fails the gate, it is shown), from the worst severity and the kinds of each cell's
-    findings."""
+    """Mark the verdict rows that fail the gate in a `fails` column.
+
+    A row fails with a breaking or unsupported verdict, a finding at or above `severity`, or one
+    of the `fail_on` kinds, judged from the worst severity and the kinds of each cell's findings.
+    Only candidates fail: the baseline never fails the gate, it is shown."""
     failing = {
         cell
         for cell, (rank, kinds) in counts.items()
@@ -79,7 +82,7 @@ def gate_from(
 def write_junit(
     gated: pd.DataFrame, out: str | os.PathLike[str], suite_name: str = "wirediff check"
 ) -> Path:
-    """One testsuite, one testcase per candidate and family (and transport)."""
+    """Write one testsuite, with one testcase per candidate, family and transport."""
     rows = gated[gated["role"] == "candidate"]
     suite = ET.Element(
         "testsuite",
@@ -113,7 +116,7 @@ def write_junit(
 
 
 def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
-    """The verdict rows as JSON objects (`summary.schema.json`'s `verdict_row`)."""
+    """Turn the verdict rows into JSON objects, `summary.schema.json`'s `verdict_row`."""
     return [
         {
             "label": str(r["label"]),
@@ -133,7 +136,9 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
-    """`{"only in the baseline": n, "only in the candidate": m}` for one candidate label."""
+    """Count one candidate label's unmatched calls per side.
+
+    The counts read `{"only in the baseline": n, "only in the candidate": m}`."""
     mine = unmatched[unmatched["label"] == label]
     return {side: int((mine["side"] == side).sum()) for side in (ONLY_BASELINE, ONLY_CANDIDATE)}
 

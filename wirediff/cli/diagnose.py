@@ -1,6 +1,11 @@
-"""`wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`:
-failing chains and their diagnoses, for any mix of captures and replays. Chains diagnosed
-alike (their words the same but for ids) are printed once, with how many they are."""
+"""Print failing chains and their diagnoses: `wirediff diagnose`.
+
+It reads any mix of captures and replays:
+
+`wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`
+
+Chains diagnosed alike, their words the same but for ids, are printed once, with how many they
+are."""
 
 from __future__ import annotations
 
@@ -25,9 +30,10 @@ NAMED = 3
 
 
 def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[str]]]:
-    """The lines of each distinct failing chain (`format_chains`), once, with the ids of
-    the chains diagnosed alike (the first `NAMED` of them, then `+N`); in the order of
-    their first chain."""
+    """Fold the lines of each distinct failing chain, from `format_chains`, once.
+
+    Each comes with the ids of the chains diagnosed alike: the first `NAMED` of them, then `+N`.
+    They come in the order of their first chain."""
     from wirediff.analysis.comparison.sameness import without_ids
     from wirediff.analysis.diagnosis.explain import format_chains
 

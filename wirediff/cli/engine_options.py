@@ -1,5 +1,6 @@
-"""`--engine local|dask` and `--scheduler ADDRESS`: where `report`, `check`, `diagnose` and
-`export` run (`wirediff.engine`)."""
+"""Add `--engine local|dask` and `--scheduler ADDRESS`, which say where commands run.
+
+The commands are `report`, `check`, `diagnose` and `export`; the engine is `wirediff.engine`."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def add_engine_options(p: Any) -> None:
 
 
 def open_run(args: argparse.Namespace) -> Any:
-    """The command's `wirediff.engine.run.Run` (imported only when a command runs)."""
+    """Open the command's `wirediff.engine.run.Run`, imported only when a command runs."""
     from wirediff.engine.run import Run
 
     return Run(args.engine, args.scheduler)

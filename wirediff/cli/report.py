@@ -1,6 +1,8 @@
-"""`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--findings FILE]
+"""Write the single-file HTML report: `wirediff report`.
+
+`wirediff report CAPTURE… [-o report.html] [--json summary.json] [--findings FILE]
 [--csv divergences.csv] [--ignore-config wirediff.yaml] [--baseline LABEL] [--max-examples N]
-[--engine local|dask [--scheduler ADDR]]`: the single-file HTML report."""
+[--engine local|dask [--scheduler ADDR]]`"""
 
 from __future__ import annotations
 
@@ -29,8 +31,9 @@ BASELINE_HELP = (
 
 
 def load_ignore(path: str | Path) -> tuple[str, ...]:
-    """The `ignore:` patterns of a `wirediff.yaml` given on the command line (it must exist):
-    a file, or a directory holding one."""
+    """Read the `ignore:` patterns of a `wirediff.yaml` given on the command line.
+
+    It must exist, as a file or a directory holding one."""
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{p}: no such ignore config")
@@ -130,7 +133,7 @@ def register(subparsers: Any) -> None:
 
 
 def main_report(argv: Sequence[str] | None = None) -> int:
-    """`wirediff report …` on its own (tests, `python -m wirediff.cli.report`)."""
+    """Run `wirediff report …` on its own, for tests and `python -m wirediff.cli.report`."""
     return standalone(register, "report", argv)
 
 

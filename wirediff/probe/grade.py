@@ -34,7 +34,7 @@ class Graded:
 
     @property
     def diagnoses(self) -> pd.DataFrame:
-        """`DIAGNOSIS_COLUMNS`: one per failing chain and code."""
+        """Return the diagnoses in `DIAGNOSIS_COLUMNS`, one per failing chain and code."""
         return self.diagnosed.frame
 
     def findings_for(self, ids: Iterable[str], sources: Sequence[str] = ()) -> list[dict[str, str]]:

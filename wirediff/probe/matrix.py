@@ -90,7 +90,7 @@ class ClientRow:
 
     @property
     def state(self) -> str:
-        """One of `READINESS`."""
+        """Name the row's readiness, one of `READINESS`."""
         if self.blocking:
             return "NOT READY"
         return "NOT PROBED" if self.untested else "READY"

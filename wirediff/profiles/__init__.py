@@ -1,7 +1,7 @@
-"""Provider profiles: each provider's documented wire behaviour, as data (one YAML each).
+"""Load the provider profiles: each provider's documented wire behaviour, as data, one YAML each.
 
-The same files drive the stand-in backends, name the provider behind an error
-(`signatures`) and inform the diagnosis rules.
+The same files drive the stand-in backends, name the provider behind an error with their
+`signatures`, and inform the diagnosis rules.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ CLIENTS = "clients.yaml"
 
 @cache
 def load_profiles() -> dict[str, Profile]:
-    """All bundled profiles by name. (PyYAML is imported here, when they are first needed:
-    the processes that record, and only read a profile for an error answer, start faster.)"""
+    """Load all bundled profiles by name.
+
+    PyYAML is imported here, when they are first needed, so the processes that record, and read a
+    profile only for an error answer, start faster."""
     import yaml
 
     out: dict[str, Profile] = {}
@@ -59,7 +61,7 @@ def load_profiles() -> dict[str, Profile]:
 
 
 def _merged(base: Any, change: Any) -> Any:
-    """`change` over `base`: mappings merge key by key, anything else is replaced."""
+    """Merge `change` over `base`: mappings merge key by key, anything else is replaced."""
     if isinstance(base, dict) and isinstance(change, dict):
         return {**base, **{k: _merged(base.get(k), v) for k, v in change.items()}}
     return change
@@ -67,9 +69,11 @@ def _merged(base: Any, change: Any) -> Any:
 
 @cache
 def load_bugs() -> dict[str, Profile]:
-    """The bug-report stand-ins by name, each its base profile (a provider's, or another of
-    these) with its `change` merged in (an answer it names replaces the base's whole), and
-    its own keys (`report`, `title`, `wire`, `noise`, `assumed`) beside."""
+    """Load the bug-report stand-ins by name, each its base profile with its `change` merged in.
+
+    The base is a provider's profile or another stand-in; an answer the `change` names replaces
+    the base's whole. Each stand-in's own keys, `report`, `title`, `wire`, `noise` and `assumed`,
+    sit beside."""
     import yaml
 
     folder = resources.files(__package__).joinpath(BUGS)
@@ -96,7 +100,7 @@ def load_bugs() -> dict[str, Profile]:
 
 
 def bug_profile(name: str) -> Profile:
-    """One bug-report stand-in by name; `KeyError` names the known ones."""
+    """Return one bug-report stand-in by name; `KeyError` names the known ones."""
     bugs = load_bugs()
     if name not in bugs:
         raise KeyError(f"unknown bug profile {name!r} (known: {', '.join(sorted(bugs))})")
@@ -105,8 +109,10 @@ def bug_profile(name: str) -> Profile:
 
 @cache
 def load_remedies() -> dict[str, Any]:
-    """The diagnosis prose by code: `{"summary": str, "remedies": [{"text": str,
-    "provider"?: str, "variant"?: str}, …]}`."""
+    """Load the diagnosis prose by code.
+
+    Each reads `{"summary": str, "remedies": [{"text": str, "provider"?: str, "variant"?: str},
+    …]}`."""
     import yaml
 
     text = resources.files(__package__).joinpath(REMEDIES).read_text(encoding="utf-8")
@@ -115,8 +121,9 @@ def load_remedies() -> dict[str, Any]:
 
 @cache
 def load_clients() -> dict[str, Any]:
-    """The known clients by name: `{"user_agent": {"products": [str], "version"?: [str]},
-    …}`."""
+    """Load the known clients by name.
+
+    Each reads `{"user_agent": {"products": [str], "version"?: [str]}, …}`."""
     import yaml
 
     text = resources.files(__package__).joinpath(CLIENTS).read_text(encoding="utf-8")
@@ -124,7 +131,7 @@ def load_clients() -> dict[str, Any]:
 
 
 def profile(name: str) -> Profile:
-    """One profile by name; `KeyError` names the known ones."""
+    """Return one profile by name; `KeyError` names the known ones."""
     profiles = load_profiles()
     if name not in profiles:
         raise KeyError(f"unknown provider profile {name!r} (known: {', '.join(sorted(profiles))})")
@@ -144,7 +151,7 @@ def _compiled() -> list[tuple[str, str, dict[str, Any], re.Pattern[str] | None]]
 
 @cache
 def signature_headers() -> frozenset[str]:
-    """The headers (lower-cased) some error signature's `header` condition names."""
+    """Name the headers, lower-cased, that some error signature's `header` condition names."""
     return frozenset(
         str(k).lower() for _, _, when, _ in _compiled() for k in when.get("header", {})
     )
@@ -153,10 +160,10 @@ def signature_headers() -> frozenset[str]:
 def match_signature(
     status: int | None, headers: Sequence[Sequence[str]], body_text: str | None
 ) -> str | None:
-    """The id of the first known error signature this answer carries, if any.
+    """Return the id of the first known error signature this answer carries, if any.
 
-    A signature is a conjunction of optional conditions: `status` (int or list),
-    `content_type` (prefix), `header` (name → exact value) and `body` (regex).
+    A signature is a conjunction of optional conditions: `status`, an int or a list;
+    `content_type`, a prefix; `header`, a name and its exact value; and `body`, a regex.
     """
     hdrs = {k.lower(): v for k, v in reversed(list(headers))}
     for _name, sig_id, when, body_rx in _compiled():
@@ -190,8 +197,9 @@ ANSWER_KINDS = (
 
 
 def fill(template: Any, values: Mapping[str, str]) -> Any:
-    """Replace `{name}` placeholders in every string of a YAML template (not `str.format`:
-    JSON bodies are full of braces)."""
+    """Replace `{name}` placeholders in every string of a YAML template.
+
+    This is not `str.format`, because JSON bodies are full of braces."""
     if isinstance(template, str):
         for k, v in values.items():
             template = template.replace("{" + k + "}", v)
@@ -204,7 +212,7 @@ def fill(template: Any, values: Mapping[str, str]) -> Any:
 
 
 def answer_variants(prof: Profile, kind: str) -> list[dict[str, Any]]:
-    """All documented variants of one answer (a profile may give one mapping or a list)."""
+    """List all documented variants of one answer; a profile may give one mapping or a list."""
     ans = prof.get("answers", {}).get(kind)
     if ans is None:
         return []
@@ -214,9 +222,10 @@ def answer_variants(prof: Profile, kind: str) -> list[dict[str, Any]]:
 def answer_for(
     prof: Profile, kind: str, path: str = "", *, stream: bool | None = None
 ) -> dict[str, Any] | None:
-    """The answer a provider gives for `kind` on `path`: the first variant whose optional
-    `path_regex` matches (and whose optional `stream` is whether the request streams), or
-    `None` when the provider has no such answer (e.g. no auth)."""
+    """Find the answer a provider gives for `kind` on `path`, or `None` when it has none.
+
+    That is the first variant whose optional `path_regex` matches and whose optional `stream` is
+    whether the request streams. A provider may have no such answer, for example for auth."""
     for variant in answer_variants(prof, kind):
         rx = variant.get("path_regex")
         if rx is not None and not re.search(rx, path):
@@ -230,8 +239,10 @@ def answer_for(
 def render_answer(
     answer: Mapping[str, Any], values: Mapping[str, str]
 ) -> tuple[int, list[tuple[str, str]], bytes]:
-    """`(status, headers, body bytes)` for an answer template: a mapping body is sent as
-    compact JSON, a string body as-is; placeholders are filled in both and in headers."""
+    """Render an answer template as `(status, headers, body bytes)`.
+
+    A mapping body is sent as compact JSON, a string body as it is; placeholders are filled in
+    both and in headers."""
     body = fill(answer.get("body"), values)
     if body is None:
         data = b""
@@ -245,9 +256,10 @@ def render_answer(
 
 
 def noisy(value: Any, noise: Mapping[str, Any] | None) -> Any:
-    """An answer with what differs between two honest servers changed (a profile's `noise`):
-    timestamps moved (`created_offset`), token counts moved (`usage_offset`), generated text
-    reworded (`text: {from, to}`), keys in another order (`key_order: reversed`)."""
+    """Change in an answer what differs between two honest servers, as a profile's `noise` says.
+
+    Timestamps move by `created_offset`, token counts by `usage_offset`, generated text is
+    reworded by `text: {from, to}`, and keys come in another order with `key_order: reversed`."""
     if not noise:
         return value
     if isinstance(value, list):

@@ -33,12 +33,12 @@ class Decoder(Protocol):
 
     @property
     def pending(self) -> int:
-        """Bytes queued and not yet returned (input, or output past a limit)."""
+        """Count the bytes queued and not yet returned: input, or output past a limit."""
         ...
 
     @property
     def finished(self) -> bool:
-        """The encoded stream has ended (a stream cut short has not)."""
+        """Tell whether the encoded stream has ended; a stream cut short has not."""
         ...
 
 

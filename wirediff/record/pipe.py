@@ -175,7 +175,7 @@ class FramePipe:
 
     @property
     def pending(self) -> int:
-        """Bytes queued and not yet in the pipe."""
+        """Count the bytes queued and not yet in the pipe."""
         return len(self._buf)
 
     def _flush(self) -> None:

@@ -128,7 +128,7 @@ class RecordWriter:
 
     @property
     def waiting(self) -> int:
-        """Records not yet on disk."""
+        """Count the records not yet on disk."""
         return len(self._waiting)
 
     def write(self, record: Record) -> bool:

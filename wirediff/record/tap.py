@@ -182,7 +182,7 @@ class StreamTap:
 
     @property
     def body_truncated(self) -> bool:
-        """The body's text holds only the first `cap` bytes of what was decoded."""
+        """Tell whether the body's text holds only the first `cap` bytes of what was decoded."""
         return self.truncated or len(self.raw) > self.cap
 
     def kept(self) -> bytes:

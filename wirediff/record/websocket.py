@@ -158,7 +158,9 @@ class WebSocketTap:
 
     @property
     def abnormal(self) -> bool:
-        """The connection ended without a close handshake (or never said how it ended)."""
+        """Tell whether the connection ended without a close handshake.
+
+        A connection that never said how it ended counts too."""
         return self.close_code is None or self.close_code == ABNORMAL_CLOSE
 
     def summary(self) -> WebSocketSummary:

@@ -115,8 +115,9 @@ class _Step:
         self._slots: dict[Slot, str] | None = None
 
     def request_record(self, body_cap: int, redact: frozenset[str]) -> Record:
-        """The live request recorded as the capture records it (fingerprints for secrets):
-        what `prepare` builds each candidate's request from."""
+        """Record the live request as the capture records it, with fingerprints for secrets.
+
+        `prepare` builds each candidate's request from it."""
         if self._request is None:
             live = self.live
             ex = Exchange(
@@ -128,7 +129,7 @@ class _Step:
         return self._request
 
     def text(self) -> str:
-        """The primary's answer as text (searched for the ids a later request names)."""
+        """Return the primary's answer as text, searched for the ids a later request names."""
         if self._text is None:
             ex, text = self.answer, ""
             if ex is not None and ex.tap is not None:
@@ -142,7 +143,7 @@ class _Step:
         return self._text or ""
 
     def primary_slots(self, body_cap: int) -> dict[Slot, str]:
-        """The ids the primary's answer minted (its record built the first time asked)."""
+        """Return the ids the primary's answer minted, its record built the first time asked."""
         if self._slots is None and self.answer is not None:
             answer = build_record(self.answer, session="", label="", seq=0, body_cap=body_cap)
             self._slots = produced_slots(answer)

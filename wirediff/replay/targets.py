@@ -45,29 +45,34 @@ class Target:
 
     @property
     def path(self) -> str:
-        """The base path (`/v1`; `""` for none), dot segments resolved, no trailing `/`:
-        every request sent to this target lies under it."""
+        """Return the base path, dot segments resolved, no trailing `/`: `/v1`, or `""` for none.
+
+        Every request sent to this target lies under it."""
         return remove_dot_segments(urlsplit(self.url).path).rstrip("/")
 
     @property
     def base(self) -> str:
-        """The URL without its query, no trailing `/`: what a path after the prefix goes onto."""
+        """Return the URL without its query or a trailing `/`.
+
+        A path after the prefix goes onto it."""
         return self.origin + self.path
 
     @property
     def shown(self) -> str:
-        """The base URL as messages and records show it: credentials in it fingerprinted."""
+        """Show the base URL as messages and records do, credentials in it fingerprinted."""
         return redact_url(self.base)
 
     @property
     def origin(self) -> str:
-        """`scheme://host:port`: the only place a request to this target goes."""
+        """Return `scheme://host:port`, the only place a request to this target goes."""
         p = urlsplit(self.url)
         return f"{p.scheme}://{p.netloc}"
 
     @property
     def query(self) -> str:
-        """The target URL's own query (Azure's `api-version=…`), sent on every request."""
+        """Return the target URL's own query, sent on every request.
+
+        Azure's `api-version=…` is one."""
         return urlsplit(self.url).query
 
     def map_model(self, model: str) -> str:

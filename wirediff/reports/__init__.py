@@ -1,1 +1,3 @@
-"""The HTML report: structure (model), presentation (formatters), html (one jinja2 Environment)."""
+"""Render the HTML report: structure in `model`, presentation in `formatters`, html in `render`.
+
+`render` holds the one jinja2 Environment."""

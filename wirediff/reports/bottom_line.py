@@ -1,13 +1,14 @@
-"""The bottom line: one sentence per candidate saying whether it can replace the baseline,
-and if not, what stops it — what the report, `check` and the demo open with.
+"""Say in one sentence per candidate whether it can replace the baseline, or what stops it.
+
+The report, `check` and the demo open with it:
 
     ollama can replace openai for chat.completions and responses, with 6 deviations no
     client notices.
     lmstudio cannot replace openai: chat.completions breaks: … ; responses is not
     implemented (200 with an error body).
 
-Made from the drop-in verdicts alone (`wirediff.analysis.comparison.verdicts`: their
-headlines and their counts of problems), so every command that judges says the same.
+It is made from the drop-in verdicts of `wirediff.analysis.comparison.verdicts` alone, their
+headlines and their counts of problems, so every command that judges says the same.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ HEADLINE = 200
 
 
 def _names(items: Sequence[str]) -> str:
-    """`a`, `a and b`, `a, b and c`."""
+    """List names in words: `a`, `a and b`, `a, b and c`."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
@@ -43,8 +44,9 @@ def _deviations(rows: Sequence[Mapping[Hashable, Any]]) -> str:
 
 
 def bottom_line(verdicts: pd.DataFrame) -> list[str]:
-    """One sentence per candidate label of `verdicts` (`verdict_frame`'s rows), in their
-    order; none when nothing was compared."""
+    """Write one sentence per candidate label of `verdicts`, the rows of `verdict_frame`, in order.
+
+    There are none when nothing was compared."""
     rows = verdicts.to_dict("records")
     baselines = list(dict.fromkeys(str(r["label"]) for r in rows if r["role"] == "baseline"))
     if not baselines:

@@ -1,13 +1,13 @@
-"""What was captured and by whom: the clients behind each capture, the replay steps that
-were never sent, and the calls of independent captures that only one side made.
+"""List what was captured and by whom, the replay steps never sent, and the unmatched calls.
 
-A capture is one session of one backend: its originals (`replay_of` empty) were sent by the
-clients their `tags.sdk` names (the SDK's language, version, runtime and sync/async, or an
-application's own user agent, `codex_exec/0.171.0`); a replay resends those clients' headers.
-A replay step whose predecessor failed is recorded as `skipped` with the reason and never sent:
-it is listed with that reason, folded by reason, never compared. An exchange of an
-independent capture that pairs with nothing on the other side is listed as unmatched, folded
-by candidate, side and endpoint.
+The report shows the clients behind each capture, the replay steps that were never sent, and the
+calls of independent captures that only one side made. A capture is one session of one backend:
+its originals, with `replay_of` empty, were sent by the clients their `tags.sdk` names, that is
+the SDK's language, version, runtime and sync or async, or an application's own user agent such
+as `codex_exec/0.171.0`; a replay resends those clients' headers. A replay step whose predecessor
+failed is recorded as `skipped` with the reason and never sent: it is listed with that reason,
+folded by reason, never compared. An exchange of an independent capture that pairs with nothing
+on the other side is listed as unmatched, folded by candidate, side and endpoint.
 """
 
 from __future__ import annotations
@@ -46,14 +46,16 @@ MAX_CARD_CLIENTS = 4
 
 @dataclass(slots=True)
 class Client:
-    """One distinct client of a capture and how many exchanges it sent."""
+    """Count one distinct client of a capture and the exchanges it sent."""
 
     sdk: dict[str, Any]
     exchanges: int = 0
 
     @property
     def name(self) -> str:
-        """`codex_exec 0.171.0`, `OpenAI SDK python 2.54.0`, else the user agent."""
+        """Name the client, as in `codex_exec 0.171.0` or `OpenAI SDK python 2.54.0`.
+
+        Without either, it is named by its user agent."""
         s = self.sdk
         if s.get("client"):
             return f"{s['client']} {s.get('client_version') or ''}".strip()
@@ -63,12 +65,14 @@ class Client:
 
     @property
     def user_agent(self) -> str | None:
-        """None: the client sent none (its record's `tags.sdk` may be null)."""
+        """Return the client's user agent; None when it sent none.
+
+        Its record's `tags.sdk` may then be null."""
         return self.sdk.get("user_agent")
 
     @property
     def details(self) -> list[str]:
-        """The rest: the SDK under an application, the runtime, sync or async."""
+        """List the rest: the SDK under an application, the runtime, sync or async."""
         s, out = self.sdk, []
         if s.get("client") and s.get("lang"):
             out.append(f"OpenAI SDK {s['lang']} {s.get('version') or ''}".strip())
@@ -84,7 +88,7 @@ class Client:
 
 @dataclass(slots=True)
 class Capture:
-    """One session of one backend: captured (originals) or replayed."""
+    """Count one session of one backend, captured as originals or replayed."""
 
     label: str
     session: str
@@ -102,16 +106,18 @@ class Capture:
 
 
 def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Key a client by who it says it is, so one client whose user agent varies by call is
-    one client: the Vercel AI SDK adds its provider-utils and runtime tokens to streamed
-    calls only. A user agent naming nobody known is its own identity."""
+    """Key a client by who it says it is, so a user agent that varies by call is one client.
+
+    The Vercel AI SDK, for one, adds its provider-utils and runtime tokens to streamed calls
+    only. A user agent naming nobody known is its own identity."""
     named = sdk.get("client") or sdk.get("lang")
     return tuple(sdk.get(k) for k in SDK_FIELDS if k != "user_agent" or not named)
 
 
 def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
-    """Per backend label, its captures (a session, captured or replayed) and the clients of
-    each, the most active first. `ex`: the index, labels filled, in the captures' order."""
+    """List per backend label its captures, each a session captured or replayed, with its clients.
+
+    The most active clients come first. `ex` is the index, labels filled, in the captures' order."""
     if ex.empty:
         return {}
     of = ex["replay_of"]
@@ -155,7 +161,7 @@ def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
 
 @dataclass(slots=True)
 class SkippedGroup:
-    """Replay steps not sent for the same reason (ids aside) on one backend and endpoint."""
+    """Fold the replay steps not sent for one reason, ids aside, on one backend and endpoint."""
 
     anchor: str
     label: str
@@ -167,8 +173,10 @@ class SkippedGroup:
 
 
 def skipped_of(ex: pd.DataFrame, max_examples: int) -> list[SkippedGroup]:
-    """Replay steps recorded as skipped, folded by backend, endpoint and reason (ids aside),
-    each with its first `max_examples` steps. `ex`: the index, labels and endpoints filled."""
+    """Fold the replay steps recorded as skipped by backend, endpoint and reason, ids aside.
+
+    Each group keeps its first `max_examples` steps. `ex` is the index, labels and endpoints
+    filled."""
     at = np.flatnonzero(ex["error_kind"].eq(SKIPPED).fillna(False).to_numpy(dtype=bool))
     if not len(at):
         return []
@@ -196,8 +204,9 @@ def skipped_of(ex: pd.DataFrame, max_examples: int) -> list[SkippedGroup]:
 
 @dataclass(slots=True)
 class UnmatchedGroup:
-    """Calls of one endpoint that one side of an independent comparison made and the other
-    did not (`only in the baseline` / `only in the candidate`, from the candidate's view)."""
+    """Fold the calls of one endpoint that only one side of an independent comparison made.
+
+    The side reads `only in the baseline` or `only in the candidate`, from the candidate's view."""
 
     anchor: str
     label: str
@@ -209,7 +218,7 @@ class UnmatchedGroup:
 
 
 def unmatched_groups(unmatched: pd.DataFrame, max_examples: int) -> list[UnmatchedGroup]:
-    """`pairing.UNMATCHED_COLUMNS` rows folded by candidate, side, method and endpoint."""
+    """Fold `pairing.UNMATCHED_COLUMNS` rows by candidate, side, method and endpoint."""
     groups: dict[tuple[str, str, str, str], UnmatchedGroup] = {}
     for label, side, rid, method, endpoint in zip(
         *(

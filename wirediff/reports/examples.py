@@ -1,11 +1,11 @@
-"""The side-by-side examples of the findings list, laid out within the report's size budget.
+"""Lay out the side-by-side examples of the findings list within the report's size budget.
 
-Each breaking finding and each deviation lays out its first example and names the others (the
-same finding on other exchanges) by pair id; a cosmetic finding's values say all there is to
-say. A view laid out before, character for character — the same baseline answer with the
-same line highlighted, under findings for several candidates — is not repeated: it links to
-the first. The budget counts examples and the bytes of their views, so the report
-stays small whatever the traffic and the size of its bodies.
+Each breaking finding and each deviation lays out its first example and names the others, the
+same finding on other exchanges, by pair id; a cosmetic finding's values say all there is to say.
+A view laid out before, character for character, is not repeated but links to the first: such is
+the same baseline answer with the same line highlighted, under findings for several candidates.
+The budget counts examples and the bytes of their views, so the report stays small whatever the
+traffic and the size of its bodies.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ LAID_OUT = frozenset({"breaking", "deviation"})
 
 @dataclass(slots=True)
 class View:
-    """One side of a laid-out example: its lines, or a link to the same view shown earlier."""
+    """Hold one side of a laid-out example: its lines, or a link to the same view shown earlier."""
 
     caption: str
     record_id: str
@@ -44,7 +44,7 @@ class View:
 
 
 def _shown(kinds: Iterable[KindGroup]) -> Iterable[Finding]:
-    """Findings in the order the report lists them."""
+    """Yield the shown findings in the order the report lists them."""
     for k in kinds:
         for p in k.paths:
             yield from (f for f in p.findings if f.shown)

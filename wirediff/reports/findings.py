@@ -1,8 +1,9 @@
-"""The findings the report lists: divergence and conformance rows folded into distinct
-findings (identical ones counted, their first examples kept), the findings of several
-references about one problem of the same exchanges made one (`one_per_problem`), grouped by
-kind and path — worst severity first, then the most frequent, headers last — and cut to the
-report's size budget (their examples are laid out by `wirediff.reports.examples`)."""
+"""Fold the divergence and conformance rows into the distinct findings the report lists.
+
+Identical findings are counted and their first examples kept; `one_per_problem` makes the
+findings of several references about one problem of the same exchanges one. They are grouped by
+kind and path, worst severity first, then the most frequent, headers last, and cut to the
+report's size budget; `wirediff.reports.examples` lays out their examples."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ are in summary.json and divergences.csv."""
 
 
 def map_unique(s: pd.Series, fn: Callable[[str], str]) -> pd.Series:
-    """`fn` over a column of strings, once per distinct value (findings repeat a lot)."""
+    """Map `fn` over a column of strings once per distinct value, since findings repeat a lot."""
     unique = s.unique().tolist()
     return s.map(dict(zip(unique, map(fn, unique), strict=True)))
 
@@ -72,7 +73,7 @@ class Example:
 
 @dataclass(slots=True)
 class Finding:
-    """Identical findings folded: same kind, path, backends, endpoint, values and message."""
+    """Fold identical findings: same kind, path, backends, endpoint, values and message."""
 
     anchor: str
     kind: str
@@ -99,7 +100,7 @@ class Finding:
 
     @property
     def sources(self) -> list[str]:
-        """Every reference that found it, its own first."""
+        """List every reference that found it, its own first."""
         return list(dict.fromkeys(f.source for f in (self, *self.also) if f.source))
 
 
@@ -139,7 +140,7 @@ class KindGroup:
 
     @property
     def hidden_paths(self) -> list[PathGroup]:
-        """Paths none of whose findings fit in the report's budget."""
+        """List the paths none of whose findings fit in the report's budget."""
         return [p for p in self.paths if not p.visible]
 
 
@@ -162,9 +163,11 @@ FOLD_COLUMNS = [
 
 @dataclass(slots=True)
 class Fold:
-    """Identical findings, counted: the first occurrence (by `first`, its place among all
-    the captures' findings), its first examples and the evidence that sorts first — so that
-    the folds of several parts of the captures merge into those of the whole, in any order."""
+    """Count identical findings, keeping the first occurrence, its first examples and the evidence.
+
+    The first occurrence is by `first`, its place among all the captures' findings; the evidence
+    is the one that sorts first. So the folds of several parts of the captures merge into those
+    of the whole, in any order."""
 
     first: Any
     row: tuple[str, ...]
@@ -181,9 +184,10 @@ Folds = dict[tuple[str, ...], Fold]
 
 @dataclass
 class Listed:
-    """Every finding as the report writes it (`DIVERGENCE_COLUMNS`, text; credentials
-    scrubbed from the values, paths and messages; a missing endpoint `NO_ENDPOINT`), held
-    as a template a finding and the exchanges it names."""
+    """Hold every finding as the report writes it, as a template and the exchanges it names.
+
+    The columns are `DIVERGENCE_COLUMNS` as text, credentials scrubbed from the values, paths and
+    messages, and a missing endpoint written `NO_ENDPOINT`."""
 
     values: pd.DataFrame
     """`FINDING_COLUMNS` of each template."""
@@ -202,7 +206,7 @@ class Listed:
         return len(self.template)
 
     def meta(self, at: slice | np.ndarray = slice(None)) -> dict[str, np.ndarray]:
-        """`PAIR_META` of these findings."""
+        """Return the `PAIR_META` of these findings."""
         c, b = self.candidate[at], self.baseline[at]
         own = b < 0
         base = np.where(own, c, b)
@@ -218,7 +222,7 @@ class Listed:
         }
 
     def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
-        """These findings in full."""
+        """Return these findings in full."""
         values = self.values.iloc[self.template[at]].reset_index(drop=True)
         return pd.concat([pd.DataFrame(self.meta(at)), values], axis=1)[DIVERGENCE_COLUMNS]
 
@@ -230,8 +234,9 @@ def listed(
     candidate: np.ndarray,
     baseline: np.ndarray,
 ) -> Listed:
-    """`Listed` from the index (`rows`), the findings' templates and, per finding, its
-    template, candidate and baseline (-1: none)."""
+    """Build `Listed` from the index `rows`, the findings' templates, and each finding's parts.
+
+    The parts are its template, candidate and baseline, where -1 is none."""
     values = templates.astype(object).where(templates.notna(), "").astype(str)
     for col in ("baseline", "candidate", "message", "path"):
         values[col] = redact_series(values[col])
@@ -247,9 +252,10 @@ def listed(
 
 
 def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, Any]) -> Folds:
-    """Identical findings folded: same kind, path, backends, endpoint, severity, source,
-    values and message (event positions aside); `timeline_of` maps a pair to its
-    alignment."""
+    """Fold identical findings: the same kind, path, backends, endpoint, severity and source.
+
+    Their values and message are the same too; event positions are set aside. `timeline_of` maps
+    a pair to its alignment."""
     if not len(found):
         return {}
     v = found.values
@@ -289,8 +295,9 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
 
 
 def finish_folds(folds: Folds, timeline_anchor: Mapping[Any, str]) -> list[Finding]:
-    """One `Finding` per fold, in the order of their first occurrences; an example links to
-    its pair's stream alignment when that is drawn (`timeline_anchor`)."""
+    """Make one `Finding` per fold, in the order of their first occurrences.
+
+    An example links to its pair's stream alignment when that is drawn, by `timeline_anchor`."""
     out = []
     for g, fold in enumerate(sorted(folds.values(), key=lambda f: f.first)):
         r = dict(zip(FOLD_COLUMNS, fold.row, strict=True))
@@ -322,10 +329,12 @@ def finish_folds(folds: Folds, timeline_anchor: Mapping[Any, str]) -> list[Findi
 
 
 def one_per_problem(findings: Sequence[Finding]) -> list[Finding]:
-    """The findings of several references (the baseline diff, the OpenAPI document, the SDK
-    types, Open Responses, the grammars) about one problem (`sameness.problem_key`) of one
-    backend's endpoint, on the same exchanges (their examples meet), as one: the worst and
-    most frequent speaks, the others are its `also`; in the order of their first."""
+    """Merge the findings of several references about one problem on the same exchanges into one.
+
+    The references are the baseline diff, the OpenAPI document, the SDK types, Open Responses and
+    the grammars. A problem is keyed by `sameness.problem_key` per backend's endpoint, and the
+    same exchanges means their examples meet. The worst and most frequent speaks, the others are
+    its `also`; they come in the order of their first."""
     by_problem: dict[tuple[str, str, str], list[Finding]] = {}
     for f in findings:
         key = (f.label, f.endpoint, problem_key(f.path, f.evidence))
@@ -347,19 +356,20 @@ def one_per_problem(findings: Sequence[Finding]) -> list[Finding]:
 
 
 def kind_order(kind: str) -> tuple[int, str]:
-    """Sort key: the registry's order (an unregistered kind last)."""
+    """Sort kinds in the registry's order, an unregistered kind last."""
     return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
 
 
 def _order(findings: Iterable[Finding]) -> tuple[int, int]:
-    """Worst severity first, then the most occurrences."""
+    """Sort worst severity first, then the most occurrences."""
     fs = list(findings)
     return (min(severity_rank(f.severity) for f in fs), -sum(f.count for f in fs))
 
 
 def group_findings(findings: Iterable[Finding]) -> list[KindGroup]:
-    """Findings by kind and path: worst severity first, then the most frequent, headers
-    last (the registry's order breaks ties)."""
+    """Group findings by kind and path: worst severity first, then the most frequent, headers last.
+
+    The registry's order breaks ties."""
     by_kind: dict[str, dict[str, list[Finding]]] = {}
     for f in findings:
         by_kind.setdefault(f.kind, {}).setdefault(f.path, []).append(f)

@@ -1,8 +1,8 @@
-"""Formatters: small pure functions the templates call as jinja2 filters.
+"""Format values for the report: small pure functions the templates call as jinja2 filters.
 
-Every function that returns markup escapes what it is given (model output and headers can
-hold `<script>`, `</textarea>` or quotes) and scrubs anything that looks like a credential;
-the rest return plain strings that the Environment's autoescape escapes on output.
+Every function that returns markup escapes what it is given, since model output and headers can
+hold `<script>`, `</textarea>` or quotes, and scrubs anything that looks like a credential; the
+rest return plain strings that the Environment's autoescape escapes on output.
 """
 
 from __future__ import annotations
@@ -61,12 +61,14 @@ ANCHOR_HASH = 6
 
 
 def redact(text: object) -> str:
-    """`text` as a string, anything shaped like a credential replaced (`scrub_output`)."""
+    """Turn `text` into a string, anything shaped like a credential replaced.
+
+    `scrub_output` replaces them."""
     return scrub_output("" if text is None else str(text))
 
 
 def missing(value: object) -> bool:
-    """None, NaN and pandas' NA: nothing to show."""
+    """Tell None, NaN and pandas' NA, which show nothing."""
     if value is None:
         return True
     if isinstance(value, float):
@@ -75,7 +77,7 @@ def missing(value: object) -> bool:
 
 
 def ms(value: object) -> str:
-    """`12.3 ms`, `1.24 s`, or an em dash."""
+    """Format milliseconds as `12.3 ms` or `1.24 s`, or an em dash."""
     if missing(value):
         return "—"
     v = float(value)  # type: ignore[arg-type]
@@ -87,38 +89,38 @@ def ms(value: object) -> str:
 
 
 def num(value: object) -> str:
-    """`12,345`."""
+    """Format a number with thousands separators, as in `12,345`."""
     if missing(value):
         return "—"
     return f"{int(value):,}"  # type: ignore[call-overload]
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    """`1 exchange`, `3 exchanges`."""
+    """Count a word: `1 exchange`, `3 exchanges`."""
     return f"{num(n)} {word if n == 1 else (many or word + 's')}"
 
 
 def anchor(*parts: object) -> str:
-    """A stable, unique fragment id for a tuple of names."""
+    """Make a stable, unique fragment id for a tuple of names."""
     text = "\x1f".join(str(p) for p in parts)
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:SLUG]
     return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
 
 
 def status_class(status: object) -> str:
-    """`s2`…`s5` by status class; `s0` when there was no response."""
+    """Class a status as `s2`…`s5` by its class; `s0` when there was no response."""
     if missing(status) or not str(status).isdigit():
         return "s0"
     return f"s{str(status)[0]}"
 
 
 def shorten(text: object, limit: int = SHORT) -> str:
-    """Credentials scrubbed, then cut to `limit` characters."""
+    """Scrub credentials, then cut to `limit` characters."""
     return clip(redact(text), limit)
 
 
 def path_only(path: object) -> str:
-    """A request path without its query string (queries can carry credentials)."""
+    """Cut a request path's query string, since queries can carry credentials."""
     return "" if missing(path) else str(path).split("?", 1)[0]
 
 
@@ -126,10 +128,11 @@ def path_only(path: object) -> str:
 
 
 def hits(path: str, target: str) -> bool:
-    """Does a line at `path` show the finding at `target`?
+    """Tell whether a line at `path` shows the finding at `target`.
 
-    The line itself, anything under it, a parsed `arguments@json…` inside it, or a glob
-    (`headers.x-ratelimit-*`). Collapsed delta runs (`events[x.delta+]`) match single events.
+    It does when it is the line itself, anything under it, a parsed `arguments@json…` inside it,
+    or a glob such as `headers.x-ratelimit-*`. Collapsed delta runs such as `events[x.delta+]`
+    match single events.
     """
     path, target = path.replace("+]", "]"), target.replace("+]", "]")
     if not target or not path:
@@ -146,7 +149,7 @@ def hits(path: str, target: str) -> bool:
 
 @dataclass(slots=True)
 class Line:
-    """One laid-out line: its text, indentation, and whether it shows the finding."""
+    """Hold one laid-out line: its text, indentation, and whether it shows the finding."""
 
     text: str
     depth: int = 0
@@ -155,14 +158,16 @@ class Line:
 
 
 class _Enough(Exception):
-    """The layout holds what will be shown; the rest of the document is not walked."""
+    """Stop the walk once the layout holds what will be shown.
+
+    The rest of the document is not walked."""
 
 
 class Layout:
-    """Lines of a document, laid out only as far as the window that will show them.
+    """Lay out the lines of a document only as far as the window that will show them.
 
-    The walk stops MAX_LINES after the first line showing `target` (or at MAX_WALK lines
-    when none does), so a 1 MiB body costs no more than a small one.
+    The walk stops MAX_LINES after the first line showing `target`, or at MAX_WALK lines when
+    none does, so a 1 MiB body costs no more than a small one.
     """
 
     def __init__(self, target: str) -> None:
@@ -182,7 +187,7 @@ class Layout:
         self.lines.append(Line(text, depth, note, mark))
 
     def json(self, value: Any, prefix: str = "") -> None:
-        """Pretty JSON; each line knows its path (`a.b[].c`, arrays as `[]`)."""
+        """Lay out pretty JSON; each line knows its path, such as `a.b[].c`, arrays as `[]`."""
 
         def walk(v: Any, path: str, depth: int, head: str, tail: str) -> None:
             if isinstance(v, dict) and v:
@@ -205,7 +210,7 @@ class Layout:
         walk(value, prefix, 0, "", "")
 
     def stream(self, events: Sequence[Mapping[str, Any]], chat: bool) -> None:
-        """Each SSE event as a header line (its label and time), then its data."""
+        """Lay out each SSE event as a header line with its label and time, then its data."""
         last = len(events) - 1
         for i, ev in enumerate(events):
             data = ev.get("data")
@@ -219,7 +224,7 @@ class Layout:
                 self.add(_scalar(data), (f"events[{label}]",))
 
     def record(self, record: Record | None, kind: str) -> None:
-        """One side of a finding: the request line, status, the headers that matter, the body."""
+        """Lay out one side of a finding: request line, status, the headers that matter, body."""
         if record is None:
             self.add("(no such exchange in the captures)", note=True)
             return
@@ -254,11 +259,11 @@ class Layout:
             self.add("… body truncated at capture", note=True)
 
     def markup(self) -> Markup:
-        """Escaped lines around the first highlighted one; gaps are marked.
+        """Render escaped lines around the first highlighted one; gaps are marked.
 
         Plain lines are text ending in a newline; highlighted lines, notes and gaps are block
-        `<span>`s (a block starts its own line, so they need none). Only the lines shown are
-        scrubbed of credentials (then cut to a readable width).
+        `<span>`s, which need none since a block starts its own line. Only the lines shown are
+        scrubbed of credentials, then cut to a readable width.
         """
         n = len(self.lines)
         first = self.first_hit or 0
@@ -284,8 +289,10 @@ class Layout:
 
 
 def _scalar(value: Any) -> str:
-    """A JSON scalar; long strings cut (generously: the shown line is cut again after
-    credentials are scrubbed, so no key is split before it can be recognised)."""
+    """Render a JSON scalar, long strings cut generously.
+
+    The shown line is cut again after credentials are scrubbed, so no key is split before it can
+    be recognised."""
     if isinstance(value, str) and len(value) > MAX_SCALAR:
         value = f"{value[:MAX_SCALAR]}… (+{len(value) - MAX_SCALAR} chars)"
     return json.dumps(value, ensure_ascii=False)
@@ -305,12 +312,12 @@ def _laid_out(fill: Callable[[Layout], None], target: str) -> Markup:
 
 
 def wire(record: Record | None, path: str = "", kind: str = "") -> Markup:
-    """A record's answer laid out as escaped lines, the finding's path highlighted."""
+    """Lay out a record's answer as escaped lines, the finding's path highlighted."""
     return _laid_out(lambda lay: lay.record(record, kind), path)
 
 
 def pretty_json(value: Any, path: str = "") -> Markup:
-    """Any JSON value laid out as escaped lines, `path` highlighted."""
+    """Lay out any JSON value as escaped lines, `path` highlighted."""
     return _laid_out(lambda lay: lay.json(value), path)
 
 
@@ -318,7 +325,7 @@ def pretty_json(value: Any, path: str = "") -> Markup:
 
 
 def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """Round axis ticks from 0 to at least `top` (1, 2 or 5 times a power of ten)."""
+    """Choose round axis ticks from 0 to at least `top`: 1, 2 or 5 times a power of ten."""
     raw = top / count
     if not 1e-300 < raw < 1e300:  # none to draw, or past where a power of ten is a double
         return [raw * i for i in range(count + 1)] if 0 < raw < math.inf else [0.0, 1.0]
@@ -331,19 +338,19 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
 def lane_path(
     ticks: Sequence[float], t_max: float, y: float, left: float = 90, width: float = 520
 ) -> str:
-    """An SVG path drawing one short vertical tick per event time."""
+    """Draw an SVG path with one short vertical tick per event time."""
     scale = width / (t_max or 1.0)
     return "".join(f"M{left + t * scale:.1f} {y}v12" for t in ticks)
 
 
 def counts(mapping: Mapping[str, int], order: Iterable[str] = ()) -> str:
-    """`3 pass · 1 error`, in the given order first."""
+    """Count in words, as in `3 pass · 1 error`, in the given order first."""
     keys = [k for k in order if mapping.get(k)] + [k for k in mapping if k not in set(order)]
     return " · ".join(f"{num(mapping[k])} {k}" for k in keys if mapping.get(k))
 
 
 def slug(value: object) -> str:
-    """A CSS class part: `compatible with deviations` → `compatible-with-deviations`."""
+    """Make a CSS class part: `compatible with deviations` → `compatible-with-deviations`."""
     return re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
 
 

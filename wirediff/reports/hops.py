@@ -1,11 +1,12 @@
-"""Failing chains: each distinct chain drawn once as hops, with every diagnosis it got.
+"""Draw each distinct failing chain once as hops, with every diagnosis it got.
 
-A chain's diagnoses (one chain can be both `endpoint_not_implemented` and `soft_error_200`)
-are listed together, and chains that read the same — same backend, endpoint, diagnoses, hops
-and evidence, ids aside — fold into one drawing with a count and the list of all of them.
-A chain's exchanges are grouped by the listener that captured them, so a chain seen on two
-listeners (client → gateway, gateway → upstream) draws as two hops, each named by the label
-of its records and the upstream host (never by the proxy's own, often ephemeral, port).
+A chain's diagnoses are listed together, since one chain can be both `endpoint_not_implemented`
+and `soft_error_200`. Chains that read the same, with the same backend, endpoint, diagnoses, hops
+and evidence, ids aside, fold into one drawing with a count and the list of all of them. A
+chain's exchanges are grouped by the listener that captured them, so a chain seen on two
+listeners, client → gateway and gateway → upstream, draws as two hops. Each hop is named by the
+label of its records and the upstream host, never by the proxy's own port, which is often
+ephemeral.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ MAX_LISTED = 100
 
 @dataclass(slots=True)
 class Step:
-    """One exchange on a hop: what was asked and what came back."""
+    """Show one exchange on a hop: what was asked and what came back."""
 
     method: str
     path: str
@@ -57,7 +58,7 @@ class Step:
 
 @dataclass(slots=True)
 class Hop:
-    """`source → target`, captured on one listener."""
+    """Draw one hop, `source → target`, captured on one listener."""
 
     source: str
     target: str
@@ -85,7 +86,7 @@ class ChainRef:
 
 @dataclass(slots=True)
 class ChainGroup:
-    """Chains that read the same; the first is drawn, all are named."""
+    """Group the chains that read the same; the first is drawn, all are named."""
 
     anchor: str
     label: str
@@ -103,7 +104,7 @@ class ChainGroup:
 
     @property
     def code(self) -> str:
-        """The first diagnosis's code (`CODES` order): what the chain is filed under."""
+        """File the chain under its first diagnosis's code, in `CODES` order."""
         return self.diagnoses[0].code
 
     @property
@@ -116,7 +117,7 @@ class ChainGroup:
 
 
 def listener_target(listener: object, url: object) -> str:
-    """Who a listener forwards to: the reverse-mode upstream, else the request's host."""
+    """Name who a listener forwards to: the reverse-mode upstream, else the request's host."""
     spec = "" if missing(listener) else str(listener)
     for prefix in ("reverse:", "replay:"):
         if spec.startswith(prefix):
@@ -126,7 +127,7 @@ def listener_target(listener: object, url: object) -> str:
 
 
 def listener_kind(listener: str) -> str:
-    """How a hop was recorded, in words (the spec itself, ports and all, is its tooltip)."""
+    """Say in words how a hop was recorded; the spec itself, ports and all, is its tooltip."""
     if listener.startswith("reverse:"):
         return "captured, reverse proxy"
     if listener.startswith("replay:"):
@@ -157,7 +158,7 @@ def _step(rec: Record) -> Step:
 
 
 def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
-    """A chain drawn as hops: client → (gateway →) upstream, one hop per listener."""
+    """Draw a chain as hops, one per listener: client → gateway, if any, → upstream."""
     recs = sorted(
         (records_by_id[i] for i in ids if i in records_by_id), key=lambda r: r.get("started") or 0.0
     )
@@ -197,7 +198,7 @@ def _text(value: Any) -> str:
 
 @dataclass(slots=True)
 class _Chain:
-    """One chain's diagnoses, gathered from its rows, as the analysis wrote them."""
+    """Gather one chain's diagnoses from its rows, as the analysis wrote them."""
 
     label: str
     endpoint: str
@@ -236,7 +237,7 @@ def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
 
 
 def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any, ...]:
-    """What a chain's drawing is made of, read from its records (cheap: no drawing)."""
+    """Read what a chain's drawing is made of from its records, cheaply, without drawing it."""
     out = []
     for i in ids:
         rec: Mapping[str, Any] = records_by_id.get(i) or {}  # a missing one: nothing to draw
@@ -263,8 +264,9 @@ group; `collect_chains`'s, merged."""
 def collect_chains(
     diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record], first: int = 0
 ) -> ChainCounts:
-    """Each distinct failing chain of `diagnoses` once, with its count and the chains it
-    stands for; chains are placed in the order they come, from `first` on."""
+    """Count each distinct failing chain of `diagnoses` once, with the chains it stands for.
+
+    Chains are placed in the order they come, from `first` on."""
     if diagnoses.empty:
         return {}
     order = {c: i for i, c in enumerate(CODES)}
@@ -328,8 +330,9 @@ def merge_chains(into: ChainCounts, other: ChainCounts) -> ChainCounts:
 
 
 def finish_chains(groups: ChainCounts) -> list[ChainGroup]:
-    """The distinct chains, worst code first, then the most frequent; past
-    `MAX_CHAIN_GROUPS` not drawn."""
+    """Order the distinct chains worst code first, then the most frequent.
+
+    Those past `MAX_CHAIN_GROUPS` are not drawn."""
     order = {c: i for i, c in enumerate(CODES)}
     ordered = [g for _, g in sorted(groups.values(), key=lambda fg: fg[0])]
     out = sorted(
@@ -342,5 +345,5 @@ def finish_chains(groups: ChainCounts) -> list[ChainGroup]:
 
 
 def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
-    """Each distinct failing chain once, with its count and every chain it stands for."""
+    """Group each distinct failing chain once, with its count and every chain it stands for."""
     return finish_chains(collect_chains(diagnoses, records_by_id))

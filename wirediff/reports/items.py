@@ -1,7 +1,8 @@
-"""The JSON Lines of every finding and every diagnosis (`--findings`): one line each, a
-finding with the keys of `DIVERGENCE_COLUMNS`, a diagnosis with those of `DIAGNOSIS_COLUMNS`.
-A line is made where its row is found, so that the partitioned engine's workers write each
-finding's line once and the command only merges lines in order."""
+"""Write the JSON Lines of every finding and every diagnosis for `--findings`, one line each.
+
+A finding has the keys of `DIVERGENCE_COLUMNS`, a diagnosis those of `DIAGNOSIS_COLUMNS`. A line
+is made where its row is found, so that the partitioned engine's workers write each finding's
+line once and the command only merges lines in order."""
 
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ CHUNK = 1 << 16
 def line(item: Mapping[str, Any]) -> str:
     """Write one item as a line of compact JSON, newline included, scrubbed of secrets.
 
-    orjson writes it; the standard library takes what orjson refuses, an integer past 64
-    bits."""
+    orjson writes it; the standard library takes what orjson refuses, an integer past 64 bits."""
     try:
         text = orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     except TypeError:
@@ -52,12 +52,12 @@ def line(item: Mapping[str, Any]) -> str:
 
 
 def finding_line(values: Sequence[Any]) -> str:
-    """The line of a finding row (`DIVERGENCE_COLUMNS` values)."""
+    """Write the line of a finding row of `DIVERGENCE_COLUMNS` values."""
     return line(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
 
 
 def _encoded(values: Iterable[Any]) -> list[str]:
-    """Each value as JSON text, as `line` writes it."""
+    """Encode each value as JSON text, as `line` writes it."""
     out = []
     for v in values:
         try:
@@ -72,8 +72,9 @@ _MAY_HOLD = "|".join(re.escape(word) for word in SCRUB_WORDS)
 
 
 def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
-    """The lines of every finding, in order (`finding_line`'s), made a chunk at a time
-    from the text of each exchange and each distinct finding, written once each."""
+    """Write the lines of every finding in order, as `finding_line` would, a chunk at a time.
+
+    They are made from the text of each exchange and each distinct finding, written once each."""
     if not len(found):
         return
     keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
@@ -121,7 +122,9 @@ def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
 
 
 def jsonable(value: Any) -> Any:
-    """pandas/numpy scalars and containers as plain JSON values (NaN and NA become null)."""
+    """Turn pandas and numpy scalars and containers into plain JSON values.
+
+    NaN and NA become null."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | np.ndarray):
@@ -138,8 +141,9 @@ def jsonable(value: Any) -> Any:
 
 
 def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
-    """Diagnoses (rows of `DIAGNOSIS_COLUMNS`, as dicts) as their items: plain JSON values,
-    strings scrubbed of credentials."""
+    """Turn diagnoses, rows of `DIAGNOSIS_COLUMNS` as dicts, into items.
+
+    Items hold plain JSON values, their strings scrubbed of credentials."""
     out = []
     for row in rows:
         item = {k: jsonable(row.get(k)) for k in DIAGNOSIS_COLUMNS}
@@ -153,7 +157,7 @@ def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
 
 
 def diagnosis_lines(rows: Iterable[Mapping[Any, Any]] | pd.DataFrame) -> list[str]:
-    """The lines of these diagnoses (dicts as `diagnose_chain` gives them, or a frame)."""
+    """Write the lines of these diagnoses, dicts as `diagnose_chain` gives them or a frame."""
     if isinstance(rows, pd.DataFrame):
         rows = rows.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records")
     return [line(item) for item in diagnosis_items(rows)]

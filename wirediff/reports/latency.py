@@ -1,10 +1,10 @@
-"""Latency per backend: time to first byte, to the first SSE event, and duration, as
-quantiles and as box plots drawn in inline SVG (pixel positions computed here).
+"""Measure latency per backend: time to first byte, to the first SSE event, and duration.
 
-Quantiles are exact (every value kept) up to `EXACT_LIMIT` values of one backend, family
-and measure; past that they come from a DDSketch (`ddsketch`: relative error within 1%), so
-latency of any number of exchanges is counted in bounded memory, and the counts of several
-parts of the captures merge into those of the whole, in any order, with the same result.
+They are shown as quantiles and as box plots drawn in inline SVG, with pixel positions computed
+here. Quantiles are exact, every value kept, up to `EXACT_LIMIT` values of one backend, family
+and measure; past that they come from a `ddsketch` DDSketch, with relative error within 1%. So
+latency of any number of exchanges is counted in bounded memory, and the counts of several parts
+of the captures merge into those of the whole, in any order, with the same result.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def stats(values: pd.Series) -> Stats | None:
 
 
 class Quantiles:
-    """The values of one measure: kept exactly up to `EXACT_LIMIT`, then in a DDSketch.
-    Merging is associative and order-free (a sketch's bins only count)."""
+    """Keep the values of one measure exactly up to `EXACT_LIMIT`, then in a DDSketch.
+
+    Merging is associative and order-free, since a sketch's bins only count."""
 
     __slots__ = ("max", "n", "parts", "sketch")
 
@@ -125,7 +126,7 @@ class Quantiles:
 
 @dataclass(slots=True)
 class Measures:
-    """One backend and family: how many exchanges, and the values of each measure."""
+    """Count one backend and family: how many exchanges, and the values of each measure."""
 
     exchanges: int
     values: dict[str, Quantiles]
@@ -141,8 +142,9 @@ LatencyCounts = dict[tuple[str, str], Measures]
 
 
 def collect_latency(ex: pd.DataFrame) -> LatencyCounts:
-    """The measures of these exchanges (labels and families filled), per backend and
-    family."""
+    """Collect the measures of these exchanges per backend and family.
+
+    Their labels and families are filled."""
     frame = pd.DataFrame(
         {
             "label": ex["label"].astype(str),
@@ -168,7 +170,7 @@ def _merged(parts: Iterable[Quantiles]) -> Quantiles:
 
 @dataclass(slots=True)
 class Bar:
-    """One backend's box in a latency chart (pixel positions precomputed)."""
+    """Place one backend's box in a latency chart, its pixel positions computed."""
 
     label: str
     stats: Stats
@@ -181,8 +183,9 @@ class Bar:
 
     @property
     def median_at(self) -> float:
-        """Where the median's label is centred: on the median, unless that would push it
-        into the backends' names."""
+        """Centre the median's label on the median, unless that pushes it into the names.
+
+        The names are the backends', left of the plot."""
         return max(self.x50, CHART_LEFT + VALUE_HALF)
 
 
@@ -233,7 +236,7 @@ class Latency:
 
 
 def finish_latency(counts: LatencyCounts, labels: Sequence[str]) -> Latency:
-    """Quantiles, charts and the table from the counted measures."""
+    """Compute quantiles, charts and the table from the counted measures."""
     per_label: dict[str, dict[str, Stats]] = {}
     for label in labels:
         mine = [v for (lab, _), v in counts.items() if lab == label]

@@ -1,11 +1,11 @@
-"""The report's content, computed once from an analysis: what every section shows.
+"""Compute the report's content once from an analysis: what every section shows.
 
-Plain dataclasses built with pandas; the templates only lay them out and `summary.json`
-serialises them. Repeats are folded (identical findings: `wirediff.reports.findings`,
-identical stream alignments, identical failing chains, skipped steps with the same reason),
-only the first `max_examples` of each are named and only the first is laid out, within a size
-budget (`wirediff.reports.examples`), so the size of a report grows with the number of
-*distinct* findings, not of exchanges.
+It is plain dataclasses built with pandas; the templates only lay them out and `summary.json`
+serialises them. Repeats are folded: identical findings in `wirediff.reports.findings`, identical
+stream alignments, identical failing chains, and skipped steps with the same reason. Only the
+first `max_examples` of each are named, and only the first is laid out, within a size budget kept
+by `wirediff.reports.examples`. So the size of a report grows with the number of *distinct*
+findings, not of exchanges.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ MAX_CELL_FINDINGS = 10
 
 @dataclass(slots=True)
 class Verdict:
-    """One backend's drop-in verdict for one endpoint family (and transport)."""
+    """Hold one backend's drop-in verdict for one endpoint family and transport."""
 
     label: str
     role: str
@@ -129,7 +129,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
 
 @dataclass(slots=True)
 class Cell:
-    """One endpoint on one backend: its verdict and links to the evidence."""
+    """Hold one endpoint on one backend: its verdict and links to the evidence."""
 
     anchor: str
     label: str
@@ -143,7 +143,7 @@ class Cell:
 
     @property
     def total(self) -> int:
-        """Exchanges judged (skipped replay steps and exchanges a stop cut are not)."""
+        """Count the exchanges judged; skipped replay steps and exchanges a stop cut are not."""
         return sum(n for v, n in self.outcomes.items() if v not in (SKIPPED, STOPPED))
 
     verdict: str = "untested"
@@ -219,8 +219,9 @@ class ReportModel:
         return sorted((k.kind for k in self.kinds), key=kind_order)
 
     def examples_to_lay_out(self) -> list[str]:
-        """The ids of the records `lay_out` reads (the first example of each finding it
-        lays out, at most), to fetch them when they are not at hand."""
+        """List the ids of the records `lay_out` reads, to fetch them when they are not at hand.
+
+        They are at most the first example of each finding it lays out."""
         ids: dict[str, None] = {}
         for k in self.kinds:
             for p in k.paths:
@@ -232,9 +233,10 @@ class ReportModel:
 
 
 def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
-    """A cell's outcomes as its verdict counts them: a route-level failure is `unsupported`
-    in a cell that is, and `breaking` in one where other calls work (the client loses what
-    it asked for)."""
+    """Count a cell's outcomes as its verdict counts them.
+
+    A route-level failure is `unsupported` in a cell that is, and `breaking` in one where other
+    calls work, since the client loses what it asked for."""
     if verdict == "unsupported" or "unsupported" not in outcomes:
         return outcomes
     moved = Counter(outcomes)
@@ -243,20 +245,22 @@ def agreeing(outcomes: dict[str, int], verdict: str) -> dict[str, int]:
 
 
 def _counted(counts: pd.Series) -> list[tuple[Any, int]]:
-    """`value_counts` as (its key, its count) pairs."""
+    """Turn `value_counts` into `(key, count)` pairs."""
     return list(zip(counts.index.tolist(), counts.tolist(), strict=True))
 
 
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
-    """Exchange outcomes counted, in `OUTCOMES` order."""
+    """Count exchange outcomes in `OUTCOMES` order."""
     return {o: int(counts[o]) for o in OUTCOMES if o in counts}
 
 
 def build(
     analysis: Analysis, diagnosed: Diagnosed, *, max_examples: int = DEFAULT_MAX_EXAMPLES
 ) -> ReportModel:
-    """Everything the report shows, from the analysis of the captures and the diagnoses of
-    their failing chains; the examples laid out (their records read again)."""
+    """Build everything the report shows from the analysis of the captures and their diagnoses.
+
+    The diagnoses are those of the captures' failing chains. The examples are laid out, their
+    records read again."""
     rows = analysis.index.rows
     ex = rows.assign(
         label=text(rows["label"]),
@@ -455,8 +459,9 @@ def _listed(analysis: Analysis) -> Listed:
 
 
 def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict[str, Any]]:
-    """The stream alignments of the pairs both of whose sides were sent and not cut by the
-    capture's stop."""
+    """Align the streams of the pairs whose two sides were sent and not cut by a stop.
+
+    The stop is the capture's."""
     rows, pairs = analysis.index.rows, analysis.pairs
     c, b = pairs["c"].to_numpy(), pairs["b"].to_numpy()
     sent = ~np.isin(rows["error_kind"].to_numpy(dtype=object), [SKIPPED, STOPPED_IN_FLIGHT])

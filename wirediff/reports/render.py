@@ -1,11 +1,11 @@
-"""Rendering: the one jinja2 Environment, and the report's three outputs.
+"""Render the report's three outputs through the one jinja2 Environment.
 
 - `report.html`: one file, CSS and JS inlined by `{% include %}`, nothing fetched at view
-  time (a Content-Security-Policy with `default-src 'none'` and hashes of the inlined
-  style and script says so to the browser, and keeps any injected markup inert).
-- `summary.json`: the summary (`summary.schema.json`).
-- `--findings`: every finding and every diagnosis, one JSON line each
-  (`wirediff.reports.items`).
+  time. A Content-Security-Policy with `default-src 'none'` and hashes of the inlined style
+  and script says so to the browser, and keeps any injected markup inert.
+- `summary.json`: the summary, as `summary.schema.json` describes it.
+- `--findings`: every finding and every diagnosis, one JSON line each, written by
+  `wirediff.reports.items`.
 - `divergences.csv`: the divergence table, conformance rows included.
 """
 
@@ -66,8 +66,9 @@ WRITTEN = 1000
 
 
 def _scrubbed(value: Any) -> Any:
-    """What a `{{ … }}` of a template shows, scrubbed (`scrub_output`); markup stays markup:
-    what the scrub replaces holds none of its characters."""
+    """Scrub what a `{{ … }}` of a template shows with `scrub_output`; markup stays markup.
+
+    What the scrub replaces holds none of markup's characters."""
     if isinstance(value, Markup):
         return Markup(scrub_output(str(value)))
     return scrub_output(value) if isinstance(value, str) else value
@@ -98,13 +99,13 @@ ENV.globals.update(
 
 @cache
 def asset_hash(name: str) -> str:
-    """The CSP source (`'sha256-…'`) of an asset exactly as `{% include %}` inlines it."""
+    """Hash an asset exactly as `{% include %}` inlines it, as a CSP source `'sha256-…'`."""
     text = ENV.get_template(name).render()
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
 def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """Write the report for an already built model; streamed, never held whole in memory."""
+    """Write the report for an already built model, streamed and never held whole in memory."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     template = ENV.get_template("report.html.j2")
@@ -122,7 +123,7 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 
 
 def verdict_item(v: Verdict) -> dict[str, Any]:
-    """One drop-in verdict as `summary.schema.json`'s `verdict_row`."""
+    """Turn one drop-in verdict into `summary.schema.json`'s `verdict_row`."""
     return {
         "label": v.label,
         "role": v.role,
@@ -138,7 +139,7 @@ def verdict_item(v: Verdict) -> dict[str, Any]:
 
 
 def summary_from(model: ReportModel) -> dict[str, Any]:
-    """`summary.json` for a built model (see `summary.schema.json`)."""
+    """Build `summary.json` for a built model, as `summary.schema.json` describes it."""
     backends = [
         {
             "label": b.label,
@@ -221,7 +222,7 @@ def summary_from(model: ReportModel) -> dict[str, Any]:
 
 
 def diagnosis_lines_of(model: ReportModel) -> Iterator[str]:
-    """Every diagnosis's line, a chunk of diagnoses at a time."""
+    """Write every diagnosis's line, a chunk of diagnoses at a time."""
     rows = model.diagnoses
     for start in range(0, len(rows), WRITTEN):
         yield "".join(diagnosis_lines(rows.iloc[start : start + WRITTEN]))
@@ -237,7 +238,7 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
 
 
 def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """`summary.json` for a built model; `-`: to stdout."""
+    """Write `summary.json` for a built model; `-` writes to stdout."""
     if str(out_path) != "-":
         return write_json(summary_from(model), out_path)
     sys.stdout.flush()
@@ -252,8 +253,9 @@ def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 
 
 def write_findings(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """Every finding, then every diagnosis, one JSON line each, streamed: never all in
-    memory. `-`: to stdout."""
+    """Write every finding, then every diagnosis, one JSON line each, streamed, never all in memory.
+
+    `-` writes to stdout."""
     lines = itertools.chain(finding_lines(model.listed), diagnosis_lines_of(model))
     if str(out_path) == "-":
         sys.stdout.flush()
@@ -277,7 +279,7 @@ def _write_lines(fh: TextIO, lines: Iterator[str]) -> None:
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """The divergence table (conformance rows included), one finding per line."""
+    """Write the divergence table, conformance rows included, one finding per line."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     found = model.listed

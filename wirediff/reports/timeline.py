@@ -1,11 +1,11 @@
-"""Stream timelines: a pair's two SSE event sequences aligned, with per-event timing.
+"""Align a pair's two SSE event sequences as a stream timeline, with per-event timing.
 
-Events are labelled exactly as `wirediff.analysis.comparison.observe` labels them (so a
-timeline row and an `events[label]` finding name the same thing); runs of deltas collapse
-into one row (`response.output_text.delta+` x14) because how many deltas arrive is
-generated, not protocol. Pairs whose two collapsed sequences are the same fold into one timeline.
-A replay step that was skipped (never sent) has no stream to align: it is listed with its
-reason (`wirediff.reports.captures`), not drawn as every event missing.
+Events are labelled exactly as `wirediff.analysis.comparison.observe` labels them, so a timeline
+row and an `events[label]` finding name the same thing. Runs of deltas collapse into one row, as
+in `response.output_text.delta+` x14, because how many deltas arrive is generated, not protocol.
+Pairs whose two collapsed sequences are the same fold into one timeline. A replay step that was
+skipped, never sent, has no stream to align: `wirediff.reports.captures` lists it with its
+reason, and it is not drawn as every event missing.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MARK_KINDS = {"missing": "event_missing", "extra": "event_extra", "moved": "even
 
 @dataclass(slots=True)
 class Run:
-    """One event, or a run of deltas of one type, with its timing and sequence numbers."""
+    """Hold one event, or a run of deltas of one type, with its timing and sequence numbers."""
 
     label: str
     n: int = 1
@@ -57,7 +57,9 @@ class Run:
 
 @dataclass(slots=True)
 class Row:
-    """One aligned row: `same`, `missing` (baseline only), `extra` (candidate only), `moved`."""
+    """Hold one aligned row: `same`, `missing`, `extra` or `moved`.
+
+    `missing` is on the baseline only, `extra` on the candidate only."""
 
     mark: str
     baseline: Run | None
@@ -66,7 +68,7 @@ class Row:
 
 @dataclass(slots=True)
 class Timeline:
-    """The aligned streams of one or more pairs with the same event sequences."""
+    """Hold the aligned streams of one or more pairs with the same event sequences."""
 
     anchor: str
     label: str
@@ -108,7 +110,7 @@ def is_chat(record: Record | None) -> bool:
 
 
 def runs(record: Record | None) -> list[Run]:
-    """The record's events as runs, with timing and sequence numbers."""
+    """Group the record's events into runs, with timing and sequence numbers."""
     chat = is_chat(record)
     out: list[Run] = []
     for ev in _events(record) or ():
@@ -154,7 +156,7 @@ def align(base: Sequence[Run], cand: Sequence[Run]) -> list[Row]:
 
 
 def ticks(record: Record | None) -> list[float]:
-    """Event times of a stream, evenly sampled down to MAX_TICKS."""
+    """Sample a stream's event times evenly down to MAX_TICKS."""
     times = [
         float(t) for ev in _events(record) or () if isinstance(t := ev.get("t_ms"), int | float)
     ]
@@ -166,9 +168,11 @@ def ticks(record: Record | None) -> list[float]:
 
 @dataclass(slots=True)
 class Alignment:
-    """Streamed pairs with the same backends, endpoint and event sequences: the first pair
-    (by `first`, its place among all the captures' pairs) aligned, and the first pair ids —
-    so that the alignments of several parts of the captures merge into those of the whole."""
+    """Fold streamed pairs with the same backends, endpoint and event sequences.
+
+    The first pair, by `first`, its place among all the captures' pairs, is aligned, and the
+    first pair ids are kept, so that the alignments of several parts of the captures merge into
+    those of the whole."""
 
     first: Any
     pair_ids: list[tuple[Any, str]]
@@ -191,11 +195,12 @@ Alignments = dict[tuple[Any, ...], Alignment]
 def collect_alignments(
     pairs: pd.DataFrame, read: Callable[[Sequence[int]], Sequence[Record]], *, max_examples: int
 ) -> tuple[Alignments, dict[str, tuple[Any, ...]]]:
-    """Streamed pairs folded by (backends, endpoint, both collapsed label sequences), and
-    `pair_id → key` for every streamed pair. `pairs`, in their order, both sides sent:
-    `pair_id`, `label`, `baseline_label`, `endpoint`, `place`, `b` and `c` (the rows of
-    baseline and candidate, `read` gives their records) and `b_labels`, `c_labels` (each
-    side's `stream_labels`). The first pair of each fold is aligned."""
+    """Fold streamed pairs by backends, endpoint and both collapsed label sequences.
+
+    It also maps `pair_id → key` for every streamed pair. `pairs` come in their order, both sides
+    sent, with `pair_id`, `label`, `baseline_label`, `endpoint`, `place`; `b` and `c`, the rows
+    of baseline and candidate, whose records `read` gives; and `b_labels` and `c_labels`, each
+    side's `stream_labels`. The first pair of each fold is aligned."""
     streamed = pairs[(pairs["b_labels"].map(len) + pairs["c_labels"].map(len)).to_numpy() > 0]
     if streamed.empty:
         return {}, {}
@@ -229,7 +234,7 @@ def collect_alignments(
 def finish_alignments(
     groups: Alignments, anchor: Callable[..., str]
 ) -> tuple[list[Timeline], dict[tuple[Any, ...], str]]:
-    """The timelines, diverging first, then by count; and each group's anchor."""
+    """Order the timelines diverging first, then by count, and give each group's anchor."""
     out: list[Timeline] = []
     anchors: dict[tuple[Any, ...], str] = {}
     ordered = sorted(groups.items(), key=lambda kv: kv[1].first)

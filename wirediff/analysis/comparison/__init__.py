@@ -1,1 +1,1 @@
-"""Comparison: frames, shapes, pairs, divergences and conformance of recorded exchanges."""
+"""Compare recorded exchanges: frames, shapes, pairs, divergences and conformance."""

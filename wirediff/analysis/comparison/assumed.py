@@ -1,11 +1,10 @@
-"""Findings that rest on a stand-in's assumed behaviour, said so.
+"""Mark the findings that rest on a stand-in's assumed behaviour.
 
-A stand-in names the profile it plays in every answer (`x-wirediff-standin`); a profile
-lists the facts no source documents (`assumed:`, each a regex `when` over a finding's path
-and words, and what it `says`). A finding on such an answer that matches one rests on an
-assumption, not on evidence, and its verdict reason says so: "(assumed behaviour of LM
-Studio (chat-only version): no usage chunk …)". Real servers send no such header: their
-findings are evidence.
+A stand-in names the profile it plays in every answer (`x-wirediff-standin`); a profile lists the
+facts no source documents under `assumed:`, each a regex `when` over a finding's path and words,
+and what it `says`. A finding on such an answer that matches one rests on an assumption, not on
+evidence, and its verdict reason says so: "(assumed behaviour of <title>: <says>)". Real servers
+send no such header: their findings are evidence.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ __all__ = ["assumed_note", "standin_of"]
 
 @cache
 def _facts(name: str) -> tuple[str, tuple[tuple[re.Pattern[str], str], ...]]:
-    """A profile's title and its assumed facts `(when, says)`."""
+    """Return a profile's title and its assumed facts as `(when, says)` pairs."""
     known: dict[str, Any] = {**load_profiles(), **load_bugs()}
     prof: dict[str, Any] = known.get(name, {})
     facts = tuple(
@@ -34,7 +33,7 @@ def _facts(name: str) -> tuple[str, tuple[tuple[re.Pattern[str], str], ...]]:
 
 
 def standin_of(record: Record) -> str:
-    """The stand-in profile that gave the answer (`x-wirediff-standin`), or ``."""
+    """Name the stand-in profile that gave the answer, from `x-wirediff-standin`, else ``."""
     resp = record.get("response")
     for name, value in resp.get("headers") or () if resp is not None else ():
         if str(name).lower() == STANDIN_HEADER:
@@ -43,9 +42,10 @@ def standin_of(record: Record) -> str:
 
 
 def assumed_note(name: str, path: str, words: str) -> str:
-    """` (assumed behaviour of <title>: <says>)` when the finding `path`/`words` on an
-    answer of the stand-in profile `name` (`standin_of`) rests on an assumed fact of it,
-    else ``."""
+    """Say ` (assumed behaviour of <title>: <says>)` when a finding rests on an assumed fact.
+
+    That is when the finding's `path` and `words`, on an answer of the stand-in profile `name`
+    (see `standin_of`), match an assumed fact of that profile; else it returns ``."""
     if not name:
         return ""
     title, facts = _facts(name)

@@ -1,25 +1,27 @@
-"""Client breakages: what the real clients made of an answer (`impact`), judged.
+"""Judge what the real clients made of an answer, as measured by `impact`, and find the breaks.
 
-Each rule reads the observations of every client alike (openai-python's keys, and the Node
-SDK's under `node:`). On one answer alone (`record_breaks`): a client raised where an app
-would not expect it; tool-call arguments do not give an object to `json.loads` or the tool's
-schema rejects them; a tool call has no id (`call_id`) to answer it with, names a tool the
-request did not offer, is refused by `runTools()`, or has another `call_id` in the final
-object than the stream announced; structured content the request asked for is not what its
-schema accepts; usage asked for with `stream_options.include_usage` never came; a stream was
-asked for and nothing was streamed; a stream helper's final object lacks the text its events
-delivered. A candidate against its baseline (`pair_breaks`): it makes a client fail where the
+Each rule reads the observations of every client alike: openai-python's keys, and the Node SDK's
+under `node:`. On one answer alone, `record_breaks` finds that a client raised where an app would
+not expect it; tool-call arguments do not give an object to `json.loads` or the tool's schema
+rejects them; a tool call has no `call_id` to answer it with, names a tool the request did not
+offer, is refused by `runTools()`, or has another `call_id` in the final object than the stream
+announced; structured content the request asked for is not what its schema accepts; usage asked
+for with `stream_options.include_usage` never came; a stream was asked for and nothing was
+streamed; a stream helper's final object lacks the text its events delivered.
+
+A candidate against its baseline, in `pair_breaks`, breaks when it makes a client fail where the
 baseline does not; it raises where the baseline did not, or another class; streamed chunks or
-events, models or an embedding the baseline gave are gone; tool arguments that parsed no
-longer do; usage, the reasoning text or the server's words in an error the baseline gave are
-gone; both answers call tools and the `finish_reason` (Responses: `status`) an agent loop
-branches on differs. Generated content (an empty text, which tool was called) is not judged.
+events, models or an embedding the baseline gave are gone; tool arguments that parse on the
+baseline do not parse on it; usage, the reasoning text or the server's words in an error the
+baseline gave are gone; both answers call tools and the `finish_reason`, or `status` on
+Responses, that an agent loop branches on differs. Generated content, such as an empty text or
+which tool was called, is not judged.
 
-A break is `breaking` itself (a `client` finding, in the client's words), and it makes the
-findings that explain it breaking (`implicates`): a changed status, a soft error or another
-transport for a raise, a loss or a failure; the paths of what was lost or judged (`usage`,
-`arguments`/`tool_calls`, `finish_reason`, the content, `reasoning_content`, the error
-object); a key or event a failure names (`no attribute 'output'`).
+A break is `breaking` itself, a `client` finding in the client's words, and `implicates` makes
+the findings that explain it breaking: a changed status, a soft error or another transport for a
+raise, a loss or a failure; the paths of what was lost or judged, such as `usage`, `arguments`,
+`tool_calls`, `finish_reason`, the content, `reasoning_content` or the error object; a key or
+event a failure names, as in `no attribute 'output'`.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ _ERROR = frozenset({"error", "message", "detail", "object", "code", "type"})
 
 @dataclass(frozen=True, slots=True)
 class Break:
-    """A client loses something on an answer: which call, in whose words, and what it
-    explains."""
+    """Record that a client loses something on an answer.
+
+    It says which call, in whose words, and what it explains."""
 
     rule: str
     probe: str
@@ -86,8 +89,10 @@ class Break:
 
 
 def server_words(record: Record) -> str:
-    """The server's own error message in an answer (an error object's `message`, a bare
-    `message` or FastAPI's `detail`, an error event, or the text), shortened."""
+    """Quote the server's own error message in an answer, shortened.
+
+    That is an error object's `message`, a bare `message` or FastAPI's `detail`, an error event,
+    or the text."""
     resp = record.get("response")
     if resp is None:
         return ""
@@ -112,7 +117,7 @@ def _names(failure: Failure) -> frozenset[str]:
 
 
 def _client_of(outcome: Outcome, prefix: str) -> str:
-    """The client whose keys start with `prefix`."""
+    """Name the client whose keys start with `prefix`."""
     if not prefix:
         return SDK_SOURCE
     return next((c for c in outcome.clients if c.startswith("openai-node")), "openai-node")
@@ -222,7 +227,7 @@ def _structured(outcome: Outcome, prefix: str, client: str, parse_failed: bool) 
 
 
 def _final_lost(outcome: Outcome, prefix: str, client: str) -> list[Break]:
-    """A stream helper's final object without the text its events delivered."""
+    """Find a stream helper's final object that lacks the text its events delivered."""
     out = []
     for text in ("content", "output_text"):
         key = f"{prefix}final.{text}"
@@ -238,7 +243,7 @@ def _final_lost(outcome: Outcome, prefix: str, client: str) -> list[Break]:
 
 
 def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
-    """What breaks on this answer alone."""
+    """Find what breaks on this answer alone."""
     if not outcome.judged:
         return ()
     out = [failure_break(f) for f in outcome.failures]
@@ -272,7 +277,7 @@ def _class(raised: str) -> str:
 
 
 def _finish_keys(prefix: str) -> list[tuple[str, str]]:
-    """`(finish key, tool-call count key)` of each call that reports both."""
+    """List the `(finish key, tool-call count key)` of each call that reports both."""
     return [
         (f"{prefix}{stage}{finish}", f"{prefix}{stage}tool_calls")
         for stage in ("", "final.")
@@ -349,9 +354,10 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
 
 
 def pair_breaks(b: Outcome, c: Outcome, words: str, no_answer: str | None) -> tuple[Break, ...]:
-    """What breaks on the candidate's answer that did not on the baseline's: `words` are
-    the server's own (`server_words`), `no_answer` why the candidate got none (None: it
-    did)."""
+    """Find what breaks on the candidate's answer that did not on the baseline's.
+
+    `words` are the server's own, from `server_words`; `no_answer` says why the candidate got no
+    answer, and is None when it got one."""
     if not b.judged:
         return ()
     if no_answer is not None:
@@ -372,13 +378,15 @@ def pair_breaks(b: Outcome, c: Outcome, words: str, no_answer: str | None) -> tu
 
 
 def segments(path: str) -> list[str]:
-    """`events[chunk].choices[].delta.tool_calls[].function.arguments@json` → `events`,
+    """Split a path into its names, without brackets.
+
+    `events[chunk].choices[].delta.tool_calls[].function.arguments@json` gives `events`,
     `choices`, `delta`, `tool_calls`, `function`, `arguments`, `json`."""
     return [s for s in re.split(r"[.@]", _BRACKETS.sub("", path)) if s]
 
 
 def _about(brk: Break, parts: list[str], path: str) -> bool | None:
-    """Whether a path is what the break judged or lost (None: the rule names no paths)."""
+    """Tell whether a path is what the break judged or lost; None when the rule names no paths."""
     key = brk.key.split(":")[-1].split(".")[-1]
     if brk.rule == USAGE:
         return "usage" in parts or path == "events[chunk.usage]"
@@ -398,15 +406,16 @@ def _about(brk: Break, parts: list[str], path: str) -> bool | None:
 
 
 def _unreadable_stream(brk: Break) -> bool:
-    """The stream as a whole could not be read: a helper gave up on the event protocol (its
-    failure names an event), or nothing streamed."""
+    """Tell whether the break means the stream as a whole could not be read.
+
+    A helper gave up on the event protocol, its failure naming an event, or nothing streamed."""
     if brk.rule == FAILURE:
         return any(name.startswith("response.") for name in brk.names)
     return brk.rule == LOST and brk.key.split(":")[-1] in ("chunks", "events")
 
 
 def implicates(brk: Break, kind: str, path: str, baseline: str = "", candidate: str = "") -> bool:
-    """Whether a finding (of another kind than `client`) is a cause of the break."""
+    """Tell whether a finding of another kind than `client` is a cause of the break."""
     if kind in ("status", "soft_error", "transport"):
         return brk.rule in (RAISES, LOST, FAILURE) or (
             brk.rule == STRUCTURED and kind == "transport"

@@ -1,9 +1,9 @@
-"""Comparing: two observations, kind by kind (see `wirediff.analysis.comparison.kinds`).
+"""Compare two observations kind by kind, as `wirediff.analysis.comparison.kinds` lists them.
 
-Each comparison yields `Finding`s; answers of one kind share a handful of shapes and
-header sets, so each distinct comparison is made once and remembered. How much a finding
-matters depends on what the client makes of both answers: `wirediff.analysis.comparison.severity`
-says, afterwards.
+Each comparison yields `Finding`s; answers of one kind share a handful of shapes and header sets,
+so each distinct comparison is made once and remembered. How much a finding matters depends on
+what the client makes of both answers, so `wirediff.analysis.comparison.severity` says it
+afterwards.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _header_findings: dict[tuple[Any, ...], tuple[Finding, ...]] = {}
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One difference between a baseline and a candidate answer."""
+    """Record one difference between a baseline and a candidate answer."""
 
     kind: str
     path: str
@@ -55,13 +55,13 @@ class Finding:
 
 
 def short(value: JSON) -> str:
-    """A value as a short JSON string for the baseline/candidate columns."""
+    """Show a value as a short JSON string for the baseline and candidate columns."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return clip(text, SHORT)
 
 
 def compare(b: Observed, c: Observed) -> list[Finding]:
-    """Every difference between a baseline and a candidate observation."""
+    """Find every difference between a baseline and a candidate observation."""
     if not (b.responded and c.responded):
         return _compare_responded(b, c)
     out: list[Finding] = []
@@ -96,7 +96,7 @@ def compare(b: Observed, c: Observed) -> list[Finding]:
 
 
 def _compare_embedded(b: Observed, c: Observed) -> list[Finding]:
-    """The Response objects carried by the event types both streams have, merged."""
+    """Compare the Response objects carried by the event types both streams have, merged."""
     common = [label for label in b.embedded if label in c.embedded]
     if not common:
         return []
@@ -156,7 +156,7 @@ def _compare_soft_error(b: Observed, c: Observed) -> list[Finding]:
 
 
 def error_message(doc: JSON) -> str:
-    """The human part of an error document, shortened, for one-line messages."""
+    """Take the human part of an error document, shortened, for one-line messages."""
     err = doc.get("error") if isinstance(doc, dict) else doc
     if isinstance(err, dict):
         err = err.get("message", err)
@@ -164,7 +164,7 @@ def error_message(doc: JSON) -> str:
 
 
 def _compare_headers(b: Observed, c: Observed) -> list[Finding]:
-    """What the headers of a pair differ in, worked out once per distinct set of facts."""
+    """Find what the headers of a pair differ in, worked out once per distinct set of facts."""
     key = (
         "x-request-id" in b.headers,
         "x-request-id" in c.headers,
@@ -232,12 +232,12 @@ def normalize_content_type(content_type: str) -> str:
 
 
 def _presence(headers: dict[str, str], name: str) -> str:
-    """Request ids differ by nature: only whether one is there is compared."""
+    """Reduce a request id to whether it is there, since ids differ by nature."""
     return "present" if name in headers else ""
 
 
 def error_faults(doc: JSON, prefix: str = "") -> list[tuple[str, str, str]]:
-    """How a document departs from OpenAI's `{"error": Error}`: (path, expected, got)."""
+    """List how a document departs from OpenAI's `{"error": Error}` as `(path, expected, got)`."""
     if not isinstance(doc, dict) or "error" not in doc:
         got = short(doc) if doc is not None else ""
         return [(f"{prefix}error", "object", got)]
@@ -381,10 +381,10 @@ def compare_shapes(
     b_values: AbstractSet[tuple[str, str]],
     c_values: AbstractSet[tuple[str, str]],
 ) -> list[Finding]:
-    """Missing, extra and retyped paths (topmost only), then changed constant values.
+    """Find the missing, extra and retyped paths, the topmost only, then changed constant values.
 
-    Answers of one kind share a handful of shapes, so each distinct comparison is made
-    once (shapes are frozen when observed, and a frozenset hashes once)."""
+    Answers of one kind share a handful of shapes, so each distinct comparison is made once:
+    shapes are frozen when observed, and a frozenset hashes once."""
     key = (frozenset(b_shape), frozenset(c_shape), frozenset(b_values), frozenset(c_values))
     found = _compared.get(key)
     if found is None:

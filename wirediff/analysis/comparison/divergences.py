@@ -1,9 +1,9 @@
-"""Divergences: how a candidate backend's answer differs on the wire from the baseline's.
+"""Define divergences: how a candidate backend's answer differs on the wire from the baseline's.
 
-Each record is reduced to what it shows (`observe`), pairs are compared kind by kind
-(`compare`), noise and ignored paths are dropped (`noise`), and what remains is a finding:
-one row per finding per pair, in `DIVERGENCE_COLUMNS`. Severities are given afterwards
-(`wirediff.analysis.comparison.severity`): they depend on what the SDK makes of both answers.
+Each record is reduced to what it shows by `observe`, pairs are compared kind by kind by
+`compare`, `noise` drops noise and ignored paths, and what remains is a finding: one row per
+finding per pair, in `DIVERGENCE_COLUMNS`. `wirediff.analysis.comparison.severity` gives
+severities afterwards, because they depend on what the SDK makes of both answers.
 """
 
 from __future__ import annotations

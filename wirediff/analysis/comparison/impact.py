@@ -1,26 +1,26 @@
-"""What an app gets from an answer: the recorded bytes fed back into real client code.
+"""Measure what an app gets from an answer by feeding the recorded bytes to real client code.
 
-Severity follows client impact, and impact is measured, not guessed: each recorded answer
-is served to openai-python (`clients.python`) and, where Node and the npm `openai` package
-are found, to the Node SDK (`clients.node`, under keys prefixed `node:`), and the calls
-apps make are made: `create()`, the stream helpers and their final objects, `parse()`,
-`runTools()`, reading what apps and agent loops read. The result is an `Outcome`: what each
-call observed (kinds of values, never generated text) and the failures, in the client's
-words.
+Severity follows client impact, and impact is measured, not guessed. Each recorded answer is
+served to openai-python through `clients.python` and, where Node and the npm `openai` package are
+found, to the Node SDK through `clients.node`, under keys prefixed `node:`. The calls apps make
+are made: `create()`, the stream helpers and their final objects, `parse()`, `runTools()`,
+reading what apps and agent loops read. The result is an `Outcome`: what each call observed, as
+kinds of values and never generated text, and the failures, in the client's words.
 
-Outcomes are remembered per answer skeleton (`skeleton`), so each client runs once per
-distinct answer, not once per exchange; `prepare` measures many records at once (the Node
-SDK's calls in one batch). A skeleton reads, of the record:
+Outcomes are remembered per answer `skeleton`, so each client runs once per distinct answer, not
+once per exchange; `prepare` measures many records at once, with the Node SDK's calls in one
+batch. A skeleton reads, of the record:
+
 - the request: method, `tags.endpoint`, `stream`, `stream_options`, and what it asks of the
-  answer (`clients.asked`: each function tool's name and parameters schema, the
-  `response_format` / `text.format` type and schema);
+  answer as `clients.asked` reads it: each function tool's name and parameters schema, the
+  `response_format` or `text.format` type and schema;
 - the answer: status, content type, `truncated`, and the structure of the body, text or
-  each event (`shapes.structure`: generated text and numbers do not count, whether a text
-  is empty does), event names, the positions stream helpers index by, and the verdicts on
-  what the request asked (`clients.asked`: each tool call's name offered or not and its
-  arguments against its schema; the structured content against its schema; whether the
-  final Response keeps the `call_id`s the stream announced) — values decide those, so the
-  verdicts, not the values, are in the skeleton.
+  each event as `shapes.structure` gives it, where generated text and numbers do not count
+  but whether a text is empty does; event names; the positions stream helpers index by; and
+  the verdicts of `clients.asked` on what the request asked: each tool call's name offered
+  or not and its arguments against its schema, the structured content against its schema,
+  whether the final Response keeps the `call_id`s the stream announced. Values decide those,
+  so the verdicts, not the values, are in the skeleton.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ MEMO_LIMIT = 1 << 14
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What the calls observed (`content: text`, `tool_arguments: object`, `raises:
-    NotFoundError`, `node:final.content: text`…) and how the clients failed, if they did."""
+    """Hold what the calls observed and how the clients failed, if they did.
+
+    Observations read like `content: text`, `tool_arguments: object`, `raises: NotFoundError` or
+    `node:final.content: text`."""
 
     observed: tuple[tuple[str, str], ...] = ()
     failures: tuple[Failure, ...] = ()
@@ -78,7 +80,7 @@ class Outcome:
 
 
 def clients() -> tuple[str, str]:
-    """The clients impact is measured with, one line each (the report says which)."""
+    """Name the clients impact is measured with, one line each, for the report to say which."""
     return (f"{python.CLIENT}", node.status())
 
 
@@ -86,13 +88,14 @@ def clients() -> tuple[str, str]:
 
 
 def _data_key(data: Any) -> Any:
-    """An event's data as a client sees it: `[DONE]` and other text as is, JSON by structure."""
+    """Key an event's data as a client sees it: `[DONE]` and other text as is, JSON by structure."""
     return structure(data) if isinstance(data, dict | list) else data
 
 
 def _calls_verdict(calls: Iterable[tuple[Any, Any]], ask: Asked) -> tuple[Any, ...]:
-    """Per tool call `(name, arguments)`: whether the name was offered, and the arguments'
-    verdict against its tool's schema."""
+    """Judge each tool call `(name, arguments)`: whether the name was offered, and the arguments.
+
+    The arguments are judged against their tool's schema."""
     return tuple(
         sorted(
             (name in ask.names, arguments_kind(args, ask.tool_schema(name))) for name, args in calls
@@ -105,7 +108,7 @@ def _objects(value: Any) -> list[dict[str, Any]]:
 
 
 def _body_verdicts(body: Any, ask: Asked) -> tuple[Any, ...]:
-    """The verdicts on a chat completion's or a Response's tool calls and content."""
+    """Judge a chat completion's or a Response's tool calls and content."""
     if type(body) is not dict:
         return ()
     calls: list[tuple[Any, Any]] = []
@@ -130,8 +133,10 @@ def _body_verdicts(body: Any, ask: Asked) -> tuple[Any, ...]:
 
 
 def _text_key(text: Any, ask: Asked) -> Any:
-    """A text answer as clients read it: they try JSON first, so a text that parses is keyed
-    as the value it parses to, one that does not by why not."""
+    """Key a text answer as clients read it.
+
+    They try JSON first, so a text that parses is keyed as the value it parses to, one that does
+    not by why not."""
     if not isinstance(text, str) or not text.strip():
         return python.kind_of(text)
     try:
@@ -143,8 +148,9 @@ def _text_key(text: Any, ask: Asked) -> Any:
 
 @dataclass
 class _Joined:
-    """What a stream says in pieces, joined: each tool call's name and arguments (by chat
-    `index` or Responses `item_id`) and the text."""
+    """Join what a stream says in pieces: each tool call's name and arguments, and the text.
+
+    Chat keys tool calls by `index`, Responses by `item_id`."""
 
     names: dict[str, Any]
     arguments: dict[str, str]
@@ -156,9 +162,11 @@ class _Joined:
 
 
 def _events_key(events: list[Any], ask: Asked) -> Iterator[Any]:
-    """Event names, structures and the positions the stream helpers look their snapshots up
-    by (`_positions`), with runs of equal ones collapsed; the verdicts on whole objects an
-    event carries; then the verdicts on what the stream says in pieces."""
+    """Key a stream's events for the skeleton, runs of equal ones collapsed.
+
+    Each event gives its name, structure, the positions the stream helpers look their snapshots
+    up by, from `_positions`, and the verdicts on whole objects it carries; then come the
+    verdicts on what the stream says in pieces."""
     previous: Any = None
     joined = _Joined({}, {}, [])
     for ev in events:
@@ -212,16 +220,19 @@ def _responses_piece(data: dict[str, Any], joined: _Joined) -> None:
 
 
 def _positions(*values: Any) -> tuple[Any, ...]:
-    """Numbers that count, though structures leave numbers out: the helpers index their
-    snapshots by them (`snapshot.output[event.output_index]`), so a wrong one raises."""
+    """Keep the numbers that count, though structures leave numbers out.
+
+    The helpers index their snapshots by them, as in `snapshot.output[event.output_index]`, so a
+    wrong one raises."""
     return tuple(
         (type(v).__name__, v if type(v) in (int, float, str, bool) else None) for v in values
     )
 
 
 def _chat_chunk(choices: Any, joined: _Joined) -> tuple[Any, ...]:
-    """Add a chunk's text and tool-call pieces to what the stream said so far; the chunk's
-    choice and tool-call positions."""
+    """Add a chunk's text and tool-call pieces to what the stream said so far.
+
+    It returns the chunk's choice and tool-call positions."""
     positions = []
     for choice in _objects(choices):
         positions.append(choice.get("index"))
@@ -274,9 +285,10 @@ def _key(record: Record) -> tuple[Any, ...] | None:
 
 
 def skeleton(record: Record) -> str | None:
-    """What the clients' behaviour on `record` depends on, as JSON: equal skeletons, equal
-    outcomes (see the module's docstring for what it reads). The structure numbers are this
-    process's (`shapes.structure`)."""
+    """Spell as JSON what the clients' behaviour on `record` depends on.
+
+    Equal skeletons give equal outcomes; the module's docstring says what it reads. The structure
+    numbers are this process's, from `shapes.structure`."""
     key = _key(record)
     return None if key is None else json.dumps(key, default=str)
 
@@ -295,14 +307,15 @@ def _remember(key: tuple[Any, ...], outcome: Outcome) -> None:
 
 
 def _memo_key(record: Record) -> tuple[Any, ...] | None:
-    """Key an outcome by its skeleton and by the clients that measure it, so an answer measured
-    with the Node SDK is not reused where the Node SDK is off."""
+    """Key an outcome by its skeleton and by the clients that measure it.
+
+    An answer measured with the Node SDK is then not reused where the Node SDK is off."""
     key = _key(record)
     return None if key is None else (str(node.node_sdk()), key)
 
 
 def impact(record: Record) -> Outcome:
-    """The outcome of `record`'s answer through the real clients (remembered per skeleton)."""
+    """Measure `record`'s answer through the real clients, remembered per skeleton."""
     key = _memo_key(record)
     if key is None:
         return Outcome(judged=False)
@@ -314,9 +327,10 @@ def impact(record: Record) -> Outcome:
 
 
 def prepare(records: Iterable[Record]) -> None:
-    """Measure the answers of `records` not remembered yet, one per skeleton, the Node SDK's
-    calls in one batch (so `impact` finds them); without the Node SDK, `impact` measures
-    each as it meets it."""
+    """Measure the answers of `records` not remembered yet, one per skeleton, for `impact`.
+
+    The Node SDK's calls go in one batch; without the Node SDK, `impact` measures each answer as
+    it meets it."""
     if isinstance(node.node_sdk(), str):
         return
     pending: dict[tuple[Any, ...], Record] = {}

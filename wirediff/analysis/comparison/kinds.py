@@ -1,8 +1,8 @@
-"""The registries of divergence kinds and severities (contracts), in contract order.
+"""List the divergence kinds and severities, which are contracts, in contract order.
 
 `wirediff check`'s choices and the report's kind order come from them; `summary.schema.json`'s
-enums, the README's table and the kinds the comparison code can produce are tested against
-them (tests/unit/test_kinds.py).
+enums, the README's table and the kinds the comparison code can produce are tested against them
+in tests/unit/test_kinds.py.
 """
 
 from __future__ import annotations
@@ -51,10 +51,12 @@ metadata, any value the spec allows."""
 
 
 def severity_rank(severity: str) -> int:
-    """0 for `breaking`, 1 for `deviation`, 2 for `cosmetic`, 3 for anything else."""
+    """Rank a severity: 0 for `breaking`, 1 `deviation`, 2 `cosmetic`, 3 anything else."""
     return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
 
 
 def kind_names(*, compared_only: bool = False) -> tuple[str, ...]:
-    """The kinds in contract order; `compared_only` leaves out `conformance` (no baseline)."""
+    """Name the kinds in contract order.
+
+    `compared_only` leaves out `conformance`, which needs no baseline."""
     return tuple(k.name for k in KINDS.values() if k.compared or not compared_only)

@@ -1,9 +1,9 @@
-"""Noise and ignore patterns: what is not reported.
+"""Drop noise and ignored paths, which are not reported.
 
-Noise control follows Diffy: whatever differs between two answers that *should* be the
-same — two replays of one original to the same label, a replay to the baseline's own
-label, or repeated originals of one request — is noise and dropped from every pair of
-that original. Ignore patterns (`wirediff.yaml`) drop paths the user names.
+Noise control follows Diffy: whatever differs between two answers that *should* be the same is
+noise and dropped from every pair of that original. Such answers are two replays of one original
+to the same label, a replay to the baseline's own label, or repeated originals of one request.
+Ignore patterns from `wirediff.yaml` drop paths the user names.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def is_noise(path: str, noise: set[str] | frozenset[str]) -> bool:
 
 
 def noise_among(observed: Sequence[Observed]) -> set[str]:
-    """Paths that differ between answers that should be the same (the first vs a sample)."""
+    """Find the paths that differ between answers that should be the same.
+
+    The first answer is compared with a sample of the others."""
     paths: set[str] = set()
     first = observed[0]
     for other in observed[1 : 1 + NOISE_SAMPLES]:
@@ -47,7 +49,9 @@ def noise_among(observed: Sequence[Observed]) -> set[str]:
 
 
 def glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
-    """`usage.*` → matches `usage` and everything under it; `*` spans dots and brackets."""
+    """Compile ignore patterns: `usage.*` matches `usage` and everything under it.
+
+    `*` spans dots and brackets."""
     parts = []
     for pat in patterns:
         rx = ".*".join(re.escape(piece) for piece in pat.split("*"))
@@ -61,8 +65,9 @@ _EVENT_PREFIX = re.compile(r"^events\[[^\]]*\]\.")
 
 
 def ignored(paths: pd.Series, rx: re.Pattern[str] | None) -> np.ndarray:
-    """Whether each path matches the ignore patterns (`glob_regex`), with or without its
-    event prefix."""
+    """Tell whether each path matches the ignore patterns, with or without its event prefix.
+
+    The patterns are compiled by `glob_regex`."""
     if rx is None or paths.empty:
         return np.zeros(len(paths), dtype=bool)
     paths = paths.astype(str)
@@ -79,8 +84,10 @@ def drop_ignored(frame: pd.DataFrame, ignore: Sequence[str]) -> pd.DataFrame:
 def group_noise(
     cands: dict[int, Observed], found: dict[int, list[Finding]], labels: list[str], base_label: str
 ) -> tuple[set[str], dict[str, set[str]]]:
-    """Noise for one original: from replays to its own label (for every label) and from
-    several replays to the same label (for that label)."""
+    """Learn the noise of one original from its replays.
+
+    Replays to its own label give noise for every label; several replays to the same label give
+    noise for that label."""
     per_label: dict[str, list[int]] = {}
     for p in cands:
         per_label.setdefault(labels[p], []).append(p)
@@ -98,12 +105,14 @@ def group_noise(
 def pair_noise(
     pairs: pd.DataFrame, observed: Mapping[int, Observed]
 ) -> tuple[np.ndarray, list[frozenset[str]]]:
-    """The noise of each pair (`b`, `c`: the readings of its baseline's and its candidate's
-    answers, `bid` its original, `label`, `baseline_label`, `request`: its original's
-    request digest; in the order the analysis meets them), as a number into the noise sets
-    listed (0: none). Noise comes from replays to the baseline's own label and several
-    replays to one label (`group_noise`), and from originals that repeat one request: what
-    differs among the first `1 + NOISE_SAMPLES` of them, for each (`noise_among`)."""
+    """Number the noise of each pair into a list of noise sets, where 0 is none.
+
+    Each row of `pairs` has `b` and `c`, the readings of its baseline's and its candidate's
+    answers; `bid`, its original; `label`, `baseline_label`; and `request`, its original's
+    request digest; in the order the analysis meets them. Noise comes from replays to the
+    baseline's own label and several replays to one label, by `group_noise`, and from originals
+    that repeat one request: what differs among the first `1 + NOISE_SAMPLES` of them, for each,
+    by `noise_among`."""
     sets: list[frozenset[str]] = [frozenset()]
     out = np.zeros(len(pairs), dtype=np.int64)
     if not len(pairs):
@@ -139,8 +148,9 @@ def pair_noise(
 
 
 def _repeat_noise(pairs: pd.DataFrame, observed: Mapping[int, Observed]) -> dict[int, set[str]]:
-    """Per original that repeats another's request, the noise of that request's repeats,
-    learned from the first `1 + NOISE_SAMPLES` originals of the pairs (in their order)."""
+    """Learn, per original that repeats another's request, the noise of that request's repeats.
+
+    It is learned from the first `1 + NOISE_SAMPLES` originals of the pairs, in their order."""
     firsts = pairs.drop_duplicates("bid")
     repeated = firsts[firsts.duplicated("request", keep=False)]
     out: dict[int, set[str]] = {}

@@ -1,8 +1,8 @@
-"""Observing: one record reduced to what a comparison looks at.
+"""Reduce one record to what a comparison looks at.
 
-Status, error, content type, the headers clients rely on, the body's shape, and for
-streams the event-type sequence with delta runs collapsed. Generated text, ids and
-timestamps never get this far: shapes hold types, and only constant fields keep values.
+That is the status, error, content type, the headers clients rely on, the body's shape, and for
+streams the event-type sequence with delta runs collapsed. Generated text, ids and timestamps
+never get this far: shapes hold types, and only constant fields keep values.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ _unions: dict[frozenset[Frozen], Frozen] = {}
 
 @dataclass(slots=True)
 class Observed:
-    """What one record shows on the wire, reduced to what gets compared."""
+    """Hold what one record shows on the wire, reduced to what gets compared."""
 
     responded: bool
     failure: str = ""
@@ -131,8 +131,9 @@ def observe(record: Record) -> Observed:
 
 
 def _observe_error(obs: Observed, resp: RecordResponse) -> None:
-    """The document to hold against the OpenAI `Error` object: the body, or the stream's
-    error event."""
+    """Find the document to hold against the OpenAI `Error` object.
+
+    That is the body, or the stream's error event."""
     events = resp.get("events")
     if events is not None:
         for ev in events:
@@ -185,7 +186,9 @@ def event_label(ev: Event, chat: bool) -> str:
 
 
 def collapse(labels: Iterable[str]) -> list[str]:
-    """`a.delta, a.delta, b` → `a.delta+, b`: how many deltas is generated, not protocol."""
+    """Collapse delta runs: `a.delta, a.delta, b` → `a.delta+, b`.
+
+    How many deltas come is generated, not protocol."""
     out: list[str] = []
     for label in labels:
         if label.endswith(".delta"):
@@ -197,8 +200,9 @@ def collapse(labels: Iterable[str]) -> list[str]:
 
 
 def stream_labels(record: Record) -> tuple[str, ...]:
-    """Label every event of the record's stream, delta runs collapsed (what a stream
-    timeline aligns, partial events too); empty when it has no stream."""
+    """Label every event of the record's stream, delta runs collapsed; empty without a stream.
+
+    These are what a stream timeline aligns, partial events too."""
     resp = record.get("response")
     events = resp.get("events") if resp is not None else None
     if not events:
@@ -208,12 +212,14 @@ def stream_labels(record: Record) -> tuple[str, ...]:
 
 
 def json_key(value: Any) -> Any:
-    """A JSON value as a key: an object or a list as its text (an index may be any JSON)."""
+    """Turn a JSON value into a key: an object or a list as its text.
+
+    An index may be any JSON."""
     return repr(value) if isinstance(value, dict | list) else value
 
 
 def split_terminal(labels: list[str], chat: bool) -> tuple[list[str], str | None]:
-    """Separate the terminal event (`[DONE]`, `response.completed`, …) from the rest."""
+    """Separate the terminal event, such as `[DONE]` or `response.completed`, from the rest."""
     if chat:
         if labels and labels[-1] == DONE:
             return labels[:-1], DONE
@@ -240,7 +246,7 @@ def _observe_stream(obs: Observed, events: list[Event], chat: bool) -> None:
 
 
 def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
-    """All chunks merged into one shape; tool-call arguments reassembled from deltas."""
+    """Merge all chunks into one shape, with tool-call arguments put together again from deltas."""
     shapes: set[Frozen] = set()
     values: set[Frozen] = set()
     fragments: dict[tuple[Any, Any], list[str]] = {}
@@ -274,7 +280,7 @@ def _chat_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
 
 
 def _add_arguments(texts: list[str], path: str, shapes: set[Frozen], values: set[Frozen]) -> None:
-    """The shapes of reassembled tool-call arguments, as one more part of a merged shape."""
+    """Add the shape of joined tool-call arguments as one more part of a merged shape."""
     shape: Shape = set()
     found: Values = set()
     for text in texts:
@@ -284,9 +290,10 @@ def _add_arguments(texts: list[str], path: str, shapes: set[Frozen], values: set
 
 
 def union(parts: set[Frozen]) -> Frozen:
-    """The union of the shapes (or constants) of several events, one object per distinct
-    union: the events of one stream share a few structures, and the streams of one kind
-    their unions, so remembered comparisons find them by identity."""
+    """Unite the shapes or constants of several events, one object per distinct union.
+
+    The events of one stream share a few structures, and the streams of one kind their unions, so
+    remembered comparisons find them by identity."""
     if len(parts) == 1:
         return next(iter(parts))
     key = frozenset(parts)
@@ -299,9 +306,10 @@ def union(parts: set[Frozen]) -> Frozen:
 
 
 def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:
-    """One shape per event type; the Response object that `response.created`, `.completed`
-    and the like carry merged into one shape (a missing field is one finding, not one per
-    event); function-call argument deltas reassembled per item."""
+    """Shape each event type, merging the Response object that events carry into one shape.
+
+    `response.created`, `.completed` and the like carry it, and a missing field is one finding,
+    not one per event. Function-call argument deltas are put together again per item."""
     arguments: dict[Any, list[str]] = {}
     parts: dict[str, tuple[set[Frozen], set[Frozen]]] = {}
     embedded_parts: dict[str, tuple[set[Frozen], set[Frozen]]] = {}
@@ -328,8 +336,9 @@ def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None
 
 
 def _event_shape(data: dict[str, Any], label: str) -> EventShape:
-    """One typed event's shape and constants, and those of the Response it carries (if it
-    does), worked out once per structure and label."""
+    """Work out one typed event's shape and constants, and those of the Response it carries, if any.
+
+    This is done once per structure and label."""
     key = (structure(data), label)
     found = _event_shapes.get(key)
     if found is not None:
@@ -352,7 +361,7 @@ def _event_shape(data: dict[str, Any], label: str) -> EventShape:
 
 
 def sequence_fault(events: list[Event], labels: list[str]) -> tuple[str, str] | None:
-    """The first event whose `sequence_number` is missing or not the previous plus one."""
+    """Find the first event whose `sequence_number` is missing or not the previous plus one."""
     expected = 0
     for ev, label in zip(events, labels, strict=True):
         data = ev["data"]

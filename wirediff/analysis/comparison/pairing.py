@@ -1,18 +1,18 @@
-"""Pairing: each candidate exchange against the baseline exchange it answers the same call as.
+"""Pair each candidate exchange with the baseline exchange that answers the same call.
 
-A replay (or a shadow mirror) names its original (`replay_of`): one pair per (original,
-target label), `pairing = "replay"`. Independent captures of one app against different
-backends name nothing: their exchanges pair by content (`pairing = "content"`). Per label,
-the exchanges in order (sessions by when they started, then `seq`, then start time) give a
-sequence of request fingerprints (`wirediff.record.keys.request_fingerprint`, the index's
-`fingerprint`); the baseline's
-is aligned with each candidate's (`difflib.SequenceMatcher`, no junk heuristic), its equal
-blocks pair, then what is left pairs by equal fingerprint in order (a repeat, or calls a
-concurrent client sent in another order); the rest is unmatched, listed per candidate as
-`only in the baseline` or `only in the candidate`. SDK retries (`tags.retry > 0`) are one
-call with the attempt before them, and left out.
+A replay, or a shadow mirror, names its original in `replay_of`: one pair per original and target
+label, with `pairing = "replay"`. Independent captures of one app against different backends name
+nothing: their exchanges pair by content, with `pairing = "content"`. Per label, the exchanges in
+order give a sequence of request fingerprints: sessions by when they started, then `seq`, then
+start time; the fingerprint is the index's `fingerprint`, from
+`wirediff.record.keys.request_fingerprint`. The baseline's sequence is aligned with each
+candidate's by `difflib.SequenceMatcher` without its junk heuristic, and its equal blocks pair.
+What is left then pairs by equal fingerprint in order, which catches a repeat, or calls a
+concurrent client sent in another order. The rest is unmatched, listed per candidate as `only in
+the baseline` or `only in the candidate`. An SDK retry, with `tags.retry > 0`, is one call with
+the attempt before it, and left out.
 
-The baseline label: the label replays point at; else the one asked for (`--baseline`); else
+The baseline label is the label replays point at; else the one asked for with `--baseline`; else
 the label of the first capture loaded.
 """
 
@@ -96,13 +96,15 @@ class Pairing:
 
 
 def text(column: pd.Series) -> pd.Series:
-    """A column of the index as text: a missing value empty."""
+    """Read a column of the index as text, a missing value empty."""
     return column.astype("str").fillna("")
 
 
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:
-    """The baseline label (see the module); a `requested` label that no original has, or
-    that contradicts what the replays were replayed from, is a `UsageError`."""
+    """Choose the baseline label as the module's docstring says.
+
+    A `requested` label that no original has, or that contradicts what the replays were replayed
+    from, is a `UsageError`."""
     original = exchanges["replay_of"].isna().to_numpy()
     labels = text(exchanges["label"])[original]
     known = list(pd.unique(labels))
@@ -126,11 +128,11 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
 
 
 def align(a: Sequence[str], b: Sequence[str]) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-    """`(pairs, only_a, only_b)`: positions of `a` and `b` holding the same call.
+    """Pair the positions of `a` and `b` that hold the same call, as `(pairs, only_a, only_b)`.
 
-    A common head and tail pair as they are; the middle is aligned block by block (equal
-    blocks pair; `ALIGN_LIMIT` bounds the work), then what is left pairs by equal value in
-    order. Positions ascending."""
+    A common head and tail pair as they are. The middle is aligned block by block and its equal
+    blocks pair, with `ALIGN_LIMIT` bounding the work; then what is left pairs by equal value in
+    order. Positions come ascending."""
     head = 0
     while head < min(len(a), len(b)) and a[head] == b[head]:
         head += 1
@@ -169,7 +171,9 @@ def align(a: Sequence[str], b: Sequence[str]) -> tuple[list[tuple[int, int]], li
 
 
 def _in_call_order(originals: pd.DataFrame) -> pd.DataFrame:
-    """Sessions by when they started, then `seq`, then start time; SDK retries left out."""
+    """Order originals as calls were made: sessions by start, then `seq`, then start time.
+
+    SDK retries are left out."""
     retry = pd.to_numeric(originals["retry"], errors="coerce").fillna(0) > 0
     ex = originals.loc[~retry.to_numpy()]
     started = pd.to_numeric(ex["started"], errors="coerce").fillna(0.0)
@@ -185,9 +189,10 @@ def _in_call_order(originals: pd.DataFrame) -> pd.DataFrame:
 def content_links(
     exchanges: pd.DataFrame, baseline: str
 ) -> tuple[list[tuple[int, int]], pd.DataFrame]:
-    """The originals of other labels paired with the baseline's by their request
-    `fingerprint` (see the module) as `(candidate, baseline)` rows of `exchanges`, and what
-    found no counterpart (`UNMATCHED_COLUMNS`)."""
+    """Pair the originals of other labels with the baseline's by their request `fingerprint`.
+
+    The pairs are `(candidate, baseline)` rows of `exchanges`, as the module's docstring says;
+    what found no counterpart comes as `UNMATCHED_COLUMNS` rows."""
     original = exchanges["replay_of"].isna().to_numpy()
     originals = exchanges.loc[original].assign(label=text(exchanges["label"])[original])
     if originals["label"].nunique() < 2:
@@ -223,9 +228,10 @@ def content_links(
 
 
 def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> Pairing:
-    """Replays with their originals, in the order of the replays, then the originals of
-    other labels with the baseline's by content (`content_links`). `exchanges`: the index,
-    ids unique, rows numbered from 0."""
+    """Pair replays with their originals, then the originals of other labels with the baseline's.
+
+    Replays come in their order; the others pair by content through `content_links`. `exchanges`
+    is the index, its ids unique, its rows numbered from 0."""
     chosen = choose_baseline(exchanges, baseline)
     replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
     of = pd.Index(exchanges["id"]).get_indexer(exchanges["replay_of"].to_numpy()[replays])

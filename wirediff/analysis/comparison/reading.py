@@ -1,13 +1,13 @@
-"""What the comparison reads of one exchange, read once: what `compare` looks at
-(`observe`), what the references and the real clients make of its answer (`record_check`,
-with its conformance rows), whether it says "not here" and in what words, and its stream's
-event labels.
+"""Read once what the comparison needs of one exchange.
 
-Equal readings, equal findings: every check after this reads a `Reading`, never the record,
-so the analysis of many exchanges works once per distinct reading (`reading_key`) and fans
-the result back to the exchanges that share it. A reading keeps nothing per exchange: no
-id, no time, only the presence of `x-request-id` among the headers (its value is never
-compared).
+That is what `compare` looks at, from `observe`; what the references and the real clients make of
+its answer, from `record_check` with its conformance rows; whether it says "not here" and in what
+words; and its stream's event labels.
+
+Equal readings give equal findings: every check after this reads a `Reading`, never the record,
+so the analysis of many exchanges works once per distinct reading, by `reading_key`, and fans the
+result back to the exchanges that share it. A reading keeps nothing per exchange: no id, no time,
+only the presence of `x-request-id` among the headers, whose value is never compared.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ REQUEST_ID = "x-request-id"
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Reading:
-    """One exchange as the comparison reads it."""
+    """Hold one exchange as the comparison reads it."""
 
     observed: Observed
     check: RecordCheck
@@ -61,7 +61,7 @@ class Reading:
 
 
 def read_answer(record: Record) -> Reading:
-    """The reading of one record (`prepare` its batch for the clients first)."""
+    """Read one record; `prepare` its batch for the clients first."""
     observed = observe(record)
     observed.headers = {REQUEST_ID: ""} if REQUEST_ID in observed.headers else {}
     check, rows = record_check(record)
@@ -88,9 +88,13 @@ FindingRow = tuple[str, str, str, str, str, str, str, str, str]
 def pair_findings(
     b: Reading, c: Reading, noise: frozenset[str] = frozenset()
 ) -> tuple[tuple[FindingRow, ...], tuple[FindingRow, ...]]:
-    """A candidate's answer against its baseline's: the divergences (what `compare` finds
-    less the `noise` paths, none when the baseline says "not here": the candidate has
-    nothing to differ from), judged (`severity_of`), and the pair's `client` rows."""
+    """Judge a candidate's answer against its baseline's.
+
+    It returns the divergences and the pair's `client` rows.
+
+    The divergences are what `compare` finds less the `noise` paths, judged by `severity_of`.
+    There are none when the baseline says "not here", since the candidate has nothing to differ
+    from."""
     cand = c.observed
     breaks, own = judging_breaks(
         b.check, c.check, c.words, None if cand.responded else cand.failure
@@ -125,8 +129,9 @@ def pair_findings(
 
 
 def same_reading(reading: Reading) -> tuple[Any, ...]:
-    """A hashable value equal for readings that are equal, in this process: the memoised
-    shapes and checks are shared objects, so this is cheap to hash."""
+    """Make a hashable value that is equal for equal readings, in this process.
+
+    The remembered shapes and checks are shared objects, so it is cheap to hash."""
     o = reading.observed
     error_doc = _plain_bytes(o.error_doc) if o.error_doc is not None else None
     observed = (
@@ -167,15 +172,19 @@ def same_reading(reading: Reading) -> tuple[Any, ...]:
 
 
 def reading_key(reading: Reading) -> int:
-    """A 63-bit number for a reading, the same in every process and on every machine (sets
-    sorted, objects in their order, types kept): what the analysis groups exchanges by."""
+    """Number a reading in 63 bits, the same in every process and on every machine.
+
+    Sets are sorted, objects kept in their order and types kept. The analysis groups exchanges by
+    it."""
     text = _plain_bytes(_plain(same_reading(reading)))
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest()) >> 1
 
 
 def _plain(value: Any) -> Any:
-    """`value` as JSON values that say the same in any process: a set sorted, a tuple a
-    list, an object a list of its items in their order, a dataclass its name and fields."""
+    """Turn `value` into JSON values that say the same in any process.
+
+    A set is sorted, a tuple becomes a list, an object a list of its items in their order, a
+    dataclass its name and fields."""
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, tuple | list):

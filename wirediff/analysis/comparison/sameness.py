@@ -1,12 +1,12 @@
-"""When two findings are one problem, and a finding's words without what tells repeats apart.
+"""Decide when two findings are one problem, and show a finding's words without ids.
 
 References report one fact in their own words: the baseline diff says
 "`choices[].message.refusal` is missing", the OpenAPI document "'refusal' is a required
-property", the SDK types "Field required"; a client break and every finding it explains carry
-the same evidence (the SDK's words). So a problem is the field or event a finding is about —
-or, where the client breaks, what the client lost. Ids, timestamps and counts tell repeats of
-one problem apart and nothing else: `without_ids` shows a text without them, `problem_key`
-leaves them (and the numbers) out of the key.
+property", the SDK types "Field required"; a client break and every finding it explains carry the
+same evidence, the SDK's words. So a problem is the field or event a finding is about — or, where
+the client breaks, what the client lost. Ids, timestamps and counts tell repeats of one problem
+apart and nothing else: `without_ids` shows a text without them, and `problem_key` leaves them
+and the numbers out of the key.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ _CALL = re.compile(r"(`[\w.]+)\([^`)]*\)`")
 
 
 def without_ids(text: str) -> str:
-    """`text` with ids and timestamps shown as an ellipsis (an id keeps its kind's prefix:
-    `resp_…`), for a line a person reads; the exchange it came from is linked, not named."""
+    """Show the ids and timestamps in `text` as an ellipsis, for a line a person reads.
+
+    An id keeps its kind's prefix, as in `resp_…`. The exchange the text came from is linked, not
+    named."""
     text = _UUID.sub("…", text)
     text = _PREFIXED.sub(r"\1…", text)
     text = _HEX.sub("…", text)
@@ -35,9 +37,11 @@ def without_ids(text: str) -> str:
 
 
 def problem_key(path: str, evidence: str) -> str:
-    """What a finding is about, whichever reference found it: the client's loss where the
-    client breaks (`evidence`, the same words on every finding it explains; the call's
-    arguments, ids and numbers aside), else the field or event (`path`)."""
+    """Key a finding by what it is about, whichever reference found it.
+
+    Where the client breaks, that is the client's loss: the `evidence`, the same words on every
+    finding it explains, with the call's arguments, ids and numbers left out. Else it is the
+    field or event at `path`."""
     if evidence:
         return "effect:" + _NUMBER.sub("n", _CALL.sub(r"\1()`", without_ids(evidence)))
     return "path:" + path

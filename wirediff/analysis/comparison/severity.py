@@ -1,12 +1,11 @@
-"""Severity by client impact: how much each divergence matters, and the `client` findings of
-each pair.
+"""Grade each divergence by its client impact, and find the `client` findings of each pair.
 
-A divergence is `breaking` when a break of its pair implicates it (`breaks.implicates`: the
-candidate's answer makes the real SDK raise, fail or lose data, and this difference is why);
-else `cosmetic` for headers, for a value the references allow (no conformance problem of the
-candidate's answer at or below its path: `reasoning: null`, an extra key), for event
-differences no grammar rule of the candidate's stream complains about, and where the
-candidate answered well and the baseline did not; else `deviation`.
+A divergence is `breaking` when a break of its pair implicates it, as `breaks.implicates` says:
+the candidate's answer makes the real SDK raise, fail or lose data, and this difference is why.
+Else it is `cosmetic` for headers; for a value the references allow, that is with no conformance
+problem of the candidate's answer at or below its path, such as `reasoning: null` or an extra
+key; for event differences no grammar rule of the candidate's stream complains about; and where
+the candidate answered well and the baseline did not. Else it is `deviation`.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ def severity_of(
     check: RecordCheck,
     candidate_better: bool,
 ) -> tuple[str, str]:
-    """`(severity, evidence)` of a divergence `(kind, path, baseline, candidate)`."""
+    """Return the `(severity, evidence)` of a divergence `(kind, path, baseline, candidate)`."""
     kind, path, baseline, candidate = row
     for brk in breaks:
         if implicates(brk, kind, path, baseline, candidate):
@@ -62,8 +61,10 @@ def severity_of(
 
 
 def answer_failed(record: Record) -> bool:
-    """No answer, no 2xx, or an error in a 2xx: a candidate that answered well where such a
-    baseline did not is no worse for what else differs."""
+    """Tell whether a record got no answer, no 2xx, or an error in a 2xx.
+
+    A candidate that answered well where such a baseline did not is no worse for what else
+    differs."""
     resp = record["response"]
     return resp is None or not is_2xx(resp["status"]) or bool(record["tags"]["soft_error"])
 
@@ -71,9 +72,11 @@ def answer_failed(record: Record) -> bool:
 def judging_breaks(
     b: RecordCheck, c: RecordCheck, words: str, no_answer: str | None
 ) -> tuple[tuple[Break, ...], tuple[Break, ...]]:
-    """The breaks a candidate's divergences are judged by (its answer's own and the pair's),
-    and the pair's own: those its answer does not show alone, each a `client` row of the
-    pair (its answer's are conformance rows). `words` and `no_answer`: as `pair_breaks`."""
+    """Return the breaks a candidate's divergences are judged by, and the pair's own breaks.
+
+    The first are its answer's own and the pair's. The pair's own are those its answer does not
+    show alone, each a `client` row of the pair, since its answer's are conformance rows. `words`
+    and `no_answer` are as in `pair_breaks`."""
     alone = {(x.rule, x.probe) for x in c.breaks}
     found = tuple(
         x

@@ -1,16 +1,16 @@
-"""JSON shapes: a body flattened to `path → set of JSON types`, with arrays as `[]`.
+"""Flatten a JSON body to its shape, `path → set of JSON types`, with arrays as `[]`.
 
-Two backends answering the same request say different words, so bodies are compared by
-shape, never by value; only constant fields (`object`, `type`, `role`, `status`,
-`finish_reason`) keep their values, because a different constant is a different protocol.
-Tool-call `arguments` strings are parsed and their shape goes under `<path>@json`, so an
-object where a string belongs, or arguments that no longer parse, show up as shape.
+Two backends answering the same request say different words, so bodies are compared by shape,
+never by value; only constant fields such as `object`, `type`, `role`, `status` and
+`finish_reason` keep their values, because a different constant is a different protocol.
+Tool-call `arguments` strings are parsed and their shape goes under `<path>@json`, so an object
+where a string belongs, or arguments that do not parse, show up as shape.
 
-Answers of one kind repeat one structure with other words, so a value's structure is
-named once (`structure`) and what depends only on it is worked out once per structure
-(`flat`, and the verdicts in `wirediff.analysis.comparison.conformance`). A structure keeps
-what a verdict reads of numbers and free text: the values of numbers the OpenAPI document
-bounds (`BOUNDED_NUMBERS`), the length class of free text it bounds (`BOUNDED_TEXT`).
+Answers of one kind repeat one structure with other words, so `structure` names a value's
+structure once, and what depends only on it is worked out once per structure: `flat`, and the
+verdicts in `wirediff.analysis.comparison.conformance`. A structure keeps what a verdict reads of
+numbers and free text: the values of numbers the OpenAPI document bounds, in `BOUNDED_NUMBERS`,
+and the length class of free text it bounds, in `BOUNDED_TEXT`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _BOUNDARIES = ".[@"
 
 
 def json_type(value: JSON) -> str:
-    """The JSON Schema name of a parsed value's type."""
+    """Name the JSON Schema type of a parsed value."""
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
@@ -88,10 +88,10 @@ def flatten(
     *,
     parse_arguments: bool = True,
 ) -> tuple[Shape, Values]:
-    """Add the shape of `value` under `prefix` to `shape` (and constants to `values`).
+    """Add the shape of `value` under `prefix` to `shape`, and its constants to `values`.
 
-    Passing the same sets for many values merges them, which is how a stream of chunks
-    becomes one shape.
+    Passing the same sets for many values merges them, which is how a stream of chunks becomes
+    one shape.
     """
     shape = set() if shape is None else shape
     values = set() if values is None else values
@@ -126,7 +126,7 @@ def _walk(value: JSON, path: str, shape: Shape, values: Values, parse_arguments:
 
 
 def add_parsed(text: str, path: str, shape: Shape, values: Values) -> None:
-    """The shape of a JSON document held in a string, under `<path>@json`."""
+    """Add the shape of a JSON document held in a string, under `<path>@json`."""
     try:
         parsed = json.loads(text)
     except ValueError:
@@ -137,7 +137,7 @@ def add_parsed(text: str, path: str, shape: Shape, values: Values) -> None:
 
 
 def by_path(pairs: Iterable[tuple[str, str]], paths: set[str]) -> dict[str, set[str]]:
-    """The second members of `pairs`, grouped by path, for the given paths only."""
+    """Group the second members of `pairs` by path, for the given paths only."""
     out: dict[str, set[str]] = {}
     for path, item in pairs:
         if path in paths:
@@ -146,14 +146,14 @@ def by_path(pairs: Iterable[tuple[str, str]], paths: set[str]) -> dict[str, set[
 
 
 def ancestors(path: str) -> Iterable[str]:
-    """Every enclosing path: `a.b[].c@json` → `a`, `a.b`, `a.b[]`, `a.b[].c`."""
+    """Yield every enclosing path: `a.b[].c@json` → `a`, `a.b`, `a.b[]`, `a.b[].c`."""
     for i, ch in enumerate(path):
         if ch in _BOUNDARIES and i:
             yield path[:i]
 
 
 def type_label(types: set[str] | frozenset[str]) -> str:
-    """A stable short name for a set of types: `null|string`."""
+    """Name a set of types stably and shortly, as in `null|string`."""
     return "|".join(sorted(types))
 
 
@@ -210,7 +210,7 @@ FLAT_LIMIT = 1 << 14
 
 
 class _Mark:
-    """A token of a structure that no JSON string or number can be mistaken for."""
+    """Mark a token of a structure that no JSON string or number can be mistaken for."""
 
     __slots__ = ("name",)
 
@@ -229,8 +229,9 @@ _flat: dict[tuple[int, str, bool], tuple[Frozen, Frozen]] = {}
 
 
 class _Known(threading.local):
-    """Per thread: the structures worked out within `known_structures`, by value identity,
-    and the values themselves, held so that no other value takes over their identity."""
+    """Hold, per thread, the structures worked out within `known_structures`, by value identity.
+
+    The values themselves are held too, so that no other value takes over their identity."""
 
     memo: tuple[dict[int, int], list[JSON]] | None = None
 
@@ -240,9 +241,10 @@ _known = _Known()
 
 @contextmanager
 def known_structures() -> Iterator[None]:
-    """Within this block each value's structure is worked out once, however often it is
-    asked for: the divergences and the conformance checks of one analysis look at the
-    same bodies and events. (The values are held until the block ends.)"""
+    """Work out each value's structure once within this block, however often it is asked for.
+
+    The divergences and the conformance checks of one analysis look at the same bodies and
+    events. The values are held until the block ends."""
     if _known.memo is not None:
         yield
         return
@@ -254,10 +256,12 @@ def known_structures() -> Iterator[None]:
 
 
 def structure(value: JSON) -> int:
-    """A number for the structure of `value`: the same for values that differ only in the
-    text of free-text strings (`FREE_TEXT`; not in whether one is empty) and in numbers (not
-    in whether a float is integral). Values with one number flatten alike under any prefix,
-    a schema validates them alike, and the SDK reads them alike."""
+    """Number the structure of `value`.
+
+    The number is the same for values that differ only in the text of `FREE_TEXT` strings, though
+    not in whether one is empty, and in numbers, though not in whether a float is integral.
+    Values with one number flatten alike under any prefix, a schema validates them alike, and the
+    SDK reads them alike."""
     memo = _known.memo
     if memo is None:
         return _structure(value)
@@ -294,10 +298,11 @@ def _bounded(key: str, text: str) -> tuple[Any, ...]:
 
 
 def _tokens(value: JSON, out: list[Any]) -> None:
-    """Keys, the text of strings that are not free text (of free text, whether it is empty),
-    the type of every other scalar
-    (for floats, whether they are integral), and marks for where objects and arrays open
-    and close: an unambiguous spelling of the structure."""
+    """Spell the structure of a value unambiguously as tokens.
+
+    The tokens are keys; the text of strings that are not free text, and of free text whether it
+    is empty; the type of every other scalar, and for floats whether they are integral; and marks
+    for where objects and arrays open and close."""
     kind = type(value)
     if kind is dict:
         out.append(_OPEN)
@@ -338,7 +343,7 @@ def _tokens(value: JSON, out: list[Any]) -> None:
 
 
 def flat(value: JSON, prefix: str = "", *, parse_arguments: bool = True) -> tuple[Frozen, Frozen]:
-    """`flatten`, frozen and worked out once per structure."""
+    """Call `flatten`, frozen and worked out once per structure."""
     key = (structure(value), prefix, parse_arguments)
     found = _flat.get(key)
     if found is None:

@@ -1,16 +1,17 @@
-"""Drop-in verdicts: can this backend replace the baseline for this traffic, per endpoint
-family (and transport, where a family has several), and why not.
+"""Decide drop-in verdicts: can this backend replace the baseline for this traffic, and why not.
 
-`compatible` (nothing above cosmetic), `compatible with deviations`, `breaking` (any breaking
+Verdicts are per endpoint family, and per transport where a family has several. `compatible`
+means nothing above cosmetic; then `compatible with deviations`; `breaking` means any breaking
 finding, one endpoint of the family not implemented while others work, or nothing in the cell
-succeeded), `unsupported`
-(nothing in the cell succeeded and every failure is route-level: 404/405/501 not about a
-model, an error in a 2xx, a refused WebSocket upgrade). Each verdict carries its top reasons,
-worst and most frequent first, headers last, in the server's or the SDK's words, and its
-headline (what a one-sentence summary says of it). Findings are counted as problems: the
-findings of every reference about one field, event or client loss are one
-(`wirediff.analysis.comparison.sameness`), counted once per exchange. The
-baseline is judged too, by its conformance alone: every comparison inherits its flaws.
+succeeded; `unsupported` means nothing in the cell succeeded and every failure is route-level:
+404, 405 or 501 not about a model, an error in a 2xx, or a refused WebSocket upgrade.
+
+Each verdict carries its top reasons, worst and most frequent first, headers last, in the
+server's or the SDK's words, and its headline, which is what a one-sentence summary says of it.
+Findings are counted as problems: the findings of every reference about one field, event or
+client loss are one, as `wirediff.analysis.comparison.sameness` decides, counted once per
+exchange. The baseline is judged too, by its conformance alone: every comparison inherits its
+flaws.
 """
 
 from __future__ import annotations
@@ -87,9 +88,11 @@ _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
 def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[str, str]:
-    """Each label's role: `baseline` for labels compared with (replayed from, or the
-    baseline of independent captures), `candidate` for labels compared (replayed to, or
-    paired by content), else `capture`; in that order, then by label."""
+    """Give each label its role, ordered by role, then by label.
+
+    `baseline` is for labels compared with: replayed from, or the baseline of independent
+    captures. `candidate` is for labels compared: replayed to, or paired by content. Every other
+    label is a `capture`."""
     out = {
         label: "baseline" if label in baseline else "candidate" if label in candidate else "capture"
         for label in labels
@@ -98,8 +101,10 @@ def roles_of(labels: set[str], baseline: set[str], candidate: set[str]) -> dict[
 
 
 def route_failure(record: Record | None) -> bool:
-    """The answer says "not here": 404/405/501 not about a model, an error where a 2xx
-    answer belongs (nothing else in it), or a WebSocket upgrade refused."""
+    """Tell whether the answer says "not here".
+
+    That is a 404, 405 or 501 not about a model; an error where a 2xx answer belongs, with
+    nothing else in it; or a WebSocket upgrade refused."""
     resp = record["response"] if record is not None else None
     if record is None or resp is None:
         return False
@@ -121,9 +126,11 @@ def route_failure(record: Record | None) -> bool:
 
 
 def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
-    """Per exchange (`error_kind`, `status`, `soft_error`, `route_failure`: its answer's):
-    `skipped`, `stopped`, `unsupported` (a route-level failure), else the worst severity of its
-    findings (`worst`: their least rank, -1 for none), or `ok`."""
+    """Name the outcome of each exchange: `skipped`, `stopped`, `unsupported`, a severity, or `ok`.
+
+    The columns read are its answer's `error_kind`, `status`, `soft_error` and `route_failure`.
+    `unsupported` is a route-level failure; else the outcome is the worst severity of its
+    findings, from `worst`, their least rank, where -1 is none; else `ok`."""
     status = pd.to_numeric(exchanges["status"], errors="coerce")
     route = status.isin(list(ROUTE_STATUSES | {426})).to_numpy()
     soft = exchanges["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool)
@@ -138,7 +145,7 @@ def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
 
 @dataclass(slots=True)
 class Answer:
-    """One method and endpoint in a cell: its first answer, and how all its exchanges went."""
+    """Hold one method and endpoint in a cell: its first answer, and how all its exchanges went."""
 
     first: Any
     """Order key of its first exchange (its position in the captures)."""
@@ -162,8 +169,9 @@ class Answer:
 
 @dataclass(slots=True)
 class Reason:
-    """One problem in a cell (`sameness.problem_key`): the findings of every reference
-    about it."""
+    """Hold one problem in a cell: the findings of every reference about it.
+
+    A problem is keyed by `sameness.problem_key`."""
 
     n: int
     """Exchanges it is found on."""
@@ -183,8 +191,10 @@ class Reason:
 
 @dataclass(slots=True)
 class Cell:
-    """What a verdict is made of, for one label and family (or endpoint): counts and firsts,
-    so that cells of several parts of the captures merge into the cell of the whole."""
+    """Count what a verdict is made of for one label and family, or endpoint.
+
+    It holds counts and firsts, so that cells of several parts of the captures merge into the
+    cell of the whole."""
 
     exchanges: int = 0
     route_failure: bool = True
@@ -196,7 +206,7 @@ class Cell:
 
     @property
     def counts(self) -> list[int]:
-        """Problems by severity, worst first."""
+        """Count the problems by severity, worst first."""
         out = [0] * len(SEVERITIES)
         for reason in self.reasons.values():
             if reason.rank < len(SEVERITIES):
@@ -225,8 +235,10 @@ Cells = dict[tuple[Hashable, ...], Cell]
 
 
 def answer_texts(record: Record) -> tuple[str, str, str]:
-    """An answer in a verdict's words (`404: the server's words`), what a not-implemented
-    reason says of it, and its status in short (`404`, `200 with an error body`)."""
+    """Put an answer in a verdict's words, in a not-implemented reason's, and as a short status.
+
+    The first reads like `404: the server's words`, the last like `404` or `200 with an error
+    body`."""
     status = response_status(record)
     shown = f"{status or error_kind(record) or 'no answer'}"
     if record["tags"].get("soft_error"):
@@ -242,13 +254,15 @@ def answer_texts(record: Record) -> tuple[str, str, str]:
 def verdict_cells(
     exchanges: pd.DataFrame, findings: pd.DataFrame, by: Sequence[str] = ("family", "transport")
 ) -> Cells:
-    """The cells `verdict_frame` judges, per label and `by`. `exchanges`, one row each in
-    the captures' order: `label`, the `by` columns, `method`, `endpoint`, `status`,
-    `soft_error`, `outcome` (`exchange_outcomes`), `answered`, `not_implemented` and
-    `answer_status` (its answer's `answer_texts`), `original_ok` (it was compared with an original that was sent
-    and did not fail route-level). `findings`, in their order: `row` (the exchange's),
-    `severity`, `kind`, `path`, `evidence`, `text` (the evidence, else the message, ids
-    left out, with any `assumed_note`). A problem (`problem_key`) counts once per exchange."""
+    """Build the cells `verdict_frame` judges, per label and `by`.
+
+    `exchanges` has one row each, in the captures' order: `label`, the `by` columns, `method`,
+    `endpoint`, `status`, `soft_error`, `outcome` from `exchange_outcomes`; `answered`,
+    `not_implemented` and `answer_status` from its answer's `answer_texts`; and `original_ok`,
+    true when it was compared with an original that was sent and did not fail route-level.
+    `findings` come in their order: `row`, the exchange's; `severity`, `kind`, `path`,
+    `evidence`; and `text`, the evidence, else the message, ids left out, with any
+    `assumed_note`. A problem, by `problem_key`, counts once per exchange."""
     kept = ~np.isin(exchanges["outcome"].to_numpy(dtype=object), [SKIPPED, STOPPED])
     if not kept.any():
         return {}
@@ -321,7 +335,7 @@ def verdict_cells(
 
 
 def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
-    """Per finding, its `problem_key`, computed once per distinct path and evidence."""
+    """Compute each finding's `problem_key`, once per distinct path and evidence."""
     pairs = pd.MultiIndex.from_arrays([findings["path"], findings["evidence"]])
     codes, uniques = pd.factorize(pairs)
     keys = np.array([problem_key(str(p), str(e)) for p, e in uniques.tolist()], dtype=object)
@@ -329,9 +343,10 @@ def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:
-    """One line per problem with its severity rank and the exchanges it is found on, worst
-    and most frequent first, headers last; the evidence (the SDK's or the server's words)
-    where there is some."""
+    """List one line per problem with its severity rank and the exchanges it is found on.
+
+    They come worst and most frequent first, headers last; a line is the evidence, the SDK's or
+    the server's words, where there is some."""
     top = sorted(cell.reasons.items(), key=lambda kv: (kv[1].rank, kv[0][0], -kv[1].n, kv[1].first))
     out: list[tuple[int, str, int]] = []
     for _, reason in top:
@@ -344,8 +359,10 @@ def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:
 
 
 def _verdict(cell: Cell, role: str) -> tuple[str, list[str], str]:
-    """The verdict, its reasons and its headline: what follows the family's name in a
-    sentence (`is not implemented (404)`, `breaks: …`), or nothing when it is compatible."""
+    """Decide a cell's verdict, its reasons and its headline.
+
+    The headline is what follows the family's name in a sentence, such as `is not implemented
+    (404)` or `breaks: …`, or nothing when it is compatible."""
     answers = sorted(cell.answers.items())
     if cell.route_failure:
         reasons = [f"{m} {e}: not here ({a.answered})" for (m, e), a in answers]
@@ -381,7 +398,7 @@ def _verdict(cell: Cell, role: str) -> tuple[str, list[str], str]:
 def verdict_frame(
     cells: Cells, role_of: Mapping[str, str], by: Sequence[str] = ("family", "transport")
 ) -> pd.DataFrame:
-    """One verdict per cell, with its reasons and counts, baseline first."""
+    """Judge each cell, with its reasons and counts, baseline first."""
     columns = ["label", *by, "role", *VERDICT_COLUMNS[4:]]
     if not cells:
         return pd.DataFrame(columns=["label", "role", *by, *VERDICT_COLUMNS[4:]])

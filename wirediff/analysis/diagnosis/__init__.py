@@ -1,1 +1,1 @@
-"""Diagnosis: failing exchanges grouped into chains and explained, with the provider and a remedy."""
+"""Diagnose failing exchanges: chain them, explain them, name the provider and a remedy."""

@@ -1,16 +1,16 @@
-"""Chains: the exchanges that one client call turned into.
+"""Group the exchanges that one client call turned into as a chain.
 
-An SDK call can leave several exchanges on the wire: its own retries (the
-`x-stainless-retry-count` header counts them), a redirect it followed (`3xx` + `Location`,
-sometimes with the method changed on the way), the same call seen again on a second
-listener when a gateway sits between two capture points (a hop: the gateway's request asks
-the same thing, maybe under another model name or route, while the client waits), and a
-client asking the same thing of another endpoint or backend after a refusal (a fallback
-from `/v1/responses` to `/v1/chat/completions`). Each of these is a *link*; the connected
-exchanges are one chain, and every exchange is in exactly one chain.
+An SDK call can leave several exchanges on the wire: its own retries, which the
+`x-stainless-retry-count` header counts; a redirect it followed, a `3xx` with `Location`,
+sometimes with the method changed on the way; the same call seen again on a second listener when
+a gateway sits between two capture points, a hop, where the gateway's request asks the same
+thing, maybe under another model name or route, while the client waits; and a client asking the
+same thing of another endpoint or backend after a refusal, a fallback such as from
+`/v1/responses` to `/v1/chat/completions`. Each of these is a *link*; the connected exchanges are
+one chain, and every exchange is in exactly one chain.
 
-Links are found by grouping and sorting (pandas) and one sweep in time order with a
-bounded look-back, never by comparing all pairs, so the cost stays O(n log n).
+Links are found by grouping and sorting with pandas and one sweep in time order with a bounded
+look-back, never by comparing all pairs, so the cost stays O(n log n).
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ refused; a later call that asks something else is a call of its own, however clo
 
 
 def normalize_url(url: str) -> str:
-    """Scheme and host lower-cased, default port dropped: comparable across clients. A URL
-    that does not parse (a port that is no number, a bracket left open) is kept as it is:
-    it is the same as itself only."""
+    """Normalize a URL so it compares across clients.
+
+    The scheme and host are lower-cased and a default port dropped. A URL that does not parse,
+    with a port that is no number or a bracket left open, is kept as it is: it is the same as
+    itself only."""
     try:
         p = urlsplit(url)
         port = p.port
@@ -114,8 +116,9 @@ Links = list[tuple[str, int, int]]
 
 
 def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Positions sorted by (group, start) and, for each, the position `k` before it in its
-    group (-1 when none)."""
+    """Sort positions by group and start, and find for each the position `k` before it in its group.
+
+    The earlier position is -1 when there is none."""
     g = f.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     order = np.lexsort((f["pos"].to_numpy(), f["started"].to_numpy(), g))
     gs = g[order]
@@ -127,8 +130,10 @@ def _prev_in_group(f: pd.DataFrame, keys: list[str], k: int = 1) -> tuple[np.nda
 
 
 def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links:
-    """Each SDK retry to the attempt before it: same client, route and body, a higher
-    `x-stainless-retry-count`. Bodies are compared only where some request is a retry."""
+    """Link each SDK retry to the attempt before it.
+
+    A retry has the same client, route and body, and a higher `x-stainless-retry-count`. Bodies
+    are compared only where some request is a retry."""
     keys = RETRY_KEYS
     retried = f["retry"].to_numpy() > 0
     if not retried.any():
@@ -147,20 +152,20 @@ def _retry_links(f: pd.DataFrame, body_keys: Callable[[int], Hashable]) -> Links
 
 
 def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Links:
-    """Outer → inner for each exchange that a gateway made while serving another one.
+    """Link outer → inner each exchange that a gateway made while serving another one.
 
-    The inner exchange came through another listener, asked the same thing (`hop_key`),
-    started after the outer one and ended before it (`HOP_SLACK_S` of clock slack). One
-    sweep in start order: each exchange looks back at the last `HOP_LOOKBACK` exchanges
-    with its content on each other listener, and takes the latest-started one that
-    contains it, preferring one that has no inner exchange yet (concurrent equal calls).
-    Replays are never hops: the replayer records its own requests, and one original sent
-    to several targets at once is the same prompt on several listeners, nested in time.
+    The inner exchange came through another listener, asked the same thing by `hop_key`, started
+    after the outer one and ended before it, with `HOP_SLACK_S` of clock slack. One sweep in
+    start order: each exchange looks back at the last `HOP_LOOKBACK` exchanges with its content
+    on each other listener, and takes the latest-started one that contains it, preferring one
+    that has no inner exchange yet, for concurrent equal calls. Replays are never hops: the
+    replayer records its own requests, and one original sent to several targets at once is the
+    same prompt on several listeners, nested in time.
     """
     # listeners by code: a category's values made into a string a row would be most of
     # the memory the chains take over a million exchanges
     listener = f["listener"]
-    if isinstance(listener.dtype, pd.CategoricalDtype):  # the engine's index: codes made
+    if isinstance(listener.dtype, pd.CategoricalDtype):  # the engine's index: its codes are made
         codes, values = listener.cat.codes.to_numpy(), listener.cat.categories
     else:
         codes, values = pd.factorize(listener, use_na_sentinel=True)
@@ -172,8 +177,8 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     cand = cand[np.argsort(started[cand], kind="stable")]  # in start order, ties by row
     if not len(cand):
         return []
-    # compact columns of the candidates only (a million exchanges' floats as objects
-    # would be most of the memory the chains take)
+    # compact columns of the candidates only: a million exchanges' floats as objects
+    # would be most of the memory the chains take
     keys: Any = (
         array("Q", content[cand].astype(np.uint64).tobytes())
         if isinstance(content, np.ndarray)
@@ -219,7 +224,7 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
 
 
 def redirect_targets(urls: Sequence[Any], locations: Sequence[Any]) -> list[str]:
-    """Where each redirect leads: its `Location` against its URL, normalized."""
+    """Resolve where each redirect leads: its `Location` against its URL, normalized."""
     return [
         normalize_url(urljoin(str(u), str(loc))) for u, loc in zip(urls, locations, strict=True)
     ]
@@ -252,10 +257,12 @@ def _redirect_links(f: pd.DataFrame, locations: Mapping[int, str]) -> Links:
 
 
 def fallback_sources(f: pd.DataFrame) -> np.ndarray:
-    """Whether each exchange (`status`, `soft_error`, `is_replay`, `ask_digest`) is one a
-    client may fall back from: an original call that asks a model something, refused
-    (`FALLBACK_FROM`) or answered with a soft error. A replayer sends what was recorded, in
-    its own order: its next call is no fallback."""
+    """Tell whether each exchange is one a client may fall back from.
+
+    That is an original call that asks a model something, refused with a `FALLBACK_FROM` status
+    or answered with a soft error. The columns read are `status`, `soft_error`, `is_replay` and
+    `ask_digest`. A replayer sends what was recorded, in its own order, so its next call is no
+    fallback."""
     status = f["status"].astype("float64").to_numpy()
     soft = f["soft_error"].fillna(False).astype(bool).to_numpy()
     original = ~f["is_replay"].to_numpy(dtype=bool)
@@ -265,9 +272,11 @@ def fallback_sources(f: pd.DataFrame) -> np.ndarray:
 
 
 def _fallback_links(f: pd.DataFrame) -> Links:
-    """Each refused call to the client's next call that asks the same thing of another
-    URL (another endpoint or backend), started after the refusal came and within
-    `FOLLOW_WINDOW_S`, among its next `FALLBACK_LOOKAHEAD` calls asking it."""
+    """Link each refused call to the client's next call that asks the same thing of another URL.
+
+    The other URL is another endpoint or backend. The call must start after the refusal came,
+    within `FOLLOW_WINDOW_S`, and be among the client's next `FALLBACK_LOOKAHEAD` calls asking
+    it."""
     source = fallback_sources(f)
     if not source.any():
         return []
@@ -307,7 +316,7 @@ def _step(method: Any, path: Any, status: Any, error_kind: Any) -> str:
 
 
 def redirect_location(record: Record) -> str | None:
-    """Where a 3xx answer sends the client."""
+    """Find where a 3xx answer sends the client."""
     resp = record.get("response")
     st = resp["status"] if resp is not None else None
     if resp is not None and isinstance(st, int) and 300 <= st < 400:
@@ -316,10 +325,11 @@ def redirect_location(record: Record) -> str | None:
 
 
 def chain_rows(exchanges: pd.DataFrame, *, failing_only: bool = False) -> list[tuple[Any, ...]]:
-    """The index's exchanges grouped into chains: one tuple per chain in `CHAIN_COLUMNS`
-    order; with `failing_only`, those of the chains with an exchange that did not succeed.
-    Reads what each exchange contributes to links: its `hop_digest` (of a hop candidate),
-    `ask_digest`, `body_digest`, redirect `location` and whether it was `ok`."""
+    """Group the index's exchanges into chains, one tuple per chain in `CHAIN_COLUMNS` order.
+
+    With `failing_only`, only the chains with an exchange that did not succeed are kept. It reads
+    what each exchange contributes to links: the `hop_digest` of a hop candidate, `ask_digest`,
+    `body_digest`, the redirect `location` and whether it was `ok`."""
     if len(exchanges) == 0:
         return []
     f = prepared(exchanges)
@@ -337,9 +347,11 @@ def chain_rows(exchanges: pd.DataFrame, *, failing_only: bool = False) -> list[t
 
 
 def prepared(exchanges: pd.DataFrame, replay: Any = None) -> pd.DataFrame:
-    """The exchanges as links are found between them: numbered (`pos`), missing start
-    times 0, durations in seconds, retry counts 0 when missing, and whether each is a
-    replay (`replay`, else it has a `replay_of`)."""
+    """Prepare the exchanges for finding links between them.
+
+    They are numbered in `pos`; missing start times become 0, durations are in seconds, missing
+    retry counts become 0; and each says whether it is a replay, from `replay`, else from having
+    a `replay_of`."""
     f = exchanges.reset_index(drop=True)
     is_replay = f["replay_of"].notna() if replay is None else np.asarray(replay, dtype=bool)
     return f.assign(
@@ -357,8 +369,9 @@ def chain_links(
     locations: Mapping[int, str],
     body_keys: Callable[[int], Hashable],
 ) -> Links:
-    """Every link between the `prepared` exchanges, `(kind, from, to)` by position;
-    `locations`: the redirect target of each exchange that has one, by position."""
+    """Find every link between the `prepared` exchanges, `(kind, from, to)` by position.
+
+    `locations` holds the redirect target of each exchange that has one, by position."""
     return (
         _retry_links(f, body_keys)
         + _hop_links(f, contents)
@@ -368,7 +381,7 @@ def chain_links(
 
 
 def chain_roots(n: int, links: Links) -> np.ndarray:
-    """Each of `n` exchanges' chain, as the first position in it."""
+    """Name each of `n` exchanges' chain by the first position in it."""
     roots = np.arange(n, dtype=np.int64)
     if not links:
         return roots
@@ -385,9 +398,10 @@ def chain_roots(n: int, links: Links) -> np.ndarray:
 def assemble(
     f: pd.DataFrame, links: Links, oks: Sequence[bool], *, failing_only: bool = False
 ) -> list[tuple[Any, ...]]:
-    """The chains of the `prepared` exchanges `f` joined by `links`, in `CHAIN_COLUMNS`
-    order, by their first exchange's start (reads `id`, `label`, `session`, `method`,
-    `path`, `status`, `error_kind`)."""
+    """Assemble the chains of the `prepared` exchanges `f` joined by `links`.
+
+    Each is a tuple in `CHAIN_COLUMNS` order. Chains come by their first exchange's start. It
+    reads `id`, `label`, `session`, `method`, `path`, `status` and `error_kind`."""
     n = len(f)
     roots = chain_roots(n, links)
     # the exchanges of the chains to list, in start order: the lists below hold only those

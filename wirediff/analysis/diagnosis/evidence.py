@@ -1,10 +1,11 @@
-"""What the diagnosis reads of an exchange, and nothing else: its record cut down to what
-`view`, the rules and the provider look at (`evidence_record`), and a number equal for
-exchanges whose diagnoses read the same (`evidence_key`).
+"""Cut an exchange down to what the diagnosis reads of it, and key it.
 
-A failing chain is diagnosed once per distinct sequence of such records and links, and the
-rows fanned back to every chain that reads the same (`wirediff.analysis.diagnosis.explain`):
-ids, times and generated text the rules never quote do not make chains differ.
+`evidence_record` keeps of a record only what `view`, the rules and the provider look at, and
+`evidence_key` gives a number equal for exchanges whose diagnoses read the same.
+
+A failing chain is diagnosed once per distinct sequence of such records and links, and
+`wirediff.analysis.diagnosis.explain` fans the rows back to every chain that reads the same: ids,
+times and generated text the rules never quote do not make chains differ.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ _REQUEST_VALUES = frozenset({"model", "previous_response_id"})
 
 @cache
 def _headers_read() -> frozenset[str]:
-    """The response headers the rules and the provider read, by name."""
+    """Name the response headers the rules and the provider read."""
     named = {"content-type", "location", "www-authenticate", "allow", "server", "x-powered-by"}
     return frozenset(named | {name for name, _ in PRODUCT_HEADERS} | signature_headers())
 
 
 def evidence_record(rec: Record, ok: bool) -> Record:
-    """`rec` as the diagnosis reads it (`ok`: whether the exchange succeeded, as
-    `exchange_ok` says): of a failing answer its body, text and events whole (event times
-    left out), of a successful one what names its provider and how its stream ended."""
+    """Cut `rec` down to what the diagnosis reads.
+
+    `ok` says whether the exchange succeeded, as `exchange_ok` does. Of a failing answer its
+    body, text and events are kept whole, event times left out; of a successful one, what names
+    its provider and how its stream ended."""
     req = rec["request"]
     body = req.get("body")
     asked: dict[str, Any] = {
@@ -89,8 +92,9 @@ def evidence_record(rec: Record, ok: bool) -> Record:
 
 
 def _named_body(body: Any) -> Any:
-    """Of a successful answer's body, what names its provider (`system_fingerprint`, a
-    body of `detail` alone), and whether it is an object."""
+    """Keep of a successful answer's body what names its provider, and whether it is an object.
+
+    The marks are `system_fingerprint` and a body of `detail` alone."""
     if not isinstance(body, dict):
         return None if body is None else 0
     if body.get("system_fingerprint") == "fp_ollama":
@@ -99,8 +103,9 @@ def _named_body(body: Any) -> Any:
 
 
 def _event_end(ev: Any) -> Any:
-    """Of a successful stream's event, what tells how the stream ended: its name, the
-    `type` of its data, whether it is cut, and who sent it."""
+    """Keep of a successful stream's event what tells how the stream ended.
+
+    That is its name, the `type` of its data, whether it is cut, and who sent it."""
     data = ev.get("data")
     if isinstance(data, dict):
         data = {"type": data["type"]} if "type" in data else {}
@@ -110,8 +115,9 @@ def _event_end(ev: Any) -> Any:
 
 
 def evidence_key(record: Record) -> int:
-    """A 63-bit number equal for evidence records that read the same, ids aside, in every
-    process."""
+    """Number an evidence record in 63 bits, equal for records that read the same, ids aside.
+
+    The number is the same in every process."""
     content = {k: v for k, v in record.items() if k != "id"}
     try:
         text = orjson.dumps(content)

@@ -1,9 +1,8 @@
-"""Diagnoses: why a chain of exchanges failed, the evidence, the provider, the fix.
+"""Diagnose why a chain of exchanges failed, with the evidence, the provider and the fix.
 
-Each failing chain's exchanges are viewed (`view`), classified by the rules (`rules`), the
-provider named (`provider`) and the prose filled in (`remedies`, data beside the
-profiles). Codes (contract): see `CODES`. One row per (chain, code); a chain may carry
-several.
+Each failing chain's exchanges are viewed by `view` and classified by `rules`; `provider` names
+the provider and `remedies` fills in the prose, kept as data beside the profiles. The codes are a
+contract: see `CODES`. There is one row per chain and code; a chain may carry several.
 """
 
 from __future__ import annotations
@@ -84,9 +83,10 @@ DIAGNOSIS_COLUMNS = [
 
 
 def served_by(exchanges: pd.DataFrame) -> Served:
-    """What each backend label showed it serves: the model ids a captured `GET /v1/models`
-    listed (the index's `models`, as JSON), and the prefixes under which a call of a known
-    family succeeded."""
+    """Collect what each backend label showed it serves.
+
+    That is the model ids a captured `GET /v1/models` listed, from the index's `models` as JSON,
+    and the prefixes under which a call of a known family succeeded."""
     listed = exchanges.loc[exchanges["models"].notna(), ["label", "models"]]
     models: dict[str, set[str]] = {}
     for label, ids in zip(listed["label"].tolist(), listed["models"].tolist(), strict=True):
@@ -95,8 +95,9 @@ def served_by(exchanges: pd.DataFrame) -> Served:
 
 
 def answered_prefixes(exchanges: pd.DataFrame) -> dict[str, set[str]]:
-    """The API prefixes each backend label answered a call of a known family under with
-    success (`label`, `family`, `prefix`, `status`, `soft_error`)."""
+    """Collect the API prefixes under which each backend label answered a known family's call well.
+
+    The columns read are `label`, `family`, `prefix`, `status` and `soft_error`."""
     ok = (
         statuses_2xx(exchanges["status"].astype("float64").to_numpy())
         & ~exchanges["soft_error"].fillna(False).astype(bool).to_numpy()
@@ -110,7 +111,7 @@ def answered_prefixes(exchanges: pd.DataFrame) -> dict[str, set[str]]:
 
 
 def models_listed(record: Record) -> set[str] | None:
-    """The model ids a `/v1/models` answer lists (None: it lists none)."""
+    """Read the model ids a `/v1/models` answer lists; None when it lists none."""
     resp = record.get("response")
     body = resp["body"] if resp is not None else None
     data = body.get("data") if isinstance(body, dict) else None
@@ -135,8 +136,10 @@ def _merge(findings: list[Finding], order: list[str]) -> list[Finding]:
 
 
 def backend_key(label: Any, listener: Any) -> tuple[str | None, str | None]:
-    """A backend's label and listener, each a string or None: a missing one reads as None
-    from a record and as NaN from a frame, and both must name the same backend."""
+    """Key a backend by its label and listener, each a string or None.
+
+    A missing one reads as None from a record and as NaN from a frame, and both must name the
+    same backend."""
     return (
         label if isinstance(label, str) else None,
         listener if isinstance(listener, str) else None,
@@ -144,9 +147,11 @@ def backend_key(label: Any, listener: Any) -> tuple[str | None, str | None]:
 
 
 class Backends:
-    """The first `BACKEND_SCAN` exchanges of each backend (label and listener), for naming
-    its provider when a failing chain carries no mark of it; identified once per backend,
-    their records read when first needed (`read`: the records at these rows)."""
+    """Name the provider of each backend from its first `BACKEND_SCAN` exchanges.
+
+    This serves when a failing chain carries no mark of its provider. Each backend, by label and
+    listener, is identified once, and its records are read when first needed through `read`,
+    which returns the records at these rows."""
 
     def __init__(
         self, exchanges: pd.DataFrame, read: Callable[[Sequence[int]], Sequence[Record]]
@@ -170,7 +175,7 @@ class Backends:
 
 
 def _provider(xs: list[ExchangeView], backends: Backends | None) -> Provider:
-    """The chain's own marks first, then its backends' (innermost first)."""
+    """Identify a chain's provider by its own marks first, then its backends', innermost first."""
     found = identify(xs)
     if found.known or backends is None:
         return found
@@ -187,8 +192,7 @@ def diagnose_chain(
     served: Served,
     backends: Backends | None = None,
 ) -> list[dict[str, Any]]:
-    """Diagnosis rows for one chain (a `chain_rows` row by `CHAIN_COLUMNS`; none for a
-    healthy chain)."""
+    """Diagnose one chain, a `chain_rows` row by `CHAIN_COLUMNS`; a healthy chain gets no rows."""
     order: list[str] = list(chain["exchange_ids"])
     xs = {i: view(records_by_id[i]) for i in order}
     links = [(str(k), str(a), str(b)) for k, a, b in chain["links"]]
@@ -227,10 +231,10 @@ def diagnose_chains(
     served: Served,
     backends: Backends,
 ) -> list[dict[str, Any]]:
-    """Diagnosis rows for failing chains (`chain_rows` rows), each distinct chain diagnosed
-    once: chains whose exchanges read the same (`evidence`: an exchange's evidence key and
-    record, by id), with the same links, ending and title, get the same rows, their own
-    ids put in."""
+    """Diagnose failing chains, the rows of `chain_rows`, each distinct chain once.
+
+    Chains whose exchanges read the same, with the same links, ending and title, get the same
+    rows, their own ids put in. `evidence` gives an exchange's evidence key and record, by id."""
     done: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     rows: list[dict[str, Any]] = []
     for row in chains:
@@ -267,7 +271,7 @@ def diagnose_chains(
 
 
 def diagnosis_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Diagnosis rows (`diagnose_chain`'s) as `diagnose` returns them."""
+    """Frame the rows of `diagnose_chain` as `diagnose` returns them."""
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIAGNOSIS_COLUMNS})
     return pd.DataFrame(
@@ -279,7 +283,7 @@ def diagnosis_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def format_diagnoses(df: pd.DataFrame) -> str:
-    """Terminal text for `wirediff diagnose`: chains, their codes, evidence and fixes."""
+    """Write the terminal text of `wirediff diagnose`: chains, their codes, evidence and fixes."""
     if df.empty:
         return "no failing chains: nothing to diagnose\n"
     lines = format_chains(df)
@@ -288,14 +292,16 @@ def format_diagnoses(df: pd.DataFrame) -> str:
 
 
 def count_line(diagnoses: int, chains: int, distinct: int | None = None) -> str:
-    """`1 diagnosis in 1 chain`, `8 diagnoses in 5 chains, 2 distinct`."""
+    """Count diagnoses and chains in words, as in `1 diagnosis in 1 chain`.
+
+    With `distinct`, it reads like `8 diagnoses in 5 chains, 2 distinct`."""
     line = f"{diagnoses} {'diagnosis' if diagnoses == 1 else 'diagnoses'} in {chains} "
     line += "chain" if chains == 1 else "chains"
     return line + (f", {distinct} distinct" if distinct is not None and distinct < chains else "")
 
 
 def format_chains(df: pd.DataFrame) -> list[str]:
-    """The lines of `format_diagnoses` for these chains, without its closing count."""
+    """Write the lines of `format_diagnoses` for these chains, without its closing count."""
     lines: list[str] = []
     for chain_id, group in df.groupby("chain_id", sort=False):
         first = group.iloc[0]

@@ -1,5 +1,7 @@
-"""How an exchange ended: an SSE stream's terminal event or its cut, and whether the
-exchange succeeded as the client sees it (what chains and rules judge by)."""
+"""Tell how an exchange ended and whether it succeeded as the client sees it.
+
+An SSE stream ends with a terminal event or is cut. Chains and rules judge by whether the
+exchange succeeded."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ FAILED_TERMINALS = frozenset({"response.failed", "error"})
 
 @dataclass(frozen=True)
 class StreamEnd:
-    """How an SSE response ended: its terminal event (if any) and a half-received tail."""
+    """Hold how an SSE response ended: its terminal event, if any, and a half-received tail."""
 
     terminal: str | None
     partial: bool
@@ -35,10 +37,10 @@ class StreamEnd:
 
 
 def _answered_events(record: Record) -> tuple[Sequence[Mapping[str, Any]], bool]:
-    """The server events that answer what was asked, and whether anything was asked.
+    """Return the server events that answer what was asked, and whether anything was asked.
 
-    An SSE stream answers its request; a WebSocket session its last client message (a
-    session with no client message asked nothing)."""
+    An SSE stream answers its request; a WebSocket session its last client message, and a session
+    with no client message asked nothing."""
     resp = record.get("response")
     events: Sequence[Event] = (resp["events"] if resp is not None else None) or ()
     if not is_websocket(record):
@@ -69,12 +71,12 @@ def _terminal_of(ev: Mapping[str, Any], family: str | None) -> str | None:
 
 
 def stream_end(record: Record) -> StreamEnd | None:
-    """The end of the record's event stream; `None` when the response is not SSE (or is a
-    WebSocket session in which the client asked nothing).
+    """Find the end of the record's event stream.
 
-    Chat and completions streams end with `[DONE]`; Responses streams with
-    `response.completed|failed|incomplete` or an `error` event; a WebSocket session with
-    the terminal event of its last turn.
+    It is `None` when the response is not SSE, or is a WebSocket session in which the client
+    asked nothing. Chat and completions streams end with `[DONE]`; Responses streams with
+    `response.completed|failed|incomplete` or an `error` event; a WebSocket session with the
+    terminal event of its last turn.
     """
     resp = record.get("response")
     if not is_sse_response(resp):
@@ -95,10 +97,10 @@ def stream_end(record: Record) -> StreamEnd | None:
 
 
 def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
-    """Why an SSE stream is cut short, or `None` when it ended properly.
+    """Say why an SSE stream is cut short, or return `None` when it ended properly.
 
-    The SDK closes the connection after `[DONE]`, so a `client_disconnect` *after* the
-    terminal event is normal.
+    The SDK closes the connection after `[DONE]`, so a `client_disconnect` *after* the terminal
+    event is normal.
     """
     if end is None:
         return None
@@ -115,8 +117,10 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
 
 
 def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
-    """The exchange succeeded: 2xx (101 for a WebSocket session), no error body, no
-    transport error, and a stream when one was asked for, complete."""
+    """Tell whether the exchange succeeded.
+
+    It did with a 2xx, or 101 for a WebSocket session; no error body; no transport error; and a
+    complete stream when one was asked for."""
     resp = record.get("response")
     if not resp:
         return False

@@ -1,12 +1,12 @@
-"""The provider behind a chain, with the evidence and how much it is worth.
+"""Identify the provider behind a chain, with the evidence and how much it is worth.
 
-A product is named only by a mark that product alone leaves: a header it sets about
-itself (`x-litellm-version`, `openai-version`, a `Server` or `X-Powered-By` that names a
-product), an error answer in its own words (a profile's signature), a body mark
-(`system_fingerprint: fp_ollama`). A web framework's defaults (`server: uvicorn`,
-`X-Powered-By: Express`, FastAPI's `{"detail": "Not Found"}`, Go's `404 page not found`)
-are shared by every server built on it: they are reported as the framework and name no
-product. Without a mark the provider is `unknown`, and the remedies stay generic.
+A product is named only by a mark that product alone leaves: a header it sets about itself, such
+as `x-litellm-version`, `openai-version`, or a `Server` or `X-Powered-By` that names a product;
+an error answer in its own words, which is a profile's signature; or a body mark, such as
+`system_fingerprint: fp_ollama`. A web framework's defaults are shared by every server built on
+it: `server: uvicorn`, `X-Powered-By: Express`, FastAPI's `{"detail": "Not Found"}`, Go's `404
+page not found`. They are reported as the framework and name no product. Without a mark the
+provider is `unknown`, and the remedies stay generic.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ GO_PLAIN = re.compile(r"^\s*\d{3} (page not found|method not allowed)\s*$")
 
 @dataclass
 class Provider:
-    """Who answered: a profile name or a product's own name, or `unknown`."""
+    """Name who answered: a profile name or a product's own name, or `unknown`."""
 
     name: str = UNKNOWN
     confidence: str = "none"
@@ -108,18 +108,18 @@ class Provider:
 
     @property
     def display(self) -> str:
-        """How the prose names it: its product name, or "the server"."""
+        """Name it as the prose does: its product name, or "the server"."""
         return PROVIDER_NAMES.get(self.name, self.name) if self.known else "the server"
 
     @property
     def profile(self) -> str | None:
-        """The profile whose remedies apply, if it has one."""
+        """Return the profile whose remedies apply, if it has one."""
         return self.name if self.name in load_profiles() else None
 
 
 @cache
 def _framework_signatures() -> dict[str, str]:
-    """Signature ids a profile marks as a framework's default answer → the framework."""
+    """Map the signature ids a profile marks as a framework's default answer to the framework."""
     return {
         str(sig["id"]): str(sig["framework"])
         for prof in load_profiles().values()
@@ -129,14 +129,15 @@ def _framework_signatures() -> dict[str, str]:
 
 
 def _token(value: str) -> str:
-    """The software a `Server`/`X-Powered-By` value names: `BaseHTTP/0.6 Python/3.11` →
-    `basehttp`, `Jetty(9.4.z)` → `jetty`."""
+    """Name the software a `Server` or `X-Powered-By` value names, lower-cased.
+
+    `BaseHTTP/0.6 Python/3.11` gives `basehttp`, `Jetty(9.4.z)` gives `jetty`."""
     m = _PRODUCT.match(value.strip())
     return m.group(0).lower() if m else ""
 
 
 def _framework(token: str) -> bool:
-    """A framework, server or proxy, also in a variant (`hypercorn-h11`, `envoy-1.2`)."""
+    """Tell a framework, server or proxy, also in a variant such as `hypercorn-h11`."""
     return token in FRAMEWORKS or token.split("-", 1)[0] in FRAMEWORKS
 
 
@@ -150,7 +151,9 @@ def _signature(x: ExchangeView) -> str | None:
 
 
 def _marks(x: ExchangeView) -> tuple[tuple[str, str, str] | None, list[str]]:
-    """`((provider, confidence, evidence) | None, framework evidence)` of one exchange."""
+    """Find the provider mark of one exchange, if any, and the framework evidence it shows.
+
+    The mark is a `(provider, confidence, evidence)` triple."""
     frameworks: list[str] = []
     for name, provider in PRODUCT_HEADERS:
         got = x.header(name)
@@ -181,8 +184,10 @@ def _marks(x: ExchangeView) -> tuple[tuple[str, str, str] | None, list[str]]:
 
 
 def identify(xs: list[ExchangeView], others: Iterable[ExchangeView] = ()) -> Provider:
-    """The provider behind a chain (latest answers first), else behind the other exchanges
-    of the same backend (`others`); `unknown` with the frameworks seen otherwise."""
+    """Identify the provider behind a chain, latest answers first, else behind `others`.
+
+    `others` are the other exchanges of the same backend. Without a mark, the provider is
+    `unknown`, with the frameworks seen."""
     seen: list[str] = []
     for x, where in [*((x, "") for x in reversed(xs)), *((x, " elsewhere") for x in others)]:
         mark, frameworks = _marks(x)

@@ -1,5 +1,7 @@
-"""Remedies: the prose of each diagnosis, a one-line summary and a fix, kept as data in
-`wirediff/profiles/remedies.yaml` beside the provider profiles it names."""
+"""Write the prose of each diagnosis: a one-line summary and a fix.
+
+The prose is kept as data in `wirediff/profiles/remedies.yaml`, beside the provider profiles it
+names."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ RemedyKey = tuple[str, str | None, str | None]
 
 
 class Facts(dict[str, str]):
-    """What a rule found, for filling in the prose; a fact it did not record reads `?`."""
+    """Hold what a rule found, for filling in the prose; a fact it did not record reads `?`."""
 
     def __missing__(self, key: str) -> str:
         return "?"
@@ -33,14 +35,15 @@ def _prose() -> tuple[dict[str, str], dict[RemedyKey, str]]:
 
 
 def summary(code: str, facts: Mapping[str, str]) -> str:
-    """The one-line summary of a diagnosis."""
+    """Write the one-line summary of a diagnosis."""
     return _prose()[0][code].format_map(Facts(facts))
 
 
 def remedy(code: str, provider: str | None, facts: Mapping[str, str]) -> str:
-    """The most specific fix: for this provider and variant, this provider, this variant,
-    then the code's own; followed by the server's own hint (`facts["hint"]`), if it gave
-    one."""
+    """Write the most specific fix, followed by the server's own hint if it gave one.
+
+    The fix is the first found for this provider and variant, this provider, this variant, then
+    the code's own. The hint is `facts["hint"]`."""
     remedies = _prose()[1]
     variant = facts.get("variant") or None
     for key in (

@@ -1,12 +1,14 @@
-"""The rules: what one failing exchange shows (`exchange_findings`), and what only two
-linked exchanges show together (`chain_findings`: a redirect that changed the method, a hop
-that dropped the key).
+"""Apply the diagnosis rules to one failing exchange, and to two linked exchanges together.
 
-Rules go by strength of evidence: first whether the server answered at all (TLS, an
-unreachable upstream), then what the answer itself says about the key, the WebSocket
-upgrade, the method, the route, a parameter or the model (`subject`), and only then what
-other calls suggest. Any failing answer gets a diagnosis: a 4xx no rule explains is
-`request_rejected`, a 5xx the server wrote itself `server_error`.
+`exchange_findings` finds what one failing exchange shows; `chain_findings` what only two linked
+exchanges show together, such as a redirect that changed the method or a hop that dropped the
+key.
+
+Rules go by strength of evidence: first whether the server answered at all, failing on TLS or an
+unreachable upstream; then what the answer itself says about the key, the WebSocket upgrade, the
+method, the route, a parameter or the model, read by `subject`; and only then what other calls
+suggest. Any failing answer gets a diagnosis: a 4xx no rule explains is `request_rejected`, a 5xx
+the server wrote itself `server_error`.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ class Finding:
 
 
 def _prefix_issue(x: ExchangeView, served: Served) -> str | None:
-    """A doubled or missing `/v1`, when the answer is about the route (404/405 or an echo
-    of the path) — a 429 or a 400 on a bad parameter is about something else — and the
-    backend answered no other call under the same prefix (then the prefix is right, and
-    the route is what it lacks)."""
+    """Name a doubled or missing `/v1` when the answer is about the route.
+
+    The answer is about the route with a 404 or 405 or an echo of the path; a 429 or a 400 on a
+    bad parameter is about something else. When the backend answered another call under the same
+    prefix, the prefix is right, and the route is what it lacks."""
     if x.family == "other" or not (x.status in (404, 405) or echoes_route(x)):
         return None
     if x.prefix in served.prefixes.get(str(x.label), ()):
@@ -86,14 +89,17 @@ def _prefix_issue(x: ExchangeView, served: Served) -> str | None:
 
 
 def _about_auth(x: ExchangeView) -> bool:
-    """A 403 with a key sent is about the key only if it says so (not, e.g., a region)."""
+    """Tell whether a 403 with a key sent is about the key, which it is only if it says so.
+
+    It may be about something else, such as a region."""
     return any(_AUTH_WORDS.search(str(v or "")) for v in (x.code, x.etype, x.msg))
 
 
 def _proxy_generated(x: ExchangeView) -> bool:
-    """A 5xx that says an upstream could not be reached, rather than why the request
-    failed: a gateway's message naming the connection (an operation it says it does not
-    support is about the request, whatever its exception is called)."""
+    """Tell a 5xx that says an upstream could not be reached, rather than why the request failed.
+
+    That is a gateway's message naming the connection. An operation it says it does not support
+    is about the request, whatever its exception is called."""
     if x.status is None or x.status < 500 or says_unsupported(x):
         return False
     if _CONNECT_WORDS.search(x.msg) or _CONNECT_WORDS.search(x.error_msg):
@@ -137,7 +143,7 @@ def _ev(x: ExchangeView, *extra: str | None) -> list[str]:
 
 
 def _last_event(x: ExchangeView) -> str | None:
-    """The stream's last event as evidence (`None` when there was none)."""
+    """Quote the stream's last event as evidence; `None` when there was none."""
     if not x.events:
         return None
     tail = x.events[-1].get("data")
@@ -146,7 +152,7 @@ def _last_event(x: ExchangeView) -> str | None:
 
 
 def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
-    """What one failing exchange shows, strongest evidence first."""
+    """Find what one failing exchange shows, strongest evidence first."""
     out: list[Finding] = []
     st, facts = x.status, _base_facts(x)
 
@@ -193,7 +199,7 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
 
 
 def _stage(x: ExchangeView) -> str:
-    """How far the exchange had come when the capture stopped."""
+    """Say how far the exchange had come when the capture stopped."""
     if x.status is None:
         return "while the request waited for its answer"
     if x.events:
@@ -202,7 +208,7 @@ def _stage(x: ExchangeView) -> str:
 
 
 def _answer_findings(x: ExchangeView, served: Served, add: _Add) -> None:
-    """What the status and the error answer say: key, upgrade, method, route, subject."""
+    """Read what the status and the error answer say: key, upgrade, method, route, subject."""
     st = x.status
     assert st is not None
     if st == 401 or (st == 403 and (not x.fingerprint or _about_auth(x))):
@@ -254,7 +260,7 @@ def _answer_findings(x: ExchangeView, served: Served, add: _Add) -> None:
 
 
 def _error_answer(x: ExchangeView, served: Served, add: _Add) -> None:
-    """A 4xx, a 501 or an error under 2xx: what it is about."""
+    """Find what a 4xx, a 501 or an error under 2xx is about."""
     st = x.status
     subject = subject_of(x, served)
     kind = subject.kind if subject else None
@@ -313,7 +319,7 @@ def _error_answer(x: ExchangeView, served: Served, add: _Add) -> None:
 
 
 def _stream_findings(x: ExchangeView, add: _Add) -> None:
-    """Errors under a success status, and streams that did not end as they should."""
+    """Find errors under a success status, and streams that did not end as they should."""
     if not x.success:
         return
     error_event = x.error_event
@@ -351,15 +357,19 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
 
 
 def _closing(x: ExchangeView) -> Mapping[str, Any]:
-    """How a WebSocket session closed (`response.websocket`), empty for any other exchange."""
+    """Read how a WebSocket session closed, from `response.websocket`.
+
+    It is empty for any other exchange."""
     resp = x.rec.get("response")
     ws = resp.get("websocket") if resp is not None and x.websocket else None
     return ws if isinstance(ws, dict) else {}
 
 
 def _what_clients_do(x: ExchangeView) -> str:
-    """What each known client does with an error under a 200, call by call, as measured
-    (`soft_error_200` in profiles/clients.yaml); the exchange's own client first."""
+    """Say what each known client does with an error under a 200, call by call, as measured.
+
+    The measurements are `soft_error_200` in profiles/clients.yaml; the exchange's own client
+    comes first."""
     sdk: Mapping[str, Any] = x.rec["tags"].get("sdk") or {}
     lang = {"python": "openai-python", "js": "openai-node"}.get(str(sdk.get("lang")))
     own = sdk.get("client") or lang
@@ -372,13 +382,15 @@ def _what_clients_do(x: ExchangeView) -> str:
 
 
 def _close_reason(x: ExchangeView) -> str:
-    """The reason a WebSocket's closing side gave, scrubbed ("" for none)."""
+    """Quote the reason a WebSocket's closing side gave, scrubbed; "" for none."""
     return scrub(str(_closing(x).get("close_reason") or ""))
 
 
 def _closed_with(x: ExchangeView) -> str | None:
-    """How a WebSocket session was closed when not normally (1000): the code, who closed
-    it and the reason, in the words of the close frame (`None` for a normal close)."""
+    """Say how a WebSocket session was closed when not normally with 1000.
+
+    That is the code, who closed it and the reason, in the words of the close frame; `None` for a
+    normal close."""
     ws = _closing(x)
     code = ws.get("close_code")
     if not isinstance(code, int) or code == NORMAL_CLOSE:
@@ -395,7 +407,7 @@ def chain_findings(
     links: list[tuple[str, str, str]],
     final_id: str,
 ) -> tuple[list[Finding], dict[str, set[str]]]:
-    """Findings that need two exchanges, and the per-exchange codes they explain away."""
+    """Find what needs two exchanges, and the per-exchange codes those findings explain away."""
     out: list[Finding] = []
     explained: dict[str, set[str]] = {}
     redirected = set()

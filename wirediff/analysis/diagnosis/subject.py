@@ -1,10 +1,10 @@
-"""What an error answer is about: the route, the method, a stored response, the model, the
-context length or a request parameter — read from the answer itself first, and only then
-inferred from other calls (the models a server listed).
+"""Find what an error answer is about.
 
-Words are read only where they echo the request (its method and path, its model, its
-parameter names, the id it builds on) or say a thing in the few ways servers say it
-(a context length exceeded, a parameter not supported).
+It may be the route, the method, a stored response, the model, the context length or a request
+parameter. It is read from the answer itself first, and only then inferred from other calls, such
+as the models a server listed. Words are read only where they echo the request, with its method
+and path, its model, its parameter names and the id it builds on; or where they say a thing in
+the few ways servers say it, such as a context length exceeded or a parameter not supported.
 """
 
 from __future__ import annotations
@@ -95,9 +95,11 @@ HINT_CHARS = 160
 
 @dataclass(frozen=True)
 class Served:
-    """What other calls showed of each backend (by label): the models its `GET /v1/models`
-    listed, and the API prefixes (`/v1`, `""`) under which it answered a call of a known
-    family with success — a route under such a prefix is not missing a `/v1`."""
+    """Hold what other calls showed of each backend, by label.
+
+    That is the models its `GET /v1/models` listed, and the API prefixes, such as `/v1` or `""`,
+    under which it answered a call of a known family with success. A route under such a prefix is
+    not missing a `/v1`."""
 
     models: Mapping[str, set[str]] = field(default_factory=dict)
     prefixes: Mapping[str, set[str]] = field(default_factory=dict)
@@ -105,8 +107,9 @@ class Served:
 
 @dataclass(frozen=True)
 class Subject:
-    """What an error answer is about: `endpoint`, `state`, `model`, `context`, `parameter`;
-    for a parameter, its name and whether the server said it does not support it."""
+    """Name what an error answer is about: `endpoint`, `state`, `model`, `context` or `parameter`.
+
+    For a parameter it holds the name and whether the server said it does not support it."""
 
     kind: str
     param: str = ""
@@ -116,15 +119,17 @@ class Subject:
 
 
 def echoes_route(x: ExchangeView) -> bool:
-    """The answer names the request's method and path (`Cannot POST /v1/responses`,
-    `Invalid URL (POST /v1/v1/…)`): it is about the route. A path quoted inside some URL
-    (an upstream's, in a gateway's message) is not."""
+    """Tell whether the answer names the request's method and path, and so is about the route.
+
+    Examples are `Cannot POST /v1/responses` and `Invalid URL (POST /v1/v1/…)`. A path quoted
+    inside some URL, such as an upstream's in a gateway's message, does not count."""
     return len(x.path) > 1 and f"{x.method} {x.path}" in x.msg
 
 
 def wrong_method(x: ExchangeView) -> str | None:
-    """The methods the request's route takes, when the request used none of them (a
-    WebSocket upgrade is a GET on any route)."""
+    """List the methods the request's route takes, when the request used none of them.
+
+    A WebSocket upgrade is a GET on any route."""
     methods = ROUTE_METHODS.get(x.endpoint) if x.family != "other" else None
     if methods is None or x.method in methods or x.method in ("HEAD", "OPTIONS") or x.websocket:
         return None
@@ -132,8 +137,9 @@ def wrong_method(x: ExchangeView) -> str | None:
 
 
 def stored_reference(rec: Record) -> str | None:
-    """The stored response a request builds on: `previous_response_id`, or the `{id}` of
-    `/v1/responses/{id}…`."""
+    """Find the stored response a request builds on.
+
+    That is its `previous_response_id`, or the `{id}` of `/v1/responses/{id}…`."""
     body = rec["request"].get("body")
     if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
         return str(body["previous_response_id"])
@@ -145,8 +151,9 @@ def stored_reference(rec: Record) -> str | None:
 
 
 def context_exceeded(x: ExchangeView) -> bool:
-    """The answer says the prompt (and the tokens asked for) exceed the model's context: by
-    its code, its type or its words."""
+    """Tell whether the answer says the prompt and the tokens asked for exceed the model's context.
+
+    Its code, its type or its words may say it."""
     return (
         x.code == "context_length_exceeded"
         or x.etype in CONTEXT_TYPES
@@ -155,9 +162,11 @@ def context_exceeded(x: ExchangeView) -> bool:
 
 
 def says_unsupported(x: ExchangeView) -> bool:
-    """The answer says the request's operation is not supported there (`COMPACT responses
-    is not supported for custom_openai`): the message names the endpoint's last word
-    (`compact`, `embeddings`) beside words of refusal, and no request parameter."""
+    """Tell whether the answer says the request's operation is not supported there.
+
+    An example is `COMPACT responses is not supported for custom_openai`: the message names the
+    endpoint's last word, such as `compact` or `embeddings`, beside words of refusal, and no
+    request parameter."""
     if not _UNSUPPORTED_WORDS.search(x.msg) or _named_parameter(x):
         return False
     words = [w for w in x.endpoint.split("/") if w and not w.startswith("{") and w != "v1"]
@@ -165,7 +174,7 @@ def says_unsupported(x: ExchangeView) -> bool:
 
 
 def _names(text: str, word: str | None) -> bool:
-    """`word` stands in `text` as a whole token (a model `m` is not in "embeddings")."""
+    """Tell whether `word` stands in `text` as a whole token; a model `m` is not in "embeddings"."""
     return (
         bool(word) and re.search(rf"(?<![\w.-]){re.escape(str(word))}(?![\w-])", text) is not None
     )
@@ -177,8 +186,10 @@ def _request_keys(x: ExchangeView) -> list[str]:
 
 
 def _named_parameter(x: ExchangeView) -> str:
-    """The request parameter the answer names: its `param`, else a request key the message
-    quotes (`'seed'`, `"store"`, `` `n` ``) or spells out (`previous_response_id`)."""
+    """Find the request parameter the answer names.
+
+    That is its `param`, else a request key the message quotes, as in `'seed'`, `"store"` or ``
+    `n` ``, or spells out, as in `previous_response_id`."""
     if isinstance(x.param, str) and x.param:
         return x.param
     for key in _request_keys(x):
@@ -200,7 +211,7 @@ def _about_stored_response(x: ExchangeView) -> bool:
 
 
 def _about_model(x: ExchangeView) -> bool:
-    """The answer is about the model: its type, the model's name or the words say so."""
+    """Tell whether the answer is about the model, by its type, the model's name or its words."""
     return (
         x.code == "model_not_found"
         or "model" in str(x.etype or "").lower()
@@ -210,15 +221,19 @@ def _about_model(x: ExchangeView) -> bool:
 
 
 def _lacks_model(x: ExchangeView) -> bool:
-    """A JSON request without a `model` (no model it names could be missing on the server)."""
+    """Tell a JSON request without a `model`.
+
+    No model it names could be missing on the server."""
     body = x.rec["request"].get("body")
     return isinstance(body, dict) and body.get("model") is None and x.model is None
 
 
 def subject_of(x: ExchangeView, served: Served) -> Subject | None:
-    """What an error answer is about, strongest evidence first: the answer naming the
-    route, the context length, the stored response, a parameter or the model; then what
-    other calls show (the models the server listed); then the words of a bare 404."""
+    """Find what an error answer is about, strongest evidence first.
+
+    First comes the answer naming the route, the context length, the stored response, a parameter
+    or the model; then what other calls show, such as the models the server listed; then the
+    words of a bare 404."""
     if echoes_route(x):
         return Subject("endpoint")
     if context_exceeded(x):
@@ -247,8 +262,9 @@ def subject_of(x: ExchangeView, served: Served) -> Subject | None:
 
 
 def server_hint(message: str) -> str:
-    """The sentences of an error message that tell what to do (`Start it with
-    --embeddings`), to quote in the remedy; empty when there is none."""
+    """Quote the sentences of an error message that tell what to do, for the remedy.
+
+    An example is `Start it with --embeddings`. It is empty when there is none."""
     said = [s.strip() for s in _SENTENCE_END.split(message) if _HINT.search(s)]
     text = " ".join(s for s in said if s)
     return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 1] + "…"

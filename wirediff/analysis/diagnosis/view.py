@@ -1,12 +1,13 @@
-"""The per-exchange view the diagnosis rules read: one record's request, answer, tags
-and whatever error it carries, under short names.
+"""View one exchange as the diagnosis rules read it, under short names.
+
+The view holds one record's request, answer, tags and whatever error it carries.
 
 `extract_error` is the one place that reads an error out of an answer, whatever its shape:
-OpenAI's `{"error": {…}}`, a string `error` beside a `message` or `detail` (Express,
-LM Studio), FastAPI's `detail` (a string, or a list of validation errors), vLLM's flat
-`{"object": "error", …}`, a plain-text or HTML body, and, in a stream, the error event
-itself (`data: {"error": …}`, `{"type": "error", …}`, `response.failed`). A stream's raw
-text is never read as a message: it echoes the request (the model id, the prompt).
+OpenAI's `{"error": {…}}`; a string `error` beside a `message` or `detail`, as Express and LM
+Studio send; FastAPI's `detail`, a string or a list of validation errors; vLLM's flat `{"object":
+"error", …}`; a plain-text or HTML body; and, in a stream, the error event itself, such as `data:
+{"error": …}`, `{"type": "error", …}` or `response.failed`. A stream's raw text is never read as
+a message, because it echoes the request: the model id, the prompt.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def scrub(text: str) -> str:
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """An error as the server put it: its message and the fields beside it."""
+    """Hold an error as the server put it: its message and the fields beside it."""
 
     message: str
     code: Any = None
@@ -59,7 +60,7 @@ class ErrorInfo:
     """`body`, `text`, or `event N of M` (which event of the stream carried it)."""
 
     def quote(self) -> str:
-        """The evidence line: the server's own words and where they were."""
+        """Write the evidence line: the server's own words and where they were."""
         return self._quote
 
     @functools.cached_property
@@ -73,7 +74,7 @@ class ErrorInfo:
 
 
 def _validation(detail: Sequence[Any]) -> tuple[str, Any]:
-    """FastAPI's 422 `detail` list: the first error's message and the field it names."""
+    """Read FastAPI's 422 `detail` list: the first error's message and the field it names."""
     first = detail[0] if detail and isinstance(detail[0], dict) else {}
     loc = first.get("loc")
     names = [
@@ -85,7 +86,7 @@ def _validation(detail: Sequence[Any]) -> tuple[str, Any]:
 
 
 def _from_object(obj: Mapping[str, Any]) -> tuple[str, Any, Any, Any] | None:
-    """`(message, code, type, param)` of an error object, or None when it is not one."""
+    """Read `(message, code, type, param)` of an error object; None when it is not one."""
     err = obj.get("error")
     if isinstance(err, dict):
         msg = err.get("message") or err.get("detail") or err.get("msg") or ""
@@ -124,8 +125,9 @@ def _from_events(events: Sequence[Event]) -> ErrorInfo | None:
 
 
 def extract_error(body: Any, text: str | None, events: Sequence[Event] | None) -> ErrorInfo | None:
-    """Whatever error the answer carries, in the server's own words; None when it carries
-    none. `events` (server events only) are read instead of the text when there are any."""
+    """Read whatever error the answer carries, in the server's own words; None when it carries none.
+
+    `events`, the server's events only, are read instead of the text when there are any."""
     if isinstance(body, dict):
         found = _from_object(body)
         if found is not None:
@@ -140,7 +142,7 @@ def extract_error(body: Any, text: str | None, events: Sequence[Event] | None) -
 
 @dataclass
 class ExchangeView:
-    """One exchange, viewed for the rules."""
+    """View one exchange for the rules."""
 
     id: str
     rec: Record
@@ -171,20 +173,21 @@ class ExchangeView:
 
     @property
     def error_event(self) -> bool:
-        """The stream (or WebSocket session) carries an error event or ended failed."""
+        """Tell whether the stream or WebSocket session carries an error event or ended failed."""
         if self.end is None:
             return False
         return self.error is not None or self.end.terminal in FAILED_TERMINALS
 
     @property
     def error_in_success(self) -> bool:
-        """An error under a success status: a 2xx error body, or an error event in a 2xx
-        stream or an open WebSocket session."""
+        """Tell whether an error came under a success status.
+
+        That is a 2xx error body, or an error event in a 2xx stream or an open WebSocket session."""
         return self.soft or (self.error_event and self.success)
 
     @property
     def success(self) -> bool:
-        """A success status: 2xx, or 101 for a WebSocket session."""
+        """Tell whether the status is a success: 2xx, or 101 for a WebSocket session."""
         return is_2xx(self.status) or (self.status == 101 and self.websocket)
 
     @property
@@ -228,8 +231,9 @@ class ExchangeView:
         return self.text
 
     def snippet(self) -> str | None:
-        """The body as evidence; for a stream, the error event (the server's words), not
-        the stream's text."""
+        """Quote the body as evidence.
+
+        For a stream, that is the error event in the server's words, not the stream's text."""
         return self._snippet
 
     @functools.cached_property
@@ -243,7 +247,7 @@ class ExchangeView:
         return "body: " + scrub(clip(raw, SNIPPET))
 
     def words(self) -> str | None:
-        """The error message quoted on its own when the body snippet does not hold it whole."""
+        """Quote the error message on its own when the body snippet does not hold it whole."""
         return self._words
 
     @functools.cached_property

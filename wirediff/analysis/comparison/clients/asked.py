@@ -1,12 +1,12 @@
-"""What a request asks of its answer, and whether a value delivers it.
+"""Read what a request asks of its answer, and judge whether a value delivers it.
 
-A request offers function tools, each with the JSON Schema of its arguments, and may ask
-for structured output: `response_format` (`json_schema` with a schema, or `json_object`) on
-Chat Completions, `text.format` on Responses. An app runs a tool call's arguments through
-`json.loads` and hands the object to the tool, and parses structured content the same way
-(the SDKs' `parse()` validates it against the schema): the verdicts here are what that
-gives, in words without generated values (`object`, `not JSON`, `rejected by the schema at
-/unit (enum)`). Validation is jsonschema's, one validator per distinct schema.
+A request offers function tools, each with the JSON Schema of its arguments, and may ask for
+structured output: `response_format` on Chat Completions, `json_schema` with a schema or
+`json_object`, and `text.format` on Responses. An app runs a tool call's arguments through
+`json.loads` and hands the object to the tool, and parses structured content the same way; the
+SDKs' `parse()` validates it against the schema. The verdicts here are what that gives, in words
+without generated values: `object`, `not JSON`, `rejected by the schema at /unit (enum)`.
+Validation is jsonschema's, one validator per distinct schema.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ NOT_JSON = "not JSON"
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """What one request asks of its answer (`key` spells it for memo keys)."""
+    """Hold what one request asks of its answer; `key` spells it for memo keys."""
 
     tools: tuple[tuple[str, str], ...] = ()
     """Offered function tools: `(name, parameters schema as canonical JSON)`."""
@@ -62,8 +62,10 @@ def _canonical(value: Any) -> str:
 
 
 def _function_tools(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """Chat's `{"type": "function", "function": {name, parameters}}` and Responses'
-    `{"type": "function", name, parameters}`."""
+    """Read the function tools a request offers as `(name, parameters schema)` pairs.
+
+    Chat spells one `{"type": "function", "function": {name, parameters}}`, Responses `{"type":
+    "function", name, parameters}`."""
     tools = body.get("tools")
     out = []
     for tool in tools if isinstance(tools, list) else ():
@@ -78,7 +80,9 @@ def _function_tools(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _format(body: dict[str, Any]) -> Any:
-    """`response_format` (Chat Completions) or `text.format` (Responses)."""
+    """Return the structured-output format asked.
+
+    Chat Completions asks with `response_format`, Responses with `text.format`."""
     fmt = body.get("response_format")
     if fmt is None and isinstance(body.get("text"), dict):
         fmt = body["text"].get("format")
@@ -86,7 +90,7 @@ def _format(body: dict[str, Any]) -> Any:
 
 
 def asked(body: Any) -> Asked:
-    """What the request `body` asks of its answer."""
+    """Read what the request `body` asks of its answer."""
     if not isinstance(body, dict):
         return Asked()
     tools = _function_tools(body)
@@ -103,8 +107,9 @@ def asked(body: Any) -> Asked:
 
 @lru_cache(maxsize=256)
 def _validator(schema: str) -> jsonschema.protocols.Validator | None:
-    """A validator for a schema given as canonical JSON; None when it is no valid schema
-    (then nothing is judged against it)."""
+    """Build a validator for a schema given as canonical JSON.
+
+    It is None when the schema is not valid, and then nothing is judged against it."""
     try:
         doc = json.loads(schema)
     except ValueError:
@@ -120,7 +125,7 @@ def _validator(schema: str) -> jsonschema.protocols.Validator | None:
 
 
 def _rejection(value: Any, schema: str | None) -> str | None:
-    """Where and by which rule the schema rejects `value` (no generated values in it)."""
+    """Say where and by which rule the schema rejects `value`, without the generated values."""
     validator = _validator(schema) if schema else None
     if validator is None:
         return None
@@ -132,8 +137,9 @@ def _rejection(value: Any, schema: str | None) -> str | None:
 
 
 def arguments_kind(arguments: Any, schema: str | None = None) -> str:
-    """Tool-call arguments as an app reads them: `json.loads` must give an object, which
-    the tool's schema (when the request gave one) accepts."""
+    """Judge tool-call arguments as an app reads them.
+
+    `json.loads` must give an object, which the tool's schema accepts when the request gave one."""
     if not isinstance(arguments, str):
         return f"not a string ({type(arguments).__name__})"
     try:
@@ -146,8 +152,10 @@ def arguments_kind(arguments: Any, schema: str | None = None) -> str:
 
 
 def structured_kind(content: Any, ask: Asked) -> str | None:
-    """Structured content as the app parses it: `valid` (an object the schema accepts, or
-    any object in JSON mode), else why not; None when none was asked."""
+    """Judge structured content as the app parses it: `valid`, else why not.
+
+    `valid` is an object the schema accepts, or any object in JSON mode. None when no structured
+    output was asked."""
     if ask.structured is None:
         return None
     if not isinstance(content, str):
@@ -160,8 +168,9 @@ def structured_kind(content: Any, ask: Asked) -> str | None:
 
 
 def parsed_kind(value: Any, ask: Asked) -> str:
-    """Parsed structured content against what was asked: any object in JSON mode, else
-    what the schema accepts."""
+    """Judge parsed structured content against what was asked.
+
+    JSON mode takes any object, a schema what it accepts."""
     if ask.structured == "json_object":
         return VALID if isinstance(value, dict) else f"JSON {type(value).__name__}"
     return _rejection(value, ask.schema) or VALID

@@ -1,16 +1,16 @@
-"""The npm `openai` package on recorded answers, in one Node process per analysis.
+"""Drive the npm `openai` package on recorded answers, in one Node process per analysis.
 
-Where the SDK is (`node_sdk`): `$WIREDIFF_NODE_SDK` (a directory holding
-`node_modules/openai`, or `off`), else the clients tier's install `$WIREDIFF_CLIENTS_DIR/node`,
-else `.clients/node` in the current directory or in the checkout wirediff runs from; and
-`node` on PATH. Without either, nothing is measured and `status()` says why, for the report.
+`node_sdk` finds the SDK in `$WIREDIFF_NODE_SDK`, a directory holding `node_modules/openai` or
+`off`; else in the clients tier's install `$WIREDIFF_CLIENTS_DIR/node`; else in `.clients/node`
+in the current directory or in the checkout wirediff runs from. It needs `node` on PATH too.
+Without either, nothing is measured and `status()` says why, for the report.
 
-The process (`openai_node.mjs`) starts on first use (in each process that measures: a forked
-worker starts its own) and ends when this one does, at the latest when its stdin closes; answers
-go to it in batches (`measure`: all jobs written, then all replies read), each reply the
-calls an app makes (`chat.completions.create()`/`.stream()`/`.runTools()`,
-`responses.create()`/`.stream()`) and what they returned, raised or failed with. The values
-are judged here as openai-python's are (`python.see_calls`, `asked`), under keys prefixed
+The process, `openai_node.mjs`, starts on first use in each process that measures, so a forked
+worker starts its own, and ends when this one does, at the latest when its stdin closes.
+`measure` sends it answers in batches, writing all jobs, then reading all replies. Each reply
+lists the calls an app makes, such as `chat.completions.create()`, `.stream()`, `.runTools()`,
+`responses.create()` and `.stream()`, and what they returned, raised or failed with. The values
+are judged here as openai-python's are, by `python.see_calls` and `asked`, under keys prefixed
 `node:`.
 """
 
@@ -57,7 +57,7 @@ returns is a bug of the client's, not the answer's; openai-python alone then mea
 
 @dataclass(frozen=True, slots=True)
 class NodeSdk:
-    """A Node SDK that can be run: the `node` binary, the directory, the package version."""
+    """Locate a Node SDK that can be run: the `node` binary, the directory, the package version."""
 
     node: str
     directory: Path
@@ -70,7 +70,7 @@ class NodeSdk:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One answer for Node: the route, the request body and the answer's bytes."""
+    """Hold one answer for Node: the route, the request body and the answer's bytes."""
 
     route: tuple[str, str]
     body: dict[str, Any]
@@ -113,12 +113,12 @@ def _find(given: str, clients: str, cwd: str) -> NodeSdk | str:
 
 
 def node_sdk() -> NodeSdk | str:
-    """The Node SDK to measure with, or why there is none."""
+    """Find the Node SDK to measure with, or say why there is none."""
     return _find(os.environ.get(NODE_SDK_ENV, ""), os.environ.get(CLIENTS_ENV, ""), str(Path.cwd()))
 
 
 def status() -> str:
-    """One line for the report: which Node SDK measured answers, or why none did."""
+    """Say in one line for the report which Node SDK measured answers, or why none did."""
     sdk = node_sdk()
     if isinstance(sdk, str):
         return f"openai-node: not measured ({sdk})"
@@ -127,7 +127,7 @@ def status() -> str:
 
 
 class _Process:
-    """The one Node process, started on first use; `broken` says why it stopped working."""
+    """Run the one Node process, started on first use; `broken` says why it stopped working."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -197,8 +197,10 @@ def _write(stream: IO[bytes], lines: list[bytes]) -> None:
 
 
 def measure(jobs: Sequence[Job]) -> list[Observations | None]:
-    """What the Node SDK's calls make of each job's answer (None where it could not run:
-    no SDK, a route it has no probe for, the process gone)."""
+    """Observe what the Node SDK's calls make of each job's answer.
+
+    An entry is None where the SDK could not run: no SDK, a route it has no probe for, or the
+    process gone."""
     out: list[Observations | None] = [None] * len(jobs)
     sdk = node_sdk()
     todo = [

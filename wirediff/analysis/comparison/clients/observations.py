@@ -1,9 +1,9 @@
-"""What a client's run on an answer reports, and the answer served again as bytes.
+"""Define what a client's run on an answer reports, and serve the answer again as bytes.
 
-A probe is one call an app makes (`client.responses.stream()`); each observes kinds of
-values, never generated text (`content: text`, `tool_arguments: object`), and a call that
-raises where an app would not expect it is a `Failure` with the line where the client gave
-up. Both clients (openai-python, the npm `openai` package) report in these terms.
+A probe is one call an app makes, such as `client.responses.stream()`; each observes kinds of
+values, never generated text, as in `content: text` or `tool_arguments: object`. A call that
+raises where an app would not expect it is a `Failure` with the line where the client gave up.
+Both clients, openai-python and the npm `openai` package, report in these terms.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _HOP_BY_HOP = frozenset({"content-encoding", "content-length", "transfer-encodin
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A client raised where an app would not expect it, or handed back nothing useful."""
+    """Record that a client raised where an app would not expect it, or gave back nothing useful."""
 
     probe: str
     """The call that failed, as an app writes it: `client.responses.stream()`."""
@@ -53,7 +53,7 @@ class Failure:
 
 @dataclass
 class Observations:
-    """What the probes of one client saw, and which probe saw each key."""
+    """Collect what the probes of one client saw, and which probe saw each key."""
 
     observed: dict[str, str] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
@@ -65,7 +65,7 @@ class Observations:
         self.probes[key] = self.current
 
     def see_first(self, key: str, value: str) -> None:
-        """Keep the first call's word on `key` (which error a failing answer raises)."""
+        """Keep the first call's word on `key`, such as which error a failing answer raises."""
         if key not in self.observed:
             self.see(key, value)
 
@@ -76,8 +76,9 @@ def error_text(e: BaseException) -> str:
 
 
 def failing_line(e: BaseException, package: str = "/openai/") -> str:
-    """The innermost frame in the client package (else the innermost at all), as
-    `file:line: code`."""
+    """Locate the innermost frame in the client package as `file:line: code`.
+
+    Without one, it is the innermost frame at all."""
     frames = traceback.extract_tb(e.__traceback__)
     inside = [f for f in frames if package in f.filename.replace("\\", "/")]
     if not (inside or frames):
@@ -90,7 +91,7 @@ def failing_line(e: BaseException, package: str = "/openai/") -> str:
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """A recorded answer as a client receives it: status, headers and body bytes."""
+    """Hold a recorded answer as a client receives it: status, headers and body bytes."""
 
     status: int
     headers: tuple[tuple[bytes, bytes], ...]
@@ -98,8 +99,10 @@ class Served:
 
 
 def served(record: Record) -> Served | None:
-    """The answer of `record` as bytes again (SSE events re-framed), or None when it cannot
-    be served (no status, cut, binary, truncated without events)."""
+    """Turn the answer of `record` into bytes again, with SSE events framed again.
+
+    It is None when the answer cannot be served: no status, cut, binary, or truncated without
+    events."""
     resp = record.get("response")
     if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
         return None
@@ -125,7 +128,7 @@ def served(record: Record) -> Served | None:
 
 
 def _sse(events: list[Any]) -> bytes:
-    """The stream as clients parse it: each event's name and data, in order."""
+    """Frame the stream as clients parse it: each event's name and data, in order."""
     frames = []
     for ev in events:
         if not isinstance(ev, dict):
@@ -138,8 +141,10 @@ def _sse(events: list[Any]) -> bytes:
 
 
 def said(answer: Served) -> str:
-    """The server's own words in an error answer, as a client could show them: the error
-    object's `message`, a bare `error` string, or a top-level `message` / `detail`."""
+    """Find the server's own words in an error answer, as a client could show them.
+
+    They are the error object's `message`, a bare `error` string, or a top-level `message` or
+    `detail`."""
     if 200 <= answer.status < 300:
         return ""
     try:

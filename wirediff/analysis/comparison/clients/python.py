@@ -1,14 +1,14 @@
-"""openai-python on a recorded answer: the calls apps make, and what they read.
+"""Drive openai-python on a recorded answer: the calls apps make, and what they read.
 
-The answer is served to `openai.OpenAI` through an `httpx.MockTransport`. Per route:
-`create()` (streamed or not), the stream helpers (`chat.completions.stream()` /
-`get_final_completion()`, `responses.stream()` / `get_final_response()`) and `parse()` where
-the request asked for structured output, reading what apps and agent loops read: the text,
-`finish_reason` (Responses: `status`), each tool call's id (`call_id`), name and arguments
-(`json.loads`, then the tool's schema from the request), structured content against the
-request's schema, the vendor reasoning text (`reasoning_content`, as vLLM and DeepSeek
-document reading it), usage, and for an error status the exception and whether it carries
-the server's words.
+The answer is served to `openai.OpenAI` through an `httpx.MockTransport`. Per route it calls
+`create()`, streamed or not; the stream helpers `chat.completions.stream()` with
+`get_final_completion()` and `responses.stream()` with `get_final_response()`; and `parse()`
+where the request asked for structured output. It reads what apps and agent loops read: the text;
+`finish_reason`, or `status` on Responses; each tool call's `call_id`, name and arguments, run
+through `json.loads` and then the tool's schema from the request; structured content against the
+request's schema; the vendor reasoning text in `reasoning_content`, where vLLM and DeepSeek
+document reading it; usage; and for an error status the exception and whether it carries the
+server's words.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _PROMPT: Any = [{"role": "user", "content": "x"}]
 
 
 class AppError(Exception):
-    """What an app's next line does with a value the SDK returned (not the SDK raising)."""
+    """Stand for what an app's next line does with a value the SDK returned, not the SDK raising."""
 
 
 def _run(p: Observations, probe: str, words: str, call: Callable[[], None]) -> None:
@@ -82,7 +82,7 @@ def _usage(value: Any) -> str:
 
 
 def _returned(value: Any, call: str, what: str) -> Any:
-    """`value`, or `AppError` when the SDK returned nothing an app can read `what` of."""
+    """Return `value`; raise `AppError` when it is nothing an app can read `what` of."""
     if value is None:
         raise AppError(f"returns None: `{call}.{what}` raises AttributeError")
     return value
@@ -96,8 +96,10 @@ def _first(items: Any, call: str, what: str) -> Any:
 
 
 def see_calls(p: Observations, prefix: str, calls: list[tuple[Any, Any, Any]], ask: Asked) -> None:
-    """Tool calls as an agent loop reads them, `(id, name, arguments)` each: how many, whether
-    each has an id to answer with, a name it offered, and arguments its tool accepts."""
+    """Observe tool calls as an agent loop reads them, each an `(id, name, arguments)`.
+
+    It notes how many there are, whether each has an id to answer with, a name the request
+    offered, and arguments its tool accepts."""
     p.see(f"{prefix}tool_calls", str(len(calls)))
     if not calls:
         return
@@ -114,7 +116,7 @@ def see_calls(p: Observations, prefix: str, calls: list[tuple[Any, Any, Any]], a
 
 
 def _structured_model(ask: Asked) -> type[RootModel[Any]] | None:
-    """A type for `parse()` that validates like the request's schema (jsonschema's)."""
+    """Build a type for `parse()` that validates as jsonschema does with the request's schema."""
     if ask.structured != "json_schema" or ask.schema is None:
         return None
 
@@ -206,7 +208,7 @@ def _chat_create(
 def _chat_parse(
     client: Any, model: str, tools: list[Any], ask: Asked, p: Observations, words: str
 ) -> None:
-    """`parse()` where an app would call it: structured output asked, or strict tools."""
+    """Call `parse()` where an app would: when structured output is asked, or tools are strict."""
     strict = [
         t
         for t in tools
@@ -231,8 +233,10 @@ def _chat_parse(
 def _chat_chunks(
     client: Any, model: str, extra: dict[str, Any], ask: Asked, include_usage: bool, p: Observations
 ) -> None:
-    """The plain stream, assembled as apps do: content and reasoning joined, tool calls
-    gathered by `index`, the last `finish_reason`."""
+    """Assemble the plain stream as apps do.
+
+    Content and reasoning are joined, tool calls gathered by `index`, and the last
+    `finish_reason` kept."""
     chunks = 0
     content: list[str] = []
     reasoning: list[str] = []
@@ -406,8 +410,9 @@ def _client(answer: Served) -> openai.OpenAI:
 
 
 def measure(route: tuple[str, str], body: dict[str, Any], answer: Served) -> Observations | None:
-    """What openai-python's calls for `route` make of `answer` to a request `body`; None
-    for a route no probe covers."""
+    """Observe what openai-python's calls for `route` make of `answer` to a request `body`.
+
+    It is None for a route no probe covers."""
     probe = ROUTES.get(route)
     if probe is None:
         return None

@@ -1,6 +1,8 @@
-"""One record against every reference: the OpenAPI document, the SDK types, Open Responses
-and the stream grammars, plus what the real SDK made of it (`wirediff.analysis.comparison.breaks`).
-A problem is a `deviation`, unless a break of the same answer implicates it: then `breaking`."""
+"""Check one record against every reference and against what the real SDK made of it.
+
+The references are the OpenAPI document, the SDK types, Open Responses and the stream grammars;
+what the SDK made of the answer comes from `wirediff.analysis.comparison.breaks`. A problem is a
+`deviation`, unless a break of the same answer implicates it: then it is `breaking`."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ WEBSOCKET_PROBE = "client.responses.connect()"
 
 @dataclass(frozen=True, slots=True)
 class RecordCheck:
-    """What one record showed: the SDK's outcome, its breaks, and where it broke a rule."""
+    """Hold what one record showed: the SDK's outcome, its breaks, and where it broke a rule."""
 
     outcome: sdk.Outcome
     breaks: tuple[Break, ...] = ()
@@ -50,7 +52,7 @@ def _include_usage(record: Record) -> bool:
 
 
 def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[Problem]:
-    """A stream against the references (`rules` false) or against its grammar (true)."""
+    """Check a stream against the references, or against its grammar when `rules` is true."""
     tags = record.get("tags") or {}
     family = tags.get("family")
     if family in ("chat.completions", "completions"):
@@ -87,8 +89,9 @@ def _stream_problems(record: Record, events: list[Event], rules: bool) -> list[P
 
 
 def _turns(events: list[Event]) -> list[list[Event]]:
-    """The server's events of each turn: one stream over SSE, one per `response.create` on a
-    WebSocket."""
+    """Split the server's events into turns.
+
+    SSE carries one stream; a WebSocket one turn per `response.create`."""
     turns: list[list[Event]] = [[]]
     for ev in events:
         data = ev.get("data")
@@ -101,7 +104,7 @@ def _turns(events: list[Event]) -> list[list[Event]]:
 
 
 def _stream_of(record: Record) -> list[Event] | None:
-    """The events checked as a stream: a 2xx SSE answer's, or a WebSocket's."""
+    """Return the events checked as a stream: a 2xx SSE answer's, or a WebSocket's."""
     resp = record.get("response")
     events = resp.get("events") if resp is not None else None
     if events and transport_of(record) == "websocket":
@@ -112,9 +115,11 @@ def _stream_of(record: Record) -> list[Event] | None:
 
 
 def _answer_key(record: Record, resp: RecordResponse) -> tuple[Any, ...]:
-    """What the references' verdict on a record depends on: its route, status and the
-    structure of its answer (`resp`), event by event (positions count; texts do not, but
-    for the message of an error where a result belongs, which its problem quotes)."""
+    """Key what the references' verdict on a record depends on.
+
+    That is its route, status and the structure of its answer `resp`, event by event. Positions
+    count and texts do not, except the message of an error where a result belongs, which its
+    problem quotes."""
     tags = record["tags"]
     events = resp.get("events")
     if events is not None:
@@ -167,8 +172,10 @@ _by_answer: dict[tuple[Any, ...], list[Problem]] = {}
 
 
 def record_problems(record: Record) -> list[Problem]:
-    """Everything wrong with one answer, by every reference that speaks to it (remembered
-    per answer structure) and by its stream grammar."""
+    """Find everything wrong with one answer, by every reference and by its stream grammar.
+
+    Only references that speak to the answer count; their problems are remembered per answer
+    structure."""
     resp = record.get("response")
     if resp is None or resp.get("truncated"):
         return []
@@ -179,7 +186,9 @@ def record_problems(record: Record) -> list[Problem]:
 
 
 def merge(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
-    """One problem per path, message and source, with how often it occurred (first kept)."""
+    """Merge problems into one per path, message and source, with how often each occurred.
+
+    The first of each is kept."""
     seen: dict[tuple[str, str, str], list[Any]] = {}
     for p in problems:
         key = (p.path, p.message, p.source)
@@ -203,7 +212,7 @@ _interned: dict[Any, Any] = {}
 
 
 def _intern(value: Any) -> Any:
-    """One object per distinct value: records share a few sets of paths, hashed once."""
+    """Share one object per distinct value: records share a few sets of paths, hashed once."""
     if len(_interned) >= 1 << 14:
         _interned.clear()
     return _interned.setdefault(value, value)
@@ -213,7 +222,7 @@ _breaks: dict[tuple[int, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]
 
 
 def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
-    """`record_breaks`, remembered per outcome and what the request asked."""
+    """Call `record_breaks`, remembered per outcome and what the request asked."""
     body = (record.get("request") or {}).get("body")
     stream = isinstance(body, dict) and body.get("stream") is True
     key = (id(outcome), stream, _include_usage(record), is_2xx(response_status(record)))
@@ -226,9 +235,11 @@ def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
 
 
 def _unanswered_turns(record: Record) -> tuple[Break, ...]:
-    """A WebSocket session (101) with a turn the server sent no event for before it closed:
-    the stream the turn asked for never came. (The real SDK iterating that connection
-    raises ConnectionClosedError on a 1011: tests/peers/test_litellm_diagnoses.py.)"""
+    """Find a WebSocket turn the server sent no event for before it closed.
+
+    In a session that upgraded with 101, the stream such a turn asked for never came. The real
+    SDK iterating that connection raises ConnectionClosedError on a 1011, as
+    tests/peers/test_litellm_diagnoses.py shows."""
     resp = record.get("response")
     if resp is None or resp.get("status") != 101 or transport_of(record) != "websocket":
         return ()
@@ -254,9 +265,10 @@ ConformanceRow = tuple[str, str, str, str, str, str, str, str, str]
 
 
 def record_check(rec: Record) -> tuple[RecordCheck, tuple[ConformanceRow, ...]]:
-    """What one record showed (for judging its divergences) and its conformance rows: one
-    per distinct problem and one `client` row per break (`prepare` the records first to
-    measure Node's calls in one batch)."""
+    """Return what one record showed, for judging its divergences, and its conformance rows.
+
+    There is one row per distinct problem and one `client` row per break. `prepare` the records
+    first to measure Node's calls in one batch."""
     outcome = sdk.impact(rec)
     breaks = _record_breaks(rec, outcome) + _unanswered_turns(rec)
     problems = merge(record_problems(rec))

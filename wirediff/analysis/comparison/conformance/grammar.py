@@ -1,15 +1,16 @@
-"""Stream grammars, checked on one answer alone: what the SDK's stream helpers and every
-client that reads the stream rely on.
+"""Check stream grammars on one answer alone.
 
-Responses (an SSE stream, or the server's events on a WebSocket): exactly one
-`response.created`, first; `sequence_number` 0, 1, 2, …; exactly one terminal
-(`response.completed`, `.failed`, `.incomplete` or `error`), last; output items opened
-(`response.output_item.added`) before their deltas and closed (`.done`) after, content parts
-likewise, and a text's deltas end with its `response.output_text.done` before its part
-closes (Llama Stack left it out: ogx-ai/ogx #5309). Chat Completions: `data: [DONE]` last; a
-usage chunk (`choices: []` and `usage`) if and only if `stream_options.include_usage` was
-asked; tool-call arguments, joined per call, are strings that parse as JSON. Each rule has a stable id (`grammar:responses/one-created`),
-reported as the problem's pointer.
+The grammars are what the SDK's stream helpers and every client that reads the stream rely on.
+
+Responses, an SSE stream or the server's events on a WebSocket, need exactly one
+`response.created`, first; `sequence_number` 0, 1, 2, …; exactly one terminal, last, which is
+`response.completed`, `.failed`, `.incomplete` or `error`; output items opened with
+`response.output_item.added` before their deltas and closed with `.done` after, content parts
+likewise; and a text's deltas ending with its `response.output_text.done` before its part closes,
+which Llama Stack leaves out in ogx-ai/ogx #5309. Chat Completions need `data: [DONE]` last; a
+usage chunk, with `choices: []` and `usage`, if and only if `stream_options.include_usage` was
+asked; and tool-call arguments, joined per call, that parse as JSON. Each rule has a stable id,
+such as `grammar:responses/one-created`, reported as the problem's pointer.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def _cut(events: list[Event]) -> list[Problem]:
 
 
 def chat_grammar(events: list[Event], include_usage: bool) -> list[Problem]:
-    """`[DONE]` last and nothing after it; the usage chunk iff asked (unless an error event
-    ended the stream); arguments parse."""
+    """Check a chat stream: `[DONE]` last, usage iff asked, arguments that parse.
+
+    Nothing may follow `[DONE]`.
+
+    The usage chunk is not required when an error event ended the stream."""
     out = _cut(events)
     done = next((i for i, ev in enumerate(events) if ev.get("data") == DONE), None)
     if done is None and not out:
@@ -140,9 +144,11 @@ def _arguments(chunks: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
 
 
 def responses_grammar(events: list[Event], *, terminal: bool = True) -> list[Problem]:
-    """One `response.created`, first; one terminal, last (without `terminal`: the events
-    before a WebSocket error frame, which ends the turn itself); `sequence_number` 0, 1,
-    2, …; items and parts opened before use and closed after."""
+    """Check a Responses stream: one `response.created` first, one terminal last, items in order.
+
+    `sequence_number` must run 0, 1, 2, …; items and parts must be opened before use and closed
+    after. Without `terminal`, the events are those before a WebSocket error frame, which ends
+    the turn itself, so no terminal is required."""
     out = _cut(events)
     cut = bool(out)
     typed: list[tuple[int, dict[str, Any]]] = []
@@ -239,7 +245,7 @@ def _sequence(typed: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
 
 @dataclass
 class _Items:
-    """Which output items and content parts are open while a stream is read."""
+    """Track which output items and content parts are open while a stream is read."""
 
     ids: dict[int, Any] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)

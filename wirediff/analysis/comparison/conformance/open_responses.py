@@ -1,11 +1,10 @@
-"""The third source: what only the Open Responses specification requires of a Response.
+"""Check what only the Open Responses specification requires of a Response, the third source.
 
 OpenAI's document requires fewer keys of a Response than OpenAI sends; the Open Responses
-document (`ResponseResource`) requires every key OpenAI sends, possibly null. Its copy comes
-from a pinned distribution (`llm-comply`, MIT, `llm_comply/specs/openresponses.json`, Open
-Responses 2026-04-24). Only the keys it adds to the OpenAI document's required ones are
-checked here, and cited as `open-responses <version>`: a key both require is the OpenAPI
-check's to report.
+document's `ResponseResource` requires every key OpenAI sends, possibly null. Its copy comes from
+a pinned distribution: `llm_comply/specs/openresponses.json` of `llm-comply`, MIT, Open Responses
+2026-04-24. Only the keys it adds to the OpenAI document's required ones are checked here, and
+cited as `open-responses <version>`: a key both require is the OpenAPI check's to report.
 """
 
 from __future__ import annotations
@@ -48,14 +47,15 @@ def _document() -> dict[str, Any]:
 
 
 def open_responses_source() -> str:
-    """`open-responses 2026-04-24`: the document's own version."""
+    """Name the source by the document's own version, as in `open-responses 2026-04-24`."""
     return f"open-responses {_document()['info']['version']}"
 
 
 @functools.cache
 def only_open_responses() -> tuple[str, ...]:
-    """`ResponseResource.required` less the keys the OpenAI document's `Response` requires,
-    in the Open Responses document's order."""
+    """List the keys `ResponseResource.required` adds to those OpenAI's `Response` requires.
+
+    They come in the Open Responses document's order."""
     required = _document()["components"]["schemas"][SCHEMA]["required"]
     openai = spec_validator().required_keys("Response")
     return tuple(k for k in required if k not in openai)
@@ -63,7 +63,7 @@ def only_open_responses() -> tuple[str, ...]:
 
 @functools.cache
 def _phases() -> tuple[str, ...]:
-    """The values an output message's `phase` may take (`Message.phase`): no null."""
+    """List the values an output message's `phase` may take per `Message.phase`; null is not one."""
     phase = _document()["components"]["schemas"]["Message"]["properties"]["phase"]
     return tuple(phase["enum"])
 
@@ -71,9 +71,10 @@ def _phases() -> tuple[str, ...]:
 def response_problems(
     response: JSON, prefix: str = "", position: int | None = None
 ) -> list[Problem]:
-    """The Open-Responses-only keys a Response object lacks, and an output message's
-    `phase` that is none of the values Open Responses allows (OpenAI's document allows
-    null there; Open Responses does not)."""
+    """Find the Open-Responses-only keys a Response object lacks, and a `phase` it does not allow.
+
+    An output message's `phase` must be one of the values Open Responses allows: OpenAI's
+    document allows null there, Open Responses does not."""
     if not isinstance(response, dict) or response.get("object") != "response":
         return []
     out = [
@@ -104,7 +105,7 @@ def response_problems(
 
 
 def event_problems(events: list[Event]) -> list[Problem]:
-    """The same for the Response that `response.created`, `.completed` and the like carry."""
+    """Check the same for the Response that `response.created`, `.completed` and the like carry."""
     out: list[Problem] = []
     for i, ev in enumerate(events):
         data = ev.get("data")
@@ -117,7 +118,7 @@ def event_problems(events: list[Event]) -> list[Problem]:
 
 
 def is_websocket_error(data: Any) -> bool:
-    """An error frame as the WebSocket mode sends it: `type` error, the error nested."""
+    """Tell an error frame as the WebSocket mode sends it: `type` error, the error nested."""
     return (
         isinstance(data, dict)
         and data.get("type") == "error"
@@ -132,8 +133,9 @@ def _websocket_error_validator() -> jsonschema.protocols.Validator:
 
 
 def websocket_error_problems(data: JSON, position: int | None = None) -> list[Problem]:
-    """A WebSocket error frame against Open Responses' `WebSocketErrorEvent` (the SSE
-    error event's schema is not its own)."""
+    """Check a WebSocket error frame against Open Responses' `WebSocketErrorEvent`.
+
+    The SSE error event has another schema."""
     out = []
     for err in _websocket_error_validator().iter_errors(data):
         path = ".".join(str(p) for p in err.absolute_path)

@@ -1,9 +1,10 @@
-"""The first source: OpenAI's OpenAPI document (`wirediff.analysis.comparison.openapi`).
+"""Check answers against OpenAI's OpenAPI document, the first source.
 
-Every answer is held against the schema its route and status name: JSON bodies, each chat
-chunk, each Responses stream event by its `type`, and every error — 4xx/5xx bodies, and
-error bodies or events in a 2xx, which are one problem ("an error where the answer belongs")
-plus the error object's own. Validation is remembered per structure, never run per exchange.
+The document is read by `wirediff.analysis.comparison.openapi`. Every answer is held against the
+schema its route and status name: JSON bodies, each chat chunk, each Responses stream event by
+its `type`, and every error. Errors are 4xx and 5xx bodies, and error bodies or events in a 2xx,
+which are one problem, "an error where the answer belongs", plus the error object's own.
+Validation is remembered per structure, never run per exchange.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ _checked: dict[tuple[str, int], tuple[Check, ...]] = {}
 
 
 def schemas_for(method: str | None, endpoint: str | None) -> tuple[str, str | None] | None:
-    """(JSON answer schema, schema of each SSE event's data) of a route the document has."""
+    """Return a route's JSON answer schema and SSE event data schema, if the document has it."""
     route = DOC_ROUTES.get((str(method), str(endpoint)))
     return ANSWER_SCHEMAS.get(route) if route else None
 
@@ -60,7 +61,7 @@ def _source() -> str:
 
 
 def issues(schema: str, data: JSON) -> tuple[Check, ...]:
-    """`(path, message, pointer)` of each issue, remembered per structure."""
+    """List `(path, message, pointer)` of each issue, remembered per structure."""
 
     def compute() -> tuple[Check, ...]:
         found = spec_validator().validate(schema, data)
@@ -79,8 +80,9 @@ def _problems(
 def _misplaced_error(
     doc: JSON, schema: str | None, prefix: str, position: int | None = None
 ) -> list[Problem]:
-    """An error in a 2xx answer (where `schema` belongs, if the route has one): one
-    problem, then the error object's own."""
+    """Report an error in a 2xx answer as one problem, then the error object's own.
+
+    `schema` is the schema that belongs there, if the route has one."""
     where = join(prefix, "error")
     belongs = f"where {schema} belongs" if schema else "in a 2xx answer"
     message = f"an error {belongs}: {error_message(doc)}"
@@ -91,14 +93,14 @@ def _misplaced_error(
 
 
 def body_problems(schema: str | None, body: JSON) -> list[Problem]:
-    """A 2xx JSON body against its route's schema; an error body on any route."""
+    """Check a 2xx JSON body against its route's schema, and an error body on any route."""
     if is_error_body(body):
         return _misplaced_error(body, schema, "")
     return _problems(issues(schema, body)) if schema else []
 
 
 def missing_body(schema: str, resp: RecordResponse) -> list[Problem]:
-    """A 2xx without the JSON body its route's schema describes."""
+    """Report a 2xx without the JSON body its route's schema describes."""
     text, empty = resp.get("text"), resp.get("text") is None and resp.get("b64") is None
     null = isinstance(text, str) and text.strip() == "null"  # JSON, recorded as its text
     what = "no body" if empty else "the JSON body null" if null else "a body that is not JSON"
@@ -106,7 +108,7 @@ def missing_body(schema: str, resp: RecordResponse) -> list[Problem]:
 
 
 def error_problems(resp: RecordResponse) -> list[Problem]:
-    """A 4xx/5xx answer against `ErrorResponse`."""
+    """Check a 4xx or 5xx answer against `ErrorResponse`."""
     body = resp.get("body")
     if body is not None:
         return _problems(issues(ERROR_SCHEMA, body))
@@ -118,7 +120,7 @@ def error_problems(resp: RecordResponse) -> list[Problem]:
 
 
 def chunk_problems(events: list[Event], schema: str) -> list[Problem]:
-    """Each chunk of a chat (or completions) stream against its schema."""
+    """Check each chunk of a chat or completions stream against its schema."""
     out: list[Problem] = []
     for i, ev in enumerate(events):
         data = ev.get("data")
@@ -132,7 +134,7 @@ def chunk_problems(events: list[Event], schema: str) -> list[Problem]:
 
 
 def event_problems(events: list[Event]) -> list[Problem]:
-    """Each Responses stream event against the schema its `type` names."""
+    """Check each Responses stream event against the schema its `type` names."""
     out: list[Problem] = []
     source = _source()
     for i, ev in enumerate(events):

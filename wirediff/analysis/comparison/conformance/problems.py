@@ -1,5 +1,7 @@
-"""One way an answer departs from a reference, and the helpers the checks share: paths in the
-divergence style, the references' names, and per-structure memory."""
+"""Define one way an answer departs from a reference, and the helpers the checks share.
+
+The helpers spell paths in the divergence style, name the references, and remember verdicts per
+structure."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """Where an answer breaks which rule of which reference, and how."""
+    """Record where an answer breaks which rule of which reference, and how."""
 
     path: str
     """The instance path in the divergence style: `choices[].message.refusal`."""
@@ -55,8 +57,10 @@ def join(prefix: str, path: str) -> str:
 
 
 def pointer_path(pointer: str, message: str = "") -> str:
-    """`/choices/0/message/annotations` → `choices[].message.annotations`; a missing required
-    key (`'refusal' is a required property`) is reported at the key itself."""
+    """Turn a JSON pointer into a path in the divergence style.
+
+    `/choices/0/message/annotations` becomes `choices[].message.annotations`. A missing required
+    key, as in `'refusal' is a required property`, is reported at the key itself."""
     path = ""
     for raw in pointer.split("/")[1:] if pointer else ():
         part = raw.replace("~1", "/").replace("~0", "~")
@@ -69,7 +73,7 @@ def pointer_path(pointer: str, message: str = "") -> str:
 
 
 def event_prefix(label: str, path: str) -> str:
-    """A path inside a Responses stream event; the Response it carries is one object."""
+    """Spell a path inside a Responses stream event; the Response it carries is one object."""
     if path.split(".", 1)[0] == "response":
         return join(EMBEDDED_EVENTS, path)
     return join(f"events[{label}]", path)

