@@ -30,9 +30,12 @@ browser:
 # Installed means required: a missing peer, client or Chromium fails instead of skipping.
 # The peers, the clients and Chromium install side by side (a build and downloads); each
 # skips what is already installed, so a later run goes straight to the tests.
+# The tests run in TEST_WORKERS processes (pytest-xdist): most of them wait on sockets and
+# child processes, so one more worker than cores keeps the cores busy.
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -j3 peers clients browser
-	WIREDIFF_REQUIRED=1 $(VENV)/bin/pytest -q
+	WIREDIFF_REQUIRED=1 $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -95,30 +95,31 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
-def _peak(pid: int) -> int:
+def _held(pid: int) -> int:
+    """The memory `pid` holds as its share of pages: forked workers share their parent's
+    pages, which the resident size of each would count again."""
     with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
     return 0
 
 
 def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, int]:
-    """Exit code, stderr, and the sum of the peak memory of each of the command's
-    processes (an upper bound of what they held at once), sampled until it exits."""
+    """Exit code, stderr, and the most memory the command's processes held at once,
+    sampled until it exits."""
     err = cwd / "stderr.txt"
     with err.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "wirediff", *argv], cwd=cwd, stderr=out)
-        peaks: dict[int, int] = {}
+        peak = 0
         while True:
-            for pid in _tree(proc.pid):
-                peaks[pid] = max(peaks.get(pid, 0), _peak(pid))
+            peak = max(peak, sum(_held(pid) for pid in _tree(proc.pid)))
             try:
                 proc.wait(0.02)
                 break
             except subprocess.TimeoutExpired:
                 continue
-    return proc.returncode, err.read_text(), sum(peaks.values())
+    return proc.returncode, err.read_text(), peak
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,7 @@ async def test_sse_stream_tapped_gzip_decoded_and_bytes_untouched(tmp_path: Path
     flow_response(f).headers["content-type"] = "text/event-stream"
     flow_response(f).headers["content-encoding"] = "gzip"
     stream = b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
-    packed = gzip.compress(stream)
+    packed = gzip.compress(stream, mtime=0)
     chunks = [packed[i : i + 9] for i in range(0, len(packed), 9)] + [b""]
     (rec,) = run(tmp_path, f, sse_chunks=chunks)
     events = events_of(rec)

@@ -53,18 +53,18 @@ def answer(f: http.HTTPFlow) -> http.Response:
     [
         ("", JSON_BODY),
         ("identity", JSON_BODY),
-        ("gzip", gzip.compress(JSON_BODY)),
-        ("GZIP", gzip.compress(JSON_BODY)),
+        ("gzip", gzip.compress(JSON_BODY, mtime=0)),
+        ("GZIP", gzip.compress(JSON_BODY, mtime=0)),
         ("deflate", zlib.compress(JSON_BODY)),
         ("deflate", zlib.compress(JSON_BODY)[2:-4]),  # raw deflate, no zlib wrapper
         ("br", brotli.compress(JSON_BODY)),
         ("zstd", zstandard.ZstdCompressor().compress(JSON_BODY)),
         ("gzip", JSON_BODY),  # says gzip, is not: kept as it came
-        ("gzip", gzip.compress(JSON_BODY)[:-8]),  # cut short
+        ("gzip", gzip.compress(JSON_BODY, mtime=0)[:-8]),  # cut short
         ("gzip", b""),
         ("x-unknown", JSON_BODY),
         ("utf8", JSON_BODY),  # a charset, not a content coding
-        ("gzip, br", brotli.compress(gzip.compress(JSON_BODY))),
+        ("gzip, br", brotli.compress(gzip.compress(JSON_BODY, mtime=0))),
         ("base64", b"eyJhIjoxfQ=="),
     ],
 )
@@ -80,7 +80,7 @@ def test_bodies_decode_as_mitmproxy_reads_them(encoding: str, raw: bytes) -> Non
 def test_flow_adapter_keeps_bodies_as_they_crossed_the_wire() -> None:
     f = chat_flow()
     answer(f).headers["content-encoding"] = "gzip"
-    answer(f).raw_content = gzip.compress(JSON_BODY)
+    answer(f).raw_content = gzip.compress(JSON_BODY, mtime=0)
     client = [("authorization", "Bearer x"), ("content-type", "application/json")]
     ex = exchange_from_flow(f, client_headers=client)
     assert ex.id == f.id and ex.error is None and ex.tap is None
@@ -196,7 +196,7 @@ SSE = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
     ("ctype", "encoding", "body", "status"),
     [
         ("application/json", "", JSON_BODY, 200),
-        ("application/json", "gzip", gzip.compress(JSON_BODY), 200),
+        ("application/json", "gzip", gzip.compress(JSON_BODY, mtime=0), 200),
         ("application/json", "br", brotli.compress(f'{{"error": "{KEY}"}}'.encode()), 401),
         ("text/event-stream", "", SSE, 200),
         ("image/png", "", b"\x89PNG\r\n", 200),

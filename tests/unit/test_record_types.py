@@ -121,7 +121,7 @@ EXCHANGES: dict[str, Exchange] = {
     "whole sse": Exchange(
         request=request(),
         response=response(
-            gzip.compress(b'data: {"a": 1}\n\ndata: [DONE]\n\n'),
+            gzip.compress(b'data: {"a": 1}\n\ndata: [DONE]\n\n', mtime=0),
             "text/event-stream",
             **{"content-encoding": "gzip"},
         ),

@@ -31,7 +31,7 @@ def sse_flow() -> http.HTTPFlow:
     flow_response(f).headers["content-encoding"] = "gzip"
     tap = StreamTap(t0=f.request.timestamp_start, content_encoding="gzip")
     flow_response(f).stream = tap
-    packed = gzip.compress(b'data: {"a":1}\n\ndata: [DONE]\n\n')
+    packed = gzip.compress(b'data: {"a":1}\n\ndata: [DONE]\n\n', mtime=0)
     tap(packed[:9])
     tap(packed[9:])
     tap(b"")
