@@ -225,7 +225,7 @@ RESPONSES_B = json.dumps(
 def test_records_parsed_in_batches_keep_line_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str], expect: object
 ) -> None:
-    monkeypatch.setattr("wirediff.record.store.BATCH_LINES", 2)
+    monkeypatch.setattr("wirediff.record.lines.BATCH_LINES", 2)
     p = tmp_path / "c.jsonl"
     p.write_text("\n".join(lines))
     if isinstance(expect, list):

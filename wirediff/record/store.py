@@ -30,15 +30,7 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
-from wirediff.record.lines import (
-    BATCH_LINES,
-    LineError,
-    Parsed,
-    Torn,
-    is_json,
-    next_line,
-    parse_batch,
-)
+from wirediff.record.lines import LineError, Parsed, Torn, line_batches, parse_batch
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
@@ -373,10 +365,6 @@ def read_depth(line: bytes, rec: Record) -> Record:
     return rec
 
 
-BATCH_LINE_BYTES = 16 << 20
-"""Bytes of lines parsed by one call at most, however few lines they are."""
-
-
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
     """Yield the records of one capture file, as the analysis reads them unless `as_sent`.
 
@@ -388,7 +376,7 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     torn: Torn = []
-    records = 0
+    records = lines = 0
 
     def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
         nonlocal records
@@ -402,24 +390,9 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
             yield rec
 
     with fh:
-        batch: list[tuple[int, bytes]] = []
-        size = lines = lineno = 0
-        while True:
-            lineno += 1
-            line, length = next_line(fh, lineno, torn)
-            if not length:
-                break
-            if not line.strip():
-                continue
-            if not line.endswith(b"\n") and not is_json(line):
-                break  # the last line, unfinished: a write in progress or cut by a crash
-            lines += 1
-            batch.append((lineno, line))
-            size += len(line)
-            if len(batch) == BATCH_LINES or size >= BATCH_LINE_BYTES:
-                yield from batch_records(batch)
-                batch, size = [], 0
-        yield from batch_records(batch)
+        for batch in line_batches(fh, torn):
+            lines += len(batch)
+            yield from batch_records(batch)
     if lines and not records:
         raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")
 
