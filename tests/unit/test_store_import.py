@@ -17,7 +17,7 @@ from mitmproxy.test import taddons, tflow
 from tests.fixtures.records import answer, bare_record, events_of, websocket_of
 from tests.unit.test_capture_addon import KEY, chat_flow, flow_response
 from wirediff._types import ExchangeError, Record, RecordRequest, RecordResponse, Sdk
-from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.index.analyze import Index
 from wirediff.cli import main
 from wirediff.cli.inputs import iter_capture
@@ -316,7 +316,7 @@ def test_missing_file_is_a_capture_error(tmp_path: Path) -> None:
         load_records([tmp_path / "nope.jsonl"])
 
 
-async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> None:
+async def test_an_exchange_row_has_its_family_events_and_key(tmp_path: Path) -> None:
     from tests.unit.test_capture_addon import run
 
     f = chat_flow()
@@ -325,14 +325,16 @@ async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> Non
         tmp_path, f, sse_chunks=[b'event: x\ndata: {"type":"x","sequence_number":0}\n\n', b""]
     )
     recs += run(tmp_path / "b", chat_flow())
-    ex = exchanges_frame(recs)
-    assert list(ex["family"]) == ["chat.completions"] * 2 and list(ex["n_events"].fillna(-1)) == [
-        1,
-        -1,
-    ]
-    assert ex["auth_fingerprint"].notna().all()
-    ev = events_frame(recs)
-    assert list(ev[["event", "type", "sequence_number"]].iloc[0]) == ["x", "x", 0]
+    rows = [dict(zip(EXCHANGE_COLUMNS, exchange_row(r), strict=True)) for r in recs]
+    assert [r["family"] for r in rows] == ["chat.completions"] * 2
+    assert [r["n_events"] for r in rows] == [1, None]
+    assert all(r["auth_fingerprint"] for r in rows)
+    event = events_of(recs[0])[0]
+    assert (event["event"], event["data"]["type"], event["data"]["sequence_number"]) == (
+        "x",
+        "x",
+        0,
+    )
 
 
 def write_flows(path: Path) -> None:

@@ -9,7 +9,7 @@ dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspe
 one is `__HIVE_DEFAULT_PARTITION__`; one quoted past `SEGMENT_BYTES` is cut and ended with
 `~` and its digest, and its files' keys are read from their records), not columns in the
 files: any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) gives them as columns. An
-exchange row holds the columns of `exchanges_frame` (`id`, `seq`, `replay_of`, `listener`,
+exchange row holds the columns of `exchange_row` (`id`, `seq`, `replay_of`, `listener`,
 `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`, `status`, `content_type`,
 `family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`, `sdk_version`, `sdk_async`,
 `retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`, `auth_forwarded`, `soft_error`,
@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from wirediff import FORMAT, __version__
 from wirediff._types import Record
-from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
+from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.explain import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
