@@ -163,8 +163,7 @@ FOLD_COLUMNS = [
 @dataclass(slots=True)
 class Fold:
     """Identical findings, counted: the first occurrence (by `first`, its place among all
-    the captures' findings), its first examples and the evidence that sorts first — so that
-    the folds of several parts of the captures merge into those of the whole, in any order."""
+    the captures' findings), its first examples and the evidence that sorts first."""
 
     first: Any
     row: tuple[str, ...]

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from wirediff._support import error_kind, merge_earliest
+from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.diagnosis.explain import CODES
@@ -31,10 +31,8 @@ __all__ = [
     "NO_ENDPOINT",
     "ChainCounts",
     "ChainGroup",
-    "chain_groups",
     "collect_chains",
     "finish_chains",
-    "merge_chains",
 ]
 
 NO_ENDPOINT = "(unrouted)"
@@ -257,7 +255,7 @@ def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any
 
 ChainCounts = dict[tuple[Any, ...], tuple[Any, ChainGroup]]
 """Distinct failing chains: the first one's place (among all the captures' chains) and its
-group; `collect_chains`'s, merged."""
+group; `collect_chains`'s."""
 
 
 def collect_chains(
@@ -309,24 +307,6 @@ def collect_chains(
     return groups
 
 
-def merge_chains(into: ChainCounts, other: ChainCounts) -> ChainCounts:
-    def merge(g: ChainGroup, group: ChainGroup, theirs_first: bool) -> None:
-        if theirs_first:
-            g.title, g.evidence, g.hops, g.diagnoses = (
-                group.title,
-                group.evidence,
-                group.hops,
-                group.diagnoses,
-            )
-        g.count += group.count
-        g.recovered += group.recovered
-        both = sorted(zip(g.places + group.places, g.chains + group.chains, strict=True))
-        g.places = [p for p, _ in both[:MAX_LISTED]]
-        g.chains = [c for _, c in both[:MAX_LISTED]]
-
-    return merge_earliest(into, other, merge)
-
-
 def finish_chains(groups: ChainCounts) -> list[ChainGroup]:
     """The distinct chains, worst code first, then the most frequent; past
     `MAX_CHAIN_GROUPS` not drawn."""
@@ -339,8 +319,3 @@ def finish_chains(groups: ChainCounts) -> list[ChainGroup]:
     for g in out[MAX_CHAIN_GROUPS:]:
         g.shown = False
     return out
-
-
-def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
-    """Each distinct failing chain once, with its count and every chain it stands for."""
-    return finish_chains(collect_chains(diagnoses, records_by_id))

@@ -167,8 +167,7 @@ def ticks(record: Record | None) -> list[float]:
 @dataclass(slots=True)
 class Alignment:
     """Streamed pairs with the same backends, endpoint and event sequences: the first pair
-    (by `first`, its place among all the captures' pairs) aligned, and the first pair ids —
-    so that the alignments of several parts of the captures merge into those of the whole."""
+    (by `first`, its place among all the captures' pairs) aligned, and the first pair ids."""
 
     first: Any
     pair_ids: list[tuple[Any, str]]
@@ -176,13 +175,6 @@ class Alignment:
     rows: list[Row]
     baseline_ticks: list[float]
     candidate_ticks: list[float]
-
-    def merge(self, other: Alignment, max_examples: int) -> None:
-        if other.first < self.first:
-            self.first, self.rows = other.first, other.rows
-            self.baseline_ticks, self.candidate_ticks = other.baseline_ticks, other.candidate_ticks
-        self.count += other.count
-        self.pair_ids = sorted(self.pair_ids + other.pair_ids)[:max_examples]
 
 
 Alignments = dict[tuple[Any, ...], Alignment]

@@ -15,7 +15,6 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import orjson
 import pandas as pd
 from pandas.api.types import union_categoricals
@@ -245,7 +244,3 @@ def concat_index(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
         else:
             columns[name] = pd.concat([p[name] for p in parts], ignore_index=True)
     return pd.DataFrame(columns)
-
-
-def as_int64(values: Any) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
