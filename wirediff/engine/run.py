@@ -137,7 +137,7 @@ class Run:
         scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
         at = kept_rows(frame, scope if scoped else None, retried=retried)
         frame = frame.iloc[at].reset_index(drop=True)
-        return Index(frame, readings, evidence, _reading(sources, frame)), scope[at]
+        return Index(frame, readings, evidence, _Reading(sources, frame)), scope[at]
 
     def report(
         self,
@@ -295,10 +295,6 @@ class _Reading:
             part["b"].tolist(),
             careful=part["careful"].tolist(),
         )
-
-
-def _reading(sources: list[Source], frame: pd.DataFrame) -> _Reading:
-    return _Reading(sources, frame)
 
 
 def _fits(sources: Sequence[Source]) -> None:
