@@ -6,26 +6,22 @@ import contextlib
 import gc
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol, Self, TypeVar, overload
+from typing import Any
 
 from wirediff._types import Record
 
 __all__ = [
     "STOPPED_IN_FLIGHT",
-    "Mergeable",
     "as_bytes",
     "clip",
     "error_kind",
     "is_2xx",
-    "merge_by_key",
-    "merge_earliest",
     "paused_gc",
     "printable",
     "read_yaml",
     "response_status",
-    "says_of_server",
     "statuses_2xx",
     "task_gc",
 ]
@@ -104,14 +100,6 @@ def error_kind(record: Record) -> str | None:
     return error["kind"] if error is not None else None
 
 
-def says_of_server(record: Record) -> bool:
-    """Tell whether what came of the exchange tells of the server.
-
-    It is no replay step left unsent (`skipped`) and no exchange the capture's stop cut
-    (`STOPPED_IN_FLIGHT`)."""
-    return error_kind(record) not in ("skipped", STOPPED_IN_FLIGHT)
-
-
 def response_status(record: Record) -> int | None:
     """Return the answer's status; None when no answer came."""
     response = record.get("response")
@@ -160,55 +148,3 @@ def task_gc() -> Iterator[None]:
 LEFT_BY_TASKS = 1_000_000
 """Objects earlier tasks left frozen past which a task starts with a full collection: what
 reference counting cannot free (cycles) would otherwise stay for good."""
-
-
-class Mergeable(Protocol):
-    def merge(self, other: Self) -> None: ...
-
-
-K = TypeVar("K")
-M = TypeVar("M", bound=Mergeable)
-V = TypeVar("V")
-F = TypeVar("F", int, float)
-
-
-def merge_earliest(
-    into: dict[K, tuple[F, V]], other: dict[K, tuple[F, V]], merge: Callable[[V, V, bool], object]
-) -> dict[K, tuple[F, V]]:
-    """Merge `(first, group)` pairs per key.
-
-    The earlier `first` stays, and `merge(mine, theirs, theirs_first)` folds their group into
-    mine (`into` changed and returned). The groups that say what was seen first take it from the
-    earliest part."""
-    for key, (first, group) in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = (first, group)
-            continue
-        earlier = first < mine[0]
-        merge(mine[1], group, earlier)
-        if earlier:
-            into[key] = (first, mine[1])
-    return into
-
-
-@overload
-def merge_by_key(into: dict[K, M], other: dict[K, M]) -> dict[K, M]: ...
-@overload
-def merge_by_key(
-    into: dict[K, V], other: dict[K, V], merge: Callable[[V, V], object]
-) -> dict[K, V]: ...
-def merge_by_key(into: dict[Any, Any], other: dict[Any, Any], merge: Any = None) -> dict[Any, Any]:
-    """Merge the results of two parts of the captures per key.
-
-    `into` is changed and returned; `merge(mine, theirs)` where a value's own `merge` needs more
-    than the other value."""
-    for key, value in other.items():
-        mine = into.get(key)
-        if mine is None:
-            into[key] = value
-        elif merge is not None:
-            merge(mine, value)
-        else:
-            mine.merge(value)
-    return into

@@ -22,10 +22,10 @@ from tests.conftest import ROOT, free_port, wait_for
 from tests.fixtures.records import answer, auth_of, error_of, events_of
 from wirediff._support import error_kind
 from wirediff._types import Record
+from wirediff.analysis.index.analyze import Index
 from wirediff.backends.standin import Standin, make_standin, standin
 from wirediff.cli.replay import main_replay
-from wirediff.record.store import latest_replays, load_records
-from wirediff.replay.plan import RETRY_KINDS
+from wirediff.record.store import RETRIED_KINDS, latest_replays, load_records
 
 pytestmark = pytest.mark.e2e
 
@@ -258,7 +258,7 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
         assert p.returncode == 0, err
         recs = load_records([out])
         assert {r["replay_of"] for r in latest_replays(recs)} == {r["id"] for r in orig.values()}
-        answered = Counter(r["replay_of"] for r in recs if kind(r) not in RETRY_KINDS)
+        answered = Counter(r["replay_of"] for r in recs if kind(r) not in RETRIED_KINDS)
         skipped = Counter(r["replay_of"] for r in recs if kind(r) == "skipped")
         assert answered == {r["id"]: 1 for step, r in orig.items() if step != "delete"}, (
             "every original replayed exactly once"
@@ -269,8 +269,8 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
         # a request in flight at Ctrl-C is recorded as interrupted, sent again, and marked
         interrupted = [r for r in recs[:after_kill] if kind(r) == "interrupted"]
         assert len(interrupted) <= 1
-        again = [
-            r for r in recs[after_kill:] if r["replay_of"] in {i["replay_of"] for i in interrupted}
+        again = [  # by the killed run or the last: whichever sent it again first
+            r for r in recs[after_int:] if r["replay_of"] in {i["replay_of"] for i in interrupted}
         ]
         assert [r.get("attempt") for r in again] == [2] * len(interrupted)
         done_before = after_kill - len(interrupted)
@@ -311,10 +311,11 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
         # the same command, the target up: what got no answer, and what was skipped for
         # it, is sent and appended; the unsafe DELETE stays skipped, and is not re-recorded
         assert main_replay(args) == 0, capsys.readouterr().err
-        recs = load_records([out], superseded=True)  # every attempt, appended
+        recs = load_records([out])  # every attempt, appended
         assert len(recs) == 2 * len(orig) - 1
         newest = {r["replay_of"]: r for r in latest_replays(recs)}
-        assert load_records([out]) == latest_replays(recs)  # what the analysis reads
+        kept = Index.of(recs).rows["id"].tolist()  # what the analysis reads
+        assert kept == [r["id"] for r in latest_replays(recs)]
         assert set(newest) == {r["id"] for r in orig.values()}
         answered = Counter(r["replay_of"] for r in recs if kind(r) is None)
         assert answered == {r["id"]: 1 for step, r in orig.items() if step != "delete"}
@@ -323,7 +324,7 @@ def test_unreachable_target_is_recorded_then_exit_2_and_retried_once_back(
         assert sent == len(orig) - 1
         # nothing left: nothing sent; with --allow-unsafe, the DELETE, with the target's id
         assert main_replay(args) == 0 and len(back.seen) == sent
-        assert len(load_records([out], superseded=True)) == len(recs)
+        assert len(load_records([out])) == len(recs)
         assert main_replay([*args, "--allow-unsafe"]) == 0
         resp_id = answer(newest[orig["resp"]["id"]])["body"]["id"]
         assert [(s.method, s.path) for s in back.seen[sent:]] == [

@@ -316,9 +316,26 @@ def test_an_unknown_event_type_is_named() -> None:
     ]
 
 
+def disagreements(doc: dict[str, Any]) -> list[str]:
+    """Where `ANSWER_SCHEMAS` disagrees with the document's own `paths` (a new version)."""
+    problems = []
+    for (method, path), (body, stream) in ANSWER_SCHEMAS.items():
+        op = doc["paths"].get(path, {}).get(method)
+        if op is None:
+            problems.append(f"{method.upper()} {path}: not in the document")
+            continue
+        content = op.get("responses", {}).get("200", {}).get("content", {})
+        for media, want in (("application/json", body), ("text/event-stream", stream)):
+            ref = content.get(media, {}).get("schema", {}).get("$ref", "")
+            got = ref.rsplit("/", 1)[-1] or None
+            if got is not None and got != want:
+                problems.append(f"{method.upper()} {path} {media}: {got} != {want}")
+    return problems
+
+
 def test_the_answer_map_agrees_with_the_documents_paths() -> None:
     v = spec_validator()
-    assert v.self_check() == []
+    assert disagreements(v.doc) == []
     assert v.source == "openai-openapi 2.3.0"
     assert {"response.created", "response.completed", "error"} <= set(v.event_schemas)
     assert len(ANSWER_SCHEMAS) >= 9

@@ -10,6 +10,7 @@ import pytest
 
 from tests.fixtures import records as fx
 from wirediff._types import Record
+from wirediff.analysis.index.analyze import Index
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, parse_rotation
 from wirediff.record.store import RecordWriter, encode_record, load_records
 
@@ -149,7 +150,9 @@ def test_a_session_is_read_in_the_order_of_its_parts_however_they_are_named(
         for rec in recs:
             w.write(rec)
     parts = capture_parts(tmp_path / "s.jsonl")
-    assert [r["label"] for r in load_records(parts[::-1])] == ["openai", "openai", "gateway"]
+    loaded = load_records(parts[::-1])
+    assert [r["label"] for r in loaded] == ["openai", "openai", "gateway", "gateway"]
+    assert Index.of(loaded).rows["label"].tolist() == ["openai", "openai", "gateway"]
     summaries = []
     for named in (parts[:1], parts[::-1], [parts[2], parts[0]]):
         (found, *rest) = resolve([str(p) for p in named], scoped=False)

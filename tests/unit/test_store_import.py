@@ -17,7 +17,8 @@ from mitmproxy.test import taddons, tflow
 from tests.fixtures.records import answer, bare_record, events_of, websocket_of
 from tests.unit.test_capture_addon import KEY, chat_flow, flow_response
 from wirediff._types import ExchangeError, Record, RecordRequest, RecordResponse, Sdk
-from wirediff.analysis.comparison.frames import events_frame, exchanges_frame
+from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
+from wirediff.analysis.index.analyze import Index
 from wirediff.cli import main
 from wirediff.cli.inputs import iter_capture
 from wirediff.errors import CaptureError
@@ -224,7 +225,7 @@ RESPONSES_B = json.dumps(
 def test_records_parsed_in_batches_keep_line_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str], expect: object
 ) -> None:
-    monkeypatch.setattr("wirediff.record.store.BATCH_LINES", 2)
+    monkeypatch.setattr("wirediff.record.lines.BATCH_LINES", 2)
     p = tmp_path / "c.jsonl"
     p.write_text("\n".join(lines))
     if isinstance(expect, list):
@@ -315,7 +316,7 @@ def test_missing_file_is_a_capture_error(tmp_path: Path) -> None:
         load_records([tmp_path / "nope.jsonl"])
 
 
-async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> None:
+async def test_an_exchange_row_has_its_family_events_and_key(tmp_path: Path) -> None:
     from tests.unit.test_capture_addon import run
 
     f = chat_flow()
@@ -324,14 +325,16 @@ async def test_frames_have_one_row_per_exchange_and_event(tmp_path: Path) -> Non
         tmp_path, f, sse_chunks=[b'event: x\ndata: {"type":"x","sequence_number":0}\n\n', b""]
     )
     recs += run(tmp_path / "b", chat_flow())
-    ex = exchanges_frame(recs)
-    assert list(ex["family"]) == ["chat.completions"] * 2 and list(ex["n_events"].fillna(-1)) == [
-        1,
-        -1,
-    ]
-    assert ex["auth_fingerprint"].notna().all()
-    ev = events_frame(recs)
-    assert list(ev[["event", "type", "sequence_number"]].iloc[0]) == ["x", "x", 0]
+    rows = [dict(zip(EXCHANGE_COLUMNS, exchange_row(r), strict=True)) for r in recs]
+    assert [r["family"] for r in rows] == ["chat.completions"] * 2
+    assert [r["n_events"] for r in rows] == [1, None]
+    assert all(r["auth_fingerprint"] for r in rows)
+    event = events_of(recs[0])[0]
+    assert (event["event"], event["data"]["type"], event["data"]["sequence_number"]) == (
+        "x",
+        "x",
+        0,
+    )
 
 
 def write_flows(path: Path) -> None:
@@ -446,7 +449,7 @@ def test_import_of_a_file_without_http_exchanges_is_an_error(tmp_path: Path) -> 
         import_flows(tcp_only)
 
 
-def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path) -> None:
+def test_the_analysis_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path) -> None:
     def attempt(rid: str, started: float, kind: str | None) -> Record:
         error: ExchangeError | None = {"kind": kind, "message": "x"} if kind else None
         return {
@@ -467,8 +470,9 @@ def test_loading_drops_only_the_failed_attempts_a_resume_retried(tmp_path: Path)
             attempt("answer-2", 3.0, None),  # a second answer: kept (noise control)
         ):
             w.write(rec)
-    assert [r["id"] for r in load_records([p])] == ["o1", "answer-1", "answer-2"]
-    assert len(load_records([p], superseded=True)) == 4
+    loaded = load_records([p])
+    assert len(loaded) == 4, "loading reads every attempt"
+    assert Index.of(loaded).rows["id"].tolist() == ["o1", "answer-1", "answer-2"]
 
 
 class FullDisk:

@@ -9,7 +9,7 @@ dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspe
 one is `__HIVE_DEFAULT_PARTITION__`; one quoted past `SEGMENT_BYTES` is cut and ended with
 `~` and its digest, and its files' keys are read from their records), not columns in the
 files: any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) gives them as columns. An
-exchange row holds the columns of `exchanges_frame` (`id`, `seq`, `replay_of`, `listener`,
+exchange row holds the columns of `exchange_row` (`id`, `seq`, `replay_of`, `listener`,
 `started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`, `status`, `content_type`,
 `family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`, `sdk_version`, `sdk_async`,
 `retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`, `auth_forwarded`, `soft_error`,
@@ -31,23 +31,21 @@ partitions are ranges of `root`, so each reads a few row groups.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wirediff import FORMAT, __version__
 from wirediff._types import Record
-from wirediff.analysis.comparison.frames import EXCHANGE_COLUMNS, exchange_row
+from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.explain import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.engine.decode import loads
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
-from wirediff.errors import CaptureError
 from wirediff.record.keys import ask_digest, digest, digests, request_fingerprint
 from wirediff.record.scrub import scrub_output
 from wirediff.record.store import is_utf8, read_depth
@@ -59,7 +57,6 @@ __all__ = [
     "PARTITION_KEYS",
     "export_part",
     "mark",
-    "partition_keys",
 ]
 
 DATASET_FORMAT = "wirediff-dataset/1"
@@ -143,7 +140,6 @@ def _fits(value: Any, kind: pa.DataType) -> bool:
 
 
 NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"
-_KEYS = re.compile(r"/session=(?P<session>[^/]*)/label=(?P<label>[^/]*)/[^/]*$")
 
 
 SEGMENT_BYTES = 200
@@ -162,17 +158,6 @@ def _segment(value: Any) -> tuple[str, bool]:
     cut = SEGMENT_BYTES - 17
     cut -= 2 if text[cut - 2] == "%" else 1 if text[cut - 1] == "%" else 0
     return f"{text[:cut]}~{digest(text):016x}", False
-
-
-def partition_keys(url: str) -> tuple[str | None, str | None]:
-    """The session and label of a dataset file, from its path."""
-    m = _KEYS.search(url)
-    if m is None:
-        raise CaptureError(f"{url}: not in a wirediff dataset's session=…/label=… directories")
-    session, label = (
-        None if v == NULL_SEGMENT else unquote(v, errors="surrogatepass") for v in m.groups()
-    )
-    return session, label
 
 
 def _write(table: pa.Table, url: str) -> None:

@@ -44,9 +44,11 @@ from wirediff.reports.model import ReportModel, build
 
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
-EXCHANGE_BYTES = 2_000
-"""Memory the analysis holds per exchange, about (the index, the findings, the pairs):
-what the local engine checks the captures against before it starts."""
+EXCHANGE_BYTES = 4_500
+"""Memory the command holds per exchange, about (the index, the findings, the pairs), on
+either engine: its peak grows so from 10k to 100k exchanges of the bench's session (304 MB
+to 712 MB; the index frame is about 255 bytes of it). What the local engine checks the
+captures against before it starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process."""
 
@@ -135,7 +137,7 @@ class Run:
         scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
         at = kept_rows(frame, scope if scoped else None, retried=retried)
         frame = frame.iloc[at].reset_index(drop=True)
-        return Index(frame, readings, evidence, _reading(sources, frame)), scope[at]
+        return Index(frame, readings, evidence, _Reading(sources, frame)), scope[at]
 
     def report(
         self,
@@ -295,10 +297,6 @@ class _Reading:
         )
 
 
-def _reading(sources: list[Source], frame: pd.DataFrame) -> _Reading:
-    return _Reading(sources, frame)
-
-
 def _fits(sources: Sequence[Source]) -> None:
     """A usage error when the captures (JSON Lines files, by their size, and their records'
     size at their start) would hold more in memory than this machine has."""
@@ -315,8 +313,9 @@ def _fits(sources: Sequence[Source]) -> None:
     if have is not None and need > have:
         raise UsageError(
             f"about {exchanges:,} exchanges: more than this machine's memory holds for the "
-            f"analysis ({need / 2**30:.1f} GB of {have / 2**30:.1f} GB available); "
-            "run it on a Dask cluster: --engine dask --scheduler ADDRESS"
+            f"analysis ({need / 2**30:.1f} GB of {have / 2**30:.1f} GB available, about "
+            f"{2**30 // EXCHANGE_BYTES // 1000:,}k exchanges a GB on either engine); analyse "
+            "fewer captures at a time, or on a machine with more memory"
         )
 
 

@@ -30,8 +30,7 @@ from wirediff.record.lines import (
     LineError,
     Parsed,
     Torn,
-    is_json,
-    next_line,
+    line_batches,
     parse_batch,
     readable_lines,
     skip_line,
@@ -121,9 +120,8 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
     where: list[tuple[int, int]] = []
     rows: list[tuple[Any, ...]] = []
     careful: list[bool] = []
-    batch: list[tuple[int, bytes]] = []
 
-    def flush() -> None:
+    def flush(batch: list[tuple[int, bytes]]) -> None:
         lengths = {offset: len(line) for offset, line in batch}
         parsed, exact = _parse(p, batch, out.torn)
         records = []
@@ -133,7 +131,6 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
             careful.append(limited or not by_orjson)
             records.append(rec)
         rows.extend(reader.rows(records))
-        batch.clear()
 
     with open_binary(source.url) as fh:
         at = start
@@ -142,20 +139,9 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
             if fh.read(1) != b"\n":
                 at = start + skip_line(fh)  # that line belongs to the chunk before
         try:
-            while at < end:
-                line, size = next_line(fh, at, out.torn)
-                if not size:
-                    break
-                offset, at = at, at + size
-                if not line.strip():
-                    continue
-                if not line.endswith(b"\n") and not is_json(line):
-                    break  # the last line, unfinished: a write in progress or cut by a crash
-                out.lines += 1
-                batch.append((offset, line))
-                if len(batch) == BATCH_LINES:
-                    flush()
-            flush()
+            for batch in line_batches(fh, out.torn, at, end, by_offset=True):
+                out.lines += len(batch)
+                flush(batch)
         except LineError as e:
             out.error = (e.lineno, e.text)
     out.readings, out.evidence = reader.take()

@@ -30,27 +30,18 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
-from wirediff.record.lines import (
-    BATCH_LINES,
-    LineError,
-    Parsed,
-    Torn,
-    is_json,
-    next_line,
-    parse_batch,
-)
+from wirediff.record.lines import LineError, Parsed, Torn, line_batches, parse_batch
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
 __all__ = [
+    "RETRIED_KINDS",
     "RecordWriter",
     "encode_record",
-    "first_of_each_id",
     "iter_records",
     "latest_replays",
     "load_records",
     "record_problem",
-    "warn_repeated_ids",
 ]
 
 log = logging.getLogger(__name__)
@@ -374,10 +365,6 @@ def read_depth(line: bytes, rec: Record) -> Record:
     return rec
 
 
-BATCH_LINE_BYTES = 16 << 20
-"""Bytes of lines parsed by one call at most, however few lines they are."""
-
-
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
     """Yield the records of one capture file, as the analysis reads them unless `as_sent`.
 
@@ -389,7 +376,7 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     torn: Torn = []
-    records = 0
+    records = lines = 0
 
     def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
         nonlocal records
@@ -403,24 +390,9 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
             yield rec
 
     with fh:
-        batch: list[tuple[int, bytes]] = []
-        size = lines = lineno = 0
-        while True:
-            lineno += 1
-            line, length = next_line(fh, lineno, torn)
-            if not length:
-                break
-            if not line.strip():
-                continue
-            if not line.endswith(b"\n") and not is_json(line):
-                break  # the last line, unfinished: a write in progress or cut by a crash
-            lines += 1
-            batch.append((lineno, line))
-            size += len(line)
-            if len(batch) == BATCH_LINES or size >= BATCH_LINE_BYTES:
-                yield from batch_records(batch)
-                batch, size = [], 0
-        yield from batch_records(batch)
+        for batch in line_batches(fh, torn):
+            lines += len(batch)
+            yield from batch_records(batch)
     if lines and not records:
         raise CaptureError(f"{p}: not a {FORMAT} capture (no line is a JSON record)")
 
@@ -456,14 +428,12 @@ def share_repeats(rec: Record, shared: Shared) -> None:
                     tags[name] = shared.setdefault((name, *value.items()), value)
 
 
-def load_records(
-    paths: Iterable[str | os.PathLike[str]], *, superseded: bool = False
-) -> list[Record]:
+def load_records(paths: Iterable[str | os.PathLike[str]]) -> list[Record]:
     """Load all records of several captures in file order, to be analysed, not modified.
 
-    Each session comes with all its parts (`wirediff.record.parts`); failed replay attempts that
-    a resumed `wirediff replay` tried again are left out unless `superseded` (see
-    `drop_retried`).
+    Each session comes with all its parts (`wirediff.record.parts`). Every record read is
+    here: which of them an analysis keeps (the first of each id, the newest of retried replay
+    attempts) is `wirediff.analysis.index.kept`'s to say.
 
     The cyclic garbage collector is paused while they are parsed and then told to leave
     them alone (`gc.freeze`): parsed JSON holds no reference cycles, so reference counting
@@ -478,30 +448,7 @@ def load_records(
             for rec in iter_records(path):
                 share_repeats(rec, shared)
                 out.append(rec)
-    out = first_of_each_id(out)
-    return out if superseded else drop_retried(out)
-
-
-def first_of_each_id(records: list[Record]) -> list[Record]:
-    """Keep only the first record of each id in `records`: an id is one exchange.
-
-    So a record whose id was read earlier is left out, with a warning, and every analysis counts
-    and pairs it once: the same capture given twice, say, or a capture with its export."""
-    first: dict[str, int] = {}
-    for i, r in enumerate(records):
-        first.setdefault(r["id"], i)
-    if len(first) == len(records):
-        return records
-    out = [r for i, r in enumerate(records) if first[r["id"]] == i]
-    warn_repeated_ids(len(records) - len(out))
     return out
-
-
-def warn_repeated_ids(n: int) -> None:
-    log.warning(
-        f"{n:,} record{'s repeat' if n > 1 else ' repeats'} an id read before: "
-        "the first record of each id is analysed"
-    )
 
 
 def _started(rec: Record) -> float:
@@ -536,21 +483,5 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
 RETRIED_KINDS = frozenset(
     {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
 )
-"""Replay outcomes that a resumed run sends again: they say nothing about the target."""
-
-
-def drop_retried(records: Iterable[Record]) -> list[Record]:
-    """Drop from `records` the replay attempts that got no answer and were tried again later.
-
-    Those are of `RETRIED_KINDS`. Answered replays all stay: two answers to one original are how
-    noise is told from a divergence."""
-    recs = list(records)
-    latest = {id(r) for r in latest_replays(recs)}
-    return [
-        r
-        for r in recs
-        if not r.get("replay_of")
-        or id(r) in latest
-        or (err := r.get("error")) is None
-        or err["kind"] not in RETRIED_KINDS
-    ]
+"""The `error.kind`s of a replay attempt that a resumed run sends again: they say nothing
+about the target."""

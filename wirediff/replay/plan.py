@@ -21,6 +21,7 @@ from typing import Any
 from wirediff._support import is_2xx
 from wirediff._types import Record
 from wirediff.record.keys import HOP_LOOKBACK, HOP_SLACK_S, HOP_WINDOW_S, hop_key
+from wirediff.record.store import RETRIED_KINDS
 from wirediff.record.tags import route
 from wirediff.replay.filters import Term, names_listener, selected
 from wirediff.replay.request import DEFAULT_PREFIXES, target_problem
@@ -34,7 +35,6 @@ from wirediff.replay.slots import Ref, Slot, describe_slot, find_refs, produced_
 from wirediff.replay.targets import Target
 
 __all__ = [
-    "RETRY_KINDS",
     "Node",
     "Plan",
     "failure",
@@ -43,11 +43,6 @@ __all__ = [
     "resolve",
     "resumed",
 ]
-
-RETRY_KINDS = frozenset(
-    {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
-)
-"""`error.kind`s of a replay record that leave its original to try again on resume."""
 
 
 def _duration_s(rec: Record) -> float | None:
@@ -211,7 +206,7 @@ def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str
 
     Each comes with its newest earlier record.
 
-    An earlier attempt that got no answer (`RETRY_KINDS`: unreachable, timeout, a
+    An earlier attempt that got no answer (`RETRIED_KINDS`: unreachable, timeout, a
     disconnect) is tried again; so is a skipped one, unless it would be skipped again for
     the same reason (still unsafe, its path still outside the target, or what it builds on
     is done and unchanged). In start order, so that a step is retried when what it depends
@@ -224,7 +219,7 @@ def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str
             continue
         err = rec.get("error")
         kind = err.get("kind") if isinstance(err, dict) else None
-        if kind not in RETRY_KINDS:
+        if kind not in RETRIED_KINDS:
             done[n.id] = rec
             continue
         if kind != "skipped" or not isinstance(err, dict):

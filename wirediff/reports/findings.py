@@ -166,8 +166,7 @@ class Fold:
     """Count identical findings, keeping the first occurrence, its first examples and the evidence.
 
     The first occurrence is by `first`, its place among all the captures' findings; the evidence
-    is the one that sorts first. So the folds of several parts of the captures merge into those
-    of the whole, in any order."""
+    is the one that sorts first."""
 
     first: Any
     row: tuple[str, ...]

@@ -3,8 +3,8 @@
 They are shown as quantiles and as box plots drawn in inline SVG, with pixel positions computed
 here. Quantiles are exact, every value kept, up to `EXACT_LIMIT` values of one backend, family
 and measure; past that they come from a `ddsketch` DDSketch, with relative error within 1%. So
-latency of any number of exchanges is counted in bounded memory, and the counts of several parts
-of the captures merge into those of the whole, in any order, with the same result.
+latency of any number of exchanges is counted in bounded memory, and the counts of several
+families merge into those of all of them, in any order, with the same result.
 """
 
 from __future__ import annotations
@@ -131,14 +131,9 @@ class Measures:
     exchanges: int
     values: dict[str, Quantiles]
 
-    def merge(self, other: Measures) -> None:
-        self.exchanges += other.exchanges
-        for m, q in other.values.items():
-            self.values[m].merge(q)
-
 
 LatencyCounts = dict[tuple[str, str], Measures]
-"""Per (label, family): `collect_latency`'s, merged."""
+"""Per (label, family): `collect_latency`'s."""
 
 
 def collect_latency(ex: pd.DataFrame) -> LatencyCounts:

@@ -50,7 +50,7 @@ from wirediff.reports.findings import (
     one_per_problem,
 )
 from wirediff.reports.formatters import anchor, missing, redact, status_class
-from wirediff.reports.hops import NO_ENDPOINT, ChainGroup, collect_chains, finish_chains
+from wirediff.reports.hops import NO_ENDPOINT, ChainGroup, chain_groups
 from wirediff.reports.latency import Latency, collect_latency, finish_latency
 from wirediff.reports.timeline import Alignments, Timeline, collect_alignments, finish_alignments
 
@@ -282,7 +282,7 @@ def build(
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
     folds = collect_folds(found, max_examples, timeline_of)
     folded = one_per_problem(finish_folds(folds, {k: a for k, a in anchors.items() if a in drawn}))
-    chains = finish_chains(collect_chains(diagnosed.frame, diagnosed.evidence))
+    chains = chain_groups(diagnosed.frame, diagnosed.evidence)
     skipped = skipped_of(ex, max_examples)
 
     fam_rank = {f: i for i, f in enumerate(FAMILIES)}

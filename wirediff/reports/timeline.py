@@ -171,8 +171,7 @@ class Alignment:
     """Fold streamed pairs with the same backends, endpoint and event sequences.
 
     The first pair, by `first`, its place among all the captures' pairs, is aligned, and the
-    first pair ids are kept, so that the alignments of several parts of the captures merge into
-    those of the whole."""
+    first pair ids are kept."""
 
     first: Any
     pair_ids: list[tuple[Any, str]]
@@ -180,13 +179,6 @@ class Alignment:
     rows: list[Row]
     baseline_ticks: list[float]
     candidate_ticks: list[float]
-
-    def merge(self, other: Alignment, max_examples: int) -> None:
-        if other.first < self.first:
-            self.first, self.rows = other.first, other.rows
-            self.baseline_ticks, self.candidate_ticks = other.baseline_ticks, other.candidate_ticks
-        self.count += other.count
-        self.pair_ids = sorted(self.pair_ids + other.pair_ids)[:max_examples]
 
 
 Alignments = dict[tuple[Any, ...], Alignment]

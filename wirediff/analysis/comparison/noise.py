@@ -19,7 +19,6 @@ from wirediff.analysis.comparison.observe import Observed
 from wirediff.analysis.comparison.shapes import ancestors
 
 __all__ = [
-    "drop_ignored",
     "glob_regex",
     "group_noise",
     "ignored",
@@ -73,12 +72,6 @@ def ignored(paths: pd.Series, rx: re.Pattern[str] | None) -> np.ndarray:
     paths = paths.astype(str)
     bare = paths.str.replace(_EVENT_PREFIX, "", regex=True)
     return (paths.str.fullmatch(rx) | bare.str.fullmatch(rx)).to_numpy(dtype=bool)
-
-
-def drop_ignored(frame: pd.DataFrame, ignore: Sequence[str]) -> pd.DataFrame:
-    """Remove rows whose path matches an ignore pattern, with or without its event prefix."""
-    hit = ignored(frame["path"], glob_regex(ignore)) if len(frame) else np.zeros(0, bool)
-    return frame.loc[~hit].reset_index(drop=True) if hit.any() else frame
 
 
 def group_noise(

@@ -159,13 +159,6 @@ class Answer:
     original_ok: bool = False
     """Some exchange replays an original that did not fail route-level (any)."""
 
-    def merge(self, other: Answer) -> None:
-        if other.first < self.first:
-            self.first, self.answered = other.first, other.answered
-            self.not_implemented, self.status = other.not_implemented, other.status
-        self.route_failure &= other.route_failure
-        self.original_ok |= other.original_ok
-
 
 @dataclass(slots=True)
 class Reason:
@@ -182,27 +175,17 @@ class Reason:
     order."""
     first: Any
 
-    def merge(self, other: Reason) -> None:
-        self.n += other.n
-        if (other.rank, other.text) < (self.rank, self.text):
-            self.rank, self.text = other.rank, other.text
-        self.first = min(self.first, other.first)
-
 
 @dataclass(slots=True)
 class Cell:
-    """Count what a verdict is made of for one label and family, or endpoint.
-
-    It holds counts and firsts, so that cells of several parts of the captures merge into the
-    cell of the whole."""
+    """Count what a verdict is made of for one label and family, or endpoint."""
 
     exchanges: int = 0
     route_failure: bool = True
     succeeded: bool = False
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
     reasons: dict[tuple[bool, str], Reason] = field(default_factory=dict)
-    """By (a header's, `sameness.problem_key`): an exchange's findings all lie in one part of
-    the captures, so the parts' counts of exchanges add up."""
+    """By (a header's, `sameness.problem_key`)."""
 
     @property
     def counts(self) -> list[int]:
@@ -212,23 +195,6 @@ class Cell:
             if reason.rank < len(SEVERITIES):
                 out[reason.rank] += 1
         return out
-
-    def merge(self, other: Cell) -> None:
-        self.exchanges += other.exchanges
-        self.route_failure &= other.route_failure
-        self.succeeded |= other.succeeded
-        for key, answer in other.answers.items():
-            mine = self.answers.get(key)
-            if mine is None:
-                self.answers[key] = answer
-            else:
-                mine.merge(answer)
-        for rkey, reason in other.reasons.items():
-            have = self.reasons.get(rkey)
-            if have is None:
-                self.reasons[rkey] = reason
-            else:
-                have.merge(reason)
 
 
 Cells = dict[tuple[Hashable, ...], Cell]

@@ -77,8 +77,8 @@ class Index:
     read: Callable[[Sequence[int]], list[Record]]
 
     @classmethod
-    def of(cls, records: Sequence[Record], *, retried: bool = False) -> Index:
-        """The index of records held in memory (`retried`: keep superseded replays)."""
+    def of(cls, records: Sequence[Record]) -> Index:
+        """The index of records held in memory."""
         reader = Reader()
         rows: list[tuple[Any, ...]] = []
         with paused_gc():
@@ -86,16 +86,16 @@ class Index:
                 rows += reader.rows(records[start : start + BATCH_LINES])
         readings, evidence = reader.take()
         frame = index_frame(rows)
-        at = kept_rows(frame, retried=retried)
+        at = kept_rows(frame)
         kept = [records[i] for i in at.tolist()]
-        return cls(frame.iloc[at].reset_index(drop=True), readings, evidence, _reading(kept))
+
+        def read(at_rows: Sequence[int]) -> list[Record]:
+            return [kept[i] for i in at_rows]
+
+        return cls(frame.iloc[at].reset_index(drop=True), readings, evidence, read)
 
     def __len__(self) -> int:
         return len(self.rows)
-
-
-def _reading(records: Sequence[Record]) -> Callable[[Sequence[int]], list[Record]]:
-    return lambda rows: [records[i] for i in rows]
 
 
 @dataclass
@@ -467,7 +467,6 @@ def diagnose_index(index: Index) -> Diagnosed:
     return Diagnosed(diagnosis_frame(found), {rid: rec for rid, (_, rec) in evidence.items()})
 
 
-def diagnose(records: Sequence[Record], *, index: Index | None = None) -> pd.DataFrame:
-    """The diagnoses of the records held in memory (`DIAGNOSIS_COLUMNS`); `index`: theirs,
-    when made already."""
-    return diagnose_index(index if index is not None else Index.of(records)).frame
+def diagnose(records: Sequence[Record]) -> pd.DataFrame:
+    """The diagnoses of the records held in memory (`DIAGNOSIS_COLUMNS`)."""
+    return diagnose_index(Index.of(records)).frame

@@ -10,20 +10,28 @@ divergence).
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
 from wirediff.record.keys import digest
-from wirediff.record.store import RETRIED_KINDS, warn_repeated_ids
+from wirediff.record.store import RETRIED_KINDS
 
 __all__ = ["first_of_each_id", "kept_rows", "not_retried", "replay_roots"]
+
+log = logging.getLogger(__name__)
 
 
 def first_of_each_id(index: pd.DataFrame) -> np.ndarray:
     """Whether each row is the first of its id (the others said in one warning)."""
     first = ~index["id"].duplicated().to_numpy()
     if not first.all():
-        warn_repeated_ids(int((~first).sum()))
+        n = int((~first).sum())
+        log.warning(
+            f"{n:,} record{'s repeat' if n > 1 else ' repeats'} an id read before: "
+            "the first record of each id is analysed"
+        )
     return first
 
 

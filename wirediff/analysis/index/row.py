@@ -11,18 +11,18 @@ out before, keyed by numbers every process computes alike.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import orjson
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from wirediff._types import Record
 from wirediff.analysis.comparison import impact
-from wirediff.analysis.comparison.frames import transport_of
 from wirediff.analysis.comparison.reading import Reading, read_answer, reading_key, same_reading
+from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.evidence import evidence_key, evidence_record
@@ -33,32 +33,24 @@ from wirediff.record.tags import SDK_FIELDS
 
 __all__ = ["CATEGORIES", "INDEX_COLUMNS", "Reader", "concat_index", "index_frame"]
 
+_UNINDEXED = frozenset(
+    {
+        "content_type",
+        "sdk_async",
+        "auth_header",
+        "auth_scheme",
+        "auth_forwarded",
+        "signature",
+        "n_events",
+        "complete",
+        "request_size",
+        "response_size",
+    }
+)
+_SHARED = [c for c in EXCHANGE_COLUMNS if c not in _UNINDEXED]
+"""The columns of an exchange's row (`exchange_row`) the index holds too."""
 INDEX_COLUMNS = [
-    "id",
-    "session",
-    "label",
-    "seq",
-    "replay_of",
-    "listener",
-    "started",
-    "ttfb_ms",
-    "duration_ms",
-    "method",
-    "path",
-    "url",
-    "status",
-    "family",
-    "endpoint",
-    "prefix",
-    "stream",
-    "model",
-    "sdk_lang",
-    "sdk_version",
-    "retry",
-    "auth_fingerprint",
-    "soft_error",
-    "error_kind",
-    "transport",
+    *_SHARED,
     "first_event_ms",
     "client",
     "skip_reason",
@@ -73,7 +65,7 @@ INDEX_COLUMNS = [
     "reading",
     "evidence",
 ]
-"""A record's row: its fields; `first_event_ms` (its first SSE event's time); `client`
+"""A record's row: its fields (`_SHARED`); `first_event_ms` (its first SSE event's time); `client`
 (`tags.sdk`'s `SDK_FIELDS`, as JSON) and `skip_reason` (a skipped replay step's); the
 digests pairing, noise and chains compare (`record.keys`: `fingerprint` and `ask_digest`
 of an original only, `hop_digest` of a hop candidate only, else 0); `ok`, `location` and
@@ -101,6 +93,7 @@ CATEGORIES = (
     "models",
 )
 """Columns of few distinct values, as categories: a code a row, each value once."""
+_SHARED_AT = operator.itemgetter(*(EXCHANGE_COLUMNS.index(c) for c in _SHARED))
 _FLOATS = ("started", "ttfb_ms", "duration_ms", "first_event_ms")
 _INTEGERS = ("seq", "retry", "status")
 _DIGESTS = ("fingerprint", "request_digest", "ask_digest", "hop_digest", "body_digest")
@@ -141,46 +134,20 @@ class Reader:
 
     def row(self, rec: Record) -> tuple[Any, ...]:
         req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
-        sdk, auth, error = _dict(tags.get("sdk")), _dict(tags.get("auth")), _dict(rec.get("error"))
-        replay_of = rec.get("replay_of")
-        original = replay_of is None
+        error = _dict(rec.get("error"))
+        original = rec.get("replay_of") is None
         request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
         ok = exchange_ok(rec)
-        status, method, endpoint = resp.get("status"), req.get("method"), tags.get("endpoint")
         models = None
-        if endpoint == "/v1/models" and method == "GET" and status == 200:
+        listing = tags.get("endpoint") == "/v1/models" and req.get("method") == "GET"
+        if listing and resp.get("status") == 200:
             listed = models_listed(rec)
             models = orjson.dumps(sorted(listed)).decode() if listed is not None else None
-        kind = error.get("kind")
         return (
-            rec["id"],
-            rec.get("session"),
-            rec.get("label"),
-            rec.get("seq"),
-            replay_of,
-            rec.get("listener"),
-            rec.get("started"),
-            rec.get("ttfb_ms"),
-            rec.get("duration_ms"),
-            method,
-            req.get("path"),
-            req.get("url"),
-            status,
-            tags.get("family"),
-            endpoint,
-            tags.get("prefix"),
-            tags.get("stream"),
-            tags.get("model"),
-            sdk.get("lang"),
-            sdk.get("version"),
-            tags.get("retry"),
-            auth.get("fingerprint"),
-            tags.get("soft_error"),
-            kind,
-            transport_of(rec),
+            *_SHARED_AT(exchange_row(rec)),
             _first_event_ms(resp.get("events")),
             _client(tags.get("sdk")),
-            error.get("message") if kind == "skipped" else None,
+            error.get("message") if error.get("kind") == "skipped" else None,
             int(request_fingerprint(rec)[:16], 16) if original else 0,
             request,
             ask_digest(req) if original else 0,
@@ -277,7 +244,3 @@ def concat_index(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
         else:
             columns[name] = pd.concat([p[name] for p in parts], ignore_index=True)
     return pd.DataFrame(columns)
-
-
-def as_int64(values: Any) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)

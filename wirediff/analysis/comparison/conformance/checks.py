@@ -22,7 +22,7 @@ from wirediff.analysis.comparison.conformance import (
     sdk_types,
 )
 from wirediff.analysis.comparison.conformance.problems import GRAMMAR, Problem, remembered
-from wirediff.analysis.comparison.frames import transport_of
+from wirediff.analysis.comparison.rows import transport_of
 from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 

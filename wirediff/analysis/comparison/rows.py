@@ -1,24 +1,13 @@
-"""DataFrames of loaded records: one row per exchange, one row per SSE event."""
+"""An exchange's row of plain values (`EXCHANGE_COLUMNS`): what a dataset stores beside
+each record, and the fields of the index's row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
-
-import pandas as pd
 
 from wirediff._types import Record
 
-__all__ = [
-    "EVENT_COLUMNS",
-    "EXCHANGE_COLUMNS",
-    "event_rows",
-    "events_frame",
-    "exchange_row",
-    "exchanges_frame",
-    "exchanges_frame_of",
-    "transport_of",
-]
+__all__ = ["EXCHANGE_COLUMNS", "exchange_row", "transport_of"]
 
 HTTP, WEBSOCKET = "http", "websocket"
 
@@ -93,7 +82,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def exchange_row(r: Record) -> tuple[Any, ...]:
-    """One record's row of `exchanges_frame`, in `EXCHANGE_COLUMNS` order."""
+    """One record's row, in `EXCHANGE_COLUMNS` order."""
     req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
     sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
     events = resp.get("events")
@@ -134,48 +123,3 @@ def exchange_row(r: Record) -> tuple[Any, ...]:
         resp.get("size"),
         transport_of(r),
     )
-
-
-def exchanges_frame(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per exchange with the columns analysis filters and groups on."""
-    return exchanges_frame_of([exchange_row(r) for r in records])
-
-
-def exchanges_frame_of(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    """`exchanges_frame` from its rows (`exchange_row`)."""
-    df = pd.DataFrame.from_records(rows, columns=EXCHANGE_COLUMNS)
-    df["status"] = df["status"].astype("Int64")
-    df["n_events"] = df["n_events"].astype("Int64")
-    return df
-
-
-EVENT_COLUMNS = ["id", "idx", "t_ms", "event", "type", "sequence_number", "partial"]
-
-
-def event_rows(r: Record) -> list[tuple[Any, ...]]:
-    """One record's rows of `events_frame`."""
-    events = _dict(r.get("response")).get("events")
-    if not events:
-        return []
-    rid = r["id"]
-    rows = []
-    for i, ev in enumerate(events):
-        data = _dict(ev.get("data"))
-        rows.append(
-            (
-                rid,
-                i,
-                ev.get("t_ms"),
-                ev.get("event"),
-                data.get("type"),
-                data.get("sequence_number"),
-                bool(ev.get("partial")),
-            )
-        )
-    return rows
-
-
-def events_frame(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per SSE event: its name, the `type` inside its data, its timing."""
-    rows = [row for r in records for row in event_rows(r)]
-    return pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)
