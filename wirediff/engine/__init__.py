@@ -1,9 +1,8 @@
-"""The analysis beyond one process: the captures scanned into an index, compared in
-partitions (each original with all its replays) and diagnosed in batches of failing chains,
-on this machine's cores (`--engine local`) or a Dask cluster (`--engine dask`), the results
-merged as they come; and the captures as a Parquet dataset (`wirediff export`).
+"""Run the analysis of whole captures on this machine's cores or on a Dask cluster.
 
-`wirediff.engine.commands.Run` is what the commands use."""
+The engine's workers scan the captures into the index, which the command then analyses as
+one table (`wirediff.analysis.index`); it also writes the captures as a Parquet dataset
+(`wirediff export`). `wirediff.engine.run.Run` is what the commands use."""
 
 import os
 

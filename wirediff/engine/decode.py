@@ -1,12 +1,10 @@
-"""JSON text to values as `json.loads` gives them, by orjson (several times faster on
-records) wherever it gives the same value, else by `json`: reading records is what the
-engine spends most of its time on besides analysing them.
+"""Decode JSON text to the values `json.loads` gives, by orjson wherever it agrees.
 
-orjson differs on integers beyond 64 bits (it gives floats: a text with a number of 19
-digits or more is left to `json`), and refuses what `json` accepts — NaN, infinities, lone
-surrogates, other encodings, nesting past 1024 levels — which `json` then reads as it
-always does (or refuses with its own error).
-"""
+orjson is several times faster on records, and reading records is what the engine spends
+most of its time on besides analysing them. It differs on integers beyond 64 bits, which it
+gives as floats, so a text with a number of 19 digits or more is left to `json`. It refuses
+what `json` accepts: NaN, infinities, lone surrogates, other encodings, nesting past 1024
+levels. `json` then reads those as it always does, or refuses them with its own error."""
 
 from __future__ import annotations
 
@@ -28,13 +26,17 @@ read by `json` as well."""
 
 
 def _long_number(text: bytes) -> bool:
-    """Whether `text` may hold an integer past 64 bits (none: orjson reads it as `json`)."""
+    """Tell whether `text` may hold an integer past 64 bits.
+
+    Where it holds none, orjson reads it as `json` does."""
     return _LONG_NUMBER in text.translate(_DIGITS) and _NUMBER_TOKEN.search(text) is not None
 
 
 def parse(text: bytes) -> tuple[Any, bool]:
-    """`json.loads(text)` (the same value, or the same error), and whether orjson read it:
-    then `orjson.loads` alone reads this text to the same value."""
+    """Read `text` as `json.loads` does, and say whether orjson read it.
+
+    The value, or the error, is the one `json.loads` gives. When orjson read it, `orjson.loads`
+    alone reads this text to the same value."""
     if not _long_number(text):
         try:
             return orjson.loads(text), True
@@ -44,5 +46,5 @@ def parse(text: bytes) -> tuple[Any, bool]:
 
 
 def loads(text: bytes) -> Any:
-    """`json.loads(text)`: the same value, or the same error."""
+    """Read `text` as `json.loads` does: the same value, or the same error."""
     return parse(text)[0]

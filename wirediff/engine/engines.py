@@ -1,7 +1,9 @@
-"""Where the scan's tasks run: `local` (this machine's cores, a process pool; in this
-process when there is one task), or `dask` (a `dask.distributed` cluster: the scheduler at
-`--scheduler ADDRESS`, else a local cluster). Both hand results back as they finish; a
-worker lost mid-task costs Dask a retry of that task, never the run."""
+"""Run the scan's tasks on this machine's cores or on a Dask cluster.
+
+`local` is a process pool, or this process when there is one task; `dask` is a
+`dask.distributed` cluster, the scheduler at `--scheduler ADDRESS` or else a local cluster.
+Both hand results back as they finish. A worker lost mid-task costs Dask a retry of that
+task, never the run."""
 
 from __future__ import annotations
 
@@ -34,16 +36,18 @@ class Engine(Protocol):
     def run(
         self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
     ) -> Iterator[tuple[int, Any]]:
-        """`fn(*args, **kwargs)` for each call, yielded `(index, result)` as they finish;
-        `small`: little work, which a local engine does in this process."""
+        """Call `fn(*args, **kwargs)` for each call and yield `(index, result)` as they finish.
+
+        `small` says there is little work, which a local engine does in this process."""
 
     def close(self, now: bool = False) -> None:
-        """`now`: the run was cut short; its tasks are stopped, not waited for."""
+        """Stop the engine; with `now`, the run was cut short and its tasks are not waited for."""
 
 
 class LocalEngine:
-    """A pool of processes, one per core; at most one task more than workers in flight,
-    so memory holds the results of those only."""
+    """Run tasks in a pool of processes, one per core.
+
+    At most one task more than workers is in flight, so memory holds the results of those only."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -85,14 +89,18 @@ class LocalEngine:
 
 
 def _leave_interrupts() -> None:
-    """Ctrl-C reaches every process of the terminal's group: a worker leaves it to the
-    command, which stops it (`close`), instead of dying with a traceback of its own."""
+    """Leave Ctrl-C to the command, which stops the worker with `close`.
+
+    Ctrl-C reaches every process of the terminal's group; a worker that took it would die with a
+    traceback of its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskEngine:
-    """The same tasks on a `dask.distributed` cluster. The workers need wirediff installed
-    and must reach the inputs (a shared path, or a URL such as `s3://…`)."""
+    """Run the same tasks on a `dask.distributed` cluster.
+
+    The workers need wirediff installed and must reach the inputs: a shared path, or a URL such
+    as `s3://…`."""
 
     def __init__(
         self, scheduler: str | None = None, workers: int | None = None, connect_s: float = 30.0
@@ -171,9 +179,11 @@ class DaskEngine:
 
 @contextlib.contextmanager
 def _quiet_workers() -> Iterator[None]:
-    """The processes of a cluster started for the command leave Ctrl-C to it (it closes
-    them; else each dies with a traceback), and keep their warnings about the tasks it
-    cancels to themselves: they inherit an ignored SIGINT and the log level."""
+    """Keep the processes of a cluster started for the command quiet on Ctrl-C.
+
+    They inherit an ignored SIGINT and the log level, so the command closes them, where each
+    would otherwise die with a traceback, and they keep their warnings about the tasks it
+    cancels to themselves."""
     previous_level = os.environ.get(_LOG_LEVEL)
     os.environ[_LOG_LEVEL] = "error"
     main = threading.current_thread() is threading.main_thread()
@@ -198,9 +208,10 @@ class _Told:
 
 
 def _told(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`fn`'s result, or the user's one line it raised, as a value: a task that fails is
-    logged by its worker with a traceback, and an unreadable input is no failure of the
-    engine's."""
+    """Return `fn`'s result, or the one line for the user it raised, as a value.
+
+    A task that fails is logged by its worker with a traceback, and an unreadable input is no
+    failure of the engine's."""
     try:
         return fn(*args, **kwargs)
     except WirediffError as e:
@@ -211,7 +222,7 @@ _SHAPE = "a scheduler's address: tcp://HOST:8786"
 
 
 def _address(scheduler: str) -> str:
-    """`scheduler`, if it can be one: a host, and a port if any, that a socket can take."""
+    """Check that `scheduler` can be an address: a host, and a port if any, a socket takes."""
     try:
         where = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
         where.port  # noqa: B018 (read for its check: a port past 65535 is none)
@@ -223,10 +234,11 @@ def _address(scheduler: str) -> str:
 
 
 def _connected(scheduler: str, connect_s: float) -> Any:
-    """A client of the scheduler at `scheduler`, or a usage error within `connect_s`: a
-    port that accepts and never answers as a scheduler would hold `Client` for good, its
-    own timeout notwithstanding (so it waits in a thread the process can leave; a client
-    that connects once given up on is closed)."""
+    """Connect a client to the scheduler at `scheduler`, or fail with a usage error.
+
+    A port that accepts and never answers as a scheduler would hold `Client` for good, whatever
+    its own timeout, so the client connects in a thread the process can leave after
+    `connect_s`; a client that connects after that is closed."""
     from distributed import Client
 
     got: dict[str, Any] = {}

@@ -121,7 +121,7 @@ EVENT_SCHEMA = pa.schema(
 
 
 def _fits(value: Any, kind: pa.DataType) -> bool:
-    """`value` is stored as it is in a column of `kind` (else it is stored as null)."""
+    """Tell whether `value` is stored as it is in a column of `kind`; else it is stored as null."""
     if value is None:
         return True
     if kind == _STR:  # Arrow's strings are UTF-8: a lone surrogate is none
@@ -147,9 +147,10 @@ SEGMENT_BYTES = 200
 
 
 def _segment(value: Any) -> tuple[str, bool]:
-    """A key's directory name, and whether it reads back as the key: URL-quoted, a value
-    that is the null's name quoted further, and one too long cut (not inside an escape)
-    and ended with `~` and its digest, so that two such keys stay apart."""
+    """Name a key's directory and say whether the name reads back as the key.
+
+    The key is URL-quoted; a value that is the null's name is quoted further; one too long is
+    cut, never inside an escape, and ended with `~` and its digest, so two such keys stay apart."""
     if value is None:
         return NULL_SEGMENT, True
     text = quote(str(value), safe="", errors="surrogatepass")
@@ -181,8 +182,9 @@ def export_part(
     out: str,
     task: int,
 ) -> tuple[int, int, int]:
-    """Write one range of roots: a file of exchanges and one of events per session and
-    label. Returns how many exchanges, events and files of exchanges."""
+    """Write one range of roots: a file of exchanges and one of events per session and label.
+
+    Returns how many exchanges, events and files of exchanges were written."""
     texts = read_texts(sources, *where)
     groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
     for ordinal, root, line in zip(ordinals, roots, texts, strict=True):
@@ -222,7 +224,7 @@ def export_part(
 
 
 def _extra(rec: Record) -> dict[str, Any]:
-    """The keys pairing and chains read of a record (`EXTRA`), as the dataset holds them."""
+    """Give the keys pairing and chains read of a record, `EXTRA`, as the dataset holds them."""
     replay_of = rec.get("replay_of")
     original = replay_of is None
     request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
@@ -251,17 +253,17 @@ def _extra(rec: Record) -> dict[str, Any]:
 
 
 def _scrubbed(line: bytes) -> bytes:
-    """`line` as the dataset holds it: anything shaped like a credential replaced
-    (`scrub_output`), the dataset being an output like any other."""
+    """Replace anything shaped like a credential in `line`, as in every output."""
     text = _text(line)
     scrubbed = scrub_output(text)
     return line if scrubbed is text else scrubbed.encode("utf-8")
 
 
 def _text(line: bytes) -> str:
-    """A record's line as a string: as it is, or where its bytes are no UTF-8 (a lone
-    surrogate's, which JSON readers take) its JSON written again with escapes, which
-    reads back as the same record."""
+    """Give a record's line as a string, written again with escapes where it is no UTF-8.
+
+    A lone surrogate's bytes are no UTF-8 but JSON readers take them; the line written again
+    with escapes reads back as the same record."""
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError:
@@ -292,8 +294,9 @@ def _events(rec: Record, out: dict[str, list[Any]]) -> None:
 
 
 def mark(out: str, exchanges: int, events: int, files: int) -> None:
-    """The dataset's mark: what it is, written last (a dataset without one is unfinished);
-    `files`: its files of exchanges."""
+    """Make the dataset's mark, written last: a dataset without one is unfinished.
+
+    `files` are its files of exchanges."""
     doc = {
         "format": DATASET_FORMAT,
         "record_format": FORMAT,

@@ -1,5 +1,6 @@
-"""A progress bar on long analyses — tasks done and exchanges per second — on a terminal
-(stderr), and nothing otherwise."""
+"""Draw a progress bar on long analyses, on a terminal only.
+
+The bar shows tasks done and exchanges per second on stderr; elsewhere nothing is drawn."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ class _Phase:
 
 
 class Progress:
-    """`phase(name, tasks, unit)` bars, drawn only when `shown` (stderr is a terminal)."""
+    """Draw `phase(name, tasks, unit)` bars when `shown`, that is when stderr is a terminal."""
 
     def __init__(self, shown: bool | None = None) -> None:
         self.shown = sys.stderr.isatty() if shown is None else shown
 
     def phase(self, name: str, total: int | None, unit: str, tasks: int) -> _Phase:
-        """A bar of `total` units (None: counted as they come) over `tasks` tasks."""
+        """Start a bar of `total` units over `tasks` tasks; a `total` of None counts as they come."""
         if not self.shown or not tasks:
             return _Phase(None, tasks)
         from tqdm import tqdm  # type: ignore[import-untyped]

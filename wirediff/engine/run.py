@@ -1,7 +1,8 @@
-"""What `report`, `check`, `diagnose` and `export` ask of the engine, for one command's run:
-the captures scanned on the engine's workers into the index (`scan`), held in this process
-as one table, then analysed over it (`wirediff.analysis.index`); a few records read again
-where a report quotes them. `Run` is a context manager: its engine lives as long as it."""
+"""Run what `report`, `check`, `diagnose` and `export` ask of the engine, for one command.
+
+The engine's workers scan the captures into the index (`scan`), which this process holds as
+one table and analyses (`wirediff.analysis.index`); a few records are read again where a
+report quotes them. `Run` is a context manager: its engine lives as long as it."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class CheckResult:
 
 
 class Run:
-    """One command's analysis on an engine (`local`, or `dask` at `scheduler`)."""
+    """Run one command's analysis on an engine: `local`, or `dask` at `scheduler`."""
 
     def __init__(
         self,
@@ -93,16 +94,17 @@ class Run:
         self.close(now=kind is not None)
 
     def close(self, now: bool = False) -> None:
-        """`now`: the run was cut short, its tasks are stopped, not waited for."""
+        """Close the engine; with `now`, the run was cut short and its tasks are not waited for."""
         self.engine.close(now)
 
     def scan(
         self, args: Sequence[str], *, scoped: bool = False, retried: bool = False
     ) -> tuple[Index, np.ndarray]:
-        """The index of every record of the inputs, and the argument each row came from;
-        failed replay attempts tried again left out (over all the inputs, as loading them
-        together does; with `scoped`, within each argument, as `check` loads each capture
-        on its own), unless `retried`."""
+        """Index every record of the inputs, with the argument each row came from.
+
+        Failed replay attempts tried again are left out, unless `retried`: over all the inputs, as
+        loading them together does, or with `scoped` within each argument, as `check` loads each
+        capture on its own."""
         sources: list[Source] = []
         scopes: list[int] = []
         for scope, found in enumerate(resolve(args, scoped=scoped)):
@@ -147,9 +149,10 @@ class Run:
         max_examples: int,
         baseline: str | None = None,
     ) -> ReportModel:
-        """The report's model. `baseline`: the label independent captures are compared
-        with (`--baseline`); when the captures did not imply one and none was asked for,
-        stderr says which it is."""
+        """Build the report's model.
+
+        `baseline` is the label independent captures are compared with, `--baseline`; when the
+        captures imply none and none was asked for, stderr says which it is."""
         index, _ = self.scan(args)
         if not len(index):
             raise UsageError(f"no exchanges in {', '.join(args)}")
@@ -166,10 +169,10 @@ class Run:
     def check(
         self, baseline: str, candidates: Sequence[str], label: str | None = None
     ) -> CheckResult:
-        """The drop-in verdicts of the candidates against the baseline (its `label`: by
-        default that of most of its originals), and what the gate reads; a candidate none
-        of whose exchanges pairs with one of the captures (by replay or by content) is a
-        usage error."""
+        """Judge the candidates against the baseline and give what the gate reads.
+
+        The baseline's `label` is by default that of most of its originals. A candidate none of
+        whose exchanges pairs with one of the captures, by replay or by content, is a usage error."""
         index, scope = self.scan([baseline, *candidates], scoped=True)
         rows = index.rows
         mine = rows[scope == 0]
@@ -209,12 +212,12 @@ class Run:
         )
 
     def diagnose(self, args: Sequence[str]) -> pd.DataFrame:
-        """Every diagnosis, in the order `diagnose` gives them."""
+        """Give every diagnosis, in the order `diagnose` prints them."""
         index, _ = self.scan(args)
         return diagnose_index(index).frame
 
     def export(self, args: Sequence[str], out: str) -> tuple[int, int]:
-        """The captures as a Parquet dataset at `out`; how many exchanges and events."""
+        """Write the captures as a Parquet dataset at `out`; return how many exchanges and events."""
         index, _ = self.scan(args, retried=True)
         rows = index.rows
         if not len(rows):
@@ -254,9 +257,10 @@ def _call(fn: Any, *args: Any) -> Any:
 def _complete(
     scans: list[Scanned], calls: Sequence[Call]
 ) -> tuple[dict[int, Reading], dict[int, Record]]:
-    """The readings and evidence the scans handed back. A worker hands back each once: one
-    lost with its worker after handing it back (a task retried elsewhere) is read again
-    here, by scanning again the chunks that need it."""
+    """Collect the readings and evidence the scans handed back.
+
+    A worker hands back each one once. One lost with its worker after that, when a task is
+    retried elsewhere, is read again here by scanning again the chunks that need it."""
     readings: dict[int, Reading] = {}
     evidence: dict[int, Record] = {}
     for s in scans:
@@ -280,7 +284,7 @@ def _complete(
 
 
 class _Reading:
-    """The records at rows of the index, read again by their locators."""
+    """Read the records at rows of the index again, by their locators."""
 
     def __init__(self, sources: list[Source], frame: pd.DataFrame) -> None:
         self.sources = sources
@@ -298,8 +302,10 @@ class _Reading:
 
 
 def _fits(sources: Sequence[Source]) -> None:
-    """A usage error when the captures (JSON Lines files, by their size, and their records'
-    size at their start) would hold more in memory than this machine has."""
+    """Refuse captures that would hold more in memory than this machine has.
+
+    The estimate counts the JSON Lines files by their size and by their records' size at their
+    start; the refusal is a usage error of one line."""
     size = sum(s.size for s in sources if s.kind != PARQUET)
     if not size:
         return
@@ -320,7 +326,7 @@ def _fits(sources: Sequence[Source]) -> None:
 
 
 def _available() -> int | None:
-    """The memory this process may still take, in bytes (None: not known)."""
+    """Give the memory this process may still take, in bytes, or None when not known."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -335,7 +341,7 @@ def _available() -> int | None:
 
 
 def line_number(url: str, offset: int) -> int:
-    """The line of a file that starts at byte `offset` (counting newlines before it)."""
+    """Count the line of a file that starts at byte `offset`, by the newlines before it."""
     n = 1
     with open_binary(url) as fh:
         left = offset
@@ -349,8 +355,9 @@ def line_number(url: str, offset: int) -> int:
 
 
 def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
-    """Warn about torn lines and raise the first problem, file by file, as loading each
-    file whole would (`wirediff.record.store.iter_records`)."""
+    """Warn about torn lines and raise the first problem, file by file.
+
+    The messages are those of loading each file whole, `wirediff.record.store.iter_records`."""
     by_src: dict[int, list[Scanned]] = {}
     for s in scans:
         by_src.setdefault(s.src, []).append(s)

@@ -1,13 +1,13 @@
-"""The one reading of the captures: every record read once, checked as loading checks it,
-and made its row of the index (`wirediff.analysis.index.row`), in chunks of a file (or a
-dataset's files), side by side on the engine's workers. Each worker hands back its chunk's
-rows with their locators, and the readings and evidence records it had not handed back
-before.
+"""Scan the captures once: each record read, checked as loading checks it, and indexed.
 
-Problems are placed by byte offset; the command turns offsets into line numbers (counting
-newlines only when there is something to say), so the messages are those of loading the
-file whole (`wirediff.record.store.iter_records`).
-"""
+Each record becomes its row of the index (`wirediff.analysis.index.row`), in chunks of a file
+or of a dataset's files, side by side on the engine's workers. Each worker hands back its
+chunk's rows with their locators, and the readings and evidence records it had not handed
+back before.
+
+Problems are placed by byte offset. The command turns offsets into line numbers, counting
+newlines only when there is something to say, so the messages are those of loading the file
+whole (`wirediff.record.store.iter_records`)."""
 
 from __future__ import annotations
 
@@ -57,12 +57,13 @@ def _reader(scan: str) -> Reader:
 
 @dataclass
 class Scanned:
-    """What a chunk of a file held: its index rows with their locators (`src`, `a`, `b`:
-    a file and a byte range, or a dataset's file and row) and `careful` (reading the
-    record again must check it as the scan did: orjson would not read it as `json` does,
-    or a body nested too deeply was kept as text); what loading it would have said (torn
-    lines skipped, or the first line that is no record); the readings and evidence its
-    process read first here."""
+    """Hold what a chunk of a file gave: its index rows, locators and what loading would say.
+
+    The locators `src`, `a`, `b` are a file and a byte range, or a dataset's file and row.
+    `careful` says that reading the record again must check it as the scan did: orjson would not
+    read it as `json` does, or a body nested too deeply was kept as text. Beside them: what
+    loading the chunk would have said, torn lines skipped or the first line that is no record,
+    and the readings and evidence its process read first here."""
 
     src: int
     start: int
@@ -80,7 +81,7 @@ class Scanned:
 def _located(
     scanned: Scanned, rows: list[tuple[Any, ...]], where: list[tuple[int, int]], careful: list[bool]
 ) -> Scanned:
-    """`scanned` with its frame made: rows, locators, `careful`."""
+    """Make `scanned`'s frame of rows, locators and `careful`."""
     frame = index_frame(rows)
     frame["src"] = scanned.src
     frame["a"] = [a for a, _ in where]
@@ -93,8 +94,9 @@ def _located(
 
 
 def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
-    """`parse_batch`, each line read by `parse`, and whether orjson read each; a batch with
-    a line that is no JSON is left to `parse_batch` (which says which, and how)."""
+    """Read a batch as `parse_batch` does, each line by `parse`, noting whether orjson read it.
+
+    A batch with a line that is no JSON is left to `parse_batch`, which says which line and how."""
     batch = readable_lines(batch, torn)
     try:
         read = [parse(line) for _, line in batch]
@@ -108,8 +110,7 @@ def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed,
 
 
 def scan_chunk(scan: str, sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
-    """Index the lines of a JSON Lines file that start in `[start, end)`, for the scan
-    named `scan`."""
+    """Index the lines of a JSON Lines file that start in `[start, end)`, for the scan `scan`."""
     with task_gc():
         return _scan_chunk(_reader(scan), sources[src], src, start, end)
 
@@ -149,8 +150,7 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
 
 
 def scan_file(scan: str, sources: Sequence[Source], src: int, file: int) -> Scanned:
-    """Index the records of one file of a dataset (`wirediff export`), in their order, for
-    the scan named `scan`."""
+    """Index the records of one file of a dataset in their order, for the scan `scan`."""
     import pyarrow.parquet as pq
 
     reader = _reader(scan)
@@ -177,7 +177,7 @@ def scan_file(scan: str, sources: Sequence[Source], src: int, file: int) -> Scan
 
 
 def chunks(sources: Sequence[Source]) -> list[tuple[int, int, int]]:
-    """`(src, start, end)` byte ranges of the JSON Lines sources, `CHUNK_BYTES` each."""
+    """Cut the JSON Lines sources into `(src, start, end)` byte ranges of `CHUNK_BYTES`."""
     out = []
     for src, source in enumerate(sources):
         if source.kind != JSONL:

@@ -1,8 +1,9 @@
-"""Where the records come from: `wirediff/1` JSON Lines files (each session with all its
-parts) and Parquet datasets written by `wirediff export` — on this machine or at any fsspec
-URL (`s3://…`, `file://…`, whatever filesystem is installed) — and how a record is read back
-from its locator (`src`, `a`, `b`): a file and its byte range, or a dataset file and a row.
-"""
+"""Find the records the commands read, and read a record back from its locator.
+
+Records come from `wirediff/1` JSON Lines files, each session with all its parts, and from
+Parquet datasets written by `wirediff export`, on this machine or at any fsspec URL such as
+`s3://…` or `file://…`, whatever filesystem is installed. A locator `src`, `a`, `b` is a
+file and its byte range, or a dataset file and a row."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def is_url(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One input: a JSON Lines file, or a Parquet dataset (its files of exchanges)."""
+    """Describe one input: a JSON Lines file, or a Parquet dataset with its files of exchanges."""
 
     kind: str
     url: str
@@ -70,7 +71,7 @@ class Source:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem of a URL and its path there; one line when there is none."""
+    """Find the fsspec filesystem of a URL and its path there; one line when there is none."""
     import fsspec
 
     try:
@@ -81,7 +82,7 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def open_binary(url: str) -> IO[bytes]:
-    """A file or a URL, opened for reading bytes."""
+    """Open a file or a URL for reading bytes."""
     if not is_url(url):
         return open(url, "rb")
     import fsspec
@@ -96,8 +97,7 @@ def open_binary(url: str) -> IO[bytes]:
 
 
 def _dataset(arg: str) -> Source | None:
-    """The dataset `arg` names, if it is one: its files of exchanges, as many as its mark
-    says."""
+    """Find the dataset `arg` names, if it is one: as many files of exchanges as its mark says."""
     if is_url(arg):
         fs, path = filesystem(arg)
         base = path.rstrip("/")
@@ -125,7 +125,7 @@ def _dataset(arg: str) -> Source | None:
 
 
 def _mark(arg: str, text: bytes) -> dict[str, int]:
-    """The counts a dataset's mark gives (`wirediff.engine.parquet.mark`)."""
+    """Read the counts a dataset's mark gives, `wirediff.engine.parquet.mark`."""
     try:
         doc = json.loads(text)
     except ValueError:
@@ -140,7 +140,7 @@ def _mark(arg: str, text: bytes) -> dict[str, int]:
 
 
 def _named(arg: str) -> str:
-    """The file or dataset an argument names, as its `Source.url` says it."""
+    """Find the file or dataset an argument names, as its `Source.url` says it."""
     if is_url(arg):
         fs, path = filesystem(arg)
         return str(fs.unstrip_protocol(path))
@@ -185,12 +185,13 @@ def _jsonl(url: str) -> list[Source]:
 
 
 def resolve(args: Sequence[str], *, scoped: bool = True) -> list[list[Source]]:
-    """The sources of each argument: a dataset, or a capture file with its parts — each
-    file once, a session's parts in their order. With `scoped` (each argument its own
-    capture, as `check` reads them) a file an argument names is its own, the other parts of
-    its session go to the first argument that reaches them; without, a session goes whole
-    to the first argument that reaches it, as loading them together reads them
-    (`captures/*.jsonl` names `s.1.jsonl` before `s.jsonl`)."""
+    """Find the sources of each argument: a dataset, or a capture file with its parts.
+
+    Each file comes once, a session's parts in their order. With `scoped`, each argument is its
+    own capture, as `check` reads them: a file an argument names is its own, and the other parts
+    of its session go to the first argument that reaches them. Without it, a session goes whole
+    to the first argument that reaches it, as loading them together reads them:
+    `captures/*.jsonl` names `s.1.jsonl` before `s.jsonl`."""
     owns = [_named(str(a)) for a in args]
     named = set(owns) if scoped else set()
     seen: set[str] = set()
@@ -205,7 +206,7 @@ def resolve(args: Sequence[str], *, scoped: bool = True) -> list[list[Source]]:
 
 
 def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-    """The bytes at `(offset, length)` spans of a file, read in offset order."""
+    """Read the bytes at `(offset, length)` spans of a file, in offset order."""
     order = sorted(range(len(spans)), key=lambda i: spans[i][0])
     out: list[bytes] = [b""] * len(spans)
     with open_binary(url) as fh:
@@ -227,7 +228,7 @@ def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
 
 @contextlib.contextmanager
 def reading_parquet(url: str) -> Iterator[None]:
-    """A dataset file that is no Parquet, or is damaged, is one line that names it."""
+    """Turn a dataset file that is no Parquet, or is damaged, into one line that names it."""
     import pyarrow as pa
 
     try:
@@ -238,8 +239,9 @@ def reading_parquet(url: str) -> Iterator[None]:
 
 
 def _read_rows(url: str, rows: Sequence[int]) -> list[tuple[bytes, Record]]:
-    """The `record` text of rows of one dataset file, and the record it was checked as
-    (each row group read once)."""
+    """Read the `record` text of rows of one dataset file, each row group once.
+
+    Each text comes with the record it was checked as."""
     import pyarrow.parquet as pq
 
     with open_binary(url) as fh, reading_parquet(url):
@@ -260,8 +262,9 @@ def _read_rows(url: str, rows: Sequence[int]) -> list[tuple[bytes, Record]]:
 
 
 def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
-    """A dataset row's record, checked as a capture's line is (a dataset is input like
-    any other: another tool may have written it), or one line naming file and row."""
+    """Check a dataset row's record as a capture's line is checked, or name file and row.
+
+    A dataset is input like any other: another tool may have written it."""
     if not isinstance(text, str):
         raise CaptureError(f"{url}: row {row}: no record")
     data = text.encode("utf-8", "surrogatepass")
@@ -286,10 +289,11 @@ def read_records(
     *,
     careful: Sequence[bool] | None = None,
 ) -> list[Record]:
-    """The records at these locators, in their order, as loading them whole would give
-    them (bodies nested too deeply as text, repeated headers shared); `careful`, by
-    record: what the scan found (a record it is false for is read by orjson alone and not
-    looked into for bodies nested too deeply); by default, all are."""
+    """Read the records at these locators in their order, as loading them whole gives them.
+
+    Bodies nested too deeply come as text and repeated headers are shared. `careful`, per
+    record, is what the scan found: a record it is false for is read by orjson alone and not
+    looked into for bodies nested too deeply. By default all are careful."""
     parsed: dict[int, Record] = {}
     texts = read_texts(sources, src, a, b, parsed)
     return parse_texts(texts, careful=careful, parsed=parsed)
@@ -302,9 +306,10 @@ def read_texts(
     b: Iterable[int],
     parsed: dict[int, Record] | None = None,
 ) -> list[bytes]:
-    """The JSON text of the records at these locators, in their order; with `parsed`, a
-    dataset's records (parsed to be checked) go there by position instead of their text,
-    not to be parsed again."""
+    """Read the JSON text of the records at these locators, in their order.
+
+    With `parsed`, a dataset's records, already parsed to be checked, go there by position in
+    place of their text, so they are not parsed again."""
     wanted = list(zip(src, a, b, strict=True))
     texts: list[bytes] = [b""] * len(wanted)
     by_file: dict[tuple[int, int], list[int]] = {}
@@ -333,9 +338,10 @@ def parse_texts(
     careful: Sequence[bool] | None = None,
     parsed: dict[int, Record] | None = None,
 ) -> list[Record]:
-    """Records from their JSON text (already read once and found readable; `careful`: as
-    `read_records`), each text let go once read: a partition's records are held, not
-    their text beside them."""
+    """Parse records from JSON text already read once and found readable.
+
+    `careful` is as for `read_records`. Each text is let go once read, so a partition's records
+    are held without their text beside them."""
     shared: Shared = {}
     out: list[Record] = []
     for i, text in enumerate(texts):

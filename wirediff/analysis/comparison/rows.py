@@ -1,5 +1,6 @@
-"""An exchange's row of plain values (`EXCHANGE_COLUMNS`): what a dataset stores beside
-each record, and the fields of the index's row."""
+"""Make an exchange's row of plain values, `EXCHANGE_COLUMNS`.
+
+A dataset stores this row beside each record, and the index's row holds its fields."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ HTTP, WEBSOCKET = "http", "websocket"
 
 
 def transport_of(record: Record) -> str:
-    """`websocket` for a WebSocket exchange (tagged so, or an upgrade was asked: a refused
-    one too), else `http`."""
+    """Tell an exchange's transport: `websocket`, else `http`.
+
+    An exchange is a WebSocket one when tagged so, or when an upgrade was asked, a refused one
+    too."""
     tags = record.get("tags")
     tagged = tags.get("transport") if isinstance(tags, dict) else None
     if isinstance(tagged, str) and tagged:
@@ -82,7 +85,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def exchange_row(r: Record) -> tuple[Any, ...]:
-    """One record's row, in `EXCHANGE_COLUMNS` order."""
+    """Make one record's row, in `EXCHANGE_COLUMNS` order."""
     req, resp, tags = r["request"], r.get("response") or _EMPTY, r.get("tags") or _EMPTY
     sdk, auth = _dict(tags.get("sdk")), _dict(tags.get("auth"))
     events = resp.get("events")

@@ -1,13 +1,11 @@
-"""The analysis of the index: pairs, noise, divergences and conformance rows, and the
-diagnoses of failing chains.
+"""Analyse the index: pairs, noise, divergences, conformance and diagnoses.
 
-Every check runs once per distinct reading of an answer (conformance) or per distinct
-pair of readings and noise (divergences, their severities, the pair's client rows), and
-per distinct failing chain (diagnoses); the rows are fanned back to the exchanges and
-pairs that share them. A finding is a row of `Analysis.findings` (its exchange, its pair,
-its template), in the order a report lists them; `Analysis.divergences` and
-`Analysis.conformance` write them out in full (`DIVERGENCE_COLUMNS`).
-"""
+Every check runs once per distinct reading of an answer for conformance, once per distinct
+pair of readings and noise for divergences, their severities and the pair's client rows, and
+once per distinct failing chain for diagnoses; the rows are fanned back to the exchanges and
+pairs that share them. A finding is a row of `Analysis.findings`, with its exchange, its pair
+and its template, in the order a report lists them; `Analysis.divergences` and
+`Analysis.conformance` write them out in full as `DIVERGENCE_COLUMNS`."""
 
 from __future__ import annotations
 
@@ -67,9 +65,11 @@ DIVERGENCE, CLIENT, CONFORMANCE = 0, 1, 2
 
 @dataclass
 class Index:
-    """The captures' exchanges, one row each (`INDEX_COLUMNS`, rows numbered from 0 in
-    load order), what the checks made of their answers by reading, the evidence of the
-    failing ones, and how to read a few records again (`read`: the records at rows)."""
+    """Hold the captures' exchanges, one row each, and what the checks made of their answers.
+
+    Rows follow `INDEX_COLUMNS`, numbered from 0 in load order. Beside them: the readings of the
+    answers, the evidence of the failing exchanges, and `read`, which reads the records at given
+    rows again."""
 
     rows: pd.DataFrame
     readings: dict[int, Reading]
@@ -78,7 +78,7 @@ class Index:
 
     @classmethod
     def of(cls, records: Sequence[Record]) -> Index:
-        """The index of records held in memory."""
+        """Build the index of records held in memory."""
         reader = Reader()
         rows: list[tuple[Any, ...]] = []
         with paused_gc():
@@ -100,10 +100,11 @@ class Index:
 
 @dataclass
 class Analysis:
-    """The analysed captures: their pairs, and every finding, one row each in order
-    (`row`: the exchange it is about; `pair`: its pair, -1 for an exchange's own;
-    `template`: its values, a row of `templates`; `group`: `DIVERGENCE`, `CLIENT` or
-    `CONFORMANCE`)."""
+    """Hold the analysed captures: their pairs, and every finding as one row, in order.
+
+    A finding's `row` is the exchange it is about, `pair` its pair or -1 for an exchange's own,
+    `template` a row of `templates` with its values, and `group` one of `DIVERGENCE`, `CLIENT`
+    or `CONFORMANCE`."""
 
     index: Index
     baseline: Baseline
@@ -120,16 +121,16 @@ class Analysis:
 
     @functools.cached_property
     def divergences(self) -> pd.DataFrame:
-        """The pairs' findings (`DIVERGENCE_COLUMNS`): divergences, then `client` rows."""
+        """Write out the pairs' findings, divergences then `client` rows, as `DIVERGENCE_COLUMNS`."""
         return self.frame(self.findings["group"].to_numpy() != CONFORMANCE)
 
     @functools.cached_property
     def conformance(self) -> pd.DataFrame:
-        """The exchanges' own findings (`DIVERGENCE_COLUMNS`)."""
+        """Write out the exchanges' own findings as `DIVERGENCE_COLUMNS`."""
         return self.frame(self.findings["group"].to_numpy() == CONFORMANCE)
 
     def frame(self, which: np.ndarray | None = None) -> pd.DataFrame:
-        """These findings written out in full (`DIVERGENCE_COLUMNS`; all by default)."""
+        """Write these findings out in full as `DIVERGENCE_COLUMNS`; all of them by default."""
         found = self.findings if which is None else self.findings[which]
         rows = self.index.rows
         pair = found["pair"].to_numpy()
@@ -157,7 +158,7 @@ class Analysis:
 
     @functools.cached_property
     def worst(self) -> np.ndarray:
-        """Per exchange, the least severity rank of its findings (-1: none)."""
+        """Give per exchange the least severity rank of its findings, or -1 for none."""
         out = np.full(len(self.index), len(SEVERITIES), dtype=np.int64)
         ranks = self.templates["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int)
         np.minimum.at(
@@ -168,7 +169,7 @@ class Analysis:
         return np.where(out < len(SEVERITIES), out, -1)
 
     def answers(self, name: str) -> np.ndarray:
-        """Per exchange, a field of its answer's reading."""
+        """Give per exchange one field of its answer's reading."""
         readings = self.index.readings
         keys = self.index.rows["reading"]
         codes, uniques = pd.factorize(keys)
@@ -178,7 +179,7 @@ class Analysis:
 
     @functools.cached_property
     def outcomes(self) -> np.ndarray:
-        """Per exchange: `exchange_outcomes`."""
+        """Give per exchange its outcome, as `exchange_outcomes` says."""
         rows = self.index.rows
         frame = rows[["error_kind", "status", "soft_error"]].assign(
             route_failure=self.answers("route_failure").astype(bool)
@@ -186,13 +187,13 @@ class Analysis:
         return exchange_outcomes(frame, self.worst)
 
     def roles(self) -> dict[str, str]:
-        """Each label's role (`roles_of`)."""
+        """Give each label's role, as `roles_of` says."""
         rows = self.index.rows
         labels = set(text(rows["label"]).unique().tolist())
         return roles_of(labels, *self.pair_labels())
 
     def pair_labels(self) -> tuple[set[str], set[str]]:
-        """The labels of the pairs' baselines, and of their candidates."""
+        """Give the labels of the pairs' baselines and of their candidates."""
         labels = self.index.rows["label"]
         base = labels.iloc[self.pairs["b"].to_numpy()].dropna().astype(str)
         cand = labels.iloc[self.pairs["c"].to_numpy()].dropna().astype(str)
@@ -205,9 +206,10 @@ class Analysis:
         endpoint: str = "(none)",
         said: Callable[[str], str] | None = None,
     ) -> VerdictCells:
-        """The verdict cells (`verdict_cells`) per label and `by`; `endpoint`: a missing
-        endpoint's name; `said`: how a finding's message and path read (as they are, by
-        default)."""
+        """Count the verdict cells per label and `by`, with `verdict_cells`.
+
+        `endpoint` names a missing endpoint; `said` says how a finding's message and path read, as
+        they are by default."""
         rows = self.index.rows
         ok = self.outcomes != "unsupported"
         ok &= self.outcomes != "skipped"
@@ -233,9 +235,10 @@ class Analysis:
         return verdict_cells(exchanges, self.cell_findings(said), by)
 
     def cell_findings(self, said: Callable[[str], str] | None = None) -> pd.DataFrame:
-        """The findings as verdict cells read them: `row`, `severity`, `kind`, `path`,
-        `evidence`, `text` (the evidence, else the message, ids left out, with its
-        `assumed_note`)."""
+        """Give the findings as verdict cells read them.
+
+        The columns are `row`, `severity`, `kind`, `path`, `evidence` and `text`: the evidence, else
+        the message, with ids left out and its `assumed_note`."""
         t = self.templates
         path = t["path"] if said is None else t["path"].map(said)
         message = t["message"] if said is None else t["message"].map(said)
@@ -267,9 +270,10 @@ class Analysis:
         )
 
     def gate(self) -> GateCounts:
-        """What `wirediff check` gates on: per label, family and transport of the exchange
-        a finding is about, its worst severity rank and the kinds found; none about an
-        exchange the capture's stop cut."""
+        """Give what `wirediff check` gates on.
+
+        Per label, family and transport of the exchange a finding is about: its worst severity rank
+        and the kinds found. Exchanges the capture's stop cut count for none."""
         rows, t = self.index.rows, self.templates
         at, template = self.findings["row"].to_numpy(), self.findings["template"].to_numpy()
         judged = rows["error_kind"].to_numpy(dtype=object)[at] != STOPPED_IN_FLIGHT
@@ -292,14 +296,15 @@ class Analysis:
 
     @functools.cached_property
     def verdicts(self) -> pd.DataFrame:
-        """One drop-in verdict per label, family and transport, baseline first."""
+        """Give one drop-in verdict per label, family and transport, baseline first."""
         return verdict_frame(self.cells(), self.roles())
 
 
 def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = None) -> Analysis:
-    """Pair, diff, validate and judge the exchanges of an index. `ignore`: path patterns
-    left out of the divergences and the conformance rows alike; `baseline`: the label
-    independent captures are compared with (`pair_exchanges`)."""
+    """Pair, diff, validate and judge the exchanges of an index.
+
+    `ignore` holds path patterns left out of the divergences and the conformance rows alike;
+    `baseline` is the label independent captures are compared with (`pair_exchanges`)."""
     rows = index.rows
     pairing = pair_exchanges(rows, baseline=baseline)
     pairs = pairing.pairs
@@ -320,7 +325,7 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
 
 
 class _Templates:
-    """Distinct finding rows, numbered; those at an ignored path left out (None)."""
+    """Number distinct finding rows, giving None to those at an ignored path."""
 
     def __init__(self, ignore: Any) -> None:
         self.ignore = ignore
@@ -348,8 +353,9 @@ _FOUND = ["row", "pair", "template", "group", "first", "second", "ordinal"]
 
 
 def _fanned(codes: np.ndarray, lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, ...]:
-    """For items with these key codes, one entry per template of their key's list: the
-    item, the template and its place in the list."""
+    """Expand items with these key codes to one entry per template of their key's list.
+
+    Each entry holds the item, the template and its place in the list."""
     lengths = np.array([len(x) for x in lists], dtype=np.int64)
     flat = np.array([t for x in lists for t in x], dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
@@ -360,9 +366,10 @@ def _fanned(codes: np.ndarray, lists: Sequence[Sequence[int]]) -> tuple[np.ndarr
 
 
 def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> pd.DataFrame:
-    """The findings of the pairs whose candidate was sent, by distinct pair of readings
-    and noise: divergences in the order of each original's first pair, then `client`
-    rows in the pairs' order."""
+    """Find what the pairs whose candidate was sent say, once per distinct pair and noise.
+
+    Divergences come in the order of each original's first pair, then `client` rows in the
+    pairs' order."""
     sent = np.flatnonzero(pairs["sent"].to_numpy())
     if not len(sent):
         return pd.DataFrame(columns=_FOUND, dtype=np.int64)
@@ -410,7 +417,7 @@ def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> 
 
 
 def _own_findings(index: Index, templates: _Templates) -> pd.DataFrame:
-    """Each exchange's conformance and `client` rows, by distinct reading."""
+    """Give each exchange's conformance and `client` rows, once per distinct reading."""
     codes, uniques = pd.factorize(index.rows["reading"])
     lists = [templates.numbered(index.readings[k].rows) for k in uniques.tolist()]
     item, template, ordinal = _fanned(codes, lists)
@@ -430,23 +437,27 @@ def _own_findings(index: Index, templates: _Templates) -> pd.DataFrame:
 def analyze(
     records: Sequence[Record], *, ignore: Sequence[str] = (), baseline: str | None = None
 ) -> Analysis:
-    """`analyse` the records held in memory (the first record of each id; replay attempts
-    tried again left out)."""
+    """Analyse records held in memory with `analyse`.
+
+    The first record of each id is kept, and replay attempts tried again are left out."""
     return analyse(Index.of(records), ignore=ignore, baseline=baseline)
 
 
 @dataclass
 class Diagnosed:
-    """The diagnoses of the failing chains (`DIAGNOSIS_COLUMNS`) and the evidence records
-    of their exchanges by id (what the report draws a chain from)."""
+    """Hold the diagnoses of the failing chains and the evidence records of their exchanges.
+
+    The diagnoses follow `DIAGNOSIS_COLUMNS`; the evidence records, by id, are what the report
+    draws a chain from."""
 
     frame: pd.DataFrame
     evidence: dict[str, Record]
 
 
 def diagnose_index(index: Index) -> Diagnosed:
-    """One row per (failing chain, diagnosis code), chains diagnosed once per distinct
-    sequence of evidence (`diagnose_chains`)."""
+    """Diagnose the failing chains: one row per chain and diagnosis code.
+
+    Chains are diagnosed once per distinct sequence of evidence (`diagnose_chains`)."""
     rows = index.rows
     chains = chain_rows(rows, failing_only=True)
     if not chains:
@@ -468,5 +479,5 @@ def diagnose_index(index: Index) -> Diagnosed:
 
 
 def diagnose(records: Sequence[Record]) -> pd.DataFrame:
-    """The diagnoses of the records held in memory (`DIAGNOSIS_COLUMNS`)."""
+    """Diagnose the records held in memory, as `DIAGNOSIS_COLUMNS` rows."""
     return diagnose_index(Index.of(records)).frame

@@ -1,12 +1,11 @@
-"""Which rows of the index an analysis keeps, and where each goes back to.
+"""Decide which rows of the index an analysis keeps, and where each goes back to.
 
-An id is one exchange: a row whose id an earlier row has (the same capture given twice, a
-capture with its export) is left out, with a warning. A replay attempt that got no answer
-(`RETRIED_KINDS`) and was tried again later for the same original and label is left out: a
-resumed `wirediff replay` appends the new attempt, and only the newest says how the target
-answers (answered replays all stay: two answers to one original tell noise from a
-divergence).
-"""
+An id is one exchange: a row whose id an earlier row has, such as the same capture given
+twice or a capture with its export, is left out with a warning. A replay attempt that got no
+answer (`RETRIED_KINDS`) and was tried again later for the same original and label is left
+out: a resumed `wirediff replay` appends the new attempt, and only the newest says how the
+target answers. Answered replays all stay, since two answers to one original tell noise from
+a divergence."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def first_of_each_id(index: pd.DataFrame) -> np.ndarray:
-    """Whether each row is the first of its id (the others said in one warning)."""
+    """Tell whether each row is the first of its id; the others are named in one warning."""
     first = ~index["id"].duplicated().to_numpy()
     if not first.all():
         n = int((~first).sum())
@@ -36,9 +35,11 @@ def first_of_each_id(index: pd.DataFrame) -> np.ndarray:
 
 
 def not_retried(index: pd.DataFrame, scope: np.ndarray | None = None) -> np.ndarray:
-    """Whether each row is no replay attempt superseded by a later one (the greatest
-    `started`, a missing one 0; on a tie the later row) at the same original and label,
-    within each `scope` (`check`'s arguments; by default all rows are one)."""
+    """Tell whether each row is no replay attempt superseded by a later one.
+
+    A later attempt is one at the same original and label with a greater `started`, a missing one
+    counting as 0, or the later row on a tie, within each `scope`: `check`'s arguments, or by
+    default all rows as one."""
     of = index["replay_of"]
     replay = (of.notna() & (of != "")).to_numpy()
     retried = replay & index["error_kind"].isin(RETRIED_KINDS).to_numpy(dtype=bool)
@@ -67,8 +68,10 @@ def not_retried(index: pd.DataFrame, scope: np.ndarray | None = None) -> np.ndar
 def kept_rows(
     index: pd.DataFrame, scope: np.ndarray | None = None, *, retried: bool = False
 ) -> np.ndarray:
-    """The rows an analysis keeps, in order: the first of each id, less superseded replay
-    attempts (`not_retried`, within each `scope`) unless `retried`."""
+    """Give the rows an analysis keeps, in order.
+
+    The first of each id, less superseded replay attempts within each `scope` (`not_retried`),
+    unless `retried`."""
     at = np.flatnonzero(first_of_each_id(index))
     if not retried:
         at = at[not_retried(index.iloc[at], None if scope is None else scope[at])]
@@ -76,9 +79,11 @@ def kept_rows(
 
 
 def replay_roots(index: pd.DataFrame) -> np.ndarray:
-    """The digest of the original each row goes back to through `replay_of` (its own for
-    an original; through replays of replays, however deep; a missing original's id). A
-    cycle of replays has no original: its rows go back to the least digest in it."""
+    """Find the digest of the original each row goes back to through `replay_of`.
+
+    An original goes back to itself; a replay through replays of replays, however deep; a replay
+    of a missing original to that original's id. A cycle of replays has no original: its rows go
+    back to the least digest in it."""
     ids = index["id"].to_numpy()
     parent = pd.Index(ids).get_indexer(index["replay_of"].to_numpy())
     own = np.fromiter((digest(str(i)) for i in ids), dtype=np.uint64, count=len(ids))

@@ -1,12 +1,12 @@
-"""One record read into the index: its row (`INDEX_COLUMNS`: what pairing, the rules, the
-chains, the verdicts and the report count on) and, once per distinct value, what the checks
-made of its answer (`Reading`) and what the diagnosis reads of a failing exchange (its
-evidence record).
+"""Read one record into the index: its row, and what the checks made of its answer.
 
-`Reader` reads records one batch at a time, wherever they are (the command's process, a
-pool's worker, a Dask worker), and hands out the readings and evidence it has not handed
-out before, keyed by numbers every process computes alike.
-"""
+The row follows `INDEX_COLUMNS`: what pairing, the rules, the chains, the verdicts and the
+report count on. Once per distinct value, a record also gives what the checks made of its
+answer (`Reading`) and what the diagnosis reads of a failing exchange, its evidence record.
+
+`Reader` reads records one batch at a time, wherever they are: the command's process, a
+pool's worker or a Dask worker. It hands out the readings and evidence it has not handed out
+before, keyed by numbers every process computes alike."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ _EMPTY: dict[str, Any] = {}
 
 
 def _first_event_ms(events: Any) -> float | None:
-    """The earliest time among the events that have one."""
+    """Find the earliest time among the events that have one."""
     times = [
         t for ev in events or () if type(t := ev.get("t_ms")) in (int, float) and not math.isnan(t)
     ]
@@ -117,8 +117,9 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 class Reader:
-    """Records into index rows, remembering which readings and evidence records it read
-    (`take` hands out those not handed out before)."""
+    """Read records into index rows, remembering which readings and evidence it read.
+
+    `take` hands out those not handed out before."""
 
     def __init__(self) -> None:
         self._keys: dict[tuple[Any, ...], int] = {}
@@ -127,7 +128,7 @@ class Reader:
         self.evidence: dict[int, Record] = {}
 
     def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
-        """The rows of a batch of records (the clients measure its answers together)."""
+        """Read the rows of a batch of records; the clients measure its answers together."""
         with known_structures():
             impact.prepare(records)
             return [self.row(rec) for rec in records]
@@ -182,14 +183,14 @@ class Reader:
         return key
 
     def take(self) -> tuple[dict[int, Reading], dict[int, Record]]:
-        """The readings and evidence records read since the last `take`."""
+        """Hand out the readings and evidence records read since the last `take`."""
         out = (self.readings, self.evidence)
         self.readings, self.evidence = {}, {}
         return out
 
 
 def _client(sdk: Any) -> str:
-    """The client a record's `tags.sdk` describes, as the JSON of its `SDK_FIELDS`."""
+    """Describe the client of a record's `tags.sdk` as the JSON of its `SDK_FIELDS`."""
     said = sdk if isinstance(sdk, dict) else _EMPTY
     values = [said.get(k) for k in SDK_FIELDS]
     try:
@@ -199,7 +200,7 @@ def _client(sdk: Any) -> str:
 
 
 def index_frame(rows: Sequence[tuple[Any, ...]]) -> pd.DataFrame:
-    """The index of these rows (`INDEX_COLUMNS`), typed."""
+    """Make the typed index frame of these rows, as `INDEX_COLUMNS`."""
     frame = pd.DataFrame.from_records(list(rows), columns=INDEX_COLUMNS)
     for name in CATEGORIES:
         codes = frame[name].astype("category")
@@ -222,7 +223,7 @@ def index_frame(rows: Sequence[tuple[Any, ...]]) -> pd.DataFrame:
 
 
 def _integers(column: pd.Series) -> pd.Series:
-    """Whole numbers as nullable integers; past 64 bits, as floats."""
+    """Make whole numbers nullable integers, or floats past 64 bits."""
     try:
         return column.astype("Int64")
     except (OverflowError, TypeError, ValueError):
@@ -230,7 +231,7 @@ def _integers(column: pd.Series) -> pd.Series:
 
 
 def concat_index(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """Index frames one after another, categories united (a code a row still)."""
+    """Put index frames one after another, uniting their categories."""
     given = list(frames)
     parts = [f for f in given if len(f)]
     if not parts:
