@@ -23,6 +23,7 @@ from junitparser import Failure, JUnitXml
 from tests.conftest import NOT_PROXIED
 from tests.probe_premises import answering, disagreement, sdk_outcomes
 from wirediff.backends.standin import standin
+from wirediff.cli.netutil import free_port
 from wirediff.cli.probe import main_probe
 from wirediff.cli.replay import main_replay
 from wirediff.cli.report import main_report
@@ -325,12 +326,6 @@ def test_websocket_mode_over_wss(
 # --- a server that is not there: one line, exit 2 ---------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def not_http() -> Iterator[str]:
     """A TCP server that answers anything with bytes that are not HTTP."""
@@ -374,7 +369,7 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main_probe([f"http://127.0.0.1:{_free_port()}/v1"]) == 2
+    assert main_probe([f"http://127.0.0.1:{free_port()}/v1"]) == 2
     assert "is unreachable" in _one_line(capsys)
 
 

@@ -29,7 +29,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -45,6 +44,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from tests.conftest import CAPTURE_ADDON, MITMDUMP, Mitmdump, missing, wait_port
 from wirediff._types import Record
 from wirediff.backends.standin import standin
+from wirediff.cli.netutil import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -83,15 +83,13 @@ def peer_command(name: str, command: str | None = None) -> Path:
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports that were free a moment ago."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """Pick `n` distinct loopback ports, each free when picked (`free_port`)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def loopback_env(**extra: str) -> dict[str, str]:
