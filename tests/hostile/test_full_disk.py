@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import marshal
 import os
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.hostile.conftest import ProxyFactory
 from tests.unit.test_capture_addon import chat_flow
+from wirediff._types import Record
 from wirediff.record.flow import snapshot
 from wirediff.record.recorder import FRAME, serve
 from wirediff.record.store import load_records
@@ -98,6 +100,17 @@ def test_a_full_tmpfs(proxy: ProxyFactory, tmp_path: Path) -> None:
         assert "Traceback" not in out
 
 
+def between_writes(path: Path) -> list[Record]:
+    """Read the records of `path` under its lock, so never while the writer is between a
+    half-written batch and cutting it back (it retries every `RETRY_SECONDS`)."""
+    with path.open("rb") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        try:
+            return load_records([path])
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class FullDisk:
     """`os.write` that writes half a line and then fails with ENOSPC while `full`."""
 
@@ -130,12 +143,12 @@ def test_a_fault_injecting_disk(
         disk.real(write, FRAME.pack(len(frame)) + frame)
 
     send(0)
-    wait_for(lambda: path.exists() and len(load_records([path])) == 1, 10, "a first record")
+    wait_for(lambda: path.exists() and len(between_writes(path)) == 1, 10, "a first record")
     disk.full = True
     for i in range(1, BEFORE):
         send(i)
     wait_for(lambda: "cannot write" in capsys.readouterr().err, 10, "the report")
-    assert len(load_records([path])) == 1 and path.read_bytes().endswith(b"\n")
+    assert len(between_writes(path)) == 1 and path.read_bytes().endswith(b"\n")
     disk.full = False
     for i in range(BEFORE, BEFORE + AFTER):
         send(i)
