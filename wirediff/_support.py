@@ -136,15 +136,26 @@ def task_gc() -> Iterator[None]:
     What it made is frozen at its end, so the collector's count of new objects starts again from
     nothing — else the first allocation after it walks every object the task made and still
     holds (its records, its frames), a few percent of the task. They are freed by reference
-    counting all the same; what earlier tasks left frozen goes back to the collector first."""
-    left = gc.get_freeze_count()
+    counting all the same; what earlier tasks left frozen goes back to the collector first.
+    The objects tasks leave are counted from the collector's own allocation count, because
+    `gc.get_freeze_count` walks every frozen object."""
+    global _left_by_tasks
     gc.unfreeze()
-    if left > LEFT_BY_TASKS:  # reference cycles the tasks made, now garbage: collected
+    if _left_by_tasks > LEFT_BY_TASKS:  # reference cycles the tasks made, now garbage: collected
         gc.collect()
-    with paused_gc(freeze=True):
+        _left_by_tasks = 0
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         yield
+        _left_by_tasks += gc.get_count()[0]
+        gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
 
 
+_left_by_tasks = 0
 LEFT_BY_TASKS = 1_000_000
 """Objects earlier tasks left frozen past which a task starts with a full collection: what
 reference counting cannot free (cycles) would otherwise stay for good."""

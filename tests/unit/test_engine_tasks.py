@@ -41,7 +41,7 @@ def test_cycles_tasks_leave_are_collected_once_there_are_many(
             node = _Node()
             gone = weakref.ref(node)
             del node
-            held = [{"n": n} for n in range(20_000)]
+            held = [[n] for n in range(20_000)]  # lists: objects the collector tracks
         del held
         assert gone() is not None  # a cycle: reference counting does not free it
         with task_gc():
