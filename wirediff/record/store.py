@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "iter_records",
     "latest_replays",
     "load_records",
+    "newest_attempts",
     "record_problem",
 ]
 
@@ -458,26 +459,32 @@ def _started(rec: Record) -> float:
     return float(t) if ok else 0.0
 
 
+def newest_attempts(keys: Sequence[Hashable], started: Sequence[float]) -> list[bool]:
+    """Tell which attempts are the newest of their key: the greatest `started`, the later on a tie.
+
+    The replayer resumes from the newest attempt at each original and label; the analysis
+    drops the attempts a newer one superseded. Both ask this."""
+    newest: dict[Hashable, tuple[float, int]] = {}
+    for i, (key, t) in enumerate(zip(keys, started, strict=True)):
+        newest[key] = max(newest.get(key, (-math.inf, -1)), (t, i))
+    is_newest = [False] * len(keys)
+    for _, i in newest.values():
+        is_newest[i] = True
+    return is_newest
+
+
 def latest_replays(records: Iterable[Record]) -> list[Record]:
     """Drop from `records` the replays a newer attempt at the same original superseded, in order.
 
-    The newer attempt is for the same label, with the greatest `started`; on a tie, the later
-    record.
-
     A resumed run appends a new attempt where the earlier one got no answer or was
-    skipped; only the newest says how the target answers.
+    skipped; only the newest says how the target answers (`newest_attempts`).
     """
     recs = list(records)
-    newest: dict[tuple[str, Any], tuple[float, int]] = {}
-    for i, rec in enumerate(recs):
-        if rec.get("replay_of"):
-            key = (str(rec["replay_of"]), rec.get("label"))
-            newest[key] = max(newest.get(key, (-math.inf, -1)), (_started(rec), i))
-    return [
-        rec
-        for i, rec in enumerate(recs)
-        if not rec.get("replay_of") or newest[(str(rec["replay_of"]), rec.get("label"))][1] == i
-    ]
+    replays = [rec for rec in recs if rec.get("replay_of")]
+    keys = [(str(rec["replay_of"]), rec.get("label")) for rec in replays]
+    newest = newest_attempts(keys, [_started(rec) for rec in replays])
+    superseded = {id(rec) for rec, keep in zip(replays, newest, strict=True) if not keep}
+    return [rec for rec in recs if id(rec) not in superseded]
 
 
 RETRIED_KINDS = frozenset(

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff.record.keys import digest
-from wirediff.record.store import RETRIED_KINDS
+from wirediff.record.store import RETRIED_KINDS, newest_attempts
 
 __all__ = ["first_of_each_id", "kept_rows", "not_retried", "replay_roots"]
 
@@ -47,20 +47,13 @@ def not_retried(index: pd.DataFrame, scope: np.ndarray | None = None) -> np.ndar
     if not retried.any():
         return keep
     rows = np.flatnonzero(replay)
-    group = pd.DataFrame(
-        {
-            "scope": 0 if scope is None else scope[rows],
-            "of": of.to_numpy()[rows],
-            "label": index["label"].to_numpy()[rows],
-            "started": index["started"].to_numpy()[rows],
-            "row": rows,
-        }
-    )
-    group["started"] = group["started"].fillna(0.0)
-    group = group.sort_values(["started", "row"], kind="stable")
-    latest = ~group.duplicated(["scope", "of", "label"], keep="last").to_numpy()
+    scopes = np.zeros(len(rows), dtype=np.int64) if scope is None else scope[rows]
+    labels = index["label"].to_numpy(dtype=object)[rows]
+    labels[pd.isna(labels)] = None
+    keys = list(zip(scopes.tolist(), of.to_numpy()[rows].tolist(), labels.tolist(), strict=True))
+    started = index["started"].to_numpy()[rows]
     newest = np.zeros(len(index), dtype=bool)
-    newest[group["row"].to_numpy()[latest]] = True
+    newest[rows] = newest_attempts(keys, np.where(np.isnan(started), 0.0, started).tolist())
     keep[retried & ~newest] = False
     return keep
 
