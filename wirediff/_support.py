@@ -90,8 +90,10 @@ def statuses_2xx(status: Any) -> Any:
 
 
 STOPPED_IN_FLIGHT = "proxy_shutdown"
-"""The `error.kind` of an exchange the capture recorded as it stood when mitmdump stopped:
-what came of it says nothing about the server, so no verdict counts it."""
+"""The `error.kind` of an exchange in flight when mitmdump stopped.
+
+The capture records it as it stood: what came of it says nothing about the server, so no
+verdict counts it."""
 
 
 def error_kind(record: Record) -> str | None:
@@ -157,5 +159,7 @@ def task_gc() -> Iterator[None]:
 
 _left_by_tasks = 0
 LEFT_BY_TASKS = 1_000_000
-"""Objects earlier tasks left frozen past which a task starts with a full collection: what
-reference counting cannot free (cycles) would otherwise stay for good."""
+"""Frozen objects past which a task starts with a full collection.
+
+Tasks leave objects frozen; cycles, which reference counting cannot free, would otherwise
+stay for good."""

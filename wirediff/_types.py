@@ -38,8 +38,9 @@ class Event(TypedDict):
     """Type one event of `response.events`: an SSE event, or a WebSocket message."""
 
     t_ms: NotRequired[float | None]
-    """Milliseconds from the request start to the chunk it was decoded from (in every
-    record; an event just split from a stream is not timed yet)."""
+    """Milliseconds from the request start to the chunk it was decoded from.
+
+    Every record has it; an event just split from a stream is not timed yet."""
     event: str | None
     """The SSE `event:` field; for a WebSocket message, the payload's `type`."""
     data: JSON
@@ -67,7 +68,7 @@ class WebSocketSummary(TypedDict):
     """Type `response.websocket`: how a WebSocket session closed, and its messages each way."""
 
     close_code: int | None
-    """None: it had not closed when it was recorded."""
+    """The close code; None: the session had not closed when recorded."""
     close_reason: str
     closed_by: str | None
     """`client`, `server`, or None when nobody said."""
@@ -90,7 +91,7 @@ class RecordRequest(TypedDict):
     size: int
     """Bytes on the wire (content-encoded)."""
     forwarded_headers: NotRequired[HeaderList | None]
-    """What went upstream, when an addon changed the client's headers."""
+    """The headers sent upstream, when an addon altered the client's."""
     b64: NotRequired[str | None]
     truncated: NotRequired[bool | None]
     depth_limited: NotRequired[bool | None]
@@ -143,9 +144,10 @@ Sdk = TypedDict(
         "client_version": NotRequired[str | None],
     },
 )
-"""`tags.sdk`: the client, from `User-Agent` and the `X-Stainless-*` headers; `client` names
-an application that says who it is in its user agent (`codex_exec`). (`async` is a keyword:
-hence the functional form.)"""
+"""`tags.sdk`: the client, from `User-Agent` and the `X-Stainless-*` headers.
+
+`client` names an application that says who it is in its user agent, such as `codex_exec`.
+The functional form is needed because `async` is a keyword."""
 
 
 class Auth(TypedDict):

@@ -3,6 +3,7 @@
 __all__ = ["READY_ENV"]
 
 READY_ENV = "WIREDIFF_CAPTURE_READY"
-"""A file the capture addon creates once it records: how a program that starts mitmdump
-knows the capture started (a listening port alone does not say so: mitmdump loads scripts
-after it listens, and stops if one fails)."""
+"""The environment variable naming a file the capture addon creates once it records.
+
+The file tells a program that starts mitmdump that the capture started. A listening port
+alone does not: mitmdump loads scripts after it listens, and stops if one fails."""

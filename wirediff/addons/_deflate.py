@@ -22,8 +22,10 @@ from wsproto.frame_protocol import CloseReason, Opcode, RsvBits
 __all__ = ["MAX_INFLATED", "BoundedDeflate", "install_bounded_deflate"]
 
 MAX_INFLATED = 64 << 20
-"""Bytes one WebSocket message may inflate to (far past any API's events: a Responses
-session's largest, an image inlined as base64, is a few megabytes)."""
+"""Bytes one WebSocket message may inflate to.
+
+Far past any API's events: a Responses session's largest, an image inlined as base64, is a
+few megabytes."""
 
 
 class BoundedDeflate(wsproto.extensions.PerMessageDeflate):

@@ -140,13 +140,16 @@ class Capture:
         self.rotation: Rotation | None = None
         self.pending: dict[str, http.HTTPFlow] = {}
         self.in_flight: dict[str, http.HTTPFlow] = {}
-        """Exchanges not yet recorded (an open WebSocket session until it closes): at
-        shutdown, recorded as they stand."""
+        """Exchanges not recorded yet, an open WebSocket session until it closes.
+
+        At shutdown they are recorded as they stand."""
         self.problems: list[str] = []
         self.is_running = False
         self.log_secrets = _LogSecrets()
         self.log_flows = False
-        """mitmdump prints flows (its dumper, `flow_detail` above 0): learn their secrets."""
+        """Whether mitmdump prints flows, whose secrets must then be learnt.
+
+        Its dumper prints them when `flow_detail` is above 0."""
 
     def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option("capture_dir", str, "captures", "Directory for <session>.jsonl captures.")
@@ -235,8 +238,9 @@ class Capture:
                 self._start_recorder()
 
     def _fail_startup(self) -> None:
-        """Stop mitmdump at startup with one line per problem, no traceback: an error
-        logged while starting makes mitmdump exit (its ErrorCheck addon)."""
+        """Stop mitmdump at startup with one line per problem, no traceback.
+
+        An error logged while starting makes mitmdump exit, through its ErrorCheck addon."""
         for problem in self.problems:
             logging.error(f"capture: {problem}")
         self.problems.clear()
@@ -268,10 +272,12 @@ class Capture:
         return RecordWriter(path, rotation), None
 
     def running(self) -> None:
-        """Connect upstream lazily: with mitmproxy's default (eager) a refused upstream
-        closes the client connection before any request exists, so nothing could be
-        recorded. The bytes are the same; with TLS, ALPN is then chosen without the
-        server — `capture_lazy_connect=false` keeps eager."""
+        """Start the recorder, and connect upstream lazily.
+
+        With mitmproxy's default, eager, a refused upstream closes the client connection
+        before any request exists, so nothing could be recorded. The bytes are the same; with
+        TLS, ALPN is then chosen without the server. `capture_lazy_connect=false` keeps
+        eager."""
         self.is_running = True
         install_bounded_deflate()
         self._redact_mitmproxy_log()
@@ -321,8 +327,9 @@ class Capture:
         self.in_flight[flow.id] = flow
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        """Stream through whatever may arrive over time (SSE, and any body of unknown
-        length: NDJSON, long chunked answers), recording on the side."""
+        """Stream through whatever may arrive over time, recording on the side.
+
+        That is SSE, and any body of unknown length: NDJSON, long chunked answers."""
         resp = flow.response
         assert resp is not None
         sse = is_sse(resp.headers.get("content-type", ""))
@@ -350,8 +357,9 @@ class Capture:
         )
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        """Keep the message as an event as it passes (capped once, in order); learn the
-        credential-named fields a client message carries before mitmdump prints it."""
+        """Keep the message as an event as it passes, capped once, in order.
+
+        Learn the credential-named fields a client message carries before mitmdump prints it."""
         tap = flow.metadata.get(WEBSOCKET_TAP)
         if isinstance(tap, WebSocketTap) and flow.websocket is not None:
             msg = flow.websocket.messages[-1]

@@ -80,7 +80,7 @@ class Plan:
     """Hold the answer's content, independent of the provider's shape for it."""
 
     kind: str
-    """`text`, `tool` (calls only) or `text+tool` (a text, then calls)."""
+    """`text`, `tool` for calls only, or `text+tool` for a text, then calls."""
     text: str = ""
     reasoning: str = ""
     calls: list[Call] = field(default_factory=list)

@@ -37,8 +37,10 @@ _ALNUM = string.ascii_letters + string.digits
 
 
 def make_id(template: str, index: int = 0) -> str:
-    """Fill an id template: `{hex}` 32 hex digits, `{alnum}` 24 letters/digits, `{lower8}`
-    8 lower-case letters/digits, `{int}` up to 6 digits, `{index}` the item's position."""
+    """Fill an id template's placeholders with random characters, or the item's position.
+
+    `{hex}`: 32 hex digits; `{alnum}`: 24 letters or digits; `{lower8}`: 8 lower-case letters
+    or digits; `{int}`: up to 6 digits; `{index}`: the item's position."""
     out = template.replace("{hex}", secrets.token_hex(16))
     out = out.replace("{alnum}", "".join(secrets.choice(_ALNUM) for _ in range(24)))
     lower = string.ascii_lowercase + string.digits

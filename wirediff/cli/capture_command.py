@@ -46,8 +46,9 @@ __all__ = [
 DEFAULT_PORT = 8080
 """mitmproxy's own default, and the port in the README's client examples."""
 DEFAULT_API_PATH = "/v1"
-"""The path added to the proxy for the client when `--to` has none: the OpenAI SDKs' base
-URLs end in /v1."""
+"""The path added to the proxy for the client when `--to` has none.
+
+The OpenAI SDKs' base URLs end in /v1."""
 DESCRIPTION = """\
 Prints the base URL to give the client and the capture file's absolute path, then records
 until Ctrl-C, which stops mitmdump and exits with 130. Each run is a new session (default:

@@ -195,9 +195,11 @@ def run_demo(out: Path) -> dict[str, Any]:
 
 
 def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
-    """Print the bottom line, then the drop-in verdicts, one line per backend and endpoint
-    family with the top reason, then the codes of the diagnoses among the lines of
-    `--findings` (`lines_of`). The baseline is listed too: it is validated like the others."""
+    """Compose the terminal summary: the bottom line, the verdicts, then the diagnosis codes.
+
+    The drop-in verdicts take one line per backend and endpoint family, with the top reason;
+    the codes are those of the diagnoses among the lines of `--findings`, `lines_of`. The
+    baseline is listed too: it is validated like the others."""
     lines = [f"  {sentence}" for sentence in summary.get("bottom_line", [])]
     for v in summary.get("verdicts", []):
         name = v["family"] if v["transport"] == "http" else f"{v['family']} ({v['transport']})"

@@ -38,7 +38,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 IMPORTED_SUFFIXES = (".har", ".flow", ".mitm")
-"""Files that `wirediff import` turns into captures, named so in an error about them."""
+"""Suffixes of files that `wirediff import` turns into captures, named in an error about them."""
 _BLOCK = 1 << 20
 
 
@@ -215,9 +215,10 @@ def key_from_env(var: str | None) -> str | None:
 
 
 def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any]) -> None:
-    """Refuse, before anything is read or written, an output (`{"-o": "s.jsonl"}`) that is
-    one of the captures the command reads, a part of their sessions too: writing it would
-    lose what was recorded."""
+    """Refuse an output that is one of the captures the command reads, or a part of their sessions.
+
+    An output is given as `{"-o": "s.jsonl"}`. Writing it would lose what was recorded, so
+    this is checked before anything is read or written."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)

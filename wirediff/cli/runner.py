@@ -35,7 +35,7 @@ __all__ = [
 
 Command = Callable[[argparse.Namespace], int]
 DEBUG_ENV = "WIREDIFF_DEBUG"
-"""Set to 1: an unexpected error prints its traceback too (still exit 2)."""
+"""The variable that, set to 1, adds the traceback to an unexpected error; the exit is still 2."""
 UNEXPECTED_MESSAGE_CHARS = 300
 """An unexpected error's message is cut to this, on one line: it may quote input."""
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -20,9 +20,10 @@ _DIGITS = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
 """Every digit as `0`, every other byte as a space."""
 _LONG_NUMBER = b"0" * 19
 _NUMBER_TOKEN = re.compile(rb"(?:^|[:,\[])\s*-?\d{19}")
-"""A run of 19 digits where a number starts (first, or after `:`, `,` or `[`): a run in a
-string (an id) is most often after a letter, and a string that looks like this is only
-read by `json` as well."""
+"""A run of 19 digits where a number starts: first, or after `:`, `,` or `[`.
+
+A run in a string, such as an id, is most often after a letter, and a string that looks like
+this is only read by `json` as well."""
 
 
 def _long_number(text: bytes) -> bool:

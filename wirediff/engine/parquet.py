@@ -1,5 +1,7 @@
-"""`wirediff export CAPTURE… --parquet DIR`: the captures as a Parquet dataset, and the
-dataset read back by `report`, `check` and `diagnose` (a directory, or any fsspec URL).
+"""Write captures as a Parquet dataset, and read the dataset back.
+
+`wirediff export CAPTURE… --parquet DIR` writes it; `report`, `check` and `diagnose` read it
+from a directory or any fsspec URL.
 
     DIR/wirediff-dataset.json                          format, schema version, counts
     DIR/exchanges/session=S/label=L/part-NNNNN.parquet one row per exchange
@@ -94,8 +96,9 @@ EXTRA = {
     "models": pa.list_(_STR),
 }
 PARTITION_KEYS = ("session", "label")
-"""The dataset's directories (`session=S/label=L/`): in the paths, not in the files, so that
-any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) reads them as columns."""
+"""The dataset's directories, `session=S/label=L/`: in the paths, not in the files.
+
+So any Parquet reader reads them as columns: pyarrow, pandas, Dask, DuckDB, Spark."""
 EXCHANGE_SCHEMA = pa.schema(
     [
         ("ordinal", _I64),

@@ -46,10 +46,11 @@ from wirediff.reports.model import ReportModel, build
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
 EXCHANGE_BYTES = 4_500
-"""Memory the command holds per exchange, about (the index, the findings, the pairs), on
-either engine: its peak grows so from 10k to 100k exchanges of the bench's session (304 MB
-to 712 MB; the index frame is about 255 bytes of it). What the local engine checks the
-captures against before it starts."""
+"""Memory the command holds per exchange, about, on either engine.
+
+That is the index, the findings and the pairs. The peak grows so from 10k to 100k exchanges
+of the bench's session, from 304 MB to 712 MB; the index frame is about 255 bytes of it. The
+local engine checks the captures against it before it starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process."""
 

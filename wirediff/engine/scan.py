@@ -43,8 +43,9 @@ __all__ = ["CHUNK_BYTES", "Scanned", "chunks", "scan_chunk", "scan_file"]
 CHUNK_BYTES = 16 << 20
 """Bytes of a capture file scanned by one task."""
 _readers: dict[str, Reader] = {}
-"""This process's reader of each scan: it hands back each reading and evidence record
-once (a worker of a Dask cluster serves many commands)."""
+"""This process's reader of each scan, which hands back each reading and evidence record once.
+
+A worker of a Dask cluster serves many commands."""
 
 
 def _reader(scan: str) -> Reader:
@@ -73,9 +74,9 @@ class Scanned:
     lines: int = 0
     records: int = 0
     torn: Torn = field(default_factory=list)
-    """`(offset, why)`"""
+    """Torn lines skipped, as `(offset, why)`."""
     error: tuple[int, str] | None = None
-    """`(offset, why)`: the chunk's first unreadable line (the rest is not read)."""
+    """The chunk's first unreadable line, as `(offset, why)`; the rest is not read."""
 
 
 def _located(

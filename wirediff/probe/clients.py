@@ -24,8 +24,9 @@ CLIENT_NAMES = {
     "openai-python-websocket": "openai-python, WebSocket mode",
     "openai-node": "openai-node",
 }
-"""Client id (its workload's name) → the name a readiness row shows: a client as it comes,
-then a mode an app opts into, named as the app asks for it."""
+"""Client id, its workload's name → the name a readiness row shows.
+
+A client as it comes, then a mode an app opts into, named as the app asks for it."""
 
 
 def sdk_of(record: Record) -> dict[str, Any]:

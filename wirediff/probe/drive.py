@@ -33,9 +33,9 @@ __all__ = ["SESSION", "ProbeResult", "kept_files", "probe", "result_summary", "s
 SESSION = "wirediff-probe"
 """The bundled session's name (its records' `session`)."""
 MODELS = "models"
-"""The feature whose request goes first."""
+"""The id of the feature whose request goes first."""
 Progress = Callable[[Feature, int, int], None]
-"""`(feature, done, total)` once all of a feature's exchanges are recorded."""
+"""A callback given `(feature, done, total)` when all of a feature's exchanges are recorded."""
 
 
 @dataclass

@@ -85,7 +85,7 @@ class Client:
     name: str
     needs: tuple[str, ...]
     captured: str = ""
-    """What its needs were derived from: the client, its version, the calls it made."""
+    """What its needs come from: the client, its version, the calls it made."""
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,10 @@ EVIDENCE = 200
 NODE_CLIENT = "openai-node"
 """The readiness row of openai-node, and how its SDK names itself in a `client` finding."""
 READINESS = ("READY", "NOT READY", "NOT PROBED")
-"""A client's state: every need probed and none failing; a need failing; nothing failing, but
-a need left out (`--only`), so the probe cannot say it is ready."""
+"""A client's states: ready, not ready, or not probed.
+
+`READY`: every need probed and none failing. `NOT READY`: a need failing. `NOT PROBED`:
+nothing failing, but a need left out by `--only`, so the probe cannot say it is ready."""
 
 
 @dataclass
@@ -64,8 +66,10 @@ class FeatureRow:
     problems: list[str] = field(default_factory=list)
     """Every problem found, worst first (the report lists them)."""
     whose: list[tuple[str, str]] = field(default_factory=list)
-    """Each problem's severity and the one client it is about (`openai-node`), or "" when it
-    is about every client: a break only openai-node's helpers see stops openai-node alone."""
+    """Each problem's severity and the one client it is about, or "" when it is about every client.
+
+    The client is named as `openai-node`: a break only openai-node's helpers see stops
+    openai-node alone."""
 
     def fails(self, strict: bool, client: str = "") -> bool:
         """Say whether the feature fails, for `client` when one is named."""
@@ -136,8 +140,10 @@ def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
 
 
 def _whose(finding: Mapping[str, str]) -> str:
-    """Name the one client a finding is about: a `client` finding of openai-node's SDK is
-    openai-node's alone; every other finding is about every client."""
+    """Name the one client a finding is about, or "" for every client.
+
+    A `client` finding of openai-node's SDK is openai-node's alone; every other finding is
+    about every client."""
     if finding.get("kind") == "client" and finding.get("source", "").startswith(NODE_CLIENT):
         return NODE_CLIENT
     return ""

@@ -36,8 +36,10 @@ Profile = dict[str, Any]
 REMEDIES = "remedies.yaml"
 """The diagnosis prose (summary and remedies per code), beside the profiles it names."""
 STANDIN_HEADER = "x-wirediff-standin"
-"""A stand-in names the profile it plays in every answer: findings that rest on a profile's
-assumed facts say so (`wirediff.analysis.comparison.assumed`)."""
+"""The header in which a stand-in names the profile it plays, in every answer.
+
+Findings that rest on a profile's assumed facts say so: see
+`wirediff.analysis.comparison.assumed`."""
 BUGS = "bugs"
 """Stand-ins that reproduce one public bug report each, one change over a base profile."""
 CLIENTS = "clients.yaml"

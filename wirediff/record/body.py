@@ -34,9 +34,10 @@ DEFAULT_BODY_CAP = 1 << 20  # 1 MiB per body; the rest is counted, not kept
 UTF8_CUT_TAIL = 3
 """Bytes of a character cut at the cap: UTF-8 characters are at most four bytes long."""
 CUT_TAIL = 64 << 10
-"""Bytes of a body's end kept with its start when the middle is left out: a request's
-`model` and `stream` come after its long value (the openai SDK writes `messages` and
-`input` first), and tagging reads them there (`wirediff.record.partial`)."""
+"""Bytes of a body's end kept with its start when the middle is left out.
+
+A request's `model` and `stream` come after its long value, since the openai SDK writes
+`messages` and `input` first; tagging reads them there, in `wirediff.record.partial`."""
 
 
 def cut_body(raw: bytes | None, cap: int) -> tuple[bytes | None, bytes | None]:
@@ -52,8 +53,9 @@ def cut_body(raw: bytes | None, cap: int) -> tuple[bytes | None, bytes | None]:
 
 
 SCANNED = 16 << 20
-"""Decoded bytes of a content-encoded body looked through for credentials past the cap:
-an inflation bomb costs no more (a body as it crossed the wire is looked through whole)."""
+"""Decoded bytes of a content-encoded body looked through for credentials past the cap.
+
+An inflation bomb costs no more. A body as it crossed the wire is looked through whole."""
 
 
 def secrets_past(raw: bytes | None, content_encoding: str, cap: int) -> list[str]:
@@ -143,8 +145,9 @@ def _finite(token: str) -> float:
 
 
 _STRICT = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
-"""JSON as RFC 8259 has it: `NaN`, `Infinity` and numbers no double holds are not JSON
-(Python's own parser takes them, and a record holding them would not be JSON)."""
+"""JSON as RFC 8259 has it: `NaN`, `Infinity` and numbers no double holds are not JSON.
+
+Python's own parser takes them, and a record holding them would not be JSON."""
 
 
 def parse_json(text: str) -> tuple[JSON, str | None, bool]:

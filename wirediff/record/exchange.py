@@ -47,20 +47,24 @@ class Request:
     """Path and query, as on the request line."""
     http_version: str
     headers: HeaderPairs
-    """As they went upstream."""
+    """The request headers as they went upstream."""
     content: bytes | None
-    """The body as sent, still content-encoded (only its start when `size` is set); None:
-    no body."""
+    """The body as sent, still content-encoded; None: no body.
+
+    Only its start when `size` is set."""
     client_headers: HeaderPairs | None = None
-    """As the client sent them, when something in between (another addon) may have
-    changed them before they went upstream; None: the same as `headers`."""
+    """The headers as the client sent them; None: the same as `headers`.
+
+    Set when something in between, another addon, may have altered them on their way
+    upstream."""
     size: int | None = None
     """Bytes of the whole body when `content` is only its start (`body.cut_body`)."""
     tail: bytes | None = None
     """The body's last bytes when `content` is only its start."""
     past: list[str] | None = None
-    """The credentials in the body past the cap (`body.secrets_past`), looked for where
-    the whole body was, when `content` is only its start."""
+    """The credentials in the body past the cap, when `content` is only its start.
+
+    `body.secrets_past` looks for them in the whole body."""
 
     @property
     def content_encoding(self) -> str:
@@ -78,8 +82,9 @@ class Response:
     http_version: str
     headers: HeaderPairs
     content: bytes | None
-    """The body as received, still content-encoded (only its start when `size` is set);
-    None: it never arrived whole."""
+    """The body as received, still content-encoded; None: it never arrived whole.
+
+    Only its start when `size` is set."""
     size: int | None = None
     """Bytes of the whole body when `content` is only its start (`body.cut_body`)."""
     tail: bytes | None = None
@@ -99,11 +104,11 @@ class Timings:
     """Hold the wall-clock times of one exchange, in epoch seconds."""
 
     started: float
-    """The request began."""
+    """When the request began."""
     first_byte: float | None = None
-    """The response head arrived."""
+    """When the response head arrived."""
     finished: float | None = None
-    """The response body ended; None: it never did (no answer, or cut off)."""
+    """When the response body ended; None: it never did, with no answer or cut off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +131,13 @@ class Exchange:
     timings: Timings
     error: Error | None = None
     tap: StreamTap | None = None
-    """The response body as a `StreamTap` saw it pass (SSE, bodies of unknown length);
-    then `response.content` is not what the record keeps."""
+    """The response body as a `StreamTap` saw it pass: SSE, or a body of unknown length.
+
+    Then `response.content` is not what the record keeps."""
     websocket: WebSocketTap | None = None
-    """The messages of the WebSocket session the response (101) opened: one exchange per
-    connection, its messages the record's events."""
+    """The messages of the WebSocket session the 101 response opened.
+
+    One exchange per connection; its messages are the record's events."""
     id: str = field(default_factory=_new_id)
 
 

@@ -36,10 +36,11 @@ __all__ = [
 WEBSOCKET_TAP = "wirediff.websocket"
 """`flow.metadata` key of the `WebSocketTap` a live capture keeps its messages in."""
 KEEP_ANSWER = "wirediff.keep_answer"
-"""`flow.metadata` key another addon sets (the shadow, for an answer whose ids a later
-request may name): the capture keeps the streamed answer it recorded, not forgetting it."""
+"""`flow.metadata` key that makes the capture keep the streamed answer it recorded.
+
+Another addon sets it: the shadow, for an answer whose ids a later request may name."""
 PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", STOPPED_IN_FLIGHT)
-"""How an exchange still in flight when mitmdump stops is recorded, as it stood."""
+"""How an exchange in flight when mitmdump stops is recorded, as it stood."""
 RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 Snapshot = tuple[Any, ...]

@@ -275,9 +275,10 @@ BACKEND_FIELDS = frozenset(
         "keep_alive",  # Ollama's model residency
     }
 )
-"""Top-level request fields that say which backend or deployment a call is for, not what it
-asks: left out of `request_fingerprint`. `stream` is kept (a streamed and a plain call are
-different calls)."""
+"""Top-level request fields that say which backend or deployment a call is for.
+
+They say nothing of what it asks, so `request_fingerprint` leaves them out. `stream` is kept:
+a streamed and a plain call are different calls."""
 
 ID_KEYS = frozenset(
     {
@@ -291,13 +292,16 @@ ID_KEYS = frozenset(
         "batch_id",
     }
 )
-"""Keys whose values are ids one backend minted and another never would: a placeholder in
-`request_fingerprint`."""
+"""Keys whose values are ids one backend minted and another never would.
+
+`request_fingerprint` puts a placeholder in their place."""
 
 ID = "<id>"
 MINTED = "<minted>"
-"""What a backend generated (an assistant's words, tool-call arguments, reasoning, a tool's
-result computed from those arguments): its shape counts, not its value."""
+"""Keys of what a backend generated: their shape counts, not their value.
+
+That is an assistant's words, tool-call arguments, reasoning, and a tool's result computed
+from those arguments."""
 
 
 def _text(content: Any) -> str:

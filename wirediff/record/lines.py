@@ -40,11 +40,14 @@ __all__ = [
 ]
 
 READ_PIECE = 1 << 20
-"""Bytes of a line read at a time: a line is held whole only once it is known to end in
-time."""
+"""Bytes of a line read at a time.
+
+A line is held whole only when it is known to end in time."""
 BATCH_LINES = 1000
-"""Lines parsed by one `json.loads` call: the decoder shares the key strings of all the
-records in a call, which saves a fifth of their memory."""
+"""Lines parsed by one `json.loads` call.
+
+The decoder shares the key strings of all the records in a call, which saves a fifth of their
+memory."""
 BATCH_LINE_BYTES = 16 << 20
 """Bytes of lines parsed by one call at most, however few lines they are."""
 _RECORD_START = b'{"format":'
@@ -59,7 +62,7 @@ class LineError(CaptureError):
 
 
 Torn = list[tuple[int, str]]
-"""Lines skipped (torn writes, past the bounds): `(lineno, why)`, in their order."""
+"""Lines skipped as `(lineno, why)`, in their order: torn writes, lines past the bounds."""
 
 
 def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
@@ -205,11 +208,11 @@ def skip_line(fh: IO[bytes]) -> int:
 def line_batches(
     fh: IO[bytes], torn: Torn, at: int = 1, end: float = float("inf"), *, by_offset: bool = False
 ) -> Iterator[list[tuple[int, bytes]]]:
-    """Yield the lines of `fh` that start before `end`, a batch at a time, each with where it
-    starts: its line number from `at`, or its byte offset from `at` when `by_offset`.
+    """Yield the lines of `fh` that start before `end`, a batch at a time.
 
-    Blank lines are left out; an unfinished last line that is no JSON (a write in progress,
-    or cut by a crash) ends the reading. The last batch may be empty."""
+    Each comes with where it starts: its line number from `at`, or its byte offset from `at`
+    when `by_offset`. Blank lines are left out; an unfinished last line that is no JSON, a
+    write in progress or one cut by a crash, ends the reading. The last batch may be empty."""
     batch: list[tuple[int, bytes]] = []
     size = 0
     while at < end:

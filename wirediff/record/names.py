@@ -36,8 +36,9 @@ SECRET_HEADER_NAME = re.compile(
     r"(?i)(authorization|cookie|api[-_]?key|(^|[-_])(auth|access|session|id)?[-_]?token$|secret"
     r"|password|subscription[-_]?key|(^|[-_])auth$|(?<!idempotency)(^|[-_])key$)"
 )
-"""Other credential-looking header names (x-goog-api-key, x-auth-token, x-client-secret…);
-not x-ratelimit-*-tokens, whose values are evidence."""
+"""Other credential-looking header names: x-goog-api-key, x-auth-token, x-client-secret…
+
+Not x-ratelimit-*-tokens, whose values are evidence."""
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
 SECRET_QUERY = frozenset(
     {
@@ -53,9 +54,10 @@ FIELD_NAMES = (
     r"|(access|refresh|auth|session|bearer|id|api|oauth)?[-_]?token|credentials?"
     r"|([\w-]*[-_])?authorization"
 )
-"""Body fields (JSON, forms, WebSocket messages) whose value is a credential: `api_key`,
-`openai_api_key`, `key`, `openai_key`, `client_secret`, `password`, `token`,
-`authorization`, `credentials` (any case); not `prompt_cache_key` or `max_tokens`."""
+"""Body fields whose value is a credential, in JSON, forms and WebSocket messages.
+
+`api_key`, `openai_api_key`, `key`, `openai_key`, `client_secret`, `password`, `token`,
+`authorization`, `credentials`, in any case; not `prompt_cache_key` or `max_tokens`."""
 SECRET_FIELD = re.compile(rf"(?i)^(?:{FIELD_NAMES})$")
 _FIELD_NAME = re.compile(rf"(?i)(?:{FIELD_NAMES})")
 _COLON = re.compile(r"\s*:")
@@ -63,9 +65,10 @@ _FIELD_ENDS = (
     *('key"', 'secret"', 'password"', 'passwd"', 'token"', 'credential"', 'credentials"'),
     'authorization"',
 )
-"""Each name `FIELD_NAMES` matches ends with one of these, lower-cased and followed by the
-key's closing quote: a text without any of them names no such field (a substring test is a
-tenth of the regex's cost; `"prompt_tokens"` passes it)."""
+"""Endings of every name `FIELD_NAMES` matches, lower-cased, with the key's closing quote.
+
+A text without any of them names no such field. A substring test is a tenth of the regex's
+cost; `"prompt_tokens"` passes it."""
 
 
 def ascii_lower(text: str) -> str:
@@ -125,21 +128,25 @@ def field_values(text: str) -> list[str]:
 KEY_PREFIX = re.compile(
     r"(?i)^([a-z]{2,4}[-_])((?:proj|svcacct|admin|ant|live|test)[-_](?:api\d\d[-_])?)?"
 )
-"""What a key may begin with that a server may leave out when it quotes the key: `sk-`,
-`sk-proj-`, `sk-ant-api03-`, `pk_live_` (a vendor's mark, then a kind of key)."""
+"""What a key may begin with that a server may leave out when it quotes the key.
+
+`sk-`, `sk-proj-`, `sk-ant-api03-`, `pk_live_`: a vendor's mark, then a kind of key."""
 KEY_SHAPE = re.compile(
     r"(?i)(?<![\w-])(?:(?:sk|lm|pk|rk)-[\w\-*.]{6,}|(?:gsk|hf|ghp|xai)[_-][A-Za-z0-9]{16,}"
     r"|AIza[\w-]{30,})"
 )
-"""Text shaped like an API key whatever its case: OpenAI's `sk-…` (LM Studio's `lm-…`),
-Groq's `gsk_…`, Hugging Face's `hf_…`, GitHub's `ghp_…`, xAI's `xai-…`, Google's `AIza…`."""
+"""Text shaped like an API key, whatever its case.
+
+OpenAI's `sk-…`, LM Studio's `lm-…`, Groq's `gsk_…`, Hugging Face's `hf_…`, GitHub's `ghp_…`,
+xAI's `xai-…`, Google's `AIza…`."""
 KEY_MARKS = ("sk-", "lm-", "pk-", "rk-", "gsk", "hf_", "hf-", "ghp", "xai", "aiza")
 """What each of `KEY_SHAPE`'s shapes begins with, lower-cased: most texts hold none."""
 KEY_LENGTH = 24
 """Characters of the shortest text taken for an API key by its shape alone (`KEY_SHAPE`)."""
 SUBPROTOCOL_KEY = re.compile(r"(?i)([\w.-]*api[-_]?key\.)(?!sha256:)([^\s,;\"'\\<>&]+)")
-"""A key carried as a WebSocket subprotocol, as browsers must (`Sec-WebSocket-Protocol:
-realtime, openai-insecure-api-key.sk-…`): the prefix, then the key."""
+"""A key carried as a WebSocket subprotocol, as browsers must: the prefix, then the key.
+
+For example `Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.sk-…`."""
 
 
 _KEY_BYTES = re.compile(KEY_SHAPE.pattern.encode("ascii"))
@@ -151,14 +158,17 @@ _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
 _NAME_REACH = 128
 """Bytes a credential field's name may take before its last word (`key"`)."""
 WINDOW = 1 << 20
-"""Bytes looked through at once: each is lower-cased as a copy, so memory stays bounded."""
+"""Bytes looked through at a time: each is lower-cased as a copy, so memory stays bounded."""
 OVERLAP = 16 << 10
-"""Bytes each window shares with the next: more than a field's name, colon and value
-(`_STRING_VALUE`: 4096 characters, escaped at most two bytes each), so nothing a window
-boundary cuts is missed."""
+"""Bytes each window shares with the next, so nothing a window boundary cuts is missed.
+
+That is more than a field's name, colon and value: `_STRING_VALUE` takes 4096 characters,
+escaped at most two bytes each."""
 MAX_FOUND = 256
-"""Credentials taken from one body or message: each one scrubbed costs every text of the
-exchange a look, so a body stuffed with key-shaped text costs no more than this many."""
+"""Credentials taken from one body or message at most.
+
+Each one scrubbed costs every text of the exchange a look, so a body stuffed with key-shaped
+text costs no more than this many."""
 
 
 def credentials_in(data: bytes, start: int = 0) -> list[str]:
@@ -189,14 +199,17 @@ def credentials_in(data: bytes, start: int = 0) -> list[str]:
 
 
 _BESIDE = (b'"', b"-", b"_", b"=", b":", b" ", b"\n", b",", b"&")
-"""Bytes a text with a credential in it holds: a JSON field's quote, the dash or
-underscore of a key's prefix (`KEY_SHAPE`), what ends the text before a key that has
-none (`AIza…`: a `=`, `:`, space, line break, comma or `&`). The base64 of an upload
-holds none of them but its final `=`: an `AIza…` amid it, with none of them, is not
-looked for."""
+"""Bytes a text with a credential in it holds; a window with none of them is passed over.
+
+They are a JSON field's quote, the dash or underscore of a key's prefix in `KEY_SHAPE`, and
+what ends the text before a key that has no prefix, such as `AIza…`: a `=`, `:`, space,
+line break, comma or `&`. The base64 of an upload holds none of them but its final `=`, so an
+`AIza…` amid it, with none of them, is not looked for."""
 _LOOKS = WINDOW // 256
-"""Places of a window a pattern is matched at: a window crowded past this with what
-only begins like a credential is looked at no further (its cost stays bounded)."""
+"""Places of a window a pattern is matched at, at most.
+
+A window crowded past this with what only begins like a credential is looked at no further,
+so its cost stays bounded."""
 
 
 def _window_keys(window: bytes, lowered: bytes) -> list[str]:

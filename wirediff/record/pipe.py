@@ -40,8 +40,9 @@ __all__ = [
 
 FRAME = struct.Struct("<I")
 MAX_PENDING = 256 << 20
-"""Bytes of frames the child may be behind by (by default); past them `send` refuses (the
-caller then does the work itself, or drops it)."""
+"""Bytes of frames the child may be behind by, by default; past them `send` refuses.
+
+The caller then does the work itself, or drops it."""
 FLUSH_SECONDS = 0.02
 STOP_SECONDS = 60.0
 READ_SIZE = 1 << 20

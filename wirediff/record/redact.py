@@ -67,8 +67,10 @@ __all__ = [
 
 _SCHEMES = ("bearer", "basic", "token", "key")
 MIN_SECRET = 6
-"""Shorter secrets are scrubbed only where they stand as a whole token (not inside a word:
-`pw12` in `pw123` stays), and without their base64 forms, which would match any base64."""
+"""Secrets shorter than this are scrubbed only where they stand as a whole token.
+
+Not inside a word: `pw12` in `pw123` stays. Nor are their base64 forms scrubbed, which would
+match any base64."""
 
 
 FINGERPRINT_HEX = 12
@@ -258,8 +260,9 @@ def _as_text(secret: str) -> set[str]:
 
 
 PREFIXLESS = 12
-"""Characters a key must keep without its prefix to be looked for so: fewer would match
-what is no echo of it."""
+"""Characters a key must keep without its prefix to be looked for so.
+
+Fewer would match text that is no echo of it."""
 
 
 def _variants(secret: str) -> list[str]:

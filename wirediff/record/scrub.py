@@ -32,9 +32,10 @@ __all__ = ["REDACTED", "SCRUB_WORDS", "scrub_output"]
 T = TypeVar("T")
 
 REDACTED = "[redacted]"
-"""What a value shaped like a credential becomes. The part replaced never holds a quote, a
-backslash, `<>&`, `,;` or a space, and a JSON number or literal is left as it is: a JSON,
-CSV, XML or HTML text stays valid when scrubbed whole."""
+"""What a value shaped like a credential becomes.
+
+The part replaced never holds a quote, a backslash, `<>&`, `,;` or a space, and a JSON number
+or literal is left as it is: a JSON, CSV, XML or HTML text stays valid when scrubbed whole."""
 _VALUE = r"[^\s\"'\\<>&,;]"
 _QUOTED = re.compile(rf"(?i)(api key provided:\s*)(?!sha256:){_VALUE}+")
 _SCHEME = re.compile(r"(?i)(bearer|basic|token)\s+(?!sha256:)[\w.~+/=\-*]{6,}")
@@ -49,17 +50,19 @@ _NAMES = (
     *("key", "token", "secret", "password", "passwd", "sig", "signature", "credential"),
     *("credentials", "authorization"),
 )
-"""What a credential-named field, a key-like query parameter or a subprotocol's key
-prefix ends with (lower-cased)."""
+"""Lower-cased words that credential names end with.
+
+The names are those of credential fields, key-like query parameters and a subprotocol's key
+prefix."""
 _SCHEMES = ("bearer", "basic", "token")
 SCRUB_WORDS = ("api key provided", *_SCHEMES, *KEY_MARKS, *_NAMES)
-"""The words the scrub looks for (ASCII letters in any case): a text holding none of them
-is written as it is."""
+"""The words the scrub looks for, ASCII letters in any case.
+
+A text holding none of them is written as it is."""
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SPACE = frozenset(" \t\r\n")
 _NOT_WORD = frozenset("\"'\\.:= \t\r\n")
-"""What may follow a name: its quote (escaped too), the colon or `=` after it, a
-subprotocol's dot."""
+"""What may follow a name: its quote, escaped too, the `:` or `=` after it, a subprotocol's dot."""
 _REACH = 64
 """Characters a name reaches either side of the word found in it."""
 
@@ -107,8 +110,9 @@ def _scrubbed(text: str) -> str:
 
 
 _REMEMBERED = 512
-"""Characters of a text whose scrubbed form is remembered: evidence, titles and messages
-repeat across exchanges, and a lookup costs less than looking."""
+"""Characters of a text whose scrubbed form is remembered, at most.
+
+Evidence, titles and messages repeat across exchanges, and a lookup costs less than looking."""
 _remembered = functools.lru_cache(maxsize=8192)(_scrubbed)
 
 

@@ -29,8 +29,9 @@ from wirediff.record.store import RecordWriter, encode_record
 __all__ = ["RecordMeta", "Spool", "build_item", "serve"]
 
 RecordMeta = dict[str, Any]
-"""What a record says about its exchange besides the exchange: `session`, `label`, `seq`,
-`listener`, `replay_of`, and `attempt` when it is not the first."""
+"""What a record says about its exchange besides the exchange.
+
+`session`, `label`, `seq`, `listener`, `replay_of`, and `attempt` when it is not the first."""
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 """Where `wirediff` is imported from here: the spool process imports it from there too."""
 RETRY_SECONDS = 1.0

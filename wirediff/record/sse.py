@@ -165,7 +165,7 @@ class SSESplitter:
 
 
 SPLIT_PIECE = 1 << 16
-"""Bytes of a whole body split at a time: no more events than a piece holds wait at once."""
+"""Bytes of a whole body split at a time: no more events than a piece holds wait together."""
 
 
 def split_events(

@@ -304,7 +304,7 @@ def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
 _SURROGATE_ESCAPES = re.compile(
     rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|[89a-fA-F][0-9a-fA-F]{2})"
 )
-"""A JSON escape of a surrogate: a pair (12 bytes), or a lone one (6)."""
+"""A JSON escape of a surrogate: a pair of 12 bytes, or a lone one of 6."""
 
 
 def _lone_surrogates(line: bytes) -> bool:
@@ -402,13 +402,12 @@ Shared = dict[tuple[Any, ...], Any]
 
 
 def share_repeats(rec: Record, shared: Shared) -> None:
-    """Make equal header pairs, and equal client (`tags.sdk`) and auth (`tags.auth`)
-    descriptions, one object each across records.
+    """Make equal header pairs and equal client and auth descriptions one object across records.
 
-    Most headers repeat from exchange to exchange (content type, SDK headers, server
-    headers), as do the client and its key: sharing them saves a third of the memory the
-    records take. The records are read, never modified, by the analysis.
-    """
+    The descriptions are `tags.sdk` and `tags.auth`. Most headers repeat from exchange to
+    exchange, as do the client and its key: content type, SDK headers, server headers.
+    Sharing them saves a third of the memory the records take. The records are read, never
+    modified, by the analysis."""
     for part in (rec.get("request"), rec.get("response")):
         if not isinstance(part, dict):
             continue
@@ -490,5 +489,6 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
 RETRIED_KINDS = frozenset(
     {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
 )
-"""The `error.kind`s of a replay attempt that a resumed run sends again: they say nothing
-about the target."""
+"""The `error.kind`s of a replay attempt that a resumed run sends again.
+
+They say nothing about the target."""

@@ -98,8 +98,10 @@ _PRODUCT = re.compile(
     r"(?:^|(?<=\s))([A-Za-z][\w.\-]*(?:/[A-Za-z][\w.\-]*)*)/v?(\d[\w.\-+]*)"
     r"|(?:^|(?<=\s))([A-Za-z][\w.\-]*/[A-Za-z]\w*) v?(\d[\w.\-+]*)"
 )
-"""A user agent's product tokens with a version: `codex_exec/0.171.0`, `ai-sdk/openai/3.0.1`,
-`runtime/node.js/v20.20.2`, and the OpenAI SDKs' `Name/Lang version` (`Agents/Python 0.24.0`)."""
+"""A user agent's product tokens with a version.
+
+`codex_exec/0.171.0`, `ai-sdk/openai/3.0.1`, `runtime/node.js/v20.20.2`, and the OpenAI SDKs'
+`Name/Lang version`, such as `Agents/Python 0.24.0`."""
 _SDK_PRODUCTS = frozenset({"OpenAI", "AsyncOpenAI"})
 """The OpenAI SDKs' own product names (`OpenAI/Python 2.54.0`): an SDK, no client."""
 

@@ -30,17 +30,21 @@ __all__ = [
 ]
 
 MAX_STREAM_BYTES = 32 << 20
-"""Decoded bytes of one stream split into events; past them the stream is `truncated`
-(a hundred thousand events of a few hundred bytes: the longest answers seen)."""
+"""Decoded bytes of one stream split into events; past them the stream is `truncated`.
+
+That is a hundred thousand events of a few hundred bytes: the longest answers seen."""
 CHUNK_BUDGET = 256 << 10
-"""Decoded bytes examined per chunk on the proxy's event loop, at least; a chunk may
-inflate to `CHUNK_RATIO` times its size (what no honest stream exceeds) in one call."""
+"""Decoded bytes examined per chunk on the proxy's event loop, at least.
+
+In one call a chunk may inflate to `CHUNK_RATIO` times its size, a ratio no honest stream
+exceeds."""
 CHUNK_RATIO = 16
 CLOSE_BUDGET = 4 << 20
-"""Decoded bytes examined when the stream has ended, of what still waits in the decoder."""
+"""Decoded bytes examined at the stream's end, of what waits in the decoder."""
 MAX_BACKLOG = 8 << 20
-"""Encoded bytes that may wait undecoded (a stream inflating faster than chunks arrive);
-past them decoding stops and the stream is `truncated`."""
+"""Encoded bytes that may wait undecoded; past them decoding stops and the stream is `truncated`.
+
+They pile up when a stream inflates faster than chunks arrive."""
 SSE_TYPES = ("text/event-stream",)
 
 
@@ -73,7 +77,7 @@ class StreamTap:
     decode_error: str | None = None
     events_dropped: int = 0
     truncated: bool = False
-    """Decoded bytes past `max_stream` (or past the backlog) were never examined."""
+    """Decoded bytes past `max_stream` or past the backlog went unexamined."""
 
     def __post_init__(self) -> None:
         self._decoder: Decoder | None = decoder_for(self.content_encoding)

@@ -60,20 +60,25 @@ __all__ = [
 MAX_DEPTH = 64
 """Nesting levels a body or an event's data may have; deeper is kept as text."""
 MAX_EVENTS = 100_000
-"""Events one record holds at most: what the capture keeps of a stream or a WebSocket
-session (more are counted in `events_dropped`), and what loading reads."""
+"""Events one record holds at most, and what loading reads.
+
+What the capture keeps of a stream or a WebSocket session; more are counted in
+`events_dropped`."""
 MAX_KEYS = 1 << 18
-"""Keys one object of a record holds at most, and what loading reads: a body or an event's
-data keeps 1 MiB (`capture_body_cap`), and each key of an object takes 6 bytes or more
-(`"k":0,`), so no object of a capture holds even 175,000."""
+"""Keys one object of a record holds at most, and what loading reads.
+
+A body or an event's data keeps 1 MiB, `capture_body_cap`, and each key of an object takes 6
+bytes or more, as in `"k":0,`: no object of a capture holds even 175,000."""
 MAX_LINE_BYTES = 256 << 20
-"""Bytes of one record's line at most, and what loading reads: more than a capture writes
-with its default body cap (a stream keeps 32 MiB of events, which JSON may escape
-six-fold, and a body 1 MiB)."""
+"""Bytes of one record's line at most, and what loading reads.
+
+More than a capture writes with its default body cap: a stream keeps 32 MiB of events, which
+JSON may escape six-fold, and a body 1 MiB."""
 MAX_CONTAINERS = 15 * MAX_EVENTS
-"""Objects and lists one record's line holds at most, and what loading parses: parsing
-costs memory by them, not by bytes. An event of an API's stream holds a few (a chat
-chunk's tool call delta, nine); only a stream of tiny ones (`[{},{},…]`) would need more."""
+"""Objects and lists one record's line holds at most, and what loading parses.
+
+Parsing costs memory by them, not by bytes. An event of an API's stream holds a few: a chat
+chunk's tool call delta holds nine. Only a stream of tiny ones, `[{},{},…]`, would need more."""
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -215,8 +220,10 @@ def _pairs(v: list[Any]) -> bool:
 
 
 Field = tuple[str, frozenset[type] | None, str]
-"""A key, the types its value may have (None: any JSON), and what that is in words. Values
-come from `json.loads`: exact types (a bool is not an integer, an integer is a number)."""
+"""A key, the types its value may have, and those types in words.
+
+None for the types allows any JSON. Values come from `json.loads`, so types are exact: a
+bool is not an integer, an integer is a number."""
 
 
 @dataclass(frozen=True)

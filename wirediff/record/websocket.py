@@ -124,8 +124,9 @@ class WebSocketTap:
             self._learn(msg, self.cap)
 
     def _learn(self, msg: WebSocketMessage, start: int) -> None:
-        """Keep the credentials of a client's text message from `start` on, where no event
-        holds it: a whole message dropped, or the part past the cap of one cut."""
+        """Keep the credentials of a client's text message from `start` on, where no event holds it.
+
+        That is a whole message dropped, or the part past the cap of one cut."""
         if msg.from_client and msg.is_text and len(self.found) < MAX_FOUND:
             known = set(self.found)
             self.found += [v for v in credentials_in(msg.content, start) if v not in known]

@@ -28,8 +28,9 @@ import httpx
 __all__ = ["HOLD_AT_MOST", "Connections", "OneWriteStream"]
 
 HOLD_AT_MOST = 64 << 10
-"""Bytes a connection holds back before it writes them anyway (a large upload goes out as
-it is written)."""
+"""Bytes a connection holds back before it writes them anyway.
+
+A large upload goes out as it is written."""
 
 
 class OneWriteStream(httpcore.AsyncNetworkStream):

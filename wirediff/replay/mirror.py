@@ -54,13 +54,15 @@ from wirediff.replay.wire import send, to_httpx, unsent_exchange
 __all__ = ["DROPPED", "STEP_MEMORY", "Candidate", "Live", "Mirror", "RecordSink"]
 
 STEP_MEMORY = 512
-"""Recent live requests that can mint ids (`PRODUCERS`) kept, with their answers, for the
-requests that name those ids."""
+"""Recent id-minting live requests kept with their answers, for the requests that name the ids.
+
+They are the requests of `PRODUCERS`."""
 SEARCHED = 1 << 20
 """Bytes of a primary's answer searched for the ids a later request names."""
 ANSWER_WAIT = 5.0
-"""Seconds a request naming an id waits for an earlier primary answer still on its way (a
-client can send its next request as a stream ends, before the proxy hands the answer over)."""
+"""Seconds a request naming an id waits for a primary answer on its way.
+
+A client can send its next request as a stream ends, before the proxy hands the answer over."""
 DROPPED = "not mirrored: the shadow queue was full"
 STOPPED = "stopped (mitmdump stopped) while waiting for the answer: the candidate may have it"
 

@@ -46,7 +46,9 @@ MAX_PENDING = 32 << 20
 """Bytes of frames the mirror process may be behind by; past them the shadow drops mirrors."""
 
 Config = dict[str, Any]
-"""`candidates`: `[label, url, key variable | None, model map]`…; `queue`, `concurrency`,
+"""What the mirror process is told to do.
+
+`candidates`: `[label, url, key variable | None, model map]`…; then `queue`, `concurrency`,
 `allow_unsafe`, `body_cap`, `redact`, `capture_dir`."""
 
 

@@ -22,8 +22,10 @@ from wirediff.record.redact import redact_url
 __all__ = ["lenient", "outside_reason", "path_problem", "remove_dot_segments", "shown", "under"]
 
 _NOT_IN_A_PATH = re.compile(r"[\x00-\x20\x7f#\\]")
-"""What no request path holds literally: a backslash (a slash to WHATWG parsers), a
-fragment mark, a space or a control character (a request line's end)."""
+"""What no request path holds literally.
+
+A backslash, a slash to WHATWG parsers; a fragment mark; a space or a control character,
+which ends a request line."""
 _DECODINGS = 4
 """Rounds of percent-decoding a lenient reading is allowed (`%25252e` is `.` after three)."""
 

@@ -100,8 +100,9 @@ class Node:
     order: int
     refs: list[Ref] = field(default_factory=list)
     api_prefixes: frozenset[str] = DEFAULT_PREFIXES
-    """The API prefixes of its session's known routes (`/v1`): where an unknown path's
-    own prefix ends."""
+    """The API prefixes of its session's known routes, such as `/v1`.
+
+    They say where an unknown path's own prefix ends."""
     wanted: bool = True
     """Selected by the filters (False: pulled in only because a selected one depends on it)."""
     skip: str | None = None

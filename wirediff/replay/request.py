@@ -55,9 +55,11 @@ HOP_BY_HOP = frozenset(
         "x-wirediff-label",
     }
 )
-"""Request headers never copied from the capture: the transport's own (`content-encoding`
-too: the capture holds the body decoded, and it is sent so), plus cookies (the capture holds
-only their fingerprints) and wirediff's control headers."""
+"""Request headers never copied from the capture.
+
+The transport's own, `content-encoding` too, since the capture holds the body decoded and it
+is sent so; cookies, of which the capture holds only fingerprints; and wirediff's control
+headers."""
 
 FINGERPRINT = re.compile(rf"(\w+ )?sha256:[0-9a-f]{{{FINGERPRINT_HEX}}}")
 """A header value the capture replaced by its fingerprint (`redact_value`): not the value."""
@@ -75,8 +77,9 @@ class Outgoing:
     model: str | None
     stream: bool
     dropped: tuple[str, ...] = ()
-    """What the capture held only as a fingerprint and is therefore not sent
-    (`header x-portkey-api-key`, `query parameter key`)."""
+    """What the capture held only as a fingerprint and is therefore not sent.
+
+    For example `header x-portkey-api-key`, `query parameter key`."""
 
 
 def _remap(obj: JSON, mapping: Mapping[str, str], key: str = "") -> JSON:

@@ -49,12 +49,13 @@ __all__ = [
 ]
 
 ProgressFactory = Callable[[str, int, int], tuple[Callable[["Counts"], None], Any]]
-"""`(label, total, already_done) -> (update(counts), closable)`: a progress display."""
+"""A progress display's maker: `(label, total, already_done) -> (update(counts), closable)`."""
 Offload = Callable[[Node, Exchange, RecordMeta], bool]
 """Hand an answered exchange on to be recorded elsewhere; False: record it here."""
 SPOOL_AT = 32
-"""Exchanges to send from which a run records through a spool process: starting one costs
-about what recording a few dozen exchanges here does."""
+"""Exchanges to send from which a run records through a spool process.
+
+Starting one costs about what recording a few dozen exchanges here does."""
 SOFT_ERROR_SCAN = 1 << 16
 """Bytes of a 2xx body looked at for an error object when counting an offloaded answer."""
 
@@ -111,7 +112,7 @@ class Counts:
     sent: int = 0
     unreachable: int = 0
     no_answer: int = 0
-    """Sent, and no answer at all came back (unreachable, timed out, cut before a status)."""
+    """Sent, and no answer at all came back: unreachable, timed out, or cut before a status."""
 
     def add(self, rec: Record, *, connect_failed: bool) -> None:
         self.done += 1
@@ -192,7 +193,7 @@ class TargetRun:
         self.offload = offload
         """Where answers no later step reads ids from are recorded (None: here, to `sink`)."""
         self.attempts = attempts or {}
-        """Records earlier runs left for each original: a new one is attempt n + 1."""
+        """Attempts recorded for each original by prior runs: the next one is attempt n + 1."""
         self.interrupted: list[Node] = []
         self.sink, self.done = sink, done
         self.concurrency = concurrency

@@ -28,8 +28,9 @@ __all__ = [
 ]
 
 Slot = tuple[str | int, ...]
-"""Where an id sits in an answer: `("id",)`, `("call", k)`, `("item", type, k)`,
-`("tool_call", choice, k)`."""
+"""Where an id sits in an answer.
+
+`("id",)`, `("call", k)`, `("item", type, k)` or `("tool_call", choice, k)`."""
 
 PRODUCERS = frozenset(
     {
@@ -44,8 +45,9 @@ PRODUCERS = frozenset(
 ESSENTIAL_KEYS = frozenset(
     {"previous_response_id", "call_id", "tool_call_id", "response_id", "file_id", "batch_id"}
 )
-"""A reference under one of these keys (or in the path) cannot be sent without the target's
-own id; other references (e.g. an echoed item `id`) are remapped when possible, else kept."""
+"""Keys under which a reference, like one in the path, cannot be sent without the target's id.
+
+Other references, such as an echoed item `id`, are remapped when possible, else kept."""
 
 NOT_REFERENCES = frozenset({"model"})
 

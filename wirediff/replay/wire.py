@@ -120,7 +120,7 @@ def exchange_from_httpx(
 class Sent:
     exchange: Exchange
     connect_failed: bool = False
-    """No connection to the target could be made (it is down, or not where it was said)."""
+    """No connection to the target could be made: it is down, or not where it is said to be."""
 
 
 def _msg(e: BaseException) -> str:

@@ -24,8 +24,9 @@ __all__ = ["LAID_OUT", "MAX_LAID_OUT", "MAX_VIEW_BYTES", "View", "lay_out"]
 MAX_LAID_OUT = 400
 """Examples laid out side by side in the whole HTML; later ones are named by pair id."""
 MAX_VIEW_BYTES = 2_000_000
-"""Characters of laid-out views in the whole HTML: with `findings.MAX_FINDINGS` this bounds
-the report's size, whatever the bodies."""
+"""Characters of laid-out views in the whole HTML.
+
+With `findings.MAX_FINDINGS` this bounds the report's size, whatever the bodies."""
 LAID_OUT = frozenset({"breaking", "deviation"})
 """The severities whose examples are laid out."""
 

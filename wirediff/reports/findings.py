@@ -45,8 +45,9 @@ KINDS = kind_names()
 _POSITION = re.compile(r"#\d+|\b\d+ events\b|\b(?:position|at) \d+\b")
 """Event positions: findings that differ only there are the same finding."""
 MAX_FINDINGS = 2000
-"""Distinct findings listed in the HTML (worst first); the rest are counted there and all
-are in summary.json and divergences.csv."""
+"""Distinct findings listed in the HTML, worst first; the rest are counted there.
+
+All are in summary.json and divergences.csv."""
 
 
 def map_unique(s: pd.Series, fn: Callable[[str], str]) -> pd.Series:
@@ -173,8 +174,10 @@ class Fold:
     """`FOLD_COLUMNS` of the first occurrence."""
     count: int
     examples: list[tuple[Any, str, str, str, Any]]
-    """`(order, pair_id, baseline_id, candidate_id, timeline)`: the first ones; `timeline`
-    is the key of the pair's stream alignment (`wirediff.reports.timeline`), if any."""
+    """The first examples, as `(order, pair_id, baseline_id, candidate_id, timeline)`.
+
+    `timeline` is the key of the pair's stream alignment, if any: see
+    `wirediff.reports.timeline`."""
     evidence: str
 
 

@@ -48,8 +48,9 @@ MAX_STRING = 200
 MAX_WALK = 600
 """Lines generated at most per document (a 1 MiB body is never laid out whole)."""
 MAX_SCALAR = 4 * MAX_STRING
-"""Characters of one string kept while laying out, before credentials are scrubbed (so no
-key is cut before it can be recognised)."""
+"""Characters of one string kept while laying out, before credentials are scrubbed.
+
+The cap is generous so that no key is cut before it can be recognised."""
 MAX_LINE = MAX_STRING + 60
 """Characters of one shown line, after credentials are scrubbed."""
 SHORT = 120
@@ -369,4 +370,4 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "counts": counts,
     "lane_path": lane_path,
 }
-"""Registered on the one Environment by `wirediff.reports.render`."""
+"""The template filters, registered on the one Environment by `wirediff.reports.render`."""

@@ -200,7 +200,7 @@ class _Chain:
     exchange_ids: list[str]
     recovered: bool
     diagnoses: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    """code → provider, summary, remedy"""
+    """Each code's provider, summary and remedy."""
     evidence: dict[str, None] = field(default_factory=dict)
 
 
@@ -251,10 +251,10 @@ def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any
 
 
 def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
-    """Group each distinct failing chain of `diagnoses` once, with its count and the chains it
-    stands for.
+    """Group each distinct failing chain once, with its count and the chains it stands for.
 
-    Worst code first, then the most frequent; those past `MAX_CHAIN_GROUPS` are not drawn."""
+    The chains come from `diagnoses`. Worst code first, then the most frequent; those past
+    `MAX_CHAIN_GROUPS` are not drawn."""
     if diagnoses.empty:
         return []
     order = {c: i for i, c in enumerate(CODES)}

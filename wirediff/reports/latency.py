@@ -133,7 +133,7 @@ class Measures:
 
 
 LatencyCounts = dict[tuple[str, str], Measures]
-"""Per (label, family): `collect_latency`'s."""
+"""What `collect_latency` counts, per (label, family)."""
 
 
 def collect_latency(ex: pd.DataFrame) -> LatencyCounts:
@@ -195,8 +195,9 @@ class Chart:
 
 
 CHART_LEFT, CHART_WIDTH, ROW = 130, 460, 44
-"""The plot's left edge and width, and the height of one backend's row: the median's value
-above its box, the box, and the p95's value after its whisker."""
+"""The plot's left edge and width, and the height of one backend's row.
+
+A row holds the median's value above its box, the box, and the p95's value after its whisker."""
 VALUE_HALF = 40
 """Half the width of a value's label: a label centred on the median stays in the plot."""
 

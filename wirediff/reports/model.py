@@ -68,11 +68,14 @@ __all__ = [
 
 
 VERDICTS = (*COMPAT_VERDICTS, "untested")
-"""Drop-in verdicts (`wirediff.analysis.comparison.verdicts`), best to worst, and `untested`
-for a cell nothing exercised."""
+"""Drop-in verdicts, best to worst, and `untested` for a cell nothing exercised.
+
+The verdicts are those of `wirediff.analysis.comparison.verdicts`."""
 OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED, STOPPED)
-"""What one exchange came to: no finding (`ok`), its worst finding's severity, a route-level
-failure, a replay step not sent, or an exchange the capture's stop cut."""
+"""What one exchange came to.
+
+No finding, `ok`; its worst finding's severity; a route-level failure; a replay step not
+sent; or an exchange the capture's stop cut."""
 DEFAULT_MAX_EXAMPLES = 3
 """Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
@@ -193,7 +196,7 @@ class ReportModel:
     unmatched_rows: list[dict[str, Any]]
     """Every unmatched exchange (`pairing.UNMATCHED_COLUMNS`), for summary.json."""
     baseline_chosen_by: str
-    """How the baseline label was chosen (`wirediff.analysis.comparison.pairing.Baseline`)."""
+    """How the baseline label is chosen, as `wirediff.analysis.comparison.pairing.Baseline` says."""
     latency: Latency
     listed: Listed
     """Every finding, for `--findings` and the CSV."""

@@ -25,9 +25,11 @@ FINDING_COLUMNS = [
     "evidence",
     "message",
 ]
-"""A finding: what differs (or breaks a rule) where, how much it matters (`severity`), by what
-reference (`source`: the baseline's answer, the OpenAPI document, the SDK…, with a JSON
-pointer into it), and for a breaking one the SDK's or the server's own words (`evidence`)."""
+"""A finding: what differs or breaks a rule where, how much it matters, and by what reference.
+
+`severity` says how much it matters. `source` names the reference: the baseline's answer, the
+OpenAPI document, the SDK…; `schema_pointer` is a JSON pointer into it. For a breaking
+finding, `evidence` holds the SDK's or the server's own words."""
 DIVERGENCE_COLUMNS = PAIR_META + FINDING_COLUMNS
 BASELINE_SOURCE = "baseline"
 """The `source` of a divergence: the baseline's answer to the same request."""

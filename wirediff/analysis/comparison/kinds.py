@@ -40,14 +40,18 @@ KINDS: dict[str, Kind] = {
         Kind("conformance", compared=False),
     )
 }
-"""`client` (an extension of the contract): the real openai SDK raises or loses data on the
-answer; found on one answer alone and between a candidate and its baseline."""
+"""The divergence kinds, by name.
+
+`client` extends the contract: the real openai SDK raises or loses data on the answer. It is
+found on one answer alone and between a candidate and its baseline."""
 
 SEVERITIES = ("breaking", "deviation", "cosmetic")
-"""Worst first. `breaking`: the client raises, gets wrong data or loses what it asked for
-(measured by the SDK impact harness); `deviation`: the spec, the Open Responses requirements
-or a stream grammar is violated and the SDK tolerates it; `cosmetic`: headers, extra keys,
-metadata, any value the spec allows."""
+"""The severities, worst first.
+
+`breaking`: the client raises, gets wrong data or loses what it asked for, as the SDK impact
+harness measures. `deviation`: the spec, the Open Responses requirements or a stream grammar
+is violated and the SDK tolerates it. `cosmetic`: headers, extra keys, metadata, any value
+the spec allows."""
 
 
 def severity_rank(severity: str) -> int:

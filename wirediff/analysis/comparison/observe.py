@@ -59,8 +59,9 @@ CHUNK_PREFIX = f"events[{CHUNK}]"
 CHUNK_TOOL_CALLS = (f"{CHUNK_PREFIX}.choices[].delta.tool_calls", "array")
 """A chunk without this in its shape carries no tool-call argument fragments."""
 MEMO_LIMIT = 1 << 14
-"""How many entries each table of remembered shapes and comparisons keeps (then it starts
-over): what is remembered depends only on its key, so forgetting costs only time."""
+"""Entries each table of remembered shapes and comparisons keeps before it starts over.
+
+What is remembered depends only on its key, so forgetting costs only time."""
 EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
 _event_shapes: dict[tuple[int, str], EventShape] = {}
 _unions: dict[frozenset[Frozen], Frozen] = {}

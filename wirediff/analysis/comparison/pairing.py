@@ -48,8 +48,10 @@ __all__ = [
 REPLAY, CONTENT = "replay", "content"
 ONLY_BASELINE, ONLY_CANDIDATE = "only in the baseline", "only in the candidate"
 ALIGN_LIMIT = 4_000_000
-"""Cells (baseline times candidate exchanges, once a common head and tail are set aside) above
-which the sequences are not aligned block by block: equal fingerprints then pair in order."""
+"""Cells above which the sequences are not aligned block by block.
+
+A cell is a baseline exchange times a candidate exchange, after a common head and tail are
+set aside. Past the limit, equal fingerprints pair in order."""
 
 PAIR_COLUMNS = [
     "pair_id",
@@ -77,19 +79,22 @@ UNMATCHED_COLUMNS = ["label", "baseline_label", "side", "id", "session", "method
 @dataclass(frozen=True)
 class Baseline:
     label: str | None
-    """None: no exchange is an original."""
+    """The baseline's label; None: no exchange is an original."""
     chosen_by: str
-    """`replays` (the label they were replayed from), `option` (`--baseline`), `first
-    capture` (the label of the first original loaded), `none`."""
+    """How the baseline label is chosen: `replays`, `option`, `first capture` or `none`.
+
+    `replays`: the label the replays came from. `option`: `--baseline`. `first capture`: the
+    label of the first original loaded."""
 
 
 @dataclass(frozen=True)
 class Pairing:
     pairs: pd.DataFrame
-    """One row per candidate exchange paired, in the order the analysis meets them: `c` and
-    `b` (the candidate's and the baseline's rows in the index), `pairing` and `place` (the
-    pair's place among all: a replay's its candidate's row, a pair by content the index's
-    length and its link's number)."""
+    """One row per candidate exchange paired, in the order the analysis meets them.
+
+    `c` and `b` are the candidate's and the baseline's rows in the index. `place` is the
+    pair's place among all: for a replay, its candidate's row; for a pair by content, the
+    index's length plus its link's number. `pairing` says how it is paired."""
     unmatched: pd.DataFrame
     """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart."""
     baseline: Baseline

@@ -184,28 +184,33 @@ FREE_TEXT = frozenset(
         "param",
     }
 )
-"""Keys whose string values are generated or chosen by the caller: no SDK type constrains
-their value, only that it is a string, and no shape keeps it. (`arguments` is not among
-them: its text is parsed for its shape.)"""
+"""Keys whose string values are generated or chosen by the caller.
+
+No SDK type constrains their value, only that it is a string, and no shape keeps it.
+`arguments` is not among them: its text is parsed for its shape."""
 
 BOUNDED_NUMBERS = frozenset(
     {"temperature", "top_p", "top_logprobs", "output_compression", "partial_images"}
 )
-"""Keys whose numbers OpenAI's OpenAPI document bounds (`minimum`, `maximum`) in an answer:
-a structure keeps their value, since the schema's verdict depends on it."""
+"""Keys whose numbers OpenAI's OpenAPI document bounds in an answer, by `minimum` or `maximum`.
+
+A structure keeps their value, since the schema's verdict depends on it."""
 BOUNDED_TEXT = frozenset(
     {"call_id", "description", "encrypted_content", "name", "safety_identifier", "text"}
 )
-"""Free-text keys whose length the document bounds (`minLength`, `maxLength`) somewhere in
-an answer: a structure keeps which of `TEXT_BOUNDS` their length stays within, and for
-`name` whether it matches `NAME_PATTERN`."""
+"""Free-text keys whose length the document bounds somewhere in an answer.
+
+The bounds are `minLength` and `maxLength`. A structure keeps which of `TEXT_BOUNDS` their
+length stays within, and for `name` whether it matches `NAME_PATTERN`."""
 TEXT_BOUNDS = (64, 128, 255, 10_485_760)
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 STRUCTURE_LIMIT = 1 << 14
 STRUCTURE_TOKENS = 1 << 21
-"""How many structures are remembered, and how many tokens they may spell together (16 MB
-of references); a structure of more than a 64th of that is not kept."""
+"""Tokens the remembered structures may spell together: 16 MB of references.
+
+`STRUCTURE_LIMIT` caps how many structures are remembered; a structure of more than a 64th of
+these tokens is not kept."""
 FLAT_LIMIT = 1 << 14
 
 

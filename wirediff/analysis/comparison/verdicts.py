@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 VERDICTS = ("compatible", "compatible with deviations", "breaking", "unsupported")
-"""Best to worst (a contract)."""
+"""The drop-in verdicts, best to worst: a contract."""
 VERDICT_COLUMNS = [
     "label",
     "role",
@@ -79,8 +79,9 @@ FAMILIES = (
 MAX_REASONS = 3
 SKIPPED = "skipped"
 STOPPED = "stopped"
-"""The outcome of an exchange the capture's stop cut (`STOPPED_IN_FLIGHT`): like a skipped
-step, it says nothing about the server and no verdict counts it."""
+"""The outcome of an exchange the capture's stop cut, of `STOPPED_IN_FLIGHT`.
+
+Like a skipped step, it says nothing about the server and no verdict counts it."""
 RANKS = {s: severity_rank(s) for s in SEVERITIES}
 UNSUPPORTED = "unsupported"
 ROUTE_STATUSES = frozenset({404, 405, 501})
@@ -171,8 +172,7 @@ class Reason:
     rank: int
     """Its worst finding's severity rank."""
     text: str
-    """The evidence (or message) of its worst findings that sorts first: one, whatever the
-    order."""
+    """The evidence or message of its worst findings that sorts first: one, whatever the order."""
     first: Any
 
 
@@ -185,7 +185,7 @@ class Cell:
     succeeded: bool = False
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
     reasons: dict[tuple[bool, str], Reason] = field(default_factory=dict)
-    """By (a header's, `sameness.problem_key`)."""
+    """The cell's problems, by whether they are a header's and by `sameness.problem_key`."""
 
     @property
     def counts(self) -> list[int]:

@@ -55,11 +55,13 @@ CHAIN_COLUMNS = [
     "links",
     "title",
 ]
-"""`exchange_ids` in start order; `kinds` the sorted link kinds (`fallback`, `hop`,
-`redirect`, `retry`); `label` the backend label
-of the first exchange; `ok` whether the exchange the client finally got succeeded;
-`final_id` that exchange; `failed` the ids of exchanges that did not succeed; `links`
-`(kind, from_id, to_id)` triples (a hop goes outer → inner); `title` one line for humans."""
+"""The columns of a chain: exchanges linked by retries, redirects, fallbacks and hops.
+
+`exchange_ids`: in start order. `kinds`: the sorted link kinds, of `fallback`, `hop`,
+`redirect` and `retry`. `label`: the backend label of the first exchange. `final_id`: the
+exchange the client finally got; `ok`: whether it succeeded. `failed`: the ids of exchanges
+that did not succeed. `links`: `(kind, from_id, to_id)` triples, a hop going outer → inner.
+`title`: one line for humans."""
 
 FOLLOW_WINDOW_S = 60.0  # a redirect target or a fallback starts at most this long after
 FALLBACK_LOOKAHEAD = 3  # a fallback is among the client's next few requests
@@ -67,9 +69,11 @@ FALLBACK_FROM = frozenset({404, 405, 501})
 RETRY_KEYS = ["session", "label", "listener", "is_replay", "method", "path"]
 """A retry repeats a call of the same client and route (and body)."""
 FALLBACK_KEYS = ["session", "is_replay", "sdk_lang", "sdk_version", "ask_digest"]
-"""A fallback is the same client asking the same thing again (`ask_digest`: the same
-conversation, whichever API carries it) of another endpoint or backend, soon after it was
-refused; a later call that asks something else is a call of its own, however close."""
+"""What a fallback shares with the call it follows: the same client asking the same thing.
+
+It asks it again of another endpoint or backend, soon after the refusal. `ask_digest` is the
+same conversation, whichever API carries it. A later call that asks something else is a call
+of its own, however close."""
 
 
 def normalize_url(url: str) -> str:

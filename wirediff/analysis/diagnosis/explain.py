@@ -60,8 +60,10 @@ CODES = (
     "websocket_not_supported",
     "capture_stopped",
 )
-"""The contract codes (DESIGN.md "Diagnosis codes"), in its order; then `capture_stopped`
-(the capture stopped while the exchange was in flight: no fault of the server)."""
+"""The contract codes of DESIGN.md "Diagnosis codes", in its order; then `capture_stopped`.
+
+`capture_stopped`: the capture stopped while the exchange was in flight, no fault of the
+server."""
 BACKEND_SCAN = 50
 """Exchanges of a backend read for a mark of its provider when a chain carries none."""
 
@@ -78,8 +80,10 @@ DIAGNOSIS_COLUMNS = [
     "recovered",
     "title",
 ]
-"""`recovered`: the chain still ended in success (a retry or fallback worked around it);
-`title`: the chain's one-line story."""
+"""The columns of a chain's diagnosis: its code, where, the evidence and the remedy.
+
+`recovered`: the chain ended in success all the same, a retry or fallback having worked
+around it. `title`: the chain's one-line story."""
 
 
 def served_by(exchanges: pd.DataFrame) -> Served:

@@ -72,12 +72,16 @@ _CONTEXT_WORDS = re.compile(
     r"\bprompt is too long\b|\bexceeds? (the )?(model'?s? )?(context|max(imum)? (tokens|length))|"
     r"\b(longer|more) than the max(imum)? model length\b"
 )
-"""The few ways servers say a prompt does not fit: OpenAI's and llama-cpp-python's `This
-model's maximum context length is …`, llama.cpp's `request (N tokens) exceeds the available
-context size`, vLLM's `The decoder prompt (length N) … is longer than the maximum model
-length of M` and `… is too large: N. This model's maximum context length is M tokens`."""
+"""The few ways servers say a prompt does not fit.
+
+OpenAI's and llama-cpp-python's `This model's maximum context length is …`; llama.cpp's
+`request (N tokens) exceeds the available context size`; vLLM's `The decoder prompt (length
+N) … is longer than the maximum model length of M` and `… is too large: N. This model's
+maximum context length is M tokens`."""
 CONTEXT_TYPES = frozenset({"exceed_context_size_error"})
-"""Error types that say it whatever the words: llama.cpp's (`ERROR_TYPE_EXCEED_CONTEXT_SIZE`)."""
+"""Error types that say a prompt does not fit, whatever the words.
+
+That is llama.cpp's `ERROR_TYPE_EXCEED_CONTEXT_SIZE`."""
 _UNSUPPORTED_WORDS = re.compile(
     r"(?i)\bnot (supported|implemented|allowed|permitted|recogni[sz]ed)\b|\bunsupported\b|"
     r"\bunrecogni[sz]ed\b|\bunknown (parameter|field|argument|key)s?\b|"

@@ -109,7 +109,7 @@ class Analysis:
     index: Index
     baseline: Baseline
     pairs: pd.DataFrame
-    """`c`, `b` (the rows of candidate and baseline), `pairing`, `place`, `sent`."""
+    """Each pair: `c` and `b`, the candidate's and baseline's rows; `pairing`, `place`, `sent`."""
     unmatched: pd.DataFrame
     findings: pd.DataFrame
     templates: pd.DataFrame

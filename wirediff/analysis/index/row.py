@@ -66,12 +66,14 @@ INDEX_COLUMNS = [
     "reading",
     "evidence",
 ]
-"""A record's row: its fields (`_SHARED`); `first_event_ms` (its first SSE event's time); `client`
-(`tags.sdk`'s `SDK_FIELDS`, as JSON) and `skip_reason` (a skipped replay step's); the
-digests pairing, noise and chains compare (`record.keys`: `fingerprint` and `ask_digest`
-of an original only, `hop_digest` of a hop candidate only, else 0); `ok`, `location` and
-`models` (a `/v1/models` answer's, as JSON); `reading` (`reading_key`) and `evidence`
-(`evidence_key` of a failing exchange, else 0)."""
+"""The columns of a record's row in the index.
+
+First the record's fields, `_SHARED`. `first_event_ms`: its first SSE event's time. `client`:
+`tags.sdk`'s `SDK_FIELDS`, as JSON. `skip_reason`: a skipped replay step's. Then the digests
+pairing, noise and chains compare, from `record.keys`: `fingerprint` and `ask_digest` of an
+original only, `hop_digest` of a hop candidate only, else 0. Then `ok` and `location`, and
+`models`: a `/v1/models` answer's, as JSON. `reading`: its `reading_key`. `evidence`: the
+`evidence_key` of a failing exchange, else 0."""
 CATEGORIES = (
     "session",
     "label",
@@ -93,7 +95,7 @@ CATEGORIES = (
     "location",
     "models",
 )
-"""Columns of few distinct values, as categories: a code a row, each value once."""
+"""Columns of few distinct values, held as categories: a code a row, each value once."""
 _SHARED_AT = operator.itemgetter(*(EXCHANGE_COLUMNS.index(c) for c in _SHARED))
 _FLOATS = ("started", "ttfb_ms", "duration_ms", "first_event_ms")
 _INTEGERS = ("seq", "retry", "status")
@@ -101,7 +103,7 @@ _DIGESTS = ("fingerprint", "request_digest", "ask_digest", "hop_digest", "body_d
 _KEYS = ("reading", "evidence")
 _BOOLEANS = ("stream", "soft_error")
 MEMO_LIMIT = 1 << 14
-"""Readings remembered by their local value before the table starts over."""
+"""Readings remembered by their local value until the table starts over."""
 _EMPTY: dict[str, Any] = {}
 
 

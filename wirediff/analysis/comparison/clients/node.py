@@ -51,8 +51,10 @@ SCRIPT = Path(__file__).with_name("openai_node.mjs")
 ROUTES = {("POST", "/v1/chat/completions"): "chat", ("POST", "/v1/responses"): "responses"}
 _CHECKOUT = Path(__file__).resolve().parents[4]
 REPLY_SECONDS = 120.0
-"""How long one reply may take before the Node process is given up on (a call that never
-returns is a bug of the client's, not the answer's; openai-python alone then measures)."""
+"""How long one reply may take before the Node process is given up on.
+
+A call that never returns is a bug of the client's, not the answer's; openai-python alone
+then measures."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ class Failure:
     probe: str
     """The call that failed, as an app writes it: `client.responses.stream()`."""
     error: str
-    """`raises AttributeError: 'Response' object has no attribute 'output'`."""
+    """What went wrong: `raises AttributeError: 'Response' object has no attribute 'output'`."""
     where: str = ""
     """The failing line: `openai/lib/…/_responses.py:332: snapshot.output…`."""
     client: str = ""

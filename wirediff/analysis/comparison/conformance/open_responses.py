@@ -34,8 +34,9 @@ DOCUMENT = ("llm_comply.specs", "openresponses.json")
 SCHEMA = "ResponseResource"
 POINTER = f"#/components/schemas/{SCHEMA}/required"
 WEBSOCKET_ERROR = "WebSocketErrorEvent"
-"""The error frame of the Responses WebSocket mode: `{"type": "error", "status": 400,
-"error": {"type", "code", "message", "param"}}`, no `sequence_number`."""
+"""The error frame of the Responses WebSocket mode, which has no `sequence_number`.
+
+It reads `{"type": "error", "status": 400, "error": {"type", "code", "message", "param"}}`."""
 MESSAGE = "required key missing (Open Responses)"
 
 

@@ -41,13 +41,15 @@ class Problem:
     """The instance path in the divergence style: `choices[].message.refusal`."""
     message: str
     source: str
-    """`openai-openapi 2.3.0`, `openai-python 2.54.0`, `open-responses 2026-04-24`,
-    `stream-grammar`."""
+    """The reference's name and version: `openai-openapi 2.3.0`, `openai-python 2.54.0`…
+
+    Also `open-responses 2026-04-24`, and `stream-grammar` for the stream grammar."""
     pointer: str
-    """A JSON pointer into the reference (`#/components/schemas/Error/required`), or for the
-    grammar a rule id (`grammar:responses/one-created`)."""
+    """A JSON pointer into the reference, or for the grammar a rule id.
+
+    For example `#/components/schemas/Error/required`, or `grammar:responses/one-created`."""
     position: int | None = None
-    """The event it was found in, for streams."""
+    """The event it is found in, for streams."""
 
 
 def join(prefix: str, path: str) -> str:

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 Check = tuple[str, str, str]
-"""`(path inside the checked value, message, pointer)`."""
+"""A problem an SDK type finds: `(path inside the checked value, message, pointer)`."""
 _checked: dict[tuple[Any, int], tuple[Check, ...]] = {}
 
 

@@ -54,7 +54,9 @@ ANSWER_SCHEMAS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("get", "/models"): ("ListModelsResponse", None),
     ("get", "/models/{model}"): ("Model", None),
 }
-"""(method, path in the document) → (JSON answer schema, schema of each SSE event's data)."""
+"""The schemas of each route's answer: `(method, path in the document)` → schema names.
+
+The names are those of the JSON answer, and of each SSE event's data or None."""
 ERROR_SCHEMA = "ErrorResponse"
 EVENT_UNION = "ResponseStreamEvent"
 _DATA_KEYWORDS = frozenset({"example", "examples", "default", "const", "enum", "x-oaiMeta"})
