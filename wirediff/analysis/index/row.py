@@ -216,9 +216,9 @@ def index_frame(rows: Sequence[tuple[Any, ...]]) -> pd.DataFrame:
 def _typed(name: str, values: tuple[Any, ...]) -> Any:
     """Type one column's values as the index keeps them."""
     if name in CATEGORIES:
-        codes = pd.Categorical(values)
         # one dtype of categories in every part, whatever values a part happens to hold
-        return codes.set_categories(codes.categories.astype(object))
+        codes, categories = pd.factorize(pd.Series(values, dtype=object).to_numpy(), sort=True)
+        return pd.Categorical.from_codes(codes, pd.Index(categories, dtype=object))
     if name in _DIGESTS:
         return np.array(values, dtype="uint64")
     if name in _KEYS:
