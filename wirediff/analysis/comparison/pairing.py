@@ -22,6 +22,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,7 @@ __all__ = [
     "align",
     "choose_baseline",
     "content_links",
+    "factorize_together",
     "pair_exchanges",
     "text",
 ]
@@ -103,6 +105,24 @@ class Pairing:
 def text(column: pd.Series) -> pd.Series:
     """Read a column of the index as text, a missing value empty."""
     return column.astype("str").fillna("")
+
+
+def factorize_together(*columns: pd.Series) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Number the distinct rows of these columns in order of appearance, and list them.
+
+    It gives what factorizing a `MultiIndex` of them gives, without the tuple of every row
+    that a `MultiIndex` builds: a second a million rows."""
+    codes = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        own, values = pd.factorize(column, use_na_sentinel=False)
+        codes, _ = pd.factorize(codes * len(values) + own)
+    _, first = np.unique(codes, return_index=True)
+    picked = []
+    for column in columns:
+        firsts = column.to_numpy(dtype=object)[first]
+        firsts[pd.isna(firsts)] = np.nan  # as a MultiIndex keeps a missing value
+        picked.append(firsts.tolist())
+    return codes, list(zip(*picked, strict=True))
 
 
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:

@@ -28,6 +28,7 @@ from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, st
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
+from wirediff.analysis.comparison.pairing import factorize_together
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
 
 __all__ = [
@@ -302,10 +303,10 @@ def verdict_cells(
 
 def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
     """Compute each finding's `problem_key`, once per distinct path and evidence."""
-    pairs = pd.MultiIndex.from_arrays([findings["path"], findings["evidence"]])
-    codes, uniques = pd.factorize(pairs)
-    keys = np.array([problem_key(str(p), str(e)) for p, e in uniques.tolist()], dtype=object)
-    return keys[codes]
+    codes, uniques = factorize_together(findings["path"], findings["evidence"])
+    keys = np.array([problem_key(str(p), str(e)) for p, e in uniques], dtype=object)
+    each: np.ndarray = keys[codes]
+    return each
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:

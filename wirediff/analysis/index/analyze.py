@@ -23,7 +23,12 @@ from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.noise import glob_regex, ignored, pair_noise
-from wirediff.analysis.comparison.pairing import Baseline, pair_exchanges, text
+from wirediff.analysis.comparison.pairing import (
+    Baseline,
+    factorize_together,
+    pair_exchanges,
+    text,
+)
 from wirediff.analysis.comparison.reading import Reading, pair_findings
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.comparison.verdicts import (
@@ -249,13 +254,9 @@ class Analysis:
         rows = self.findings["row"].to_numpy()
         template = self.findings["template"].to_numpy()
         standin = self.answers("standin")[rows]
-        pairs = pd.DataFrame({"t": template, "s": standin})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs))
+        codes, uniques = factorize_together(pd.Series(template), pd.Series(standin))
         noted = np.array(
-            [
-                words[tk] + assumed_note(str(sk), str(path.iat[tk]), words[tk])
-                for tk, sk in uniques.tolist()
-            ],
+            [words[tk] + assumed_note(str(sk), str(path.iat[tk]), words[tk]) for tk, sk in uniques],
             dtype=object,
         )
         return pd.DataFrame(
@@ -388,10 +389,9 @@ def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> 
     )
     observed = {k: r.observed for k, r in index.readings.items()}
     noise, sets = pair_noise(part, observed)
-    keyed = pd.MultiIndex.from_arrays([part["b"], part["c"], noise])
-    codes, uniques = pd.factorize(keyed)
+    codes, uniques = factorize_together(part["b"], part["c"], pd.Series(noise))
     divergences, clients = [], []
-    for bk, ck, n in uniques.tolist():
+    for bk, ck, n in uniques:
         found, said = pair_findings(index.readings[bk], index.readings[ck], sets[n])
         divergences.append(templates.numbered(found))
         clients.append(templates.numbered(said))
