@@ -4,8 +4,10 @@ analysis that starts from the pairs."""
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -13,7 +15,7 @@ from tests.fixtures.analysed import pairs_of
 from tests.fixtures.records import answer, chat_record, error_record, replay, set_header
 from wirediff._types import Record
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.pairing import PAIR_COLUMNS
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, factorize_together
 from wirediff.analysis.index.analyze import analyze
 from wirediff.cli.report import load_ignore
 from wirediff.errors import UsageError
@@ -132,3 +134,21 @@ def test_load_ignore_rejects_a_malformed_file_in_one_line(tmp_path: Path, text: 
     with pytest.raises(UsageError, match=r"wirediff\.yaml(:\d+)?: ") as e:
         load_ignore(path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_are_numbered_together_as_a_multiindex_numbers_them(seed: int) -> None:
+    """Codes and distinct rows as factorizing a `MultiIndex` gives them, missing values too."""
+    rng = random.Random(seed)
+    for _ in range(100):
+        n = rng.randint(1, 40)
+        mixed = pd.Series([rng.choice([None, math.nan, "a", "b", ""]) for _ in range(n)])
+        numbers = pd.Series([rng.randint(0, 3) for _ in range(n)], dtype=np.int64)
+        strings = pd.Series([rng.choice(["x", "y", None]) for _ in range(n)], dtype="str")
+        for columns in ((numbers, mixed), (mixed, strings), (numbers, numbers, mixed)):
+            expected_codes, expected = pd.factorize(pd.MultiIndex.from_arrays(list(columns)))
+            codes, uniques = factorize_together(*columns)
+            assert codes.tolist() == expected_codes.tolist()
+            assert [tuple(map(str, row)) for row in uniques] == [
+                tuple(map(str, row)) for row in expected.tolist()
+            ]
