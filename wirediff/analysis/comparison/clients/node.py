@@ -116,7 +116,7 @@ def _find(given: str, clients: str, cwd: str) -> NodeSdk | str:
 
 def node_sdk() -> NodeSdk | str:
     """Find the Node SDK to measure with, or say why there is none."""
-    return _find(os.environ.get(NODE_SDK_ENV, ""), os.environ.get(CLIENTS_ENV, ""), str(Path.cwd()))
+    return _find(os.environ.get(NODE_SDK_ENV, ""), os.environ.get(CLIENTS_ENV, ""), os.getcwd())
 
 
 def status() -> str:
