@@ -135,14 +135,14 @@ class DaskEngine:
 
         tag = f"wirediff-{getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex[:8]}"
         futures = [
-            self._client.submit(_told, fn, *args, key=f"{tag}-{i}", pure=False, **kwargs)
+            self._client.submit(_error_as_value, fn, *args, key=f"{tag}-{i}", pure=False, **kwargs)
             for i, (args, kwargs) in enumerate(calls)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             done = as_completed(futures, with_results=True)
             for future, result in done:
-                if isinstance(result, _Told):
+                if isinstance(result, _UserError):
                     raise result.error
                 yield index[future.key], result
                 future.release()
@@ -203,11 +203,11 @@ _LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
 
 
 @dataclass(frozen=True)
-class _Told:
+class _UserError:
     error: WirediffError
 
 
-def _told(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _error_as_value(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Return `fn`'s result, or the one line for the user it raised, as a value.
 
     A task that fails is logged by its worker with a traceback, and an unreadable input is no
@@ -215,7 +215,7 @@ def _told(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except WirediffError as e:
-        return _Told(e)
+        return _UserError(e)
 
 
 _SHAPE = "a scheduler's address: tcp://HOST:8786"

@@ -129,7 +129,7 @@ class Run:
             scans.append(result)
         bar.close()
         scans.sort(key=lambda s: (s.src, s.start))
-        _say(sources, scans)
+        _warn_torn_raise_first_error(sources, scans)
         readings, evidence = _complete(scans, calls)
         frame = concat_index(s.frame for s in scans)
         del scans
@@ -355,7 +355,7 @@ def line_number(url: str, offset: int) -> int:
     return n
 
 
-def _say(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
+def _warn_torn_raise_first_error(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
     """Warn about torn lines and raise the first problem, file by file.
 
     The messages are those of loading each file whole, `wirediff.record.store.iter_records`."""

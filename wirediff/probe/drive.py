@@ -66,7 +66,7 @@ def select(data: ProbeData, only: Sequence[str]) -> list[Feature]:
     return [f for f in data.features if not only or f.id in only]
 
 
-def _listed(rec: Record) -> list[str] | None:
+def _model_ids(rec: Record) -> list[str] | None:
     body = part(rec, "response").get("body")
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
@@ -210,7 +210,7 @@ def _probe(
     why = _absent(first, target, api_key_env)
     if why is not None:
         raise ServerAbsent(why)
-    listed = _listed(first)
+    listed = _model_ids(first)
     if model is None:
         if listed is None:
             raise ServerAbsent(_not_openai(first, target))

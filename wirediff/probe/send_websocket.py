@@ -121,7 +121,7 @@ async def send_websocket(
         )
     except (OSError, TimeoutError) as e:
         kind = "timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
-        return failed(f"cannot connect to {host}:{port}: {_said(e)}", kind)
+        return failed(f"cannot connect to {host}:{port}: {_exception_words(e)}", kind)
     ws = WSConnection(ConnectionType.CLIENT)
     try:
         extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
@@ -133,7 +133,7 @@ async def send_websocket(
     except TimeoutError:
         return failed("timed out in the WebSocket session", "timeout")
     except (OSError, ValueError) as e:
-        return failed(f"the WebSocket session failed: {_said(e)}", "upstream_disconnect")
+        return failed(f"the WebSocket session failed: {_exception_words(e)}", "upstream_disconnect")
     finally:
         writer.close()
         # a TLS close takes turns of the loop (close_notify): wait for them, else the
@@ -142,7 +142,7 @@ async def send_websocket(
             await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
 
 
-def _said(e: BaseException) -> str:
+def _exception_words(e: BaseException) -> str:
     """Put an exception in words; some, such as a reset connection, have none of their own."""
     return str(e) or type(e).__name__
 

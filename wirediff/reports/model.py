@@ -279,7 +279,7 @@ def build(
     drop_in.sort(
         key=lambda v: (labels.index(v.label), fam_order.get(v.family, len(fam_order)), v.transport)
     )
-    found = _listed(analysis)
+    found = _listed_findings(analysis)
     alignments, timeline_of = _alignments(analysis, max_examples)
     tls, anchors = finish_alignments(alignments, anchor)
     drawn = {t.anchor for t in tls[:MAX_TIMELINES]}
@@ -448,7 +448,7 @@ def build(
     return model
 
 
-def _listed(analysis: Analysis) -> Listed:
+def _listed_findings(analysis: Analysis) -> Listed:
     f = analysis.findings
     pair = f["pair"].to_numpy()
     base = analysis.pairs["b"].to_numpy()[np.maximum(pair, 0)] if len(analysis.pairs) else pair

@@ -134,7 +134,7 @@ def failure_break(failure: Failure) -> Break:
     )
 
 
-def _who(probe: str, client: str) -> str:
+def _probe_and_client(probe: str, client: str) -> str:
     return f"`{probe}`" + (f" ({client})" if client != SDK_SOURCE else "")
 
 
@@ -144,17 +144,25 @@ def _arguments(probe: str, kind: str, key: str, client: str, baseline: str = "")
     else:
         said = f"tool-call arguments are {kind}, `json.loads` gives no object"
     return Break(
-        ARGUMENTS, probe, f"{_who(probe, client)}: {said}", baseline, kind, key=key, client=client
+        ARGUMENTS,
+        probe,
+        f"{_probe_and_client(probe, client)}: {said}",
+        baseline,
+        kind,
+        key=key,
+        client=client,
     )
 
 
 def _usage(probe: str, client: str, baseline: str = "") -> Break:
-    message = f"{_who(probe, client)}: no usage, though `stream_options.include_usage` asked for it"
+    message = f"{_probe_and_client(probe, client)}: no usage, though `stream_options.include_usage` asked for it"
     return Break(USAGE, probe, message, baseline, "absent", key="usage", client=client)
 
 
 def _lost(probe: str, key: str, kind: str, client: str, baseline: str = "") -> Break:
-    message = f"{_who(probe, client)}: {key.split(':')[-1]} {kind}, a stream was asked for"
+    message = (
+        f"{_probe_and_client(probe, client)}: {key.split(':')[-1]} {kind}, a stream was asked for"
+    )
     return Break(LOST, probe, message, baseline, kind, key=key, client=client)
 
 
@@ -171,13 +179,13 @@ def _tool_breaks(outcome: Outcome, prefix: str, client: str) -> list[Break]:
         value = outcome.get(key)
         if value in ("missing", "repeated"):
             probe = outcome.probe_of(key)
-            message = f"{_who(probe, client)}: {_TOOL_WORDS[value]}"
+            message = f"{_probe_and_client(probe, client)}: {_TOOL_WORDS[value]}"
             out.append(Break(TOOL_CALL, probe, message, "present", value, key=key, client=client))
             break
     for key in (f"{prefix}tool_call.name", f"{prefix}final.tool_call.name"):
         if outcome.get(key) == "not offered":
             probe = outcome.probe_of(key)
-            message = f"{_who(probe, client)}: {_TOOL_WORDS['not offered']}"
+            message = f"{_probe_and_client(probe, client)}: {_TOOL_WORDS['not offered']}"
             out.append(
                 Break(TOOL_CALL, probe, message, "offered", "not offered", key=key, client=client)
             )
@@ -186,7 +194,7 @@ def _tool_breaks(outcome: Outcome, prefix: str, client: str) -> list[Break]:
         key = f"{prefix}final.call_id"
         probe = outcome.probe_of(key)
         message = (
-            f"{_who(probe, client)}: the final object's `call_id` is not the one the stream "
+            f"{_probe_and_client(probe, client)}: the final object's `call_id` is not the one the stream "
             "announced: a result sent back under the streamed id answers no call"
         )
         out.append(
@@ -197,7 +205,7 @@ def _tool_breaks(outcome: Outcome, prefix: str, client: str) -> list[Break]:
     refused = outcome.get(f"{prefix}runTools.refused")
     if refused is not None:
         probe = outcome.probe_of(f"{prefix}runTools.refused")
-        message = f"{_who(probe, client)} does not call the tool, it answers the model: {refused}"
+        message = f"{_probe_and_client(probe, client)} does not call the tool, it answers the model: {refused}"
         out.append(
             Break(
                 TOOL_CALL,
@@ -219,9 +227,7 @@ def _structured(outcome: Outcome, prefix: str, client: str, parse_failed: bool) 
         verdict = outcome.get(key)
         if verdict is not None and verdict != "valid":
             probe = outcome.probe_of(key)
-            message = (
-                f"{_who(probe, client)}: the structured output the request asked for is {verdict}"
-            )
+            message = f"{_probe_and_client(probe, client)}: the structured output the request asked for is {verdict}"
             return [Break(STRUCTURED, probe, message, "valid", verdict, key=key, client=client)]
     return []
 
@@ -237,7 +243,7 @@ def _final_lost(outcome: Outcome, prefix: str, client: str) -> list[Break]:
         ):
             probe = outcome.probe_of(key)
             got = str(outcome.get(key))
-            message = f"{_who(probe, client)}: the final object's `{text}` is {got}, though the stream delivered text"
+            message = f"{_probe_and_client(probe, client)}: the final object's `{text}` is {got}, though the stream delivered text"
             out.append(Break(LOST, probe, message, "text", got, key=key, client=client))
     return out
 
@@ -291,7 +297,7 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
     b_raised, c_raised = b.get(f"{prefix}raises"), c.get(f"{prefix}raises")
     if c_raised is not None and (b_raised is None or _class(b_raised) != _class(c_raised)):
         probe = c.probe_of(f"{prefix}raises")
-        message = f"{_who(probe, client)} raises {_class(c_raised)}" + (
+        message = f"{_probe_and_client(probe, client)} raises {_class(c_raised)}" + (
             f": {words}" if words else ""
         )
         out.append(
@@ -319,13 +325,15 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
     for key in (f"{prefix}usage", f"{prefix}final.usage"):
         if b.get(key) == "present" and c.get(key) == "absent":
             probe = c.probe_of(key)
-            message = f"{_who(probe, client)}: usage is absent, the baseline's answer had it"
+            message = (
+                f"{_probe_and_client(probe, client)}: usage is absent, the baseline's answer had it"
+            )
             out.append(Break(USAGE, probe, message, "present", "absent", key=key, client=client))
     for key in (f"{prefix}reasoning_content", f"{prefix}final.reasoning_content"):
         if b.get(key) == "text" and c.get(key) not in ("text", None):
             probe = c.probe_of(key)
             message = (
-                f"{_who(probe, client)}: `reasoning_content` is {c.get(key)}, the baseline's "
+                f"{_probe_and_client(probe, client)}: `reasoning_content` is {c.get(key)}, the baseline's "
                 "answer had the reasoning there"
             )
             out.append(Break(LOST, probe, message, "text", str(c.get(key)), key=key, client=client))
@@ -333,8 +341,9 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
     key = f"{prefix}error.message"
     if b.get(key) == "the server's words" and c.get(key) == "no server words":
         probe = c.probe_of(key)
-        message = f"{_who(probe, client)} raises an error without the server's words" + (
-            f" ({words!r} is lost)" if words else ""
+        message = (
+            f"{_probe_and_client(probe, client)} raises an error without the server's words"
+            + (f" ({words!r} is lost)" if words else "")
         )
         out.append(
             Break(LOST, probe, message, "the server's words", "lost", key=key, client=client)
@@ -345,7 +354,7 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
         if had is not None and got is not None and had != got and calls:
             probe = c.probe_of(finish)
             message = (
-                f"{_who(probe, client)}: `{finish.split('.')[-1]}` is {got!r} on an answer that calls "
+                f"{_probe_and_client(probe, client)}: `{finish.split('.')[-1]}` is {got!r} on an answer that calls "
                 f"tools, the baseline's was {had!r}: an agent loop branches on it"
             )
             out.append(Break(FINISH, probe, message, had, got, key=finish, client=client))

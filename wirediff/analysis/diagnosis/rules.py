@@ -127,12 +127,12 @@ def _base_facts(x: ExchangeView) -> dict[str, str]:
         "ctype": x.ctype or "no content type",
         "model": str(x.model),
         "url": x.url,
-        "why": scrub(_said(x)[:QUOTED]) or x.answer,
+        "why": scrub(_message_text(x)[:QUOTED]) or x.answer,
         "hint": scrub(server_hint(x.msg)),
     }
 
 
-def _said(x: ExchangeView) -> str:
+def _message_text(x: ExchangeView) -> str:
     return " ".join(_TAGS.sub(" ", x.msg).split())
 
 
@@ -174,7 +174,7 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
         )
         return out
     if (st is None and x.error_kind in NO_ANSWER_KINDS) or _proxy_generated(x):
-        why = x.error_msg or _said(x) or x.answer
+        why = x.error_msg or _message_text(x) or x.answer
         add(
             "upstream_unreachable",
             _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
@@ -193,7 +193,7 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             "upstream_unreachable",
             _ev(x, x.words() or x.snippet()),
             variant="gateway",
-            why=scrub(_said(x)[:QUOTED]),
+            why=scrub(_message_text(x)[:QUOTED]),
         )
     return out
 
