@@ -63,7 +63,7 @@ class MirrorPipe(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _pairs(text: str, what: str) -> dict[str, str]:
+def _option_pairs(text: str, what: str) -> dict[str, str]:
     items = [p.strip() for p in text.split(",") if p.strip()]
     try:
         return parse_pairs(items, what, allow_empty=False)
@@ -80,16 +80,16 @@ def parse_targets(to: str, key_env: str, model_map: str) -> list[tuple[Target, s
 
     A model map is `A=B` for all, `label:A=B` for one; keys come from the environment only
     (`shadow_key_env`). Errors are one-line `OptionsError`s."""
-    urls = _pairs(to, "shadow_to")
+    urls = _option_pairs(to, "shadow_to")
     for label in urls:
         if not set(label) <= _LABEL_CHARS or label.startswith("."):
             raise _fail(
                 f"shadow_to: a label is a file name part (letters, digits, ._-:), not {label!r}"
             )
-    envs = _pairs(key_env, "shadow_key_env")
+    envs = _option_pairs(key_env, "shadow_key_env")
     maps: dict[str, dict[str, str]] = {label: {} for label in urls}
     shared: dict[str, str] = {}
-    for src, dst in _pairs(model_map, "shadow_model_map").items():
+    for src, dst in _option_pairs(model_map, "shadow_model_map").items():
         label, sep, model = src.partition(":")
         if sep and label in urls:
             maps[label][model] = dst

@@ -206,7 +206,7 @@ def export_part(
         for root, ordinal, text, rec in members:
             values = dict(zip(EXCHANGE_COLUMNS, exchange_row(rec), strict=True))
             values.update(_extra(rec))
-            values.update(ordinal=ordinal, root=root, nbytes=len(text), record=_text(text))
+            values.update(ordinal=ordinal, root=root, nbytes=len(text), record=_line_text(text))
             for name, kind in zip(EXCHANGE_SCHEMA.names, EXCHANGE_SCHEMA.types, strict=True):
                 value = values[name]
                 if not _fits(value, kind):
@@ -257,12 +257,12 @@ def _extra(rec: Record) -> dict[str, Any]:
 
 def _scrubbed(line: bytes) -> bytes:
     """Replace anything shaped like a credential in `line`, as in every output."""
-    text = _text(line)
+    text = _line_text(line)
     scrubbed = scrub_output(text)
     return line if scrubbed is text else scrubbed.encode("utf-8")
 
 
-def _text(line: bytes) -> str:
+def _line_text(line: bytes) -> str:
     """Give a record's line as a string, written again with escapes where it is no UTF-8.
 
     A lone surrogate's bytes are no UTF-8 but JSON readers take them; the line written again

@@ -102,17 +102,17 @@ class ProbeData:
         raise KeyError(fid)
 
 
-def _text(name: str) -> str:
+def _data_text(name: str) -> str:
     return resources.files(__package__).joinpath(DATA, name).read_text(encoding="utf-8")
 
 
 def load_features(text: str | None = None) -> tuple[Feature, ...]:
-    doc = yaml.safe_load(text if text is not None else _text(FEATURES_FILE))
+    doc = yaml.safe_load(text if text is not None else _data_text(FEATURES_FILE))
     return tuple(Feature.from_yaml(f) for f in doc["features"])
 
 
 def load_clients(text: str | None = None) -> tuple[Client, ...]:
-    doc = yaml.safe_load(text if text is not None else _text(CLIENTS_FILE))
+    doc = yaml.safe_load(text if text is not None else _data_text(CLIENTS_FILE))
     return tuple(
         Client(
             str(c["id"]), str(c["name"]), tuple(c.get("needs") or ()), str(c.get("captured") or "")

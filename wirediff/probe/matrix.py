@@ -139,7 +139,7 @@ def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
     return ", ".join(parts)
 
 
-def _client_of(finding: Mapping[str, str]) -> str:
+def _finding_client(finding: Mapping[str, str]) -> str:
     """Name the one client a finding is about, or "" for every client.
 
     A `client` finding of openai-node's SDK is openai-node's alone; every other finding is
@@ -167,7 +167,7 @@ def feature_row(feature: Feature, records: Sequence[Record | None], graded: Grad
         else:
             found.append((p.severity, p.evidence, ""))
     for row in graded.findings_for(ids, feature.sources):
-        found.append((row["severity"], row["message"] or row["evidence"], _client_of(row)))
+        found.append((row["severity"], row["message"] or row["evidence"], _finding_client(row)))
     if feature.sources and not any(
         r is not None and part(r, "response").get("events") for r in records
     ):

@@ -147,7 +147,7 @@ def _exception_words(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _pairs(headers: Any) -> list[tuple[str, str]]:
+def _latin1_headers(headers: Any) -> list[tuple[str, str]]:
     return [(bytes(k).decode("latin-1"), bytes(v).decode("latin-1")) for k, v in headers]
 
 
@@ -181,7 +181,7 @@ async def _session(
             body += ev.data
             if ev.body_finished:
                 break
-        head = _pairs(first.headers)
+        head = _latin1_headers(first.headers)
         response = Response(
             status=first.status_code, reason="", http_version="HTTP/1.1", headers=head, content=body
         )
@@ -193,7 +193,11 @@ async def _session(
     if not isinstance(first, AcceptConnection):
         raise ValueError("the server did not answer the upgrade")
     accepted = time.time()
-    head = [("upgrade", "websocket"), ("connection", "Upgrade"), *_pairs(first.extra_headers)]
+    head = [
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        *_latin1_headers(first.extra_headers),
+    ]
     response = Response(
         status=101, reason="Switching Protocols", http_version="HTTP/1.1", headers=head, content=b""
     )

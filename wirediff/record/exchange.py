@@ -181,7 +181,7 @@ def exchange_state(ex: Exchange) -> tuple[Any, ...]:
     )
 
 
-def _pairs(headers: Any) -> HeaderPairs:
+def _header_pairs(headers: Any) -> HeaderPairs:
     return [(str(k), str(v)) for k, v in headers]
 
 
@@ -196,9 +196,9 @@ def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
             url=url,
             path=path,
             http_version=version,
-            headers=_pairs(headers),
+            headers=_header_pairs(headers),
             content=content,
-            client_headers=None if client is None else _pairs(client),
+            client_headers=None if client is None else _header_pairs(client),
             size=size,
             tail=tail,
             past=past,
@@ -209,7 +209,7 @@ def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
             status=rs[0],
             reason=rs[1],
             http_version=rs[2],
-            headers=_pairs(rs[3]),
+            headers=_header_pairs(rs[3]),
             content=rs[4],
             size=rs[5],
             tail=rs[6],

@@ -162,7 +162,7 @@ def _turns(item: Any) -> list[list[str]]:
     role = item.get("role")
     if not isinstance(role, str):
         return []
-    words = _text(item.get("content"))
+    words = _message_words(item.get("content"))
     out = [["system" if role == "developer" else role, words]] if words else []
     for call in item.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
@@ -304,7 +304,7 @@ That is an assistant's words, tool-call arguments, reasoning, and a tool's resul
 from those arguments."""
 
 
-def _text(content: Any) -> str:
+def _message_words(content: Any) -> str:
     """Return a message's words: the string, or the texts of its parts, whitespace collapsed."""
     parts = _texts(content)
     return " ".join(" ".join(parts).split())
@@ -336,7 +336,7 @@ def _message(m: Any) -> Any:
     if kind == "function_call":
         return ["function_call", m.get("name")]
     if role is not None:
-        return [role, _text(m.get("content"))]
+        return [role, _message_words(m.get("content"))]
     if kind == "item_reference":
         return [kind, ID]
     return [kind, MINTED] if kind is not None else MINTED

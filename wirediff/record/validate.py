@@ -212,7 +212,7 @@ _PAIRS = "a list of [name, value] string pairs"
 _WORDS = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list"}
 
 
-def _pairs(v: list[Any]) -> bool:
+def _is_header_list(v: list[Any]) -> bool:
     for h in v:
         if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
             return False
@@ -308,7 +308,7 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
                     return f"{where}{key} {found}"
     for key in shape.pairs:
         value = obj.get(key)
-        if value is not None and not _pairs(value):
+        if value is not None and not _is_header_list(value):
             return f"{where}{key} must be {_PAIRS}"
     return None
 

@@ -65,7 +65,7 @@ def unsent_exchange(
     return exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
 
 
-def _pairs(raw: list[tuple[bytes, bytes]]) -> HeaderPairs:
+def _decoded_headers(raw: list[tuple[bytes, bytes]]) -> HeaderPairs:
     return [
         (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in raw
     ]
@@ -89,7 +89,7 @@ def exchange_from_httpx(
     `content` is the body the request was given (None: none): httpx sends no body and an
     empty one alike. The URL is the one the server saw, with the host from the Host header.
     """
-    headers = _pairs(request.headers.raw)
+    headers = _decoded_headers(request.headers.raw)
     path = request.url.raw_path.decode("utf-8", "surrogateescape")
     host = header_value(headers, "host") or request.url.netloc.decode("ascii")
     return Exchange(
@@ -107,7 +107,7 @@ def exchange_from_httpx(
             status=response.status_code,
             reason=response.reason_phrase,
             http_version=response.http_version,
-            headers=_pairs(response.headers.raw),
+            headers=_decoded_headers(response.headers.raw),
             content=body,
         ),
         timings=timings,

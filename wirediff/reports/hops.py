@@ -186,7 +186,7 @@ def _listish(value: Any) -> list[Any]:
     return [] if missing(value) else [value]
 
 
-def _text(value: Any) -> str:
+def _text_or_empty(value: Any) -> str:
     return "" if missing(value) else str(value)
 
 
@@ -207,22 +207,22 @@ class _Chain:
 def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
     chains: dict[str, _Chain] = {}
     for row in diagnoses.to_dict("records"):
-        chain_id = _text(row.get("chain_id"))
+        chain_id = _text_or_empty(row.get("chain_id"))
         c = chains.get(chain_id)
         if c is None:
             c = chains[chain_id] = _Chain(
-                _text(row.get("label")),
-                _text(row.get("endpoint")) or NO_ENDPOINT,
-                _text(row.get("title")),
+                _text_or_empty(row.get("label")),
+                _text_or_empty(row.get("endpoint")) or NO_ENDPOINT,
+                _text_or_empty(row.get("title")),
                 [str(i) for i in _listish(row.get("exchange_ids"))],
                 row.get("recovered") is True or row.get("recovered") is np.True_,
             )
         c.diagnoses.setdefault(
-            _text(row.get("code")),
+            _text_or_empty(row.get("code")),
             (
-                _text(row.get("provider")) or "unknown",
-                _text(row.get("summary")),
-                _text(row.get("remedy")),
+                _text_or_empty(row.get("provider")) or "unknown",
+                _text_or_empty(row.get("summary")),
+                _text_or_empty(row.get("remedy")),
             ),
         )
         for line in _listish(row.get("evidence")):

@@ -199,7 +199,7 @@ def merge(problems: Iterable[Problem]) -> list[tuple[Problem, int]]:
     return [(p, n) for p, n in seen.values()]
 
 
-def _text(problem: Problem, count: int) -> str:
+def _problem_text(problem: Problem, count: int) -> str:
     if problem.position is None:
         return problem.message
     where = (
@@ -276,7 +276,7 @@ def record_check(rec: Record) -> tuple[RecordCheck, tuple[ConformanceRow, ...]]:
         return RecordCheck(outcome), ()
     rows: list[ConformanceRow] = []
     for problem, count in problems:
-        text = _text(problem, count)
+        text = _problem_text(problem, count)
         cause = next((b for b in breaks if implicates(b, "conformance", problem.path)), None)
         rows.append(
             (
