@@ -277,27 +277,36 @@ def verdict_cells(
     if len(findings):
         cell_at = np.full(len(exchanges), -1, dtype=np.int64)
         cell_at[kept] = ex["_cell"].to_numpy()
-        mine = findings.assign(
-            _cell=cell_at[findings["row"].to_numpy()],
-            _rank=findings["severity"].map(RANKS).fillna(len(SEVERITIES)).astype(int),
-            _order=np.arange(len(findings)),
-            _header=findings["kind"].to_numpy() == "header",
-            _problem=_problem_keys(findings),
+        # texts and problems as numbers in their own order: sorting and grouping millions of
+        # findings by strings takes many times the memory of the findings
+        said, texts = pd.factorize(findings["text"], sort=True)
+        problem, problem_keys = pd.factorize(_problem_keys(findings))
+        mine = pd.DataFrame(
+            {
+                "row": findings["row"].to_numpy(),
+                "_cell": cell_at[findings["row"].to_numpy()],
+                "_rank": findings["severity"].map(RANKS).fillna(len(SEVERITIES)).to_numpy(int),
+                "_order": np.arange(len(findings)),
+                "_header": findings["kind"].to_numpy() == "header",
+                "_problem": problem,
+                "_text": said,
+            }
         )
         mine = mine[mine["_cell"].to_numpy() >= 0]
         # a problem's words: those of its worst findings that sort first
-        mine = mine.sort_values(["_rank", "text", "_order"], kind="stable")
+        mine = mine.sort_values(["_rank", "_text", "_order"], kind="stable")
         problems = mine.groupby(["_cell", "_header", "_problem"], sort=False)
-        firsts = problems[["_rank", "text"]].first()
-        for (at, header, problem), n, rank, said, first in zip(
+        firsts = problems[["_rank", "_text"]].first()
+        for (at, header, key), n, rank, text, first in zip(
             firsts.index.tolist(),
             problems["row"].nunique().tolist(),
             firsts["_rank"].tolist(),
-            firsts["text"].tolist(),
+            texts.to_numpy(dtype=object)[firsts["_text"].to_numpy()].tolist(),
             problems["_order"].min().tolist(),
             strict=True,
         ):
-            cells[at].reasons[(header, problem)] = Reason(int(n), int(rank), said, first)
+            reason = Reason(int(n), int(rank), text, first)
+            cells[at].reasons[(header, problem_keys[key])] = reason
     return dict(zip(named, cells, strict=True))
 
 
