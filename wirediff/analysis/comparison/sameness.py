@@ -11,6 +11,7 @@ and the numbers out of the key.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["problem_key", "without_ids"]
@@ -25,11 +26,12 @@ _CALL = re.compile(r"(`[\w.]+)\([^`)]*\)`")
 """An SDK call as a finding names it: `client.responses.create(stream=True)`."""
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def without_ids(text: str) -> str:
     """Show the ids and timestamps in `text` as an ellipsis, for a line a person reads.
 
     An id keeps its kind's prefix, as in `resp_…`. The exchange the text came from is linked, not
-    named."""
+    named. Diagnoses and findings repeat their words by the thousand: the lines are remembered."""
     text = _UUID.sub("…", text)
     text = _PREFIXED.sub(r"\1…", text)
     text = _HEX.sub("…", text)
