@@ -259,14 +259,16 @@ class Analysis:
             [words[tk] + assumed_note(str(sk), str(path.iat[tk]), words[tk]) for tk, sk in uniques],
             dtype=object,
         )
+        # object columns point at the templates' few strings; pandas' own strings would copy
+        # each finding's text, ten times the memory of the frame
         return pd.DataFrame(
             {
                 "row": rows,
-                "severity": t["severity"].to_numpy()[template],
-                "kind": t["kind"].to_numpy()[template],
-                "path": path.to_numpy()[template],
-                "evidence": t["evidence"].to_numpy()[template],
-                "text": noted[codes],
+                "severity": pd.Series(t["severity"].to_numpy()[template], dtype=object),
+                "kind": pd.Series(t["kind"].to_numpy()[template], dtype=object),
+                "path": pd.Series(path.to_numpy()[template], dtype=object),
+                "evidence": pd.Series(t["evidence"].to_numpy()[template], dtype=object),
+                "text": pd.Series(noted[codes], dtype=object),
             }
         )
 
