@@ -139,9 +139,14 @@ def task_gc() -> Iterator[None]:
     nothing — else the first allocation after it walks every object the task made and still
     holds (its records, its frames), a few percent of the task. They are freed by reference
     counting all the same; what earlier tasks left frozen goes back to the collector first.
-    The objects tasks leave are counted from the collector's own allocation count, because
-    `gc.get_freeze_count` walks every frozen object."""
-    global _left_by_tasks
+
+    The collector's own count, objects made less objects freed, says what each task left,
+    for free; `gc.get_freeze_count` walks every frozen object, so it is asked only every
+    `FROZEN_CHECK_TASKS` tasks, for cycles a task's frees hid from that count."""
+    global _left_by_tasks, _tasks
+    _tasks += 1
+    if _left_by_tasks <= LEFT_BY_TASKS and _tasks % FROZEN_CHECK_TASKS == 0:
+        _left_by_tasks = gc.get_freeze_count()
     gc.unfreeze()
     if _left_by_tasks > LEFT_BY_TASKS:  # reference cycles the tasks made, now garbage: collected
         gc.collect()
@@ -158,8 +163,11 @@ def task_gc() -> Iterator[None]:
 
 
 _left_by_tasks = 0
+_tasks = 0
 LEFT_BY_TASKS = 1_000_000
-"""Frozen objects past which a task starts with a full collection.
+"""Objects left since the last collection past which a task starts with a full collection.
 
 Tasks leave objects frozen; cycles, which reference counting cannot free, would otherwise
 stay for good."""
+FROZEN_CHECK_TASKS = 32
+"""Tasks between two exact counts of the frozen objects."""

@@ -41,11 +41,45 @@ def test_cycles_tasks_leave_are_collected_once_there_are_many(
             node = _Node()
             gone = weakref.ref(node)
             del node
-            held = [[n] for n in range(20_000)]  # lists: objects the collector tracks
+            held = [[n] for n in range(20_000)]  # objects the collector counts
         del held
         assert gone() is not None  # a cycle: reference counting does not free it
         with task_gc():
             assert gone() is None
+    finally:
+        gc.unfreeze()
+
+
+def test_objects_frozen_past_the_limit_are_collected_though_no_task_counted_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Objects made between tasks are frozen at a task's end though no task counted them:
+    the exact count of frozen objects, every `FROZEN_CHECK_TASKS` tasks, still collects."""
+    import wirediff._support as support
+
+    gc.unfreeze()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    monkeypatch.setattr(support, "_left_by_tasks", 0)
+    monkeypatch.setattr(support, "FROZEN_CHECK_TASKS", 1 << 30)
+    try:
+        with task_gc():
+            pass
+        monkeypatch.setattr(support, "LEFT_BY_TASKS", gc.get_freeze_count() + 10_000)
+        between = [[n] for n in range(30_000)]  # made between tasks
+        gc.collect(0)  # the collector's count of them starts again, as its own runs do
+        with task_gc():
+            node = _Node()
+            gone = weakref.ref(node)
+            del node
+        assert support._left_by_tasks < 10_000, "no task counted the objects made between"
+        with task_gc():
+            assert gone() is not None, "the count alone starts no collection"
+        monkeypatch.setattr(support, "FROZEN_CHECK_TASKS", 1)
+        with task_gc():
+            assert gone() is None
+        del between
     finally:
         gc.unfreeze()
 
