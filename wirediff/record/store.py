@@ -479,11 +479,11 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
     skipped; only the newest says how the target answers (`newest_attempts`).
     """
     recs = list(records)
-    replays = [rec for rec in recs if rec.get("replay_of")]
-    keys = [(str(rec["replay_of"]), rec.get("label")) for rec in replays]
-    newest = newest_attempts(keys, [_started(rec) for rec in replays])
-    superseded = {id(rec) for rec, keep in zip(replays, newest, strict=True) if not keep}
-    return [rec for rec in recs if id(rec) not in superseded]
+    at = [i for i, rec in enumerate(recs) if rec.get("replay_of")]
+    keys = [(str(recs[i]["replay_of"]), recs[i].get("label")) for i in at]
+    newest = newest_attempts(keys, [_started(recs[i]) for i in at])
+    superseded = {i for i, keep in zip(at, newest, strict=True) if not keep}
+    return [rec for i, rec in enumerate(recs) if i not in superseded]
 
 
 RETRIED_KINDS = frozenset(
