@@ -232,9 +232,7 @@ def _typed(name: str, values: tuple[Any, ...]) -> Any:
         return pd.to_numeric(column, errors="coerce").astype("float64")
     if name in _INTEGERS:
         return _integers(column)
-    if name in ("id", "replay_of"):
-        return column.astype("str")
-    return column
+    return column.astype("str")  # id, replay_of
 
 
 def _integers(column: pd.Series) -> pd.Series:
