@@ -26,12 +26,25 @@ _CALL = re.compile(r"(`[\w.]+)\([^`)]*\)`")
 """An SDK call as a finding names it: `client.responses.create(stream=True)`."""
 
 
-@functools.lru_cache(maxsize=1 << 14)
 def without_ids(text: str) -> str:
     """Show the ids and timestamps in `text` as an ellipsis, for a line a person reads.
 
     An id keeps its kind's prefix, as in `resp_…`. The exchange the text came from is linked, not
-    named. Diagnoses and findings repeat their words by the thousand: the lines are remembered."""
+    named. Diagnoses and findings repeat their words by the thousand: short lines are
+    remembered, so the memory it keeps stays bounded."""
+    return _short_without_ids(text) if len(text) <= REMEMBERED_CHARS else _without_ids(text)
+
+
+REMEMBERED_CHARS = 1_000
+"""The longest line `without_ids` remembers; 16,384 of them at most."""
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _short_without_ids(text: str) -> str:
+    return _without_ids(text)
+
+
+def _without_ids(text: str) -> str:
     text = _UUID.sub("…", text)
     text = _PREFIXED.sub(r"\1…", text)
     text = _HEX.sub("…", text)
