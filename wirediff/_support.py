@@ -151,15 +151,9 @@ def task_gc() -> Iterator[None]:
     if _left_by_tasks > LEFT_BY_TASKS:  # reference cycles the tasks made, now garbage: collected
         gc.collect()
         _left_by_tasks = 0
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc(freeze=True):
         yield
-        _left_by_tasks += gc.get_count()[0]
-        gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
+        _left_by_tasks += gc.get_count()[0]  # before the freeze that starts it again
 
 
 _left_by_tasks = 0
