@@ -17,7 +17,7 @@ flaws.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,45 +277,65 @@ def verdict_cells(
     if len(findings):
         cell_at = np.full(len(exchanges), -1, dtype=np.int64)
         cell_at[kept] = ex["_cell"].to_numpy()
-        # texts and problems as numbers in their own order: sorting and grouping millions of
-        # findings by strings takes many times the memory of the findings
-        said, texts = pd.factorize(findings["text"], sort=True)
-        problem, problem_keys = pd.factorize(_problem_keys(findings))
-        mine = pd.DataFrame(
-            {
-                "row": findings["row"].to_numpy(),
-                "_cell": cell_at[findings["row"].to_numpy()],
-                "_rank": findings["severity"].map(RANKS).fillna(len(SEVERITIES)).to_numpy(int),
-                "_order": np.arange(len(findings)),
-                "_header": findings["kind"].to_numpy() == "header",
-                "_problem": problem,
-                "_text": said,
-            }
-        )
-        mine = mine[mine["_cell"].to_numpy() >= 0]
-        # a problem's words: those of its worst findings that sort first
-        mine = mine.sort_values(["_rank", "_text", "_order"], kind="stable")
-        problems = mine.groupby(["_cell", "_header", "_problem"], sort=False)
-        firsts = problems[["_rank", "_text"]].first()
-        for (at, header, key), n, rank, text, first in zip(
-            firsts.index.tolist(),
-            problems["row"].nunique().tolist(),
-            firsts["_rank"].tolist(),
-            texts.to_numpy(dtype=object)[firsts["_text"].to_numpy()].tolist(),
-            problems["_order"].min().tolist(),
-            strict=True,
-        ):
-            reason = Reason(int(n), int(rank), text, first)
-            cells[at].reasons[(header, problem_keys[key])] = reason
+        for at, header, key, reason in _reasons(findings, cell_at):
+            cells[at].reasons[(header, key)] = reason
     return dict(zip(named, cells, strict=True))
 
 
-def _problem_keys(findings: pd.DataFrame) -> np.ndarray:
-    """Compute each finding's `problem_key`, once per distinct path and evidence."""
-    codes, uniques = factorize_together(findings["path"], findings["evidence"])
-    keys = np.array([problem_key(str(p), str(e)) for p, e in uniques], dtype=object)
-    each: np.ndarray = keys[codes]
-    return each
+def _reasons(
+    findings: pd.DataFrame, cell_at: np.ndarray
+) -> Iterator[tuple[int, bool, str, Reason]]:
+    """Sum up the findings of each cell per problem: `(cell, header, problem_key, Reason)`.
+
+    A problem's words are those of its worst findings that sort first; it counts the exchanges
+    it is found on. Everything is done on numbers: the findings' strings are looked up once
+    per distinct value, since sorting and grouping millions of them by strings takes many
+    times the memory of the findings."""
+    row = findings["row"].to_numpy(dtype=np.int64)
+    n = len(findings)
+    said, texts = _sorted_codes(findings["text"])
+    said += 1  # a missing text, -1, sorts first
+    rank = _looked_up(findings["severity"], lambda s: RANKS.get(s, len(SEVERITIES)))
+    path_evidence, pairs = factorize_together(findings["path"], findings["evidence"])
+    keys = np.array([problem_key(str(p), str(e)) for p, e in pairs], dtype=object)
+    problem, problem_keys = pd.factorize(keys)
+    header = (findings["kind"] == "header").to_numpy(dtype=bool)
+    cell = cell_at[row]
+    mine = np.flatnonzero(cell >= 0)
+    group, groups = factorize_together(
+        pd.Series(cell[mine]), pd.Series(header[mine]), pd.Series(problem[path_evidence][mine])
+    )
+    # the first finding of a group in the order of severity, words and place: the least of
+    # one number that sorts alike, below 8 * texts * findings
+    base = len(texts) + 1
+    order = ((rank[mine] * base + said[mine]) * n + mine).astype(np.int64)
+    best = pd.Series(order).groupby(group).min().to_numpy()
+    first = pd.Series(mine).groupby(group).min().to_numpy()
+    distinct = np.unique(group * len(cell_at) + row[mine])
+    exchanges = np.bincount(distinct // len(cell_at), minlength=len(groups))
+    for g in np.argsort(best, kind="stable").tolist():
+        at, is_header, key = groups[g]
+        worst, words = divmod(int(best[g]) // n, base)
+        reason = Reason(int(exchanges[g]), worst, texts[words - 1], int(first[g]))
+        yield int(at), bool(is_header), problem_keys[key], reason
+
+
+def _sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Number a column's strings in their sorted order, whatever order its categories have."""
+    codes, uniques = pd.factorize(column)
+    values = np.asarray(uniques, dtype=object)
+    order = np.argsort(values, kind="stable")
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order))
+    if not len(order):
+        return codes, values
+    return np.where(codes < 0, -1, place[codes]), values[order]
+
+
+def _looked_up(column: pd.Series, value: Callable[[Any], int]) -> np.ndarray:
+    """Give `value` of each entry of `column`, worked out once per distinct entry."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    return np.array([value(u) for u in uniques.tolist()], dtype=np.int64)[codes]
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:

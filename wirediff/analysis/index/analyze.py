@@ -259,16 +259,16 @@ class Analysis:
             [words[tk] + assumed_note(str(sk), str(path.iat[tk]), words[tk]) for tk, sk in uniques],
             dtype=object,
         )
-        # object columns point at the templates' few strings; pandas' own strings would copy
-        # each finding's text, ten times the memory of the frame
+        # a code per finding into each column's few strings: strings per finding would take
+        # ten times the memory of the frame, and sorting and grouping by them more
         return pd.DataFrame(
             {
                 "row": rows,
-                "severity": pd.Series(t["severity"].to_numpy()[template], dtype=object),
-                "kind": pd.Series(t["kind"].to_numpy()[template], dtype=object),
-                "path": pd.Series(path.to_numpy()[template], dtype=object),
-                "evidence": pd.Series(t["evidence"].to_numpy()[template], dtype=object),
-                "text": pd.Series(noted[codes], dtype=object),
+                "severity": _coded(t["severity"].to_numpy(), template),
+                "kind": _coded(t["kind"].to_numpy(), template),
+                "path": _coded(path.to_numpy(), template),
+                "evidence": _coded(t["evidence"].to_numpy(), template),
+                "text": _coded(noted, codes),
             }
         )
 
@@ -325,6 +325,12 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
     )
     findings = findings.iloc[order][["row", "pair", "template", "group"]].reset_index(drop=True)
     return Analysis(index, pairing.baseline, pairs, pairing.unmatched, findings, templates.frame())
+
+
+def _coded(values: np.ndarray, at: np.ndarray) -> pd.Categorical:
+    """Give `values[at]` as a categorical whose categories are in sorted order."""
+    codes, uniques = pd.factorize(values, sort=True)
+    return pd.Categorical.from_codes(codes[at], pd.Index(uniques, dtype=object))
 
 
 class _Templates:
