@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -21,7 +22,7 @@ from wirediff._types import Record
 from wirediff.analysis.diagnosis.provider import GO_PLAIN, PRODUCT_HEADERS
 from wirediff.profiles import signature_headers
 
-__all__ = ["evidence_key", "evidence_record"]
+__all__ = ["EvidenceById", "evidence_key", "evidence_record"]
 
 _REQUEST_VALUES = frozenset({"model", "previous_response_id"})
 """Request body keys whose values the rules read (of the others, only the names)."""
@@ -124,3 +125,38 @@ def evidence_key(record: Record) -> int:
     except TypeError:  # an integer past 64 bits, a lone surrogate
         text = json.dumps(content, ensure_ascii=True, default=repr).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest()) >> 1
+
+
+class EvidenceById(Mapping[str, Record]):
+    """Give the evidence record of an exchange by its id, with its `evidence_key` by `keyed`.
+
+    The records of exchanges whose evidence was kept by key are made when asked for, that key's
+    record with the exchange's id: a copy each, for a million failing exchanges, takes a GB."""
+
+    def __init__(self, keys: dict[str, int], shared: Mapping[int, Record]) -> None:
+        self._keys = keys
+        self._shared = shared
+        self._own: dict[str, tuple[int, Record]] = {}
+
+    def add(self, record: Record) -> None:
+        """Keep the evidence of `record`, an exchange read again, under its id."""
+        seen = evidence_record(record, ok=True)
+        self._own[record["id"]] = (evidence_key(seen), seen)
+
+    def keyed(self, rid: str) -> tuple[int, Record]:
+        """Give the evidence key and record of the exchange `rid`."""
+        own = self._own.get(rid)
+        if own is not None:
+            return own
+        key = self._keys[rid]
+        return key, {**self._shared[key], "id": rid}
+
+    def __getitem__(self, rid: str) -> Record:
+        return self.keyed(rid)[1]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._keys
+        yield from (rid for rid in self._own if rid not in self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys) + sum(rid not in self._keys for rid in self._own)

@@ -10,7 +10,7 @@ and its template, in the order a report lists them; `Analysis.divergences` and
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from wirediff.analysis.comparison.verdicts import (
 )
 from wirediff.analysis.comparison.verdicts import Cells as VerdictCells
 from wirediff.analysis.diagnosis.chains import chain_rows
-from wirediff.analysis.diagnosis.evidence import evidence_key, evidence_record
+from wirediff.analysis.diagnosis.evidence import EvidenceById
 from wirediff.analysis.diagnosis.explain import (
     Backends,
     diagnose_chains,
@@ -459,7 +459,7 @@ class Diagnosed:
     draws a chain from."""
 
     frame: pd.DataFrame
-    evidence: dict[str, Record]
+    evidence: Mapping[str, Record]
 
 
 def diagnose_index(index: Index) -> Diagnosed:
@@ -474,16 +474,13 @@ def diagnose_index(index: Index) -> Diagnosed:
     at = pd.Index(rows["id"]).get_indexer(member_ids)
     keys = rows["evidence"].to_numpy()[at]
     read = [row for row, key in zip(at.tolist(), keys.tolist(), strict=True) if not key]
-    evidence: dict[str, tuple[int, Record]] = {}
-    for rid, key in zip(member_ids, keys.tolist(), strict=True):
-        if key:
-            evidence[rid] = (key, {**index.evidence[key], "id": rid})
+    kept = {rid: key for rid, key in zip(member_ids, keys.tolist(), strict=True) if key}
+    evidence = EvidenceById(kept, index.evidence)
     for rec in index.read(read):
-        seen = evidence_record(rec, ok=True)
-        evidence[rec["id"]] = (evidence_key(seen), seen)
+        evidence.add(rec)
     backends = Backends(rows, index.read)
-    found = diagnose_chains(chains, evidence.__getitem__, served_by(rows), backends)
-    return Diagnosed(diagnosis_frame(found), {rid: rec for rid, (_, rec) in evidence.items()})
+    found = diagnose_chains(chains, evidence.keyed, served_by(rows), backends)
+    return Diagnosed(diagnosis_frame(found), evidence)
 
 
 def diagnose(records: Sequence[Record]) -> pd.DataFrame:
