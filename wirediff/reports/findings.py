@@ -17,6 +17,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
+from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes
 from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
 from wirediff.reports.hops import NO_ENDPOINT
@@ -223,6 +224,17 @@ class Listed:
             "endpoint": self.endpoints[base],
         }
 
+    def meta_codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Number each finding's label, baseline label and endpoint, equal numbers for equal text.
+
+        They are numbered per exchange, not per finding: millions of findings name a few
+        thousand exchanges' texts."""
+        c, b = self.candidate, self.baseline
+        own = b < 0
+        labels, _ = pd.factorize(np.append(self.labels, ""))
+        endpoints, _ = pd.factorize(self.endpoints)
+        return labels[c], np.where(own, labels[-1], labels[b]), endpoints[np.where(own, c, b)]
+
     def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
         """Return these findings in full."""
         values = self.values.iloc[self.template[at]].reset_index(drop=True)
@@ -268,24 +280,30 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     )
     same = ["kind", "path", "severity", "source", "_b", "_c", "_m"]
     alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
-    meta = found.meta()
-    codes = [pd.factorize(meta[name])[0] for name in ("label", "baseline_label", "endpoint")]
-    keyed = pd.DataFrame({"t": alike[found.template], "l": codes[0], "bl": codes[1], "e": codes[2]})
-    group = keyed.groupby(["t", "l", "bl", "e"], sort=False).ngroup().to_numpy()
+    label, baseline_label, endpoint = found.meta_codes()
+    group, _ = factorize_together(
+        pd.Series(alike[found.template]),
+        pd.Series(label),
+        pd.Series(baseline_label),
+        pd.Series(endpoint),
+    )
     sizes = np.bincount(group)
     rank = pd.Series(group).groupby(group).cumcount().to_numpy()
-    evidence = pd.Series(v["evidence"].to_numpy()[found.template]).groupby(group).min().tolist()
+    said, evidences = sorted_codes(v["evidence"])
+    evidence = evidences[pd.Series(said[found.template]).groupby(group).min().to_numpy()].tolist()
     out: Folds = {}
     heads: dict[int, tuple[str, ...]] = {}
-    for at in np.flatnonzero(rank < max_examples).tolist():
+    picked = np.flatnonzero(rank < max_examples)
+    meta = found.meta(picked)
+    for i, at in enumerate(picked.tolist()):
         g = int(group[at])
-        pid = meta["pair_id"][at]
-        example = (at, pid, meta["baseline_id"][at], meta["candidate_id"][at], timeline_of.get(pid))
+        pid = meta["pair_id"][i]
+        example = (at, pid, meta["baseline_id"][i], meta["candidate_id"][i], timeline_of.get(pid))
         if rank[at]:
             out[heads[g]].examples.append(example)
             continue
         values = v.iloc[found.template[at]]
-        row = {**{k: meta[k][at] for k in ("label", "baseline_label", "endpoint", "family")}}
+        row = {**{k: meta[k][i] for k in ("label", "baseline_label", "endpoint", "family")}}
         row.update({k: values[k] for k in FINDING_COLUMNS})
         key = tuple(row[k] for k in ("kind", "path", "label", "baseline_label", "endpoint"))
         key += (row["severity"], row["source"], *shown.iloc[found.template[at]][["_b", "_c", "_m"]])

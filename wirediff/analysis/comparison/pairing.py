@@ -44,6 +44,7 @@ __all__ = [
     "content_links",
     "factorize_together",
     "pair_exchanges",
+    "sorted_codes",
     "text",
 ]
 
@@ -123,6 +124,18 @@ def factorize_together(*columns: pd.Series) -> tuple[np.ndarray, list[tuple[Any,
         firsts[pd.isna(firsts)] = np.nan  # as a MultiIndex keeps a missing value
         picked.append(firsts.tolist())
     return codes, list(zip(*picked, strict=True))
+
+
+def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Number a column's strings in their sorted order, whatever order its categories have."""
+    codes, uniques = pd.factorize(column)
+    values = np.asarray(uniques, dtype=object)
+    order = np.argsort(values, kind="stable")
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order))
+    if not len(order):
+        return codes, values
+    return np.where(codes < 0, -1, place[codes]), values[order]
 
 
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:

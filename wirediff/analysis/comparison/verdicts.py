@@ -28,7 +28,7 @@ from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, st
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
-from wirediff.analysis.comparison.pairing import factorize_together
+from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
 
 __all__ = [
@@ -293,7 +293,7 @@ def _reasons(
     times the memory of the findings."""
     row = findings["row"].to_numpy(dtype=np.int64)
     n = len(findings)
-    said, texts = _sorted_codes(findings["text"])
+    said, texts = sorted_codes(findings["text"])
     said += 1  # a missing text, -1, sorts first
     rank = _looked_up(findings["severity"], lambda s: RANKS.get(s, len(SEVERITIES)))
     path_evidence, pairs = factorize_together(findings["path"], findings["evidence"])
@@ -318,18 +318,6 @@ def _reasons(
         worst, words = divmod(int(best[g]) // n, base)
         reason = Reason(int(exchanges[g]), worst, texts[words - 1], int(first[g]))
         yield int(at), bool(is_header), problem_keys[key], reason
-
-
-def _sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Number a column's strings in their sorted order, whatever order its categories have."""
-    codes, uniques = pd.factorize(column)
-    values = np.asarray(uniques, dtype=object)
-    order = np.argsort(values, kind="stable")
-    place = np.empty(len(order), dtype=np.int64)
-    place[order] = np.arange(len(order))
-    if not len(order):
-        return codes, values
-    return np.where(codes < 0, -1, place[codes]), values[order]
 
 
 def _looked_up(column: pd.Series, value: Callable[[Any], int]) -> np.ndarray:
