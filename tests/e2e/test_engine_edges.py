@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -257,3 +258,28 @@ def test_ctrl_c_stops_the_workers_at_once_without_a_traceback_of_theirs(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
     assert err.strip() == "interrupted"
+
+
+def test_the_workers_are_gone_once_the_scan_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command analyses what the workers read without them: their memory is given back."""
+    monkeypatch.setattr(engine_run, "SMALL_BYTES", 0)
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 2 << 10)
+    paths = [str(p) for p in replicated(tmp_path, 50)]
+    with Run("local", progress=False, workers=2) as run:
+        seen: list[int] = []
+        original = run.engine.run
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            for done in original(*args, **kwargs):
+                seen.append(len(multiprocessing.active_children()))
+                yield done
+
+        monkeypatch.setattr(run.engine, "run", counting)
+        index, _ = run.scan(paths)
+        assert len(index) >= 50 and max(seen) == 2  # the scan ran in two workers
+        assert multiprocessing.active_children() == []
+        seen.clear()
+        assert len(run.scan(paths)[0]) == len(index)  # a second run has workers of its own
+        assert max(seen) == 2 and multiprocessing.active_children() == []

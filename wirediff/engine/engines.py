@@ -45,9 +45,11 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """Run tasks in a pool of processes, one per core.
+    """Run tasks in a pool of processes, one per core, for as long as a run's tasks take.
 
-    At most one task more than workers is in flight, so memory holds the results of those only."""
+    At most one task more than workers is in flight, so memory holds the results of those only;
+    when the tasks are done the workers go, and their memory with them, while the command
+    analyses what they read."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -77,6 +79,7 @@ class LocalEngine:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 yield running.pop(future), future.result()
+        self.close()
 
     def close(self, now: bool = False) -> None:
         pool, self._pool = self._pool, None
