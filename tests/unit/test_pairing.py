@@ -145,7 +145,14 @@ def test_rows_are_numbered_together_as_a_multiindex_numbers_them(seed: int) -> N
         mixed = pd.Series([rng.choice([None, math.nan, "a", "b", ""]) for _ in range(n)])
         numbers = pd.Series([rng.randint(0, 3) for _ in range(n)], dtype=np.int64)
         strings = pd.Series([rng.choice(["x", "y", None]) for _ in range(n)], dtype="str")
-        for columns in ((numbers, mixed), (mixed, strings), (numbers, numbers, mixed)):
+        kinds = pd.Series([rng.choice(["b", "a", None]) for _ in range(n)], dtype="category")
+        flags = pd.Series([rng.random() < 0.5 for _ in range(n)])
+        for columns in (
+            (numbers, mixed),
+            (mixed, strings),
+            (numbers, numbers, mixed),
+            (kinds, flags, numbers),
+        ):
             expected_codes, expected = pd.factorize(pd.MultiIndex.from_arrays(list(columns)))
             codes, uniques = factorize_together(*columns)
             assert codes.tolist() == expected_codes.tolist()

@@ -112,18 +112,23 @@ def factorize_together(*columns: pd.Series) -> tuple[np.ndarray, list[tuple[Any,
     """Number the distinct rows of these columns in order of appearance, and list them.
 
     It gives what factorizing a `MultiIndex` of them gives, without the tuple of every row
-    that a `MultiIndex` builds: a second a million rows."""
+    that a `MultiIndex` builds: a second a million rows. The distinct rows are read back from
+    the numbers, so no column is turned into Python objects but for those rows."""
     codes = np.zeros(len(columns[0]), dtype=np.int64)
+    steps = []
     for column in columns:
         own, values = pd.factorize(column, use_na_sentinel=False)
-        codes, _ = pd.factorize(codes * len(values) + own)
-    _, first = np.unique(codes, return_index=True)
+        codes, seen = pd.factorize(codes * len(values) + own)
+        steps.append((np.asarray(values, dtype=object), len(values), seen))
     picked = []
-    for column in columns:
-        firsts = column.to_numpy(dtype=object)[first]
+    at = np.arange(len(steps[-1][2]))
+    for values, size, seen in reversed(steps):
+        place, own = np.divmod(seen[at], size)
+        firsts = values[own]
         firsts[pd.isna(firsts)] = np.nan  # as a MultiIndex keeps a missing value
         picked.append(firsts.tolist())
-    return codes, list(zip(*picked, strict=True))
+        at = place
+    return codes, list(zip(*reversed(picked), strict=True))
 
 
 def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
