@@ -45,13 +45,13 @@ from wirediff.reports.model import ReportModel, build
 
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
-EXCHANGE_BYTES = 4_200
+EXCHANGE_BYTES = 3_200
 """Memory a command and its workers hold per exchange, about, on either engine.
 
 That is mostly the index, the findings and the pairs: at 1M exchanges of the bench's session
-the process tree peaks at 4,060 MB, the command at 3,568 MB, from 547 MB at 100k; the index
-frame is about 255 bytes an exchange. The local engine checks the captures against it before
-it starts."""
+the command peaks at 3,033 MB, its workers gone by then, from 525 MB at 100k; the index frame
+is about 245 bytes an exchange. The local engine checks the captures against it before it
+starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process."""
 
