@@ -328,8 +328,8 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
 
 
 def _coded(values: np.ndarray, at: np.ndarray) -> pd.Categorical:
-    """Give `values[at]` as a categorical whose categories are in sorted order."""
-    codes, uniques = pd.factorize(values, sort=True)
+    """Give `values[at]` as a categorical: a code per entry into the few distinct values."""
+    codes, uniques = pd.factorize(values)
     return pd.Categorical.from_codes(codes[at], pd.Index(uniques, dtype=object))
 
 
