@@ -46,7 +46,7 @@ from wirediff.reports.model import ReportModel, build
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
 EXCHANGE_BYTES = 3_200
-"""Memory a command and its workers hold per exchange, about, on either engine.
+"""Memory a command holds per exchange at its peak, about, on either engine.
 
 That is mostly the index, the findings and the pairs: at 1M exchanges of the bench's session
 the command peaks at 3,033 MB, its workers gone by then, from 525 MB at 100k; the index frame
