@@ -256,7 +256,9 @@ def listed(
         values[col] = redact_series(values[col])
 
     def text(name: str) -> np.ndarray:
-        return rows[name].astype("str").fillna("").to_numpy(dtype=object)
+        # one string per distinct value: a string per exchange would be one per row of the index
+        codes, values = pd.factorize(rows[name].astype("str").fillna(""))
+        return np.asarray(values, dtype=object)[codes]
 
     endpoints = text("endpoint")
     endpoints[endpoints == ""] = NO_ENDPOINT
