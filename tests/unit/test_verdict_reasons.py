@@ -1,6 +1,6 @@
 """A verdict cell's reasons, summed up from its findings on numbers alone, are what sorting
 and grouping the findings by their strings gives: the same problems, counts, worst severity,
-words and first finding, in the same order, whether the columns hold strings or categories."""
+words and first finding, in the same order, whether the findings held strings or categories."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from wirediff.analysis.comparison.kinds import SEVERITIES
+from wirediff.analysis.comparison.pairing import factorize_together
 from wirediff.analysis.comparison.sameness import problem_key
-from wirediff.analysis.comparison.verdicts import RANKS, Reason, _reasons
+from wirediff.analysis.comparison.verdicts import RANKS, Findings, Reason, _reasons
 
 TEXTS = ("b broke", "a broke", "`x` is missing", "c", "")
 PATHS = ("choices[0].delta", "usage", "headers.x-request-id", "events[x]")
@@ -72,6 +73,13 @@ def generated(rng: random.Random) -> tuple[pd.DataFrame, np.ndarray]:
     return findings, cell_at
 
 
+def coded(findings: pd.DataFrame) -> Findings:
+    """The findings as the cells read them: each one's exchange and fact, and the facts."""
+    columns = ["severity", "kind", "path", "evidence", "text"]
+    fact, facts = factorize_together(*(findings[c] for c in columns))
+    return Findings(findings["row"].to_numpy(), fact, pd.DataFrame(facts, columns=columns))
+
+
 def as_categories(findings: pd.DataFrame) -> pd.DataFrame:
     """The same findings, their strings as categories in an order of their own."""
     out = findings.copy()
@@ -87,11 +95,11 @@ def test_reasons_from_numbers_are_those_from_strings(seed: int) -> None:
     for _ in range(150):
         findings, cell_at = generated(rng)
         expected = by_strings(findings, cell_at)
-        assert list(_reasons(findings, cell_at)) == expected
+        assert list(_reasons(coded(findings), cell_at)) == expected
         # categories unsorted: the words that sort first are still chosen by the strings
-        assert list(_reasons(as_categories(findings), cell_at)) == expected
+        assert list(_reasons(coded(as_categories(findings)), cell_at)) == expected
 
 
 def test_no_finding_in_a_cell_gives_no_reason() -> None:
     findings, _ = generated(random.Random(7))
-    assert list(_reasons(findings, np.full(12, -1, dtype=np.int64))) == []
+    assert list(_reasons(coded(findings), np.full(12, -1, dtype=np.int64))) == []

@@ -17,7 +17,7 @@ flaws.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, st
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
-from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes
+from wirediff.analysis.comparison.pairing import sorted_codes
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "VERDICTS",
     "VERDICT_COLUMNS",
     "Cell",
+    "Findings",
     "answer_texts",
     "exchange_outcomes",
     "roles_of",
@@ -201,6 +202,22 @@ class Cell:
 Cells = dict[tuple[Hashable, ...], Cell]
 
 
+@dataclass
+class Findings:
+    """Hold findings as verdict cells read them: per finding its exchange and its fact.
+
+    A fact is a row of `facts`: `severity`, `kind`, `path`, `evidence` and `text`, the evidence,
+    else the message, ids left out, with any `assumed_note`. Millions of findings share a few
+    hundred facts, so only numbers are held per finding."""
+
+    row: np.ndarray
+    fact: np.ndarray
+    facts: pd.DataFrame
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
 def answer_texts(record: Record) -> tuple[str, str, str]:
     """Put an answer in a verdict's words, in a not-implemented reason's, and as a short status.
 
@@ -219,7 +236,7 @@ def answer_texts(record: Record) -> tuple[str, str, str]:
 
 
 def verdict_cells(
-    exchanges: pd.DataFrame, findings: pd.DataFrame, by: Sequence[str] = ("family", "transport")
+    exchanges: pd.DataFrame, findings: Findings, by: Sequence[str] = ("family", "transport")
 ) -> Cells:
     """Build the cells `verdict_frame` judges, per label and `by`.
 
@@ -227,9 +244,7 @@ def verdict_cells(
     `endpoint`, `status`, `soft_error`, `outcome` from `exchange_outcomes`; `answered`,
     `not_implemented` and `answer_status` from its answer's `answer_texts`; and `original_ok`,
     true when it was compared with an original that was sent and did not fail route-level.
-    `findings` come in their order: `row`, the exchange's; `severity`, `kind`, `path`,
-    `evidence`; and `text`, the evidence, else the message, ids left out, with any
-    `assumed_note`. A problem, by `problem_key`, counts once per exchange."""
+    `findings` come in their order. A problem, by `problem_key`, counts once per exchange."""
     kept = ~np.isin(exchanges["outcome"].to_numpy(dtype=object), [SKIPPED, STOPPED])
     if not kept.any():
         return {}
@@ -282,48 +297,46 @@ def verdict_cells(
     return dict(zip(named, cells, strict=True))
 
 
-def _reasons(
-    findings: pd.DataFrame, cell_at: np.ndarray
-) -> Iterator[tuple[int, bool, str, Reason]]:
+def _reasons(findings: Findings, cell_at: np.ndarray) -> Iterator[tuple[int, bool, str, Reason]]:
     """Sum up the findings of each cell per problem: `(cell, header, problem_key, Reason)`.
 
     A problem's words are those of its worst findings that sort first; it counts the exchanges
-    it is found on. Everything is done on numbers: the findings' strings are looked up once
-    per distinct value, since sorting and grouping millions of them by strings takes many
-    times the memory of the findings."""
-    row = findings["row"].to_numpy(dtype=np.int64)
-    n = len(findings)
-    said, texts = sorted_codes(findings["text"])
+    it is found on. Strings are read once per fact; the millions of findings are numbers."""
+    facts = findings.facts
+    said, texts = sorted_codes(facts["text"])
     said += 1  # a missing text, -1, sorts first
-    rank = _looked_up(findings["severity"], lambda s: RANKS.get(s, len(SEVERITIES)))
-    path_evidence, pairs = factorize_together(findings["path"], findings["evidence"])
-    keys = np.array([problem_key(str(p), str(e)) for p, e in pairs], dtype=object)
-    problem, problem_keys = pd.factorize(keys)
-    header = (findings["kind"] == "header").to_numpy(dtype=bool)
+    base = len(texts) + 1
+    rank = np.array([RANKS.get(s, len(SEVERITIES)) for s in facts["severity"].tolist()])
+    # the first finding of a problem in the order of severity, words and place: the least of
+    # one number that sorts alike, below 8 * texts * findings
+    sort_key = (rank * base + said).astype(np.int64)
+    numbers: dict[tuple[bool, str], int] = {}
+    problem = np.array(
+        [
+            numbers.setdefault((k == "header", problem_key(str(p), str(e))), len(numbers))
+            for k, p, e in zip(
+                *(facts[c].tolist() for c in ("kind", "path", "evidence")), strict=True
+            )
+        ],
+        dtype=np.int64,
+    )
+    problem_keys = list(numbers)
+    row, fact, n = findings.row, findings.fact, len(findings)
     cell = cell_at[row]
     mine = np.flatnonzero(cell >= 0)
-    group, groups = factorize_together(
-        pd.Series(cell[mine]), pd.Series(header[mine]), pd.Series(problem[path_evidence][mine])
-    )
-    # the first finding of a group in the order of severity, words and place: the least of
-    # one number that sorts alike, below 8 * texts * findings
-    base = len(texts) + 1
-    order = ((rank[mine] * base + said[mine]) * n + mine).astype(np.int64)
-    best = pd.Series(order).groupby(group).min().to_numpy()
-    first = pd.Series(mine).groupby(group).min().to_numpy()
-    distinct = np.unique(group * len(cell_at) + row[mine])
-    exchanges = np.bincount(distinct // len(cell_at), minlength=len(groups))
-    for g in np.argsort(best, kind="stable").tolist():
-        at, is_header, key = groups[g]
-        worst, words = divmod(int(best[g]) // n, base)
-        reason = Reason(int(exchanges[g]), worst, texts[words - 1], int(first[g]))
-        yield int(at), bool(is_header), problem_keys[key], reason
-
-
-def _looked_up(column: pd.Series, value: Callable[[Any], int]) -> np.ndarray:
-    """Give `value` of each entry of `column`, worked out once per distinct entry."""
-    codes, uniques = pd.factorize(column, use_na_sentinel=False)
-    return np.array([value(u) for u in uniques.tolist()], dtype=np.int64)[codes]
+    group, keys = pd.factorize(cell[mine] * len(problem_keys) + problem[fact[mine]])
+    best = np.full(len(keys), np.iinfo(np.int64).max)
+    np.minimum.at(best, group, sort_key[fact[mine]] * n + mine)
+    first = np.full(len(keys), n)
+    np.minimum.at(first, group, mine)
+    distinct = np.unique(group.astype(np.int64) * len(cell_at) + row[mine])
+    exchanges = np.bincount(distinct // len(cell_at), minlength=len(keys))
+    for g in np.argsort(best).tolist():
+        at, key = divmod(int(keys[g]), len(problem_keys))
+        is_header, words = problem_keys[key]
+        worst, text = divmod(int(best[g]) // n, base)
+        reason = Reason(int(exchanges[g]), worst, texts[text - 1], int(first[g]))
+        yield at, bool(is_header), words, reason
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:

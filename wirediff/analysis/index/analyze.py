@@ -39,6 +39,7 @@ from wirediff.analysis.comparison.verdicts import (
     verdict_frame,
 )
 from wirediff.analysis.comparison.verdicts import Cells as VerdictCells
+from wirediff.analysis.comparison.verdicts import Findings as CellFindings
 from wirediff.analysis.diagnosis.chains import chain_rows
 from wirediff.analysis.diagnosis.evidence import EvidenceById
 from wirediff.analysis.diagnosis.explain import (
@@ -239,11 +240,10 @@ class Analysis:
         )
         return verdict_cells(exchanges, self.cell_findings(said), by)
 
-    def cell_findings(self, said: Callable[[str], str] | None = None) -> pd.DataFrame:
-        """Give the findings as verdict cells read them.
+    def cell_findings(self, said: Callable[[str], str] | None = None) -> CellFindings:
+        """Give the findings as verdict cells read them, a fact per template and stand-in.
 
-        The columns are `row`, `severity`, `kind`, `path`, `evidence` and `text`: the evidence, else
-        the message, with ids left out and its `assumed_note`."""
+        `said` says how a finding's message and path read, as they are by default."""
         t = self.templates
         path = t["path"] if said is None else t["path"].map(said)
         message = t["message"] if said is None else t["message"].map(said)
@@ -252,25 +252,27 @@ class Analysis:
             for w in np.where(t["evidence"] != "", t["evidence"], message).tolist()
         ]
         rows = self.findings["row"].to_numpy()
-        template = self.findings["template"].to_numpy()
-        standin = self.answers("standin")[rows]
-        codes, uniques = factorize_together(pd.Series(template), pd.Series(standin))
-        noted = np.array(
-            [words[tk] + assumed_note(str(sk), str(path.iat[tk]), words[tk]) for tk, sk in uniques],
+        standin, standins = pd.factorize(self.answers("standin"), use_na_sentinel=False)
+        key = self.findings["template"].to_numpy(dtype=np.int64) * len(standins) + standin[rows]
+        fact, keys = pd.factorize(key)
+        facts = [divmod(int(k), len(standins)) for k in keys.tolist()]
+        columns = {c: t[c].tolist() for c in ("severity", "kind", "evidence")}
+        paths = path.tolist()
+        frame = pd.DataFrame(
+            [
+                (
+                    columns["severity"][tk],
+                    columns["kind"][tk],
+                    paths[tk],
+                    columns["evidence"][tk],
+                    words[tk] + assumed_note(str(standins[sk]), str(paths[tk]), words[tk]),
+                )
+                for tk, sk in facts
+            ],
+            columns=["severity", "kind", "path", "evidence", "text"],
             dtype=object,
         )
-        # a code per finding into each column's few strings: strings per finding would take
-        # ten times the memory of the frame, and sorting and grouping by them more
-        return pd.DataFrame(
-            {
-                "row": rows,
-                "severity": _coded(t["severity"].to_numpy(), template),
-                "kind": _coded(t["kind"].to_numpy(), template),
-                "path": _coded(path.to_numpy(), template),
-                "evidence": _coded(t["evidence"].to_numpy(), template),
-                "text": _coded(noted, codes),
-            }
-        )
+        return CellFindings(rows, fact, frame)
 
     def gate(self) -> GateCounts:
         """Give what `wirediff check` gates on.
@@ -315,22 +317,14 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
     said = ~np.isin(rows["error_kind"].to_numpy(dtype=object), ["skipped", STOPPED_IN_FLIGHT])
     pairs["sent"] = said[pairs["c"].to_numpy()] & said[pairs["b"].to_numpy()]
     templates = _Templates(glob_regex(ignore))
-    found = [
-        _pair_findings(index, pairs, templates),
-        _own_findings(index, templates),
-    ]
-    findings = pd.concat([f for f in found if len(f)] or found[:1], ignore_index=True)
-    order = np.lexsort(
-        tuple(findings[c].to_numpy() for c in ("ordinal", "second", "first", "group"))
-    )
-    findings = findings.iloc[order][["row", "pair", "template", "group"]].reset_index(drop=True)
+    found = [*_pair_findings(index, pairs, templates), _own_findings(index, templates)]
+    column = {c: np.concatenate([f[c] for f in found]) for c in _FOUND}
+    del found
+    keys = [column.pop(c) for c in ("ordinal", "second", "first")]
+    order = np.lexsort((*keys, column["group"]))
+    del keys
+    findings = pd.DataFrame({c: column.pop(c)[order] for c in ("row", "pair", "template", "group")})
     return Analysis(index, pairing.baseline, pairs, pairing.unmatched, findings, templates.frame())
-
-
-def _coded(values: np.ndarray, at: np.ndarray) -> pd.Categorical:
-    """Give `values[at]` as a categorical: a code per entry into the few distinct values."""
-    codes, uniques = pd.factorize(values)
-    return pd.Categorical.from_codes(codes[at], pd.Index(uniques, dtype=object))
 
 
 class _Templates:
@@ -359,29 +353,42 @@ class _Templates:
 
 
 _FOUND = ["row", "pair", "template", "group", "first", "second", "ordinal"]
+Found = dict[str, np.ndarray]
+"""Findings as columns of `_FOUND`, in 32 bits: one row per finding, millions of them."""
+_AT = np.int32
 
 
 def _fanned(codes: np.ndarray, lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, ...]:
     """Expand items with these key codes to one entry per template of their key's list.
 
     Each entry holds the item, the template and its place in the list."""
-    lengths = np.array([len(x) for x in lists], dtype=np.int64)
-    flat = np.array([t for x in lists for t in x], dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
+    lengths = np.array([len(x) for x in lists], dtype=_AT)
+    flat = np.array([t for x in lists for t in x], dtype=_AT)
+    starts = np.cumsum(lengths, dtype=np.int64) - lengths
     n = lengths[codes]
-    item = np.repeat(np.arange(len(codes)), n)
-    ordinal = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    item = np.repeat(np.arange(len(codes), dtype=_AT), n)
+    ordinal = np.arange(int(n.sum()), dtype=_AT)
+    ordinal -= np.repeat((np.cumsum(n, dtype=np.int64) - n).astype(_AT), n)
     return item, flat[np.repeat(starts[codes], n) + ordinal], ordinal
 
 
-def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> pd.DataFrame:
+def _found(**columns: Any) -> Found:
+    """Give findings' columns in 32 bits, a number repeated where one is given."""
+    n = max(len(v) for v in columns.values() if isinstance(v, np.ndarray))
+    return {
+        c: np.asarray(v, dtype=_AT) if isinstance(v, np.ndarray) else np.full(n, v, dtype=_AT)
+        for c, v in columns.items()
+    }
+
+
+def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> list[Found]:
     """Find what the pairs whose candidate was sent say, once per distinct pair and noise.
 
     Divergences come in the order of each original's first pair, then `client` rows in the
     pairs' order."""
     sent = np.flatnonzero(pairs["sent"].to_numpy())
     if not len(sent):
-        return pd.DataFrame(columns=_FOUND, dtype=np.int64)
+        return []
     rows = index.rows
     c, b = pairs["c"].to_numpy()[sent], pairs["b"].to_numpy()[sent]
     reading = rows["reading"].to_numpy()
@@ -403,42 +410,39 @@ def _pair_findings(index: Index, pairs: pd.DataFrame, templates: _Templates) -> 
         found, said = pair_findings(index.readings[bk], index.readings[ck], sets[n])
         divergences.append(templates.numbered(found))
         clients.append(templates.numbered(said))
-    place = pairs["place"].to_numpy()[sent]
-    first = pd.Series(place).groupby(b).transform("min").to_numpy()
+    place = pairs["place"].to_numpy()[sent].astype(_AT)
+    first = pd.Series(place).groupby(b).transform("min").to_numpy().astype(_AT)
+    c, sent = c.astype(_AT), sent.astype(_AT)
     out = []
     for group, lists in ((DIVERGENCE, divergences), (CLIENT, clients)):
         item, template, ordinal = _fanned(codes, lists)
         out.append(
-            pd.DataFrame(
-                {
-                    "row": c[item],
-                    "pair": sent[item],
-                    "template": template,
-                    "group": group,
-                    "first": first[item] if group == DIVERGENCE else place[item],
-                    "second": place[item] if group == DIVERGENCE else 0,
-                    "ordinal": ordinal,
-                }
+            _found(
+                row=c[item],
+                pair=sent[item],
+                template=template,
+                group=group,
+                first=first[item] if group == DIVERGENCE else place[item],
+                second=place[item] if group == DIVERGENCE else 0,
+                ordinal=ordinal,
             )
         )
-    return pd.concat(out, ignore_index=True)
+    return out
 
 
-def _own_findings(index: Index, templates: _Templates) -> pd.DataFrame:
+def _own_findings(index: Index, templates: _Templates) -> Found:
     """Give each exchange's conformance and `client` rows, once per distinct reading."""
     codes, uniques = pd.factorize(index.rows["reading"])
     lists = [templates.numbered(index.readings[k].rows) for k in uniques.tolist()]
     item, template, ordinal = _fanned(codes, lists)
-    return pd.DataFrame(
-        {
-            "row": item,
-            "pair": -1,
-            "template": template,
-            "group": CONFORMANCE,
-            "first": item,
-            "second": 0,
-            "ordinal": ordinal,
-        }
+    return _found(
+        row=item,
+        pair=-1,
+        template=template,
+        group=CONFORMANCE,
+        first=item,
+        second=0,
+        ordinal=ordinal,
     )
 
 
