@@ -233,7 +233,7 @@ class Listed:
         own = b < 0
         labels, _ = pd.factorize(np.append(self.labels, ""))
         endpoints, _ = pd.factorize(self.endpoints)
-        return labels[c], np.where(own, labels[-1], labels[b]), endpoints[np.where(own, c, b)]
+        return labels[c], labels[b], endpoints[np.where(own, c, b)]  # labels[-1] is ""
 
     def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
         """Return these findings in full."""
@@ -282,26 +282,25 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     )
     same = ["kind", "path", "severity", "source", "_b", "_c", "_m"]
     alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
-    label, baseline_label, endpoint = found.meta_codes()
-    group, _ = factorize_together(
-        pd.Series(alike[found.template]),
-        pd.Series(label),
-        pd.Series(baseline_label),
-        pd.Series(endpoint),
-    )
+    group, _ = factorize_together(alike[found.template], *found.meta_codes())
     sizes = np.bincount(group)
-    rank = pd.Series(group).groupby(group).cumcount().to_numpy()
     said, evidences = sorted_codes(v["evidence"])
-    evidence = evidences[pd.Series(said[found.template]).groupby(group).min().to_numpy()].tolist()
+    evidence_at = np.full(len(sizes), len(evidences))
+    np.minimum.at(evidence_at, group, said[found.template])
+    evidence = evidences[evidence_at].tolist()
+    # the first findings of each fold, in their order: a stable sort by fold
+    by_fold = np.argsort(group, kind="stable")
+    starts = np.cumsum(sizes) - sizes
+    firsts = set(by_fold[starts].tolist())
+    picked = np.sort(by_fold[np.arange(len(group)) - starts[group[by_fold]] < max_examples])
     out: Folds = {}
     heads: dict[int, tuple[str, ...]] = {}
-    picked = np.flatnonzero(rank < max_examples)
     meta = found.meta(picked)
     for i, at in enumerate(picked.tolist()):
         g = int(group[at])
         pid = meta["pair_id"][i]
         example = (at, pid, meta["baseline_id"][i], meta["candidate_id"][i], timeline_of.get(pid))
-        if rank[at]:
+        if at not in firsts:
             out[heads[g]].examples.append(example)
             continue
         values = v.iloc[found.template[at]]

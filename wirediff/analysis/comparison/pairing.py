@@ -108,7 +108,9 @@ def text(column: pd.Series) -> pd.Series:
     return column.astype("str").fillna("")
 
 
-def factorize_together(*columns: pd.Series) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+def factorize_together(
+    *columns: pd.Series | np.ndarray,
+) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Number the distinct rows of these columns in order of appearance, and list them.
 
     It gives what factorizing a `MultiIndex` of them gives, without the tuple of every row
@@ -118,7 +120,9 @@ def factorize_together(*columns: pd.Series) -> tuple[np.ndarray, list[tuple[Any,
     steps = []
     for column in columns:
         own, values = pd.factorize(column, use_na_sentinel=False)
-        codes, seen = pd.factorize(codes * len(values) + own)
+        codes *= len(values)  # in place: the columns may have millions of rows
+        codes += own
+        codes, seen = pd.factorize(codes)
         steps.append((np.asarray(values, dtype=object), len(values), seen))
     picked = []
     at = np.arange(len(steps[-1][2]))
