@@ -234,13 +234,14 @@ def diagnose_chains(
     evidence: Callable[[str], tuple[int, Record]],
     served: Served,
     backends: Backends,
-) -> list[dict[str, Any]]:
+) -> pd.DataFrame:
     """Diagnose failing chains, the rows of `chain_rows`, each distinct chain once.
 
     Chains whose exchanges read the same, with the same links, ending and title, get the same
     rows, their own ids put in. `evidence` gives an exchange's evidence key and record, by id."""
     done: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    rows: list[dict[str, Any]] = []
+    # a list per column: a dict per row would be hundreds of bytes for each of a million rows
+    columns: dict[str, list[Any]] = {c: [] for c in DIAGNOSIS_COLUMNS}
     for row in chains:
         chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
         ids: list[str] = list(chain["exchange_ids"])
@@ -263,24 +264,21 @@ def diagnose_chains(
                 {**r, "exchange_ids": [at[i] for i in r["exchange_ids"]]}
                 for r in diagnose_chain(chain, records, served, backends)
             ]
-        rows += [
-            {
-                **r,
-                "chain_id": chain["chain_id"],
-                "exchange_ids": [ids[n] for n in r["exchange_ids"]],
-            }
-            for r in found
-        ]
-    return rows
+        for r in found:
+            for c, values in columns.items():
+                values.append(r[c])
+            columns["chain_id"][-1] = chain["chain_id"]
+            columns["exchange_ids"][-1] = [ids[n] for n in r["exchange_ids"]]
+    return diagnosis_frame(columns)
 
 
-def diagnosis_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Frame the rows of `diagnose_chain` as `diagnose` returns them."""
-    if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIAGNOSIS_COLUMNS})
+def diagnosis_frame(columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+    """Frame diagnoses, given as a list per column of `DIAGNOSIS_COLUMNS`, as `diagnose` does.
+
+    A column not given is empty."""
     return pd.DataFrame(
         {
-            c: pd.Series([r[c] for r in rows], dtype=bool if c == "recovered" else object)
+            c: pd.Series(columns.get(c, []), dtype=bool if c == "recovered" else object)
             for c in DIAGNOSIS_COLUMNS
         }
     )

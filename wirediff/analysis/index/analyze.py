@@ -473,7 +473,7 @@ def diagnose_index(index: Index) -> Diagnosed:
     rows = index.rows
     chains = chain_rows(rows, failing_only=True)
     if not chains:
-        return Diagnosed(diagnosis_frame([]), {})
+        return Diagnosed(diagnosis_frame({}), {})
     member_ids = list(dict.fromkeys(i for chain in chains for i in chain[1]))
     at = pd.Index(rows["id"]).get_indexer(member_ids)
     keys = rows["evidence"].to_numpy()[at]
@@ -483,8 +483,8 @@ def diagnose_index(index: Index) -> Diagnosed:
     for rec in index.read(read):
         evidence.add(rec)
     backends = Backends(rows, index.read)
-    found = diagnose_chains(chains, evidence.keyed, served_by(rows), backends)
-    return Diagnosed(diagnosis_frame(found), evidence)
+    frame = diagnose_chains(chains, evidence.keyed, served_by(rows), backends)
+    return Diagnosed(frame, evidence)
 
 
 def diagnose(records: Sequence[Record]) -> pd.DataFrame:
