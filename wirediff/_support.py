@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import gc
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ __all__ = [
     "as_bytes",
     "clip",
     "error_kind",
+    "give_back_memory",
     "is_2xx",
     "paused_gc",
     "printable",
@@ -165,3 +168,24 @@ Tasks leave objects frozen; cycles, which reference counting cannot free, would 
 stay for good."""
 FROZEN_CHECK_TASKS = 32
 """Tasks between two exact counts of the frozen objects."""
+
+
+def give_back_memory() -> bool:
+    """Hand the pages the C heap holds free back to the system; tell whether it could.
+
+    A phase that frees millions of objects leaves their pages in the heap, scattered among
+    those that stay, and the next phase's arrays come on top of them. glibc's `malloc_trim`
+    returns such pages, as Dask trims its workers' memory; without glibc it does nothing."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None

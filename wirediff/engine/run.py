@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff import FORMAT
+from wirediff._support import give_back_memory
 from wirediff._types import Record
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
 from wirediff.analysis.comparison.reading import Reading
@@ -141,6 +142,7 @@ class Run:
         scope = np.asarray(scopes, dtype=np.int64)[frame["src"].to_numpy()]
         at = kept_rows(frame, scope if scoped else None, retried=retried)
         frame = frame.iloc[at].reset_index(drop=True)
+        give_back_memory()  # the scan's pieces, gone
         return Index(frame, readings, evidence, _Reading(sources, frame)), scope[at]
 
     def report(
@@ -166,7 +168,10 @@ class Run:
                 "--baseline LABEL chooses another)",
                 file=sys.stderr,
             )
-        return build(analysis, diagnose_index(index), max_examples=max_examples)
+        give_back_memory()
+        diagnosed = diagnose_index(index)
+        give_back_memory()
+        return build(analysis, diagnosed, max_examples=max_examples)
 
     def check(
         self, baseline: str, candidates: Sequence[str], label: str | None = None
