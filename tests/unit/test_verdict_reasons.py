@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from wirediff.analysis.comparison import verdicts
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.comparison.pairing import factorize_together
 from wirediff.analysis.comparison.sameness import problem_key
@@ -89,8 +90,12 @@ def as_categories(findings: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@pytest.mark.parametrize("block", [verdicts.REASON_BLOCK, 7])
 @pytest.mark.parametrize("seed", range(4))
-def test_reasons_from_numbers_are_those_from_strings(seed: int) -> None:
+def test_reasons_from_numbers_are_those_from_strings(
+    seed: int, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verdicts, "REASON_BLOCK", block)  # 7: many blocks of a few exchanges
     rng = random.Random(seed)
     for _ in range(150):
         findings, cell_at = generated(rng)

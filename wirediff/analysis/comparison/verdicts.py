@@ -87,6 +87,8 @@ Like a skipped step, it says nothing about the server and no verdict counts it."
 RANKS = {s: severity_rank(s) for s in SEVERITIES}
 UNSUPPORTED = "unsupported"
 ROUTE_STATUSES = frozenset({404, 405, 501})
+REASON_BLOCK = 1 << 18
+"""Findings a cell's reasons are summed up from at a time, about."""
 _POSITION = re.compile(r" \((?:event #\d+|\d+ events, first #\d+)\)")
 
 
@@ -322,21 +324,34 @@ def _reasons(findings: Findings, cell_at: np.ndarray) -> Iterator[tuple[int, boo
     )
     problem_keys = list(numbers)
     row, fact, n = findings.row, findings.fact, len(findings)
-    cell = cell_at[row]
-    mine = np.flatnonzero(cell >= 0)
-    group, keys = pd.factorize(cell[mine] * len(problem_keys) + problem[fact[mine]])
-    best = np.full(len(keys), np.iinfo(np.int64).max)
-    np.minimum.at(best, group, sort_key[fact[mine]] * n + mine)
-    first = np.full(len(keys), n)
-    np.minimum.at(first, group, mine)
-    distinct = np.unique(group.astype(np.int64) * len(cell_at) + row[mine])
-    exchanges = np.bincount(distinct // len(cell_at), minlength=len(keys))
-    for g in np.argsort(best).tolist():
-        at, key = divmod(int(keys[g]), len(problem_keys))
-        is_header, words = problem_keys[key]
-        worst, text = divmod(int(best[g]) // n, base)
-        reason = Reason(int(exchanges[g]), worst, texts[text - 1], int(first[g]))
-        yield at, bool(is_header), words, reason
+    parts = []
+    # in blocks of exchanges, so that what is held per finding is held for a block at a time
+    step = max(1, len(cell_at) * REASON_BLOCK // max(n, 1))
+    for lo in range(0, len(cell_at), step):
+        at = np.flatnonzero((row >= lo) & (row < lo + step))
+        cell = cell_at[row[at]]
+        at, cell = at[cell >= 0], cell[cell >= 0]
+        block = pd.DataFrame(
+            {
+                "key": cell.astype(np.int64) * len(problem_keys) + problem[fact[at]],
+                "best": sort_key[fact[at]] * n + at,
+                "first": at,
+                "exchanges": row[at],
+            }
+        ).groupby("key", sort=False)
+        parts.append(block.agg({"best": "min", "first": "min", "exchanges": "nunique"}))
+    if not parts:
+        return
+    # an exchange is in one block: its problems' counts add up
+    found = (
+        pd.concat(parts).groupby(level=0).agg({"best": "min", "first": "min", "exchanges": "sum"})
+    )
+    for key, best, first, exchanges in found.sort_values("best").itertuples(name=None):
+        cell_of, problem_of = divmod(int(key), len(problem_keys))
+        is_header, words = problem_keys[problem_of]
+        worst, text = divmod(int(best) // n, base)
+        reason = Reason(int(exchanges), worst, texts[text - 1], int(first))
+        yield cell_of, bool(is_header), words, reason
 
 
 def _top_reasons(cell: Cell) -> list[tuple[int, str, int]]:
