@@ -224,17 +224,19 @@ class Analysis:
         base_ok[self.pairs["c"].to_numpy()] = ok[b]
         exchanges = pd.DataFrame(
             {
-                "label": text(rows["label"]),
-                "family": rows["family"].astype("str").fillna("other"),
-                "transport": rows["transport"].astype("str").fillna("http"),
-                "method": text(rows["method"]),
-                "endpoint": rows["endpoint"].astype("str").fillna(endpoint),
+                "label": _named(rows["label"], ""),
+                "family": _named(rows["family"], "other"),
+                "transport": _named(rows["transport"], "http"),
+                "method": _named(rows["method"], ""),
+                "endpoint": _named(rows["endpoint"], endpoint),
                 "status": rows["status"],
                 "soft_error": rows["soft_error"],
-                "outcome": self.outcomes,
-                "answered": self.answers("answered"),
-                "not_implemented": self.answers("not_implemented"),
-                "answer_status": self.answers("status"),
+                # objects as they are: pandas would copy text into a column of its own,
+                # and each read of it would make a new string per exchange
+                "outcome": pd.Series(self.outcomes, dtype=object),
+                "answered": pd.Series(self.answers("answered"), dtype=object),
+                "not_implemented": pd.Series(self.answers("not_implemented"), dtype=object),
+                "answer_status": pd.Series(self.answers("status"), dtype=object),
                 "original_ok": base_ok,
             }
         )
@@ -325,6 +327,20 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
     del keys
     findings = pd.DataFrame({c: column.pop(c)[order] for c in ("row", "pair", "template", "group")})
     return Analysis(index, pairing.baseline, pairs, pairing.unmatched, findings, templates.frame())
+
+
+def _named(column: pd.Series, missing: str) -> pd.Series:
+    """Read a column of the index as categories of text, a missing value `missing`.
+
+    Grouping a million exchanges by categories works on their codes, not on their strings."""
+    values = column
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        values = values.astype("str").astype("category")
+    if values.hasnans:
+        if missing not in values.cat.categories:
+            values = values.cat.add_categories([missing])
+        values = values.fillna(missing)
+    return values
 
 
 class _Templates:
