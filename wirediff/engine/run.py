@@ -46,11 +46,11 @@ from wirediff.reports.model import ReportModel, build
 
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
-EXCHANGE_BYTES = 2_300
+EXCHANGE_BYTES = 2_100
 """Memory a command holds per exchange at its peak, about, on either engine.
 
 That is mostly the index, the findings and the pairs: at 1M exchanges of the bench's session
-the command peaks at 2,228 MB, its workers gone by then, from 396 MB at 100k; the index frame
+the command peaks at 1,986 MB, its workers gone by then, from 393 MB at 100k; the index frame
 is about 245 bytes an exchange. The local engine checks the captures against it before it
 starts."""
 SMALL_BYTES = 64 << 20
