@@ -291,7 +291,6 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     # the first findings of each fold, in their order: a stable sort by fold
     by_fold = np.argsort(group, kind="stable")
     starts = np.cumsum(sizes) - sizes
-    firsts = set(by_fold[starts].tolist())
     picked = np.sort(by_fold[np.arange(len(group)) - starts[group[by_fold]] < max_examples])
     out: Folds = {}
     heads: dict[int, tuple[str, ...]] = {}
@@ -300,7 +299,7 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
         g = int(group[at])
         pid = meta["pair_id"][i]
         example = (at, pid, meta["baseline_id"][i], meta["candidate_id"][i], timeline_of.get(pid))
-        if at not in firsts:
+        if g in heads:  # picked in order: a fold's first finding comes first
             out[heads[g]].examples.append(example)
             continue
         values = v.iloc[found.template[at]]
