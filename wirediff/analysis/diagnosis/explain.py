@@ -265,10 +265,12 @@ def diagnose_chains(
                 for r in diagnose_chain(chain, records, served, backends)
             ]
         for r in found:
+            own = {
+                "chain_id": chain["chain_id"],
+                "exchange_ids": [ids[n] for n in r["exchange_ids"]],
+            }
             for c, values in columns.items():
-                values.append(r[c])
-            columns["chain_id"][-1] = chain["chain_id"]
-            columns["exchange_ids"][-1] = [ids[n] for n in r["exchange_ids"]]
+                values.append(own[c] if c in own else r[c])
     return diagnosis_frame(columns)
 
 
