@@ -166,9 +166,11 @@ def responses_grammar(events: list[Event], *, terminal: bool = True) -> list[Pro
                 )
             )
         elif not isinstance(data, dict) or not isinstance(data.get("type"), str):
-            out.append(
-                _problem("json", "events[text]", f"not a typed JSON event: {short(data)}", i)
+            # an object is named by its keys: its values may be generated words
+            said = (
+                short(data) if not isinstance(data, dict) else f"an object of {short(list(data))}"
             )
+            out.append(_problem("json", "events[text]", f"not a typed JSON event: {said}", i))
         else:
             typed.append((i, data))
             name = ev.get("event")
@@ -303,7 +305,7 @@ def _item_event(state: _Items, typ: str, index: int, data: dict[str, Any]) -> st
     item_id = data.get("item_id")
     known = state.ids[index]
     if isinstance(item_id, str) and isinstance(known, str) and item_id != known:
-        return f"`item_id` {item_id} is not the id of output item {index}"
+        return f"`item_id` is not the id of output item {index}"  # ids are generated: not said
     part = (index, json_key(data.get("content_index")))
     if typ == "response.content_part.added":
         state.parts.add(part)
