@@ -7,6 +7,7 @@ alone."""
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections import Counter
 from typing import Any
@@ -14,14 +15,33 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.fixtures.records import openai_error, openai_session, replay
+from tests.fixtures.records import (
+    chat_record,
+    events_of,
+    openai_error,
+    openai_session,
+    payloads,
+    replay,
+    responses_record,
+)
 from wirediff._types import Record
 from wirediff.analysis.comparison import impact
 from wirediff.analysis.comparison.divergences import FINDING_COLUMNS
 from wirediff.analysis.comparison.noise import pair_noise
 from wirediff.analysis.comparison.pairing import text
-from wirediff.analysis.comparison.reading import Reading, pair_findings, read_answer
-from wirediff.analysis.comparison.shapes import known_structures
+from wirediff.analysis.comparison.reading import (
+    Reading,
+    answer_key,
+    pair_findings,
+    read_answer,
+    reading_key,
+)
+from wirediff.analysis.comparison.shapes import (
+    FREE_TEXT,
+    NUMBERED_TEXT,
+    VARYING_NUMBERS,
+    known_structures,
+)
 from wirediff.analysis.index.analyze import analyze
 
 WORDS = ("sunny", "rain", "Paris", "Tokyo", "42", "", "\u2028", "<script>x</script>", "é" * 3)
@@ -166,3 +186,96 @@ def test_an_index_sent_as_an_object_is_read_as_its_text() -> None:
         set_payloads(rec, changed, renumber=False)
     found = analyze([chat, responses]).conformance
     assert {"c", "r"} <= set(found["candidate_id"])
+
+
+def _reworded(value: Any, rng: random.Random, ids: dict[str, str]) -> Any:
+    """`value` in other words: free text drawn anew (empty or not kept), each id renamed
+    alike wherever it comes, times and token counts drawn anew."""
+    if isinstance(value, list):
+        return [_reworded(v, rng, ids) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if isinstance(item, str) and key in NUMBERED_TEXT:
+            item = ids.setdefault(item, f"{item[:1]}{len(ids)}" if item else "")
+        elif isinstance(item, str) and key in FREE_TEXT and key != "name" and item:
+            item = rng.choice([w for w in WORDS if w]) * rng.randrange(1, 3)
+        elif type(item) is int and (key in VARYING_NUMBERS or key.endswith("_tokens")):
+            item = rng.randrange(1 << 40)
+        out[key] = _reworded(item, rng, ids)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_records_of_one_answer_key_read_alike(seed: int) -> None:
+    """The scan reads one record per `answer_key` and gives its reading to all that share
+    the key: on records whose words, numbers, indices, flags and ids vary, any two with one
+    key read alike, each read alone."""
+    rng = random.Random(seed)
+    records = generated(seed)
+    for rec in records:  # answers in other words, some with another structure, value, flag
+        if rec["response"] is not None and rng.random() < 0.7:
+            rec["response"] = _reworded(rec["response"], rng, {})
+        if rng.random() < 0.3:
+            _varied(rec, rng)
+    by_key: dict[tuple[Any, ...], list[tuple[int, str]]] = {}
+    for rec in records:
+        key = answer_key(rec)
+        if key is not None:
+            answer = json.dumps(rec["response"], sort_keys=True, default=str)
+            by_key.setdefault(key, []).append((reading_key(alone(rec)), answer))
+    varied = [group for group in by_key.values() if len({answer for _, answer in group}) > 1]
+    assert len(varied) >= 5, "answers that differ share keys: the test tests"
+    assert all(len({reading for reading, _ in group}) == 1 for group in by_key.values())
+
+
+def _said_whole(rec: Record) -> Record:
+    events_of(rec)[-1]["partial"] = False
+    return rec
+
+
+def _last_partial(rec: Record) -> None:
+    events_of(rec)[-1]["partial"] = True
+
+
+def _second_choice(rec: Record) -> None:
+    payloads(rec)[1]["choices"][0]["index"] = 1
+
+
+def _sequence_skipped(rec: Record) -> None:
+    payloads(rec)[4]["sequence_number"] = 9
+
+
+def _other_item(rec: Record) -> None:
+    payloads(rec)[4]["item_id"] = "fc_other"
+
+
+def _split_arguments(rec: Record) -> None:
+    payloads(rec)[4]["delta"] = "town"
+
+
+def _other_tool(rec: Record) -> None:
+    assert rec["response"] is not None
+    rec["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] = "f"
+
+
+ONE_VALUE = [
+    (lambda: _said_whole(chat_record(stream=True)), _last_partial),
+    (lambda: chat_record(stream=True, tool=True), _second_choice),
+    (lambda: responses_record(stream=True, tool=True), _sequence_skipped),
+    (lambda: responses_record(stream=True, tool=True), _other_item),
+    (lambda: responses_record(stream=True, tool=True), _split_arguments),
+    (lambda: chat_record(tool=True), _other_tool),
+]
+
+
+@pytest.mark.parametrize(("make", "change"), ONE_VALUE, ids=[c.__name__ for _, c in ONE_VALUE])
+def test_an_answer_key_keeps_each_value_a_check_reads(make: Any, change: Any) -> None:
+    """A flag, an index, a sequence number, which item a piece belongs to, a piece of a
+    call's arguments or a tool's name each change what the checks say of an answer, and so
+    its key."""
+    before, after = make(), make()
+    change(after)
+    assert reading_key(alone(before)) != reading_key(alone(after)), "the checks read it"
+    assert answer_key(before) != answer_key(after)

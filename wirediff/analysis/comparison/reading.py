@@ -20,18 +20,30 @@ from typing import Any
 
 import orjson
 
+from wirediff._support import is_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.assumed import standin_of
 from wirediff.analysis.comparison.breaks import server_words
+from wirediff.analysis.comparison.clients.asked import asked
 from wirediff.analysis.comparison.compare import compare
 from wirediff.analysis.comparison.conformance import ConformanceRow, RecordCheck, record_check
 from wirediff.analysis.comparison.divergences import BASELINE_SOURCE
 from wirediff.analysis.comparison.noise import is_noise
 from wirediff.analysis.comparison.observe import Observed, observe, stream_labels
 from wirediff.analysis.comparison.severity import answer_failed, judging_breaks, severity_of
+from wirediff.analysis.comparison.shapes import spell
 from wirediff.analysis.comparison.verdicts import answer_texts, route_failure
+from wirediff.record.tags import soft_error
 
-__all__ = ["FindingRow", "Reading", "pair_findings", "read_answer", "reading_key", "same_reading"]
+__all__ = [
+    "FindingRow",
+    "Reading",
+    "answer_key",
+    "pair_findings",
+    "read_answer",
+    "reading_key",
+    "same_reading",
+]
 
 REQUEST_ID = "x-request-id"
 
@@ -79,6 +91,53 @@ def read_answer(record: Record) -> Reading:
         stream_labels(record),
         standin_of(record),
     )
+
+
+_UNREAD = ("messages", "input", "prompt")
+"""What a request says that no check of its answer reads."""
+_UNSPELLED = ("headers", "size")
+"""What `answer_key` spells of an answer apart, or not at all."""
+
+
+def answer_key(record: Record) -> tuple[Any, ...] | None:
+    """Spell what `read_answer` reads of a record, for equal keys to give equal readings.
+
+    A reading costs as much as every check of the answer, and most answers repeat a few
+    structures with other words, so the scan reads one record per key. A failed answer is
+    spelled word for word, since its words are read. The key is None, and the record read
+    alone, when the exchange ended in an error, a failed answer is a stream, or structured
+    output was asked, whose words are read too."""
+    resp, tags = record.get("response"), record.get("tags")
+    req: dict[str, Any] = record.get("request") or {}  # type: ignore[assignment]
+    if record.get("error") is not None or type(resp) is not dict or type(tags) is not dict:
+        return None
+    status, body, events = resp.get("status"), resp.get("body"), resp.get("events")
+    failed = not is_2xx(status) or tags.get("soft_error") or soft_error(status, body, events)
+    ask = req.get("body")
+    if (failed and events is not None) or asked(ask).structured is not None:
+        return None
+    if type(ask) is dict:
+        ask = {k: v for k, v in ask.items() if k not in _UNREAD}
+    headers = resp.get("headers") or ()
+    names = [str(name).lower() for name, _ in headers]
+    out: list[Any] = [
+        frozenset(names),
+        next((v for n, (_, v) in zip(names, headers, strict=True) if n == "content-type"), None),
+        standin_of(record),
+        "upgrade" in (str(name).lower() for name, _ in req.get("headers") or ()),
+        req.get("method"),
+        req.get("path"),
+        resp.get("text"),
+        server_words(record),
+    ]
+    answer = {k: v for k, v in resp.items() if k not in _UNSPELLED}
+    try:  # the request and the tags word for word: they vary little
+        out += (orjson.dumps(ask), orjson.dumps(tags), orjson.dumps(answer) if failed else None)
+    except TypeError:  # an integer past 64 bits
+        return None
+    if not failed:
+        spell(answer, out, {})
+    return tuple(out)
 
 
 FindingRow = tuple[str, str, str, str, str, str, str, str, str]

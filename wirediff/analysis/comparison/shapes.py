@@ -42,6 +42,7 @@ __all__ = [
     "flatten",
     "json_type",
     "known_structures",
+    "spell",
     "structure",
     "type_label",
 ]
@@ -227,6 +228,7 @@ class _Mark:
 
 
 _OPEN, _CLOSE, _ARRAY, _END, _TEXT, _EMPTY = (_Mark(m) for m in ("{", "}", "[", "]", "…", "∅"))
+_TRUE, _FALSE, _FLOAT = _Mark("true"), _Mark("false"), _Mark("float")
 _structures: dict[tuple[Any, ...], int] = {}
 _stored_tokens = 0
 _numbers = count()
@@ -345,6 +347,74 @@ def _tokens(value: JSON, out: list[Any]) -> None:
         out.append(value.is_integer())
     else:
         out.append(value if kind is str else kind)
+
+
+VARYING_NUMBERS = frozenset(
+    {"t_ms", "created", "created_at", "completed_at", "expires_at", "logprob"}
+)
+"""Keys whose numbers no check reads but for their type, as `*_tokens` too: times, sizes, counts.
+
+Everything else a check may compare by value: statuses, indices, `sequence_number`."""
+NUMBERED_TEXT = frozenset({"id", "call_id", "item_id", "tool_call_id", "previous_response_id"})
+"""Free-text keys whose values a check compares with one another within an answer.
+
+A stream's helper joins a call's argument pieces by `item_id` and checks that the calls it
+announced are those its last event holds, by `call_id`."""
+
+
+def spell(value: JSON, out: list[Any], ids: dict[str, int]) -> None:
+    """Spell what any check reads of a value as tokens, for equal spellings to read alike.
+
+    Like `structure`'s tokens, they leave out the words of free text, but keep the name of a
+    tool, the pieces of a call's arguments, every number but those in `VARYING_NUMBERS`, and
+    every boolean, since some check reads each by value. An id in `NUMBERED_TEXT` is spelled
+    by the order in which `ids` first met it, so that ids equal within one answer stay equal."""
+    kind = type(value)
+    if kind is dict:
+        out.append(_OPEN)
+        typ = value.get("type")
+        pieces = type(typ) is str and "arguments" in typ
+        for key, item in value.items():
+            out.append(key)
+            item_kind = type(item)
+            if item_kind is str:
+                if key not in FREE_TEXT or key == "name" or (pieces and key == "delta"):
+                    out.append(item)
+                elif key in NUMBERED_TEXT:
+                    out.append((ids.setdefault(item, len(ids)), *_bounded(key, item)))
+                elif key in BOUNDED_TEXT:
+                    out.append(_bounded(key, item))
+                else:
+                    out.append(_TEXT if item else _EMPTY)
+            elif item_kind is dict or item_kind is list:
+                spell(item, out, ids)
+            elif (item_kind is int or item_kind is float) and (
+                key in VARYING_NUMBERS or key.endswith("_tokens")
+            ):
+                out.append(_FLOAT if item_kind is float and not item.is_integer() else item_kind)
+            else:
+                out.append(_scalar(item, item_kind))
+        out.append(_CLOSE)
+    elif kind is list:
+        out.append(_ARRAY)
+        for item in value:
+            item_kind = type(item)
+            if item_kind is dict or item_kind is list:
+                spell(item, out, ids)
+            else:
+                out.append(_scalar(item, item_kind))
+        out.append(_END)
+    else:
+        out.append(_scalar(value, kind))
+
+
+def _scalar(value: Any, kind: type) -> Any:
+    """Spell a string, an integer or None as itself, others apart from the values they equal."""
+    if kind is float:
+        return (value,)
+    if kind is bool:
+        return _TRUE if value else _FALSE
+    return value
 
 
 def flat(value: JSON, prefix: str = "", *, parse_arguments: bool = True) -> tuple[Frozen, Frozen]:

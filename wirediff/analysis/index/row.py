@@ -22,7 +22,13 @@ from pandas.api.types import union_categoricals
 
 from wirediff._types import Record
 from wirediff.analysis.comparison import impact
-from wirediff.analysis.comparison.reading import Reading, read_answer, reading_key, same_reading
+from wirediff.analysis.comparison.reading import (
+    Reading,
+    answer_key,
+    read_answer,
+    reading_key,
+    same_reading,
+)
 from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.diagnosis.chains import redirect_location
@@ -103,7 +109,9 @@ _DIGESTS = ("fingerprint", "request_digest", "ask_digest", "hop_digest", "body_d
 _KEYS = ("reading", "evidence")
 _BOOLEANS = ("stream", "soft_error")
 MEMO_LIMIT = 1 << 14
-"""Readings remembered by their local value until the table starts over."""
+"""Readings remembered by their local value, or by their answer's key, until a table starts over."""
+ANSWER_TOKENS = 1 << 19
+"""Tokens the remembered answer keys may spell together, about 16 MB with what they refer to."""
 _EMPTY: dict[str, Any] = {}
 
 
@@ -126,17 +134,28 @@ class Reader:
 
     def __init__(self) -> None:
         self._keys: dict[tuple[Any, ...], int] = {}
+        self._answers: dict[tuple[Any, ...], int] = {}
+        self._answer_tokens = 0
         self._handed: set[int] = set()
         self.readings: dict[int, Reading] = {}
         self.evidence: dict[int, Record] = {}
 
     def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
-        """Read the rows of a batch of records; the clients measure its answers together."""
+        """Read the rows of a batch of records; the clients measure its new answers together."""
+        keys = [answer_key(rec) for rec in records]
+        fresh: dict[tuple[Any, ...], Record] = {}
+        alone = []
+        for rec, key in zip(records, keys, strict=True):
+            if key is None:
+                alone.append(rec)
+            elif key not in self._answers and key not in fresh:
+                fresh[key] = rec
         with known_structures():
-            impact.prepare(records)
-            return [self.row(rec) for rec in records]
+            impact.prepare([*fresh.values(), *alone])
+            return [self.row(rec, key) for rec, key in zip(records, keys, strict=True)]
 
-    def row(self, rec: Record) -> tuple[Any, ...]:
+    def row(self, rec: Record, answer: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """Read a record's row; `answer` is its `answer_key`, if it has one."""
         req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
         error = _dict(rec.get("error"))
         original = rec.get("replay_of") is None
@@ -160,11 +179,24 @@ class Reader:
             ok,
             redirect_location(rec),
             models,
-            self._reading(rec),
+            self._reading(rec, answer),
             0 if ok else self._evidence(rec),
         )
 
-    def _reading(self, rec: Record) -> int:
+    def _reading(self, rec: Record, answer: tuple[Any, ...] | None) -> int:
+        """Number the record's reading, read once per `answer_key`."""
+        key = self._answers.get(answer) if answer is not None else None
+        if key is None:
+            key = self._read(rec)
+            if answer is not None:
+                if len(self._answers) >= MEMO_LIMIT or self._answer_tokens > ANSWER_TOKENS:
+                    self._answers.clear()
+                    self._answer_tokens = 0
+                self._answers[answer] = key
+                self._answer_tokens += len(answer)
+        return key
+
+    def _read(self, rec: Record) -> int:
         reading = read_answer(rec)
         local = same_reading(reading)
         key = self._keys.get(local)
