@@ -24,7 +24,7 @@ from wirediff._support import is_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.assumed import standin_of
 from wirediff.analysis.comparison.breaks import server_words
-from wirediff.analysis.comparison.clients.asked import asked
+from wirediff.analysis.comparison.clients.asked import asks_structured
 from wirediff.analysis.comparison.compare import compare
 from wirediff.analysis.comparison.conformance import ConformanceRow, RecordCheck, record_check
 from wirediff.analysis.comparison.divergences import BASELINE_SOURCE
@@ -114,7 +114,7 @@ def answer_key(record: Record) -> tuple[Any, ...] | None:
     status, body, events = resp.get("status"), resp.get("body"), resp.get("events")
     failed = not is_2xx(status) or tags.get("soft_error") or soft_error(status, body, events)
     ask = req.get("body")
-    if (failed and events is not None) or asked(ask).structured is not None:
+    if (failed and events is not None) or asks_structured(ask):
         return None
     if type(ask) is dict:
         ask = {k: v for k, v in ask.items() if k not in _UNREAD}

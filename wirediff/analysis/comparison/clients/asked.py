@@ -24,6 +24,7 @@ __all__ = [
     "Asked",
     "arguments_kind",
     "asked",
+    "asks_structured",
     "parsed_kind",
     "structured_kind",
 ]
@@ -87,6 +88,12 @@ def _format(body: dict[str, Any]) -> Any:
     if fmt is None and isinstance(body.get("text"), dict):
         fmt = body["text"].get("format")
     return fmt if isinstance(fmt, dict) else None
+
+
+def asks_structured(body: Any) -> bool:
+    """Tell whether the request `body` asks for structured output, as `Asked.structured` says."""
+    fmt = _format(body) if isinstance(body, dict) else None
+    return fmt is not None and fmt.get("type") in ("json_schema", "json_object")
 
 
 def asked(body: Any) -> Asked:
