@@ -256,8 +256,11 @@ class Analysis:
         rows = self.findings["row"].to_numpy()
         standin, standins = pd.factorize(self.answers("standin"), use_na_sentinel=False)
         key = self.findings["template"].to_numpy(dtype=np.int64) * len(standins) + standin[rows]
-        fact, keys = pd.factorize(key)
-        facts = [divmod(int(k), len(standins)) for k in keys.tolist()]
+        # numbered through a table of every template and stand-in, not a hash table per finding
+        seen = np.zeros(len(t) * len(standins), dtype=bool)
+        seen[key] = True
+        fact = (np.cumsum(seen, dtype=np.int32) - 1)[key]
+        facts = [divmod(int(k), len(standins)) for k in np.flatnonzero(seen).tolist()]
         columns = {c: t[c].tolist() for c in ("severity", "kind", "evidence")}
         paths = path.tolist()
         frame = pd.DataFrame(
