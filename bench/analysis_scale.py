@@ -236,19 +236,26 @@ def replicate(seed: list[dict[str, Any]], n: int, path: Path) -> None:
             copy += 1
 
 
-def distinct_answers(path: Path, limit: int = 100_000) -> int:
-    """Distinct answer skeletons among the first `limit` exchanges: what the SDK impact
-    harness tells apart (`impact.skeleton`: the request's options and the answer's
-    structure), so at most this many SDK runs per `limit` exchanges."""
+def distinct_answers(path: Path, limit: int = 100_000) -> dict[str, int]:
+    """Count distinct answers among the first `limit` exchanges, as two steps tell them apart.
+
+    `answers`: the skeletons the SDK impact harness tells apart (`impact.skeleton`: the
+    request's options and the answer's structure), so at most this many SDK runs. `keys`: the
+    answer keys the scan reads one record of (`reading.answer_key`), so at most this many
+    readings, each process reading each once."""
     from wirediff.analysis.comparison.impact import skeleton
+    from wirediff.analysis.comparison.reading import answer_key
 
     seen: set[str | None] = set()
+    keys: set[Any] = set()
     with path.open("rb") as fh:
         for k, line in enumerate(fh):
             if k == limit:
                 break
-            seen.add(skeleton(json.loads(line)))
-    return len(seen)
+            rec = json.loads(line)
+            seen.add(skeleton(rec))
+            keys.add(answer_key(rec))
+    return {"answers": len(seen), "keys": len(keys)}
 
 
 def measure_parse(path: Path) -> dict[str, Any]:
@@ -323,7 +330,7 @@ def measure_in_memory(path: Path) -> dict[str, Any]:
 
 
 def measure_shapes(path: Path) -> dict[str, Any]:
-    return {"answers": distinct_answers(path)}
+    return distinct_answers(path)
 
 
 STAGES = {
@@ -417,7 +424,8 @@ def main() -> None:
             f"{r['divergences']} divergences, "
             f"{r['conformance']} conformance rows, {r['diagnoses']} diagnoses; "
             f"report.html {r['report_kb']:,.0f} KB; "
-            f"{r['answers']} distinct answers in the first {min(r['n'], 100_000):,}"
+            f"{r['answers']} distinct answers to the clients and {r['keys']:,} answer keys "
+            f"in the first {min(r['n'], 100_000):,}"
         )
         print(f"    verdicts: {r['verdicts']}")
 
