@@ -130,7 +130,8 @@ def _dict(value: Any) -> dict[str, Any]:
 class Reader:
     """Read records into index rows, remembering which readings and evidence it read.
 
-    `take` hands out those not handed out before."""
+    A record whose `answer_key` it met before takes that record's reading unread. `take`
+    hands out the readings and evidence not handed out before."""
 
     def __init__(self) -> None:
         self._keys: dict[tuple[Any, ...], int] = {}
