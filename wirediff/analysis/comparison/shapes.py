@@ -352,7 +352,7 @@ def _tokens(value: JSON, out: list[Any]) -> None:
 VARYING_NUMBERS = frozenset(
     {"t_ms", "created", "created_at", "completed_at", "expires_at", "logprob"}
 )
-"""Keys whose numbers no check reads but for their type, as `*_tokens` too: times, sizes, counts.
+"""Keys whose numbers no check reads but for their type, as `*_tokens` too: times and counts.
 
 Everything else a check may compare by value: statuses, indices, `sequence_number`."""
 NUMBERED_TEXT = frozenset({"id", "call_id", "item_id", "tool_call_id", "previous_response_id"})
