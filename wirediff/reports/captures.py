@@ -114,6 +114,17 @@ def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(sdk.get(k) for k in SDK_FIELDS if k != "user_agent" or not named)
 
 
+def _by_text(column: pd.Series, missing: str | None = None) -> tuple[np.ndarray, list[str]]:
+    """Number a column's values by their text, each distinct value turned into text once.
+
+    A missing value reads `missing`, else as `str` writes it: a million exchanges of a few
+    clients are a million numbers, not a million strings."""
+    codes, values = pd.factorize(column, use_na_sentinel=False)
+    texts = [missing if missing is not None and pd.isna(v) else str(v) for v in values]
+    merged, names = pd.factorize(np.array(texts, dtype=object))
+    return merged[codes], [str(name) for name in names]
+
+
 def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
     """List per backend label its captures, each a session captured or replayed, with its clients.
 
@@ -121,38 +132,46 @@ def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
     if ex.empty:
         return {}
     of = ex["replay_of"]
+    label_at, labels = _by_text(ex["label"])
+    session_at, sessions = _by_text(ex["session"], missing="")
+    client_at, said_by = _by_text(ex["client"])
     frame = pd.DataFrame(
         {
-            "label": ex["label"].astype(str).to_numpy(),
-            "session": ex["session"].astype("str").fillna("").to_numpy(),
+            "label": label_at,
+            "session": session_at,
             "replayed": (of.notna() & (of != "")).to_numpy(),
-            "client": ex["client"].astype(str).to_numpy(),
+            "client": client_at,
         }
     )
     keys = ["label", "session", "replayed"]
     sizes = frame.groupby(keys, sort=False).size()
+    captures = [
+        ((labels[lab], sessions[ses], bool(rep)), int(n))
+        for (lab, ses, rep), n in zip(sizes.index.tolist(), sizes.tolist(), strict=True)
+    ]
     clients = frame.groupby([*keys, "client"], sort=False)
-    seen: dict[tuple[Any, ...], list[tuple[int, Client]]] = {k: [] for k in sizes.index}
-    for (*key, said), n, first in zip(
+    seen: dict[tuple[str, str, bool], list[tuple[int, Client]]] = {k: [] for k, _ in captures}
+    for (lab, ses, rep, cli), n, first in zip(
         clients.size().index.tolist(),
         clients.size().tolist(),
         clients.head(1).index.tolist(),
         strict=True,
     ):
+        key = (labels[lab], sessions[ses], bool(rep))
         sdk = {
             k: redact(v) if isinstance(v, str) else v
-            for k, v in zip(SDK_FIELDS, json.loads(said), strict=True)
+            for k, v in zip(SDK_FIELDS, json.loads(said_by[cli]), strict=True)
         }
         client = Client({k: v for k, v in sdk.items() if v is not None}, n)
-        same = next((c for _, c in seen[tuple(key)] if _identity(c.sdk) == _identity(sdk)), None)
+        same = next((c for _, c in seen[key] if _identity(c.sdk) == _identity(sdk)), None)
         if same is None:
-            seen[tuple(key)].append((first, client))
+            seen[key].append((first, client))
         else:  # in the captures' order: the first seen gives the user agent shown
             same.exchanges += n
     out: dict[str, list[Capture]] = {}
-    for (label, session, replayed), n in zip(sizes.index.tolist(), sizes.tolist(), strict=True):
+    for (label, session, replayed), n in captures:
         ranked = sorted(seen[(label, session, replayed)], key=lambda fc: (-fc[1].exchanges, fc[0]))
-        cap = Capture(label, session, bool(replayed), int(n), [c for _, c in ranked])
+        cap = Capture(label, session, replayed, n, [c for _, c in ranked])
         out.setdefault(label, []).append(cap)
     for caps in out.values():
         caps.sort(key=lambda c: (c.replayed, -c.exchanges, c.session))
