@@ -12,7 +12,7 @@ ephemeral.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +39,8 @@ MAX_CHAIN_GROUPS = 300
 """Distinct failing chains drawn; the rest are counted."""
 MAX_LISTED = 100
 """Chains named under one drawing's "show all"; summary.json lists every diagnosis."""
+ROW_BLOCK = 1 << 14
+"""Diagnoses read into dicts at a time."""
 
 
 @dataclass(slots=True)
@@ -204,9 +206,15 @@ class _Chain:
     evidence: dict[str, None] = field(default_factory=dict)
 
 
+def _rows(frame: pd.DataFrame) -> Iterator[dict[Hashable, Any]]:
+    """Yield a frame's rows as dicts, a block at a time: a dict per row is a kilobyte."""
+    for lo in range(0, len(frame), ROW_BLOCK):
+        yield from frame.iloc[lo : lo + ROW_BLOCK].to_dict("records")
+
+
 def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
     chains: dict[str, _Chain] = {}
-    for row in diagnoses.to_dict("records"):
+    for row in _rows(diagnoses):
         chain_id = _text_or_empty(row.get("chain_id"))
         c = chains.get(chain_id)
         if c is None:
