@@ -155,7 +155,7 @@ class Reader:
             impact.prepare([*fresh.values(), *alone])
             return [self.row(rec, key) for rec, key in zip(records, keys, strict=True)]
 
-    def row(self, rec: Record, answer: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    def row(self, rec: Record, answer: tuple[Any, ...] | None) -> tuple[Any, ...]:
         """Read a record's row; `answer` is its `answer_key`, if it has one."""
         req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
         error = _dict(rec.get("error"))
