@@ -108,7 +108,7 @@ def answer_key(record: Record) -> tuple[Any, ...] | None:
     alone, when the exchange ended in an error, a failed answer is a stream, or structured
     output was asked, whose words are read too."""
     resp, tags = record.get("response"), record.get("tags")
-    req: dict[str, Any] = record.get("request") or {}  # type: ignore[assignment]
+    req = record.get("request") or {}
     if record.get("error") is not None or type(resp) is not dict or type(tags) is not dict:
         return None
     status, body, events = resp.get("status"), resp.get("body"), resp.get("events")
