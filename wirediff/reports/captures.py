@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wirediff.analysis.comparison.pairing import text_codes
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.record.tags import SDK_FIELDS
 from wirediff.reports.formatters import anchor, redact
@@ -114,17 +115,6 @@ def _identity(sdk: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(sdk.get(k) for k in SDK_FIELDS if k != "user_agent" or not named)
 
 
-def _by_text(column: pd.Series, missing: str | None = None) -> tuple[np.ndarray, list[str]]:
-    """Number a column's values by their text, each distinct value turned into text once.
-
-    A missing value reads `missing`, else as `str` writes it: a million exchanges of a few
-    clients are a million numbers, not a million strings."""
-    codes, values = pd.factorize(column, use_na_sentinel=False)
-    texts = [missing if missing is not None and pd.isna(v) else str(v) for v in values]
-    merged, names = pd.factorize(np.array(texts, dtype=object))
-    return merged[codes], [str(name) for name in names]
-
-
 def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
     """List per backend label its captures, each a session captured or replayed, with its clients.
 
@@ -132,9 +122,9 @@ def captures_of(ex: pd.DataFrame) -> dict[str, list[Capture]]:
     if ex.empty:
         return {}
     of = ex["replay_of"]
-    label_at, labels = _by_text(ex["label"])
-    session_at, sessions = _by_text(ex["session"], missing="")
-    client_at, said_by = _by_text(ex["client"])
+    label_at, labels = text_codes(ex["label"])
+    session_at, sessions = text_codes(ex["session"])
+    client_at, said_by = text_codes(ex["client"])
     frame = pd.DataFrame(
         {
             "label": label_at,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
-from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes
+from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes, text_codes
 from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
 from wirediff.reports.hops import NO_ENDPOINT
@@ -256,9 +256,8 @@ def listed(
         values[col] = redact_series(values[col])
 
     def text(name: str) -> np.ndarray:
-        # one string per distinct value: a string per exchange would be one per row of the index
-        codes, values = pd.factorize(rows[name].astype("str").fillna(""))
-        return np.asarray(values, dtype=object)[codes]
+        codes, texts = text_codes(rows[name])
+        return np.asarray(texts[codes], dtype=object)
 
     endpoints = text("endpoint")
     endpoints[endpoints == ""] = NO_ENDPOINT

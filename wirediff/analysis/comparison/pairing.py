@@ -46,6 +46,7 @@ __all__ = [
     "pair_exchanges",
     "sorted_codes",
     "text",
+    "text_codes",
 ]
 
 REPLAY, CONTENT = "replay", "content"
@@ -106,6 +107,15 @@ class Pairing:
 def text(column: pd.Series) -> pd.Series:
     """Read a column of the index as text, a missing value empty."""
     return column.astype("str").fillna("")
+
+
+def text_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Read a column as `text` does, each distinct value once: a code per row, and the texts.
+
+    A million exchanges of a few labels are then a million numbers, not a million strings."""
+    codes, values = pd.factorize(column, use_na_sentinel=False)
+    merged, texts = pd.factorize(text(pd.Series(values)))
+    return merged[codes], np.asarray(texts, dtype=object)
 
 
 def factorize_together(
