@@ -263,13 +263,13 @@ def _call(fn: Any, *args: Any) -> Any:
 
 def _complete(
     scans: list[Scanned], calls: Sequence[Call]
-) -> tuple[dict[int, Reading], dict[int, Record]]:
+) -> tuple[dict[int, Reading], dict[int, bytes]]:
     """Collect the readings and evidence the scans handed back.
 
     A worker hands back each one once. One lost with its worker after that, when a task is
     retried elsewhere, is read again here by scanning again the chunks that need it."""
     readings: dict[int, Reading] = {}
-    evidence: dict[int, Record] = {}
+    evidence: dict[int, bytes] = {}
     for s in scans:
         readings.update(s.readings)
         evidence.update(s.evidence)

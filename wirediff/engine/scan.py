@@ -19,7 +19,6 @@ from typing import Any
 import pandas as pd
 
 from wirediff._support import task_gc
-from wirediff._types import Record
 from wirediff.analysis.comparison.reading import Reading
 from wirediff.analysis.index.row import Reader, index_frame
 from wirediff.engine.decode import parse
@@ -70,7 +69,7 @@ class Scanned:
     start: int
     frame: pd.DataFrame
     readings: dict[int, Reading] = field(default_factory=dict)
-    evidence: dict[int, Record] = field(default_factory=dict)
+    evidence: dict[int, bytes] = field(default_factory=dict)
     lines: int = 0
     records: int = 0
     torn: Torn = field(default_factory=list)

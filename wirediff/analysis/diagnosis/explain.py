@@ -16,6 +16,7 @@ import pandas as pd
 from wirediff._support import statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS
+from wirediff.analysis.diagnosis.evidence import EvidenceById
 from wirediff.analysis.diagnosis.provider import Provider, identify
 from wirediff.analysis.diagnosis.remedies import Facts, remedy, summary
 from wirediff.analysis.diagnosis.rules import Finding, chain_findings, exchange_findings
@@ -231,7 +232,7 @@ def diagnose_chain(
 
 def diagnose_chains(
     chains: Sequence[tuple[Any, ...]],
-    evidence: Callable[[str], tuple[int, Record]],
+    evidence: EvidenceById,
     served: Served,
     backends: Backends,
 ) -> pd.DataFrame:
@@ -246,9 +247,8 @@ def diagnose_chains(
         chain = dict(zip(CHAIN_COLUMNS, row, strict=True))
         ids: list[str] = list(chain["exchange_ids"])
         at = {rid: n for n, rid in enumerate(ids)}
-        seen = [evidence(rid) for rid in ids]
         key = (
-            tuple(k for k, _ in seen),
+            tuple(evidence.key(rid) for rid in ids),
             tuple((kind, at[a], at[b]) for kind, a, b in chain["links"]),
             at[chain["final_id"]],
             bool(chain["ok"]),
@@ -256,10 +256,7 @@ def diagnose_chains(
         )
         found = done.get(key)
         if found is None:
-            records: dict[str, Record] = {
-                rid: {**rec, "id": rid}  # type: ignore[typeddict-item]
-                for rid, (_, rec) in zip(ids, seen, strict=True)
-            }
+            records = {rid: evidence[rid] for rid in ids}
             found = done[key] = [
                 {**r, "exchange_ids": [at[i] for i in r["exchange_ids"]]}
                 for r in diagnose_chain(chain, records, served, backends)

@@ -10,7 +10,7 @@ and its template, in the order a report lists them; `Analysis.divergences` and
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ class Index:
 
     rows: pd.DataFrame
     readings: dict[int, Reading]
-    evidence: dict[int, Record]
+    evidence: dict[int, bytes]
     read: Callable[[Sequence[int]], list[Record]]
 
     @classmethod
@@ -482,7 +482,7 @@ class Diagnosed:
     draws a chain from."""
 
     frame: pd.DataFrame
-    evidence: Mapping[str, Record]
+    evidence: EvidenceById
 
 
 def diagnose_index(index: Index) -> Diagnosed:
@@ -492,7 +492,7 @@ def diagnose_index(index: Index) -> Diagnosed:
     rows = index.rows
     chains = chain_rows(rows, failing_only=True)
     if not chains:
-        return Diagnosed(diagnosis_frame({}), {})
+        return Diagnosed(diagnosis_frame({}), EvidenceById({}, {}))
     member_ids = list(dict.fromkeys(i for chain in chains for i in chain[1]))
     at = pd.Index(rows["id"]).get_indexer(member_ids)
     keys = rows["evidence"].to_numpy()[at]
@@ -502,7 +502,7 @@ def diagnose_index(index: Index) -> Diagnosed:
     for rec in index.read(read):
         evidence.add(rec)
     backends = Backends(rows, index.read)
-    frame = diagnose_chains(chains, evidence.keyed, served_by(rows), backends)
+    frame = diagnose_chains(chains, evidence, served_by(rows), backends)
     return Diagnosed(frame, evidence)
 
 

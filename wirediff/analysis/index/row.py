@@ -32,7 +32,7 @@ from wirediff.analysis.comparison.reading import (
 from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.comparison.shapes import known_structures
 from wirediff.analysis.diagnosis.chains import redirect_location
-from wirediff.analysis.diagnosis.evidence import evidence_key, evidence_record
+from wirediff.analysis.diagnosis.evidence import evidence_key, evidence_record, packed
 from wirediff.analysis.diagnosis.explain import models_listed
 from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.record.keys import ask_digest, digests, request_fingerprint
@@ -139,7 +139,7 @@ class Reader:
         self._answer_tokens = 0
         self._handed: set[int] = set()
         self.readings: dict[int, Reading] = {}
-        self.evidence: dict[int, Record] = {}
+        self.evidence: dict[int, bytes] = {}
 
     def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
         """Read the rows of a batch of records; the clients measure its new answers together."""
@@ -215,10 +215,10 @@ class Reader:
         key = evidence_key(seen)
         if key not in self._handed:
             self._handed.add(key)
-            self.evidence[key] = seen
+            self.evidence[key] = packed(seen)
         return key
 
-    def take(self) -> tuple[dict[int, Reading], dict[int, Record]]:
+    def take(self) -> tuple[dict[int, Reading], dict[int, bytes]]:
         """Hand out the readings and evidence records read since the last `take`."""
         out = (self.readings, self.evidence)
         self.readings, self.evidence = {}, {}
