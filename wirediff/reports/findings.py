@@ -235,6 +235,27 @@ class Listed:
         endpoints, _ = pd.factorize(self.endpoints)
         return labels[c], labels[b], endpoints[np.where(own, c, b)]  # labels[-1] is ""
 
+    def kind_counts(self) -> dict[str, dict[str, int]]:
+        """Count the findings of each label by kind.
+
+        Counted as numbers, a label's per exchange and a kind's per template: a value per
+        finding would be millions of objects."""
+        labels, label_texts = pd.factorize(self.labels)
+        kinds, kind_texts = pd.factorize(self.values["kind"].to_numpy())
+        n = len(kind_texts) + 1  # a missing value is -1: counted apart, not said
+        pair = (labels.astype(np.int64) + 1)[self.candidate]
+        pair *= n
+        pair += (kinds.astype(np.int64) + 1)[self.template]
+        counts = np.bincount(pair, minlength=(len(label_texts) + 1) * n)
+        out: dict[str, dict[str, int]] = {}
+        for at in np.flatnonzero(counts).tolist():
+            label, kind = divmod(at, n)
+            if label and kind:
+                out.setdefault(str(label_texts[label - 1]), {})[str(kind_texts[kind - 1])] = int(
+                    counts[at]
+                )
+        return out
+
     def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
         """Return these findings in full."""
         values = self.values.iloc[self.template[at]].reset_index(drop=True)

@@ -339,15 +339,7 @@ def build(
         cells[(s.label, s.endpoint)].skipped.append(s)
     captures_of_label = captures_of(ex)
 
-    kinds = pd.DataFrame(
-        {
-            "label": found.labels[found.candidate],
-            "kind": found.values["kind"].to_numpy()[found.template],
-        }
-    ).value_counts(sort=False)
-    kind_counts: dict[str, dict[str, int]] = {}
-    for (lab, kind), n in _counted(kinds):
-        kind_counts.setdefault(str(lab), {})[str(kind)] = int(n)
+    kind_counts = found.kind_counts()
     unmatched = analysis.unmatched
     unmatched_groups_ = unmatched_groups(unmatched, max_examples)
     by_side: dict[tuple[str, str], int] = {}
