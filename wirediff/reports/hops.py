@@ -212,13 +212,22 @@ def _rows(frame: pd.DataFrame) -> Iterator[dict[Hashable, Any]]:
         yield from frame.iloc[lo : lo + ROW_BLOCK].to_dict("records")
 
 
-def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
-    chains: dict[str, _Chain] = {}
+def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
+    """Gather each chain's rows, one chain at a time, in the order chains first come.
+
+    `diagnose_chains` writes a chain's rows together; rows of a chain apart are put together
+    first. A chain is let go once gathered: held all at once, a million take a GB."""
+    codes, _ = pd.factorize(diagnoses["chain_id"].map(_text_or_empty))
+    if len(codes) and (np.diff(codes) < 0).any():
+        diagnoses = diagnoses.iloc[np.argsort(codes, kind="stable")]
+    chain_id, c = "", None
     for row in _rows(diagnoses):
-        chain_id = _text_or_empty(row.get("chain_id"))
-        c = chains.get(chain_id)
-        if c is None:
-            c = chains[chain_id] = _Chain(
+        rid = _text_or_empty(row.get("chain_id"))
+        if c is None or rid != chain_id:
+            if c is not None:
+                yield chain_id, c
+            chain_id = rid
+            c = _Chain(
                 _text_or_empty(row.get("label")),
                 _text_or_empty(row.get("endpoint")) or NO_ENDPOINT,
                 _text_or_empty(row.get("title")),
@@ -235,7 +244,8 @@ def _chains(diagnoses: pd.DataFrame) -> dict[str, _Chain]:
         )
         for line in _listish(row.get("evidence")):
             c.evidence.setdefault(str(line), None)
-    return chains
+    if c is not None:
+        yield chain_id, c
 
 
 def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any, ...]:
@@ -267,7 +277,7 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
         return []
     order = {c: i for i, c in enumerate(CODES)}
     groups: dict[tuple[Any, ...], ChainGroup] = {}
-    for chain_id, c in _chains(diagnoses).items():
+    for chain_id, c in _chains(diagnoses):
         codes = sorted(c.diagnoses, key=lambda code: (order.get(code, len(order)), code))
         said = tuple((code, *c.diagnoses[code]) for code in codes)
         key = (
