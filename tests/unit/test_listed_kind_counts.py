@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from wirediff.reports.findings import Listed
@@ -35,7 +36,7 @@ def listed(rng: np.random.Generator, exchanges: int, templates: int, findings: i
         template=rng.integers(0, templates, findings),
         candidate=rng.integers(0, exchanges, findings),
         baseline=rng.integers(-1, exchanges, findings),
-        ids=ids,
+        ids=pa.array(ids),
         labels=labels,
         families=ids,
         endpoints=ids,

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes, text_codes
+from wirediff.analysis.comparison.pairing import text as text_of
 from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
 from wirediff.reports.hops import NO_ENDPOINT
@@ -199,11 +201,14 @@ class Listed:
     """Per finding, the exchange it is about (its pair's candidate)."""
     baseline: np.ndarray
     """Per finding, its pair's baseline; -1 for an exchange's own finding."""
-    ids: np.ndarray
+    ids: pa.Array
     labels: np.ndarray
     families: np.ndarray
     endpoints: np.ndarray
-    """Per exchange: its id, label, family and endpoint, as text."""
+    """Per exchange: its id, label, family and endpoint, as text.
+
+    The ids stay Arrow text, each taken when needed: as a million Python strings they would
+    take a hundred MB."""
 
     def __len__(self) -> int:
         return len(self.template)
@@ -213,16 +218,20 @@ class Listed:
         c, b = self.candidate[at], self.baseline[at]
         own = b < 0
         base = np.where(own, c, b)
-        ids = self.ids[c]
+        ids = self.id_text(c)
         return {
             "pair_id": ids,
             "label": self.labels[c],
             "baseline_label": np.where(own, "", self.labels[b]),
-            "baseline_id": np.where(own, "", self.ids[b]),
+            "baseline_id": np.where(own, "", self.id_text(np.maximum(b, 0))),
             "candidate_id": ids,
             "family": self.families[base],
             "endpoint": self.endpoints[base],
         }
+
+    def id_text(self, at: np.ndarray) -> np.ndarray:
+        """Give the ids of the exchanges `at`, as Python strings."""
+        return np.asarray(self.ids.take(at).to_numpy(zero_copy_only=False), dtype=object)
 
     def meta_codes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Number each finding's label, baseline label and endpoint, equal numbers for equal text.
@@ -282,8 +291,9 @@ def listed(
 
     endpoints = text("endpoint")
     endpoints[endpoints == ""] = NO_ENDPOINT
+    ids = pa.array(text_of(rows["id"]))
     return Listed(
-        values, template, candidate, baseline, text("id"), text("label"), text("family"), endpoints
+        values, template, candidate, baseline, ids, text("label"), text("family"), endpoints
     )
 
 

@@ -78,7 +78,7 @@ def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
     if not len(found):
         return
     keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
-    ids, labels = pa.array(_encoded(found.ids)), pa.array(_encoded(found.labels))
+    ids, labels = pa.array(_encoded(found.ids.to_pylist())), pa.array(_encoded(found.labels))
     families, endpoints = pa.array(_encoded(found.families)), pa.array(_encoded(found.endpoints))
     values = found.values[FINDING_COLUMNS]
     tails = pa.array(
