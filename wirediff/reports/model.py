@@ -434,9 +434,9 @@ def build(
         max_examples=max_examples,
         verdict_frame=frame,
     )
-    wanted = model.examples_to_lay_out()
-    at = pd.Index(rows["id"]).get_indexer(wanted)
-    lay_out(model.kinds, {r["id"]: r for r in analysis.index.read(at[at >= 0].tolist())})
+    # found by Arrow, not by an index of a million ids made Python strings
+    at = np.flatnonzero(rows["id"].isin(model.examples_to_lay_out()).to_numpy(dtype=bool))
+    lay_out(model.kinds, {r["id"]: r for r in analysis.index.read(at.tolist())})
     return model
 
 
