@@ -252,6 +252,26 @@ def _counted(counts: pd.Series) -> list[tuple[Any, int]]:
     return list(zip(counts.index.tolist(), counts.tolist(), strict=True))
 
 
+def _status_mix(ex: pd.DataFrame) -> Counter[tuple[str, str]]:
+    """Count each label's exchanges by what they were answered, as the report says it.
+
+    That is the status, `skipped` or `none` when there was none, and `error body` after it for
+    an error in a success. Counted by value first: a text per exchange is a million strings."""
+    counts = pd.DataFrame(
+        {
+            "label": ex["label"],
+            "status": ex["status"],
+            "skipped": ex["error_kind"] == SKIPPED,
+            "soft": ex["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool),
+        }
+    ).value_counts(sort=False, dropna=False)
+    out: Counter[tuple[str, str]] = Counter()
+    for (label, status, skipped, soft), n in _counted(counts):
+        said = str(status) if not missing(status) else SKIPPED if skipped else "none"
+        out[(label, f"{said} error body" if soft else said)] += int(n)
+    return out
+
+
 def _in_order(counts: Mapping[Any, Any]) -> dict[str, int]:
     """Count exchange outcomes in `OUTCOMES` order."""
     return {o: int(counts[o]) for o in OUTCOMES if o in counts}
@@ -345,14 +365,7 @@ def build(
     by_side: dict[tuple[str, str], int] = {}
     for lab, side in zip(unmatched["label"], unmatched["side"], strict=True):
         by_side[(str(lab), str(side))] = by_side.get((str(lab), str(side)), 0) + 1
-    no_answer = ex["error_kind"].astype(object).where(ex["error_kind"] == SKIPPED, "none")
-    status = ex["status"].astype(object).where(ex["status"].notna(), no_answer).astype(str)
-    status = status.where(
-        ~ex["soft_error"].eq(True).fillna(False).to_numpy(dtype=bool), status + " error body"
-    )
-    status_mix = pd.DataFrame({"label": labels_of, "status": status.to_numpy()}).value_counts(
-        sort=False
-    )
+    status_mix = _status_mix(ex)
     paired = (
         pd.DataFrame(
             {
@@ -366,7 +379,7 @@ def build(
     label_endpoints = ex[["label", "endpoint"]].drop_duplicates()
     backends = []
     for label in labels:
-        mix = {s: int(n) for (lab, s), n in _counted(status_mix) if lab == label}
+        mix = {s: n for (lab, s), n in status_mix.items() if lab == label}
         families = [v for v in drop_in if v.label == label]
         kinds_of = kind_counts.get(label, {})
         counted: Counter[str] = Counter()
