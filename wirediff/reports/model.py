@@ -456,7 +456,9 @@ def build(
 def _listed_findings(analysis: Analysis) -> Listed:
     f = analysis.findings
     pair = f["pair"].to_numpy()
-    base = analysis.pairs["b"].to_numpy()[np.maximum(pair, 0)] if len(analysis.pairs) else pair
+    # 32 bits, as the findings' own columns: millions of them
+    b = analysis.pairs["b"].to_numpy().astype(np.int32)
+    base = b[np.maximum(pair, 0)] if len(analysis.pairs) else pair
     return listed(
         analysis.index.rows,
         analysis.templates,
