@@ -294,6 +294,11 @@ def build(
     role_of = roles_of(set(labels_of.tolist()), *analysis.pair_labels())
     labels = list(role_of)
     frame = verdict_frame(analysis.cells(), role_of)
+    # judged before the findings are listed and drawn, while less is held: at 1M its peak
+    # on top of what they hold was the command's
+    by_endpoint = verdict_frame(
+        analysis.cells(("endpoint",), endpoint=NO_ENDPOINT, said=redact), role_of, by=("endpoint",)
+    )
     drop_in = verdict_rows(frame)
     fam_order = {f: i for i, f in enumerate(FAMILIES)}
     drop_in.sort(
@@ -329,9 +334,6 @@ def build(
         _counted(outcomes), key=lambda kv: (kv[0][0], kv[0][1], OUTCOMES.index(kv[0][2]))
     ):
         cells[(lab, endpoint)].outcomes[what] = int(n)
-    by_endpoint = verdict_frame(
-        analysis.cells(("endpoint",), endpoint=NO_ENDPOINT, said=redact), role_of, by=("endpoint",)
-    )
     for lab, endpoint, verdict, reasons in zip(
         *(by_endpoint[c].tolist() for c in ("label", "endpoint", "verdict", "reasons")),
         strict=True,
