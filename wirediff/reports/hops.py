@@ -216,7 +216,8 @@ def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
     """Gather each chain's rows, one chain at a time, in the order chains first come.
 
     `diagnose_chains` writes a chain's rows together; rows of a chain apart are put together
-    first. A chain is let go once gathered: held all at once, a million take a GB."""
+    first. A chain is let go once gathered: held all at once, the 215k failing chains of the
+    bench's million exchanges took 190 MB."""
     codes, _ = pd.factorize(diagnoses["chain_id"].map(_text_or_empty))
     if len(codes) and (np.diff(codes) < 0).any():
         diagnoses = diagnoses.iloc[np.argsort(codes, kind="stable")]
