@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff import FORMAT
-from wirediff._support import give_back_memory
+from wirediff._support import give_back_memory, map_large_blocks
 from wirediff._types import Record
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
 from wirediff.analysis.comparison.reading import Reading
@@ -84,6 +84,7 @@ class Run:
         workers: int | None = None,
         progress: bool | None = None,
     ) -> None:
+        map_large_blocks()  # before the workers fork: theirs too
         self.engine = open_engine(engine, scheduler, workers)
         self.progress = Progress(progress)
         self.sources: list[Source] = []
