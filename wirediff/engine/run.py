@@ -46,13 +46,12 @@ from wirediff.reports.model import ReportModel, build
 
 __all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
 
-EXCHANGE_BYTES = 2_100
+EXCHANGE_BYTES = 1_500
 """Memory a command holds per exchange at its peak, about, on either engine.
 
 That is mostly the index, the findings and the pairs: at 1M exchanges of the bench's session
-the command peaks at 1,986 MB, its workers gone by then, from 393 MB at 100k; the index frame
-is about 245 bytes an exchange. The local engine checks the captures against it before it
-starts."""
+the command peaks at 1,360 MiB, its workers gone by then; the index frame is about 245 bytes
+an exchange. The local engine checks the captures against it before it starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process."""
 
