@@ -249,20 +249,17 @@ class Listed:
 
         Counted as numbers, a label's per exchange and a kind's per template: a value per
         finding would be millions of objects."""
-        labels, label_texts = pd.factorize(self.labels)
-        kinds, kind_texts = pd.factorize(self.values["kind"].to_numpy())
-        n = len(kind_texts) + 1  # a missing value is -1: counted apart, not said
-        pair = (labels.astype(np.int64) + 1)[self.candidate]
+        labels, label_texts = pd.factorize(self.labels, use_na_sentinel=False)
+        kinds, kind_texts = pd.factorize(self.values["kind"].to_numpy(), use_na_sentinel=False)
+        n = len(kind_texts)
+        pair = labels.astype(np.int64)[self.candidate]
         pair *= n
-        pair += (kinds.astype(np.int64) + 1)[self.template]
-        counts = np.bincount(pair, minlength=(len(label_texts) + 1) * n)
+        pair += kinds[self.template]
+        counts = np.bincount(pair, minlength=len(label_texts) * n)
         out: dict[str, dict[str, int]] = {}
         for at in np.flatnonzero(counts).tolist():
             label, kind = divmod(at, n)
-            if label and kind:
-                out.setdefault(str(label_texts[label - 1]), {})[str(kind_texts[kind - 1])] = int(
-                    counts[at]
-                )
+            out.setdefault(str(label_texts[label]), {})[str(kind_texts[kind])] = int(counts[at])
         return out
 
     def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
