@@ -27,7 +27,7 @@ from wirediff.record.names import (
     ascii_lower,
 )
 
-__all__ = ["REDACTED", "SCRUB_WORDS", "scrub_output"]
+__all__ = ["MAY_HOLD", "REDACTED", "scrub_output"]
 
 T = TypeVar("T")
 
@@ -55,16 +55,38 @@ _NAMES = (
 The names are those of credential fields, key-like query parameters and a subprotocol's key
 prefix."""
 _SCHEMES = ("bearer", "basic", "token")
-SCRUB_WORDS = ("api key provided", *_SCHEMES, *KEY_MARKS, *_NAMES)
-"""The words the scrub looks for, ASCII letters in any case.
-
-A text holding none of them is written as it is."""
+_QUOTED_WORDS = ("api key provided",)
+"""The words a 401's message quotes a key after."""
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SPACE = frozenset(" \t\r\n")
 _NOT_WORD = frozenset("\"'\\.:= \t\r\n")
 """What may follow a name: its quote, escaped too, the `:` or `=` after it, a subprotocol's dot."""
 _REACH = 64
 """Characters a name reaches either side of the word found in it."""
+
+
+def _any_of(words: tuple[str, ...], then: frozenset[str] | None = None) -> str:
+    """Spell a pattern of any of `words`, with `then` followed by one of its characters or the end."""
+    alternatives = "|".join(words)  # letters, digits, ` `, `-` and `_`: plain in a pattern
+    if then is None:
+        return alternatives
+    after = "".join(f"\\x{ord(c):02x}" for c in sorted(then))
+    return f"(?:{alternatives})(?:[{after}]|$)"
+
+
+MAY_HOLD = "|".join(
+    (
+        _any_of(_QUOTED_WORDS),
+        _any_of(_SCHEMES, _SPACE),
+        _any_of(KEY_MARKS),
+        _any_of(_NAMES, _NOT_WORD),
+    )
+)
+"""A regular expression of where the scrub may find a shape, for RE2 and `re`, case ignored.
+
+Each word the scrub looks for, followed by what it must be followed by: a text it does not
+match is written as it is. A writer of many lines matches them all at once with RE2
+(`pyarrow.compute`), then scrubs only those it matches."""
 
 
 def scrub_output(value: T) -> T:
@@ -134,7 +156,7 @@ def _spans(text: str, lowered: str) -> Iterator[tuple[int, int, str]]:
     """Find `(start, end, replacement)` for each shape in `text`.
 
     `lowered` is `text` with its ASCII letters lower-cased, each character where it was."""
-    for at in _found(lowered, ("api key provided",), None):
+    for at in _found(lowered, _QUOTED_WORDS, None):
         if m := _QUOTED.match(text, at):
             yield at, m.end(), m[1] + REDACTED
     for at in _found(lowered, _SCHEMES, _SPACE):

@@ -7,7 +7,6 @@ line once and the command only merges lines in order."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from wirediff.analysis.comparison.divergences import (
     PAIR_META,
 )
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS
-from wirediff.record.scrub import SCRUB_WORDS, scrub_output
+from wirediff.record.scrub import MAY_HOLD, scrub_output
 from wirediff.reports.findings import Listed
 from wirediff.reports.formatters import missing, redact
 
@@ -34,6 +33,7 @@ __all__ = [
     "finding_lines",
     "jsonable",
     "line",
+    "scrubbed",
 ]
 
 CHUNK = 1 << 16
@@ -41,14 +41,18 @@ CHUNK = 1 << 16
 
 
 def line(item: Mapping[str, Any]) -> str:
-    """Write one item as a line of compact JSON, newline included, scrubbed of secrets.
+    """Write one item as a line of compact JSON, newline included, scrubbed of secrets."""
+    return scrub_output(_unscrubbed(item))
+
+
+def _unscrubbed(item: Mapping[str, Any]) -> str:
+    """Write one item as a line of compact JSON, newline included.
 
     orjson writes it; the standard library takes what orjson refuses, an integer past 64 bits."""
     try:
-        text = orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+        return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
     except TypeError:
-        text = json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
-    return scrub_output(text)
+        return json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def finding_line(values: Sequence[Any]) -> str:
@@ -67,8 +71,17 @@ def _encoded(values: Iterable[Any]) -> list[str]:
     return out
 
 
-_MAY_HOLD = "|".join(re.escape(word) for word in SCRUB_WORDS)
-"""Any word the scrub looks at (`scrub_output`): a line without one is left as it is."""
+def scrubbed(lines: pa.Array | list[str]) -> str:
+    """Join texts, lines or whole tables, each scrubbed as `scrub_output` scrubs it.
+
+    RE2 finds the texts where the scrub may find something (`MAY_HOLD`), all at once; only those
+    are scrubbed one by one. In most, a word such as `tokens` is no credential's."""
+    lines = pa.array(lines, pa.string()) if isinstance(lines, list) else lines
+    hit = pc.match_substring_regex(lines, MAY_HOLD, ignore_case=True)
+    texts = lines.to_pylist()
+    for k in np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist():
+        texts[k] = scrub_output(texts[k])
+    return "".join(texts)
 
 
 def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
@@ -111,14 +124,7 @@ def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
             endpoints.take(base),
             tails.take(found.template[at]),
         ]
-        lines = pc.binary_join_element_wise(*parts, "")
-        hit = pc.match_substring_regex(lines, _MAY_HOLD, ignore_case=True).to_numpy(
-            zero_copy_only=False
-        )
-        texts = lines.to_pylist()
-        for k in np.flatnonzero(hit).tolist():
-            texts[k] = scrub_output(texts[k])
-        yield "".join(texts)
+        yield scrubbed(pc.binary_join_element_wise(*parts, ""))
 
 
 def jsonable(value: Any) -> Any:
@@ -156,8 +162,8 @@ def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def diagnosis_lines(rows: Iterable[Mapping[Any, Any]] | pd.DataFrame) -> list[str]:
+def diagnosis_lines(rows: Iterable[Mapping[Any, Any]] | pd.DataFrame) -> str:
     """Write the lines of these diagnoses, dicts as `diagnose_chain` gives them or a frame."""
     if isinstance(rows, pd.DataFrame):
         rows = rows.reindex(columns=DIAGNOSIS_COLUMNS).to_dict("records")
-    return [line(item) for item in diagnosis_items(rows)]
+    return scrubbed([_unscrubbed(item) for item in diagnosis_items(rows)])

@@ -38,7 +38,7 @@ from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS
 from wirediff.reports.hops import MAX_CHAIN_GROUPS
-from wirediff.reports.items import CHUNK, diagnosis_lines, finding_lines
+from wirediff.reports.items import CHUNK, diagnosis_lines, finding_lines, scrubbed
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
@@ -225,7 +225,7 @@ def diagnosis_lines_of(model: ReportModel) -> Iterator[str]:
     """Write every diagnosis's line, a chunk of diagnoses at a time."""
     rows = model.diagnoses
     for start in range(0, len(rows), WRITTEN):
-        yield "".join(diagnosis_lines(rows.iloc[start : start + WRITTEN]))
+        yield diagnosis_lines(rows.iloc[start : start + WRITTEN])
 
 
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
@@ -288,5 +288,5 @@ def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
             pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)
         for start in range(0, len(found), CHUNK):
             rows = found.frame(slice(start, start + CHUNK))
-            fh.write(scrub_output(rows.to_csv(index=False, header=not start)))
+            fh.write(scrubbed([rows.to_csv(index=False, header=not start)]))
     return out

@@ -1,0 +1,69 @@
+"""Where the scrub replaces anything, `MAY_HOLD` matches, in RE2 and in `re`; and scrubbing only
+the lines it matches gives every line as scrubbing each one does."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tests.unit.test_secrets import INNOCENT, SHAPED
+from wirediff.record.scrub import MAY_HOLD, scrub_output
+from wirediff.reports.items import scrubbed
+
+WORDS = [
+    *("api key provided", "bearer", "basic", "token", "tokens", "key", "keys", "apikey"),
+    *("secret", "password", "passwd", "sig", "signature", "credential", "credentials"),
+    *("authorization", "sk-", "lm-", "pk-", "rk-", "gsk_", "hf_", "hf-", "ghp_", "xai-"),
+    *("aiza", "openai-insecure-api-key.", "x-api-key", "max_tokens", "monkey", "keyed"),
+]
+"""Words the scrub looks for, their near misses and the names they end."""
+AFTER = [
+    *" \t\r\n\"'\\.:=,;&?/-_sSx0é",
+    *('\\"', '\\":', '=\"', '": "', "': '", "'='", "\t= ", ""),
+]
+"""What may follow a word: the scrub's own marks, a name's quote and `:`, a letter, nothing."""
+VALUES = ["abcdef123456", "sha256:0123456789ab", "12345678", "ABCDEFGHIJKLMNOPQRST0123", "x"]
+
+
+def _case(rng: random.Random, text: str) -> str:
+    """Change the case of some letters; now and then write a K as the Kelvin sign, which RE2
+    folds to k and the scrub does not."""
+    out = "".join(c.upper() if rng.random() < 0.3 else c for c in text)
+    return out.replace("K", "\u212a") if rng.random() < 0.05 else out
+
+
+def _text(rng: random.Random) -> str:
+    pieces: list[str] = []
+    for _ in range(rng.randrange(1, 6)):
+        if rng.random() < 0.2:
+            pieces.append(rng.choice([t for t, _ in SHAPED] + INNOCENT))
+            continue
+        lead = rng.choice(["", " ", "?", "&", '"', "{", "a", "_", "-", "\n"])
+        word = _case(rng, rng.choice(WORDS))
+        pieces.append(lead + word + rng.choice(AFTER) + rng.choice(VALUES))
+    return rng.choice(["", " ", ", ", '","']).join(pieces)
+
+
+def _re2(texts: list[str]) -> list[bool]:
+    return pc.match_substring_regex(pa.array(texts), MAY_HOLD, ignore_case=True).to_pylist()
+
+
+def test_may_hold_matches_wherever_the_scrub_replaces_anything() -> None:
+    rng = random.Random(5)
+    texts = [_text(rng) for _ in range(20_000)]
+    changed = [t for t in texts if scrub_output(t) != t]
+    assert len(changed) > 5_000  # the texts hold credentials often
+    assert all(_re2(changed)), [t for t, m in zip(changed, _re2(changed)) if not m][:5]
+    assert all(re.search(MAY_HOLD, t, re.IGNORECASE) for t in changed)
+    # and it leaves texts out: the point of it
+    assert not any(_re2(['"max_tokens":16,"x":"usage.total_tokens"', "monkeys"]))
+
+
+def test_lines_scrubbed_where_may_hold_matches_are_every_line_scrubbed() -> None:
+    rng = random.Random(6)
+    lines = [_text(rng).replace("\n", " ") + "\n" for _ in range(5_000)]
+    assert scrubbed(lines) == "".join(scrub_output(line) for line in lines)
+    assert scrubbed(pa.array(lines)) == scrubbed(lines)
