@@ -144,19 +144,27 @@ class Reader:
     def rows(self, records: Sequence[Record]) -> list[tuple[Any, ...]]:
         """Read the rows of a batch of records; the clients measure its new answers together."""
         keys = [answer_key(rec) for rec in records]
+        # a key is long: hashed once a record where it was met before, as most are
+        known = [None if key is None else self._answers.get(key) for key in keys]
         fresh: dict[tuple[Any, ...], Record] = {}
         alone = []
-        for rec, key in zip(records, keys, strict=True):
+        for rec, key, number in zip(records, keys, known, strict=True):
             if key is None:
                 alone.append(rec)
-            elif key not in self._answers and key not in fresh:
+            elif number is None and key not in fresh:
                 fresh[key] = rec
         with known_structures():
             impact.prepare([*fresh.values(), *alone])
-            return [self.row(rec, key) for rec, key in zip(records, keys, strict=True)]
+            return [
+                self.row(rec, key, number)
+                for rec, key, number in zip(records, keys, known, strict=True)
+            ]
 
-    def row(self, rec: Record, answer: tuple[Any, ...] | None) -> tuple[Any, ...]:
-        """Read a record's row; `answer` is its `answer_key`, if it has one."""
+    def row(
+        self, rec: Record, answer: tuple[Any, ...] | None, reading: int | None = None
+    ) -> tuple[Any, ...]:
+        """Read a record's row; `answer` is its `answer_key`, if it has one, and `reading` the
+        number of its reading, if known."""
         req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
         error = _dict(rec.get("error"))
         original = rec.get("replay_of") is None
@@ -180,7 +188,7 @@ class Reader:
             ok,
             redirect_location(rec),
             models,
-            self._reading(rec, answer),
+            self._reading(rec, answer) if reading is None else reading,
             0 if ok else self._evidence(rec),
         )
 
