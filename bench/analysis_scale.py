@@ -23,6 +23,8 @@ For each size, each measurement in its own fresh process:
                this machine's cores), its wall time and the peak resident memory of its
                whole process tree (the command and its workers, summed, sampled every
                0.1 s), and of its largest process;
+  outputs    — the same command writing every finding and diagnosis too (`--findings
+               FILE.jsonl --csv FILE.csv`), its wall time;
   in memory  — (up to `--in-memory-up-to`) `load_records` + `analyze` + `diagnose` in one
                process, as the analysis ran before the engine: time and peak RSS
                (`getrusage`).
@@ -329,6 +331,22 @@ def measure_in_memory(path: Path) -> dict[str, Any]:
     }
 
 
+def measure_outputs(path: Path) -> dict[str, Any]:
+    """`wirediff report` as `engine` runs it, writing every finding too: `--findings`, `--csv`."""
+    out = path.with_suffix("")
+    cmd = [str(Path(sys.executable).with_name("wirediff")), "report", str(path)]
+    cmd += ["-o", f"{out}.html", "--json", f"{out}.summary.json", "--engine", "local"]
+    cmd += ["--findings", f"{out}.findings.jsonl", "--csv", f"{out}.csv"]
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - t
+    findings = Path(f"{out}.findings.jsonl")
+    size = findings.stat().st_size + Path(f"{out}.csv").stat().st_size
+    findings.unlink()
+    Path(f"{out}.csv").unlink()
+    return {"outputs": wall, "outputs_mb": size / 2**20}
+
+
 def measure_shapes(path: Path) -> dict[str, Any]:
     return distinct_answers(path)
 
@@ -338,6 +356,7 @@ STAGES = {
     "engine": measure_engine,
     "memory": measure_in_memory,
     "shapes": measure_shapes,
+    "outputs": measure_outputs,
 }
 
 
@@ -384,6 +403,7 @@ def main() -> None:
             path = tmp / f"scale-{n}.jsonl"
             replicate(seed, n, path)
             row = {**run_stage("parse", path), **run_stage("engine", path)}
+            row.update(run_stage("outputs", path))
             row.update(run_stage("shapes", path))
             if n <= args.in_memory_up_to:
                 row.update(run_stage("memory", path))
@@ -397,7 +417,7 @@ def main() -> None:
     print(
         f"{'exchanges':>9} {'MB':>6} {'parse s':>7} {'report s':>8} {'µs/exch':>7} "
         f"{'CPU µs/exch':>11} {'tree MB':>7} {'command MB':>10} {'max proc MB':>11} "
-        f"{'x parse':>7} {'in-memory s':>11} "
+        f"{'x parse':>7} {'+ findings s':>12} {'in-memory s':>11} "
         f"{'µs/exch':>7} {'peak MB':>7}"
     )
     for r in rows:
@@ -410,12 +430,13 @@ def main() -> None:
             f"{r['n']:>9} {r['mb']:>6.0f} {r['parse']:>7.2f} {r['engine']:>8.2f} "
             f"{r['engine'] / r['n'] * 1e6:>7.0f} {r['cpu'] / r['n'] * 1e6:>11.0f} "
             f"{r['tree_mb']:>7.0f} {r['top_mb']:>10.0f} {r['single_mb']:>11.0f} "
-            f"{r['engine'] / r['parse']:>7.1f} {memory}"
+            f"{r['engine'] / r['parse']:>7.1f} {r['outputs']:>12.2f} {memory}"
         )
     print(
         "parse: json.loads per line, nothing kept; report: `wirediff report --engine local` "
         "with --json, wall time (CPU: user + system of all its processes); tree: peak RSS of "
-        "its processes summed, command: of its own process; in-memory: load + "
+        "its processes summed, command: of its own process; + findings: the same report "
+        "writing every finding and diagnosis too (--findings, --csv); in-memory: load + "
         "analyze + diagnose in one process (no render), its peak RSS"
     )
     for r in rows:
