@@ -76,7 +76,7 @@ def scrubbed(lines: pa.Array | list[str]) -> str:
 
     RE2 finds the texts where the scrub may find something (`MAY_HOLD`), all at once; only those
     are scrubbed one by one. In most, a word such as `tokens` is no credential's."""
-    lines = pa.array(lines, pa.string()) if isinstance(lines, list) else lines
+    lines = pa.array(lines, pa.large_string()) if isinstance(lines, list) else lines
     hit = pc.match_substring_regex(lines, MAY_HOLD, ignore_case=True)
     texts = lines.to_pylist()
     for k in np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist():
