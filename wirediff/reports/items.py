@@ -6,8 +6,10 @@ line once and the command only merges lines in order."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from wirediff.reports.findings import Listed
 from wirediff.reports.formatters import missing, redact
 
 __all__ = [
+    "csv_chunks",
     "diagnosis_items",
     "diagnosis_lines",
     "finding_line",
@@ -85,46 +88,82 @@ def scrubbed(lines: pa.Array | list[str]) -> str:
 
 
 def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
-    """Write the lines of every finding in order, as `finding_line` would, a chunk at a time.
+    """Write the lines of every finding in order, as `finding_line` would, a chunk at a time."""
+    keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
+    heads = ["{" + keys[0] + ":", *(f",{k}:" for k in keys[1 : len(PAIR_META)])]
+    tail = "".join(f",{k}:{{}}" for k in keys[len(PAIR_META) :]) + "}}\n"
+    for lines in _assembled(found, chunk, _encoded, heads, tail, '""'):
+        yield scrubbed(lines)
 
-    They are made from the text of each exchange and each distinct finding, written once each."""
+
+def csv_chunks(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
+    """Write the divergence table as CSV, the header first, in chunks, as `to_csv` writes it.
+
+    Each chunk is scrubbed whole, as one text."""
+    heads = ["", *[","] * (len(PAIR_META) - 1)]
+    tail = "".join(",{}" for _ in FINDING_COLUMNS) + "\n"
+    header = ",".join(_csv_fields(DIVERGENCE_COLUMNS)) + "\n"
+    for lines in _assembled(found, chunk, _csv_fields, heads, tail, ""):
+        yield scrubbed([header + "".join(lines.to_pylist())])
+        header = ""
+    if header:
+        yield scrubbed([header])
+
+
+def _assembled(
+    found: Listed,
+    chunk: int,
+    encode: Callable[[Iterable[Any]], list[str]],
+    heads: Sequence[str],
+    tail: str,
+    empty: str,
+) -> Iterator[pa.Array]:
+    """Assemble the text of each finding, a chunk of findings at a time.
+
+    Each exchange's and each distinct finding's values are encoded once (`encode`); a finding
+    is its `PAIR_META` values, each after its head, then its template's values in `tail`."""
     if not len(found):
         return
-    keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
-    ids, labels = pa.array(_encoded(found.ids.to_pylist())), pa.array(_encoded(found.labels))
-    families, endpoints = pa.array(_encoded(found.families)), pa.array(_encoded(found.endpoints))
+    ids, labels = pa.array(encode(found.ids.to_pylist())), pa.array(encode(found.labels))
+    families, endpoints = pa.array(encode(found.families)), pa.array(encode(found.endpoints))
     values = found.values[FINDING_COLUMNS]
     tails = pa.array(
         [
-            "".join(f",{k}:{v}" for k, v in zip(keys[len(PAIR_META) :], row, strict=True)) + "}\n"
-            for row in zip(*(_encoded(values[c]) for c in FINDING_COLUMNS), strict=True)
+            tail.format(*row)
+            for row in zip(*(encode(values[c]) for c in FINDING_COLUMNS), strict=True)
         ]
     )
-    empty = pa.scalar('""')
+    nothing = pa.scalar(empty)
     for start in range(0, len(found), chunk):
         at = slice(start, start + chunk)
         c, b = found.candidate[at], found.baseline[at]
         own = b < 0
         base = np.where(own, c, b)
         idc = ids.take(c)
-        parts = [
-            f"{{{keys[0]}:",
+        meta = [
             idc,
-            f",{keys[1]}:",
             labels.take(c),
-            f",{keys[2]}:",
-            pc.if_else(own, empty, labels.take(np.maximum(b, 0))),
-            f",{keys[3]}:",
-            pc.if_else(own, empty, ids.take(np.maximum(b, 0))),
-            f",{keys[4]}:",
+            pc.if_else(own, nothing, labels.take(np.maximum(b, 0))),
+            pc.if_else(own, nothing, ids.take(np.maximum(b, 0))),
             idc,
-            f",{keys[5]}:",
             families.take(base),
-            f",{keys[6]}:",
             endpoints.take(base),
-            tails.take(found.template[at]),
         ]
-        yield scrubbed(pc.binary_join_element_wise(*parts, ""))
+        parts = [part for pair in zip(heads, meta, strict=True) for part in pair]
+        yield pc.binary_join_element_wise(*parts, tails.take(found.template[at]), "")
+
+
+def _csv_fields(values: Iterable[Any]) -> list[str]:
+    """Encode each value as a CSV field, as `to_csv` writes it: quoted only where it must be."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    out = []
+    for v in values:
+        buf.seek(0)
+        buf.truncate()
+        writer.writerow((v, ""))  # one empty field alone would be written `""`
+        out.append(buf.getvalue()[:-2])
+    return out
 
 
 def jsonable(value: Any) -> Any:

@@ -23,11 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TextIO
 
-import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.probe.drive import result_summary
@@ -38,7 +36,7 @@ from wirediff.reports.examples import LAID_OUT
 from wirediff.reports.findings import KINDS
 from wirediff.reports.formatters import FILTERS
 from wirediff.reports.hops import MAX_CHAIN_GROUPS
-from wirediff.reports.items import CHUNK, diagnosis_lines, finding_lines, scrubbed
+from wirediff.reports.items import csv_chunks, diagnosis_lines, finding_lines
 from wirediff.reports.model import (
     MAX_CELL_DIAGNOSES,
     MAX_CELL_FINDINGS,
@@ -282,11 +280,7 @@ def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Write the divergence table, conformance rows included, one finding per line."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    found = model.listed
     with out.open("w", encoding="utf-8", newline="") as fh:
-        if not len(found):
-            pd.DataFrame(columns=DIVERGENCE_COLUMNS).to_csv(fh, index=False)
-        for start in range(0, len(found), CHUNK):
-            rows = found.frame(slice(start, start + CHUNK))
-            fh.write(scrubbed([rows.to_csv(index=False, header=not start)]))
+        for text in csv_chunks(model.listed):
+            fh.write(text)
     return out
