@@ -12,7 +12,7 @@ ephemeral.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -206,10 +206,21 @@ class _Chain:
     evidence: dict[str, None] = field(default_factory=dict)
 
 
-def _rows(frame: pd.DataFrame) -> Iterator[dict[Hashable, Any]]:
-    """Yield a frame's rows as dicts, a block at a time: a dict per row is a kilobyte."""
+_TEXTS = ("chain_id", "label", "endpoint", "title", "code", "provider", "summary", "remedy")
+_LISTS = ("exchange_ids", "recovered", "evidence")
+
+
+def _columns(frame: pd.DataFrame) -> Iterator[tuple[list[Any], ...]]:
+    """Yield the columns of `_TEXTS` and `_LISTS`, a block of rows at a time.
+
+    The texts are text, "" where missing; a dict per row would be a kilobyte."""
     for lo in range(0, len(frame), ROW_BLOCK):
-        yield from frame.iloc[lo : lo + ROW_BLOCK].to_dict("records")
+        block = frame.iloc[lo : lo + ROW_BLOCK]
+        texts = [block[name].astype(object) for name in _TEXTS]
+        yield (
+            *(t.where(t.notna(), "").astype(str).tolist() for t in texts),
+            *(block[name].tolist() for name in _LISTS),
+        )
 
 
 def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
@@ -222,29 +233,24 @@ def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
     if len(codes) and (np.diff(codes) < 0).any():
         diagnoses = diagnoses.iloc[np.argsort(codes, kind="stable")]
     chain_id, c = "", None
-    for row in _rows(diagnoses):
-        rid = _text_or_empty(row.get("chain_id"))
-        if c is None or rid != chain_id:
-            if c is not None:
-                yield chain_id, c
-            chain_id = rid
-            c = _Chain(
-                _text_or_empty(row.get("label")),
-                _text_or_empty(row.get("endpoint")) or NO_ENDPOINT,
-                _text_or_empty(row.get("title")),
-                [str(i) for i in _listish(row.get("exchange_ids"))],
-                row.get("recovered") is True or row.get("recovered") is np.True_,
-            )
-        c.diagnoses.setdefault(
-            _text_or_empty(row.get("code")),
-            (
-                _text_or_empty(row.get("provider")) or "unknown",
-                _text_or_empty(row.get("summary")),
-                _text_or_empty(row.get("remedy")),
-            ),
-        )
-        for line in _listish(row.get("evidence")):
-            c.evidence.setdefault(str(line), None)
+    for columns in _columns(diagnoses):
+        for rid, label, endpoint, title, code, provider, summary, remedy, ids, ok, seen in zip(
+            *columns, strict=True
+        ):
+            if c is None or rid != chain_id:
+                if c is not None:
+                    yield chain_id, c
+                chain_id = rid
+                c = _Chain(
+                    label,
+                    endpoint or NO_ENDPOINT,
+                    title,
+                    [str(i) for i in _listish(ids)],
+                    ok is True or ok is np.True_,
+                )
+            c.diagnoses.setdefault(code, (provider or "unknown", summary, remedy))
+            for line in _listish(seen):
+                c.evidence.setdefault(str(line), None)
     if c is not None:
         yield chain_id, c
 
