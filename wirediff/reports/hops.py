@@ -12,7 +12,7 @@ ephemeral.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -182,10 +182,15 @@ def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
     return out
 
 
-def _listish(value: Any) -> list[Any]:
-    if isinstance(value, list | tuple | np.ndarray):
-        return list(value)
+def _listish(value: Any) -> Iterable[Any]:
+    """Give a list cell's items; a lone value's as a list of one."""
+    if isinstance(value, _SEQUENCES):
+        return value  # type: ignore[no-any-return]
     return [] if missing(value) else [value]
+
+
+_SEQUENCES = (list, tuple, np.ndarray)
+"""What a list cell holds (a tuple: `isinstance` checks one faster than a union)."""
 
 
 def _text_or_empty(value: Any) -> str:
