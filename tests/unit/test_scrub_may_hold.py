@@ -10,7 +10,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tests.unit.test_secrets import INNOCENT, SHAPED
-from wirediff.record.scrub import MAY_HOLD, scrub_output
+from wirediff.record.names import KEY_MARKS, ascii_lower
+from wirediff.record.scrub import (
+    _NAMES,
+    _NOT_WORD,
+    _QUOTED_WORDS,
+    _SCHEMES,
+    _SPACE,
+    MAY_HOLD,
+    _found,
+    scrub_output,
+)
 from wirediff.reports.items import scrubbed
 
 WORDS = [
@@ -30,7 +40,7 @@ VALUES = ["abcdef123456", "sha256:0123456789ab", "12345678", "ABCDEFGHIJKLMNOPQR
 
 def _case(rng: random.Random, text: str) -> str:
     """Change the case of some letters; now and then write a K as the Kelvin sign, which RE2
-    folds to k and the scrub does not."""
+    and `str.lower` both fold to k."""
     out = "".join(c.upper() if rng.random() < 0.3 else c for c in text)
     return out.replace("K", "\u212a") if rng.random() < 0.05 else out
 
@@ -47,9 +57,28 @@ def _text(rng: random.Random) -> str:
     return rng.choice(["", " ", ", ", '","']).join(pieces)
 
 
+LOOKED_FOR = [(_QUOTED_WORDS, None), (_SCHEMES, _SPACE), (KEY_MARKS, None), (_NAMES, _NOT_WORD)]
+"""The words `_spans` finds, each with what must follow it, as it calls `_found`."""
+
+
 def _re2(texts: list[str]) -> list[bool]:
     found = pc.match_substring_regex(pa.array(texts), MAY_HOLD, ignore_case=True)
     return [bool(m) for m in found.to_pylist()]
+
+
+def test_may_hold_matches_wherever_the_scrub_looks_further() -> None:
+    """Wherever the scrub finds one of its words followed as it must be, a shape may begin."""
+    rng = random.Random(4)
+    texts = [_text(rng) for _ in range(20_000)]
+    looked = [
+        t
+        for t in texts
+        for lowered in [ascii_lower(t)]
+        if any(next(_found(lowered, *group), -1) >= 0 for group in LOOKED_FOR)
+    ]
+    assert len(looked) > 10_000
+    missed = [t for t, m in zip(looked, _re2(looked), strict=True) if not m]
+    assert not missed, missed[:5]
 
 
 def test_may_hold_matches_wherever_the_scrub_replaces_anything() -> None:
