@@ -62,3 +62,9 @@ def test_assembled_texts_are_those_of_each_row(seed: int) -> None:
     assert "".join(csv_chunks(found, chunk)) == to_csv(found, chunk)
     rows = found.frame().itertuples(index=False, name=None)
     assert "".join(finding_lines(found, chunk)) == "".join(finding_line(r) for r in rows)
+
+
+def test_no_findings_write_the_header_alone_and_no_line() -> None:
+    found = listed(np.random.default_rng(0), 3, 2, 0)
+    assert "".join(csv_chunks(found)) == ",".join(DIVERGENCE_COLUMNS) + "\n" == to_csv(found, 5)
+    assert list(finding_lines(found)) == []
