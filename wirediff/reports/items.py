@@ -99,15 +99,13 @@ def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
 def csv_chunks(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
     """Write the divergence table as CSV, the header first, in chunks, as `to_csv` writes it.
 
-    Each chunk is scrubbed whole, as one text."""
+    Each row is scrubbed on its own, so that a credential's shape never reaches into the next:
+    a message ending in `token` takes no id of the row after it for a key."""
     heads = ["", *[","] * (len(PAIR_META) - 1)]
     tail = "".join(",{}" for _ in FINDING_COLUMNS) + "\n"
-    header = ",".join(_csv_fields(DIVERGENCE_COLUMNS)) + "\n"
+    yield ",".join(_csv_fields(DIVERGENCE_COLUMNS)) + "\n"
     for lines in _assembled(found, chunk, _csv_fields, heads, tail, ""):
-        yield scrubbed([header + "".join(lines.to_pylist())])
-        header = ""
-    if header:
-        yield scrubbed([header])
+        yield scrubbed(lines)
 
 
 def _assembled(
@@ -154,7 +152,7 @@ def _assembled(
 
 
 def _csv_fields(values: Iterable[Any]) -> list[str]:
-    """Encode each value as a CSV field, as `to_csv` writes it: quoted only where it must be."""
+    """Encode each text as a CSV field, as `to_csv` writes it: quoted only where it must be."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     out = []
