@@ -212,11 +212,12 @@ class _Chain:
 
 
 _TEXTS = ("chain_id", "label", "endpoint", "title", "code", "provider", "summary", "remedy")
-_LISTS = ("exchange_ids", "recovered", "evidence")
+_AS_IS = ("exchange_ids", "recovered", "evidence")
+"""The columns `_chains` reads, in the order it unpacks them: texts, then values as they are."""
 
 
 def _columns(frame: pd.DataFrame) -> Iterator[tuple[list[Any], ...]]:
-    """Yield the columns of `_TEXTS` and `_LISTS`, a block of rows at a time.
+    """Yield the columns of `_TEXTS` and `_AS_IS`, a block of rows at a time.
 
     The texts are text, "" where missing; a dict per row would be a kilobyte."""
     for lo in range(0, len(frame), ROW_BLOCK):
@@ -224,7 +225,7 @@ def _columns(frame: pd.DataFrame) -> Iterator[tuple[list[Any], ...]]:
         texts = [block[name].astype(object) for name in _TEXTS]
         yield (
             *(t.where(t.notna(), "").astype(str).tolist() for t in texts),
-            *(block[name].tolist() for name in _LISTS),
+            *(block[name].tolist() for name in _AS_IS),
         )
 
 
