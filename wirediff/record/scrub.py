@@ -66,7 +66,9 @@ _REACH = 64
 
 
 def _any_of(words: tuple[str, ...], then: frozenset[str] | None = None) -> str:
-    """Spell a pattern of any of `words`, with `then` followed by one of its characters or the end."""
+    """Spell a pattern of any of `words`, each followed by a character of `then` or the end.
+
+    With no `then`, a word may be followed by anything."""
     alternatives = "|".join(words)  # letters, digits, ` `, `-` and `_`: plain in a pattern
     if then is None:
         return alternatives
