@@ -338,8 +338,10 @@ def measure_outputs(path: Path) -> dict[str, Any]:
     cmd += ["-o", f"{out}.html", "--json", f"{out}.summary.json", "--engine", "local"]
     cmd += ["--findings", f"{out}.findings.jsonl", "--csv", f"{out}.csv"]
     t = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"wirediff report failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     findings = Path(f"{out}.findings.jsonl")
     size = findings.stat().st_size + Path(f"{out}.csv").stat().st_size
     findings.unlink()
@@ -417,7 +419,7 @@ def main() -> None:
     print(
         f"{'exchanges':>9} {'MB':>6} {'parse s':>7} {'report s':>8} {'µs/exch':>7} "
         f"{'CPU µs/exch':>11} {'tree MB':>7} {'command MB':>10} {'max proc MB':>11} "
-        f"{'x parse':>7} {'+ findings s':>12} {'in-memory s':>11} "
+        f"{'x parse':>7} {'all outputs s':>13} {'MB':>5} {'in-memory s':>11} "
         f"{'µs/exch':>7} {'peak MB':>7}"
     )
     for r in rows:
@@ -430,13 +432,15 @@ def main() -> None:
             f"{r['n']:>9} {r['mb']:>6.0f} {r['parse']:>7.2f} {r['engine']:>8.2f} "
             f"{r['engine'] / r['n'] * 1e6:>7.0f} {r['cpu'] / r['n'] * 1e6:>11.0f} "
             f"{r['tree_mb']:>7.0f} {r['top_mb']:>10.0f} {r['single_mb']:>11.0f} "
-            f"{r['engine'] / r['parse']:>7.1f} {r['outputs']:>12.2f} {memory}"
+            f"{r['engine'] / r['parse']:>7.1f} {r['outputs']:>13.2f} {r['outputs_mb']:>5.0f} "
+            f"{memory}"
         )
     print(
         "parse: json.loads per line, nothing kept; report: `wirediff report --engine local` "
         "with --json, wall time (CPU: user + system of all its processes); tree: peak RSS of "
-        "its processes summed, command: of its own process; + findings: the same report "
-        "writing every finding and diagnosis too (--findings, --csv); in-memory: load + "
+        "its processes summed, command: of its own process; all outputs: the same report "
+        "writing every finding and diagnosis too (--findings, --csv), its wall time and the "
+        "MB those two files take; in-memory: load + "
         "analyze + diagnose in one process (no render), its peak RSS"
     )
     for r in rows:
