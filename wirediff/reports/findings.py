@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
+from wirediff.analysis.comparison.divergences import FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
 from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes, text_codes
 from wirediff.analysis.comparison.pairing import text as text_of
@@ -261,11 +261,6 @@ class Listed:
             label, kind = divmod(at, n)
             out.setdefault(str(label_texts[label]), {})[str(kind_texts[kind])] = int(counts[at])
         return out
-
-    def frame(self, at: slice | np.ndarray = slice(None)) -> pd.DataFrame:
-        """Return these findings in full."""
-        values = self.values.iloc[self.template[at]].reset_index(drop=True)
-        return pd.concat([pd.DataFrame(self.meta(at)), values], axis=1)[DIVERGENCE_COLUMNS]
 
 
 def listed(
