@@ -239,16 +239,22 @@ def reading_key(reading: Reading) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest()) >> 1
 
 
+_SCALARS = (str, int, float, bool)
+_LISTS = (tuple, list)
+_SETS = (frozenset, set)
+"""Types `_plain` checks at once (a tuple: `isinstance` checks one faster than a union)."""
+
+
 def _plain(value: Any) -> Any:
     """Turn `value` into JSON values that say the same in any process.
 
     A set is sorted, a tuple becomes a list, an object a list of its items in their order, a
     dataclass its name and fields."""
-    if isinstance(value, str | int | float | bool) or value is None:
+    if isinstance(value, _SCALARS) or value is None:
         return value
-    if isinstance(value, tuple | list):
+    if isinstance(value, _LISTS):
         return [_plain(v) for v in value]
-    if isinstance(value, frozenset | set):
+    if isinstance(value, _SETS):
         items = [_plain(v) for v in value]
         return ["{set}", *sorted(items, key=_plain_bytes)]
     if isinstance(value, dict):
