@@ -168,19 +168,26 @@ def jsonable(value: Any) -> Any:
     """Turn pandas and numpy scalars and containers into plain JSON values.
 
     NaN and NA become null."""
+    if type(value) is str:  # most are
+        return value
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
+    if isinstance(value, _SEQUENCES):
         return [jsonable(v) for v in value]
     if missing(value):
         return None
-    if isinstance(value, np.bool_ | bool):
+    if isinstance(value, _BOOLS):
         return bool(value)
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating):
         return float(value)
     return value
+
+
+_SEQUENCES = (list, tuple, np.ndarray)
+_BOOLS = (np.bool_, bool)
+"""Types checked at once (a tuple: `isinstance` checks one faster than a union)."""
 
 
 def diagnosis_items(rows: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
