@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+import numpy as np
 from markupsafe import Markup
 
 from wirediff._support import clip
@@ -28,6 +29,7 @@ __all__ = [
     "CONTEXT",
     "FILTERS",
     "MAX_LINES",
+    "SEQUENCES",
     "anchor",
     "hits",
     "missing",
@@ -66,6 +68,10 @@ def redact(text: object) -> str:
 
     `scrub_output` replaces them."""
     return scrub_output("" if text is None else str(text))
+
+
+SEQUENCES = (list, tuple, np.ndarray)
+"""What a cell of a list holds (a tuple: `isinstance` checks one faster than a union)."""
 
 
 def missing(value: object) -> bool:

@@ -24,7 +24,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.diagnosis.explain import CODES
-from wirediff.reports.formatters import anchor, missing, path_only, redact, status_class
+from wirediff.reports.formatters import SEQUENCES, anchor, missing, path_only, redact, status_class
 
 __all__ = [
     "MAX_CHAIN_GROUPS",
@@ -184,13 +184,9 @@ def hops(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> list[Hop]:
 
 def _listish(value: Any) -> Iterable[Any]:
     """Give a list cell's items; a lone value's as a list of one."""
-    if isinstance(value, _SEQUENCES):
+    if isinstance(value, SEQUENCES):
         return value  # type: ignore[no-any-return]
     return [] if missing(value) else [value]
-
-
-_SEQUENCES = (list, tuple, np.ndarray)
-"""What a list cell holds (a tuple: `isinstance` checks one faster than a union)."""
 
 
 def _text_or_empty(value: Any) -> str:
