@@ -189,10 +189,6 @@ def _listish(value: Any) -> Iterable[Any]:
     return [] if missing(value) else [value]
 
 
-def _text_or_empty(value: Any) -> str:
-    return "" if missing(value) else str(value)
-
-
 @dataclass(slots=True)
 class _Chain:
     """Gather one chain's diagnoses from its rows, as the analysis wrote them."""
@@ -218,11 +214,16 @@ def _columns(frame: pd.DataFrame) -> Iterator[tuple[list[Any], ...]]:
     The texts are text, "" where missing; a dict per row would be a kilobyte."""
     for lo in range(0, len(frame), ROW_BLOCK):
         block = frame.iloc[lo : lo + ROW_BLOCK]
-        texts = [block[name].astype(object) for name in _TEXTS]
         yield (
-            *(t.where(t.notna(), "").astype(str).tolist() for t in texts),
+            *(_texts(block[name]) for name in _TEXTS),
             *(block[name].tolist() for name in _AS_IS),
         )
+
+
+def _texts(column: pd.Series) -> list[str]:
+    """Give a column's values as text, "" where missing."""
+    values = column.astype(object)
+    return values.where(values.notna(), "").astype(str).tolist()  # type: ignore[no-any-return]
 
 
 def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
@@ -231,7 +232,7 @@ def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
     `diagnose_chains` writes a chain's rows together; rows of a chain apart are put together
     first. A chain is let go once gathered: held all at once, the 215k failing chains of the
     bench's million exchanges took 190 MB."""
-    codes, _ = pd.factorize(diagnoses["chain_id"].map(_text_or_empty))
+    codes, _ = pd.factorize(np.asarray(_texts(diagnoses["chain_id"]), dtype=object))
     if len(codes) and (np.diff(codes) < 0).any():
         diagnoses = diagnoses.iloc[np.argsort(codes, kind="stable")]
     chain_id, c = "", None
