@@ -162,13 +162,13 @@ class Backends:
         self, exchanges: pd.DataFrame, read: Callable[[Sequence[int]], Sequence[Record]]
     ) -> None:
         self.read = read
-        heads = exchanges[["label", "listener"]].astype(object)
-        keys = [backend_key(a, b) for a, b in zip(heads["label"], heads["listener"], strict=True)]
-        self.rows: dict[tuple[Any, Any], list[int]] = {}
-        for row, key in enumerate(keys):
-            rows = self.rows.setdefault(key, [])
-            if len(rows) < BACKEND_SCAN:
-                rows.append(row)
+        heads = exchanges[["label", "listener"]].reset_index(drop=True)
+        by = list(heads)
+        first = heads.groupby(by, dropna=False, sort=False, observed=True).head(BACKEND_SCAN)
+        self.rows: dict[tuple[Any, Any], list[int]] = {
+            backend_key(*key): rows.index.tolist()
+            for key, rows in first.groupby(by, dropna=False, sort=False, observed=True)
+        }
         self.known: dict[tuple[Any, Any], Provider] = {}
 
     def provider(self, x: ExchangeView) -> Provider:
