@@ -201,9 +201,11 @@ class Analysis:
     def pair_labels(self) -> tuple[set[str], set[str]]:
         """Give the labels of the pairs' baselines and of their candidates."""
         labels = self.index.rows["label"]
-        base = labels.iloc[self.pairs["b"].to_numpy()].dropna().astype(str)
-        cand = labels.iloc[self.pairs["c"].to_numpy()].dropna().astype(str)
-        return set(base), set(cand)
+
+        def of(side: str) -> set[str]:
+            return {str(v) for v in labels.iloc[self.pairs[side].to_numpy()].dropna().unique()}
+
+        return of("b"), of("c")
 
     def cells(
         self,
