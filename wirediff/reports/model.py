@@ -482,8 +482,10 @@ def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict
     timeline = analysis.answers("timeline")
 
     def named(column: str, at: np.ndarray) -> np.ndarray:
-        values = rows[column].astype(object).to_numpy()[at]
-        return np.array(["None" if missing(v) else str(v) for v in values], dtype=object)
+        codes, values = pd.factorize(rows[column], use_na_sentinel=False)
+        names = np.array(["None" if missing(v) else str(v) for v in values], dtype=object)
+        out: np.ndarray = names[codes[at]]
+        return out
 
     frame = pd.DataFrame(
         {
