@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from wirediff.errors import UsageError
 
@@ -157,6 +159,16 @@ def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return np.where(codes < 0, -1, place[codes]), values[order]
 
 
+def _is_in(column: pd.Series, values: pd.Series) -> np.ndarray:
+    """Tell whether each text of `column` is one of the texts `values`, a missing one never.
+
+    pandas' `isin` makes a Python object of each text it looks for, a quarter of a second for
+    100k of them; Arrow's `is_in` reads both columns as they are."""
+    texts = pa.array(column, from_pandas=True)
+    found = pc.is_in(texts, value_set=pa.array(values, from_pandas=True).cast(texts.type))
+    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:
     """Choose the baseline label as the module's docstring says.
 
@@ -165,8 +177,8 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
     original = exchanges["replay_of"].isna().to_numpy()
     labels = text(exchanges["label"])[original]
     known = list(pd.unique(labels))
-    replayed = exchanges["id"][original].isin(exchanges["replay_of"].dropna().unique())
-    from_replays = list(pd.unique(labels[replayed.to_numpy()]))
+    replayed = _is_in(exchanges["id"][original], exchanges["replay_of"].dropna())
+    from_replays = list(pd.unique(labels[replayed]))
     if requested is not None and requested not in known:
         named = ", ".join(known) or "none"
         raise UsageError(f"--baseline {requested}: no capture has that label (labels: {named})")
