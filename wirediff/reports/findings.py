@@ -317,6 +317,7 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     out: Folds = {}
     heads: dict[int, tuple[str, ...]] = {}
     meta = found.meta(picked)
+    columns = {k: shown[k].tolist() for k in (*FINDING_COLUMNS, "_b", "_c", "_m")}
     for i, at in enumerate(picked.tolist()):
         g = int(group[at])
         pid = meta["pair_id"][i]
@@ -324,11 +325,11 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
         if g in heads:  # picked in order: a fold's first finding comes first
             out[heads[g]].examples.append(example)
             continue
-        values = v.iloc[found.template[at]]
+        t = int(found.template[at])
         row = {**{k: meta[k][i] for k in ("label", "baseline_label", "endpoint", "family")}}
-        row.update({k: values[k] for k in FINDING_COLUMNS})
+        row.update({k: columns[k][t] for k in FINDING_COLUMNS})
         key = tuple(row[k] for k in ("kind", "path", "label", "baseline_label", "endpoint"))
-        key += (row["severity"], row["source"], *shown.iloc[found.template[at]][["_b", "_c", "_m"]])
+        key += (row["severity"], row["source"], *(columns[k][t] for k in ("_b", "_c", "_m")))
         heads[g] = key
         out[key] = Fold(
             at, tuple(row[k] for k in FOLD_COLUMNS), int(sizes[g]), [example], evidence[g]
