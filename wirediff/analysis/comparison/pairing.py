@@ -169,6 +169,15 @@ def _is_in(column: pd.Series, values: pd.Series) -> np.ndarray:
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def _index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
+    """Place each text of `column` among the distinct texts `values`, -1 where it is not one.
+
+    What `pd.Index(values).get_indexer` gives, without a Python object made of each text."""
+    texts = pa.array(column, from_pandas=True)
+    found = pc.index_in(texts, value_set=pa.array(values, from_pandas=True).cast(texts.type))
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Baseline:
     """Choose the baseline label as the module's docstring says.
 
@@ -303,7 +312,7 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     is the index, its ids unique, its rows numbered from 0."""
     chosen = choose_baseline(exchanges, baseline)
     replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
-    of = pd.Index(exchanges["id"]).get_indexer(exchanges["replay_of"].to_numpy()[replays])
+    of = _index_in(exchanges["replay_of"].iloc[replays], exchanges["id"])
     found = of >= 0
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)
