@@ -22,6 +22,7 @@ import pandas as pd
 
 from wirediff._support import error_kind
 from wirediff._types import Record
+from wirediff.analysis.comparison.pairing import text_codes
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.reports.formatters import SEQUENCES, anchor, missing, path_only, redact, status_class
@@ -221,9 +222,9 @@ def _columns(frame: pd.DataFrame) -> Iterator[tuple[list[Any], ...]]:
 
 
 def _texts(column: pd.Series) -> list[str]:
-    """Give a column's values as text, "" where missing."""
-    values = column.astype(object)
-    return values.where(values.notna(), "").astype(str).tolist()  # type: ignore[no-any-return]
+    """Give a column's values as `text` does, each distinct value made text once."""
+    codes, texts = text_codes(column)
+    return texts[codes].tolist()  # type: ignore[no-any-return]
 
 
 def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
@@ -232,7 +233,7 @@ def _chains(diagnoses: pd.DataFrame) -> Iterator[tuple[str, _Chain]]:
     `diagnose_chains` writes a chain's rows together; rows of a chain apart are put together
     first. A chain is let go once gathered: held all at once, the 215k failing chains of the
     bench's million exchanges took 190 MB."""
-    codes, _ = pd.factorize(np.asarray(_texts(diagnoses["chain_id"]), dtype=object))
+    codes, _ = text_codes(diagnoses["chain_id"])
     if len(codes) and (np.diff(codes) < 0).any():
         diagnoses = diagnoses.iloc[np.argsort(codes, kind="stable")]
     chain_id, c = "", None
