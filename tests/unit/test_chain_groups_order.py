@@ -1,15 +1,18 @@
-"""A chain's diagnoses are grouped by chain wherever its rows are in the frame."""
+"""Chains group alike wherever their rows are in the frame, however their records are read."""
 
 from __future__ import annotations
 
 import random
+from typing import Any, TypeVar
 
 import pandas as pd
 import pytest
 
+from wirediff.analysis.diagnosis.evidence import EvidenceById, evidence_key, packed
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS, diagnosis_frame
 from wirediff.reports.hops import ChainGroup, chain_groups
 
+T = TypeVar("T")
 CODES = ["auth_dropped", "method_changed", "endpoint_not_implemented", "stream_truncated"]
 
 
@@ -65,3 +68,62 @@ def test_rows_of_a_chain_apart_group_as_rows_together(seed: int) -> None:
     groups = chain_groups(frame(together), {})
     assert seen(chain_groups(frame(apart), {})) == seen(groups)
     assert sum(g.count for g in groups) == len(by_chain)
+
+
+def evidence_pool(rng: random.Random) -> list[Any]:
+    """Make evidence records that differ in what a chain's drawing reads of them."""
+    return [
+        {
+            "id": "",
+            "listener": rng.choice(["reverse:http://a", "regular"]),
+            "label": rng.choice(["openai", "ollama"]),
+            "request": {"method": rng.choice(["GET", "POST"]), "path": "/v1/chat/completions"},
+            "response": {"status": rng.choice([401, 404, 405])},
+            "error": None,
+            "tags": {"auth": {"header": "authorization", "scheme": "Bearer"}},
+        }
+        for _ in range(4)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_chains_keyed_by_evidence_keys_group_as_read_one_by_one(seed: int) -> None:
+    """Chains keyed by their records' evidence keys, which most share, fall in the groups
+    reading each chain's records gives: chains alike but for one thing stay apart."""
+    rng = random.Random(seed)
+    pool = evidence_pool(rng)
+
+    def mostly(*values: T) -> T:  # the first value, else one of the others
+        return values[0] if rng.random() < 0.8 else rng.choice(values[1:])
+
+    keys, shared = {}, {}
+    given = []
+    for n in range(rng.randint(40, 80)):
+        ids = [f"x{n}.{k}" for k in range(int(mostly(1, 2)))]
+        for rid in ids:
+            record = mostly(*pool)
+            keys[rid] = evidence_key(record)
+            shared[keys[rid]] = packed(record)
+        chain = {
+            "chain_id": f"ch-{n}",
+            "exchange_ids": ids,
+            "label": mostly("openai", "ollama"),
+            "endpoint": mostly("/v1/chat/completions", "/v1/responses"),
+            "provider": mostly("openai", "ollama"),
+            "evidence": [mostly("said 0", "said 1")],
+            "recovered": mostly(False, True),
+            "title": "POST /v1/chat/completions → 401",
+        }
+        for code in {mostly(*CODES), mostly(*CODES)}:
+            given.append(
+                {
+                    **chain,
+                    "code": code,
+                    "summary": mostly(f"{code} here", f"{code} there"),
+                    "remedy": mostly("fix it", "retry"),
+                }
+            )
+    evidence = EvidenceById(keys, shared)
+    keyed = chain_groups(frame(given), evidence)
+    assert keyed == chain_groups(frame(given), {rid: evidence[rid] for rid in evidence})
+    assert max(g.count for g in keyed) > 1

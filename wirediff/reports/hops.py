@@ -24,6 +24,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.pairing import text_codes
 from wirediff.analysis.comparison.sameness import without_ids
+from wirediff.analysis.diagnosis.evidence import EvidenceById
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.reports.formatters import SEQUENCES, anchor, missing, path_only, redact, status_class
 
@@ -279,6 +280,37 @@ def _shape(ids: Sequence[str], records_by_id: Mapping[str, Record]) -> tuple[Any
     return tuple(sorted(out, key=repr))
 
 
+_ORDER = {c: i for i, c in enumerate(CODES)}
+"""Each diagnosis code's place, worst first."""
+
+
+def _said(c: _Chain) -> tuple[tuple[str, str, str, str], ...]:
+    """Give a chain's diagnoses as `(code, provider, summary, remedy)`, worst code first."""
+    codes = sorted(c.diagnoses, key=lambda code: (_ORDER.get(code, len(_ORDER)), code))
+    return tuple((code, *c.diagnoses[code]) for code in codes)
+
+
+def _read_alike(c: _Chain, evidence: EvidenceById | None) -> tuple[Any, ...] | None:
+    """Key a chain by what its group's key is made of, its records by their evidence keys.
+
+    Most chains repeat another's key, so their group's key, which reads each record and takes
+    the ids out of every text, is made once. None where a record's evidence is not known."""
+    if evidence is None:
+        return None
+    try:
+        records = tuple(evidence.key(i) for i in c.exchange_ids)
+    except KeyError:  # an exchange with no evidence: its drawing reads nothing
+        return None
+    return (
+        c.label,
+        c.endpoint,
+        tuple(c.diagnoses.items()),
+        records,
+        tuple(c.evidence),
+        c.recovered,
+    )
+
+
 def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -> list[ChainGroup]:
     """Group each distinct failing chain once, with its count and the chains it stands for.
 
@@ -286,26 +318,31 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     `MAX_CHAIN_GROUPS` are not drawn."""
     if diagnoses.empty:
         return []
-    order = {c: i for i, c in enumerate(CODES)}
     groups: dict[tuple[Any, ...], ChainGroup] = {}
+    keys: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    evidence = records_by_id if isinstance(records_by_id, EvidenceById) else None
     for chain_id, c in _chains(diagnoses):
-        codes = sorted(c.diagnoses, key=lambda code: (order.get(code, len(order)), code))
-        said = tuple((code, *c.diagnoses[code]) for code in codes)
-        key = (
-            c.label,
-            c.endpoint,
-            tuple(
-                (code, provider, without_ids(summary), remedy)
-                for code, provider, summary, remedy in said
-            ),
-            _shape(c.exchange_ids, records_by_id),
-            tuple(without_ids(e) for e in c.evidence),
-            c.recovered,
-        )
+        read = _read_alike(c, evidence)
+        key = keys.get(read) if read is not None else None
+        if key is None:
+            key = (
+                c.label,
+                c.endpoint,
+                tuple(
+                    (code, provider, without_ids(summary), remedy)
+                    for code, provider, summary, remedy in _said(c)
+                ),
+                _shape(c.exchange_ids, records_by_id),
+                tuple(without_ids(e) for e in c.evidence),
+                c.recovered,
+            )
+            if read is not None:
+                keys[read] = key
         g = groups.get(key)
         if g is None:
+            said = _said(c)
             g = groups[key] = ChainGroup(
-                anchor("c", *codes, c.label, c.endpoint, repr(key)),
+                anchor("c", *(code for code, *_ in said), c.label, c.endpoint, repr(key)),
                 c.label,
                 c.endpoint,
                 [
@@ -322,7 +359,7 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
             g.chains.append(ChainRef(chain_id, redact(c.title)))
     out = sorted(
         groups.values(),
-        key=lambda g: (order.get(g.code, len(order)), -g.count, g.label, g.endpoint),
+        key=lambda g: (_ORDER.get(g.code, len(_ORDER)), -g.count, g.label, g.endpoint),
     )
     for g in out[MAX_CHAIN_GROUPS:]:
         g.shown = False
