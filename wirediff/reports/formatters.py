@@ -108,10 +108,19 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def anchor(*parts: object) -> str:
-    """Make a stable, unique fragment id for a tuple of names."""
+    """Make a stable, unique fragment id for a tuple of names.
+
+    Its readable part is made from the text's start where that is long enough: a text may
+    spell a whole chain."""
     text = "\x1f".join(str(p) for p in parts)
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:SLUG]
-    return f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
+    slug = _slug(text[: 4 * SLUG])
+    if len(slug) <= SLUG:
+        slug = _slug(text)
+    return f"{slug[:SLUG]}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def status_class(status: object) -> str:
