@@ -159,20 +159,11 @@ def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return np.where(codes < 0, -1, place[codes]), values[order]
 
 
-def _is_in(column: pd.Series, values: pd.Series) -> np.ndarray:
-    """Tell whether each text of `column` is one of the texts `values`, a missing one never.
-
-    pandas' `isin` makes a Python object of each text it looks for, a quarter of a second for
-    100k of them; Arrow's `is_in` reads both columns as they are."""
-    texts = pa.array(column, from_pandas=True)
-    found = pc.is_in(texts, value_set=pa.array(values, from_pandas=True).cast(texts.type))
-    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
-
-
 def _index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
-    """Place each text of `column` among the distinct texts `values`, -1 where it is not one.
+    """Place each text of `column` at the first of the texts `values` it equals, else -1.
 
-    What `pd.Index(values).get_indexer` gives, without a Python object made of each text."""
+    Arrow reads both columns as they are, where pandas' `isin` or `get_indexer` makes a Python
+    object of each text: a quarter of a second for 100k."""
     texts = pa.array(column, from_pandas=True)
     found = pc.index_in(texts, value_set=pa.array(values, from_pandas=True).cast(texts.type))
     return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -186,7 +177,7 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
     original = exchanges["replay_of"].isna().to_numpy()
     labels = text(exchanges["label"])[original]
     known = list(pd.unique(labels))
-    replayed = _is_in(exchanges["id"][original], exchanges["replay_of"].dropna())
+    replayed = _index_in(exchanges["id"][original], exchanges["replay_of"].dropna()) >= 0
     from_replays = list(pd.unique(labels[replayed]))
     if requested is not None and requested not in known:
         named = ", ".join(known) or "none"
