@@ -15,7 +15,7 @@ from tests.fixtures.analysed import pairs_of
 from tests.fixtures.records import answer, chat_record, error_record, replay, set_header
 from wirediff._types import Record
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, factorize_together
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, _index_in, factorize_together
 from wirediff.analysis.index.analyze import analyze
 from wirediff.cli.report import load_ignore
 from wirediff.errors import UsageError
@@ -159,3 +159,19 @@ def test_rows_are_numbered_together_as_a_multiindex_numbers_them(seed: int) -> N
             assert [tuple(map(str, row)) for row in uniques] == [
                 tuple(map(str, row)) for row in expected.tolist()
             ]
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_texts_are_placed_as_pandas_places_them(dtype: str | type) -> None:
+    """Arrow's lookup gives what `get_indexer` and `isin` give, missing texts and repeats too."""
+    rng = random.Random(7)
+    words = ["a", "b", "é", "🙂", "", None]
+    for _ in range(200):
+        column = pd.Series([rng.choice(words) for _ in range(rng.randint(0, 12))], dtype=dtype)
+        values = pd.Series([rng.choice(words) for _ in range(rng.randint(0, 6))], dtype=dtype)
+        values = values.dropna()
+        placed = _index_in(column, values)
+        assert ((placed >= 0) == column.isin(values).to_numpy(dtype=bool)).all()
+        distinct = values.drop_duplicates()
+        first = _index_in(column, distinct)
+        assert (first == pd.Index(distinct).get_indexer(column.to_numpy())).all()
