@@ -165,10 +165,11 @@ class Backends:
         heads = exchanges[["label", "listener"]].reset_index(drop=True)
         by = list(heads)
         first = heads.groupby(by, dropna=False, sort=False, observed=True).head(BACKEND_SCAN)
-        self.rows: dict[tuple[Any, Any], list[int]] = {
-            backend_key(*key): rows.index.tolist()
-            for key, rows in first.groupby(by, dropna=False, sort=False, observed=True)
-        }
+        self.rows: dict[tuple[Any, Any], list[int]] = {}
+        for key, part in first.groupby(by, dropna=False, sort=False, observed=True):
+            self.rows.setdefault(backend_key(*key), []).extend(part.index.to_numpy().tolist())
+        for key, at in self.rows.items():  # a label that is no text is one with a missing one
+            self.rows[key] = sorted(at)[:BACKEND_SCAN]
         self.known: dict[tuple[Any, Any], Provider] = {}
 
     def provider(self, x: ExchangeView) -> Provider:
