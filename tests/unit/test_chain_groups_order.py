@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import pandas as pd
 import pytest
 
+from tests.fixtures.records import chat_record
 from wirediff.analysis.diagnosis.evidence import EvidenceById, evidence_key, packed
 from wirediff.analysis.diagnosis.explain import DIAGNOSIS_COLUMNS, diagnosis_frame
 from wirediff.reports.hops import ChainGroup, chain_groups
@@ -88,8 +89,9 @@ def evidence_pool(rng: random.Random) -> list[Any]:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_chains_keyed_by_evidence_keys_group_as_read_one_by_one(seed: int) -> None:
-    """Chains keyed by their records' evidence keys, which most share, fall in the groups
-    reading each chain's records gives: chains alike but for one thing stay apart."""
+    """Chains keyed by evidence keys group as their records read one by one group them.
+
+    Most chains share a key; chains alike but for one thing stay apart."""
     rng = random.Random(seed)
     pool = evidence_pool(rng)
 
@@ -127,3 +129,31 @@ def test_chains_keyed_by_evidence_keys_group_as_read_one_by_one(seed: int) -> No
     keyed = chain_groups(frame(given), evidence)
     assert keyed == chain_groups(frame(given), {rid: evidence[rid] for rid in evidence})
     assert max(g.count for g in keyed) > 1
+
+
+def test_records_read_again_are_not_keyed_alike_by_their_evidence_keys() -> None:
+    """Two records read again can share an evidence key and still differ (NaN reads as null
+    to the key): their chains stay apart, as their records read one by one keep them."""
+    evidence = EvidenceById({}, {})
+    evidence.add(dict(chat_record(), id="a", label=None))  # type: ignore[arg-type]
+    evidence.add(dict(chat_record(), id="b", label=float("nan")))  # type: ignore[arg-type]
+    assert evidence.key("a") == evidence.key("b")
+    given = [
+        {
+            "chain_id": f"ch-{rid}",
+            "code": "auth_dropped",
+            "exchange_ids": [rid],
+            "label": "openai",
+            "endpoint": "/v1/chat/completions",
+            "provider": "openai",
+            "summary": "auth_dropped here",
+            "evidence": ["said 0"],
+            "remedy": "fix it",
+            "recovered": False,
+            "title": "POST /v1/chat/completions → 401",
+        }
+        for rid in ("a", "b")
+    ]
+    keyed = chain_groups(frame(given), evidence)
+    assert keyed == chain_groups(frame(given), {rid: evidence[rid] for rid in evidence})
+    assert [g.count for g in keyed] == [1, 1]

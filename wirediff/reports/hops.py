@@ -294,12 +294,11 @@ def _read_alike(c: _Chain, evidence: EvidenceById | None) -> tuple[Any, ...] | N
     """Key a chain by what its group's key is made of, its records by their evidence keys.
 
     Most chains repeat another's key, so their group's key, which reads each record and takes
-    the ids out of every text, is made once. None where a record's evidence is not known."""
+    the ids out of every text, is made once. None unless each record is its key's own."""
     if evidence is None:
         return None
-    try:
-        records = tuple(evidence.key(i) for i in c.exchange_ids)
-    except KeyError:  # an exchange with no evidence: its drawing reads nothing
+    records = tuple(evidence.shared_key(i) for i in c.exchange_ids)
+    if None in records:
         return None
     return (
         c.label,

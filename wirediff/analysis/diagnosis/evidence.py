@@ -164,6 +164,13 @@ class EvidenceById(Mapping[str, Record]):
         own = self._own.get(rid)
         return own[0] if own is not None else self._keys[rid]
 
+    def shared_key(self, rid: str) -> int | None:
+        """Give the evidence key of the exchange `rid` where its record is that key's, else None.
+
+        Exchanges given that key's record read exactly alike but for their ids; one read
+        again and added has a record of its own."""
+        return None if rid in self._own else self._keys.get(rid)
+
     def __getitem__(self, rid: str) -> Record:
         own = self._own.get(rid)
         if own is not None:
