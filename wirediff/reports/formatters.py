@@ -120,6 +120,7 @@ def anchor(*parts: object) -> str:
 
 
 def _slug(text: str) -> str:
+    """Spell `text` in lower-case letters and digits, each run of anything else a dash."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 

@@ -162,8 +162,8 @@ def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 def _index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
     """Place each text of `column` at the first of the texts `values` it equals, else -1.
 
-    Arrow reads both columns as they are, where pandas' `isin` or `get_indexer` makes a Python
-    object of each text: a quarter of a second for 100k."""
+    Arrow compares the two columns as they are, with no Python object made of each text:
+    pandas makes one, a quarter of a second for 100k."""
     texts, value_set = (
         pa.array(c, type=pa.large_string(), from_pandas=True) for c in (column, values)
     )
