@@ -15,7 +15,7 @@ from tests.fixtures.analysed import pairs_of
 from tests.fixtures.records import answer, chat_record, error_record, replay, set_header
 from wirediff._types import Record
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, _index_in, factorize_together
+from wirediff.analysis.comparison.pairing import PAIR_COLUMNS, factorize_together, index_in
 from wirediff.analysis.index.analyze import analyze
 from wirediff.cli.report import load_ignore
 from wirediff.errors import UsageError
@@ -170,8 +170,8 @@ def test_texts_are_placed_as_pandas_places_them(dtype: str | type) -> None:
         column = pd.Series([rng.choice(words) for _ in range(rng.randint(0, 12))], dtype=dtype)
         values = pd.Series([rng.choice(words) for _ in range(rng.randint(0, 6))], dtype=dtype)
         values = values.dropna()
-        placed = _index_in(column, values)
+        placed = index_in(column, values)
         assert ((placed >= 0) == column.isin(values).to_numpy(dtype=bool)).all()
         distinct = values.drop_duplicates()
-        first = _index_in(column, distinct)
+        first = index_in(column, distinct)
         assert (first == pd.Index(distinct).get_indexer(column.to_numpy())).all()

@@ -45,6 +45,7 @@ __all__ = [
     "choose_baseline",
     "content_links",
     "factorize_together",
+    "index_in",
     "pair_exchanges",
     "sorted_codes",
     "text",
@@ -159,7 +160,7 @@ def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return np.where(codes < 0, -1, place[codes]), values[order]
 
 
-def _index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
+def index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
     """Place each text of `column` at the first of the texts `values` it equals, else -1.
 
     Arrow compares the two columns as they are, with no Python object made of each text:
@@ -179,7 +180,7 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
     original = exchanges["replay_of"].isna().to_numpy()
     labels = text(exchanges["label"])[original]
     known = list(pd.unique(labels))
-    replayed = _index_in(exchanges["id"][original], exchanges["replay_of"].dropna()) >= 0
+    replayed = index_in(exchanges["id"][original], exchanges["replay_of"].dropna()) >= 0
     from_replays = list(pd.unique(labels[replayed]))
     if requested is not None and requested not in known:
         named = ", ".join(known) or "none"
@@ -305,7 +306,7 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     is the index, its ids unique, its rows numbered from 0."""
     chosen = choose_baseline(exchanges, baseline)
     replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
-    of = _index_in(exchanges["replay_of"].iloc[replays], exchanges["id"])
+    of = index_in(exchanges["replay_of"].iloc[replays], exchanges["id"])
     found = of >= 0
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)

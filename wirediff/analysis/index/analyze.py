@@ -26,6 +26,7 @@ from wirediff.analysis.comparison.noise import glob_regex, ignored, pair_noise
 from wirediff.analysis.comparison.pairing import (
     Baseline,
     factorize_together,
+    index_in,
     pair_exchanges,
     text,
 )
@@ -496,7 +497,7 @@ def diagnose_index(index: Index) -> Diagnosed:
     if not chains:
         return Diagnosed(diagnosis_frame({}), EvidenceById({}, {}))
     member_ids = list(dict.fromkeys(i for chain in chains for i in chain[1]))
-    at = pd.Index(rows["id"]).get_indexer(member_ids)
+    at = index_in(pd.Series(member_ids, dtype=object), rows["id"])
     keys = rows["evidence"].to_numpy()[at]
     read = [row for row, key in zip(at.tolist(), keys.tolist(), strict=True) if not key]
     kept = {rid: key for rid, key in zip(member_ids, keys.tolist(), strict=True) if key}

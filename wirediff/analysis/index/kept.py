@@ -14,6 +14,7 @@ import logging
 import numpy as np
 import pandas as pd
 
+from wirediff.analysis.comparison.pairing import index_in
 from wirediff.record.keys import digest
 from wirediff.record.store import RETRIED_KINDS, newest_attempts
 
@@ -78,7 +79,7 @@ def replay_roots(index: pd.DataFrame) -> np.ndarray:
     of a missing original to that original's id. A cycle of replays has no original: its rows go
     back to the least digest in it."""
     ids = index["id"].to_numpy()
-    parent = pd.Index(ids).get_indexer(index["replay_of"].to_numpy())
+    parent = index_in(index["replay_of"], index["id"])
     own = np.fromiter((digest(str(i)) for i in ids), dtype=np.uint64, count=len(ids))
     missing = index["replay_of"].notna().to_numpy() & (parent < 0)
     root = own.copy()
