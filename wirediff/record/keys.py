@@ -29,12 +29,9 @@ __all__ = [
     "body_key",
     "digest",
     "digests",
-    "hop_digest",
     "hop_key",
     "prompt_text",
-    "request_digest",
     "request_fingerprint",
-    "request_key",
 ]
 
 HOP_SLACK_S = 0.05  # clock slack when checking that the inner hop lies inside the outer one
@@ -77,27 +74,6 @@ def body_digest(request: Mapping[str, Any]) -> int:
     if body is not None:
         return digest(canonical(body))
     return digest(canonical(["text", request.get("text"), request.get("b64")]))
-
-
-def request_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Key what makes two originals repeats of one request, and their answers comparable."""
-    req = record.get("request") or {}
-    resp = record.get("response") or {}
-    return (
-        record.get("label"),
-        req.get("method"),
-        req.get("path"),
-        json.dumps(req.get("body"), sort_keys=True),
-        resp.get("status"),
-    )
-
-
-def request_digest(record: Mapping[str, Any]) -> int:
-    """Compute `request_key` as a digest, the same in every process: equal keys, equal digests."""
-    req = record.get("request") or {}
-    resp = record.get("response") or {}
-    head = [record.get("label"), req.get("method"), req.get("path"), resp.get("status")]
-    return digest(canonical(head) + canonical(req.get("body")))
 
 
 def _texts(content: Any) -> list[str]:
@@ -232,9 +208,10 @@ def hop_key(request: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def digests(record: Mapping[str, Any], hop: bool) -> tuple[int, int, int]:
-    """Compute a record's `request_digest`, `body_digest` and `hop_digest`.
+    """Compute a record's digests: of its request and status, of its body, of its `hop_key`.
 
-    Its body is serialised once; `hop_digest` is 0 without `hop`."""
+    They are the `request_digest`, `body_digest` and `hop_digest` of an export. The body is
+    serialised once; the hop's digest is 0 without `hop`."""
     req = record.get("request") or {}
     resp = record.get("response") or {}
     body = req.get("body")
@@ -249,15 +226,6 @@ def digests(record: Mapping[str, Any], hop: bool) -> tuple[int, int, int]:
         return request, content, digest(canonical(["prompt", prompt]))
     route = str(req.get("path") or "").split("?")[0]
     return request, content, digest(canonical(["body", content, req.get("method"), route]))
-
-
-def hop_digest(request: Mapping[str, Any]) -> int:
-    """Compute `hop_key` as a digest, the same in every process."""
-    prompt = prompt_text(request.get("body"))
-    if prompt is not None:
-        return digest(canonical(["prompt", prompt]))
-    route = str(request.get("path") or "").split("?")[0]
-    return digest(canonical(["body", body_digest(request), request.get("method"), route]))
 
 
 BACKEND_FIELDS = frozenset(

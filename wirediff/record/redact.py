@@ -444,19 +444,6 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     return [[k, scrub_text(v, secrets)] for k, v in headers]
 
 
-def scrub(value: Any, secrets: dict[str, str]) -> Any:
-    """Replace every secret in `value` by its fingerprint, in every string, keys too."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return scrub_text(value, secrets)
-    if isinstance(value, list):
-        return [scrub(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {scrub_text(k, secrets): scrub(v, secrets) for k, v in value.items()}
-    return value
-
-
 def is_fingerprint(value: str) -> bool:
     return _FINGERPRINT.fullmatch(value) is not None
 
