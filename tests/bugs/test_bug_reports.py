@@ -40,7 +40,7 @@ from wirediff.analysis.comparison.impact import impact
 from wirediff.analysis.index.analyze import Analysis, analyze
 from wirediff.backends.standin import make_standin
 from wirediff.cli.replay import main_replay
-from wirediff.profiles import Profile, bug_profile, load_bugs, profile
+from wirediff.profiles import Profile, load_bugs, profile
 from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.bugs
@@ -94,7 +94,7 @@ BASELINES["control-reasoning-content"] = [c.profile for c in CASES if c.baseline
 
 
 def stand_in(name: str) -> Profile:
-    return profile(name) if name == "openai" else bug_profile(name)
+    return profile(name) if name == "openai" else load_bugs()[name]
 
 
 def _capture(directory: Path, baseline: str) -> Path:
@@ -163,7 +163,7 @@ def test_every_bug_profile_is_a_case_or_a_control() -> None:
     named = {c.profile for c in CASES} | set(CONTROLS)
     assert set(load_bugs()) == named
     for case in CASES:
-        assert bug_profile(case.profile)["report"].startswith("https://github.com/")
+        assert load_bugs()[case.profile]["report"].startswith("https://github.com/")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.profile for c in CASES])

@@ -19,7 +19,8 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from openai.types.responses import ToolParam
 
 from tests.conftest import Lockstep, free_port
-from wirediff.analysis.index.analyze import analyze, diagnose
+from tests.fixtures.analysed import diagnose
+from wirediff.analysis.index.analyze import analyze
 from wirediff.backends.standin import make_standin, standin
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ import openai
 import pandas as pd
 import pytest
 
-from wirediff.analysis.index.analyze import diagnose
+from tests.fixtures.analysed import diagnose
 from wirediff.backends.standin import standin
 from wirediff.cli import main
 from wirediff.cli.replay import main_replay

@@ -15,8 +15,7 @@ import openai
 import pytest
 
 from tests.conftest import NOT_PROXIED
-from wirediff.analysis.diagnosis.explain import format_diagnoses
-from wirediff.analysis.index.analyze import diagnose
+from tests.fixtures.analysed import diagnose, format_diagnoses
 from wirediff.backends.standin import standin
 from wirediff.profiles import profile
 

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from wirediff.analysis.index.analyze import diagnose
+from tests.fixtures.analysed import diagnose
 from wirediff.backends.server import StandinServer
 from wirediff.backends.standin import make_standin
 

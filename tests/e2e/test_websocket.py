@@ -15,8 +15,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED
+from tests.fixtures.analysed import diagnose
 from wirediff.analysis.comparison.conformance.checks import record_problems
-from wirediff.analysis.index.analyze import diagnose
 from wirediff.backends.standin import standin
 
 pytestmark = pytest.mark.e2e

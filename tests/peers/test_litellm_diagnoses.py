@@ -17,11 +17,10 @@ import pytest
 from websockets.exceptions import ConnectionClosedError
 
 from tests.conftest import NOT_PROXIED, Mitmdump
-from tests.fixtures.analysed import conformance
+from tests.fixtures.analysed import conformance, diagnose
 from tests.fixtures.records import answer
 from tests.peers.conftest import LiteLLM, sdk
 from wirediff._types import Record
-from wirediff.analysis.index.analyze import diagnose
 
 pytestmark = pytest.mark.peers
 

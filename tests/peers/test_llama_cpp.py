@@ -21,10 +21,10 @@ from openai.types.chat import ChatCompletionMessageParam
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED, Mitmdump
+from tests.fixtures.analysed import diagnose
 from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, LLAMA_KEY, TINY_ANSWER, Llama, sdk
 from wirediff._types import Record
-from wirediff.analysis.index.analyze import diagnose
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers

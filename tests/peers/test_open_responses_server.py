@@ -21,12 +21,11 @@ from openai.types.responses import ResponseCompletedEvent
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import NOT_PROXIED, Mitmdump, missing
-from tests.fixtures.analysed import conformance
+from tests.fixtures.analysed import conformance, diagnose
 from tests.fixtures.records import answer, events_of
 from tests.peers.conftest import LLAMA_CTX, TINY_ANSWER, Ors, sdk
 from wirediff._types import Record
 from wirediff.analysis.comparison.clients import node
-from wirediff.analysis.index.analyze import diagnose
 from wirediff.record.tags import header_get
 
 pytestmark = pytest.mark.peers

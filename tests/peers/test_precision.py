@@ -16,10 +16,9 @@ import pytest
 from openai.types.responses import ResponseCompletedEvent
 
 from tests.conftest import Mitmdump
+from tests.fixtures.analysed import diagnose, format_diagnoses
 from tests.fixtures.records import answer
 from tests.peers.conftest import sdk
-from wirediff.analysis.diagnosis.explain import format_diagnoses
-from wirediff.analysis.index.analyze import diagnose
 
 pytestmark = pytest.mark.peers
 

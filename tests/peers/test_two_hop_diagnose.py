@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.analysed import diagnose
 from tests.peers.conftest import (
     CLIENT_KEY,
     LITELLM_PLACEHOLDER_KEY,
@@ -22,7 +23,7 @@ from tests.peers.conftest import (
     by_listener,
 )
 from wirediff.analysis.diagnosis.chains import CHAIN_COLUMNS, chain_rows
-from wirediff.analysis.index.analyze import Index, diagnose
+from wirediff.analysis.index.analyze import Index
 from wirediff.cli import main
 from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from tests.fixtures.analysed import diagnose, format_diagnoses
 from tests.fixtures.chain_records import (
     ANSWERS,
     INNER_LISTENER,
@@ -34,8 +35,7 @@ from tests.fixtures.chain_records import (
     sdk_headers,
 )
 from wirediff._types import Event, Record
-from wirediff.analysis.diagnosis.explain import CODES, DIAGNOSIS_COLUMNS, format_diagnoses
-from wirediff.analysis.index.analyze import diagnose
+from wirediff.analysis.diagnosis.explain import CODES, DIAGNOSIS_COLUMNS
 from wirediff.profiles import load_profiles, load_remedies
 
 RESPONSES: dict[str, Any] = {"path": "/v1/responses", "body": responses_body()}

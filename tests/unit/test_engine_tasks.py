@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.analysed import finding_line
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
-from wirediff.reports.items import finding_line
 
 
 class _Node:

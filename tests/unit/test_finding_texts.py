@@ -9,10 +9,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from tests.fixtures.analysed import finding_line
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
 from wirediff.record.scrub import scrub_output
 from wirediff.reports.findings import Listed
-from wirediff.reports.items import csv_chunks, finding_line, finding_lines
+from wirediff.reports.items import csv_chunks, finding_lines
 
 TEXTS = np.array(
     [

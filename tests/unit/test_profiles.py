@@ -21,7 +21,6 @@ from wirediff.backends.payloads import (
 )
 from wirediff.backends.server import mask_key
 from wirediff.profiles import (
-    ANSWER_KINDS,
     answer_for,
     answer_variants,
     fill,
@@ -46,6 +45,18 @@ OPENAI_RESPONSE_FIELDS = {
     "previous_response_id", "reasoning", "max_output_tokens", "max_tool_calls",
     "safety_identifier", "prompt_cache_key",
 }  # fmt: skip
+
+ANSWER_KINDS = (
+    "unknown_endpoint",
+    "wrong_method",
+    "missing_key",
+    "wrong_key",
+    "unknown_model",
+    "no_models",
+    "unknown_previous_response",
+    "context_length_exceeded",
+)
+"""The answer names a profile may document, each of which the stand-ins and diagnoses use."""
 
 DOCUMENTED = [
     (name, kind, i)

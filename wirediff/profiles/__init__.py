@@ -14,12 +14,10 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
-    "ANSWER_KINDS",
     "STANDIN_HEADER",
     "Profile",
     "answer_for",
     "answer_variants",
-    "bug_profile",
     "fill",
     "load_bugs",
     "load_clients",
@@ -101,14 +99,6 @@ def load_bugs() -> dict[str, Profile]:
     return out
 
 
-def bug_profile(name: str) -> Profile:
-    """Return one bug-report stand-in by name; `KeyError` names the known ones."""
-    bugs = load_bugs()
-    if name not in bugs:
-        raise KeyError(f"unknown bug profile {name!r} (known: {', '.join(sorted(bugs))})")
-    return bugs[name]
-
-
 @cache
 def load_remedies() -> dict[str, Any]:
     """Load the diagnosis prose by code.
@@ -184,18 +174,6 @@ def match_signature(
 
 
 # --- answers: the canned replies a profile documents (unknown endpoint, wrong key, …) ------
-
-ANSWER_KINDS = (
-    "unknown_endpoint",
-    "wrong_method",
-    "missing_key",
-    "wrong_key",
-    "unknown_model",
-    "no_models",
-    "unknown_previous_response",
-    "context_length_exceeded",
-)
-"""The answer names a profile may document; the stand-ins and the diagnosis rules use these."""
 
 
 def fill(template: Any, values: Mapping[str, str]) -> Any:

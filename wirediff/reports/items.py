@@ -32,20 +32,13 @@ __all__ = [
     "csv_chunks",
     "diagnosis_items",
     "diagnosis_lines",
-    "finding_line",
     "finding_lines",
     "jsonable",
-    "line",
     "scrubbed",
 ]
 
 CHUNK = 1 << 16
 """Findings whose lines are made together."""
-
-
-def line(item: Mapping[str, Any]) -> str:
-    """Write one item as a line of compact JSON, newline included, scrubbed of secrets."""
-    return scrub_output(_unscrubbed(item))
 
 
 def _unscrubbed(item: Mapping[str, Any]) -> str:
@@ -58,13 +51,8 @@ def _unscrubbed(item: Mapping[str, Any]) -> str:
         return json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def finding_line(values: Sequence[Any]) -> str:
-    """Write the line of a finding row of `DIVERGENCE_COLUMNS` values."""
-    return line(dict(zip(DIVERGENCE_COLUMNS, values, strict=True)))
-
-
 def _encoded(values: Iterable[Any]) -> list[str]:
-    """Encode each value as JSON text, as `line` writes it."""
+    """Encode each value as JSON text, as `_unscrubbed` writes it."""
     out = []
     for v in values:
         try:
@@ -88,7 +76,7 @@ def scrubbed(lines: pa.Array | list[str]) -> str:
 
 
 def finding_lines(found: Listed, chunk: int = CHUNK) -> Iterator[str]:
-    """Write the lines of every finding in order, as `finding_line` would, a chunk at a time."""
+    """Write the line of every finding in order, its `DIVERGENCE_COLUMNS` as keys, by chunks."""
     keys = [json.dumps(k) for k in DIVERGENCE_COLUMNS]
     heads = ["{" + keys[0] + ":", *(f",{k}:" for k in keys[1 : len(PAIR_META)])]
     tail = "".join(f",{k}:{{}}" for k in keys[len(PAIR_META) :]) + "}}\n"

@@ -35,7 +35,6 @@ __all__ = [
     "diagnose_chains",
     "diagnosis_frame",
     "format_chains",
-    "format_diagnoses",
     "models_listed",
     "served_by",
 ]
@@ -284,15 +283,6 @@ def diagnosis_frame(columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     )
 
 
-def format_diagnoses(df: pd.DataFrame) -> str:
-    """Write the terminal text of `wirediff diagnose`: chains, their codes, evidence and fixes."""
-    if df.empty:
-        return "no failing chains: nothing to diagnose\n"
-    lines = format_chains(df)
-    lines.append(count_line(len(df), df["chain_id"].nunique()))
-    return "\n".join(lines) + "\n"
-
-
 def count_line(diagnoses: int, chains: int, distinct: int | None = None) -> str:
     """Count diagnoses and chains in words, as in `1 diagnosis in 1 chain`.
 
@@ -303,7 +293,7 @@ def count_line(diagnoses: int, chains: int, distinct: int | None = None) -> str:
 
 
 def format_chains(df: pd.DataFrame) -> list[str]:
-    """Write the lines of `format_diagnoses` for these chains, without its closing count."""
+    """Write the terminal lines of `wirediff diagnose` for these chains, without its count."""
     lines: list[str] = []
     for chain_id, group in df.groupby("chain_id", sort=False):
         first = group.iloc[0]

@@ -60,7 +60,6 @@ __all__ = [
     "Index",
     "analyse",
     "analyze",
-    "diagnose",
     "diagnose_index",
 ]
 
@@ -507,8 +506,3 @@ def diagnose_index(index: Index) -> Diagnosed:
     backends = Backends(rows, index.read)
     frame = diagnose_chains(chains, evidence, served_by(rows), backends)
     return Diagnosed(frame, evidence)
-
-
-def diagnose(records: Sequence[Record]) -> pd.DataFrame:
-    """Diagnose the records held in memory, as `DIAGNOSIS_COLUMNS` rows."""
-    return diagnose_index(Index.of(records)).frame
