@@ -203,6 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _refuse(self, status: int, message: str, kind: str) -> None:
+        """Answer with an error in OpenAI's shape, for what no profile documents."""
+        error = {"message": message, "type": kind, "param": None, "code": None}
+        self.send_json(status, {"error": error})
+
     def send_json(self, status: int, obj: Any, content_type: str | None = None) -> None:
         data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         self.send_body(
@@ -256,17 +261,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         template = next(t for m, t in matching if m == self.command)
         if (self.command, template) not in EMULATED:
-            self.send_json(
+            self._refuse(
                 501,
-                {
-                    "error": {
-                        "message": f"wirediff stand-in: {prof['title']} implements {self.command} {template}, "
-                        "but the stand-in does not emulate it",
-                        "type": "standin_not_emulated",
-                        "param": None,
-                        "code": None,
-                    }
-                },
+                f"wirediff stand-in: {prof['title']} implements {self.command} {template}, "
+                "but the stand-in does not emulate it",
+                "standin_not_emulated",
             )
             return
         if template == "/v1/models":
@@ -284,16 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            self.send_json(
-                400,
-                {
-                    "error": {
-                        "message": "stand-in: the request body is not a JSON object",
-                        "type": "invalid_request_error",
-                        "param": None,
-                        "code": None,
-                    }
-                },
+            self._refuse(
+                400, "stand-in: the request body is not a JSON object", "invalid_request_error"
             )
             return
         model = str(body.get("model", ""))
