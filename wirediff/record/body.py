@@ -8,7 +8,7 @@ import math
 from typing import NotRequired, TypedDict
 
 from wirediff._types import JSON
-from wirediff.record.inflate import decode_bounded
+from wirediff.record.inflate import decode_body
 from wirediff.record.names import credentials_in, may_hold_secret_fields
 from wirediff.record.redact import (
     json_secrets,
@@ -79,17 +79,6 @@ class EncodedBody(TypedDict):
     b64: NotRequired[str]
     truncated: NotRequired[bool]
     depth_limited: NotRequired[bool]
-
-
-def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
-    """Decode the first `limit` bytes of `raw` from its Content-Encoding.
-
-    This reads it as mitmproxy's `get_content(strict=False)` does: the bytes as they came when
-    the encoding is absent, unknown, a text charset or broken. Nothing past `limit` is ever
-    inflated."""
-    if not content_encoding:
-        return raw[:limit]
-    return decode_bounded(raw, content_encoding, limit)
 
 
 def encode_body(

@@ -15,7 +15,7 @@ import codecs
 import zlib
 from typing import Any, Protocol
 
-__all__ = ["Decoder", "decode_bounded", "decoder_for"]
+__all__ = ["Decoder", "decode_body", "decoder_for"]
 
 BROTLI_SLICE = 16
 ZSTD_SLICE = 32
@@ -213,11 +213,14 @@ def decoder_for(content_encoding: str) -> Decoder | None:
     return None
 
 
-def decode_bounded(raw: bytes, content_encoding: str, limit: int) -> bytes:
+def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
     """Decode the first `limit` bytes of `raw` from its Content-Encoding.
 
     This reads it as mitmproxy's `get_content(strict=False)` does: the bytes as they came when
-    the coding is unknown or broken. Never decodes more than `limit` bytes."""
+    the encoding is absent, unknown, a text charset or broken. Nothing past `limit` is ever
+    inflated."""
+    if not content_encoding:
+        return raw[:limit]
     dec = decoder_for(content_encoding)
     if dec is None:
         return _other_codec(raw, content_encoding)[:limit]
