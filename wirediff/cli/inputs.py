@@ -10,7 +10,6 @@ which the store skips silently so that a live capture reads cleanly, is worth a 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
+from wirediff.record.lines import is_json
 from wirediff.record.parts import expand_parts
 from wirediff.record.store import iter_records
 
@@ -40,14 +40,6 @@ log = logging.getLogger(__name__)
 IMPORTED_SUFFIXES = (".har", ".flow", ".mitm")
 """Suffixes of files that `wirediff import` turns into captures, named in an error about them."""
 _BLOCK = 1 << 20
-
-
-def _is_json(data: bytes) -> bool:
-    try:
-        json.loads(data)
-    except (ValueError, RecursionError):
-        return False
-    return True
 
 
 def capture_file(path: str | os.PathLike[str]) -> Path:
@@ -76,7 +68,7 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
             f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
             "it was made from)"
         )
-    if not first.endswith(b"\n") and not _is_json(first):
+    if not first.endswith(b"\n") and not is_json(first):
         raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
     return p
 
@@ -103,7 +95,7 @@ def unfinished_line(path: Path) -> int | None:
             start = end = block_start
         fh.seek(start)
         tail = fh.read()
-        if not tail.strip() or _is_json(tail):
+        if not tail.strip() or is_json(tail):
             return None
         fh.seek(0)
         newlines, left = 0, start
