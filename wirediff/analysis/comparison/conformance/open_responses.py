@@ -17,8 +17,7 @@ from typing import Any
 import jsonschema
 
 from wirediff._types import JSON, Event
-from wirediff.analysis.comparison.conformance.problems import Problem, event_prefix
-from wirediff.analysis.comparison.observe import DONE
+from wirediff.analysis.comparison.conformance.problems import Problem, data_events, event_prefix
 from wirediff.analysis.comparison.openapi import spec_validator
 
 __all__ = [
@@ -108,10 +107,7 @@ def response_problems(
 def event_problems(events: list[Event]) -> list[Problem]:
     """Check the same for the Response that `response.created`, `.completed` and the like carry."""
     out: list[Problem] = []
-    for i, ev in enumerate(events):
-        data = ev.get("data")
-        if ev.get("partial") or data == DONE or not isinstance(data, dict):
-            continue
+    for i, data in data_events(events):
         if isinstance(data.get("response"), dict):
             prefix = event_prefix(str(data.get("type")), "response") + "."
             out += response_problems(data["response"], prefix, i)

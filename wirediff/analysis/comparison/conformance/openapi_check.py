@@ -13,12 +13,12 @@ from wirediff._types import JSON, Event, RecordResponse
 from wirediff.analysis.comparison.compare import error_message, short
 from wirediff.analysis.comparison.conformance.problems import (
     Problem,
+    data_events,
     event_prefix,
     join,
     pointer_path,
     remembered,
 )
-from wirediff.analysis.comparison.observe import DONE
 from wirediff.analysis.comparison.openapi import spec_validator
 from wirediff.analysis.comparison.openapi.validator import ANSWER_SCHEMAS, ERROR_SCHEMA, EVENT_UNION
 from wirediff.analysis.comparison.shapes import structure
@@ -122,10 +122,7 @@ def error_problems(resp: RecordResponse) -> list[Problem]:
 def chunk_problems(events: list[Event], schema: str) -> list[Problem]:
     """Check each chunk of a chat or completions stream against its schema."""
     out: list[Problem] = []
-    for i, ev in enumerate(events):
-        data = ev.get("data")
-        if ev.get("partial") or data == DONE or not isinstance(data, dict):
-            continue
+    for i, data in data_events(events):
         if is_error_body(data):
             out += _misplaced_error(data, schema, "events[error]", i)
         else:
@@ -137,10 +134,7 @@ def event_problems(events: list[Event]) -> list[Problem]:
     """Check each Responses stream event against the schema its `type` names."""
     out: list[Problem] = []
     source = _source()
-    for i, ev in enumerate(events):
-        data = ev.get("data")
-        if ev.get("partial") or data == DONE or not isinstance(data, dict):
-            continue
+    for i, data in data_events(events):
         typ = data.get("type")
         if not isinstance(typ, str) and is_error_body(data):
             out += _misplaced_error(data, EVENT_UNION, "events[error]", i)

@@ -6,16 +6,18 @@ structure."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from wirediff._types import Event
 from wirediff.analysis.comparison.observe import EMBEDDED
 
 __all__ = [
     "EMBEDDED_EVENTS",
     "GRAMMAR",
     "Problem",
+    "data_events",
     "event_prefix",
     "join",
     "pointer_path",
@@ -50,6 +52,16 @@ class Problem:
     For example `#/components/schemas/Error/required`, or `grammar:responses/one-created`."""
     position: int | None = None
     """The event it is found in, for streams."""
+
+
+def data_events(events: Iterable[Event]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield each event's place and JSON object, for the checks of a stream's objects.
+
+    A partial event, `[DONE]` and a text that is no JSON object are none."""
+    for i, ev in enumerate(events):
+        data = ev.get("data")
+        if isinstance(data, dict) and not ev.get("partial"):
+            yield i, data
 
 
 def join(prefix: str, path: str) -> str:

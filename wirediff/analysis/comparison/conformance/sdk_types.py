@@ -22,12 +22,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from wirediff._types import JSON, Event
 from wirediff.analysis.comparison.conformance.problems import (
     Problem,
+    data_events,
     event_prefix,
     join,
     remembered,
 )
 from wirediff.analysis.comparison.impact import SDK_SOURCE
-from wirediff.analysis.comparison.observe import DONE
 from wirediff.analysis.comparison.shapes import structure
 from wirediff.record.tags import is_error_body
 
@@ -198,9 +198,8 @@ def body_problems(model: Any, body: JSON) -> list[Problem]:
 def chunk_problems(events: list[Event], model: Any = ChatCompletionChunk) -> list[Problem]:
     """Check each chunk of a chat or completions stream against the SDK's chunk type."""
     out: list[Problem] = []
-    for i, ev in enumerate(events):
-        data = ev.get("data")
-        if isinstance(data, dict) and not is_error_body(data) and not ev.get("partial"):
+    for i, data in data_events(events):
+        if not is_error_body(data):
             out += _problems(checked(model, data), "events[chunk]", i)
     return out
 
@@ -211,10 +210,7 @@ def event_problems(events: list[Event]) -> list[Problem]:
     An unknown type is the OpenAPI check's to report."""
     types = response_event_types()
     out: list[Problem] = []
-    for i, ev in enumerate(events):
-        data = ev.get("data")
-        if ev.get("partial") or data == DONE or not isinstance(data, dict):
-            continue
+    for i, data in data_events(events):
         typ = data.get("type")
         model = types.get(typ) if isinstance(typ, str) else None
         if model is None:
