@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 
 from wirediff import FORMAT
 from wirediff._support import is_2xx
@@ -45,7 +44,7 @@ from wirediff.record.redact import (
     with_fields,
 )
 from wirediff.record.sse import parse_events, split_events
-from wirediff.record.tags import route, tag_exchange
+from wirediff.record.tags import header_get, route, tag_exchange
 from wirediff.record.tap import MAX_STREAM_BYTES, StreamTap, is_sse
 from wirediff.record.websocket import WebSocketTap, client_secrets, parse_messages
 
@@ -88,13 +87,6 @@ def _abnormal_close(ws: WebSocketTap) -> ExchangeError:
     }
 
 
-def _content_type(h: Sequence[tuple[str, str]]) -> str:
-    for k, v in h:
-        if k.lower() == "content-type":
-            return v
-    return ""
-
-
 def _decoded(message: Request | Response, limit: int) -> bytes | None:
     if message.content is None:
         return None
@@ -121,7 +113,7 @@ def exchange_secrets(
     """Find every secret of `ex` in every form an echo may take (`secret_values`)."""
     req, resp = ex.request, ex.response
     sent = req.client_headers if req.client_headers is not None else req.headers
-    fields = _request_body(req, _content_type(sent), body_cap)[1]
+    fields = _request_body(req, header_get(sent, "content-type") or "", body_cap)[1]
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
     resp_headers = resp.headers if resp is not None else []
@@ -194,7 +186,7 @@ def _response(
     """Build the record's `response` and the events it holds, scrubbed."""
     if ex.websocket is not None:
         return _websocket_response(ex, resp, ex.websocket, secrets, redact)
-    ctype = _content_type(resp.headers)
+    ctype = header_get(resp.headers, "content-type") or ""
     tap: StreamTap | None = ex.tap
     events: list[Event] | None = None
     decode_error, events_dropped = None, 0
@@ -261,7 +253,7 @@ def build_record(
     upstream = req.headers
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
-    req_type = _content_type(sent)
+    req_type = header_get(sent, "content-type") or ""
     req_content, fields = _request_body(req, req_type, body_cap)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
