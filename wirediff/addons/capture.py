@@ -38,13 +38,12 @@ from wirediff.record.build import (
     exchange_secrets,
     fallback_record,
 )
-from wirediff.record.exchange import Error
+from wirediff.record.exchange import Error, header_pairs
 from wirediff.record.flow import (
     KEEP_ANSWER,
     PROXY_SHUTDOWN,
     WEBSOCKET_TAP,
     exchange_from_flow,
-    header_pairs,
     is_open_ended,
     snapshot,
     upstream_label,

@@ -20,16 +20,28 @@ __all__ = [
     "Error",
     "Exchange",
     "HeaderPairs",
+    "RawFields",
     "Request",
     "Response",
     "Timings",
     "exchange_from_state",
     "exchange_state",
+    "header_pairs",
     "header_value",
 ]
 
 HeaderPairs = list[tuple[str, str]]
 """`(name, value)` pairs in wire order, names as sent; bytes outside UTF-8 as surrogates."""
+RawFields = tuple[tuple[bytes, bytes], ...]
+"""Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
+
+
+def header_pairs(fields: RawFields) -> HeaderPairs:
+    """List headers as `(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` does."""
+    return [
+        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+        for k, v in fields
+    ]
 
 
 def header_value(headers: Sequence[tuple[str, str]], name: str) -> str:

@@ -15,7 +15,16 @@ from mitmproxy import http
 
 from wirediff._support import STOPPED_IN_FLIGHT
 from wirediff.record.body import DEFAULT_BODY_CAP, cut_body, secrets_past
-from wirediff.record.exchange import Error, Exchange, HeaderPairs, Request, Response, Timings
+from wirediff.record.exchange import (
+    Error,
+    Exchange,
+    HeaderPairs,
+    RawFields,
+    Request,
+    Response,
+    Timings,
+    header_pairs,
+)
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
@@ -26,7 +35,6 @@ __all__ = [
     "Snapshot",
     "exchange_from_flow",
     "exchange_from_snapshot",
-    "header_pairs",
     "is_open_ended",
     "snapshot",
     "upstream_label",
@@ -41,17 +49,7 @@ KEEP_ANSWER = "wirediff.keep_answer"
 Another addon sets it: the shadow, for an answer whose ids a later request may name."""
 PROXY_SHUTDOWN = Error("the proxy stopped before the exchange ended", STOPPED_IN_FLIGHT)
 """How an exchange in flight when mitmdump stops is recorded, as it stood."""
-RawFields = tuple[tuple[bytes, bytes], ...]
-"""Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 Snapshot = tuple[Any, ...]
-
-
-def header_pairs(fields: RawFields) -> HeaderPairs:
-    """List headers as `(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` does."""
-    return [
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-        for k, v in fields
-    ]
 
 
 def websocket_tap(flow: http.HTTPFlow, cap: int = DEFAULT_BODY_CAP) -> WebSocketTap | None:

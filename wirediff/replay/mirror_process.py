@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from wirediff._types import Record
-from wirediff.record.exchange import Exchange, HeaderPairs, Request, exchange_from_state
+from wirediff.record.exchange import Exchange, Request, exchange_from_state, header_pairs
 from wirediff.record.pipe import READ_SIZE, FramePipe, FrameReader
 from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, build_item
 from wirediff.record.store import RecordWriter
@@ -168,14 +168,6 @@ class Mirroring:
             w.close()
             if w.waiting or w.lost:
                 self.log(f"shadow: {w.waiting + w.lost} records could not be written to {w.path}")
-
-
-def header_pairs(fields: Any) -> HeaderPairs:
-    """Turn mitmproxy's raw header fields, `Headers.fields`, into `(name, value)` strings."""
-    return [
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-        for k, v in fields
-    ]
 
 
 async def serve(fd: int = 0) -> None:
