@@ -22,9 +22,8 @@ from urllib.parse import urlsplit
 
 from wirediff.errors import UsageError, WirediffError
 
-__all__ = ["ENGINES", "Call", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
+__all__ = ["Call", "DaskEngine", "Engine", "LocalEngine", "open_engine"]
 
-ENGINES = ("local", "dask")
 Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 

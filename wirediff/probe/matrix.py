@@ -21,7 +21,6 @@ from wirediff.probe.features import Client, Feature
 from wirediff.probe.grade import Graded
 
 __all__ = [
-    "READINESS",
     "STATUSES",
     "UNSUPPORTED_CODES",
     "ClientRow",
@@ -45,11 +44,6 @@ UNSUPPORTED_CODES = frozenset(
 EVIDENCE = 200
 NODE_CLIENT = "openai-node"
 """The readiness row of openai-node, and how its SDK names itself in a `client` finding."""
-READINESS = ("READY", "NOT READY", "NOT PROBED")
-"""A client's states: ready, not ready, or not probed.
-
-`READY`: every need probed and none failing. `NOT READY`: a need failing. `NOT PROBED`:
-nothing failing, but a need left out by `--only`, so the probe cannot say it is ready."""
 
 
 @dataclass
@@ -94,7 +88,10 @@ class ClientRow:
 
     @property
     def state(self) -> str:
-        """Name the row's readiness, one of `READINESS`."""
+        """Name the row's readiness: `READY`, `NOT READY` or `NOT PROBED`.
+
+        `READY`: every need probed and none failing. `NOT READY`: a need failing. `NOT PROBED`:
+        nothing failing, but a need left out by `--only`, so the probe cannot say it is ready."""
         if self.blocking:
             return "NOT READY"
         return "NOT PROBED" if self.untested else "READY"

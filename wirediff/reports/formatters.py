@@ -113,15 +113,10 @@ def anchor(*parts: object) -> str:
     Its readable part is made from the text's start where that is long enough: a text may
     spell a whole chain."""
     text = "\x1f".join(str(p) for p in parts)
-    slug = _slug(text[: 4 * SLUG])
-    if len(slug) <= SLUG:
-        slug = _slug(text)
-    return f"{slug[:SLUG]}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
-
-
-def _slug(text: str) -> str:
-    """Spell `text` in lower-case letters and digits, each run of anything else a dash."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    made = slug(text[: 4 * SLUG])
+    if len(made) <= SLUG:
+        made = slug(text)
+    return f"{made[:SLUG]}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
 
 
 def status_class(status: object) -> str:

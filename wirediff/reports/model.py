@@ -313,11 +313,10 @@ def build(
     chains = chain_groups(diagnosed.frame, diagnosed.evidence)
     skipped = skipped_of(ex, max_examples)
 
-    fam_rank = {f: i for i, f in enumerate(FAMILIES)}
     pairs_ex = ex[["family", "endpoint"]].drop_duplicates()
     endpoints = sorted(
         zip(pairs_ex["family"].tolist(), pairs_ex["endpoint"].tolist(), strict=True),
-        key=lambda fe: (fam_rank.get(fe[0], len(fam_rank)), fe[1]),
+        key=lambda fe: (fam_order.get(fe[0], len(fam_order)), fe[1]),
     )
     family_of = {e: f for f, e in endpoints}
     cells = {
