@@ -20,11 +20,10 @@ import sys
 from pathlib import Path
 
 from wirediff._types import Record
-from wirediff.record.build import build_record, fallback_record
-from wirediff.record.exchange import Exchange
 from wirediff.record.flow import Snapshot, exchange_from_snapshot
 from wirediff.record.parts import Rotation, parse_rotation
 from wirediff.record.pipe import FRAME, FramePipe, frame_batches
+from wirediff.record.spool import build_item
 from wirediff.record.store import RecordWriter, encode_record
 
 __all__ = ["FRAME", "Job", "Recorder", "build_job", "serve"]
@@ -38,21 +37,14 @@ RETRY_SECONDS = 1.0
 def build_job(job: Job, session: str, body_cap: int, redact: frozenset[str]) -> Record:
     """Build the record of one job; when it cannot be built, what is certain about it."""
     snap, label, seq, listener, replay_of = job
-    ex: Exchange = exchange_from_snapshot(snap)
-    try:
-        return build_record(
-            ex,
-            session=session,
-            label=label,
-            seq=seq,
-            listener=listener,
-            replay_of=replay_of,
-            body_cap=body_cap,
-            redact=redact,
-        )
-    except Exception as e:  # never lose the exchange: keep what is certain
-        say(f"capture: could not build the record of {ex.request.method} {ex.id}: {e!r}")
-        return fallback_record(ex, session, e, label=label, seq=seq, replay_of=replay_of)
+    meta = {
+        "session": session,
+        "label": label,
+        "seq": seq,
+        "listener": listener,
+        "replay_of": replay_of,
+    }
+    return build_item(exchange_from_snapshot(snap), meta, body_cap, redact)
 
 
 def say(line: str) -> None:
