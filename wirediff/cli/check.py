@@ -33,6 +33,8 @@ from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
 from wirediff.reports.bottom_line import bottom_line
+from wirediff.reports.model import cell_name, verdict_rows
+from wirediff.reports.render import verdict_item
 
 __all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]
 
@@ -49,10 +51,6 @@ def parse_kinds(text: str) -> tuple[str, ...]:
             f"--fail-on: unknown kind {', '.join(unknown) or '(none)'}; known: {', '.join(ALL_KINDS)}"
         )
     return kinds
-
-
-def cell_name(family: str, transport: str) -> str:
-    return family if transport == "http" else f"{family} ({transport})"
 
 
 def gate_from(
@@ -116,22 +114,11 @@ def write_junit(
 
 
 def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
-    """Turn the verdict rows into JSON objects, `summary.schema.json`'s `verdict_row`."""
+    """Turn the gated verdict rows into JSON objects, `summary.schema.json`'s `verdict_row`."""
+    fails = gated["fails"].tolist()
     return [
-        {
-            "label": str(r["label"]),
-            "role": str(r["role"]),
-            "family": str(r["family"]),
-            "transport": str(r["transport"]),
-            "verdict": str(r["verdict"]),
-            "reasons": [str(x) for x in r["reasons"]],
-            "breaking": int(r["breaking"]),
-            "deviations": int(r["deviations"]),
-            "cosmetic": int(r["cosmetic"]),
-            "exchanges": int(r["exchanges"]),
-            **({"fails": bool(r["fails"])} if "fails" in r else {}),
-        }
-        for r in gated.to_dict("records")
+        {**verdict_item(v), "fails": bool(f)}
+        for v, f in zip(verdict_rows(gated), fails, strict=True)
     ]
 
 

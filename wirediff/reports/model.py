@@ -64,6 +64,8 @@ __all__ = [
     "ReportModel",
     "Verdict",
     "build",
+    "cell_name",
+    "verdict_rows",
 ]
 
 
@@ -108,10 +110,16 @@ class Verdict:
 
     @property
     def name(self) -> str:
-        return self.family if self.transport == "http" else f"{self.family} ({self.transport})"
+        return cell_name(self.family, self.transport)
+
+
+def cell_name(family: str, transport: str) -> str:
+    """Name a verdict's cell: its family, and its transport when that is not HTTP."""
+    return family if transport == "http" else f"{family} ({transport})"
 
 
 def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
+    """Turn the rows of a verdict frame into `Verdict`s; a frame without headlines gives ""."""
     return [
         Verdict(
             str(r["label"]),
@@ -124,7 +132,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
             int(r["deviations"]),
             int(r["cosmetic"]),
             int(r["exchanges"]),
-            str(r["headline"]),
+            str(r.get("headline", "")),
         )
         for r in frame.to_dict("records")
     ]

@@ -51,6 +51,7 @@ __all__ = [
     "SCHEMA_PATH",
     "render_html",
     "summary_from",
+    "verdict_item",
     "write_csv",
     "write_findings",
     "write_json",
