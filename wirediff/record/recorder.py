@@ -23,7 +23,7 @@ from wirediff._types import Record
 from wirediff.record.flow import Snapshot, exchange_from_snapshot
 from wirediff.record.parts import Rotation, parse_rotation
 from wirediff.record.pipe import FRAME, FramePipe, frame_batches
-from wirediff.record.spool import build_item
+from wirediff.record.spool import WriteReport, build_item, say
 from wirediff.record.store import RecordWriter, encode_record
 
 __all__ = ["FRAME", "Job", "Recorder", "build_job", "serve"]
@@ -47,36 +47,6 @@ def build_job(job: Job, session: str, body_cap: int, redact: frozenset[str]) -> 
     return build_item(exchange_from_snapshot(snap), meta, body_cap, redact)
 
 
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-class _Reporter:
-    """Say one line when writing starts failing, one when it works again, one for what is lost."""
-
-    def __init__(self, writer: RecordWriter) -> None:
-        self.writer = writer
-        self.failing = False
-
-    def __call__(self) -> None:
-        w = self.writer
-        if w.failure is not None and not self.failing:
-            self.failing = True
-            say(
-                f"capture: cannot write {w.path}: {w.failure.strerror or w.failure}; "
-                f"records wait in memory until it can (up to {w.waiting} now)"
-            )
-        elif w.failure is None and self.failing:
-            self.failing = False
-            say(f"capture: writing {w.path} again; the waiting records are written")
-
-    def finish(self) -> None:
-        w = self.writer
-        if w.waiting or w.lost:
-            why = w.failure.strerror if w.failure is not None else "unknown"
-            say(f"capture: {w.waiting + w.lost} records could not be written to {w.path} ({why})")
-
-
 def serve(
     path: Path,
     session: str,
@@ -87,7 +57,7 @@ def serve(
 ) -> None:
     """Read jobs from `fd` until it closes; build and append their records."""
     writer = RecordWriter(path, rotation)
-    report = _Reporter(writer)
+    report = WriteReport(writer, "capture", say)
     for jobs in frame_batches(fd, lambda: RETRY_SECONDS if writer.waiting else None):
         if jobs is None:
             writer.retry()

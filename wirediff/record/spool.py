@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from wirediff.record.exchange import Exchange, exchange_from_state, exchange_sta
 from wirediff.record.pipe import FramePipe, frame_batches
 from wirediff.record.store import RecordWriter, encode_record
 
-__all__ = ["RecordMeta", "Spool", "build_item", "serve"]
+__all__ = ["RecordMeta", "Spool", "WriteReport", "build_item", "say", "serve"]
 
 RecordMeta = dict[str, Any]
 """What a record says about its exchange besides the exchange.
@@ -36,6 +36,42 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 """Where `wirediff` is imported from here: the spool process imports it from there too."""
 RETRY_SECONDS = 1.0
 """How often records waiting for a full disk are tried again when nothing else arrives."""
+
+
+class WriteReport:
+    """Say one line when a writer starts failing, one when it writes again, one for what is lost.
+
+    `who` starts each line, `say` says it."""
+
+    def __init__(self, writer: RecordWriter, who: str, say: Callable[[str], None]) -> None:
+        self.writer, self.who, self.say = writer, who, say
+        self.failing = False
+
+    def __call__(self) -> None:
+        w = self.writer
+        if w.failure is not None and not self.failing:
+            self.failing = True
+            self.say(
+                f"{self.who}: cannot write {w.path}: {w.failure.strerror or w.failure}; "
+                f"records wait in memory until it can (up to {w.waiting} now)"
+            )
+        elif w.failure is None and self.failing:
+            self.failing = False
+            self.say(f"{self.who}: writing {w.path} again; the waiting records are written")
+
+    def finish(self) -> int:
+        """Say how many records were not written, if any, and return how many."""
+        w = self.writer
+        lost = w.waiting + w.lost
+        if lost:
+            why = w.failure.strerror if w.failure is not None else "unknown"
+            self.say(f"{self.who}: {lost} records could not be written to {w.path} ({why})")
+        return lost
+
+
+def say(line: str) -> None:
+    """Say a line on stderr at once."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def build_item(
@@ -114,26 +150,18 @@ def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
 
     Return 0 when every record was written, else 1, said on stderr."""
     writers: dict[str, RecordWriter] = {}
-    failing: set[str] = set()
+    reports: dict[str, WriteReport] = {}
 
     def writer(path: str) -> RecordWriter:
         w = writers.get(path)
         if w is None:
             w = writers[path] = RecordWriter(path)
+            reports[path] = WriteReport(w, "wirediff", say)
         return w
 
     def report() -> None:
-        for path, w in writers.items():
-            if w.failure is not None and path not in failing:
-                failing.add(path)
-                print(
-                    f"wirediff: cannot write {path}: {w.failure.strerror or w.failure}; "
-                    "records wait in memory until it can",
-                    file=sys.stderr,
-                )
-            elif w.failure is None and path in failing:
-                failing.discard(path)
-                print(f"wirediff: writing {path} again", file=sys.stderr)
+        for said in reports.values():
+            said()
 
     def retry_after() -> float | None:
         return RETRY_SECONDS if any(w.waiting for w in writers.values()) else None
@@ -153,17 +181,10 @@ def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
         for path, batch in lines.items():
             writer(path).write_lines(batch)
         report()
-    lost = 0
-    for path, w in writers.items():
+    for w in writers.values():
         w.close()
-        if w.waiting or w.lost:
-            lost += w.waiting + w.lost
-            why = w.failure.strerror if w.failure is not None else "unknown"
-            print(
-                f"wirediff: {w.waiting + w.lost} records could not be written to {path} ({why})",
-                file=sys.stderr,
-            )
-    return 1 if lost else 0
+    report()
+    return 1 if sum(said.finish() for said in reports.values()) else 0
 
 
 def main(argv: list[str], fd: int = 0) -> int:
