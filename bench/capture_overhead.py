@@ -199,8 +199,10 @@ def children(pid: int) -> list[int]:
     ]
 
 
-def start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd: list[str], port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start `cmd`, its output to `log` or nowhere, and wait for it to listen on `port`."""
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     wait_port(port, 30, proc)
     return proc
 

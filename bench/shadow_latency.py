@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from capture_overhead import Canned, read_answer, request  # noqa: E402
+from capture_overhead import Canned, read_answer, request, start  # noqa: E402
 
-from wirediff.cli.netutil import free_port, wait_port  # noqa: E402
+from wirediff.cli.netutil import free_port  # noqa: E402
 
 MITMDUMP = str(Path(sys.executable).with_name("mitmdump"))
 CAPTURE = str(ROOT / "addons" / "capture.py")
@@ -60,13 +60,6 @@ def serve(port: int, delay: float) -> None:
             await server.serve_forever()
 
     asyncio.run(main())
-
-
-def start(cmd: list[str], port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
-    out = log.open("wb") if log is not None else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    wait_port(port, 30, proc)
-    return proc
 
 
 def backend(delay: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
