@@ -13,7 +13,15 @@ import pytest
 
 from tests.fixtures.replay_records import Fake, T, as_json, mock, rec, session, sse, streamed
 from wirediff._types import Record
-from wirediff.record.exchange import Exchange, exchange_from_state, exchange_state
+from wirediff.record.exchange import (
+    Error,
+    Exchange,
+    Request,
+    Response,
+    Timings,
+    exchange_from_state,
+    exchange_state,
+)
 from wirediff.record.spool import RecordMeta, build_item
 from wirediff.replay.plan import make_plan
 from wirediff.replay.sender import Counts, TargetRun, counted
@@ -45,6 +53,46 @@ def test_an_exchange_survives_marshal_and_builds_the_same_record() -> None:
         again = exchange_from_state(marshal.loads(marshal.dumps(exchange_state(ex))))
         assert build_item(again, meta, 1 << 20, frozenset()) == build_item(
             ex, meta, 1 << 20, frozenset()
+        )
+
+
+def test_every_part_of_an_exchange_comes_back_as_it_was() -> None:
+    """Each field of the request, the response, the timings and the error, each set to a value
+    other than its default, crosses `marshal` unchanged; so do the handed-on exchanges' parts."""
+    handed, _, _ = sent_exchanges(session(), Fake())
+    full = Exchange(
+        request=Request(
+            method="POST",
+            url="http://h/v1/chat/completions?x=1",
+            path="/v1/chat/completions?x=1",
+            http_version="HTTP/1.1",
+            headers=[("Content-Type", "application/json"), ("X-\udcff", "v")],
+            content=b'{"model":',
+            client_headers=[("Authorization", "Bearer sk-1")],
+            size=1 << 21,
+            tail=b"}",
+            past=["sk-2"],
+        ),
+        response=Response(
+            status=502,
+            reason="Bad Gateway",
+            http_version="HTTP/2.0",
+            headers=[("Content-Encoding", "gzip")],
+            content=b"\x1f\x8b",
+            size=10,
+            tail=b"!",
+        ),
+        timings=Timings(1.5, 2.5, 3.5),
+        error=Error("cut", "stream_cut"),
+    )
+    for ex in [full, *(ex for ex, _ in handed)]:
+        again = exchange_from_state(marshal.loads(marshal.dumps(exchange_state(ex))))
+        assert (again.id, again.request, again.response, again.timings, again.error) == (
+            ex.id,
+            ex.request,
+            ex.response,
+            ex.timings,
+            ex.error,
         )
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
@@ -157,77 +157,41 @@ def exchange_state(ex: Exchange) -> tuple[Any, ...]:
     """Take the exchange as plain values; a tap is closed first.
 
     `marshal` carries them to another process, where `exchange_from_state` puts it together
-    again."""
-    req, resp = ex.request, ex.response
+    again: each part's fields in their order."""
     if ex.tap is not None:
         ex.tap.close()
+    resp, error = ex.response, ex.error
     return (
         ex.id,
-        (
-            req.method,
-            req.url,
-            req.path,
-            req.http_version,
-            req.headers,
-            req.content,
-            req.client_headers,
-            req.size,
-            req.tail,
-            req.past,
-        ),
-        None
-        if resp is None
-        else (
-            resp.status,
-            resp.reason,
-            resp.http_version,
-            resp.headers,
-            resp.content,
-            resp.size,
-            resp.tail,
-        ),
-        (ex.timings.started, ex.timings.first_byte, ex.timings.finished),
-        None if ex.error is None else (ex.error.message, ex.error.kind),
+        _values(ex.request),
+        None if resp is None else _values(resp),
+        _values(ex.timings),
+        None if error is None else _values(error),
         None if ex.tap is None else ex.tap.state(),
         None if ex.websocket is None else ex.websocket.state(),
     )
 
 
-def _header_pairs(headers: Any) -> HeaderPairs:
-    return [(str(k), str(v)) for k, v in headers]
+def _values(part: Request | Response | Timings | Error) -> tuple[Any, ...]:
+    return tuple(getattr(part, f.name) for f in fields(part))
+
+
+P = TypeVar("P", Request, Response, Timings, Error)
+
+
+def _made(kind: type[P], values: Sequence[Any]) -> P:
+    return kind(**dict(zip((f.name for f in fields(kind)), values, strict=True)))
 
 
 def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
     """Put together the `Exchange` an `exchange_state` was taken of."""
     ex_id, rq, rs, timings, error, tap, ws = state
-    method, url, path, version, headers, content, client, size, tail, past = rq
     return Exchange(
         id=ex_id,
-        request=Request(
-            method=method,
-            url=url,
-            path=path,
-            http_version=version,
-            headers=_header_pairs(headers),
-            content=content,
-            client_headers=None if client is None else _header_pairs(client),
-            size=size,
-            tail=tail,
-            past=past,
-        ),
-        response=None
-        if rs is None
-        else Response(
-            status=rs[0],
-            reason=rs[1],
-            http_version=rs[2],
-            headers=_header_pairs(rs[3]),
-            content=rs[4],
-            size=rs[5],
-            tail=rs[6],
-        ),
-        timings=Timings(*timings),
-        error=None if error is None else Error(*error),
+        request=_made(Request, rq),
+        response=None if rs is None else _made(Response, rs),
+        timings=_made(Timings, timings),
+        error=None if error is None else _made(Error, error),
         tap=None if tap is None else StreamTap.from_state(tap),
         websocket=None if ws is None else WebSocketTap.from_state(ws),
     )
