@@ -537,3 +537,10 @@ def test_odd_but_valid_json_events_are_reported(
     rows = conformance([base, cand])
     assert set(rows["pair_id"]) == {cand["id"]}
     assert rows["message"].str.startswith(flagged).any(), list(rows["message"])
+
+
+def test_the_sequence_finding_says_which_number_came() -> None:
+    original = _responses(stream=True)()
+    found = compare_records(original, replay(original, change=numbered_from_one))
+    said = [f.message for f in found if f.kind == "event_sequence"]
+    assert said == ["`sequence_number` is 1 where 0 expected"]

@@ -320,7 +320,7 @@ def _compare_events(b: Observed, c: Observed) -> list[Finding]:
     if b.sequence_fault is None and c.sequence_fault is not None:
         path, got = c.sequence_fault
         out.append(
-            Finding("event_sequence", path, "0, 1, 2, …", got, "w`sequence_number` is {got}")
+            Finding("event_sequence", path, "0, 1, 2, …", got, f"`sequence_number` is {got}")
         )
     return out
 
