@@ -34,6 +34,8 @@ SESSION = "wirediff-probe"
 """The bundled session's name (its records' `session`)."""
 MODELS = "models"
 """The id of the feature whose request goes first."""
+CONCURRENCY = 4
+"""Requests a probe has in flight at once, after the models request."""
 Progress = Callable[[Feature, int, int], None]
 """A callback given `(feature, done, total)` when all of a feature's exchanges are recorded."""
 
@@ -120,17 +122,15 @@ def probe(
     embedding_model: str | None = None,
     only: Sequence[str] = (),
     timeout: float = 60.0,
-    concurrency: int = 4,
     strict: bool = False,
     progress: Progress | None = None,
     keep: Path | None = None,
-    data: ProbeData | None = None,
 ) -> ProbeResult:
     """Probe the server at `url`, an SDK's base URL, `…/v1`.
 
     With `keep`, its records are appended there as they are made (`kept_files`), with the
     bundled originals they replay."""
-    data = data or load_probe()
+    data = load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
     records: dict[str, Record] = {}
@@ -152,62 +152,68 @@ def probe(
             writers.write(probed, rec)
 
     try:
-        return _probe(
-            data,
-            features,
-            target,
-            url,
-            sink,
-            records,
-            wanted,
-            t0,
-            api_key,
-            api_key_env,
-            model,
-            embedding_model,
-            timeout,
-            concurrency,
-            strict,
-            progress,
+        models = data.feature(MODELS)
+        send_records(
+            [data.by_id[i] for i in models.exchanges], target, api_key, timeout=timeout,
+            concurrency=1, sink=sink,
+        )  # fmt: skip
+        first = records[models.exchanges[0]]
+        model, embedding_model = _models(first, target, api_key_env, model, embedding_model)
+        to_send: dict[str, Record] = {}
+        for f in features:
+            for i in f.exchanges:
+                if i not in records:
+                    to_send[i] = data.by_id[i]
+        bad_key = {i for f in features if f.bad_key for i in f.exchanges}
+        mapped = Target(
+            label=target.label, url=url, model_map=_model_map(data, model, embedding_model)
+        )
+        pending = {f.id: set(f.exchanges) - set(records) for f in features}
+        done = [0]
+
+        def sink_all(rec: Record) -> None:
+            sink(rec)
+            for f in features:
+                left = pending[f.id]
+                if left and str(rec["replay_of"]) in left:
+                    left.discard(str(rec["replay_of"]))
+                    if not left:
+                        tell(f)
+
+        def tell(f: Feature) -> None:
+            done[0] += 1
+            if progress is not None:
+                progress(f, done[0], len(features))
+
+        for f in features:
+            if not pending[f.id]:
+                tell(f)
+        send_records(
+            list(to_send.values()), mapped, api_key, bad_key=bad_key, timeout=timeout,
+            concurrency=CONCURRENCY, sink=sink_all,
+        )  # fmt: skip
+        t_sent = time.monotonic()
+        sent = [records[i] for i in data.by_id if i in wanted and i in records]
+        graded = grade(sent)
+        rows = [feature_row(f, [records.get(i) for i in f.exchanges], graded) for f in features]
+        by_id = {r.id: r for r in rows}
+        clients = readiness(data.clients, by_id, strict=strict)
+        seconds = {"send": t_sent - t0, "grade": time.monotonic() - t_sent}
+        return ProbeResult(
+            url, target.label, model, embedding_model, rows, clients, sent, graded, seconds, strict
         )
     finally:
         if writers is not None:
             writers.close()
 
 
-def kept_files(keep: Path, label: str) -> tuple[Path, Path]:
-    """Name where `--keep DIR` puts the bundled originals sent and the probe's records of them.
+def _models(
+    first: Record, target: Target, key_env: str | None, model: str | None, embedding: str | None
+) -> tuple[str, str]:
+    """Choose the models to probe from the server's model list, `first`, unless given.
 
-    The records go in `<session>.<label>.jsonl`, as `wirediff replay` names a replay."""
-    return keep / f"{SESSION}.jsonl", keep / f"{SESSION}.{label}.jsonl"
-
-
-def _probe(
-    data: ProbeData,
-    features: list[Feature],
-    target: Target,
-    url: str,
-    sink: Callable[[Record], None],
-    records: dict[str, Record],
-    wanted: set[str],
-    t0: float,
-    api_key: str | None,
-    api_key_env: str | None,
-    model: str | None,
-    embedding_model: str | None,
-    timeout: float,
-    concurrency: int,
-    strict: bool,
-    progress: Progress | None,
-) -> ProbeResult:
-
-    models = data.feature(MODELS)
-    send_records(
-        [data.by_id[i] for i in models.exchanges], target, api_key, timeout=timeout,
-        concurrency=1, sink=sink,
-    )  # fmt: skip
-    first = records[models.exchanges[0]]
-    why = _absent(first, target, api_key_env)
+    A server that is absent, or no OpenAI-style API, or lists none, is `ServerAbsent`."""
+    why = _absent(first, target, key_env)
     if why is not None:
         raise ServerAbsent(why)
     listed = _model_ids(first)
@@ -218,48 +224,14 @@ def _probe(
             raise ServerAbsent(f"{target.shown} lists no model at GET /models; give --model")
         model = listed[0]
     embeds = [m for m in listed or () if "embed" in m.lower()]
-    embedding_model = embedding_model or (embeds[0] if embeds else model)
-    to_send: dict[str, Record] = {}
-    for f in features:
-        for i in f.exchanges:
-            if i not in records:
-                to_send[i] = data.by_id[i]
-    bad_key = {i for f in features if f.bad_key for i in f.exchanges}
-    mapped = Target(label=target.label, url=url, model_map=_model_map(data, model, embedding_model))
-    pending = {f.id: set(f.exchanges) - set(records) for f in features}
-    done = [0]
+    return model, embedding or (embeds[0] if embeds else model)
 
-    def sink_all(rec: Record) -> None:
-        sink(rec)
-        for f in features:
-            left = pending[f.id]
-            if left and str(rec["replay_of"]) in left:
-                left.discard(str(rec["replay_of"]))
-                if not left:
-                    tell(f)
 
-    def tell(f: Feature) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(f, done[0], len(features))
+def kept_files(keep: Path, label: str) -> tuple[Path, Path]:
+    """Name where `--keep DIR` puts the bundled originals sent and the probe's records of them.
 
-    for f in features:
-        if not pending[f.id]:
-            tell(f)
-    send_records(
-        list(to_send.values()), mapped, api_key, bad_key=bad_key, timeout=timeout,
-        concurrency=concurrency, sink=sink_all,
-    )  # fmt: skip
-    t_sent = time.monotonic()
-    sent = [records[i] for i in data.by_id if i in wanted and i in records]
-    graded = grade(sent)
-    rows = [feature_row(f, [records.get(i) for i in f.exchanges], graded) for f in features]
-    by_id = {r.id: r for r in rows}
-    clients = readiness(data.clients, by_id, strict=strict)
-    seconds = {"send": t_sent - t0, "grade": time.monotonic() - t_sent}
-    return ProbeResult(
-        url, target.label, model, embedding_model, rows, clients, sent, graded, seconds, strict
-    )
+    The records go in `<session>.<label>.jsonl`, as `wirediff replay` names a replay."""
+    return keep / f"{SESSION}.jsonl", keep / f"{SESSION}.{label}.jsonl"
 
 
 def _model_map(data: ProbeData, model: str, embedding_model: str) -> dict[str, str]:
