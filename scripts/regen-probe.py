@@ -9,8 +9,8 @@ For each feature of wirediff/probe/data/features.yaml, the first captured reques
 matches it, from the first client in its `from:` list that sent one (with the exchanges it
 continues: a previous response, a function call), goes into probe.jsonl; the feature's
 `exchanges` and `client` are rewritten to name them. clients.yaml gets each client's needs:
-every feature its captured requests exercise. Nothing is typed by hand: run this again after
-changing a workload, a feature or a client's version.
+every feature its captured requests exercise. Only a client's id and name are typed by hand,
+in clients.yaml: run this again after changing a workload, a feature or a client's version.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from tests.clients.probe_workloads import (  # noqa: E402
     reference,
 )
 from wirediff._types import Record  # noqa: E402
-from wirediff.probe.clients import CLIENT_NAMES, captured_line  # noqa: E402
 from wirediff.probe.drive import SESSION  # noqa: E402
 from wirediff.probe.features import (  # noqa: E402
     CLIENTS_FILE,
     FEATURES_FILE,
     SESSION_FILE,
     Feature,
+    load_clients,
     load_features,
     matches,
     needs_of,
@@ -80,6 +80,13 @@ def select(feature: Feature, captured: list[Captured]) -> tuple[str, list[Record
     if got is None:
         sys.exit(f"regen-probe: no client of {feature.prefer} sent a request for {feature.id}")
     return got
+
+
+def captured_line(records: list[Record]) -> str:
+    """Say what a client's needs were derived from: `12 calls, as OpenAI/Python 2.54.0`."""
+    agents = sorted({str((r["tags"]["sdk"] or {}).get("user_agent") or "?") for r in records})
+    shown = ", ".join(a.split(" (", 1)[0] for a in agents)
+    return f"{len(records)} call{'s' if len(records) != 1 else ''}, as {shown}"
 
 
 def main() -> int:
@@ -121,12 +128,12 @@ def main() -> int:
 
     clients: list[dict[str, Any]] = []
     by_name = {c.name: c for c in captured}
-    for cid, name in CLIENT_NAMES.items():
-        got = by_name[cid]
+    for client in load_clients():  # the ids and names as clients.yaml holds them, in order
+        got = by_name[client.id]
         clients.append(
             {
-                "id": cid,
-                "name": name,
+                "id": client.id,
+                "name": client.name,
                 "needs": needs_of(got.records, features),
                 "captured": captured_line(got.records),
             }
