@@ -17,6 +17,7 @@ from wirediff.record.names import AUTH_HEADERS
 from wirediff.record.redact import fingerprint, split_scheme
 
 __all__ = [
+    "ROUTE_METHODS",
     "SDK_FIELDS",
     "auth_tag",
     "client_of",
@@ -29,40 +30,49 @@ __all__ = [
     "tag_exchange",
 ]
 
-# (regex on the path after the API prefix, route template, family); first match wins.
+# (regex on the path after the API prefix, route template, family, the methods the API
+# reference gives the route); first match wins.
 _ID = r"[^/]+"
-ROUTES: list[tuple[re.Pattern[str], str, str]] = [
-    (re.compile(p + r"/?$"), t, f)
-    for p, t, f in [
-        (r"/chat/completions", "/v1/chat/completions", "chat.completions"),
-        (
-            rf"/chat/completions/{_ID}/messages",
-            "/v1/chat/completions/{id}/messages",
-            "chat.completions",
-        ),
-        (rf"/chat/completions/{_ID}", "/v1/chat/completions/{id}", "chat.completions"),
-        (r"/completions", "/v1/completions", "completions"),
-        (r"/responses/input_tokens", "/v1/responses/input_tokens", "responses"),
-        (r"/responses/compact", "/v1/responses/compact", "responses"),
-        (r"/responses", "/v1/responses", "responses"),
-        (rf"/responses/{_ID}/input_items", "/v1/responses/{id}/input_items", "responses"),
-        (rf"/responses/{_ID}/cancel", "/v1/responses/{id}/cancel", "responses"),
-        (rf"/responses/{_ID}", "/v1/responses/{id}", "responses"),
-        (r"/models", "/v1/models", "models"),
-        (r"/models/.+", "/v1/models/{id}", "models"),
-        (r"/embeddings", "/v1/embeddings", "embeddings"),
-        (r"/files", "/v1/files", "files"),
-        (rf"/files/{_ID}/content", "/v1/files/{id}/content", "files"),
-        (rf"/files/{_ID}", "/v1/files/{id}", "files"),
-        (r"/audio/(transcriptions|translations|speech)", "/v1/audio/{op}", "audio"),
-        (r"/images/(generations|edits|variations)", "/v1/images/{op}", "images"),
-        (r"/moderations", "/v1/moderations", "moderations"),
-        (r"/realtime", "/v1/realtime", "realtime"),
-        (r"/batches", "/v1/batches", "batches"),
-        (rf"/batches/{_ID}/cancel", "/v1/batches/{id}/cancel", "batches"),
-        (rf"/batches/{_ID}", "/v1/batches/{id}", "batches"),
-    ]
+_ROUTES = [
+    (r"/chat/completions", "/v1/chat/completions", "chat.completions", "POST"),
+    (
+        rf"/chat/completions/{_ID}/messages",
+        "/v1/chat/completions/{id}/messages",
+        "chat.completions",
+        "GET",
+    ),
+    (
+        rf"/chat/completions/{_ID}",
+        "/v1/chat/completions/{id}",
+        "chat.completions",
+        "GET POST DELETE",
+    ),
+    (r"/completions", "/v1/completions", "completions", "POST"),
+    (r"/responses/input_tokens", "/v1/responses/input_tokens", "responses", "POST"),
+    (r"/responses/compact", "/v1/responses/compact", "responses", "POST"),
+    (r"/responses", "/v1/responses", "responses", "POST"),
+    (rf"/responses/{_ID}/input_items", "/v1/responses/{id}/input_items", "responses", "GET"),
+    (rf"/responses/{_ID}/cancel", "/v1/responses/{id}/cancel", "responses", "POST"),
+    (rf"/responses/{_ID}", "/v1/responses/{id}", "responses", "GET DELETE"),
+    (r"/models", "/v1/models", "models", "GET"),
+    (r"/models/.+", "/v1/models/{id}", "models", "GET DELETE"),
+    (r"/embeddings", "/v1/embeddings", "embeddings", "POST"),
+    (r"/files", "/v1/files", "files", "GET POST"),
+    (rf"/files/{_ID}/content", "/v1/files/{id}/content", "files", "GET"),
+    (rf"/files/{_ID}", "/v1/files/{id}", "files", "GET DELETE"),
+    (r"/audio/(transcriptions|translations|speech)", "/v1/audio/{op}", "audio", "POST"),
+    (r"/images/(generations|edits|variations)", "/v1/images/{op}", "images", "POST"),
+    (r"/moderations", "/v1/moderations", "moderations", "POST"),
+    (r"/realtime", "/v1/realtime", "realtime", ""),
+    (r"/batches", "/v1/batches", "batches", "GET POST"),
+    (rf"/batches/{_ID}/cancel", "/v1/batches/{id}/cancel", "batches", "POST"),
+    (rf"/batches/{_ID}", "/v1/batches/{id}", "batches", "GET"),
 ]
+ROUTES: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(p + r"/?$"), t, f) for p, t, f, _ in _ROUTES
+]
+ROUTE_METHODS: dict[str, frozenset[str]] = {t: frozenset(m.split()) for _, t, _, m in _ROUTES if m}
+"""The methods each route of the OpenAI API takes, by its template."""
 _RESOURCES = re.compile(
     r"/(chat/completions|completions|responses|models|embeddings|files|audio|images|moderations|"
     r"batches|realtime)(/|$)"

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from wirediff._types import Record
 from wirediff.analysis.diagnosis.view import ExchangeView
+from wirediff.record.tags import ROUTE_METHODS
 
 __all__ = [
-    "ROUTE_METHODS",
     "Served",
     "Subject",
     "context_exceeded",
@@ -28,35 +28,6 @@ __all__ = [
     "subject_of",
     "wrong_method",
 ]
-
-ROUTE_METHODS: dict[str, frozenset[str]] = {
-    template: frozenset(methods.split())
-    for template, methods in {
-        "/v1/chat/completions": "POST",
-        "/v1/chat/completions/{id}": "GET POST DELETE",
-        "/v1/chat/completions/{id}/messages": "GET",
-        "/v1/completions": "POST",
-        "/v1/responses": "POST",
-        "/v1/responses/input_tokens": "POST",
-        "/v1/responses/compact": "POST",
-        "/v1/responses/{id}": "GET DELETE",
-        "/v1/responses/{id}/input_items": "GET",
-        "/v1/responses/{id}/cancel": "POST",
-        "/v1/models": "GET",
-        "/v1/models/{id}": "GET DELETE",
-        "/v1/embeddings": "POST",
-        "/v1/files": "GET POST",
-        "/v1/files/{id}": "GET DELETE",
-        "/v1/files/{id}/content": "GET",
-        "/v1/audio/{op}": "POST",
-        "/v1/images/{op}": "POST",
-        "/v1/moderations": "POST",
-        "/v1/batches": "GET POST",
-        "/v1/batches/{id}": "GET",
-        "/v1/batches/{id}/cancel": "POST",
-    }.items()
-}
-"""The methods each route of the OpenAI API takes (its API reference)."""
 
 _MODEL_WORDS = re.compile(
     r"(?i)\bmodels?\b.*\b(not found|does not exist|doesn't exist|unknown|invalid|not loaded|"
