@@ -39,6 +39,7 @@ from wirediff.reports.render import (
     summary_from,
     write_csv,
     write_findings,
+    write_json,
 )
 
 CANARY = "sk-canary-Zq8VwX3pLr7TnY2b"
@@ -686,3 +687,16 @@ def test_latencies_at_the_ends_of_a_double_are_charted(tmp_path: Path, ms: float
     assert "<svg" in render_html(model, tmp_path / "engine.html").read_text(encoding="utf-8")
     ticks = nice_ticks(ms)
     assert ticks[0] == 0 and ticks[-1] >= ms and all(math.isfinite(t) for t in ticks)
+
+
+def test_a_summary_written_anywhere_is_scrubbed_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`write_json`, which `probe --json` and `report --json` call for a file or `-`: a key a
+    server quoted is scrubbed on stdout as in the file."""
+    summary = {"reasons": ["401: Incorrect API key provided: sk-proj-PLANTED0123456789abcdef"]}
+    write_json(summary, tmp_path / "s.json")
+    assert write_json(summary, "-") == Path("-")
+    out = capsys.readouterr().out
+    assert out == (tmp_path / "s.json").read_text()
+    assert "PLANTED" not in out and json.loads(out)["reasons"][0].startswith("401: Incorrect")

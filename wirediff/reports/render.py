@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import itertools
@@ -227,10 +228,27 @@ def diagnosis_lines_of(model: ReportModel) -> Iterator[str]:
         yield diagnosis_lines(rows.iloc[start : start + WRITTEN])
 
 
+@contextlib.contextmanager
+def _opened(out_path: str | os.PathLike[str]) -> Iterator[tuple[TextIO, Path]]:
+    """Open `out_path` for UTF-8 text written as given, its folder made; `-` is stdout, kept open."""
+    if str(out_path) != "-":
+        out = Path(out_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8", newline="") as fh:
+            yield fh, out
+        return
+    sys.stdout.flush()
+    utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="")
+    try:
+        yield utf8, Path("-")
+        utf8.flush()
+    finally:
+        utf8.detach()  # stdout stays open
+
+
 def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Path:
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
+    """Write a summary as indented JSON, scrubbed; `-` writes to stdout."""
+    with _opened(out_path) as (fh, out):
         json.dump(scrub_output(summary), fh, ensure_ascii=False, indent=1)
         fh.write("\n")
     return out
@@ -238,50 +256,20 @@ def write_json(summary: dict[str, Any], out_path: str | os.PathLike[str]) -> Pat
 
 def write_summary(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Write `summary.json` for a built model; `-` writes to stdout."""
-    if str(out_path) != "-":
-        return write_json(summary_from(model), out_path)
-    sys.stdout.flush()
-    utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-    try:
-        json.dump(scrub_output(summary_from(model)), utf8, ensure_ascii=False, indent=1)
-        utf8.write("\n")
-        utf8.flush()
-    finally:
-        utf8.detach()  # stdout stays open
-    return Path("-")
+    return write_json(summary_from(model), out_path)
 
 
 def write_findings(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Write every finding, then every diagnosis, one JSON line each, streamed, never all in memory.
 
     `-` writes to stdout."""
-    lines = itertools.chain(finding_lines(model.listed), diagnosis_lines_of(model))
-    if str(out_path) == "-":
-        sys.stdout.flush()
-        utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-        try:
-            _write_lines(utf8, lines)
-            utf8.flush()
-        finally:
-            utf8.detach()
-        return Path("-")
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8", newline="\n") as fh:
-        _write_lines(fh, lines)
+    with _opened(out_path) as (fh, out):
+        fh.writelines(itertools.chain(finding_lines(model.listed), diagnosis_lines_of(model)))
     return out
-
-
-def _write_lines(fh: TextIO, lines: Iterator[str]) -> None:
-    for text in lines:
-        fh.write(text)
 
 
 def write_csv(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
     """Write the divergence table, conformance rows included, one finding per line."""
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8", newline="") as fh:
-        for text in csv_chunks(model.listed):
-            fh.write(text)
+    with _opened(out_path) as (fh, out):
+        fh.writelines(csv_chunks(model.listed))
     return out
