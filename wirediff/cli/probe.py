@@ -146,13 +146,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
             path = render_html(model, args.output)
             print(f"report: {path}", file=lines)
         if args.json:
-            summary = summary_from(model)
-            if args.json == "-":
-                import json
-
-                sys.stdout.write(json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
-            else:
-                print(f"summary: {write_json(summary, args.json)}", file=lines)
+            written = write_json(summary_from(model), args.json)
+            if args.json != "-":
+                print(f"summary: {written}", file=lines)
     if args.junit:
         print(
             f"junit: {write_junit(junit_frame(result), args.junit, 'wirediff probe')}", file=lines
