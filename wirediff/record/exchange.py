@@ -9,7 +9,7 @@ Bodies are held as they crossed the wire, still content-encoded: the builder dec
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ RawFields = tuple[tuple[bytes, bytes], ...]
 """Header fields as mitmproxy holds them (`Headers.fields`): an immutable snapshot."""
 
 
-def header_pairs(fields: RawFields) -> HeaderPairs:
+def header_pairs(fields: Iterable[tuple[bytes, bytes]]) -> HeaderPairs:
     """List headers as `(name, value)` strings, as mitmproxy's `Headers.items(multi=True)` does."""
     return [
         (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))

@@ -14,17 +14,24 @@ from wirediff._types import Record
 from wirediff.record.exchange import (
     Error,
     Exchange,
-    HeaderPairs,
     Request,
     Response,
     Timings,
+    header_pairs,
     header_value,
 )
 from wirediff.record.tap import StreamTap, is_sse
 from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, prepare, url_bytes_escaped
 from wirediff.replay.targets import Target
 
-__all__ = ["Sent", "exchange_from_httpx", "send", "to_httpx", "unsent_exchange"]
+__all__ = [
+    "Sent",
+    "exception_words",
+    "exchange_from_httpx",
+    "send",
+    "to_httpx",
+    "unsent_exchange",
+]
 
 
 def to_httpx(out: Outgoing, timeout: Mapping[str, Any]) -> httpx.Request:
@@ -65,12 +72,6 @@ def unsent_exchange(
     return exchange_from_httpx(request, out.content, timings=Timings(time.time()), error=error)
 
 
-def _decoded_headers(raw: list[tuple[bytes, bytes]]) -> HeaderPairs:
-    return [
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in raw
-    ]
-
-
 def exchange_from_httpx(
     request: httpx.Request,
     content: bytes | None,
@@ -89,7 +90,7 @@ def exchange_from_httpx(
     `content` is the body the request was given (None: none): httpx sends no body and an
     empty one alike. The URL is the one the server saw, with the host from the Host header.
     """
-    headers = _decoded_headers(request.headers.raw)
+    headers = header_pairs(request.headers.raw)
     path = request.url.raw_path.decode("utf-8", "surrogateescape")
     host = header_value(headers, "host") or request.url.netloc.decode("ascii")
     return Exchange(
@@ -107,7 +108,7 @@ def exchange_from_httpx(
             status=response.status_code,
             reason=response.reason_phrase,
             http_version=response.http_version,
-            headers=_decoded_headers(response.headers.raw),
+            headers=header_pairs(response.headers.raw),
             content=body,
         ),
         timings=timings,
@@ -123,7 +124,7 @@ class Sent:
     """No connection to the target could be made: it is down, or not where it is said to be."""
 
 
-def _msg(e: BaseException) -> str:
+def exception_words(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
@@ -150,14 +151,14 @@ async def send(
     except (httpx.ConnectError, httpx.ConnectTimeout) as e:
         kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else "upstream_unreachable"
         where = f"{request.url.host}:{request.url.port}"
-        return failed(f"cannot connect to {where}: {_msg(e)}", kind, connect_failed=True)
+        return failed(f"cannot connect to {where}: {exception_words(e)}", kind, connect_failed=True)
     except httpx.TimeoutException as e:
-        return failed(f"timed out waiting for the answer: {_msg(e)}", "timeout")
+        return failed(f"timed out waiting for the answer: {exception_words(e)}", "timeout")
     except httpx.HTTPError as e:
         low = str(e).lower()
         disconnect = "disconnect" in low or "closed" in low or isinstance(e, httpx.ReadError)
         kind = "upstream_disconnect" if disconnect else "upstream_protocol"
-        return failed(f"no valid HTTP answer: {_msg(e)}", kind)
+        return failed(f"no valid HTTP answer: {exception_words(e)}", kind)
     first_byte = time.time()
     sse = is_sse(resp.headers.get("content-type", ""))
     encoding = resp.headers.get("content-encoding", "")
@@ -169,9 +170,11 @@ async def send(
             tap(chunk)
         finished = time.time()
     except httpx.TimeoutException as e:
-        error = Error(f"timed out reading the answer: {_msg(e)}", "timeout")
+        error = Error(f"timed out reading the answer: {exception_words(e)}", "timeout")
     except httpx.HTTPError as e:
-        error = Error(f"server disconnected mid-answer: {_msg(e)}", "upstream_disconnect")
+        error = Error(
+            f"server disconnected mid-answer: {exception_words(e)}", "upstream_disconnect"
+        )
     finally:
         await resp.aclose()
     timings = Timings(started, first_byte, finished)
