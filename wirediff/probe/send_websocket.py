@@ -34,17 +34,17 @@ from wsproto.events import (
 )
 
 from wirediff._types import Record
+from wirediff.analysis.comparison.observe import RESPONSE_TERMINALS
 from wirediff.probe.expect import part
 from wirediff.record.exchange import Error, Exchange, Response, Timings
 from wirediff.record.exchange import Request as ExchangeRequest
 from wirediff.record.websocket import WebSocketTap
 from wirediff.replay.request import prepare
 from wirediff.replay.targets import Target
+from wirediff.replay.wire import exception_words
 
-__all__ = ["TURN_ENDS", "send_websocket"]
+__all__ = ["send_websocket"]
 
-TURN_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
-"""Server events after which the client sends its next message (or closes)."""
 READ = 65536
 CLOSE_TIMEOUT = 5.0
 """Seconds to wait for the connection to close once the session is over."""
@@ -121,7 +121,7 @@ async def send_websocket(
         )
     except (OSError, TimeoutError) as e:
         kind = "timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
-        return failed(f"cannot connect to {host}:{port}: {_exception_words(e)}", kind)
+        return failed(f"cannot connect to {host}:{port}: {exception_words(e)}", kind)
     ws = WSConnection(ConnectionType.CLIENT)
     try:
         extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
@@ -133,18 +133,13 @@ async def send_websocket(
     except TimeoutError:
         return failed("timed out in the WebSocket session", "timeout")
     except (OSError, ValueError) as e:
-        return failed(f"the WebSocket session failed: {_exception_words(e)}", "upstream_disconnect")
+        return failed(f"the WebSocket session failed: {exception_words(e)}", "upstream_disconnect")
     finally:
         writer.close()
         # a TLS close takes turns of the loop (close_notify): wait for them, else the
         # socket outlives the loop that `asyncio.run` then closes
         with contextlib.suppress(OSError, TimeoutError):
             await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
-
-
-def _exception_words(e: BaseException) -> str:
-    """Put an exception in words; some, such as a reset connection, have none of their own."""
-    return str(e) or type(e).__name__
 
 
 def _latin1_headers(headers: Any) -> list[tuple[str, str]]:
@@ -247,4 +242,4 @@ def _turn_ended(raw: bytes) -> bool:
         kind: Mapping[str, Any] | Any = json.loads(raw)
     except ValueError:
         return False
-    return isinstance(kind, dict) and kind.get("type") in TURN_ENDS
+    return isinstance(kind, dict) and kind.get("type") in RESPONSE_TERMINALS
