@@ -30,7 +30,7 @@ import httpx
 from wirediff._types import Record
 from wirediff.record.exchange import Exchange, Request, exchange_from_state, header_pairs
 from wirediff.record.pipe import READ_SIZE, FramePipe, FrameReader
-from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, build_item
+from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, build_item, say
 from wirediff.record.store import RecordWriter
 from wirediff.replay.connections import Connections
 from wirediff.replay.mirror import Candidate, Live, Mirror
@@ -50,10 +50,6 @@ Config = dict[str, Any]
 
 `candidates`: `[label, url, key variable | None, model map]`…; then `queue`, `concurrency`,
 `allow_unsafe`, `body_cap`, `redact`, `capture_dir`."""
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class MirrorProcess(FramePipe):
