@@ -32,8 +32,8 @@ from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
-from wirediff.reports.bottom_line import bottom_line
-from wirediff.reports.model import cell_name, verdict_rows
+from wirediff.reports.bottom_line import bottom_line, cell_name
+from wirediff.reports.model import verdict_rows
 from wirediff.reports.render import verdict_item
 
 __all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]

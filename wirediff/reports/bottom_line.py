@@ -20,7 +20,7 @@ import pandas as pd
 
 from wirediff._support import clip
 
-__all__ = ["bottom_line"]
+__all__ = ["bottom_line", "cell_name"]
 
 DROP_IN = ("compatible", "compatible with deviations")
 """Verdicts under which a candidate can replace the baseline."""
@@ -33,9 +33,13 @@ def _names(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def cell_name(family: str, transport: str) -> str:
+    """Name a verdict's cell: its family, and its transport when that is not HTTP."""
+    return family if transport == "http" else f"{family} ({transport})"
+
+
 def _family(row: Mapping[Hashable, Any]) -> str:
-    transport = str(row["transport"])
-    return str(row["family"]) + ("" if transport == "http" else f" ({transport})")
+    return cell_name(str(row["family"]), str(row["transport"]))
 
 
 def _deviations(rows: Sequence[Mapping[Hashable, Any]]) -> str:

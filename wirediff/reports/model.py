@@ -27,7 +27,7 @@ from wirediff.analysis.comparison.verdicts import FAMILIES, STOPPED, roles_of, v
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.index.analyze import CONFORMANCE, Analysis, Diagnosed
 from wirediff.probe.drive import ProbeResult
-from wirediff.reports.bottom_line import bottom_line
+from wirediff.reports.bottom_line import bottom_line, cell_name
 from wirediff.reports.captures import (
     SKIPPED,
     Capture,
@@ -64,7 +64,6 @@ __all__ = [
     "ReportModel",
     "Verdict",
     "build",
-    "cell_name",
     "verdict_rows",
 ]
 
@@ -111,11 +110,6 @@ class Verdict:
     @property
     def name(self) -> str:
         return cell_name(self.family, self.transport)
-
-
-def cell_name(family: str, transport: str) -> str:
-    """Name a verdict's cell: its family, and its transport when that is not HTTP."""
-    return family if transport == "http" else f"{family} ({transport})"
 
 
 def verdict_rows(frame: pd.DataFrame) -> list[Verdict]:
