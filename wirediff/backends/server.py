@@ -208,11 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
         error = {"message": message, "type": kind, "param": None, "code": None}
         self.send_json(status, {"error": error})
 
-    def send_json(self, status: int, obj: Any, content_type: str | None = None) -> None:
+    def send_json(self, status: int, obj: Any) -> None:
         data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        self.send_body(
-            status, [("Content-Type", content_type or self.prof["content_types"]["json"])], data
-        )
+        self.send_body(status, [("Content-Type", self.prof["content_types"]["json"])], data)
 
     def send_answer(self, kind: str, stream: bool | None = None, **values: str) -> None:
         path = values.setdefault("path", urlsplit(self.path).path)
