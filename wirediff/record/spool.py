@@ -111,12 +111,12 @@ class Spool(FramePipe):
     the caller then builds and writes the record itself; `close_unsent` builds what never
     reached the process."""
 
-    def __init__(self, body_cap: int, redact: frozenset[str] = frozenset()) -> None:
-        args = [str(body_cap), ",".join(sorted(redact))]
+    def __init__(self, body_cap: int) -> None:
+        args = [str(body_cap)]
         super().__init__(
             "wirediff.record.spool", args, PACKAGE_ROOT, fork=lambda fd: main(args, fd)
         )
-        self.body_cap, self.redact = body_cap, redact
+        self.body_cap = body_cap
 
     @property
     def name(self) -> str:
@@ -136,7 +136,7 @@ class Spool(FramePipe):
                 out.append((Path(path), _decoded(what)))
             else:
                 ex = exchange_from_state(what)
-                out.append((Path(path), build_item(ex, meta, self.body_cap, self.redact)))
+                out.append((Path(path), build_item(ex, meta, self.body_cap, frozenset())))
         return out
 
 
@@ -145,7 +145,7 @@ def _decoded(line: bytes) -> Record:
     return rec
 
 
-def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
+def serve(body_cap: int, fd: int = 0) -> int:
     """Read items from `fd` until it closes; build and append their records.
 
     Return 0 when every record was written, else 1, said on stderr."""
@@ -176,7 +176,7 @@ def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
         for path, what, meta in items:
             if meta is not None:
                 ex = exchange_from_state(what)
-                what = encode_record(build_item(ex, meta, body_cap, redact))
+                what = encode_record(build_item(ex, meta, body_cap, frozenset()))
             lines.setdefault(path, []).append(what)
         for path, batch in lines.items():
             writer(path).write_lines(batch)
@@ -188,8 +188,7 @@ def serve(body_cap: int, redact: frozenset[str], fd: int = 0) -> int:
 
 
 def main(argv: list[str], fd: int = 0) -> int:
-    cap, redact = [*argv, ""][:2]
-    return serve(int(cap), frozenset(n for n in redact.split(",") if n), fd)
+    return serve(int(argv[0]), fd)
 
 
 if __name__ == "__main__":
