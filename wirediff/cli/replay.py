@@ -88,6 +88,7 @@ from wirediff._types import Record
 from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
 from wirediff.errors import PlanError, UsageError
+from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.parts import expand_parts
 from wirediff.record.spool import Spool
 from wirediff.replay.config import (
@@ -155,7 +156,7 @@ def main_replay_args(args: argparse.Namespace) -> int:
     # pages of the records this process then reads stay its own, instead of being copied
     # on its every write to them.
     early = not opts.dry_run and _capture_bytes(args.captures) >= EARLY_SPOOL_BYTES
-    spool = Spool(opts.body_cap) if early else None
+    spool = Spool(DEFAULT_BODY_CAP) if early else None
     try:
         return _replay(args, opts, spool)
     finally:
@@ -224,7 +225,7 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     if to_send < SPOOL_AT:
         spool = None  # recorded here; an early one is closed on the way out
     elif spool is None:
-        spool = Spool(opts.body_cap)
+        spool = Spool(DEFAULT_BODY_CAP)
     writers = Writers(
         sorted({path_of(n.rec, t) for t in opts.targets for n in plan.nodes}), spool=spool
     )

@@ -12,7 +12,6 @@ from typing import Any
 
 from wirediff._support import read_yaml
 from wirediff.errors import PlanError, UsageError
-from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.replay.filters import Term, parse_filter
 from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 
@@ -43,7 +42,6 @@ class Options:
     allow_unsafe: bool = False
     dry_run: bool = False
     output: Path | None = None
-    body_cap: int = DEFAULT_BODY_CAP
 
 
 _RUN_KEYS = {"concurrency", "rate", "timeout", "only", "allow_unsafe"}

@@ -183,9 +183,7 @@ class TargetRun:
         *,
         concurrency: int,
         rate: float | None = None,
-        body_cap: int = DEFAULT_BODY_CAP,
         timeout: httpx.Timeout | None = None,
-        progress: Callable[[Counts], None] | None = None,
         attempts: Mapping[str, int] | None = None,
         offload: Offload | None = None,
     ) -> None:
@@ -198,11 +196,10 @@ class TargetRun:
         self.sink, self.done = sink, done
         self.concurrency = concurrency
         self.bucket = TokenBucket(rate) if rate else None
-        self.body_cap = body_cap
         self.timeout = (
             timeout or httpx.Timeout(DEFAULT_TIMEOUT, connect=CONNECT_TIMEOUT)
         ).as_dict()
-        self.progress = progress
+        self.progress: Callable[[Counts], None] | None = None
         self.listener = f"replay:{target.shown}"
         self.counts = Counts(total=len(plan), resumed=sum(1 for n in plan.nodes if n.id in done))
 
@@ -309,7 +306,7 @@ class TargetRun:
             await self.bucket.take()
         try:
             async with connections.one() as transport:
-                return await send(transport, request, out.content, self.body_cap)
+                return await send(transport, request, out.content, DEFAULT_BODY_CAP)
         except asyncio.CancelledError:
             self.interrupted.append(node)
             raise
@@ -336,7 +333,7 @@ class TargetRun:
 
     def record(self, node: Node, ex: Exchange) -> Record:
         """Build the capture's record of `ex`, as the replay of `node` on this target."""
-        return build_item(ex, self.meta(node), self.body_cap, frozenset())
+        return build_item(ex, self.meta(node), DEFAULT_BODY_CAP, frozenset())
 
     def offloaded(self, node: Node, sent: Sent) -> bool:
         """Hand what was sent to `offload` to record, when no later step reads ids from it."""
@@ -402,7 +399,6 @@ async def replay_all(
                 done_of[t.label],
                 concurrency=opts.concurrency,
                 rate=opts.rate,
-                body_cap=opts.body_cap,
                 timeout=timeout,
                 attempts=(attempts_of or {}).get(t.label),
                 offload=offload,
