@@ -22,7 +22,7 @@ from typing import Any
 from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
-from wirediff.record.lines import is_json
+from wirediff.record.lines import after_last_newline, is_json, newlines_before
 from wirediff.record.parts import expand_parts
 from wirediff.record.store import iter_records
 
@@ -79,31 +79,13 @@ def unfinished_line(path: Path) -> int | None:
     A line is unfinished when no newline follows it and it is not JSON."""
     with path.open("rb") as fh:
         size = fh.seek(0, os.SEEK_END)
-        if not size:
-            return None
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return None
-        start = end = size
-        while end > 0:
-            block_start = max(end - _BLOCK, 0)
-            fh.seek(block_start)
-            at = fh.read(end - block_start).rfind(b"\n")
-            if at != -1:
-                start = block_start + at + 1
-                break
-            start = end = block_start
+        start = after_last_newline(fh.fileno(), size)
         fh.seek(start)
         tail = fh.read()
         if not tail.strip() or is_json(tail):
             return None
         fh.seek(0)
-        newlines, left = 0, start
-        while left > 0:
-            chunk = fh.read(min(left, _BLOCK))
-            newlines += chunk.count(b"\n")
-            left -= len(chunk)
-        return newlines + 1
+        return newlines_before(fh, start) + 1
 
 
 def _warn_unfinished(paths: Sequence[Path]) -> None:

@@ -41,6 +41,7 @@ from wirediff.engine.sources import (
     resolve,
 )
 from wirediff.errors import CaptureError, UsageError
+from wirediff.record.lines import newlines_before
 from wirediff.record.store import log as store_log
 from wirediff.reports.model import ReportModel, build
 
@@ -349,16 +350,8 @@ def _available() -> int | None:
 
 def line_number(url: str, offset: int) -> int:
     """Count the line of a file that starts at byte `offset`, by the newlines before it."""
-    n = 1
     with open_binary(url) as fh:
-        left = offset
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                break
-            n += block.count(b"\n")
-            left -= len(block)
-    return n
+        return newlines_before(fh, offset) + 1
 
 
 def _warn_torn_raise_first_error(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:

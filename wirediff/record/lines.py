@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -30,8 +31,10 @@ __all__ = [
     "LineError",
     "Parsed",
     "Torn",
+    "after_last_newline",
     "is_json",
     "line_batches",
+    "newlines_before",
     "next_line",
     "parse_batch",
     "readable_lines",
@@ -155,6 +158,30 @@ def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
         if value is not None:
             out.append((lineno, text, value))
     return within_bounds(out, torn)
+
+
+def after_last_newline(fd: int, size: int) -> int:
+    """Find the offset just after the last b"\n" before `size` in the file `fd`, 0 if none."""
+    end = size
+    while end > 0:
+        start = max(end - READ_PIECE, 0)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at != -1:
+            return start + at + 1
+        end = start
+    return 0
+
+
+def newlines_before(fh: IO[bytes], offset: int) -> int:
+    """Count the newlines of the binary file `fh` from where it stands to `offset` bytes in."""
+    n = 0
+    while offset > 0:
+        block = fh.read(min(offset, READ_PIECE))
+        if not block:
+            break
+        n += block.count(b"\n")
+        offset -= len(block)
+    return n
 
 
 def is_json(line: bytes) -> bool:

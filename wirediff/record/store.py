@@ -30,7 +30,14 @@ from wirediff import FORMAT
 from wirediff._support import paused_gc
 from wirediff._types import Record
 from wirediff.errors import CaptureError
-from wirediff.record.lines import LineError, Parsed, Torn, line_batches, parse_batch
+from wirediff.record.lines import (
+    LineError,
+    Parsed,
+    Torn,
+    after_last_newline,
+    line_batches,
+    parse_batch,
+)
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
@@ -51,18 +58,6 @@ MAX_WAITING_BYTES = 64 << 20
 """Encoded records that may wait for a full disk; more are lost (and counted)."""
 BATCH_BYTES = 1 << 20
 """Bytes appended by one `write()` when several records wait."""
-
-
-def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
-    """Find the offset just after the last b"\n" before `size`, 0 if there is none."""
-    end = size
-    while end > 0:
-        start = max(end - block, 0)
-        at = os.pread(fd, end - start, start).rfind(b"\n")
-        if at != -1:
-            return start + at + 1
-        end = start
-    return 0
 
 
 def _last_part(base: Path) -> int:
@@ -233,7 +228,7 @@ class RecordWriter:
         size = os.fstat(fd).st_size
         if not size or os.pread(fd, 1, size - 1) == b"\n":
             return size
-        cut = _after_last_newline(fd, size)
+        cut = after_last_newline(fd, size)
         with self.path.with_name(self.path.name + ".fragments").open("ab") as frag:
             for at in range(cut, size, BATCH_BYTES):
                 frag.write(os.pread(fd, min(BATCH_BYTES, size - at), at))
