@@ -8,6 +8,8 @@ import functools
 import gc
 import os
 import re
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ __all__ = [
     "response_status",
     "statuses_2xx",
     "task_gc",
+    "terminal_bar",
 ]
 
 
@@ -207,3 +210,15 @@ def _libc(name: str) -> Callable[..., int] | None:
         return getattr(ctypes.CDLL(None), name)  # type: ignore[no-any-return]
     except (OSError, AttributeError):
         return None
+
+
+def terminal_bar(**options: Any) -> Any:
+    """Start a tqdm bar on stderr, as wide and tall as the terminal, with no monitor thread.
+
+    No thread is left running at Ctrl-C or exit, nor forked; a pty may report 0x0, where tqdm
+    would draw nothing, so the size falls back to 100x20."""
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    tqdm.monitor_interval = 0
+    size = shutil.get_terminal_size((100, 20))
+    return tqdm(file=sys.stderr, ncols=size.columns, nrows=size.lines, **options)

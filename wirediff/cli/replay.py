@@ -76,7 +76,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -84,6 +83,7 @@ from typing import Any
 
 import httpx
 
+from wirediff._support import terminal_bar
 from wirediff._types import Record
 from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
@@ -126,20 +126,7 @@ def hop_note(plan: Plan) -> str | None:
 
 def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Counts], None], Any]:
     """Show a tqdm bar on stderr: done/total, rate, and ok / errors / skipped counts."""
-    from tqdm import tqdm  # type: ignore[import-untyped]
-
-    tqdm.monitor_interval = 0  # no monitor thread: nothing left running at Ctrl-C or exit
-    size = shutil.get_terminal_size((100, 20))  # a pty may report 0x0: tqdm then draws nothing
-    bar = tqdm(
-        total=total,
-        initial=initial,
-        desc=f"replay → {label}",
-        unit="ex",
-        file=sys.stderr,
-        ncols=size.columns,
-        nrows=size.lines,
-        leave=True,
-    )
+    bar = terminal_bar(total=total, initial=initial, desc=f"replay → {label}", unit="ex")
 
     def update(c: Counts) -> None:
         errors = c.http_errors + c.transport_errors

@@ -4,9 +4,10 @@ The bar shows tasks done and exchanges per second on stderr; elsewhere nothing i
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import Any
+
+from wirediff._support import terminal_bar
 
 __all__ = ["Progress"]
 
@@ -37,18 +38,5 @@ class Progress:
         """Start a bar of `total` units over `tasks` tasks; a `total` of None counts as they come."""
         if not self.shown or not tasks:
             return _Phase(None, tasks)
-        from tqdm import tqdm  # type: ignore[import-untyped]
-
-        tqdm.monitor_interval = 0  # no monitor thread: nothing left running, nothing forked
-        size = shutil.get_terminal_size((100, 20))
-        bar = tqdm(
-            total=total,
-            desc=f"{name:<8}",
-            unit=unit,
-            unit_scale=True,
-            file=sys.stderr,
-            ncols=size.columns,
-            nrows=size.lines,  # a terminal that says 0 rows would hide every bar
-            leave=False,
-        )
+        bar = terminal_bar(total=total, desc=f"{name:<8}", unit=unit, unit_scale=True, leave=False)
         return _Phase(bar, tasks)
