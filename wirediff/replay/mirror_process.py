@@ -30,7 +30,7 @@ import httpx
 from wirediff._types import Record
 from wirediff.record.exchange import Exchange, Request, exchange_from_state, header_pairs
 from wirediff.record.pipe import READ_SIZE, FramePipe, FrameReader
-from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, build_item, say
+from wirediff.record.spool import PACKAGE_ROOT, RecordMeta, WriteReport, build_item, say
 from wirediff.record.store import RecordWriter
 from wirediff.replay.connections import Connections
 from wirediff.replay.mirror import Candidate, Live, Mirror
@@ -88,8 +88,7 @@ class Mirroring:
         self.transport_for, self.log = transport_for, log
         self.mirror: Mirror | None = None
         self.retired: list[Mirror] = []
-        self.writers: dict[Path, RecordWriter] = {}
-        self.failing: set[Path] = set()
+        self.reports: dict[Path, WriteReport] = {}
 
     def configure(self, config: Config) -> None:
         if self.mirror is not None:
@@ -124,14 +123,11 @@ class Mirroring:
         )
 
     def write(self, path: Path, rec: Record) -> None:
-        w = self.writers.get(path)
-        if w is None:
-            w = self.writers[path] = RecordWriter(path)
-        if not w.write(rec) and w.failure is not None and path not in self.failing:
-            self.failing.add(path)
-            self.log(
-                f"shadow: cannot write {path}: {w.failure.strerror or w.failure}; records wait"
-            )
+        said = self.reports.get(path)
+        if said is None:
+            said = self.reports[path] = WriteReport(RecordWriter(path), "shadow", self.log)
+        said.writer.write(rec)
+        said()
 
     def handle(self, item: Any) -> None:
         kind = item[0]
@@ -160,10 +156,10 @@ class Mirroring:
             await mirror.close(DRAIN_SECONDS)
             for line in mirror.summary():
                 self.log(line)
-        for w in self.writers.values():
-            w.close()
-            if w.waiting or w.lost:
-                self.log(f"shadow: {w.waiting + w.lost} records could not be written to {w.path}")
+        for said in self.reports.values():
+            said.writer.close()
+            said()
+            said.finish()
 
 
 async def serve(fd: int = 0) -> None:
