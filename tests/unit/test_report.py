@@ -700,3 +700,25 @@ def test_a_summary_written_anywhere_is_scrubbed_the_same(
     out = capsys.readouterr().out
     assert out == (tmp_path / "s.json").read_text()
     assert "PLANTED" not in out and json.loads(out)["reasons"][0].startswith("401: Incorrect")
+
+
+def test_the_csv_to_stdout_is_the_file_and_only_one_output_goes_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--csv -`: the table on stdout, as the file holds it, the paths written on stderr; two
+    outputs on stdout are refused before anything is read."""
+    from tests.fixtures.sessions import write_fixtures
+    from wirediff.cli import main
+
+    monkeypatch.chdir(tmp_path)  # where a file named `-` would be written
+    (tmp_path / "captures").mkdir()
+    captures = write_fixtures(tmp_path / "captures")
+    argv = ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
+    assert main([*argv, "--csv", str(tmp_path / "d.csv")]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--csv", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out == (tmp_path / "d.csv").read_text() and out.count("\n") > 1
+    assert str(tmp_path / "r.html") in err and not (tmp_path / "-").exists()
+    assert main([*argv, "--json", "-", "--csv", "-"]) == 2
+    assert "--json - and --csv -: only one of them can go to stdout" in capsys.readouterr().err

@@ -60,10 +60,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     t0 = time.monotonic()
-    outputs = {"-o": args.output, "--json": args.json, "--findings": args.findings}
-    distinct_outputs(args.captures, {**outputs, "--csv": args.csv})
-    if args.json == "-" and args.findings == "-":
-        raise UsageError("--json - and --findings -: only one of them can go to stdout")
+    outputs = {
+        "-o": args.output,
+        "--json": args.json,
+        "--findings": args.findings,
+        "--csv": args.csv,
+    }
+    distinct_outputs(args.captures, outputs)
+    piped = [f"{o} -" for o in ("--json", "--findings", "--csv") if outputs.get(o) == "-"]
+    if len(piped) > 1:
+        raise UsageError(f"{' and '.join(piped)}: only one of them can go to stdout")
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
             named, ignore=ignore, max_examples=args.max_examples, baseline=args.baseline
@@ -78,7 +84,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             if args.findings != "-":
                 written.append(findings)
         if args.csv:
-            written.append(write_csv(model, args.csv))
+            table = write_csv(model, args.csv)
+            if args.csv != "-":
+                written.append(table)
     t = model.totals
     print(
         f"{t['exchanges']:,} exchanges, {t['pairs']:,} pairs: {t['divergences']:,} divergences, "
@@ -86,7 +94,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"({time.monotonic() - t0:.1f}s)",
         file=sys.stderr,
     )
-    piped = "-" in (args.json, args.findings)
     paths_to = sys.stderr if piped else sys.stdout  # stdout may be the summary's
     for path in written:
         print(path, file=paths_to)
@@ -116,7 +123,9 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="also write every finding and diagnosis as JSON Lines (-: to stdout)",
     )
-    p.add_argument("--csv", metavar="FILE", help="also write the divergence table as CSV")
+    p.add_argument(
+        "--csv", metavar="FILE", help="also write the divergence table as CSV (-: to stdout)"
+    )
     p.add_argument(
         "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
     )
