@@ -45,6 +45,7 @@ class CaptureProxy:
     capture_dir: Path
     session: str
     label: str = ""
+    confdir: Path | None = None
     ports: list[int] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     console: bool = False
@@ -76,6 +77,8 @@ class CaptureProxy:
         ]
         if self.label:
             cmd += ["--set", f"capture_label={self.label}"]
+        if self.confdir:
+            cmd += ["--set", f"confdir={self.confdir}"]
         for upstream, port in zip(self.upstreams, self.ports, strict=True):
             cmd += ["--mode", f"reverse:{upstream}@{port}"]
         cmd += self.extra
