@@ -44,7 +44,7 @@ def build_job(job: Job, session: str, body_cap: int, redact: frozenset[str]) -> 
         "listener": listener,
         "replay_of": replay_of,
     }
-    return build_item(exchange_from_snapshot(snap), meta, body_cap, redact)
+    return build_item(exchange_from_snapshot(snap), meta, body_cap, redact, "capture")
 
 
 def serve(

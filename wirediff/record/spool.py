@@ -9,7 +9,7 @@ appends them, one writer per file, in the order sent. A record the sender built 
 it reads ids from) goes as its encoded line. What cannot be written (a full disk that stays
 full) is said on stderr and the process exits 1.
 
-Usage (started by `Spool`): python -m wirediff.record.spool BODY_CAP [REDACT]
+Usage (started by `Spool`): python -m wirediff.record.spool BODY_CAP
 """
 
 from __future__ import annotations
@@ -75,9 +75,15 @@ def say(line: str) -> None:
 
 
 def build_item(
-    ex: Exchange, meta: Mapping[str, Any], body_cap: int, redact: frozenset[str]
+    ex: Exchange,
+    meta: Mapping[str, Any],
+    body_cap: int,
+    redact: frozenset[str],
+    who: str = "wirediff",
 ) -> Record:
-    """Build the record of `ex` as `meta` describes it; when it cannot be built, what is certain."""
+    """Build the record of `ex` as `meta` describes it; when it cannot be built, what is certain.
+
+    `who` starts the line that says it could not be built."""
     try:
         rec = build_record(
             ex,
@@ -90,7 +96,7 @@ def build_item(
             redact=redact,
         )
     except Exception as e:  # never lose the exchange: keep what is certain
-        print(f"wirediff: could not build the record of {ex.id}: {e!r}", file=sys.stderr)
+        say(f"{who}: could not build the record of {ex.request.method} {ex.id}: {e!r}")
         rec = fallback_record(
             ex,
             str(meta.get("session") or ""),
