@@ -4,7 +4,7 @@ It checks conformance to the OpenAPI document, the SDK types and Open Responses,
 grammars, severity by client impact, and the diagnoses of what failed.
 
 Kept to this one module so that a change in how severity is measured is taken up here alone.
-It uses the in-memory analysis (`analyze`, `diagnose`): a probe is a few dozen exchanges.
+It uses the in-memory analysis (`analyze`, `diagnose_index`): a probe is a few dozen exchanges.
 """
 
 from __future__ import annotations
