@@ -43,12 +43,10 @@ import pyarrow.parquet as pq
 from wirediff import FORMAT, __version__
 from wirediff._types import Record
 from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
-from wirediff.analysis.diagnosis.chains import redirect_location
-from wirediff.analysis.diagnosis.explain import models_listed
-from wirediff.analysis.diagnosis.outcome import exchange_ok
+from wirediff.analysis.index.row import record_keys
 from wirediff.engine.decode import loads
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
-from wirediff.record.keys import ask_digest, digest, digests, request_fingerprint
+from wirediff.record.keys import digest
 from wirediff.record.scrub import scrub_output
 from wirediff.record.store import is_utf8, read_depth
 
@@ -229,28 +227,17 @@ def export_part(
 def _extra(rec: Record) -> dict[str, Any]:
     """Give the keys pairing and chains read of a record, `EXTRA`, as the dataset holds them."""
     replay_of = rec.get("replay_of")
-    original = replay_of is None
-    request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
-    resp: Any = rec.get("response") or {}
-    req = rec["request"]
-    models = None
-    if (
-        (rec.get("tags") or {}).get("endpoint") == "/v1/models"
-        and req.get("method") == "GET"
-        and resp.get("status") == 200
-    ):
-        listed = models_listed(rec)
-        models = sorted(listed) if listed is not None else None
+    fingerprint, request, ask, hop, body, ok, location, models = record_keys(rec)
     return {
         "id_digest": digest(rec["id"]),
         "replay_digest": digest(replay_of) if replay_of is not None else 0,
         "request_digest": request,
         "body_digest": body,
         "hop_digest": hop,
-        "fingerprint": int(request_fingerprint(rec)[:16], 16) if original else 0,
-        "ask_digest": ask_digest(req) if original else 0,
-        "location": redirect_location(rec),
-        "ok": exchange_ok(rec),
+        "fingerprint": fingerprint,
+        "ask_digest": ask,
+        "location": location,
+        "ok": ok,
         "models": models,
     }
 

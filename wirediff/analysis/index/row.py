@@ -38,7 +38,7 @@ from wirediff.analysis.diagnosis.outcome import exchange_ok
 from wirediff.record.keys import ask_digest, digests, request_fingerprint
 from wirediff.record.tags import SDK_FIELDS
 
-__all__ = ["CATEGORIES", "INDEX_COLUMNS", "Reader", "concat_index", "index_frame"]
+__all__ = ["CATEGORIES", "INDEX_COLUMNS", "Reader", "concat_index", "index_frame", "record_keys"]
 
 _UNINDEXED = frozenset(
     {
@@ -127,6 +127,31 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if type(value) is dict else _EMPTY
 
 
+def record_keys(rec: Record) -> tuple[int, int, int, int, int, bool, str | None, list[str] | None]:
+    """Compute what pairing and chains read of a record, for the index and the dataset alike.
+
+    An original's request fingerprint and ask digest (0 for a replay), its request, hop and body
+    digests, whether it ended well, where it redirects, and the models a model list names."""
+    req, resp = rec["request"], rec.get("response") or _EMPTY
+    original = rec.get("replay_of") is None
+    request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
+    models = None
+    listing = (rec.get("tags") or _EMPTY).get("endpoint") == "/v1/models"
+    if listing and req.get("method") == "GET" and resp.get("status") == 200:
+        listed = models_listed(rec)
+        models = sorted(listed) if listed is not None else None
+    return (
+        int(request_fingerprint(rec)[:16], 16) if original else 0,
+        request,
+        ask_digest(req) if original else 0,
+        hop,
+        body,
+        exchange_ok(rec),
+        redirect_location(rec),
+        models,
+    )
+
+
 class Reader:
     """Read records into index rows, remembering which readings and evidence it read.
 
@@ -165,29 +190,22 @@ class Reader:
     ) -> tuple[Any, ...]:
         """Read a record's row; `answer` is its `answer_key`, if it has one, and `reading` the
         number of its reading, if known."""
-        req, resp, tags = rec["request"], rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
+        resp, tags = rec.get("response") or _EMPTY, rec.get("tags") or _EMPTY
         error = _dict(rec.get("error"))
-        original = rec.get("replay_of") is None
-        request, body, hop = digests(rec, original and isinstance(rec.get("listener"), str))
-        ok = exchange_ok(rec)
-        models = None
-        listing = tags.get("endpoint") == "/v1/models" and req.get("method") == "GET"
-        if listing and resp.get("status") == 200:
-            listed = models_listed(rec)
-            models = orjson.dumps(sorted(listed)).decode() if listed is not None else None
+        fingerprint, request, ask, hop, body, ok, location, models = record_keys(rec)
         return (
             *_SHARED_AT(exchange_row(rec)),
             _first_event_ms(resp.get("events")),
             _client(tags.get("sdk")),
             error.get("message") if error.get("kind") == "skipped" else None,
-            int(request_fingerprint(rec)[:16], 16) if original else 0,
+            fingerprint,
             request,
-            ask_digest(req) if original else 0,
+            ask,
             hop,
             body,
             ok,
-            redirect_location(rec),
-            models,
+            location,
+            None if models is None else orjson.dumps(models).decode(),
             self._reading(rec, answer) if reading is None else reading,
             0 if ok else self._evidence(rec),
         )
