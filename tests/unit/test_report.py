@@ -637,12 +637,10 @@ def test_the_summary_to_stdout_is_the_file_and_nothing_else(
 ) -> None:
     """`--json -`: a pipeline reads the summary from stdout (`| jq`); the paths of what
     else was written go to stderr."""
-    from tests.fixtures.sessions import masked, write_fixtures
+    from tests.fixtures.sessions import masked
     from wirediff.cli import main
 
-    (tmp_path / "captures").mkdir()
-    captures = write_fixtures(tmp_path / "captures")
-    argv = ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
+    argv = _report_argv(tmp_path)
     assert main([*argv, "--json", str(tmp_path / "s.json")]) == 0
     capsys.readouterr()
     assert main([*argv, "--json", "-"]) == 0
@@ -707,13 +705,10 @@ def test_the_csv_to_stdout_is_the_file_and_only_one_output_goes_there(
 ) -> None:
     """`--csv -`: the table on stdout, as the file holds it, the paths written on stderr; two
     outputs on stdout are refused before anything is read."""
-    from tests.fixtures.sessions import write_fixtures
     from wirediff.cli import main
 
     monkeypatch.chdir(tmp_path)  # where a file named `-` would be written
-    (tmp_path / "captures").mkdir()
-    captures = write_fixtures(tmp_path / "captures")
-    argv = ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
+    argv = _report_argv(tmp_path)
     assert main([*argv, "--csv", str(tmp_path / "d.csv")]) == 0
     capsys.readouterr()
     assert main([*argv, "--csv", "-"]) == 0
@@ -722,3 +717,12 @@ def test_the_csv_to_stdout_is_the_file_and_only_one_output_goes_there(
     assert str(tmp_path / "r.html") in err and not (tmp_path / "-").exists()
     assert main([*argv, "--json", "-", "--csv", "-"]) == 2
     assert "--json - and --csv -: only one of them can go to stdout" in capsys.readouterr().err
+
+
+def _report_argv(tmp_path: Path) -> list[str]:
+    """Give `wirediff report` over the fixture captures, written to `tmp_path`, its HTML there."""
+    from tests.fixtures.sessions import write_fixtures
+
+    (tmp_path / "captures").mkdir()
+    captures = write_fixtures(tmp_path / "captures")
+    return ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
