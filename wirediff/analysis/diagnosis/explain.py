@@ -162,11 +162,10 @@ class Backends:
     ) -> None:
         self.read = read
         heads = exchanges[["label", "listener"]].reset_index(drop=True)
-        by = list(heads)
-        first = heads.groupby(by, dropna=False, sort=False, observed=True).head(BACKEND_SCAN)
+        groups = heads.groupby(list(heads), dropna=False, sort=False, observed=True).indices
         self.rows: dict[tuple[Any, Any], list[int]] = {}
-        for key, part in first.groupby(by, dropna=False, sort=False, observed=True):
-            self.rows.setdefault(backend_key(*key), []).extend(part.index.to_numpy().tolist())
+        for key, at in groups.items():
+            self.rows.setdefault(backend_key(*key), []).extend(at[:BACKEND_SCAN].tolist())
         for key, at in self.rows.items():  # a label that is no text is one with a missing one
             self.rows[key] = sorted(at)[:BACKEND_SCAN]
         self.known: dict[tuple[Any, Any], Provider] = {}
