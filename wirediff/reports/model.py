@@ -483,9 +483,9 @@ def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict
     timeline = analysis.answers("timeline")
 
     def named(column: str, at: np.ndarray) -> np.ndarray:
-        codes, values = pd.factorize(rows[column], use_na_sentinel=False)
+        codes, values = pd.factorize(rows[column].iloc[at], use_na_sentinel=False)
         names = np.array(["None" if missing(v) else str(v) for v in values], dtype=object)
-        out: np.ndarray = names[codes[at]]
+        out: np.ndarray = names[codes]
         return out
 
     frame = pd.DataFrame(
