@@ -41,7 +41,7 @@ from wirediff.probe.drive import ProbeResult, probe
 from wirediff.probe.features import Feature
 from wirediff.probe.matrix import STATUSES
 from wirediff.reports.model import build
-from wirediff.reports.render import render_html, summary_from, write_json
+from wirediff.reports.render import render_html, write_summary
 
 __all__ = ["main_probe", "register", "terminal_matrix"]
 
@@ -146,7 +146,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             path = render_html(model, args.output)
             print(f"report: {path}", file=lines)
         if args.json:
-            written = write_json(summary_from(model), args.json)
+            written = write_summary(model, args.json)
             if args.json != "-":
                 print(f"summary: {written}", file=lines)
     if args.junit:
