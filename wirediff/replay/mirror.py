@@ -49,7 +49,7 @@ from wirediff.replay.safety import request_problem, unsafe_reason
 from wirediff.replay.sender import Counts, counted
 from wirediff.replay.slots import ESSENTIAL_KEYS, PRODUCERS, Slot, find_refs, produced_slots
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import send, to_httpx, unsent_exchange
+from wirediff.replay.wire import exception_words, send, to_httpx, unsent_exchange
 
 __all__ = ["DROPPED", "STEP_MEMORY", "Candidate", "Live", "Mirror", "RecordSink"]
 
@@ -267,7 +267,7 @@ class Mirror:
                 except PlanError as e:  # its path leaves the candidate's base path
                     reason = str(e)
                 except Exception as e:  # what the candidate cannot be sent
-                    why = str(e) or type(e).__name__
+                    why = exception_words(e)
                     reason = f"the request cannot be sent to the candidate: {why}"
             connect_failed = False
             if request is None:

@@ -35,7 +35,7 @@ from wirediff.replay.output import Writers
 from wirediff.replay.plan import Node, Plan, resolve
 from wirediff.replay.request import Outgoing, prepare
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import Sent, send, to_httpx, unsent_exchange
+from wirediff.replay.wire import Sent, exception_words, send, to_httpx, unsent_exchange
 
 __all__ = [
     "SPOOL_AT",
@@ -300,7 +300,7 @@ class TargetRun:
         except PlanError as e:  # its path leaves the target: recorded as skipped, with why
             return self.skipped(node, str(e), mapping)
         except Exception as e:  # a malformed original: recorded as skipped, not a traceback
-            why = f"the captured request cannot be sent again: {str(e) or type(e).__name__}"
+            why = f"the captured request cannot be sent again: {exception_words(e)}"
             return self.skipped(node, why, mapping)
         if self.bucket is not None:
             await self.bucket.take()

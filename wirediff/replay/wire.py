@@ -125,6 +125,7 @@ class Sent:
 
 
 def exception_words(e: BaseException) -> str:
+    """Put an exception in words; some, such as a reset connection, have none of their own."""
     return str(e) or type(e).__name__
 
 
