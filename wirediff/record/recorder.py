@@ -66,9 +66,7 @@ def serve(
                 [encode_record(build_job(j, session, body_cap, redact)) for j in jobs]
             )
         report()
-    writer.close()
-    report()
-    report.finish()
+    report.close()
 
 
 class Recorder(FramePipe):

@@ -59,9 +59,11 @@ class WriteReport:
             self.failing = False
             self.say(f"{self.who}: writing {w.path} again; the waiting records are written")
 
-    def finish(self) -> int:
-        """Say how many records were not written, if any, and return how many."""
+    def close(self) -> int:
+        """Close the writer; say how many records were not written, if any, and return how many."""
         w = self.writer
+        w.close()
+        self()
         lost = w.waiting + w.lost
         if lost:
             why = w.failure.strerror if w.failure is not None else "unknown"
@@ -155,27 +157,24 @@ def serve(body_cap: int, fd: int = 0) -> int:
     """Read items from `fd` until it closes; build and append their records.
 
     Return 0 when every record was written, else 1, said on stderr."""
-    writers: dict[str, RecordWriter] = {}
     reports: dict[str, WriteReport] = {}
 
     def writer(path: str) -> RecordWriter:
-        w = writers.get(path)
-        if w is None:
-            w = writers[path] = RecordWriter(path)
-            reports[path] = WriteReport(w, "wirediff", say)
-        return w
+        if path not in reports:
+            reports[path] = WriteReport(RecordWriter(path), "wirediff", say)
+        return reports[path].writer
 
     def report() -> None:
         for said in reports.values():
             said()
 
     def retry_after() -> float | None:
-        return RETRY_SECONDS if any(w.waiting for w in writers.values()) else None
+        return RETRY_SECONDS if any(r.writer.waiting for r in reports.values()) else None
 
     for items in frame_batches(fd, retry_after):
         if items is None:
-            for w in writers.values():
-                w.retry()
+            for said in reports.values():
+                said.writer.retry()
             report()
             continue
         lines: dict[str, list[bytes]] = {}
@@ -187,10 +186,7 @@ def serve(body_cap: int, fd: int = 0) -> int:
         for path, batch in lines.items():
             writer(path).write_lines(batch)
         report()
-    for w in writers.values():
-        w.close()
-    report()
-    return 1 if sum(said.finish() for said in reports.values()) else 0
+    return 1 if sum(said.close() for said in reports.values()) else 0
 
 
 def main(argv: list[str], fd: int = 0) -> int:

@@ -157,9 +157,7 @@ class Mirroring:
             for line in mirror.summary():
                 self.log(line)
         for said in self.reports.values():
-            said.writer.close()
-            said()
-            said.finish()
+            said.close()
 
 
 async def serve(fd: int = 0) -> None:
