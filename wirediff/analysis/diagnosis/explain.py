@@ -162,12 +162,16 @@ class Backends:
     ) -> None:
         self.read = read
         heads = exchanges[["label", "listener"]].reset_index(drop=True)
-        groups = heads.groupby(list(heads), dropna=False, sort=False, observed=True).indices
+        groups: dict[Any, Any] = heads.groupby(
+            list(heads), dropna=False, sort=False, observed=True
+        ).indices
         self.rows: dict[tuple[Any, Any], list[int]] = {}
-        for key, at in groups.items():
-            self.rows.setdefault(backend_key(*key), []).extend(at[:BACKEND_SCAN].tolist())
-        for key, at in self.rows.items():  # a label that is no text is one with a missing one
-            self.rows[key] = sorted(at)[:BACKEND_SCAN]
+        for (label, listener), at in groups.items():
+            self.rows.setdefault(backend_key(label, listener), []).extend(
+                at[:BACKEND_SCAN].tolist()
+            )
+        for key, rows in self.rows.items():  # a label that is no text is one with a missing one
+            self.rows[key] = sorted(rows)[:BACKEND_SCAN]
         self.known: dict[tuple[Any, Any], Provider] = {}
 
     def provider(self, x: ExchangeView) -> Provider:
