@@ -178,9 +178,9 @@ def _hop_links(f: pd.DataFrame, content: Sequence[Hashable] | np.ndarray) -> Lin
     replay = f["is_replay"].to_numpy(dtype=bool)
     started = f["started"].to_numpy(dtype=np.float64)
     cand = np.flatnonzero(named & ~replay)
-    cand = cand[np.argsort(started[cand], kind="stable")]  # in start order, ties by row
     if len(np.unique(codes[cand])) < 2:  # one listener: nothing came through another
         return []
+    cand = cand[np.argsort(started[cand], kind="stable")]  # in start order, ties by row
     # compact columns of the candidates only: a million exchanges' floats as objects
     # would be most of the memory the chains take
     keys: Any = (
