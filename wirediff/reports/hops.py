@@ -22,6 +22,7 @@ import pandas as pd
 
 from wirediff._support import error_kind
 from wirediff._types import Record
+from wirediff.analysis.comparison.observe import MEMO_LIMIT
 from wirediff.analysis.comparison.pairing import text_codes
 from wirediff.analysis.comparison.sameness import without_ids
 from wirediff.analysis.diagnosis.evidence import EvidenceById
@@ -323,23 +324,27 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
     for chain_id, c in _chains(diagnoses):
         read = _read_alike(c, evidence)
         key = keys.get(read) if read is not None else None
+        said = None
         if key is None:
+            said = _said(c)
             key = (
                 c.label,
                 c.endpoint,
                 tuple(
                     (code, provider, without_ids(summary), remedy)
-                    for code, provider, summary, remedy in _said(c)
+                    for code, provider, summary, remedy in said
                 ),
                 _shape(c.exchange_ids, records_by_id),
                 tuple(without_ids(e) for e in c.evidence),
                 c.recovered,
             )
             if read is not None:
+                if len(keys) >= MEMO_LIMIT:  # chains that share no key: memory, not time
+                    keys.clear()
                 keys[read] = key
         g = groups.get(key)
         if g is None:
-            said = _said(c)
+            said = said or _said(c)
             g = groups[key] = ChainGroup(
                 anchor("c", *(code for code, *_ in said), c.label, c.endpoint, repr(key)),
                 c.label,
