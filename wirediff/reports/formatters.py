@@ -114,7 +114,7 @@ def anchor(*parts: object) -> str:
     spell a whole chain."""
     text = "\x1f".join(str(p) for p in parts)
     made = slug(text[: 4 * SLUG])
-    if len(made) <= SLUG:
+    if len(made) <= SLUG and len(text) > 4 * SLUG:
         made = slug(text)
     return f"{made[:SLUG]}-{hashlib.sha1(text.encode()).hexdigest()[:ANCHOR_HASH]}"
 
