@@ -51,7 +51,7 @@ from wirediff.reports.findings import (
 )
 from wirediff.reports.formatters import anchor, missing, redact, status_class
 from wirediff.reports.hops import NO_ENDPOINT, ChainGroup, chain_groups
-from wirediff.reports.latency import Latency, collect_latency, finish_latency
+from wirediff.reports.latency import Latency, latency
 from wirediff.reports.timeline import Alignments, Timeline, collect_alignments, finish_alignments
 
 __all__ = [
@@ -444,7 +444,7 @@ def build(
             for row in unmatched.to_dict("records")
         ],
         baseline_chosen_by=analysis.baseline.chosen_by,
-        latency=finish_latency(collect_latency(ex), labels),
+        latency=latency(ex, labels),
         listed=found,
         diagnoses=diagnosed.frame,
         max_examples=max_examples,
