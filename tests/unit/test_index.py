@@ -4,6 +4,7 @@ goes back to through `replay_of`."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -219,4 +220,25 @@ def test_captures_past_this_machines_memory_are_one_line_that_says_what_helps(
     assert err.count("\n") == 1 and "k exchanges a GB on either engine" in err, err
     assert "fewer captures at a time, or on a machine with more memory" in err
     assert "--engine dask" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_dataset_past_this_machines_memory_is_counted_by_its_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Parquet dataset has no JSON Lines size to estimate from: its mark says how many
+    exchanges it holds, and those are counted as a capture's would be."""
+    from wirediff.cli import main
+    from wirediff.engine import run as engine_run
+
+    files = write_fixtures(tmp_path)
+    dataset = tmp_path / "dataset"
+    assert main(["export", *map(str, files), "--parquet", str(dataset)]) == 0
+    said = json.loads((dataset / "wirediff-dataset.json").read_text())["exchanges"]
+    capsys.readouterr()
+    # room for all but one of them
+    monkeypatch.setattr(engine_run, "_available", lambda: (said - 1) * engine_run.EXCHANGE_BYTES)
+    assert main(["report", str(dataset), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"about {said:,} exchanges" in err, err
     assert not (tmp_path / "r.html").exists()

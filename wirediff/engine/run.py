@@ -316,16 +316,15 @@ class _Reading:
 def _fits(sources: Sequence[Source]) -> None:
     """Refuse captures that would hold more in memory than this machine has.
 
-    The estimate counts the JSON Lines files by their size and by their records' size at their
-    start; the refusal is a usage error of one line."""
+    The estimate counts the datasets by their marks, and the JSON Lines files by their size and
+    by their records' size at their start; the refusal is a usage error of one line."""
+    exchanges = sum(s.exchanges or 0 for s in sources if s.kind == PARQUET)
     size = sum(s.size for s in sources if s.kind != PARQUET)
-    if not size:
-        return
-    first = next(s for s in sources if s.kind != PARQUET and s.size)
-    with open_binary(first.url) as fh:
-        head = fh.read(1 << 20)
-    lines = max(head.count(b"\n"), 1)
-    exchanges = size * lines // max(len(head), 1)
+    if size:
+        first = next(s for s in sources if s.kind != PARQUET and s.size)
+        with open_binary(first.url) as fh:
+            head = fh.read(1 << 20)
+        exchanges += size * max(head.count(b"\n"), 1) // max(len(head), 1)
     need = exchanges * EXCHANGE_BYTES
     have = _available()
     if have is not None and need > have:
