@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import gc
 import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from wirediff._types import Record
 
@@ -83,6 +84,22 @@ def read_yaml(path: str | os.PathLike[str], what: str = "") -> Any:
         where = getattr(e, "problem_mark", None)
         line = f":{where.line + 1}" if where is not None else ""
         raise ValueError(f"{path}{line}: not valid YAML") from None
+
+
+def field_values(obj: Any) -> tuple[Any, ...]:
+    """Take a dataclass's fields as a tuple in their order, plain values `marshal` carries.
+
+    `from_field_values` makes the dataclass again, in another process."""
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+D = TypeVar("D")
+
+
+def from_field_values(kind: type[D], values: Sequence[Any]) -> D:
+    """Make the dataclass `kind` from the tuple `field_values` took of one."""
+    names = (f.name for f in dataclasses.fields(kind))  # type: ignore[arg-type]
+    return kind(**dict(zip(names, values, strict=True)))
 
 
 def is_2xx(status: Any) -> bool:

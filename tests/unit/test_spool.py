@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import marshal
+from dataclasses import fields
 from typing import Any
 
 import httpx
@@ -23,6 +24,8 @@ from wirediff.record.exchange import (
     exchange_state,
 )
 from wirediff.record.spool import RecordMeta, build_item
+from wirediff.record.tap import StreamTap
+from wirediff.record.websocket import WebSocketTap
 from wirediff.replay.plan import make_plan
 from wirediff.replay.sender import Counts, TargetRun, counted
 
@@ -94,6 +97,49 @@ def test_every_part_of_an_exchange_comes_back_as_it_was() -> None:
             ex.timings,
             ex.error,
         )
+
+
+def test_every_field_of_the_taps_comes_back_as_it_was() -> None:
+    """A stream's and a WebSocket's tap, each field set to a value other than its default,
+    cross `marshal` unchanged, so the recorder builds from what the proxy saw."""
+    stream = StreamTap(
+        t0=1.5,
+        content_encoding="gzip",
+        cap=7,
+        sse=False,
+        max_events=3,
+        max_stream=9,
+        events=[{"t_ms": 1.0, "event": "x", "data": {"a": 1}}],
+        raw=bytearray(b"ab"),
+        wire_size=5,
+        decoded=4,
+        ended=True,
+        decode_error="BadGzipFile: x",
+        events_dropped=2,
+        truncated=True,
+    )
+    socket = WebSocketTap(
+        t0=2.5,
+        cap=7,
+        max_events=3,
+        max_bytes=9,
+        events=[{"t_ms": 1.0, "event": "m", "data": "hi", "direction": "client"}],
+        events_dropped=1,
+        kept_bytes=2,
+        counts={"client": 1, "server": 2},
+        sizes={"client": 3, "server": 4},
+        close_code=1001,
+        close_reason="gone",
+        closed_by="server",
+        ended=3.5,
+        found=["sk-…"],
+    )
+    for tap in (stream, socket):
+        again = type(tap).from_state(marshal.loads(marshal.dumps(tap.state())))
+        names = [f.name for f in fields(tap)]
+        assert [getattr(again, n) for n in names] == [getattr(tap, n) for n in names]
+    assert isinstance(again, WebSocketTap) and not again.abnormal
+    assert StreamTap.from_state(stream.state()).kept() == b"ab"
 
 
 def test_what_later_steps_read_ids_from_is_built_here_the_rest_handed_on() -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
+from wirediff._support import field_values, from_field_values
 from wirediff.record.tap import StreamTap
 from wirediff.record.websocket import WebSocketTap
 
@@ -163,24 +164,13 @@ def exchange_state(ex: Exchange) -> tuple[Any, ...]:
     resp, error = ex.response, ex.error
     return (
         ex.id,
-        _values(ex.request),
-        None if resp is None else _values(resp),
-        _values(ex.timings),
-        None if error is None else _values(error),
+        field_values(ex.request),
+        None if resp is None else field_values(resp),
+        field_values(ex.timings),
+        None if error is None else field_values(error),
         None if ex.tap is None else ex.tap.state(),
         None if ex.websocket is None else ex.websocket.state(),
     )
-
-
-def _values(part: Request | Response | Timings | Error) -> tuple[Any, ...]:
-    return tuple(getattr(part, f.name) for f in fields(part))
-
-
-P = TypeVar("P", Request, Response, Timings, Error)
-
-
-def _made(kind: type[P], values: Sequence[Any]) -> P:
-    return kind(**dict(zip((f.name for f in fields(kind)), values, strict=True)))
 
 
 def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
@@ -188,10 +178,10 @@ def exchange_from_state(state: tuple[Any, ...]) -> Exchange:
     ex_id, rq, rs, timings, error, tap, ws = state
     return Exchange(
         id=ex_id,
-        request=_made(Request, rq),
-        response=None if rs is None else _made(Response, rs),
-        timings=_made(Timings, timings),
-        error=None if error is None else _made(Error, error),
+        request=from_field_values(Request, rq),
+        response=None if rs is None else from_field_values(Response, rs),
+        timings=from_field_values(Timings, timings),
+        error=None if error is None else from_field_values(Error, error),
         tap=None if tap is None else StreamTap.from_state(tap),
         websocket=None if ws is None else WebSocketTap.from_state(ws),
     )

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from wirediff._support import field_values, from_field_values
 from wirediff._types import Event
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.inflate import Decoder, decoder_for
@@ -148,35 +149,13 @@ class StreamTap:
 
     def state(self) -> tuple[Any, ...]:
         """Take what a closed tap holds as plain values, for `from_state` in another process."""
-        return (
-            self.t0,
-            self.content_encoding,
-            self.cap,
-            self.sse,
-            self.events,
-            bytes(self.raw),
-            self.wire_size,
-            self.decoded,
-            self.ended,
-            self.decode_error,
-            self.events_dropped,
-            self.truncated,
-        )
+        return field_values(self)
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> StreamTap:
         """Make a closed tap holding what `state()` saw."""
-        t0, encoding, cap, sse, events, raw, *counts = state
-        tap = cls(t0=t0, content_encoding=encoding, cap=cap, sse=sse, events=events)
-        tap.raw = bytearray(raw)
-        (
-            tap.wire_size,
-            tap.decoded,
-            tap.ended,
-            tap.decode_error,
-            tap.events_dropped,
-            tap.truncated,
-        ) = counts
+        tap = from_field_values(cls, state)
+        tap.raw = bytearray(tap.raw)  # `marshal` gives it back as bytes
         tap._decoder, tap._closed = None, True
         return tap
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from wirediff._support import field_values, from_field_values
 from wirediff._types import Event, WebSocketSummary
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.names import MAX_FOUND, credentials_in
@@ -176,39 +177,12 @@ class WebSocketTap:
 
     def state(self) -> tuple[Any, ...]:
         """Take what the tap holds as plain values, for `from_state` in another process."""
-        return (
-            self.t0,
-            self.cap,
-            self.events,
-            self.events_dropped,
-            self.kept_bytes,
-            self.counts,
-            self.sizes,
-            self.close_code,
-            self.close_reason,
-            self.closed_by,
-            self.ended,
-            self.found,
-        )
+        return field_values(self)
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> WebSocketTap:
         """Make a tap holding what `state()` saw."""
-        t0, cap, events, dropped, kept, counts, sizes, code, reason, by, ended, found = state
-        return cls(
-            t0=t0,
-            cap=cap,
-            events=events,
-            events_dropped=dropped,
-            kept_bytes=kept,
-            counts=counts,
-            sizes=sizes,
-            close_code=code,
-            close_reason=reason,
-            closed_by=by,
-            ended=ended,
-            found=found,
-        )
+        return from_field_values(cls, state)
 
     def release(self) -> None:
         """Forget the messages kept, once they are recorded elsewhere: `state()` was sent on."""
