@@ -47,7 +47,6 @@ __all__ = [
     "factorize_together",
     "index_in",
     "pair_exchanges",
-    "sorted_codes",
     "text",
     "text_codes",
 ]
@@ -146,18 +145,6 @@ def factorize_together(
         picked.append(firsts.tolist())
         at = place
     return codes, list(zip(*reversed(picked), strict=True))
-
-
-def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Number a column's strings in their sorted order, whatever order its categories have."""
-    codes, uniques = pd.factorize(column)
-    values = np.asarray(uniques, dtype=object)
-    order = np.argsort(values, kind="stable")
-    place = np.empty(len(order), dtype=np.int64)
-    place[order] = np.arange(len(order))
-    if not len(order):
-        return codes, values
-    return np.where(codes < 0, -1, place[codes]), values[order]
 
 
 def index_in(column: pd.Series, values: pd.Series) -> np.ndarray:
