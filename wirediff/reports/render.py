@@ -28,6 +28,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from wirediff.analysis.comparison.kinds import SEVERITIES
+from wirediff.analysis.comparison.verdicts import VERDICT_COLUMNS
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.probe.drive import result_summary
 from wirediff.probe.matrix import STATUSES
@@ -123,19 +124,9 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 
 
 def verdict_item(v: Verdict) -> dict[str, Any]:
-    """Turn one drop-in verdict into `summary.schema.json`'s `verdict_row`."""
-    return {
-        "label": v.label,
-        "role": v.role,
-        "family": v.family,
-        "transport": v.transport,
-        "verdict": v.verdict,
-        "reasons": v.reasons,
-        "breaking": v.breaking,
-        "deviations": v.deviations,
-        "cosmetic": v.cosmetic,
-        "exchanges": v.exchanges,
-    }
+    """Turn one drop-in verdict into `summary.schema.json`'s `verdict_row`: its columns but
+    the headline, which the report shows."""
+    return {c: getattr(v, c) for c in VERDICT_COLUMNS if c != "headline"}
 
 
 def summary_from(model: ReportModel) -> dict[str, Any]:
