@@ -8,6 +8,7 @@ afterwards.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -39,7 +40,6 @@ ERROR_FIELDS = (
     ("param", frozenset({"string", "null"})),
     ("code", frozenset({"string", "null"})),
 )
-_compared: dict[tuple[Frozen, Frozen, Frozen, Frozen], tuple[Finding, ...]] = {}
 _header_findings: dict[tuple[Any, ...], tuple[Finding, ...]] = {}
 
 
@@ -385,18 +385,17 @@ def compare_shapes(
 
     Answers of one kind share a handful of shapes, so each distinct comparison is made once:
     shapes are frozen when observed, and a frozenset hashes once."""
-    key = (frozenset(b_shape), frozenset(c_shape), frozenset(b_values), frozenset(c_values))
-    found = _compared.get(key)
-    if found is None:
-        if len(_compared) >= MEMO_LIMIT:
-            _compared.clear()
-        found = _compared[key] = tuple(_compare_shapes(*key))
-    return list(found)
+    return list(
+        _compare_shapes(
+            frozenset(b_shape), frozenset(c_shape), frozenset(b_values), frozenset(c_values)
+        )
+    )
 
 
+@functools.lru_cache(maxsize=MEMO_LIMIT)
 def _compare_shapes(
     b_shape: Frozen, c_shape: Frozen, b_values: Frozen, c_values: Frozen
-) -> list[Finding]:
+) -> tuple[Finding, ...]:
     out: list[Finding] = []
     reported: set[str] = set()
     if b_shape != c_shape:
@@ -414,7 +413,7 @@ def _compare_shapes(
             if path in reported or any(a in reported for a in ancestors(path)):
                 continue
             out.append(_enum_finding(path, b_seen[path], c_seen[path]))
-    return out
+    return tuple(out)
 
 
 def _enum_finding(path: str, bv: set[str], cv: set[str]) -> Finding:

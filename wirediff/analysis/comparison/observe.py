@@ -7,6 +7,7 @@ never get this far: shapes hold types, and only constant fields keep values.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,6 @@ MEMO_LIMIT = 1 << 14
 What is remembered depends only on its key, so forgetting costs only time."""
 EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
 _event_shapes: dict[tuple[int, str], EventShape] = {}
-_unions: dict[frozenset[Frozen], Frozen] = {}
 
 
 @dataclass(slots=True)
@@ -297,13 +297,12 @@ def union(parts: set[Frozen]) -> Frozen:
     remembered comparisons find them by identity."""
     if len(parts) == 1:
         return next(iter(parts))
-    key = frozenset(parts)
-    found = _unions.get(key)
-    if found is None:
-        if len(_unions) >= MEMO_LIMIT:
-            _unions.clear()
-        found = _unions[key] = frozenset().union(*parts)
-    return found
+    return _union(frozenset(parts))
+
+
+@functools.lru_cache(maxsize=MEMO_LIMIT)
+def _union(parts: frozenset[Frozen]) -> Frozen:
+    return frozenset().union(*parts)
 
 
 def _typed_shapes(obs: Observed, events: list[Event], labels: list[str]) -> None:

@@ -6,6 +6,7 @@ what the SDK made of the answer comes from `wirediff.analysis.comparison.breaks`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -208,14 +209,10 @@ def _problem_text(problem: Problem, count: int) -> str:
     return f"{problem.message} ({where})"
 
 
-_interned: dict[Any, Any] = {}
-
-
+@functools.lru_cache(maxsize=1 << 14)
 def _intern(value: Any) -> Any:
     """Share one object per distinct value: records share a few sets of paths, hashed once."""
-    if len(_interned) >= 1 << 14:
-        _interned.clear()
-    return _interned.setdefault(value, value)
+    return value
 
 
 _breaks: dict[tuple[int, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]]] = {}
