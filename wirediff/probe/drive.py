@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -254,16 +254,8 @@ def result_summary(result: ProbeResult) -> dict[str, Any]:
         "embedding_model": result.embedding_model,
         "strict": result.strict,
         "passed": result.passed,
-        "features": [
-            {
-                "id": r.id,
-                "title": r.title,
-                "status": r.status,
-                "evidence": r.evidence,
-                "client": r.client,
-                "exchanges": r.exchanges,
-                "problems": r.problems,
-            }
+        "features": [  # a row's fields but `whose`, which the matrix reads
+            {f.name: getattr(r, f.name) for f in fields(r) if f.name != "whose"}
             for r in result.rows
         ],
         "clients": [
