@@ -60,12 +60,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     with named_captures(args.captures) as named, open_run(args) as run:
         rows = run.diagnose(named)
         if args.json:
-            sep = "[\n  "
-            for item in rows.to_dict(orient="records"):
-                text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
-                out.write(sep + text)
-                sep = ",\n  "
-            out.write("[]\n" if sep.startswith("[") else "\n]\n")
+            out.write(json.dumps(rows.to_dict(orient="records"), indent=2, default=str) + "\n")
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
