@@ -8,6 +8,7 @@ file and its byte range, or a dataset file and a row."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import json
 import os
@@ -22,7 +23,7 @@ import orjson
 from wirediff._types import Record
 from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
-from wirediff.record.parts import HEAD_BYTES, expand_parts, glob_escape, session_parts
+from wirediff.record.parts import HEAD_BYTES, expand_parts, session_parts
 from wirediff.record.store import Shared, read_depth, record_problem, share_repeats
 from wirediff.record.validate import line_past_bounds, past_bounds
 
@@ -105,7 +106,7 @@ def _dataset(arg: str) -> Source | None:
             return None
         text = fs.cat_file(f"{base}/{DATASET_MARK}")
         protocol = arg.split("://", 1)[0]
-        found = fs.glob(f"{glob_escape(base)}/exchanges/**/*.parquet")
+        found = fs.glob(f"{glob.escape(base)}/exchanges/**/*.parquet")
         files = [f"{protocol}://{p}" for p in sorted(found)]
         url = arg
     else:
@@ -163,7 +164,7 @@ def _jsonl(url: str) -> list[Source]:
 
     def listed(folder: str, pattern: str) -> list[str]:
         try:
-            return list(fs.glob(f"{glob_escape(folder)}/{pattern}"))
+            return list(fs.glob(f"{glob.escape(folder)}/{pattern}"))
         except Exception:  # a folder that cannot be listed (an HTTP server's): no parts
             return []
 

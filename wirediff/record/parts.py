@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from glob import escape
 from pathlib import Path
 
 __all__ = [
@@ -21,7 +22,6 @@ __all__ = [
     "Rotation",
     "capture_parts",
     "expand_parts",
-    "glob_escape",
     "names_a_part",
     "parse_rotation",
     "part_path",
@@ -144,17 +144,13 @@ def session_parts(
         stem = m["base"]  # `s.2.jsonl` → `s.jsonl`, when there is one
     first = os.path.join(folder, stem + SUFFIX)
     numbered: list[tuple[int, str]] = []
-    for p in glob(folder or ".", f"{glob_escape(stem)}.*{SUFFIX}"):
+    for p in glob(folder or ".", f"{escape(stem)}.*{SUFFIX}"):
         m = _PART.match(os.path.basename(p)[: -len(SUFFIX)])
         if m is not None and m["base"] == stem and is_file(p) and not _replays(head(p)):
             numbered.append((int(m["n"]), os.path.join(folder, os.path.basename(p))))
     if numbered and is_file(first) and _replays(head(first)):
         return [first]
     return [first, *(p for _, p in sorted(numbered))]
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def expand_parts(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
