@@ -60,7 +60,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     with named_captures(args.captures) as named, open_run(args) as run:
         rows = run.diagnose(named)
         if args.json:
-            out.write(json.dumps(rows.to_dict(orient="records"), indent=2, default=str) + "\n")
+            # a piece at a time: the text of a million diagnoses is never held whole
+            json.dump(rows.to_dict(orient="records"), out, indent=2, default=str)
+            out.write("\n")
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
