@@ -9,7 +9,7 @@ from wirediff.reports.latency import latency
 
 
 def _exchanges(rng: np.random.Generator) -> pd.DataFrame:
-    n = 150_000  # a backend past the 65,536 values a sketch once took over from
+    n = 300_000  # 75k values in each backend and family: exact at any size
     label = rng.choice(["openai", "ollama"], n)
     family = rng.choice(["chat", "responses"], n)
     # each family its own range, so a backend's quantiles over one family alone are wrong

@@ -2,7 +2,7 @@
 
 They are shown as exact quantiles and as box plots drawn in inline SVG, with pixel positions
 computed here. The measures are columns of the index the analysis holds in memory, so the
-quantiles are numpy's over every value, not a sketch's.
+quantiles are numpy's over every value.
 """
 
 from __future__ import annotations
@@ -140,12 +140,11 @@ def latency(ex: pd.DataFrame, labels: Sequence[str]) -> Latency:
         table.append(row)
     order = {label: i for i, label in enumerate(labels)}
     table.sort(key=lambda r: (order.get(r["label"], len(order)), r["family"]))
-    by_label = dict(list(frame.groupby("label", sort=False)))
-    per_label: dict[str, dict[str, Stats]] = {}
-    for label in labels:
-        mine = by_label.get(label)
-        found = {} if mine is None else {m: stats(mine[m].to_numpy()) for m in METRICS}
-        per_label[label] = {m: s for m, s in found.items() if s is not None}
+    per_label: dict[str, dict[str, Stats]] = {label: {} for label in labels}
+    for lab, part in frame.groupby("label", sort=False):
+        if str(lab) in per_label:
+            found = {m: stats(part[m].to_numpy()) for m in METRICS}
+            per_label[str(lab)] = {m: s for m, s in found.items() if s is not None}
     charts = []
     for m in ("ttfe", "duration"):
         rows = {label: per_label[label][m] for label in labels if m in per_label[label]}
