@@ -306,6 +306,7 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
     group, _ = factorize_together(alike.astype(np.int32)[found.template], *found.meta_codes())
     sizes = np.bincount(group)
+    # by the texts, not by a category order
     said, evidences = pd.factorize(v["evidence"].to_numpy(dtype=object), sort=True)
     evidence_at = np.full(len(sizes), len(evidences))
     np.minimum.at(evidence_at, group, said[found.template])

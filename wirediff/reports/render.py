@@ -124,8 +124,9 @@ def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
 
 
 def verdict_item(v: Verdict) -> dict[str, Any]:
-    """Turn one drop-in verdict into `summary.schema.json`'s `verdict_row`: its columns but
-    the headline, which the report shows."""
+    """Turn one drop-in verdict into `summary.schema.json`'s `verdict_row`.
+
+    That is its columns but the headline, which only the report shows."""
     return {c: getattr(v, c) for c in VERDICT_COLUMNS if c != "headline"}
 
 

@@ -60,7 +60,7 @@ CHUNK_PREFIX = f"events[{CHUNK}]"
 CHUNK_TOOL_CALLS = (f"{CHUNK_PREFIX}.choices[].delta.tool_calls", "array")
 """A chunk without this in its shape carries no tool-call argument fragments."""
 MEMO_LIMIT = 1 << 14
-"""Entries each table of remembered shapes and comparisons keeps before it starts over.
+"""Entries each table of remembered shapes and comparisons keeps at most.
 
 What is remembered depends only on its key, so forgetting costs only time."""
 EventShape = tuple[Frozen, Frozen, Frozen | None, Frozen | None]
