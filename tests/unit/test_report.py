@@ -726,3 +726,32 @@ def _report_argv(tmp_path: Path) -> list[str]:
     (tmp_path / "captures").mkdir()
     captures = write_fixtures(tmp_path / "captures")
     return ["report", *map(str, captures), "-o", str(tmp_path / "r.html")]
+
+
+def test_a_probes_summary_is_what_the_schema_says_and_nothing_more() -> None:
+    """`summary.schema.json` admits no key it does not name: a field added to a feature's or a
+    client's row is written only once the schema says what it is."""
+    from wirediff.probe.drive import ProbeResult, result_summary
+    from wirediff.probe.matrix import ClientRow, FeatureRow
+
+    row = FeatureRow(
+        "tools", "Tool calls", "breaking", "arguments are an object", "python", ["x1"], ["p"]
+    )
+    row.whose = [("breaking", "python")]  # what the matrix reads, not the summary
+    result = ProbeResult(
+        url="http://127.0.0.1:1/v1",
+        label="candidate",
+        model="m",
+        embedding_model="e",
+        rows=[row],
+        clients=[ClientRow("python", "openai-python", ["tools"], ["tools"], [])],
+        records=[],
+        graded=None,  # type: ignore[arg-type]
+        seconds={"sending": 0.5},
+    )
+    probe = schema()["properties"]["probe"]
+    validate(result_summary(result), probe, schema())
+    assert (
+        list(result_summary(result)["features"][0])
+        == probe["properties"]["features"]["items"]["required"]
+    )
