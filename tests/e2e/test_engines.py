@@ -321,3 +321,21 @@ def test_a_worker_killed_mid_run_is_survived(
     if "error" in outcome:
         raise outcome["error"]
     assert outcome["summary"] == reference
+
+
+def test_captures_past_this_machines_memory_are_refused_on_a_cluster_too(
+    cluster: Any,
+    fixtures: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The workers of a cluster scan elsewhere, but the table they make is analysed here: what
+    would not fit this machine's memory is one line before anything is sent to them."""
+    monkeypatch.setattr(engine_run, "_available", lambda: 1 << 10)
+    out = tmp_path / "r.html"
+    argv = ["report", *map(str, fixtures), "-o", str(out)]
+    assert main([*argv, "--engine", "dask", "--scheduler", cluster.scheduler_address]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "k exchanges a GB on either engine" in err, err
+    assert not out.exists()

@@ -29,8 +29,6 @@ Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 class Engine(Protocol):
     workers: int
-    local: bool
-    """The workers run on this machine."""
 
     def run(
         self, fn: Callable[..., Any], calls: Sequence[Call], *, small: bool = False
@@ -52,7 +50,6 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self.local = True
         self._pool: ProcessPoolExecutor | None = None
 
     def run(
@@ -114,7 +111,6 @@ class DaskEngine:
                 "--engine dask needs dask.distributed: pip install 'wirediff[dask]'"
             ) from None
         self._cluster = None
-        self.local = scheduler is None
         if scheduler is not None:
             self._client = _connected(_address(scheduler), connect_s)
         else:

@@ -52,7 +52,7 @@ EXCHANGE_BYTES = 1_500
 
 That is mostly the index, the findings and the pairs: at 1M exchanges of the bench's session
 the command peaks at 1,360 MiB, its workers gone by then; the index frame is about 245 bytes
-an exchange. The local engine checks the captures against it before it starts."""
+an exchange. Every engine checks the captures against it before it starts."""
 SMALL_BYTES = 64 << 20
 """Less than this to scan, and a local engine scans in this process.
 
@@ -118,8 +118,7 @@ class Run:
         for scope, found in enumerate(resolve(args, scoped=scoped)):
             sources += found
             scopes += [scope if scoped else 0] * len(found)
-        if self.engine.local:
-            _fits(sources)
+        _fits(sources)  # the table is held here, wherever the workers run
         name = uuid.uuid4().hex
         calls: list[Call] = [((scan_chunk, name, sources, *span), {}) for span in chunks(sources)]
         for src, source in enumerate(sources):
