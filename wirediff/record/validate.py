@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from types import UnionType
 from typing import Any, NotRequired, get_args, get_origin, get_type_hints, is_typeddict
 
-import orjson
-
 from wirediff import FORMAT
 from wirediff._types import (
     Auth,
@@ -86,20 +84,10 @@ chunk's tool call delta holds nine. Only a stream of tiny ones, `[{},{},…]`, w
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Tell whether `value` nests lists and objects more than `limit` levels deep.
 
-    A value of `limit` lists and objects or fewer cannot, and orjson writes it to count them
-    several times faster than a walk; one it cannot write is walked, level by level, with no
-    recursion."""
+    It goes level by level, with no recursion."""
     if limit < 1:
         return True
-    if not isinstance(value, _NESTING):
-        return False
-    try:
-        text = orjson.dumps(value)
-    except TypeError:  # an integer past 64 bits, a lone surrogate, nesting past 255
-        text = None
-    if text is not None and text.count(b"{") + text.count(b"[") <= limit:
-        return False
-    level = [value]
+    level = [value] if isinstance(value, _NESTING) else []
     for _ in range(limit):
         if not level:
             return False
@@ -207,6 +195,9 @@ def limit_depth(rec: Record) -> bool:
             limited = True
         events = part.get("events")
         if not isinstance(events, list):
+            continue
+        data = [ev.get("data") for ev in events if isinstance(ev, dict)]
+        if not depth_exceeds(data, MAX_DEPTH + 1):  # all events at once: the list is a level
             continue
         for ev in events:
             if isinstance(ev, dict) and depth_exceeds(ev.get("data")):
