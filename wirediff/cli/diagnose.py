@@ -60,9 +60,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     with named_captures(args.captures) as named, open_run(args) as run:
         rows = run.diagnose(named)
         if args.json:
-            # a piece at a time: the text of a million diagnoses is never held whole
-            json.dump(rows.to_dict(orient="records"), out, indent=2, default=str)
-            out.write("\n")
+            # a row a write: each is scrubbed whole, and the text of all is never held
+            sep = "[\n  "
+            for item in rows.to_dict(orient="records"):
+                text = json.dumps(item, indent=2, default=str).replace("\n", "\n  ")
+                out.write(sep + text)
+                sep = ",\n  "
+            out.write("[]\n" if sep.startswith("[") else "\n]\n")
         elif not len(rows):
             out.write("no failing chains: nothing to diagnose\n")
         else:
