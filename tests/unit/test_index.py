@@ -242,3 +242,25 @@ def test_a_dataset_past_this_machines_memory_is_counted_by_its_mark(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"about {said:,} exchanges" in err, err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_export_is_held_to_what_it_holds_not_to_what_the_analysis_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Export keeps the index without the analysis: captures the analysis would not fit in
+    are exported, and only past export's own share are refused."""
+    from wirediff.cli import main
+    from wirediff.engine import run as engine_run
+
+    files = write_fixtures(tmp_path)
+    lines = sum(len(p.read_bytes().splitlines()) for p in files)
+    room = lines * (engine_run.EXPORT_EXCHANGE_BYTES + engine_run.EXCHANGE_BYTES) // 2
+    monkeypatch.setattr(engine_run, "_available", lambda: room)
+    assert main(["report", *map(str, files), "-o", str(tmp_path / "r.html")]) == 2
+    assert "exchanges a GB on either engine" in capsys.readouterr().err
+    assert main(["export", *map(str, files), "--parquet", str(tmp_path / "dataset")]) == 0
+    monkeypatch.setattr(
+        engine_run, "_available", lambda: lines * engine_run.EXPORT_EXCHANGE_BYTES // 2
+    )
+    assert main(["export", *map(str, files), "--parquet", str(tmp_path / "again")]) == 2
+    assert "run it on fewer captures at a time" in capsys.readouterr().err
