@@ -332,7 +332,13 @@ def test_captures_past_this_machines_memory_are_refused_on_a_cluster_too(
 ) -> None:
     """The workers of a cluster scan elsewhere, but the table they make is analysed here: what
     would not fit this machine's memory is one line before anything is sent to them."""
+    from wirediff.engine.engines import DaskEngine
+
+    def sent(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("work was sent to the cluster")
+
     monkeypatch.setattr(engine_run, "_available", lambda: 1 << 10)
+    monkeypatch.setattr(DaskEngine, "run", sent)
     out = tmp_path / "r.html"
     argv = ["report", *map(str, fixtures), "-o", str(out)]
     assert main([*argv, "--engine", "dask", "--scheduler", cluster.scheduler_address]) == 2
