@@ -264,3 +264,32 @@ def test_export_is_held_to_what_it_holds_not_to_what_the_analysis_does(
     )
     assert main(["export", *map(str, files), "--parquet", str(tmp_path / "again")]) == 2
     assert "run it on fewer captures at a time" in capsys.readouterr().err
+
+
+def test_the_estimate_reads_the_whole_capture_not_only_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Small records first and large ones after: counting lines by the first megabyte alone
+    made nearly three times the exchanges there are, and refused captures that fit. Windows
+    across all of it count within a few tenths of the truth."""
+    from tests.fixtures.records import chat_record
+    from wirediff.cli import main
+    from wirediff.engine import run as engine_run
+    from wirediff.record.store import RecordWriter
+
+    path = tmp_path / "s.jsonl"
+    small, large = 2000, 200
+    with RecordWriter(path) as w:
+        for i in range(small):
+            w.write(chat_record(id=f"s{i}", seq=i))
+        for i in range(large):
+            big = chat_record(id=f"l{i}", seq=small + i)
+            big["request"]["body"]["messages"][0]["content"] = "word " * 10_000
+            w.write(big)
+    assert path.stat().st_size > 64 * engine_run.WINDOW * 4  # windows, not the whole file
+    truth = small + large
+    monkeypatch.setattr(engine_run, "_available", lambda: truth * engine_run.EXCHANGE_BYTES // 3)
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 2
+    said = capsys.readouterr().err
+    estimate = int(said.split("about ", 1)[1].split(" exchanges", 1)[0].replace(",", ""))
+    assert truth / 1.5 <= estimate <= truth * 1.5, said

@@ -6,6 +6,8 @@ report quotes them. `Run` is a context manager: its engine lives as long as it."
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 import sys
@@ -37,6 +39,7 @@ from wirediff.engine.sources import (
     PARQUET,
     Source,
     open_binary,
+    read_ranges,
     read_records,
     resolve,
 )
@@ -325,15 +328,10 @@ class _Reading:
 def _fits(sources: Sequence[Source], holds: int) -> None:
     """Refuse captures that would hold more in memory than this machine has.
 
-    Each exchange holds `holds` bytes. The estimate counts the datasets by their marks, and the JSON Lines files by their size and
-    by their records' size at their start; the refusal is a usage error of one line."""
+    Each exchange holds `holds` bytes. The estimate counts the datasets by their marks and the
+    JSON Lines files' lines by `_lines`; the refusal is a usage error of one line."""
     exchanges = sum(s.exchanges or 0 for s in sources if s.kind == PARQUET)
-    size = sum(s.size for s in sources if s.kind != PARQUET)
-    if size:
-        first = next(s for s in sources if s.kind != PARQUET and s.size)
-        with open_binary(first.url) as fh:
-            head = fh.read(1 << 20)
-        exchanges += size * max(head.count(b"\n"), 1) // max(len(head), 1)
+    exchanges += _lines([s for s in sources if s.kind != PARQUET and s.size])
     need = exchanges * holds
     have = _available()
     if have is not None and need > have:
@@ -343,6 +341,31 @@ def _fits(sources: Sequence[Source], holds: int) -> None:
             f"{2**30 // holds // 1000:,}k exchanges a GB on either engine); run it on "
             "fewer captures at a time, or on a machine with more memory"
         )
+
+
+SAMPLES, WINDOW = 64, 16 << 10
+"""The estimate reads `SAMPLES` windows of `WINDOW` bytes, one amid each equal share of the
+captures' bytes, so records of one size at the start and another later are both counted."""
+
+
+def _lines(files: Sequence[Source]) -> int:
+    """Estimate the lines of JSON Lines files: their bytes, by the newlines a byte of windows."""
+    size = sum(s.size for s in files)
+    starts = list(itertools.accumulate((s.size for s in files), initial=0))
+    if size <= SAMPLES * WINDOW:
+        places = [(i, 0, s.size) for i, s in enumerate(files)]
+    else:
+        share = size // SAMPLES
+        places = []
+        for k in range(SAMPLES):
+            at = k * share + (share - WINDOW) // 2
+            i = bisect.bisect_right(starts, at) - 1
+            places.append((i, at - starts[i], WINDOW))  # past its file's end, less is read
+    newlines = read = 0
+    for i, here in itertools.groupby(places, key=lambda p: p[0]):
+        for data in read_ranges(files[i].url, [(offset, n) for _, offset, n in here]):
+            newlines, read = newlines + data.count(b"\n"), read + len(data)
+    return size * max(newlines, 1) // max(read, 1) if size else 0
 
 
 def _available() -> int | None:

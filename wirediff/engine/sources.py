@@ -35,6 +35,7 @@ __all__ = [
     "is_url",
     "open_binary",
     "parse_texts",
+    "read_ranges",
     "read_records",
     "read_texts",
     "reading_parquet",
@@ -206,7 +207,7 @@ def resolve(args: Sequence[str], *, scoped: bool = True) -> list[list[Source]]:
     return out
 
 
-def _read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+def read_ranges(url: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
     """Read the bytes at `(offset, length)` spans of a file, in offset order."""
     order = sorted(range(len(spans)), key=lambda i: spans[i][0])
     out: list[bytes] = [b""] * len(spans)
@@ -327,7 +328,7 @@ def read_texts(
                 else:
                     parsed[i] = rec
             continue
-        got = _read_ranges(source.url, [(wanted[i][1], wanted[i][2]) for i in positions])
+        got = read_ranges(source.url, [(wanted[i][1], wanted[i][2]) for i in positions])
         for i, text in zip(positions, got, strict=True):
             texts[i] = text
     return texts
