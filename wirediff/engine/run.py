@@ -365,7 +365,7 @@ def _lines(files: Sequence[Source]) -> int:
     for i, here in itertools.groupby(places, key=lambda p: p[0]):
         for data in read_ranges(files[i].url, [(offset, n) for _, offset, n in here]):
             newlines, read = newlines + data.count(b"\n"), read + len(data)
-    return size * max(newlines, 1) // max(read, 1) if size else 0
+    return size * max(newlines, 1) // max(read, 1)
 
 
 def _available() -> int | None:
