@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from wirediff.analysis.comparison.divergences import FINDING_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names, severity_rank
-from wirediff.analysis.comparison.pairing import factorize_together, text_codes
+from wirediff.analysis.comparison.pairing import factorize_together, sorted_codes, text_codes
 from wirediff.analysis.comparison.pairing import text as text_of
 from wirediff.analysis.comparison.sameness import problem_key
 from wirediff.reports.formatters import anchor, redact
@@ -306,8 +306,7 @@ def collect_folds(found: Listed, max_examples: int, timeline_of: Mapping[str, An
     alike = shown.groupby(same, sort=False, dropna=False).ngroup().to_numpy()
     group, _ = factorize_together(alike.astype(np.int32)[found.template], *found.meta_codes())
     sizes = np.bincount(group)
-    # by the texts, not by a category order
-    said, evidences = pd.factorize(v["evidence"].to_numpy(dtype=object), sort=True)
+    said, evidences = sorted_codes(v["evidence"])
     evidence_at = np.full(len(sizes), len(evidences))
     np.minimum.at(evidence_at, group, said[found.template])
     evidence = evidences[evidence_at].tolist()

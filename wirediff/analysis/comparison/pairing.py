@@ -47,6 +47,7 @@ __all__ = [
     "factorize_together",
     "index_in",
     "pair_exchanges",
+    "sorted_codes",
     "text",
     "text_codes",
 ]
@@ -145,6 +146,14 @@ def factorize_together(
         picked.append(firsts.tolist())
         at = place
     return codes, list(zip(*reversed(picked), strict=True))
+
+
+def sorted_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Number a column's texts in their sorted order, missing ones -1, and list them so.
+
+    The column is read as objects: a category's own order is not the texts'."""
+    codes, values = pd.factorize(column.to_numpy(dtype=object), sort=True)
+    return codes, np.asarray(values, dtype=object)
 
 
 def index_in(column: pd.Series, values: pd.Series) -> np.ndarray:

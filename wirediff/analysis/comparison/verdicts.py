@@ -28,6 +28,7 @@ from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, st
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
+from wirediff.analysis.comparison.pairing import sorted_codes
 from wirediff.analysis.comparison.sameness import problem_key, without_ids
 
 __all__ = [
@@ -304,8 +305,7 @@ def _reasons(findings: Findings, cell_at: np.ndarray) -> Iterator[tuple[int, boo
     A problem's words are those of its worst findings that sort first; it counts the exchanges
     it is found on. Strings are read once per fact; the millions of findings are numbers."""
     facts = findings.facts
-    # by the texts, not by a category order
-    said, texts = pd.factorize(facts["text"].to_numpy(dtype=object), sort=True)
+    said, texts = sorted_codes(facts["text"])
     said += 1  # a missing text, -1, sorts first
     base = len(texts) + 1
     rank = np.array([RANKS.get(s, len(SEVERITIES)) for s in facts["severity"].tolist()])
