@@ -330,11 +330,13 @@ def _fits(sources: Sequence[Source], holds: int) -> None:
 
     Each exchange holds `holds` bytes. The estimate counts the datasets by their marks and the
     JSON Lines files' lines by `_lines`; the refusal is a usage error of one line."""
+    have = _available()
+    if have is None:  # nothing to hold the estimate to: nothing read for it
+        return
     exchanges = sum(s.exchanges or 0 for s in sources if s.kind == PARQUET)
     exchanges += _lines([s for s in sources if s.kind != PARQUET and s.size])
     need = exchanges * holds
-    have = _available()
-    if have is not None and need > have:
+    if need > have:
         raise UsageError(
             f"about {exchanges:,} exchanges: more than this machine's memory holds for the "
             f"command ({need / 2**30:.1f} GB of {have / 2**30:.1f} GB available, about "
