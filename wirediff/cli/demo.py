@@ -22,6 +22,7 @@ import yaml
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
+from wirediff.reports.bottom_line import cell_name
 
 __all__ = [
     "CANDIDATES",
@@ -202,7 +203,7 @@ def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
     baseline is listed too: it is validated like the others."""
     lines = [f"  {sentence}" for sentence in summary.get("bottom_line", [])]
     for v in summary.get("verdicts", []):
-        name = v["family"] if v["transport"] == "http" else f"{v['family']} ({v['transport']})"
+        name = cell_name(v["family"], v["transport"])
         reason = clip(v["reasons"][0], REASON) if v.get("reasons") else ""
         head = f"  {v['label']:<9} {name:<18} {v['verdict']}"
         lines.append(f"{head} — {reason}" if reason else head)
