@@ -100,13 +100,13 @@ def test_a_full_tmpfs(proxy: ProxyFactory, tmp_path: Path) -> None:
         assert "Traceback" not in out
 
 
-def between_writes(path: Path) -> list[Record]:
-    """Read the records of `path` under its lock, so never while the writer is between a
-    half-written batch and cutting it back (it retries every `RETRY_SECONDS`)."""
+def between_writes(path: Path) -> tuple[list[Record], bytes]:
+    """Read the records and the bytes of `path` under its lock, so never while the writer is
+    between a half-written batch and cutting it back (it retries every `RETRY_SECONDS`)."""
     with path.open("rb") as f:
         fcntl.flock(f, fcntl.LOCK_SH)
         try:
-            return load_records([path])
+            return load_records([path]), path.read_bytes()
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -143,12 +143,13 @@ def test_a_fault_injecting_disk(
         disk.real(write, FRAME.pack(len(frame)) + frame)
 
     send(0)
-    wait_for(lambda: path.exists() and len(between_writes(path)) == 1, 10, "a first record")
+    wait_for(lambda: path.exists() and len(between_writes(path)[0]) == 1, 10, "a first record")
     disk.full = True
     for i in range(1, BEFORE):
         send(i)
     wait_for(lambda: "cannot write" in capsys.readouterr().err, 10, "the report")
-    assert len(between_writes(path)) == 1 and path.read_bytes().endswith(b"\n")
+    records, data = between_writes(path)  # the bytes too: read apart, a retry may be halfway
+    assert len(records) == 1 and data.endswith(b"\n")
     disk.full = False
     for i in range(BEFORE, BEFORE + AFTER):
         send(i)
