@@ -252,6 +252,45 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
     assert not (good.parent / "r.html").exists()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "GOOD", "-o", "OTHER"],
+        ["report", "GOOD", "--json", "OTHER"],
+        ["report", "GOOD", "--findings", "OTHER"],
+        ["report", "GOOD", "--csv", "OTHER"],
+        ["check", "GOOD", "GOOD", "--junit", "OTHER"],
+    ],
+    ids=["-o", "--json", "--findings", "--csv", "check --junit"],
+)
+def test_an_output_that_is_another_capture_is_refused(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """`wirediff report a.jsonl -o b.jsonl`, b a capture forgotten among the inputs, would lose it."""
+    monkeypatch.chdir(good.parent)
+    other = good.with_name("other.jsonl")
+    other.write_bytes(good.read_bytes())
+    held = other.read_bytes()
+    given = {"GOOD": str(good), "OTHER": str(other)}
+    assert main([given.get(a, a) for a in argv]) == 2
+    assert f"{other}: a wirediff/1 capture; name another file" in one_error_line(
+        capsys.readouterr().err
+    )
+    assert other.read_bytes() == held
+    assert not (good.parent / "report.html").exists()
+
+
+def test_replay_appends_to_a_capture_it_does_not_read(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay's output is a capture it appends to, such as a resumed replay's: not refused."""
+    monkeypatch.chdir(good.parent)
+    other = good.with_name("other.jsonl")
+    other.write_bytes(good.read_bytes())
+    assert main(["replay", str(good), "--to", NOWHERE, "-o", str(other), "--dry-run"]) == 0
+    assert "capture" not in capsys.readouterr().err
+
+
 def test_a_report_given_as_a_capture_is_named_as_one(
     good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,7 @@ from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.lines import after_last_newline, is_json, newlines_before
-from wirediff.record.parts import expand_parts
+from wirediff.record.parts import HEAD_BYTES, expand_parts
 from wirediff.record.store import iter_records
 
 __all__ = [
@@ -188,11 +189,15 @@ def key_from_env(var: str | None) -> str | None:
     return key
 
 
-def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any]) -> None:
+def distinct_outputs(
+    inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any], *, appends: bool = False
+) -> None:
     """Refuse an output that is one of the captures the command reads, or a part of their sessions.
 
     An output is given as `{"-o": "s.jsonl"}`. Writing it would lose what was recorded, so
-    this is checked before anything is read or written."""
+    this is checked before anything is read or written. Unless the command `appends` records to
+    its output, as `replay` does, any other capture is refused too: a report written over a
+    capture the command was not given loses it all the same."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)
@@ -207,3 +212,18 @@ def distinct_outputs(inputs: Sequence[str | os.PathLike[str]], outputs: dict[str
                     raise UsageError(
                         f"{option} {out}: a capture this command reads; name another file"
                     )
+        if not appends and _is_capture(Path(out)):
+            raise UsageError(f"{option} {out}: a {FORMAT} capture; name another file")
+
+
+_CAPTURE_HEAD = re.compile(rb'"format"\s*:\s*"wirediff/')
+
+
+def _is_capture(path: Path) -> bool:
+    """Tell whether a file's first line is a wirediff record, as a capture's is."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError:
+        return False
+    return _CAPTURE_HEAD.search(head.split(b"\n", 1)[0]) is not None

@@ -137,7 +137,7 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 
 def main_replay_args(args: argparse.Namespace) -> int:
-    distinct_outputs(args.captures, {"-o": args.output})
+    distinct_outputs(args.captures, {"-o": args.output}, appends=True)
     opts = options_from_args(args)
     # For captures that will need it, the spool process is forked before they are read: the
     # pages of the records this process then reads stay its own, instead of being copied
