@@ -79,6 +79,22 @@ def test_a_candidate_with_only_cosmetic_and_deviations_passes(
     assert main(["check", base, good, "--fail-on", "header"]) == 1
 
 
+def test_the_gate_leaves_out_the_paths_an_ignore_config_names(
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The paths `report --ignore-config` leaves out are left out of the gate too."""
+    base, good, _ = captures
+    config = tmp_path / "wirediff.yaml"
+    config.write_text("ignore:\n  - choices[].message.refusal\n")
+    strict = ["check", base, good, "--fail-on-severity", "deviation"]
+    assert main(strict) == 1
+    assert "`choices[].message.refusal` is missing" in capsys.readouterr().out
+    assert main([*strict, "--ignore-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "refusal" not in out
+    assert "ok    ollama       chat.completions         compatible " in out
+
+
 def test_several_candidates_one_line_each_and_the_breaking_one_fails(
     captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

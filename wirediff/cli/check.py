@@ -29,6 +29,7 @@ from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.analysis.index.analyze import GateCounts
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
+from wirediff.cli.report import IGNORE_HELP, load_ignore
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
@@ -134,8 +135,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
+    ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:
-        result = run.check(named[0], named[1:], args.baseline_label)
+        result = run.check(named[0], named[1:], args.baseline_label, ignore=ignore)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
     lines = sys.stderr if args.json == "-" else sys.stdout  # `--json -`: stdout is the JSON's
@@ -235,6 +237,7 @@ def register(sub: Any) -> None:
         metavar="KIND,…",
         help=f"also fail on findings of these kinds, at any severity (known: {', '.join(ALL_KINDS)})",
     )
+    c.add_argument("--ignore-config", metavar="FILE", help=IGNORE_HELP)
     c.add_argument(
         "--json",
         metavar="FILE",

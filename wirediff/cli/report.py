@@ -21,9 +21,10 @@ from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
 from wirediff.reports.render import render_html, write_csv, write_findings, write_summary
 
-__all__ = ["BASELINE_HELP", "load_ignore", "main_report", "register"]
+__all__ = ["BASELINE_HELP", "IGNORE_HELP", "load_ignore", "main_report", "register"]
 
 CONFIG_NAME = "wirediff.yaml"
+IGNORE_HELP = "wirediff.yaml with `ignore:` path patterns, left out of the findings"
 BASELINE_HELP = (
     "the label the others are compared with, when the files do not imply one (replays imply "
     "the label they were replayed from); default: the first capture's label"
@@ -126,9 +127,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--csv", metavar="FILE", help="also write the divergence table as CSV (-: to stdout)"
     )
-    p.add_argument(
-        "--ignore-config", metavar="FILE", help="wirediff.yaml with `ignore:` path patterns"
-    )
+    p.add_argument("--ignore-config", metavar="FILE", help=IGNORE_HELP)
     p.add_argument("--baseline", metavar="LABEL", help=BASELINE_HELP)
     p.add_argument(
         "--max-examples",

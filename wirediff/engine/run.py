@@ -191,12 +191,18 @@ class Run:
         return build(analysis, diagnosed, max_examples=max_examples)
 
     def check(
-        self, baseline: str, candidates: Sequence[str], label: str | None = None
+        self,
+        baseline: str,
+        candidates: Sequence[str],
+        label: str | None = None,
+        *,
+        ignore: Sequence[str] = (),
     ) -> CheckResult:
         """Judge the candidates against the baseline and give what the gate reads.
 
-        The baseline's `label` is by default that of most of its originals. A candidate none of
-        whose exchanges pairs with one of the captures, by replay or by content, is a usage error."""
+        The baseline's `label` is by default that of most of its originals; `ignore` holds path
+        patterns left out of the findings, as `report`'s. A candidate none of whose exchanges
+        pairs with one of the captures, by replay or by content, is a usage error."""
         index, scope = self.scan([baseline, *candidates], scoped=True)
         rows = index.rows
         mine = rows[scope == 0]
@@ -213,7 +219,7 @@ class Run:
                     f"(labels: {', '.join(known)})"
                 )
             base_label = label
-        analysis = analyse(index, baseline=base_label)
+        analysis = analyse(index, ignore=ignore, baseline=base_label)
         pairs = analysis.pairs
         paired = set(scope[pairs["c"].to_numpy()].tolist())
         for n, path in enumerate(candidates, 1):
