@@ -145,7 +145,10 @@ def test_what_is_not_json_text_is_kept_as_text(body: str) -> None:
     ("content", "message"),
     [
         ('{"format": "har/1.2"}\n', "not a wirediff/1 record (format='har/1.2')"),
-        ("[1, 2]\n", "not a wirediff/1 record (format='list')"),
+        (
+            "[1, 2]\n",
+            "not a wirediff/1 record (a JSON array; each line of a capture is one record's object)",
+        ),
         ("garbage\nmore\n", "c.jsonl: not a wirediff/1 capture (no line is a JSON record)"),
         (
             json.dumps({**REC, "id": 3}) + "\n",

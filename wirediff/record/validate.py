@@ -361,12 +361,19 @@ def _tags(tags: dict[str, Any]) -> str | None:
     return found
 
 
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+_JSON_KINDS[type(None)] = "null"
+
+
 def problem(rec: Any) -> str | None:
     """Find the first way `rec` is not a record as `wirediff._types.Record` describes it.
 
     None when it is one: every key where it belongs, with its type."""
     if not isinstance(rec, dict):
-        return f"not a {FORMAT} record (format={type(rec).__name__!r})"
+        kind = _JSON_KINDS.get(type(rec), type(rec).__name__)
+        return (
+            f"not a {FORMAT} record (a JSON {kind}; each line of a capture is one record's object)"
+        )
     if rec.get("format") != FORMAT:
         return f"not a {FORMAT} record (format={rec.get('format')!r})"
     found = _fields("", rec, RECORD) or _fields("request.", rec["request"], REQUEST)
