@@ -454,3 +454,24 @@ def test_a_target_url_with_credentials_is_shown_fingerprinted(
     assert main(["capture", "--to", target]) == 2
     err = capsys.readouterr().err
     assert "without query, fragment or credentials" in err and secret not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "x.jsonl"],
+        ["check", "a.jsonl", "b.jsonl"],
+        ["diagnose", "x.jsonl"],
+        ["export", "x.jsonl", "--parquet", "out"],
+        ["replay", "x.jsonl"],
+        ["probe", "http://127.0.0.1:9/v1"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_an_unknown_option_points_to_its_commands_help(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command's own `--help` lists what it takes, not the top one."""
+    assert main([*argv, "--bogus"]) == 2
+    line = one_error_line(capsys.readouterr().err).rstrip()
+    assert line.endswith(f"unrecognized arguments: --bogus (see `wirediff {argv[0]} --help`)")

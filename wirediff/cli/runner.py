@@ -70,6 +70,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{' '.join(message.split())} (see `{self.prog} --help`)")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse as argparse does; a command's own parser names the arguments it does not know.
+
+        Else the top parser would, pointing to `wirediff --help` for a command's option."""
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra and self._subparsers is None:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
 
 class _OneLine(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
