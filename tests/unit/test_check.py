@@ -348,6 +348,26 @@ def test_a_servers_control_characters_reach_neither_the_terminal_nor_the_junit_f
     assert "\\x1b[31mengine crashed\\x1b[0m\\x00\\x0dOK" in failure.message
 
 
+def test_junit_on_stdout_for_a_pipeline(
+    captures: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--junit -`: stdout is the XML alone, as the file holds it, the lines go to stderr."""
+    monkeypatch.chdir(tmp_path)
+    base, good, bad = captures
+    assert main(["check", base, good, bad, "--junit", "check.xml"]) == 1
+    capsys.readouterr()
+    assert main(["check", base, good, bad, "--junit", "-"]) == 1
+    said = capsys.readouterr()
+    assert said.out == (tmp_path / "check.xml").read_text(encoding="utf-8")
+    assert said.err.rstrip().splitlines()[-1].startswith("not compatible: lmstudio")
+    assert not (tmp_path / "-").exists()
+    assert main(["check", base, good, "--junit", "-", "--json", "-"]) == 2
+    assert "--json - and --junit -: only one" in capsys.readouterr().err
+
+
 def test_json_on_stdout_for_a_pipeline(
     captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -719,6 +719,29 @@ def test_the_csv_to_stdout_is_the_file_and_only_one_output_goes_there(
     assert "--json - and --csv -: only one of them can go to stdout" in capsys.readouterr().err
 
 
+def test_the_html_to_stdout_is_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-o -`: the report on stdout, as the file holds it but the time it was made; no file
+    named `-`, and stdout is the report's alone."""
+    from wirediff.cli import main
+
+    def masked_html(text: str) -> str:
+        return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "<time>", text)
+
+    monkeypatch.chdir(tmp_path)
+    argv = _report_argv(tmp_path)
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "-o", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("<!doctype html>")
+    assert masked_html(out) == masked_html((tmp_path / "r.html").read_text(encoding="utf-8"))
+    assert "exchanges" in err and not (tmp_path / "-").exists()
+    assert main([*argv, "-o", "-", "--json", "-"]) == 2
+    assert "-o - and --json -: only one of them can go to stdout" in capsys.readouterr().err
+
+
 def _report_argv(tmp_path: Path) -> list[str]:
     """Give `wirediff report` over the fixture captures, written to `tmp_path`, its HTML there."""
     from tests.fixtures.sessions import write_fixtures

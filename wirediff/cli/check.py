@@ -108,9 +108,15 @@ def write_junit(
     for element in suite.iter():  # scrubbed as values: XML escapes the quotes around them
         element.text = scrub_output(element.text)
         element.attrib = scrub_output(element.attrib)
+    tree = ET.ElementTree(suite)
     path = Path(out)
+    if str(out) == "-":
+        sys.stdout.flush()
+        tree.write(sys.stdout.buffer, encoding="utf-8", xml_declaration=True)
+        sys.stdout.buffer.flush()
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
     return path
 
 
@@ -135,12 +141,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
+    piped = args.json == "-" or args.junit == "-"
+    if args.json == args.junit == "-":
+        raise UsageError("--json - and --junit -: only one of them can go to stdout")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:
         result = run.check(named[0], named[1:], args.baseline_label, ignore=ignore)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
-    lines = sys.stderr if args.json == "-" else sys.stdout  # `--json -`: stdout is the JSON's
+    lines = sys.stderr if piped else sys.stdout  # `--json -`: stdout is the JSON's
 
     def say(text: str) -> None:
         print(printable(text), file=lines)
@@ -246,7 +255,8 @@ def register(sub: Any) -> None:
     c.add_argument(
         "--junit",
         metavar="FILE",
-        help="write a JUnit XML report (one testcase per candidate and family)",
+        help="write a JUnit XML report (one testcase per candidate and family; `-`: on stdout, "
+        "the lines then on stderr)",
     )
     add_engine_options(c)
     c.set_defaults(func=cmd_check)

@@ -68,14 +68,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         "--csv": args.csv,
     }
     distinct_outputs(args.captures, outputs)
-    piped = [f"{o} -" for o in ("--json", "--findings", "--csv") if outputs.get(o) == "-"]
+    piped = [f"{o} -" for o, out in outputs.items() if out == "-"]
     if len(piped) > 1:
         raise UsageError(f"{' and '.join(piped)}: only one of them can go to stdout")
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
             named, ignore=ignore, max_examples=args.max_examples, baseline=args.baseline
         )
-        written = [render_html(model, args.output)]
+        html = render_html(model, args.output)
+        written = [html] if args.output != "-" else []
         if args.json:
             summary = write_summary(model, args.json)
             if args.json != "-":  # `-`: on stdout, for a pipeline
@@ -116,7 +117,10 @@ def register(subparsers: Any) -> None:
         "datasets from `wirediff export` (a directory or an fsspec URL)",
     )
     p.add_argument(
-        "-o", "--output", default="report.html", help="HTML report (default: report.html)"
+        "-o",
+        "--output",
+        default="report.html",
+        help="HTML report (default: report.html; -: to stdout)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the summary as JSON (-: to stdout)")
     p.add_argument(

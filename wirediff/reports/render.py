@@ -106,16 +106,16 @@ def asset_hash(name: str) -> str:
 
 
 def render_html(model: ReportModel, out_path: str | os.PathLike[str]) -> Path:
-    """Write the report for an already built model, streamed and never held whole in memory."""
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Write the report for an already built model, streamed and never held whole in memory.
+
+    `-` writes to stdout."""
     template = ENV.get_template("report.html.j2")
     context = {
         "m": model,
         "style_hash": asset_hash("assets/report.css"),
         "script_hash": asset_hash("assets/report.js"),
     }
-    with out.open("w", encoding="utf-8") as fh:
+    with _opened(out_path) as (fh, out):
         fh.writelines(template.generate(**context))
     return out
 
