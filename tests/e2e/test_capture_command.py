@@ -104,6 +104,22 @@ def test_ctrl_c_with_a_client_connected_counts_every_part_and_prints_no_tracebac
     assert "Traceback" not in cap.printed and "CancelledError" not in cap.printed
 
 
+def test_a_capture_stopped_before_any_exchange_says_it_wrote_nothing(tmp_path: Path) -> None:
+    with standin("openai") as url:
+        cap = WirediffCapture.start(
+            ["--to", url + "/v1", "--port", "0", "--dir", str(tmp_path)],
+            tmp_path / "out.txt",
+            {**os.environ},
+        )
+        try:
+            assert cap.stop() == []
+        finally:
+            cap.kill()
+    assert not cap.capture_file.exists()
+    said = f"stopped: 0 exchanges recorded; {cap.capture_file} not written: no exchange came"
+    assert said in cap.printed
+
+
 def test_each_run_is_a_new_session(tmp_path: Path) -> None:
     runs = []
     with standin("openai") as url:

@@ -228,7 +228,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(f"wirediff capture: reverse:{upstream} (session {session})")
     print(f"  client base URL: http://127.0.0.1:{port}{api_path}")
-    print(f"  capture file:    {proxy.capture_file}")
+    print(f"  capture file:    {proxy.capture_file} (written from the first exchange)")
     print("  Ctrl-C stops.", flush=True)
     assert proxy.proc is not None
     # SIGTERM (`kill`, `timeout`, a service manager) stops mitmdump as Ctrl-C does.
@@ -300,7 +300,9 @@ def _exchanges(capture: Path) -> tuple[int, int]:
 
 
 def _held(capture: Path) -> str:
-    """Say what the session holds, in all its parts."""
+    """Say what the session holds, in all its parts; a file made at its first exchange."""
+    if not capture.exists():
+        return f"{capture} not written: no exchange came through"
     n, parts = _exchanges(capture)
     where = f"{capture}" if parts == 1 else f"{capture} and its {parts - 1} more parts"
     return f"{where} hold{'s' if parts == 1 else ''} {n} exchange{'' if n == 1 else 's'}"
