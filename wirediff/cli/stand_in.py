@@ -13,7 +13,7 @@ from typing import Any
 from wirediff.backends.server import FAULT_MODELS
 from wirediff.backends.standin import make_standin
 from wirediff.cli.inputs import key_from_env
-from wirediff.cli.runner import EXIT_INTERRUPTED, EXIT_OK, exit_codes
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.profiles import load_profiles
 
@@ -65,12 +65,16 @@ def register(sub: Any) -> None:
         "stand-in",
         help=f"serve a local stand-in for a provider ({known}) and print its base URL",
         description="Serve a local stand-in for an OpenAI-compatible provider until Ctrl-C; "
-        "its base URL (…/v1) is printed once it listens.",
-        epilog=exit_codes(
-            {EXIT_OK: "stopped by Ctrl-C or SIGTERM: how a stand-in ends", EXIT_INTERRUPTED: None}
-        )
-        + "\nfault models (any stand-in): "
+        "its base URL (…/v1) is printed once it listens.\n\nfault models (any stand-in): "
         + ", ".join(FAULT_MODELS),
+        epilog=exit_codes(
+            {
+                EXIT_OK: "stopped by Ctrl-C or SIGTERM: how a stand-in ends",
+                EXIT_ERROR: "bad usage, an unknown stand-in, a port already taken (one line on "
+                "stderr says why)",
+                EXIT_INTERRUPTED: None,
+            }
+        ),
     )
     p.add_argument("profile", metavar="NAME", help=f"the provider ({known})")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
