@@ -279,7 +279,7 @@ DAMAGES: dict[str, Damage] = {
     ),
     "a file lost": (
         lambda d, f: f.unlink(),
-        "{less} files of exchanges where its wirediff-dataset.json says {files}: the dataset "
+        "files of exchanges: {less} where its wirediff-dataset.json says {files}: the dataset "
         "lost a file",
     ),
     "the mark no JSON": (

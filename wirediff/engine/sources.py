@@ -120,7 +120,7 @@ def _dataset(arg: str) -> Source | None:
     said = _mark(arg, text)
     if said["files"] != len(files):
         raise CaptureError(
-            f"{arg}: {len(files)} files of exchanges where its {DATASET_MARK} says "
+            f"{arg}: files of exchanges: {len(files)} where its {DATASET_MARK} says "
             f"{said['files']}: the dataset lost a file, or another was put there"
         )
     return Source(PARQUET, url, tuple(files), shown=arg, exchanges=said["exchanges"])
