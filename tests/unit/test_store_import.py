@@ -373,7 +373,7 @@ async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     p = tmp_path / "s.har"
     p.write_text(json.dumps(har))
     assert main(["import", str(p), "-o", str(tmp_path / "out.jsonl")]) == 0
-    assert "1 exchanges" in capsys.readouterr().out
+    assert "1 exchange → " in capsys.readouterr().out
     (rec,) = load_records([tmp_path / "out.jsonl"])
     assert rec["request"]["body"]["model"] == "gpt-4o-mini"
     capsys.readouterr()

@@ -26,7 +26,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         for rec in records:
             w.write(rec)
     w.check()
-    print(f"{len(records)} exchanges → {out}")
+    print(f"{len(records)} exchange{'' if len(records) == 1 else 's'} → {out}")
     return EXIT_OK
 
 
@@ -38,6 +38,6 @@ def register(sub: Any) -> None:
             {EXIT_OK: "converted: the output holds every HTTP exchange of FILE (at least one)"}
         ),
     )
-    imp.add_argument("file", help="a mitmdump -w flow file or a HAR file")
+    imp.add_argument("file", metavar="FILE", help="a mitmdump -w flow file or a HAR file")
     imp.add_argument("-o", "--output", help="output .jsonl (default: FILE with .jsonl suffix)")
     imp.set_defaults(func=cmd_import)
