@@ -181,7 +181,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
         reason = row["reasons"][0] if row["reasons"] else ""
         name = cell_name(row["family"], row["transport"])
-        say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}")
+        say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}".rstrip())
     if args.json:
         doc = {
             "format": CHECK_FORMAT,
