@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,3 +235,26 @@ def test_an_outcome_measured_with_the_node_sdk_is_not_reused_without_it(
     assert [f.error for f in impact(rec).failures] == ["raises X"]
     monkeypatch.setattr(node, "node_sdk", lambda: "turned off")
     assert impact(rec).failures == ()
+
+
+def test_a_node_sdk_not_found_names_no_path_of_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report says why openai-node measured nothing; a report may be shared, so the
+    folders looked in by default stay out of it, and a folder the user named is named back."""
+    from wirediff.analysis.comparison.clients import node
+
+    monkeypatch.setattr(node.shutil, "which", lambda name: "/usr/bin/node")
+    monkeypatch.setattr(node, "_candidates", lambda: [tmp_path / "nowhere"])
+    node._find.cache_clear()
+    said = node._find("", "", str(tmp_path))
+    assert said == (
+        "no npm `openai` package found (set WIREDIFF_NODE_SDK to a folder holding "
+        "node_modules/openai)"
+    )
+    assert str(tmp_path) not in said
+    node._find.cache_clear()
+    assert node._find(str(tmp_path), "", str(tmp_path)) == (
+        f"no npm `openai` package in {tmp_path} (WIREDIFF_NODE_SDK)"
+    )
+    node._find.cache_clear()

@@ -108,10 +108,10 @@ def _find(given: str, clients: str, cwd: str) -> NodeSdk | str:
             except (ValueError, KeyError, OSError):
                 continue
             return NodeSdk(node, directory, version)
-    where = ", ".join(str(p) for p in _candidates())
-    return (
-        f"no npm `openai` package in {where} (set {NODE_SDK_ENV} or run scripts/install-clients.sh)"
-    )
+    if given:  # the user's own path: named back
+        return f"no npm `openai` package in {given} ({NODE_SDK_ENV})"
+    # this machine's paths stay out of a report that may be shared
+    return f"no npm `openai` package found (set {NODE_SDK_ENV} to a folder holding node_modules/openai)"
 
 
 def node_sdk() -> NodeSdk | str:
