@@ -159,8 +159,10 @@ def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     assert main(["check", base, good, stray]) == 2
     err = capsys.readouterr().err
     assert f"{stray}: no exchange pairs with {base} (openai)" in err and err.count("\n") == 1
-    assert main(["check", base, base]) == 2  # the same label: nothing to pair by content
-    assert "no exchange pairs with" in capsys.readouterr().err
+    assert main(["check", base, base]) == 2
+    assert f"{base}: the baseline itself; a candidate is another capture" in (
+        capsys.readouterr().err
+    )
 
 
 def unreachable(rec: Record) -> None:
