@@ -477,3 +477,13 @@ def test_an_unknown_option_points_to_its_commands_help(
     assert main([*argv, "--bogus"]) == 2
     line = one_error_line(capsys.readouterr().err).rstrip()
     assert line.endswith(f"unrecognized arguments: --bogus (see `wirediff {argv[0]} --help`)")
+
+
+def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    where = tmp_path / "file" / "captures"
+    assert main(["capture", "--to", NOWHERE, "--port", "0", "--dir", str(where)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--dir {where}: cannot make the folder (Not a directory)" in line

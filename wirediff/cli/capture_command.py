@@ -206,6 +206,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
     upstream, api_path = split_upstream(args.to)
     extra = check_extra(list(args.mitmdump_args))
     capture_dir = Path(args.dir).resolve()
+    try:
+        capture_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--dir {args.dir}: cannot make the folder ({e.strerror or e})") from None
     session = args.session or new_session(capture_dir)
     if "/" in session or session.startswith("."):
         raise UsageError(f"--session is a name, not a path: {session!r}")
