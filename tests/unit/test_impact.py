@@ -244,7 +244,7 @@ def test_a_node_sdk_not_found_names_no_path_of_this_machine(
     folders looked in by default stay out of it, and a folder the user named is named back."""
     from wirediff.analysis.comparison.clients import node
 
-    monkeypatch.setattr(node.shutil, "which", lambda name: "/usr/bin/node")
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/node")
     monkeypatch.setattr(node, "_candidates", lambda: [tmp_path / "nowhere"])
     node._find.cache_clear()
     said = node._find("", "", str(tmp_path))
