@@ -141,13 +141,13 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
 def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     inputs = [args.baseline, *args.candidates]
+    distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
     for candidate in args.candidates:
         with contextlib.suppress(OSError):
             if os.path.samefile(candidate, args.baseline):
                 raise UsageError(
                     f"{candidate}: the baseline itself; a candidate is another capture"
                 )
-    distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
     piped = args.json == "-" or args.junit == "-"
     if args.json == args.junit == "-":
         raise UsageError("--json - and --junit -: only one of them can go to stdout")
