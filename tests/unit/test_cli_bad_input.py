@@ -224,60 +224,50 @@ def test_every_command_is_in_the_tables() -> None:
     assert misused == commands
 
 
+READ, OTHER = "a capture this command reads", "OTHER: a wirediff/1 capture; name another file"
+
+
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "said"),
     [
-        ["report", "GOOD", "-o", "GOOD"],
-        ["report", "GOOD", "-o", "r.html", "--json", "GOOD"],
-        ["report", "GOOD", "-o", "r.html", "--csv", "./good.jsonl"],
-        ["report", "GOOD", "-o", "PART"],
-        ["check", "GOOD", "GOOD", "--junit", "GOOD"],
-        ["check", "GOOD", "GOOD", "--json", "GOOD"],
-        ["replay", "GOOD", "--to", NOWHERE, "-o", "GOOD", "--dry-run"],
+        (["report", "GOOD", "-o", "GOOD"], READ),
+        (["report", "GOOD", "-o", "r.html", "--json", "GOOD"], READ),
+        (["report", "GOOD", "-o", "r.html", "--csv", "./good.jsonl"], READ),
+        (["report", "GOOD", "-o", "PART"], READ),
+        (["check", "GOOD", "GOOD", "--junit", "GOOD"], READ),
+        (["check", "GOOD", "GOOD", "--json", "GOOD"], READ),
+        (["replay", "GOOD", "--to", NOWHERE, "-o", "GOOD", "--dry-run"], READ),
+        (["report", "GOOD", "-o", "OTHER"], OTHER),
+        (["report", "GOOD", "-o", "r.html", "--json", "OTHER"], OTHER),
+        (["report", "GOOD", "-o", "r.html", "--findings", "OTHER"], OTHER),
+        (["report", "GOOD", "-o", "r.html", "--csv", "OTHER"], OTHER),
+        (["check", "GOOD", "GOOD", "--junit", "OTHER"], OTHER),
     ],
-    ids=["-o", "--json", "--csv", "-o a part", "check --junit", "check --json", "replay -o"],
+    ids=[
+        *("-o", "--json", "--csv", "-o a part", "check --junit", "check --json", "replay -o"),
+        *("another: -o", "another: --json", "another: --findings", "another: --csv"),
+        "another: check --junit",
+    ],
 )
-def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
-    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
+    good: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    said: str,
 ) -> None:
-    """`wirediff report s.jsonl -o s.jsonl` would write the report over the capture."""
+    """`wirediff report s.jsonl -o s.jsonl` would write the report over the capture; so would
+    `-o b.jsonl`, b a capture forgotten among the inputs."""
     monkeypatch.chdir(good.parent)
-    part = good.with_name("good.1.jsonl")
-    part.write_bytes(good.read_bytes())
+    part, other = good.with_name("good.1.jsonl"), good.with_name("other.jsonl")
+    for p in (part, other):
+        p.write_bytes(good.read_bytes())
     held = good.read_bytes()
-    given = {"GOOD": str(good), "PART": str(part)}
+    given = {"GOOD": str(good), "PART": str(part), "OTHER": str(other)}
     assert main([given.get(a, a) for a in argv]) == 2
-    assert "a capture this command reads" in one_error_line(capsys.readouterr().err)
-    assert good.read_bytes() == held and part.read_bytes() == held
-    assert not (good.parent / "r.html").exists()
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["report", "GOOD", "-o", "OTHER"],
-        ["report", "GOOD", "--json", "OTHER"],
-        ["report", "GOOD", "--findings", "OTHER"],
-        ["report", "GOOD", "--csv", "OTHER"],
-        ["check", "GOOD", "GOOD", "--junit", "OTHER"],
-    ],
-    ids=["-o", "--json", "--findings", "--csv", "check --junit"],
-)
-def test_an_output_that_is_another_capture_is_refused(
-    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
-) -> None:
-    """`wirediff report a.jsonl -o b.jsonl`, b a capture forgotten among the inputs, would lose it."""
-    monkeypatch.chdir(good.parent)
-    other = good.with_name("other.jsonl")
-    other.write_bytes(good.read_bytes())
-    held = other.read_bytes()
-    given = {"GOOD": str(good), "OTHER": str(other)}
-    assert main([given.get(a, a) for a in argv]) == 2
-    assert f"{other}: a wirediff/1 capture; name another file" in one_error_line(
-        capsys.readouterr().err
-    )
-    assert other.read_bytes() == held
-    assert not (good.parent / "report.html").exists()
+    assert said.replace("OTHER", str(other)) in one_error_line(capsys.readouterr().err)
+    assert all(p.read_bytes() == held for p in (good, part, other))
+    assert not (good.parent / "r.html").exists() and not (good.parent / "report.html").exists()
 
 
 def test_replay_appends_to_a_capture_it_does_not_read(
