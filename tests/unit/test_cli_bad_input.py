@@ -470,10 +470,17 @@ def test_an_unknown_option_points_to_its_commands_help(
 
 
 def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from wirediff.cli import capture_command
+
+    monkeypatch.setattr(capture_command, "check_port", lambda port: port)  # no socket here
     (tmp_path / "file").write_text("")
     where = tmp_path / "file" / "captures"
     assert main(["capture", "--to", NOWHERE, "--port", "0", "--dir", str(where)]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert f"--dir {where}: cannot make the folder (Not a directory)" in line
+    # nothing made for a command refused for another reason
+    made = tmp_path / "made"
+    assert main(["capture", "--to", NOWHERE, "--session", "../x", "--dir", str(made)]) == 2
+    assert not made.exists()

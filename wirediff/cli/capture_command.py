@@ -198,6 +198,9 @@ def count_lines(path: Path) -> int:
         return 0
 
 
+_FROM_FIRST = " (written from the first exchange)"
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -206,14 +209,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
     upstream, api_path = split_upstream(args.to)
     extra = check_extra(list(args.mitmdump_args))
     capture_dir = Path(args.dir).resolve()
-    try:
-        capture_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--dir {args.dir}: cannot make the folder ({e.strerror or e})") from None
     session = args.session or new_session(capture_dir)
     if "/" in session or session.startswith("."):
         raise UsageError(f"--session is a name, not a path: {session!r}")
     port = check_port(args.port)
+    try:
+        capture_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--dir {args.dir}: cannot make the folder ({e.strerror or e})") from None
     proxy = CaptureProxy(
         [upstream],
         capture_dir,
@@ -232,7 +235,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(f"wirediff capture: reverse:{upstream} (session {session})")
     print(f"  client base URL: http://127.0.0.1:{port}{api_path}")
-    print(f"  capture file:    {proxy.capture_file} (written from the first exchange)")
+    print(
+        f"  capture file:    {proxy.capture_file}{'' if proxy.capture_file.exists() else _FROM_FIRST}"
+    )
     print("  Ctrl-C stops.", flush=True)
     assert proxy.proc is not None
     # SIGTERM (`kill`, `timeout`, a service manager) stops mitmdump as Ctrl-C does.
