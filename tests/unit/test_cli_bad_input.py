@@ -6,6 +6,7 @@ the README."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -268,6 +269,26 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
     assert said.replace("OTHER", str(other)) in one_error_line(capsys.readouterr().err)
     assert all(p.read_bytes() == held for p in (good, part, other))
     assert not (good.parent / "r.html").exists() and not (good.parent / "report.html").exists()
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda data: b"\xef\xbb\xbf\n\n" + data,
+        lambda data: gzip.compress(data),
+    ],
+    ids=["a mark and blank lines first", "gzipped"],
+)
+def test_an_output_that_opens_as_a_capture_is_refused_however_it_opens(
+    good: Path, capsys: pytest.CaptureFixture[str], wrap: Callable[[bytes], bytes]
+) -> None:
+    """What reading a capture passes over, or a capture kept gzipped, is a capture all the same."""
+    other = good.with_name("other.jsonl")
+    other.write_bytes(wrap(good.read_bytes()))
+    held = other.read_bytes()
+    assert main(["report", str(good), "-o", str(other)]) == 2
+    assert f"{other}: a wirediff/1 capture" in one_error_line(capsys.readouterr().err)
+    assert other.read_bytes() == held
 
 
 def test_replay_appends_to_a_capture_it_does_not_read(

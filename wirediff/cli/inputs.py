@@ -10,11 +10,12 @@ which the store skips silently so that a live capture reads cleanly, is worth a 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import os
-import re
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.lines import after_last_newline, is_json, newlines_before
-from wirediff.record.parts import HEAD_BYTES, expand_parts
+from wirediff.record.parts import HEAD_BYTES, expand_parts, opens_a_capture
 from wirediff.record.store import iter_records
 
 __all__ = [
@@ -212,18 +213,22 @@ def distinct_outputs(
                     raise UsageError(
                         f"{option} {out}: a capture this command reads; name another file"
                     )
-        if not appends and _is_capture(Path(out)):
-            raise UsageError(f"{option} {out}: a {FORMAT} capture; name another file")
+        said = None if appends else _as_capture(Path(out))
+        if said:
+            raise UsageError(f"{option} {out}: {said}; name another file")
 
 
-_CAPTURE_HEAD = re.compile(rb'"format"\s*:\s*"wirediff/')
-
-
-def _is_capture(path: Path) -> bool:
-    """Tell whether a file's first line is a wirediff record, as a capture's is."""
+def _as_capture(path: Path) -> str | None:
+    """Say how a file may be a capture: it opens as one does, gzipped or not, or cannot be read."""
     try:
         with path.open("rb") as fh:
             head = fh.read(HEAD_BYTES)
-    except OSError:
-        return False
-    return _CAPTURE_HEAD.search(head.split(b"\n", 1)[0]) is not None
+        if head.startswith(_GZIP):
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+    except (OSError, EOFError, zlib.error) as e:
+        return f"not readable to tell it is no capture ({getattr(e, 'strerror', None) or e})"
+    return f"a {FORMAT} capture" if opens_a_capture(head) else None
+
+
+_GZIP = b"\x1f\x8b"

@@ -23,6 +23,7 @@ from wirediff.errors import CaptureError
 from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import exchange_from_flow, upstream_label
+from wirediff.record.parts import BOM, HEAD_BYTES, opens_a_capture
 from wirediff.record.validate import problem
 
 __all__ = ["exchange_from_har", "import_flows", "source_kind"]
@@ -155,8 +156,6 @@ def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
             raise CaptureError(f"{path}: HAR entry {i} is malformed ({why})") from None
 
 
-_BOM = b"\xef\xbb\xbf"
-_CAPTURE_HEAD = re.compile(rb'\{\s*"format"\s*:\s*"wirediff/')
 _TNETSTRING_HEAD = re.compile(rb"\d+:")
 """How a mitmproxy flow file starts: a tnetstring's length and colon."""
 
@@ -171,12 +170,12 @@ def source_kind(path: str | Path) -> Literal["har", "flow"]:
         raise CaptureError(f"{p}: is a directory, not a flow or HAR file")
     try:
         with p.open("rb") as fh:
-            head = fh.read(256).removeprefix(_BOM).lstrip()
+            head = fh.read(HEAD_BYTES).removeprefix(BOM).lstrip()
     except OSError as e:
         raise CaptureError(f"{p}: cannot read ({e.strerror or e})") from None
     if not head:
         raise CaptureError(f"{p}: empty, nothing to import")
-    if _CAPTURE_HEAD.match(head):
+    if opens_a_capture(head):
         raise CaptureError(f"{p}: already a {FORMAT} capture, nothing to import")
     if head.startswith(b"{"):
         return "har"

@@ -18,11 +18,13 @@ from glob import escape
 from pathlib import Path
 
 __all__ = [
+    "BOM",
     "HEAD_BYTES",
     "Rotation",
     "capture_parts",
     "expand_parts",
     "names_a_part",
+    "opens_a_capture",
     "parse_rotation",
     "part_path",
     "session_parts",
@@ -110,7 +112,18 @@ def capture_parts(path: str | os.PathLike[str]) -> list[Path]:
 
 
 HEAD_BYTES = 4096
-"""Bytes of a file read to tell a replay's output from a capture's part."""
+"""Bytes of a file read to tell a replay's output from a capture's part, or a capture at all."""
+BOM = b"\xef\xbb\xbf"
+_CAPTURE_HEAD = re.compile(rb'\{\s*"format"\s*:\s*"wirediff/')
+
+
+def opens_a_capture(head: bytes) -> bool:
+    """Tell whether a file's first bytes open a wirediff record, as a capture's first line does.
+
+    A byte-order mark and blank lines before it are passed over, as reading a capture does."""
+    return _CAPTURE_HEAD.match(head.removeprefix(BOM).lstrip()) is not None
+
+
 _REPLAY_OF = re.compile(rb'"replay_of"\s*:\s*"')
 
 
