@@ -411,3 +411,16 @@ def test_a_key_it_needs_and_a_key_it_refuses(
         assert "wants a key (401): give it with --api-key-env VAR" in _one_line(capsys)
         assert main_probe([url + "/v1", "--api-key-env", KEY_ENV]) == 2
         assert f"refused the key in ${KEY_ENV} (401" in _one_line(capsys)
+
+
+def test_one_output_on_stdout_the_matrix_then_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`-o -`: the report alone on stdout; two outputs there are refused before probing."""
+    with standin("openai") as url:
+        assert main_probe([url + "/v1", "--only", "chat.text", "-o", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("<!doctype html>") and out.rstrip().endswith("</html>")
+    assert "chat.text" in err and "report:" not in out + err
+    assert main_probe(["http://127.0.0.1:9/v1", "--json", "-", "--junit", "-"]) == 2
+    assert "--json - and --junit -: only one of them can go to stdout" in capsys.readouterr().err

@@ -29,7 +29,7 @@ from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_
 from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
 from wirediff.analysis.index.analyze import GateCounts
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import distinct_outputs, named_captures
+from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
 from wirediff.cli.report import IGNORE_HELP, load_ignore
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
@@ -82,7 +82,7 @@ def gate_from(
 def write_junit(
     gated: pd.DataFrame, out: str | os.PathLike[str], suite_name: str = "wirediff check"
 ) -> Path:
-    """Write one testsuite, with one testcase per candidate, family and transport."""
+    """Write one testsuite, with one testcase per candidate, family and transport; `-`: stdout."""
     rows = gated[gated["role"] == "candidate"]
     suite = ET.Element(
         "testsuite",
@@ -148,15 +148,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise UsageError(
                     f"{candidate}: the baseline itself; a candidate is another capture"
                 )
-    piped = args.json == "-" or args.junit == "-"
-    if args.json == args.junit == "-":
-        raise UsageError("--json - and --junit -: only one of them can go to stdout")
+    piped = on_stdout({"--json": args.json, "--junit": args.junit})
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:
         result = run.check(named[0], named[1:], args.baseline_label, ignore=ignore)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
-    lines = sys.stderr if piped else sys.stdout  # `--json -`: stdout is the JSON's
+    lines = sys.stderr if piped else sys.stdout  # `--json -`, `--junit -`: stdout is theirs
 
     def say(text: str) -> None:
         print(printable(text), file=lines)

@@ -34,6 +34,7 @@ __all__ = [
     "iter_capture",
     "key_from_env",
     "named_captures",
+    "on_stdout",
     "unfinished_line",
 ]
 
@@ -188,6 +189,16 @@ def key_from_env(var: str | None) -> str | None:
     if not key:
         raise UsageError(f"--api-key-env: environment variable {var} is not set")
     return key
+
+
+def on_stdout(outputs: dict[str, Any]) -> bool:
+    """Tell whether an output goes to stdout, `-`; two there are a usage error.
+
+    A command writing one there says everything else on stderr."""
+    piped = [f"{option} -" for option, out in outputs.items() if out == "-"]
+    if len(piped) > 1:
+        raise UsageError(f"{' and '.join(piped)}: only one of them can go to stdout")
+    return bool(piped)
 
 
 def distinct_outputs(

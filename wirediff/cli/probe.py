@@ -34,7 +34,7 @@ import pandas as pd
 
 from wirediff._support import printable
 from wirediff.cli.check import write_junit
-from wirediff.cli.inputs import key_from_env
+from wirediff.cli.inputs import key_from_env, on_stdout
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.probe.drive import ProbeResult, probe
@@ -114,13 +114,14 @@ def _count(problems: list[str], severity: str) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     url = _base_url(args.url)
-    outputs = [p for p in (args.output, args.json, args.junit) if p and p != "-"]
+    given = {"-o": args.output, "--json": args.json, "--junit": args.junit}
+    outputs = [p for p in given.values() if p and p != "-"]
     if len(set(map(os.path.abspath, outputs))) != len(outputs):
         raise UsageError("-o, --json and --junit must name different files")
     key = key_from_env(args.api_key_env)
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
-    lines = sys.stderr if args.json == "-" else sys.stdout
+    lines = sys.stderr if on_stdout(given) else sys.stdout
 
     def progress(f: Feature, done: int, total: int) -> None:
         print(f"probe: [{done:>2}/{total}] {f.id}", file=sys.stderr, flush=True)
@@ -144,15 +145,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
         model.probe = result
         if args.output:
             path = render_html(model, args.output)
-            print(f"report: {path}", file=lines)
+            if args.output != "-":
+                print(f"report: {path}", file=lines)
         if args.json:
             written = write_summary(model, args.json)
             if args.json != "-":
                 print(f"summary: {written}", file=lines)
     if args.junit:
-        print(
-            f"junit: {write_junit(junit_frame(result), args.junit, 'wirediff probe')}", file=lines
-        )
+        junit = write_junit(junit_frame(result), args.junit, "wirediff probe")
+        if args.junit != "-":
+            print(f"junit: {junit}", file=lines)
     if args.keep:
         print(f"records: {args.keep}", file=lines)
     return EXIT_OK if result.passed else EXIT_FOUND
@@ -182,9 +184,13 @@ def register(sub: Any) -> None:
         "else --model)",
     )
     p.add_argument("--only", metavar="FEATURE,…", help="probe only these features")
-    p.add_argument("-o", "--output", metavar="report.html", help="write the HTML report")
+    p.add_argument(
+        "-o", "--output", metavar="report.html", help="write the HTML report (`-`: stdout)"
+    )
     p.add_argument("--json", metavar="FILE", help="write summary.json with the probe (`-`: stdout)")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML, one testcase per feature")
+    p.add_argument(
+        "--junit", metavar="FILE", help="write JUnit XML, one testcase per feature (`-`: stdout)"
+    )
     p.add_argument("--strict", action="store_true", help="deviations fail too")
     p.add_argument("--keep", metavar="DIR", help="keep the probe's records in DIR")
     p.add_argument(

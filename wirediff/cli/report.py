@@ -15,7 +15,7 @@ from typing import Any
 
 from wirediff._support import read_yaml
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import distinct_outputs, named_captures
+from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
 from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
 from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
@@ -68,9 +68,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         "--csv": args.csv,
     }
     distinct_outputs(args.captures, outputs)
-    piped = [f"{o} -" for o, out in outputs.items() if out == "-"]
-    if len(piped) > 1:
-        raise UsageError(f"{' and '.join(piped)}: only one of them can go to stdout")
+    piped = on_stdout(outputs)
     with named_captures(args.captures) as named, open_run(args) as run:
         model = run.report(
             named, ignore=ignore, max_examples=args.max_examples, baseline=args.baseline
