@@ -70,16 +70,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{' '.join(message.split())} (see `{self.prog} --help`)")
 
-    def parse_known_args(  # type: ignore[override]
+    def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        """Parse as argparse does; a command's own parser names the arguments it does not know.
+    ) -> argparse.Namespace:
+        """Parse as argparse does; arguments no parser knows are named by the command's own.
 
         Else the top parser would, pointing to `wirediff --help` for a command's option."""
-        parsed, extra = super().parse_known_args(args, namespace)
-        if extra and self._subparsers is None:
-            self.error(f"unrecognized arguments: {' '.join(extra)}")
-        return parsed, extra
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            chosen = getattr(parsed, "command", None)
+            commands = self._subparsers._group_actions[0].choices if self._subparsers else {}
+            parser = commands.get(chosen, self) if isinstance(commands, dict) else self
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
 
 class _OneLine(logging.Formatter):
