@@ -252,6 +252,11 @@ def test_wirediff_check_exit_codes(
     err = capsys.readouterr().err.strip()
     assert err.startswith("wirediff: error: --fail-on: unknown kind bogus") and "\n" not in err
 
-    # a candidate that pairs with nothing of the baseline is bad input, not "compatible"
-    assert main(["check", str(baseline), str(baseline)]) == 2
+    # a candidate that pairs with nothing of the baseline is bad input, not "compatible":
+    # a copy of it (the same label), or the baseline itself, named as such
+    copy = baseline.with_name("copy.jsonl")
+    copy.write_bytes(baseline.read_bytes())
+    assert main(["check", str(baseline), str(copy)]) == 2
     assert "no exchange pairs with" in capsys.readouterr().err
+    assert main(["check", str(baseline), str(baseline)]) == 2
+    assert "the baseline itself" in capsys.readouterr().err
