@@ -184,11 +184,11 @@ def answered(status: int) -> Any:
     ("change", "found"),
     [
         (lambda r: r.pop("session"), "session is missing"),
-        (lambda r: r["request"].update(size=1.5), "request.size must be an integer, not float"),
-        (lambda r: r.update(attempt="2"), "attempt must be an integer or null, not str"),
+        (lambda r: r["request"].update(size=1.5), "request.size must be an integer, not number"),
+        (lambda r: r.update(attempt="2"), "attempt must be an integer or null, not string"),
         (lambda r: r.update(attempt=None), None),  # an optional key may be null
         (lambda r: r.update(extra={"any": 1}), None),  # keys of no concern are left alone
-        (lambda r: r["tags"].update(retry=True), "tags.retry must be an integer, not bool"),
+        (lambda r: r["tags"].update(retry=True), "tags.retry must be an integer, not boolean"),
         (lambda r: r.update(response=answered(2**62)), STATUS),
         (lambda r: r.update(response=answered(-1)), STATUS),
         (lambda r: r.update(response=answered(999)), None),

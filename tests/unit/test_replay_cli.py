@@ -145,7 +145,7 @@ def test_usage_errors_are_one_line_exit_2(
         ('{"format": "wirediff/9", "id": "a"}\n', "not a wirediff/1 record (format='wirediff/9')"),
         ("garbage\nmore garbage\n", "not a wirediff/1 capture"),
         (json.dumps({**bare_record(), "started": "soon"}) + "\n",
-         "c.jsonl:1: malformed wirediff/1 record (started must be a number, not str)"),
+         "c.jsonl:1: malformed wirediff/1 record (started must be a number, not string)"),
     ],
 )  # fmt: skip
 def test_bad_captures_are_one_line_exit_2(

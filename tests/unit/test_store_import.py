@@ -152,16 +152,16 @@ def test_what_is_not_json_text_is_kept_as_text(body: str) -> None:
         ("garbage\nmore\n", "c.jsonl: not a wirediff/1 capture (no line is a JSON record)"),
         (
             json.dumps({**REC, "id": 3}) + "\n",
-            "malformed wirediff/1 record (id must be a string, not int)",
+            "malformed wirediff/1 record (id must be a string, not integer)",
         ),
-        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object, not NoneType)"),
+        (json.dumps({**REC, "request": None}) + "\n", "(request must be an object, not null)"),
         (
             json.dumps({**REC, "response": {**RESPONSE, "status": "200"}}) + "\n",
-            "(response.status must be an integer, not str)",
+            "(response.status must be an integer, not string)",
         ),
         (
             json.dumps({**REC, "response": {**RESPONSE, "websocket": [], "events": []}}) + "\n",
-            "(response.websocket must be an object or null, not list)",
+            "(response.websocket must be an object or null, not array)",
         ),
         (
             json.dumps(
@@ -174,16 +174,16 @@ def test_what_is_not_json_text_is_kept_as_text(body: str) -> None:
                 }
             )
             + "\n",
-            "(response.events[0].direction must be a string or null, not int)",
+            "(response.events[0].direction must be a string or null, not integer)",
         ),
         (
             json.dumps({**REC, "tags": {**REC["tags"], "transport": 1}}) + "\n",
-            "(tags.transport must be a string or null, not int)",
+            "(tags.transport must be a string or null, not integer)",
         ),
-        (json.dumps({**REC, "tags": None}) + "\n", "(tags must be an object, not NoneType)"),
+        (json.dumps({**REC, "tags": None}) + "\n", "(tags must be an object, not null)"),
         (
             json.dumps({**REC, "tags": {**REC["tags"], "sdk": {"user_agent": 5}}}) + "\n",
-            "(tags.sdk.user_agent must be a string or null, not int)",
+            "(tags.sdk.user_agent must be a string or null, not integer)",
         ),
     ],
 )
@@ -249,14 +249,14 @@ def test_torn_lines_anywhere_are_skipped_with_file_and_line(
 
 def test_hostile_records_are_one_line_errors_naming_file_and_line(tmp_path: Path) -> None:
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"started": "yesterday"}, "started must be a number, not str"),
+        ({"started": "yesterday"}, "started must be a number, not string"),
         ({"request": {**REC["request"], "headers": [["a"]]}}, "request.headers must be a list"),
         ({"request": {**REC["request"], "headers": "x"}}, "request.headers must be"),
         ({"response": {**RESPONSE, "events": [1]}}, "response.events[0] must be an object"),
         ({"tags": {**REC["tags"], "family": 3}}, "tags.family must be a string"),
         ({"tags": {"family": "models"}}, "tags.endpoint is missing"),
         ({"error": "boom"}, "error must be an object or null"),
-        ({"label": None}, "label must be a string, not NoneType"),
+        ({"label": None}, "label must be a string, not null"),
     ]
     for bad, message in cases:
         p = tmp_path / "h.jsonl"
@@ -414,14 +414,14 @@ def _set(entry: dict[str, Any], path: str, value: Any) -> None:
 @pytest.mark.parametrize(
     ("path", "value", "said"),
     [
-        ("request.method", 5, "request.method must be a string, not int"),
+        ("request.method", 5, "request.method must be a string, not integer"),
         ("request.url", "https://h/caf\u00e9", "request.url must be ASCII"),
         ("request.headers", [{"name": 5, "value": "x"}], "request.headers: a header's name"),
-        ("response.status", "200", "response.status must be an HTTP status, not str"),
+        ("response.status", "200", "response.status must be an HTTP status, not string"),
         ("response.status", 1000, "response.status must be an HTTP status, from 0 to 999"),
-        ("response.status", True, "response.status must be an HTTP status, not bool"),
-        ("response.content", "x", "response.content must be an object, not str"),
-        ("time", "x", "time must be a number, not str"),
+        ("response.status", True, "response.status must be an HTTP status, not boolean"),
+        ("response.content", "x", "response.content must be an object, not string"),
+        ("time", "x", "time must be a number, not string"),
     ],
 )
 async def test_a_har_entry_of_the_wrong_types_is_named_in_har_terms_and_nothing_is_written(

@@ -24,7 +24,7 @@ from wirediff.record.build import build_record
 from wirediff.record.exchange import Exchange
 from wirediff.record.flow import exchange_from_flow, upstream_label
 from wirediff.record.parts import BOM, HEAD_BYTES, opens_a_capture
-from wirediff.record.validate import problem
+from wirediff.record.validate import json_type, problem
 
 __all__ = ["exchange_from_har", "import_flows", "source_kind"]
 
@@ -130,9 +130,7 @@ def _har_problem(entry: Any) -> str | None:
                 wrong += [(f"response.content.{key}", content[key], str, "a string")]
     for name, value, kind, what in wrong:
         if isinstance(value, bool) or not isinstance(value, kind):
-            return (
-                f"{name} must be {what}, not {'missing' if value is None else type(value).__name__}"
-            )
+            return f"{name} must be {what}, not {'missing' if value is None else json_type(value)}"
     request: dict[str, Any] = entry["request"]
     response: dict[str, Any] = entry["response"]
     if not 0 <= response["status"] <= 999:

@@ -36,6 +36,7 @@ __all__ = [
     "DIRECTIONS",
     "ERROR",
     "EVENT",
+    "JSON_TYPES",
     "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_EVENTS",
@@ -50,6 +51,7 @@ __all__ = [
     "Shape",
     "containers",
     "depth_exceeds",
+    "json_type",
     "limit_depth",
     "line_past_bounds",
     "past_bounds",
@@ -313,13 +315,29 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
     return None
 
 
+JSON_TYPES: dict[type, str] = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
+def json_type(value: Any) -> str:
+    """Name the JSON Schema type of a parsed value."""
+    return JSON_TYPES.get(type(value), type(value).__name__)
+
+
 def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
     """Say how `value` is not of `types`.
 
     JSON allows any integer, the analysis's columns do not: an integer must fit 64 bits, one
     where a number is asked for a double."""
     if type(value) not in types:
-        return f"must be {what}, not {type(value).__name__}"
+        return f"must be {what}, not {json_type(value)}"
     if type(value) is not int:
         return None
     if float in types:
@@ -361,18 +379,14 @@ def _tags(tags: dict[str, Any]) -> str | None:
     return found
 
 
-_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-_JSON_KINDS[type(None)] = "null"
-
-
 def problem(rec: Any) -> str | None:
     """Find the first way `rec` is not a record as `wirediff._types.Record` describes it.
 
     None when it is one: every key where it belongs, with its type."""
     if not isinstance(rec, dict):
-        kind = _JSON_KINDS.get(type(rec), type(rec).__name__)
         return (
-            f"not a {FORMAT} record (a JSON {kind}; each line of a capture is one record's object)"
+            f"not a {FORMAT} record (a JSON {json_type(rec)}; each line of a capture is one "
+            "record's object)"
         )
     if rec.get("format") != FORMAT:
         return f"not a {FORMAT} record (format={rec.get('format')!r})"

@@ -25,6 +25,7 @@ from itertools import count
 from typing import Any
 
 from wirediff._types import JSON
+from wirediff.record.validate import JSON_TYPES, json_type
 
 __all__ = [
     "BOUNDED_NUMBERS",
@@ -64,21 +65,7 @@ ARGUMENTS_KEY = "arguments"
 PARSED = "@json"
 INVALID_JSON = "invalid JSON"
 
-_TYPE_NAMES: dict[type, str] = {
-    dict: "object",
-    list: "array",
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    type(None): "null",
-}
 _BOUNDARIES = ".[@"
-
-
-def json_type(value: JSON) -> str:
-    """Name the JSON Schema type of a parsed value."""
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def flatten(
@@ -116,14 +103,14 @@ def _walk(value: JSON, path: str, shape: Shape, values: Values, parse_arguments:
             elif item_kind is dict or item_kind is list:
                 _walk(item, sub, shape, values, parse_arguments)
             else:
-                shape.add((sub, _TYPE_NAMES.get(item_kind, "unknown")))
+                shape.add((sub, JSON_TYPES.get(item_kind, "unknown")))
     elif kind is list:
         shape.add((path, "array"))
         sub = path + "[]"
         for item in value:
             _walk(item, sub, shape, values, parse_arguments)
     else:
-        shape.add((path, _TYPE_NAMES.get(kind, "unknown")))
+        shape.add((path, JSON_TYPES.get(kind, "unknown")))
 
 
 def add_parsed(text: str, path: str, shape: Shape, values: Values) -> None:
