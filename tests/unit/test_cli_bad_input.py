@@ -416,10 +416,6 @@ def test_diagnose_fail_exits_1_when_a_chain_failed(
 
 def help_codes(parser: argparse.ArgumentParser) -> set[int]:
     help_text = parser.format_help()
-    if "exit codes:\n" not in help_text:  # capture's epilog is set when help is asked for
-        from wirediff.cli.capture_command import EXIT_CODES
-
-        help_text += EXIT_CODES
     block = help_text.split("exit codes:\n", 1)[1]
     # the list ends the help, as the README says
     assert all(line.startswith("  ") for line in block.rstrip().splitlines()), parser.prog
