@@ -92,7 +92,7 @@ def test_the_gate_leaves_out_the_paths_an_ignore_config_names(
     assert main([*strict, "--ignore-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "refusal" not in out
-    assert "ok    ollama       chat.completions         compatible " in out
+    assert f"ok    ollama       chat.completions         {'compatible':<27} `x-request-id`" in out
 
 
 def test_several_candidates_one_line_each_and_the_breaking_one_fails(
