@@ -73,7 +73,7 @@ class CheckResult:
     verdicts: pd.DataFrame
     gate: GateCounts
     baseline: int
-    """Exchanges of the baseline capture."""
+    """Exchanges of the baseline's label in the baseline capture."""
     label: str
     """The baseline's label."""
     replayed: int
@@ -234,7 +234,7 @@ class Run:
         return CheckResult(
             verdict_frame(analysis.cells(), analysis.roles()),
             analysis.gate(),
-            int((scope == 0).sum()),
+            int((labels == base_label).sum()),
             base_label,
             int((how == REPLAY).sum()),
             dict(sorted(content.items())),
