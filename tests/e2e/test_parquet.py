@@ -95,6 +95,11 @@ def test_a_dataset_at_an_fsspec_url_reads_like_the_captures(
             assert main([args[0], *inputs, *args[1:]]) == 0
             outs.append(capsys.readouterr().out.replace(f"r{n}.html", "r.html"))
         assert outs[0] == outs[1]
+    # alone, the dataset's labels other than the baseline's are the candidates
+    assert main(["check", *map(str, captures)]) == 1
+    expected = capsys.readouterr().out
+    assert main(["check", url]) == 1
+    assert capsys.readouterr().out == expected
 
 
 @pytest.mark.parametrize(

@@ -149,6 +149,34 @@ def test_several_candidates_one_line_each_and_the_breaking_one_fails(
     ]
 
 
+def test_one_input_holding_every_label_is_checked_as_its_captures_are(
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Alone, the baseline's other labels are the candidates: the same lines, and the same JSON."""
+    base, good, bad = captures
+    apart = tmp_path / "apart.json"
+    assert main(["check", base, good, bad, "--json", str(apart)]) == 1
+    expected = capsys.readouterr().out
+    both = tmp_path / "all.jsonl"
+    both.write_bytes(b"".join(Path(p).read_bytes() for p in (base, good, bad)))
+    together = tmp_path / "together.json"
+    assert main(["check", str(both), "--json", str(together)]) == 1
+    assert capsys.readouterr().out == expected
+    assert json.loads(together.read_text()) == json.loads(apart.read_text())
+
+
+def test_one_input_with_nothing_to_compare_is_bad_input(
+    captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _, _ = captures
+    assert main(["check", base]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"wirediff: error: {base}: no exchange of another label pairs with its baseline (openai); "
+        "name the candidates' captures after it\n"
+    )
+
+
 def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,9 +1,9 @@
-"""Gate CI with `wirediff check BASELINE CANDIDATE…`: a verdict per candidate and endpoint family.
+"""Gate CI with `wirediff check BASELINE [CANDIDATE…]`: a verdict per candidate and family.
 
 Verdicts are per transport too, where a family has several. It exits 0 when compatible, 1 when
 not, 2 on bad usage or input. A candidate is a replay of the baseline, or a capture of the same
 app against another backend, paired by request content and order; what pairs with nothing is
-counted per candidate.
+counted per candidate. Given the baseline alone, its other labels are the candidates.
 
 By default the gate fails on `breaking` findings and on families a candidate does not support;
 `--fail-on-severity deviation` is stricter, and `--fail-on KIND,…` also fails on findings of
@@ -236,9 +236,10 @@ def register(sub: Any) -> None:
     c.add_argument(
         "candidates",
         metavar="CANDIDATE",
-        nargs="+",
+        nargs="*",
         help="its replays (or shadow mirrors) to candidate backends, or captures of the same "
-        "app against them (paired by request content and order)",
+        "app against them (paired by request content and order); none: the labels in "
+        "BASELINE other than the baseline's are the candidates",
     )
     c.add_argument(
         "--fail-on-severity",

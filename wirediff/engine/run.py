@@ -201,8 +201,10 @@ class Run:
         """Judge the candidates against the baseline and give what the gate reads.
 
         The baseline's `label` is by default that of most of its originals; `ignore` holds path
-        patterns left out of the findings, as `report`'s. A candidate none of whose exchanges
-        pairs with one of the captures, by replay or by content, is a usage error."""
+        patterns left out of the findings, as `report`'s. Without candidates, the baseline's
+        other labels are the candidates, as in a dataset exported from several captures. A
+        candidate none of whose exchanges pairs with one of the captures, by replay or by
+        content, is a usage error."""
         index, scope = self.scan([baseline, *candidates], scoped=True)
         rows = index.rows
         mine = rows[scope == 0]
@@ -222,6 +224,11 @@ class Run:
         analysis = analyse(index, ignore=ignore, baseline=base_label)
         pairs = analysis.pairs
         paired = set(scope[pairs["c"].to_numpy()].tolist())
+        if not candidates and not len(pairs):
+            raise UsageError(
+                f"{baseline}: no exchange of another label pairs with its baseline ({base_label}); "
+                "name the candidates' captures after it"
+            )
         for n, path in enumerate(candidates, 1):
             if n not in paired:
                 raise UsageError(
