@@ -19,24 +19,22 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
-
-import pandas as pd
 
 from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
-from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
-from wirediff.analysis.index.analyze import GateCounts
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
 from wirediff.cli.report import IGNORE_HELP, load_ignore
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 from wirediff.record.scrub import scrub_output
-from wirediff.reports.bottom_line import bottom_line, cell_name
-from wirediff.reports.model import verdict_rows
-from wirediff.reports.render import verdict_item
+
+if TYPE_CHECKING:  # the analysis and the report are imported when a command runs
+    import pandas as pd
+
+    from wirediff.analysis.index.analyze import GateCounts
 
 __all__ = ["CHECK_FORMAT", "gate_from", "parse_kinds", "register", "write_junit"]
 
@@ -83,6 +81,8 @@ def write_junit(
     gated: pd.DataFrame, out: str | os.PathLike[str], suite_name: str = "wirediff check"
 ) -> Path:
     """Write one testsuite, with one testcase per candidate, family and transport; `-`: stdout."""
+    from wirediff.reports.bottom_line import cell_name
+
     rows = gated[gated["role"] == "candidate"]
     suite = ET.Element(
         "testsuite",
@@ -123,6 +123,9 @@ def write_junit(
 
 def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     """Turn the gated verdict rows into JSON objects, `summary.schema.json`'s `verdict_row`."""
+    from wirediff.reports.model import verdict_rows
+    from wirediff.reports.render import verdict_item
+
     fails = gated["fails"].tolist()
     return [
         {**verdict_item(v), "fails": bool(f)}
@@ -134,11 +137,15 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
     """Count one candidate label's unmatched calls per side.
 
     The counts read `{"only in the baseline": n, "only in the candidate": m}`."""
+    from wirediff.analysis.comparison.pairing import ONLY_BASELINE, ONLY_CANDIDATE
+
     mine = unmatched[unmatched["label"] == label]
     return {side: int((mine["side"] == side).sum()) for side in (ONLY_BASELINE, ONLY_CANDIDATE)}
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from wirediff.reports.bottom_line import bottom_line, cell_name
+
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})

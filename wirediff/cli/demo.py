@@ -16,13 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import yaml
 
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
-from wirediff.reports.bottom_line import cell_name
 
 __all__ = [
     "CANDIDATES",
@@ -64,6 +62,8 @@ LOG_TAIL = 300
 
 def drive_sdk(base_url: str, api_key: str) -> int:
     """Make the calls of an app moving from Chat Completions to Responses; return the count."""
+    import openai
+
     with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30) as client:
         return _drive(client)
 
@@ -201,6 +201,8 @@ def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
     The drop-in verdicts take one line per backend and endpoint family, with the top reason;
     the codes are those of the diagnoses among the lines of `--findings`, `lines_of`. The
     baseline is listed too: it is validated like the others."""
+    from wirediff.reports.bottom_line import cell_name
+
     lines = [f"  {sentence}" for sentence in summary.get("bottom_line", [])]
     for v in summary.get("verdicts", []):
         name = cell_name(v["family"], v["transport"])
@@ -219,6 +221,8 @@ def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import openai
+
     t0 = time.monotonic()
     try:
         result = run_demo(Path(args.out))

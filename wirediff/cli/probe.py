@@ -27,21 +27,21 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import pandas as pd
 
 from wirediff._support import printable
 from wirediff.cli.check import write_junit
 from wirediff.cli.inputs import key_from_env, on_stdout
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.probe.drive import ProbeResult, probe
-from wirediff.probe.features import Feature
-from wirediff.probe.matrix import STATUSES
-from wirediff.reports.model import build
-from wirediff.reports.render import render_html, write_summary
+
+if TYPE_CHECKING:  # the probe and the report are imported when the command runs
+    import pandas as pd
+
+    from wirediff.probe.drive import ProbeResult
+    from wirediff.probe.features import Feature
 
 __all__ = ["main_probe", "register", "terminal_matrix"]
 
@@ -52,6 +52,8 @@ EVIDENCE = 110
 
 def terminal_matrix(result: ProbeResult) -> list[str]:
     """Render the feature rows, the client rows and the closing count for the terminal."""
+    from wirediff.probe.matrix import STATUSES
+
     width = max(len(r.id) for r in result.rows) if result.rows else 10
     lines = [f"probe of {result.url} (model {result.model})", "features:"]
     for r in result.rows:
@@ -91,6 +93,8 @@ def _only(text: str | None) -> list[str]:
 
 def junit_frame(result: ProbeResult) -> pd.DataFrame:
     """Frame the features as `write_junit` reads verdict rows: one testcase per feature."""
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "label": [result.label] * len(result.rows),
@@ -113,6 +117,10 @@ def _count(problems: list[str], severity: str) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from wirediff.probe.drive import probe
+    from wirediff.reports.model import build
+    from wirediff.reports.render import render_html, write_summary
+
     url = _base_url(args.url)
     given = {"-o": args.output, "--json": args.json, "--junit": args.junit}
     outputs = [p for p in given.values() if p and p != "-"]

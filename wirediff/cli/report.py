@@ -18,8 +18,7 @@ from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
 from wirediff.cli.runner import exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.reports.model import DEFAULT_MAX_EXAMPLES
-from wirediff.reports.render import render_html, write_csv, write_findings, write_summary
+from wirediff.reports import DEFAULT_MAX_EXAMPLES
 
 __all__ = ["BASELINE_HELP", "IGNORE_HELP", "load_ignore", "main_report", "register"]
 
@@ -57,6 +56,8 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from wirediff.reports.render import render_html, write_csv, write_findings, write_summary
+
     if args.max_examples < 1:
         raise UsageError("--max-examples must be at least 1")
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()

@@ -27,6 +27,7 @@ from wirediff.analysis.comparison.verdicts import FAMILIES, STOPPED, roles_of, v
 from wirediff.analysis.comparison.verdicts import VERDICTS as COMPAT_VERDICTS
 from wirediff.analysis.index.analyze import CONFORMANCE, Analysis, Diagnosed
 from wirediff.probe.drive import ProbeResult
+from wirediff.reports import DEFAULT_MAX_EXAMPLES
 from wirediff.reports.bottom_line import bottom_line, cell_name
 from wirediff.reports.captures import (
     SKIPPED,
@@ -77,8 +78,6 @@ OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED, STOPPED)
 
 No finding, `ok`; its worst finding's severity; a route-level failure; a replay step not
 sent; or an exchange the capture's stop cut."""
-DEFAULT_MAX_EXAMPLES = 3
-"""Examples kept with per-exchange detail for each folded finding, chain and alignment."""
 MAX_TIMELINES = 60
 """Stream alignments drawn; the rest are counted."""
 MAX_CELL_DIAGNOSES = 8
