@@ -272,6 +272,48 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["report", "GOOD", "-o", "NEXT"], "NEXT: named as a part of a session this command reads"),
+        (["report", "GOOD", "-o", "r.json", "--json", "r.json"], "-o and --json both name r.json"),
+        (["report", "GOOD", "--json", "r.json", "--findings", "./r.json"], "--json and --findings"),
+        (["check", "GOOD", "--json", "c.xml", "--junit", "c.xml"], "--json and --junit both name"),
+        (["probe", NOWHERE, "-o", "p.html", "--junit", "p.html"], "-o and --junit both name"),
+        (["report", "DATA", "-o", "DATA/wirediff-dataset.json"], "inside the wirediff dataset"),
+        (["report", "GOOD", "-o", "r.html", "--csv", "DATA/x.csv"], "inside the wirediff dataset"),
+        (["export", "GOOD", "--parquet", "DATA/exchanges/more"], "inside the wirediff dataset"),
+    ],
+    ids=[
+        "the session's next part",
+        *("two outputs: report", "two outputs: one written twice", "check", "probe"),
+        *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
+    ],
+)  # fmt: skip
+def test_an_output_that_would_lose_something_else_is_refused(
+    good: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    said: str,
+) -> None:
+    """A file read as the session's next part, a dataset's own files, and one file named by
+    two outputs, whose second would replace the first: refused, nothing written."""
+    data = tmp_path / "data"
+    assert main(["export", str(good), "--parquet", str(data)]) == 0
+    monkeypatch.chdir(good.parent)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    mark = (data / "wirediff-dataset.json").read_bytes()
+    capsys.readouterr()
+    given = {"GOOD": str(good), "NEXT": str(good.with_name("good.2.jsonl"))}
+    argv = [given.get(a, a.replace("DATA", str(data))) for a in argv]
+    assert main(argv) == 2
+    assert said.replace("NEXT", given["NEXT"]) in one_error_line(capsys.readouterr().err)
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    assert (data / "wirediff-dataset.json").read_bytes() == mark
+
+
+@pytest.mark.parametrize(
     "wrap",
     [
         lambda data: b"\xef\xbb\xbf\n\n" + data,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import named_captures
+from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
 
@@ -37,6 +37,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     given = str(args.parquet).rstrip("/") or str(args.parquet)
     if not given:
         raise UsageError("--parquet needs a directory or a URL")
+    if "://" not in given:
+        distinct_outputs(args.captures, {"--parquet": given})
     _empty_target(given)
     # the tasks write the files, on a cluster's workers too: a path from here, absolute
     out = given if "://" in given else str(Path(given).absolute())

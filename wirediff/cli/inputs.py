@@ -25,7 +25,7 @@ from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.lines import after_last_newline, is_json, newlines_before
-from wirediff.record.parts import HEAD_BYTES, expand_parts, opens_a_capture
+from wirediff.record.parts import HEAD_BYTES, SUFFIX, expand_parts, names_a_part, opens_a_capture
 from wirediff.record.store import iter_records
 
 __all__ = [
@@ -204,29 +204,70 @@ def on_stdout(outputs: dict[str, Any]) -> bool:
 def distinct_outputs(
     inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any], *, appends: bool = False
 ) -> None:
-    """Refuse an output that is one of the captures the command reads, or a part of their sessions.
+    """Refuse an output that would lose something: a capture, a dataset's file, another output.
 
-    An output is given as `{"-o": "s.jsonl"}`. Writing it would lose what was recorded, so
-    this is checked before anything is read or written. Unless the command `appends` records to
-    its output, as `replay` does, any other capture is refused too: a report written over a
-    capture the command was not given loses it all the same."""
+    An output is given as `{"-o": "s.jsonl"}`, and checked before anything is read or written.
+    Refused: one of the captures the command reads or a part of their sessions, a file that
+    would be read as their next part, a path inside a wirediff dataset, and a file two outputs
+    name. Unless the command `appends` records to its output, as `replay` does, any other
+    capture is refused too: a report written over a capture the command was not given loses it
+    all the same."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)
         if p.is_file():
             read += expand_parts([capture_file(p)])
+    named: dict[str, str] = {}
     for option, out in outputs.items():
-        if not out or str(out) == "-" or not Path(out).is_file():
+        if not out or str(out) == "-":
             continue
-        for p in read:
+        where = os.path.realpath(out)
+        if where in named:
+            raise UsageError(f"{named[where]} and {option} both name {out}; name a file for each")
+        named[where] = option
+        dataset = _in_dataset(Path(where))
+        if dataset is not None:
+            raise UsageError(
+                f"{option} {out}: inside the wirediff dataset {dataset}; name a path outside it"
+            )
+        for p in read if Path(out).is_file() else ():
             with contextlib.suppress(OSError):
                 if os.path.samefile(out, p):
                     raise UsageError(
                         f"{option} {out}: a capture this command reads; name another file"
                     )
+        if not appends and _next_part(Path(out), read):
+            raise UsageError(
+                f"{option} {out}: named as a part of a session this command reads, so it would "
+                "be read as one; name another file"
+            )
+        if not Path(out).is_file():
+            continue
         said = None if appends else _as_capture(Path(out))
         if said:
             raise UsageError(f"{option} {out}: {said}; name another file")
+
+
+def _in_dataset(path: Path) -> Path | None:
+    """Find the dataset `wirediff export` wrote that `path` is, or is inside, if any."""
+    from wirediff.engine.sources import DATASET_MARK
+
+    for folder in (path, *path.parents):
+        if (folder / DATASET_MARK).is_file():
+            return folder
+    return None
+
+
+def _next_part(out: Path, read: Sequence[Path]) -> bool:
+    """Tell whether `out` is named as a part, `s.2.jsonl`, of a session among `read`, `s.jsonl`."""
+    if not out.name.endswith(SUFFIX) or not names_a_part(out.name[: -len(SUFFIX)]):
+        return False
+    base = out.with_name(out.name[: -len(SUFFIX)].rsplit(".", 1)[0] + SUFFIX)
+    for p in read:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(base, p):
+                return True
+    return False
 
 
 def _as_capture(path: Path) -> str | None:

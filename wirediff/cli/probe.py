@@ -24,7 +24,6 @@ probe's, as a replay of them), for `wirediff report`, `replay` and `check` like 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,7 @@ import httpx
 
 from wirediff._support import printable
 from wirediff.cli.check import write_junit
-from wirediff.cli.inputs import key_from_env, on_stdout
+from wirediff.cli.inputs import distinct_outputs, key_from_env, on_stdout
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
 from wirediff.errors import UsageError
 
@@ -123,9 +122,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     url = _base_url(args.url)
     given = {"-o": args.output, "--json": args.json, "--junit": args.junit}
-    outputs = [p for p in given.values() if p and p != "-"]
-    if len(set(map(os.path.abspath, outputs))) != len(outputs):
-        raise UsageError("-o, --json and --junit must name different files")
+    distinct_outputs([], given)
     key = key_from_env(args.api_key_env)
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
