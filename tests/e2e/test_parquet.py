@@ -18,6 +18,7 @@ from tests.fixtures.sessions import masked, write_fixtures
 from wirediff.cli import main
 from wirediff.engine.parquet import EVENT_SCHEMA, EXCHANGE_SCHEMA
 from wirediff.engine.sources import DATASET_MARK
+from wirediff.record.redact import fingerprint
 from wirediff.record.store import load_records
 
 
@@ -386,3 +387,34 @@ def test_a_datasets_rows_go_back_to_their_order(
         return [str(i) for i in index.rows["id"]]
 
     assert ids([str(dataset)]) == ids([str(p) for p in captures])
+
+
+def test_a_capture_another_tool_wrote_is_exported_without_its_raw_credentials(
+    tmp_path: Path, captures: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Secret headers whose values are no fingerprints leave as the capture records them."""
+    secrets = {
+        "cookie": "sid=s3cr3tcookievalue123456",
+        "x-api-key": "plainkeyvalue987654321",
+        "api-key": "azurekey0123456789abcdef",
+        "authorization": "Bearer plain-bearer-0123456789",
+    }
+    records = [json.loads(line) for line in captures[0].read_text().splitlines()]
+    records[0]["request"]["headers"] += [[k, v] for k, v in secrets.items()]
+    records[1]["response"]["headers"].append(["set-cookie", "session=abcdef1234567890; Path=/"])
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in records))
+    export([other], str(tmp_path / "ds"), capsys)
+    tables = [pq.read_table(p).to_pylist() for p in (tmp_path / "ds").rglob("*.parquet")]
+    text = json.dumps(tables, default=str)
+    for value in [*secrets.values(), "abcdef1234567890"]:
+        assert value.split()[-1] not in text
+    [kept] = [
+        json.loads(t)
+        for t in pq.read_table(tmp_path / "ds" / "exchanges").column("record").to_pylist()
+        if json.loads(t)["id"] == records[0]["id"]
+    ]
+    sent = dict(kept["request"]["headers"])
+    assert sent["cookie"] == fingerprint(secrets["cookie"])
+    assert sent["authorization"] == f"Bearer {fingerprint('plain-bearer-0123456789')}"
+    assert sent["content-type"] == dict(records[0]["request"]["headers"])["content-type"]

@@ -47,6 +47,7 @@ from wirediff.analysis.index.row import record_keys
 from wirediff.engine.decode import loads
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
 from wirediff.record.keys import digest
+from wirediff.record.redact import redact_header_pairs
 from wirediff.record.scrub import scrub_output
 from wirediff.record.store import is_utf8, read_depth
 
@@ -243,9 +244,12 @@ def _extra(rec: Record) -> dict[str, Any]:
 
 
 def _scrubbed(line: bytes) -> bytes:
-    """Replace anything shaped like a credential in `line`, as in every output."""
+    """Replace anything shaped like a credential in `line`, as in every output.
+
+    A secret header's value that is no fingerprint, in a capture another tool wrote, is
+    fingerprinted as a capture records it."""
     text = _line_text(line)
-    scrubbed = scrub_output(text)
+    scrubbed = scrub_output(redact_header_pairs(text))
     return line if scrubbed is text else scrubbed.encode("utf-8")
 
 

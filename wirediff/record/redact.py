@@ -54,6 +54,7 @@ __all__ = [
     "multipart_secrets",
     "present_secrets",
     "redact_fields",
+    "redact_header_pairs",
     "redact_headers",
     "redact_log_text",
     "redact_url",
@@ -442,6 +443,33 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     ):
         return headers  # no echo in any value: one look at all of them
     return [[k, scrub_text(v, secrets)] for k, v in headers]
+
+
+_HEADER_PAIR = re.compile(r'\[\s*"([A-Za-z0-9_-]+)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]')
+
+
+def redact_header_pairs(text: str) -> str:
+    """Fingerprint the secret header values of a record's JSON text that are not fingerprints.
+
+    A capture holds none, but another tool's may: its `["cookie", "sid=…"]` pairs are
+    written as the capture would have recorded them, the rest of the text as it is; `text`
+    itself when none is."""
+
+    def redacted(m: re.Match[str]) -> str:
+        name, raw = m[1], m[2]
+        if not _secret_name(name):
+            return m[0]
+        try:
+            value = json.loads(f'"{raw}"')
+        except ValueError:  # no JSON string: not a pair of a record's headers
+            return m[0]
+        _, secret = split_scheme(value)
+        if is_fingerprint(secret) or secret == "<empty>":
+            return m[0]
+        return f"[{json.dumps(name)}, {json.dumps(redact_value(value))}]"
+
+    out = _HEADER_PAIR.sub(redacted, text)
+    return text if out == text else out
 
 
 def is_fingerprint(value: str) -> bool:
