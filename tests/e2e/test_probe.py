@@ -264,6 +264,15 @@ def test_keep_report_junit_and_no_key_on_disk(
     assert failure.type == "unsupported" and "501" in (failure.message or "")
     for p in [*kept, html, junit, tmp_path / "probe.json"]:
         assert KEY.encode() not in p.read_bytes(), p
+    # an earlier probe's records are neither emptied by the next nor written over by its outputs
+    held = {p: p.read_bytes() for p in kept}
+    nowhere = "http://127.0.0.1:9/v1"
+    assert main_probe([nowhere, "--keep", str(keep)]) == 2
+    assert "holds an earlier probe's records; name another folder" in capsys.readouterr().err
+    for option in ("-o", "--json", "--junit"):
+        assert main_probe([nowhere, option, str(kept[0])]) == 2
+        assert "a wirediff/1 capture; name another file" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in kept} == held
     # the kept records are a capture and its replay: report, replay and diff them like any
     assert main_report([str(p) for p in kept] + ["-o", str(tmp_path / "kept.html")]) == 0
     [originals] = [p for p in kept if p.name == "wirediff-probe.jsonl"]

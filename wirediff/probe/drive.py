@@ -129,7 +129,7 @@ def probe(
     """Probe the server at `url`, an SDK's base URL, `…/v1`.
 
     With `keep`, its records are appended there as they are made (`kept_files`), with the
-    bundled originals they replay."""
+    bundled originals they replay; a folder that holds an earlier probe's is refused."""
     data = load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
@@ -140,7 +140,11 @@ def probe(
     if keep is not None:
         originals, probed = kept_files(keep, target.label)
         for path in (originals, probed):
-            path.unlink(missing_ok=True)  # a probe is a fresh run, not a resume
+            if path.exists():  # a probe is a fresh run, not a resume: the earlier one is kept
+                raise UsageError(
+                    f"--keep {keep}: {path.name} holds an earlier probe's records; name another "
+                    "folder"
+                )
         writers = Writers([originals, probed])
         for rec in data.records:
             if str(rec["id"]) in wanted:
