@@ -8,7 +8,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from wirediff._support import read_yaml
 from wirediff.errors import PlanError, UsageError
@@ -44,16 +53,40 @@ class Options:
     output: Path | None = None
 
 
-_RUN_KEYS = {"concurrency", "rate", "timeout", "only", "allow_unsafe"}
-_TARGET_KEYS = {"label", "url", "api_key_env", "model_map", "headers"}
+Scalar = StrictStr | StrictInt | StrictFloat
+"""A value a YAML file may write unquoted, `x-version: 2`, and that is sent as its text."""
 
 
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UsageError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+class _Section(BaseModel):
+    """Check what `defaults` and a target both set: any other key, or type, is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    api_key_env: str | None = None
+    model_map: dict[str, Scalar | None] | None = None
+    headers: dict[str, Scalar | None] | None = None
+
+
+class _Target(_Section):
+    url: str
+    label: Scalar | None = None
+
+
+class _Defaults(_Section):
+    concurrency: int | None = Field(default=None, ge=1)
+    rate: Scalar | None = None
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    only: str | list[str] | None = None
+    allow_unsafe: bool = False
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    defaults: _Defaults = _Defaults()
+    targets: list[_Target] = Field(default_factory=list)
+
+
+def _str_map(value: Mapping[str, Scalar | None] | None) -> dict[str, str]:
+    return {k: "" if v is None else str(v) for k, v in (value or {}).items()}
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -79,87 +112,73 @@ def _headers(pairs: Mapping[str, str], where: str) -> dict[str, str | None]:
     return out
 
 
-def _load_config(path: str) -> dict[str, Any]:
+def _load_config(path: str) -> _Config:
+    """Read a `--config` file, each key and type checked; one line names the first wrong one."""
     try:
         data = read_yaml(path, " config") or {}
     except ValueError as e:
         raise UsageError(str(e)) from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping with `targets:`")
-    unknown = set(data) - {"defaults", "targets"}
-    if unknown:
-        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    defaults = data.get("defaults") or {}
-    targets = data.get("targets") or []
-    if not isinstance(defaults, dict) or not isinstance(targets, list):
-        raise UsageError(f"{path}: `defaults` must be a mapping and `targets` a list")
-    bad = set(defaults) - _RUN_KEYS - (_TARGET_KEYS - {"label", "url"})
-    if bad:
-        raise UsageError(f"{path}: unknown defaults key(s) {', '.join(sorted(map(str, bad)))}")
-    for i, t in enumerate(targets):
-        if not isinstance(t, dict) or "url" not in t:
-            raise UsageError(f"{path}: targets[{i}] needs at least `url`")
-        bad = set(t) - _TARGET_KEYS
-        if bad:
-            raise UsageError(
-                f"{path}: targets[{i}]: unknown key(s) {', '.join(sorted(map(str, bad)))}"
-            )
-    return {"defaults": defaults, "targets": targets, "path": path}
+    try:
+        return _Config.model_validate({k: v for k, v in data.items() if v is not None})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        raise UsageError(f"{path}: {where.lstrip('.')}: {first['msg']}") from None
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
     """Merge the command line with `--config`; the module docstring says which wins."""
-    cfg: dict[str, Any] = (
-        _load_config(args.config) if args.config else {"defaults": {}, "targets": [], "path": ""}
-    )
-    d: dict[str, Any] = cfg["defaults"]
+    path = args.config or ""
+    cfg = _load_config(path) if path else _Config()
+    d = cfg.defaults
     try:
         cli_models = parse_pairs(args.model_map or (), "--model-map", allow_empty=False)
         cli_headers = parse_pairs(args.header or (), "--header", allow_empty=True)
-        specs: list[dict[str, Any]] = list(cfg["targets"])
+        specs = list(cfg.targets)
         if args.to:
-            specs.append({"url": args.to, "label": args.label})
+            specs.append(_Target(url=args.to, label=args.label))
         elif args.label:
             raise UsageError("--label names the --to target; give --to URL too")
         if not specs:
-            raise UsageError("nothing to replay to: give --to URL or --config FILE")
+            raise UsageError(
+                f"nothing to replay to: {path} lists no targets; give --to URL"
+                if path
+                else "nothing to replay to: give --to URL or --config FILE"
+            )
         targets: list[Target] = []
         for i, spec in enumerate(specs):
-            where = f"{cfg['path']}: targets[{i}]" if i < len(cfg["targets"]) else "--to"
-            url = str(spec["url"])
-            label = str(spec.get("label") or default_label(url))
+            where = f"{path}: targets[{i}]" if i < len(cfg.targets) else "--to"
+            url = spec.url
+            label = str(spec.label or default_label(url))
             if "/" in label or label.startswith(".") or not label.strip():
                 raise UsageError(f"{where}: label {label!r} must be a plain name")
             if label.isdigit():  # `<session>.<digits>.jsonl` is a part of a rotated capture
                 raise UsageError(f"{where}: label {label!r} must not be a number")
-            models = {
-                **_str_map(d.get("model_map"), "defaults.model_map"),
-                **cli_models,
-                **_str_map(spec.get("model_map"), f"{where}.model_map"),
-            }
+            models = {**_str_map(d.model_map), **cli_models, **_str_map(spec.model_map)}
             headers = {
-                **_headers(_str_map(d.get("headers"), "defaults.headers"), "defaults.headers"),
+                **_headers(_str_map(d.headers), "defaults.headers"),
                 **_headers(cli_headers, "--header"),
-                **_headers(_str_map(spec.get("headers"), f"{where}.headers"), f"{where}.headers"),
+                **_headers(_str_map(spec.headers), f"{where}.headers"),
             }
-            key_env = spec.get("api_key_env") or args.api_key_env or d.get("api_key_env")
+            key_env = spec.api_key_env or args.api_key_env or d.api_key_env
             targets.append(Target(label, url, key_env or None, models, headers))
         labels = [t.label for t in targets]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise UsageError(f"two targets share the label {dup[0]!r}; give each a --label")
 
-        def pick(name: str, cli: Any, fallback: Any) -> Any:
-            return cli if cli is not None else d.get(name, fallback)
-
-        concurrency = int(pick("concurrency", args.concurrency, DEFAULT_CONCURRENCY))
+        concurrency = next(
+            c for c in (args.concurrency, d.concurrency, DEFAULT_CONCURRENCY) if c is not None
+        )
         if concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
-        rate_text = pick("rate", args.rate, None)
-        timeout = float(pick("timeout", args.timeout, DEFAULT_TIMEOUT))
+        rate_text = args.rate if args.rate is not None else d.rate
+        timeout = next(t for t in (args.timeout, d.timeout, DEFAULT_TIMEOUT) if t is not None)
         if not math.isfinite(timeout) or timeout <= 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}")
-        only = args.only if args.only else d.get("only") or []
+        only = args.only or d.only or []
         if isinstance(only, str):
             only = [only]
         return Options(
@@ -168,7 +187,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
             rate=parse_rate(str(rate_text)) if rate_text is not None else None,
             timeout=timeout,
             filters=[parse_filter(str(f)) for f in only],
-            allow_unsafe=bool(args.allow_unsafe or d.get("allow_unsafe", False)),
+            allow_unsafe=bool(args.allow_unsafe or d.allow_unsafe),
             dry_run=bool(args.dry_run),
             output=Path(args.output) if args.output else None,
         )
