@@ -187,6 +187,14 @@ def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
     assert dict(one.headers) == {"x-one": "1", "x-two": None}
     assert (one.api_key_env, two.api_key_env, three.api_key_env) == ("DEF", "TWO", "DEF")
     assert opts.concurrency == 7 and opts.rate == 10.0 and len(opts.filters) == 1
+    # a `*` maps every model: a later source's replaces the earlier ones' exact entries
+    star = tmp_path / "star.yaml"
+    star.write_text(
+        "defaults: {model_map: {gpt-4o-mini: from-defaults}, headers: {x-version: 2}}\n"
+        "targets: [{label: ol, url: 'http://h/v1', model_map: {'*': llama3.2}}]\n"
+    )
+    [ol] = options_from_args(p.parse_args(["c.jsonl", "--config", str(star)])).targets
+    assert dict(ol.model_map) == {"*": "llama3.2"} and dict(ol.headers) == {"x-version": "2"}
     bad = tmp_path / "bad.yaml"
     for text, msg in [
         ("targets: [{label: x}]", "targets[0].url: Field required"),

@@ -66,8 +66,8 @@ names a listener or a label (`--only listener=reverse:*:8001`).
          model_map: {gpt-4o-mini: qwen2.5-7b-instruct}, headers: {x-team: qa}}
 Run options (concurrency, rate, timeout, only, allow_unsafe): the command line wins over
 `defaults`. Target options: a target's own entry wins over the command line, which wins
-over `defaults` (model maps and headers are merged in that order). `--to URL` adds one more
-target. A header value of `""` (`--header K=`) removes that header.
+over `defaults` (model maps and headers are merged in that order; a model map with `*`
+replaces the maps before it). `--to URL` adds one more target. A header value of `""` (`--header K=`) removes that header.
 """
 
 from __future__ import annotations

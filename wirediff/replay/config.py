@@ -89,6 +89,14 @@ def _str_map(value: Mapping[str, Scalar | None] | None) -> dict[str, str]:
     return {k: "" if v is None else str(v) for k, v in (value or {}).items()}
 
 
+def _merged(*maps: Mapping[str, str]) -> dict[str, str]:
+    """Merge model maps, later ones winning; one with `*`, every model, replaces those before."""
+    out: dict[str, str] = {}
+    for m in maps:
+        out = dict(m) if "*" in m else {**out, **m}
+    return out
+
+
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
@@ -156,7 +164,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                 raise UsageError(f"{where}: label {label!r} must be a plain name")
             if label.isdigit():  # `<session>.<digits>.jsonl` is a part of a rotated capture
                 raise UsageError(f"{where}: label {label!r} must not be a number")
-            models = {**_str_map(d.model_map), **cli_models, **_str_map(spec.model_map)}
+            models = _merged(_str_map(d.model_map), cli_models, _str_map(spec.model_map))
             headers = {
                 **_headers(_str_map(d.headers), "defaults.headers"),
                 **_headers(cli_headers, "--header"),
