@@ -214,10 +214,10 @@ def baseline(mitmdump: Any) -> Path:
     return Path(m.capture_file)
 
 
-def replay(capture: Path, profile: str, model: str, tmp_path: Path) -> Path:
+def replay(capture: Path, profile: str, model: str, tmp_path: Path, label: str = "") -> Path:
     out = tmp_path / f"replay.{profile}.jsonl"
     with standin(profile) as url:
-        argv = [str(capture), "--to", url + "/v1", "--label", profile, "-o", str(out)]
+        argv = [str(capture), "--to", url + "/v1", "--label", label or profile, "-o", str(out)]
         assert main_replay([*argv, "--model-map", f"{MODEL}={model}"]) == 0
     return out
 
@@ -225,7 +225,7 @@ def replay(capture: Path, profile: str, model: str, tmp_path: Path) -> Path:
 def test_wirediff_check_exit_codes(
     baseline: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    same = replay(baseline, "openai", MODEL, tmp_path)
+    same = replay(baseline, "openai", MODEL, tmp_path, label="openai-again")
     ollama = replay(baseline, "ollama", "llama3.2", tmp_path)
     capsys.readouterr()
 
@@ -253,7 +253,7 @@ def test_wirediff_check_exit_codes(
     assert err.startswith("wirediff: error: --fail-on: unknown kind bogus") and "\n" not in err
 
     # a candidate that pairs with nothing of the baseline is bad input, not "compatible":
-    # a copy of it (the same label), or the baseline itself, named as such
+    # a copy of it (the same exchanges, read once), or the baseline itself, named as such
     copy = baseline.with_name("copy.jsonl")
     copy.write_bytes(baseline.read_bytes())
     assert main(["check", str(baseline), str(copy)]) == 2

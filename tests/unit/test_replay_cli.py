@@ -127,15 +127,18 @@ def test_dry_run_counts_what_is_tried_again(
         (["--to", "http://h/v1", "--timeout", "-5"], "--timeout"),
         (["--to", "http://h/v1", "--rate", "nan/s"], "--rate"),
         (["--to", "http://h/v1", "--rate", "inf"], "--rate"),
+        (["--to", "http://h/v1", "--label", "LABEL"], "target 'LABEL': the label of the exchanges"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     cap = write_capture(tmp_path / "s.jsonl", session()[:1])
-    assert main_replay([str(cap), *args]) == 2
+    label = str(session()[0]["label"])
+    assert main_replay([str(cap), *(a.replace("LABEL", label) for a in args)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("wirediff: error: ") and message in err
+    assert err.count("\n") == 1 and err.startswith("wirediff: error: ")
+    assert message.replace("LABEL", label) in err
 
 
 @pytest.mark.parametrize(

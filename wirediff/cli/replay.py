@@ -177,6 +177,13 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:
         raise UsageError(str(e)) from None
+    replayed = {str(n.rec.get("label")) for n in plan.nodes}
+    for t in opts.targets:
+        if t.label in replayed:  # the analysis would take its answers for the originals' own
+            raise UsageError(
+                f"target {t.label!r}: the label of the exchanges it replays; give the target "
+                "a label of its own (--label NAME)"
+            )
     note = hop_note(plan)
     if note is not None:
         print(note, file=sys.stderr)
