@@ -191,6 +191,26 @@ def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     assert f"{base}: the baseline itself; a candidate is another capture" in (
         capsys.readouterr().err
     )
+    assert main(["check", base, good, good]) == 2
+    assert capsys.readouterr().err == f"wirediff: error: {good}: given twice\n"
+
+
+def test_a_candidate_with_the_baseline_label_is_bad_input_not_a_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its answers would be shown as the baseline's and never gated: a pass on nothing."""
+    base = openai_session()
+    broken = [
+        replay(b, id=f"x{i}", label="openai", change=no_usage_chunk) for i, b in enumerate(base)
+    ]
+    again = [{**b, "id": f"r{i}", "session": "run2"} for i, b in enumerate(base)]
+    for candidate in (broken, again):
+        path = write(tmp_path / "c.jsonl", candidate)
+        assert main(["check", write(tmp_path / "s.jsonl", base), path]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"wirediff: error: {path}: its exchanges carry the baseline's label, openai; check "
+            "compares labels: give the candidate one of its own (--label NAME)"
+        )
 
 
 def unreachable(rec: Record) -> None:

@@ -149,12 +149,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
-    for candidate in args.candidates:
-        with contextlib.suppress(OSError):
-            if os.path.samefile(candidate, args.baseline):
-                raise UsageError(
-                    f"{candidate}: the baseline itself; a candidate is another capture"
-                )
+    for n, candidate in enumerate(args.candidates):
+        for earlier in [args.baseline, *args.candidates[:n]]:
+            with contextlib.suppress(OSError):
+                if os.path.samefile(candidate, earlier):
+                    raise UsageError(
+                        f"{candidate}: the baseline itself; a candidate is another capture"
+                        if earlier == args.baseline
+                        else f"{candidate}: given twice"
+                    )
     piped = on_stdout({"--json": args.json, "--junit": args.junit})
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:

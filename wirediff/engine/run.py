@@ -221,6 +221,13 @@ class Run:
                     f"(labels: {', '.join(known)})"
                 )
             base_label = label
+        same = (text(rows["label"]) == base_label).to_numpy() & (scope > 0)
+        if same.any():
+            path = candidates[int(scope[same][0]) - 1]
+            raise UsageError(
+                f"{path}: its exchanges carry the baseline's label, {base_label}; check "
+                "compares labels: give the candidate one of its own (--label NAME)"
+            )
         analysis = analyse(index, ignore=ignore, baseline=base_label)
         pairs = analysis.pairs
         paired = set(scope[pairs["c"].to_numpy()].tolist())
