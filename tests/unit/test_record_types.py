@@ -200,6 +200,11 @@ def answered(status: int) -> Any:
         (lambda r: r.update(attempt=-(2**63) - 1), "attempt must be an integer of 64 bits"),
         (lambda r: r["tags"].update(retry=2**64), "tags.retry must be an integer of 64 bits"),
         (lambda r: r.update(seq=-(2**63)), None),
+        # 1e999 reads as infinity and NaN as itself: summary.json could not write them back
+        (lambda r: r.update(duration_ms=float("inf")), "duration_ms must be a finite number"),
+        (lambda r: r.update(ttfb_ms=float("nan")), "ttfb_ms must be a finite number"),
+        (lambda r: r.update(started=-float("inf")), "started must be a finite number"),
+        (lambda r: r.update(started=1.7976931348623157e308), None),
     ],
 )
 def test_a_record_is_its_keys_with_their_types(change: Any, found: str | None) -> None:

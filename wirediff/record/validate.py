@@ -293,9 +293,7 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
         value = obj.get(key, _MISSING)
         if value is _MISSING:
             return f"{where}{key} is missing"
-        if types is not None and (
-            type(value) not in types or (type(value) is int and not _I64 <= value < -_I64)
-        ):
+        if types is not None and _looked_into(value, types):
             found = _mistyped(value, types, what)
             if found:
                 return f"{where}{key} {found}"
@@ -304,7 +302,7 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
             value = obj.get(key)
             if value is None or types is None:
                 continue
-            if type(value) not in types or (type(value) is int and not _I64 <= value < -_I64):
+            if _looked_into(value, types):
                 found = _mistyped(value, types, what)
                 if found:
                     return f"{where}{key} {found}"
@@ -331,13 +329,25 @@ def json_type(value: Any) -> str:
     return JSON_TYPES.get(type(value), type(value).__name__)
 
 
+def _looked_into(value: Any, types: frozenset[type]) -> bool:
+    """Tell whether `value` may be mistyped: of another type, or a number out of bounds."""
+    kind = type(value)
+    if kind not in types:
+        return True
+    if kind is int:
+        return not _I64 <= value < -_I64
+    return kind is float and not -_LARGEST <= value <= _LARGEST
+
+
 def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
     """Say how `value` is not of `types`.
 
-    JSON allows any integer, the analysis's columns do not: an integer must fit 64 bits, one
-    where a number is asked for a double."""
+    JSON allows any number, the analysis's columns and its JSON outputs do not: an integer
+    must fit 64 bits, one where a number is asked for a double, and a number be finite."""
     if type(value) not in types:
         return f"must be {what}, not {json_type(value)}"
+    if type(value) is float:  # 1e999 reads as infinity: no JSON output could write it back
+        return None if -_LARGEST <= value <= _LARGEST else "must be a finite number"
     if type(value) is not int:
         return None
     if float in types:
