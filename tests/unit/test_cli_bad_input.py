@@ -57,6 +57,7 @@ BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
     "one unfinished line": _write("cut.jsonl", b'{"format": "wirediff/1", "id": "a", "req'),
     "a record with one byte not UTF-8": lambda d: _not_utf8(d / "odd.jsonl"),
     "an HTML report": _write("report.html", b"<!doctype html>\n<html lang=en>\n"),
+    "a gzipped capture": _write("s.jsonl.gz", gzip.compress(b'{"format": "wirediff/1"}\n')),
     "a directory": _directory,
     "a missing file": lambda d: d / "missing.jsonl",
 }
@@ -192,6 +193,18 @@ def test_bad_input_is_one_line_and_exit_2(
     assert str(bad) in one_error_line(err)
     assert stdout == "", "nothing reads as a result"
     assert not out.exists(), "nothing written"
+
+
+def test_a_gzipped_capture_is_named_with_the_pipe_that_reads_it(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    packed = tmp_path / "s.jsonl.gz"
+    packed.write_bytes(gzip.compress(good.read_bytes()))
+    assert main(["report", str(packed), "-o", str(tmp_path / "r.html")]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"wirediff: error: {packed}: gzip-compressed; give it decompressed, through a pipe: "
+        f"zcat {packed} | wirediff COMMAND /dev/stdin\n"
+    )
 
 
 def test_a_capture_given_to_import_is_one_line_and_exit_2(

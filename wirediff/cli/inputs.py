@@ -66,6 +66,11 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     if first is None:
         raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+    if first.startswith(_GZIP):
+        raise CaptureError(
+            f"{p}: gzip-compressed; give it decompressed, through a pipe: "
+            f"zcat {p} | wirediff COMMAND /dev/stdin"
+        )
     if first.lstrip().startswith(b"<"):
         raise CaptureError(
             f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
