@@ -4,6 +4,7 @@ what the sender writes."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, cast
@@ -247,3 +248,19 @@ def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.Monkey
     monkeypatch.setattr(TargetRun, "finalize", broken)
     with pytest.raises(RuntimeError, match="builder bug"):
         engine([rec("a", body={"model": "m"})], Fake())
+
+
+def test_a_piped_capture_needs_an_output_and_stdout_is_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its replay would go beside it, in /dev; and a replay reads its output back to resume."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main_replay([str(fifo), "--to", "http://127.0.0.1:9/v1", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"wirediff: error: {fifo}: a pipe has no folder to write its replay beside; give -o\n"
+    )
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", "-"]) == 2
+    assert "-o -: a replay appends to a file it reads back to resume" in capsys.readouterr().err
+    assert not (tmp_path / "-").exists()

@@ -138,6 +138,11 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 def main_replay_args(args: argparse.Namespace) -> int:
     distinct_outputs(args.captures, {"-o": args.output}, appends=True)
+    piped = [str(p) for p in args.captures if Path(p).exists() and not Path(p).is_file()]
+    if piped and not args.output:  # its replay would go beside it: in /dev, or /proc/…/fd
+        raise UsageError(f"{piped[0]}: a pipe has no folder to write its replay beside; give -o")
+    if args.output == "-":
+        raise UsageError("-o -: a replay appends to a file it reads back to resume; name one")
     opts = options_from_args(args)
     # For captures that will need it, the spool process is forked before they are read: the
     # pages of the records this process then reads stay its own, instead of being copied
