@@ -24,6 +24,7 @@ probe's, as a replay of them), for `wirediff report`, `replay` and `check` like 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,8 +87,12 @@ def _base_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _only(text: str | None) -> list[str]:
-    return [f.strip() for f in (text or "").split(",") if f.strip()]
+def _only(given: list[str] | None) -> list[str]:
+    """Read the features `--only` names, each time it is given; given, it names one at least."""
+    named = [f.strip() for text in given or () for f in text.split(",") if f.strip()]
+    if given is not None and not named:
+        raise UsageError("--only: no feature named; leave --only out to probe them all")
+    return named
 
 
 def junit_frame(result: ProbeResult) -> pd.DataFrame:
@@ -124,8 +129,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     given = {"-o": args.output, "--json": args.json, "--junit": args.junit}
     distinct_outputs([], given)
     key = key_from_env(args.api_key_env)
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be more than 0 seconds")
+    if not 0 < args.timeout < math.inf:
+        raise UsageError(f"--timeout must be a number of seconds more than 0, not {args.timeout}")
     lines = sys.stderr if on_stdout(given) else sys.stdout
 
     def progress(f: Feature, done: int, total: int) -> None:
@@ -188,7 +193,7 @@ def register(sub: Any) -> None:
         help="the model for embeddings (default: the first listed with `embed` in its name, "
         "else --model)",
     )
-    p.add_argument("--only", metavar="FEATURE,…", help="probe only these features")
+    p.add_argument("--only", metavar="FEATURE,…", action="append", help="probe only these features")
     p.add_argument(
         "-o", "--output", metavar="report.html", help="write the HTML report (`-`: stdout)"
     )
