@@ -230,6 +230,24 @@ def test_bad_usage_is_one_line_and_exit_2(
     one_error_line(err)
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["probe", NOWHERE, "--timeout", "nan"], "--timeout must be a number of seconds more than 0, not nan"),
+        (["probe", NOWHERE, "--timeout", "inf"], "--timeout must be a number of seconds more than 0, not inf"),
+        (["probe", NOWHERE, "--only", ","], "--only: no feature named; leave --only out"),
+        (["replay", "GOOD", "--to", NOWHERE, "--to", NOWHERE, "--dry-run"], "--to: given twice"),
+    ],
+    ids=["probe --timeout nan", "probe --timeout inf", "probe --only naming none", "replay --to twice"],
+)  # fmt: skip
+def test_a_value_that_would_be_taken_otherwise_is_named(
+    good: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """Not sent on with a NaN deadline, every feature, or the last `--to` alone."""
+    assert main([str(good) if a == "GOOD" else a for a in argv]) == 2
+    assert f"wirediff: error: {said}" in one_error_line(capsys.readouterr().err)
+
+
 def test_every_command_is_in_the_tables() -> None:
     commands = set(subcommands())
     with_input = {argv(Path("b"), Path("g"), Path("o"))[0] for argv in COMMANDS.values()}

@@ -287,9 +287,23 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main_replay_args)
 
 
+class _Once(argparse.Action):
+    """Refuse an option given twice, where the last would silently win."""
+
+    def __call__(self, parser: Any, ns: argparse.Namespace, value: Any, flag: Any = None) -> None:
+        if getattr(ns, self.dest) is not None:
+            raise UsageError(f"{flag}: given twice; each names one target (several: --config)")
+        setattr(ns, self.dest, value)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="wirediff/1 .jsonl capture(s)")
-    p.add_argument("--to", metavar="URL", help="target base URL, as an SDK's base_url (…/v1)")
+    p.add_argument(
+        "--to",
+        metavar="URL",
+        action=_Once,
+        help="target base URL, as an SDK's base_url (…/v1); several targets: --config",
+    )
     p.add_argument("--label", help="name of the --to target (default: its host:port)")
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the key")
     p.add_argument(
