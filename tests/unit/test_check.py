@@ -4,6 +4,7 @@ JSON's verdicts follow summary.schema.json."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -203,7 +204,9 @@ def test_a_candidate_with_the_baseline_label_is_bad_input_not_a_pass(
     broken = [
         replay(b, id=f"x{i}", label="openai", change=no_usage_chunk) for i, b in enumerate(base)
     ]
-    again = [{**b, "id": f"r{i}", "session": "run2"} for i, b in enumerate(base)]
+    again = copy.deepcopy(base)  # the same app run again, its capture labelled alike
+    for i, rec in enumerate(again):
+        rec["id"], rec["session"] = f"r{i}", "run2"
     for candidate in (broken, again):
         path = write(tmp_path / "c.jsonl", candidate)
         assert main(["check", write(tmp_path / "s.jsonl", base), path]) == 2
