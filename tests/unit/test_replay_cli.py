@@ -171,6 +171,7 @@ def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
     cfg.write_text(
         "defaults: {concurrency: 3, rate: 10/s, only: [family=responses], api_key_env: DEF,\n"
         "           model_map: {a: b, c: d}, headers: {x-one: '1', x-two: '2'}}\n"
+        "ignore: [usage.*]\n"  # report's, in the same file
         "targets:\n"
         "  - {label: one, url: 'http://h1/v1', model_map: {a: z}, headers: {x-two: ''}}\n"
         "  - {url: 'http://h2:81/v1', api_key_env: TWO}\n"

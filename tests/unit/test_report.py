@@ -578,6 +578,7 @@ def test_cli_report_writes_three_files(tmp_path: Path, monkeypatch: pytest.Monke
         ("- a\n", "wirediff.yaml: expected a mapping with an `ignore:` list"),
         ("ignore: [a\n", "wirediff.yaml:2: not valid YAML"),
         (None, "wirediff.yaml: no such ignore config"),
+        ("ignores: [usage.*]\n", "wirediff.yaml: unknown key 'ignores' (ignore: the paths"),
     ],
 )
 def test_cli_rejects_a_bad_ignore_config(tmp_path: Path, content: str | None, message: str) -> None:

@@ -49,6 +49,9 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
         return ()
     if not isinstance(config, dict):
         raise UsageError(f"{p}: expected a mapping with an `ignore:` list")
+    unknown = sorted(map(str, set(config) - {"ignore", "targets", "defaults"}))
+    if unknown:  # a misspelt `ignore:` would leave out nothing, silently
+        raise UsageError(f"{p}: unknown key {unknown[0]!r} (ignore: the paths to leave out)")
     patterns = config.get("ignore") or []
     if not isinstance(patterns, list) or not all(isinstance(x, str) for x in patterns):
         raise UsageError(f"{p}: `ignore` must be a list of path patterns")

@@ -83,6 +83,8 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     defaults: _Defaults = _Defaults()
     targets: list[_Target] = Field(default_factory=list)
+    ignore: list[str] | None = None
+    """The paths `report --ignore-config` leaves out, read there: one file may serve both."""
 
 
 def _str_map(value: Mapping[str, Scalar | None] | None) -> dict[str, str]:
