@@ -245,6 +245,8 @@ def test_the_baseline_can_be_chosen_and_is_checked() -> None:
     with pytest.raises(UsageError, match="replayed from openai"):
         choose_baseline(replays, "ollama")
     assert choose_baseline(replays, "openai").chosen_by == "replays"
+    with pytest.raises(UsageError, match="--baseline vllm: its exchanges are all replays"):
+        choose_baseline(replays, "vllm")
 
 
 def test_independent_captures_give_the_same_findings_as_replays() -> None:

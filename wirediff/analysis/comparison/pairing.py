@@ -180,6 +180,11 @@ def choose_baseline(exchanges: pd.DataFrame, requested: str | None = None) -> Ba
     from_replays = list(pd.unique(labels[replayed]))
     if requested is not None and requested not in known:
         named = ", ".join(known) or "none"
+        if requested in set(text(exchanges["label"])):
+            raise UsageError(
+                f"--baseline {requested}: its exchanges are all replays, which are compared "
+                f"with what they replay; a baseline is a label of originals ({named})"
+            )
         raise UsageError(f"--baseline {requested}: no capture has that label (labels: {named})")
     if from_replays:
         if requested is not None and requested not in from_replays:
