@@ -313,11 +313,15 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["report", "DATA", "-o", "DATA/wirediff-dataset.json"], "inside the wirediff dataset"),
         (["report", "GOOD", "-o", "r.html", "--csv", "DATA/x.csv"], "inside the wirediff dataset"),
         (["export", "GOOD", "--parquet", "DATA/exchanges/more"], "inside the wirediff dataset"),
+        (["report", "GOOD", "--json", "DATA"], "--json DATA: a directory; name a file"),
+        (["probe", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
+        (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
     ],
     ids=[
         "the session's next part",
         *("two outputs: report", "two outputs: one written twice", "check", "probe"),
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
+        *("a directory: report", "probe, before probing", "replay"),
     ],
 )  # fmt: skip
 def test_an_output_that_would_lose_something_else_is_refused(
@@ -339,7 +343,8 @@ def test_an_output_that_would_lose_something_else_is_refused(
     given = {"GOOD": str(good), "NEXT": str(good.with_name("good.2.jsonl"))}
     argv = [given.get(a, a.replace("DATA", str(data))) for a in argv]
     assert main(argv) == 2
-    assert said.replace("NEXT", given["NEXT"]) in one_error_line(capsys.readouterr().err)
+    said = said.replace("NEXT", given["NEXT"]).replace("DATA", str(data))
+    assert said in one_error_line(capsys.readouterr().err)
     assert sorted(p for p in tmp_path.rglob("*")) == before
     assert (data / "wirediff-dataset.json").read_bytes() == mark
 

@@ -38,7 +38,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not given:
         raise UsageError("--parquet needs a directory or a URL")
     if "://" not in given:
-        distinct_outputs(args.captures, {"--parquet": given})
+        distinct_outputs(args.captures, {"--parquet": given}, folders=True)
     _empty_target(given)
     # the tasks write the files, on a cluster's workers too: a path from here, absolute
     out = given if "://" in given else str(Path(given).absolute())

@@ -207,7 +207,11 @@ def on_stdout(outputs: dict[str, Any]) -> bool:
 
 
 def distinct_outputs(
-    inputs: Sequence[str | os.PathLike[str]], outputs: dict[str, Any], *, appends: bool = False
+    inputs: Sequence[str | os.PathLike[str]],
+    outputs: dict[str, Any],
+    *,
+    appends: bool = False,
+    folders: bool = False,
 ) -> None:
     """Refuse an output that would lose something: a capture, a dataset's file, another output.
 
@@ -216,7 +220,8 @@ def distinct_outputs(
     would be read as their next part, a path inside a wirediff dataset, and a file two outputs
     name. Unless the command `appends` records to its output, as `replay` does, any other
     capture is refused too: a report written over a capture the command was not given loses it
-    all the same."""
+    all the same. An output is a file, unless `folders`: a directory is refused before
+    any work is done, not after."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)
@@ -230,6 +235,8 @@ def distinct_outputs(
         if where in named:
             raise UsageError(f"{named[where]} and {option} both name {out}; name a file for each")
         named[where] = option
+        if not folders and Path(out).is_dir():
+            raise UsageError(f"{option} {out}: a directory; name a file")
         dataset = _in_dataset(Path(where))
         if dataset is not None:
             raise UsageError(
