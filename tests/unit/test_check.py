@@ -235,6 +235,32 @@ def test_a_candidate_that_got_no_answer_fails_the_gate(
     assert "unexpected" not in captured.err and "FAIL  down" in captured.out
 
 
+def test_a_family_neither_serves_fails_no_candidate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shadow of OpenAI's `/v1/embeddings` with an embeddings-less stand-in in front: a 501
+    on both sides is no reason the candidate cannot replace the baseline."""
+    text = "embeddings are not implemented here"
+    embed = error_record(
+        id="e0", status=501, path="/v1/embeddings", body={"error": {"message": text}}
+    )
+    base = [*openai_session(), embed]
+    same = [replay(b, id=f"g{i}", label="ollama") for i, b in enumerate(base)]
+    assert (
+        main(["check", write(tmp_path / "s.jsonl", base), write(tmp_path / "o.jsonl", same)]) == 0
+    )
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        "ollama can replace openai for chat.completions, responses and models; neither serves "
+        "embeddings."
+    )
+    assert "ok    ollama       embeddings               unsupported" in out
+    assert (
+        "base  openai       embeddings               unsupported                 POST /v1/embeddings"
+        in out
+    )
+
+
 # --- verdicts ----------------------------------------------------------------------------
 
 

@@ -60,18 +60,22 @@ def gate_from(
 
     A row fails with a breaking or unsupported verdict, a finding at or above `severity`, or one
     of the `fail_on` kinds, judged from the worst severity and the kinds of each cell's findings.
-    Only candidates fail: the baseline never fails the gate, it is shown."""
+    Only candidates fail: the baseline never fails the gate, it is shown; nor does a candidate
+    fail where it does as the baseline does, unsupported both (`as_the_baseline`)."""
+    from wirediff.analysis.comparison.verdicts import as_the_baseline
+
     failing = {
         cell
         for cell, (rank, kinds) in counts.items()
         if rank <= severity_rank(severity) or kinds & set(fail_on)
     }
+    columns = (verdicts[c].tolist() for c in ("label", "role", "family", "transport", "verdict"))
     fails = [
         role == "candidate"
+        and not alike
         and (verdict in FAILING_VERDICTS or (label, family, transport) in failing)
-        for label, role, family, transport, verdict in zip(
-            *(verdicts[c].tolist() for c in ("label", "role", "family", "transport", "verdict")),
-            strict=True,
+        for label, role, family, transport, verdict, alike in zip(
+            *columns, as_the_baseline(verdicts).tolist(), strict=True
         )
     ]
     return verdicts.assign(fails=fails)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from wirediff._support import clip
+from wirediff.analysis.comparison.verdicts import as_the_baseline
 
 __all__ = ["bottom_line", "cell_name"]
 
@@ -56,19 +57,25 @@ def bottom_line(verdicts: pd.DataFrame) -> list[str]:
     if not baselines:
         return []
     base = _names(baselines)
+    alike = as_the_baseline(verdicts).tolist()
     out = []
     for label in dict.fromkeys(str(r["label"]) for r in rows if r["role"] == "candidate"):
-        mine = [r for r in rows if r["label"] == label]
-        good = [r for r in mine if r["verdict"] in DROP_IN]
-        bad = [r for r in mine if r["verdict"] not in DROP_IN]
+        mine = [(r, same) for r, same in zip(rows, alike, strict=True) if r["label"] == label]
+        good = [r for r, _ in mine if r["verdict"] in DROP_IN]
+        bad = [r for r, same in mine if r["verdict"] not in DROP_IN and not same]
+        unserved = [_family(r) for r, same in mine if same]
+        neither = f"; neither serves {_names(unserved)}" if unserved else ""
+        if not bad and not good:
+            out.append(f"Neither {label} nor {base} serves {_names(unserved)}.")
+            continue
         if not bad:
             families = _names([_family(r) for r in good])
-            out.append(f"{label} can replace {base} for {families}{_deviations(good)}.")
+            out.append(f"{label} can replace {base} for {families}{_deviations(good)}{neither}.")
             continue
         stops = "; ".join(
             f"{_family(r)} {clip(str(r['headline']) or str(r['verdict']), HEADLINE).rstrip('.')}"
             for r in bad
         )
         rest = f"; it can for {_names([_family(r) for r in good])}" if good else ""
-        out.append(f"{label} cannot replace {base}: {stops}{rest}{_deviations(good)}.")
+        out.append(f"{label} cannot replace {base}: {stops}{rest}{_deviations(good)}{neither}.")
     return out

@@ -40,6 +40,7 @@ __all__ = [
     "Cell",
     "Findings",
     "answer_texts",
+    "as_the_baseline",
     "exchange_outcomes",
     "roles_of",
     "route_failure",
@@ -427,3 +428,20 @@ def verdict_frame(
         order = ["_role", "label", "_family", *by]
     out = out.sort_values(order, kind="stable").drop(columns=["_role", "_family"], errors="ignore")
     return out[["label", "role", *by, *VERDICT_COLUMNS[4:]]].reset_index(drop=True)
+
+
+def as_the_baseline(verdicts: pd.DataFrame) -> np.ndarray:
+    """Mark the candidates' `unsupported` cells whose baseline cell is `unsupported` too.
+
+    Such a candidate does what the baseline does: no reason it cannot replace it, so the gate
+    passes the cell and the bottom line says neither serves it."""
+    rows = verdicts[["role", "family", "transport", "verdict"]].itertuples(index=False)
+    table = list(rows)
+    unserved = {(f, t) for role, f, t, v in table if role == "baseline" and v == UNSUPPORTED}
+    return np.array(
+        [
+            role == "candidate" and v == UNSUPPORTED and (f, t) in unserved
+            for role, f, t, v in table
+        ],
+        dtype=bool,
+    )
