@@ -69,15 +69,29 @@ def captures(tmp_path: Path) -> tuple[str, str, str]:
 
 
 def test_a_candidate_with_only_cosmetic_and_deviations_passes(
-    captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, good, _ = captures
     assert main(["check", base, good]) == 0
     out = capsys.readouterr().out
     assert "ok    ollama       chat.completions         compatible with deviations" in out
     assert out.rstrip().endswith("compatible: no candidate fails the gate")
+    capsys.readouterr()
     assert main(["check", base, good, "--fail-on-severity", "deviation"]) == 1
-    assert main(["check", base, good, "--fail-on", "header"]) == 1
+    assert "a deviation finding (--fail-on-severity deviation) — `choices[]" in (
+        capsys.readouterr().out
+    )
+    # what fails a cell its verdict does not fail is named, in the lines, the JSON and JUnit
+    doc, junit = tmp_path / "c.json", tmp_path / "c.xml"
+    argv = ["check", base, good, "--fail-on", "header", "--json", str(doc), "--junit", str(junit)]
+    assert main(argv) == 1
+    failing = [line for line in capsys.readouterr().out.splitlines() if "FAIL" in line]
+    assert failing and all("a header finding (--fail-on) — " in line for line in failing)
+    rows = [r for r in json.loads(doc.read_text())["verdicts"] if r["fails"]]
+    assert rows and all(r["fails_on"] == ["a header finding (--fail-on)"] for r in rows)
+    [suite] = list(JUnitXml.fromfile(str(junit)))
+    messages = [r.message for c in suite for r in c.result if isinstance(r, Failure)]
+    assert messages and all(m.startswith("a header finding (--fail-on); ") for m in messages)
 
 
 def test_the_gate_leaves_out_the_paths_an_ignore_config_names(

@@ -56,29 +56,30 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 def gate_from(
     verdicts: pd.DataFrame, counts: GateCounts, severity: str, fail_on: tuple[str, ...]
 ) -> pd.DataFrame:
-    """Mark the verdict rows that fail the gate in a `fails` column.
+    """Mark the verdict rows that fail the gate: `fails`, and what they fail on, `fails_on`.
 
     A row fails with a breaking or unsupported verdict, a finding at or above `severity`, or one
     of the `fail_on` kinds, judged from the worst severity and the kinds of each cell's findings.
     Only candidates fail: the baseline never fails the gate, it is shown; nor does a candidate
     fail where it does as the baseline does, unsupported both (`as_the_baseline`)."""
+    import pandas as pd
+
     from wirediff.analysis.comparison.verdicts import as_the_baseline
 
-    failing = {
-        cell
-        for cell, (rank, kinds) in counts.items()
-        if rank <= severity_rank(severity) or kinds & set(fail_on)
-    }
     columns = (verdicts[c].tolist() for c in ("label", "role", "family", "transport", "verdict"))
-    fails = [
-        role == "candidate"
-        and not alike
-        and (verdict in FAILING_VERDICTS or (label, family, transport) in failing)
-        for label, role, family, transport, verdict, alike in zip(
-            *columns, as_the_baseline(verdicts).tolist(), strict=True
-        )
-    ]
-    return verdicts.assign(fails=fails)
+    fails_on: list[list[str]] = []
+    for label, role, family, transport, verdict, alike in zip(
+        *columns, as_the_baseline(verdicts).tolist(), strict=True
+    ):
+        rank, kinds = counts.get((label, family, transport), (len(SEVERITIES), frozenset()))
+        why = [f"its verdict, {verdict}"] if verdict in FAILING_VERDICTS else []
+        if rank <= severity_rank(severity):
+            why.append(f"a {SEVERITIES[rank]} finding (--fail-on-severity {severity})")
+        why += [f"a {kind} finding (--fail-on)" for kind in sorted(kinds & set(fail_on))]
+        fails_on.append(why if role == "candidate" and not alike else [])
+    gated = verdicts.assign(fails=[bool(why) for why in fails_on])
+    gated["fails_on"] = pd.Series(fails_on, index=verdicts.index, dtype=object)
+    return gated
 
 
 def write_junit(
@@ -103,7 +104,7 @@ def write_junit(
             name=printable(cell_name(row["family"], row["transport"])),
         )
         if row["fails"]:
-            reasons = [printable(r) for r in row["reasons"] or [row["verdict"]]]
+            reasons = [printable(r) for r in [*row["fails_on"], *row["reasons"]]]
             failure = ET.SubElement(
                 case, "failure", message="; ".join(reasons), type=row["verdict"]
             )
@@ -130,10 +131,10 @@ def verdict_items(gated: pd.DataFrame) -> list[dict[str, Any]]:
     from wirediff.reports.model import verdict_rows
     from wirediff.reports.render import verdict_item
 
-    fails = gated["fails"].tolist()
+    gates = zip(gated["fails"].tolist(), gated["fails_on"].tolist(), strict=True)
     return [
-        {**verdict_item(v), "fails": bool(f)}
-        for v, f in zip(verdict_rows(gated), fails, strict=True)
+        {**verdict_item(v), "fails": bool(f), "fails_on": list(on)}
+        for v, (f, on) in zip(verdict_rows(gated), gates, strict=True)
     ]
 
 
@@ -199,6 +200,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     for row in items:
         mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
         reason = row["reasons"][0] if row["reasons"] else ""
+        if row["fails"] and row["verdict"] not in FAILING_VERDICTS:  # what fails it, first
+            reason = " — ".join(["; ".join(row["fails_on"]), *([reason] if reason else [])])
         name = cell_name(row["family"], row["transport"])
         say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}".rstrip())
     if args.json:

@@ -108,6 +108,7 @@ def junit_frame(result: ProbeResult) -> pd.DataFrame:
             "verdict": [r.status for r in result.rows],
             "reasons": [r.problems or [r.evidence] for r in result.rows],
             "fails": [r.fails(result.strict) for r in result.rows],
+            "fails_on": [[] for _ in result.rows],
             "breaking": [_count(r.problems, "breaking") for r in result.rows],
             "deviations": [_count(r.problems, "deviation") for r in result.rows],
             "cosmetic": [0] * len(result.rows),
