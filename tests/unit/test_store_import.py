@@ -383,6 +383,30 @@ async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert KEY not in (tmp_path / "out.jsonl").read_text()
 
 
+async def test_a_websocket_session_in_a_har_imports_as_from_the_flow_file(
+    tmp_path: Path,
+) -> None:
+    """mitmproxy's own HAR writer keeps the session's messages as Chrome does
+    (`_webSocketMessages`): the record holds them as the flow file's record does."""
+    flows = tmp_path / "s.flow"
+    write_flows(flows)
+    from_flow = import_flows(flows)[2]
+    with flows.open("rb") as fh:
+        [ws] = [f for f in io.FlowReader(fh).stream() if getattr(f, "websocket", None)]
+    with taddons.context():
+        har = SaveHar().make_har([ws])
+    assert har["log"]["entries"][0]["_webSocketMessages"]
+    p = tmp_path / "s.har"
+    p.write_text(json.dumps(har))
+    [rec] = import_flows(p)
+    assert rec["tags"]["transport"] == "websocket" and rec["tags"]["model"] == "gpt-realtime"
+    seen = [(e["direction"], e["data"], e.get("b64")) for e in events_of(rec)]
+    assert seen == [(e["direction"], e["data"], e.get("b64")) for e in events_of(from_flow)]
+    assert len(seen) == 3
+    times = [e["t_ms"] for e in events_of(rec)]
+    assert times == sorted(times)
+
+
 async def test_import_har_with_a_byte_order_mark(tmp_path: Path) -> None:
     """Fiddler writes its HAR files with a UTF-8 BOM."""
     with taddons.context():
@@ -422,6 +446,17 @@ def _set(entry: dict[str, Any], path: str, value: Any) -> None:
         ("response.status", True, "response.status must be an HTTP status, not boolean"),
         ("response.content", "x", "response.content must be an object, not string"),
         ("time", "x", "time must be a number, not string"),
+        (
+            "_webSocketMessages",
+            [{"type": "sent", "data": "x", "time": 1}],
+            "_webSocketMessages[0].type",
+        ),
+        (
+            "_webSocketMessages",
+            [{"type": "send", "data": 5, "time": 1}],
+            "_webSocketMessages[0].data",
+        ),
+        ("_webSocketMessages", {"type": "send"}, "_webSocketMessages must be a list"),
     ],
 )
 async def test_a_har_entry_of_the_wrong_types_is_named_in_har_terms_and_nothing_is_written(

@@ -6,6 +6,7 @@ capture, so imported records are indistinguishable in shape from captured ones.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import math
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 from mitmproxy import exceptions, http, io
 from mitmproxy.io.har import request_to_flow
+from mitmproxy.websocket import WebSocketData, WebSocketMessage
+from wsproto.frame_protocol import Opcode
 
 from wirediff import FORMAT
 from wirediff._types import Record
@@ -45,9 +48,13 @@ def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
     """See one HAR entry as an exchange, and the upstream it went to.
 
     mitmproxy's HAR reader understands the dialects (browsers, Charles, Slack's header
-    pairs, base64 bodies); the time to the first byte comes from the entry's `timings`.
+    pairs, base64 bodies); the time to the first byte comes from the entry's `timings`, and a
+    WebSocket session's messages from `_webSocketMessages`, as Chrome and mitmproxy save them.
     """
     flow = request_to_flow(entry)
+    messages = entry.get("_webSocketMessages")
+    if flow.response is not None and flow.response.status_code == 101 and messages:
+        flow.websocket = _websocket(messages)
     ex = exchange_from_flow(flow)
     timings = entry.get("timings") or {}
     waited = sum(_ms(timings.get(k)) for k in HAR_WAITS)
@@ -56,6 +63,24 @@ def exchange_from_har(entry: dict[str, Any]) -> tuple[Exchange, str]:
     first_byte = ex.timings.started + waited / 1000.0
     timings = dataclasses.replace(ex.timings, first_byte=first_byte)
     return dataclasses.replace(ex, timings=timings), upstream_label(flow)
+
+
+def _websocket(messages: list[dict[str, Any]]) -> WebSocketData:
+    """Read the messages of a WebSocket session a HAR entry keeps, text and binary.
+
+    A binary message is base64, as Chrome and mitmproxy write it; control frames are not kept.
+    The session is taken to end with its last message: a HAR says nothing of how it closed."""
+    ws = WebSocketData()
+    for m in messages:
+        opcode = Opcode(m.get("opcode", Opcode.TEXT))
+        if opcode not in (Opcode.TEXT, Opcode.BINARY):
+            continue
+        data = m["data"]
+        content = data.encode() if opcode is Opcode.TEXT else base64.b64decode(data, validate=True)
+        sent = m["type"] == "send"
+        ws.messages.append(WebSocketMessage(opcode, sent, content, float(m["time"])))
+    ws.timestamp_end = ws.messages[-1].timestamp if ws.messages else None
+    return ws
 
 
 def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
@@ -137,9 +162,33 @@ def _har_problem(entry: Any) -> str | None:
         return "response.status must be an HTTP status, from 0 to 999"
     if not request["url"].isascii():
         return "request.url must be ASCII (a HAR file holds URLs percent-encoded)"
-    return _headers_problem(request.get("headers"), "request.headers") or _headers_problem(
-        response.get("headers"), "response.headers"
+    return (
+        _headers_problem(request.get("headers"), "request.headers")
+        or _headers_problem(response.get("headers"), "response.headers")
+        or _messages_problem(entry.get("_webSocketMessages"))
     )
+
+
+def _messages_problem(value: Any) -> str | None:
+    """Say what in a HAR entry's WebSocket messages is not what Chrome and mitmproxy write."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        return "_webSocketMessages must be a list"
+    for i, m in enumerate(value):
+        where = f"_webSocketMessages[{i}]"
+        if not isinstance(m, dict):
+            return f"{where} must be an object"
+        if m.get("type") not in ("send", "receive"):
+            return f"{where}.type must be send or receive"
+        if not isinstance(m.get("data"), str):
+            return f"{where}.data must be a string"
+        time = m.get("time")
+        if isinstance(time, bool) or not isinstance(time, int | float) or not math.isfinite(time):
+            return f"{where}.time must be a number"
+        if m.get("opcode", 1) not in (0, 1, 2, 8, 9, 10) or isinstance(m.get("opcode"), bool):
+            return f"{where}.opcode must be a WebSocket opcode"
+    return None
 
 
 def _from_har(path: Path) -> Iterator[tuple[Exchange, str]]:
