@@ -403,7 +403,7 @@ async def test_a_websocket_session_in_a_har_imports_as_from_the_flow_file(
     seen = [(e["direction"], e["data"], e.get("b64")) for e in events_of(rec)]
     assert seen == [(e["direction"], e["data"], e.get("b64")) for e in events_of(from_flow)]
     assert len(seen) == 3
-    times = [e["t_ms"] for e in events_of(rec)]
+    times = [float(e["t_ms"] or 0) for e in events_of(rec)]
     assert times == sorted(times)
 
 
