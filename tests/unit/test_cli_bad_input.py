@@ -96,6 +96,7 @@ BAD_USAGE: dict[str, list[str]] = {
     "capture --to not a URL": ["capture", "--to", "api.openai.com"],
     "capture --port not a number": ["capture", "--to", NOWHERE, "--port", "eighty"],
     "capture --session a path": ["capture", "--to", NOWHERE, "--session", "../x"],
+    "capture --session a part's name": ["capture", "--to", NOWHERE, "--session", "s.1"],
     "capture --port past 65535": ["capture", "--to", NOWHERE, "--port", "99999"],
     "capture --port negative": ["capture", "--to", NOWHERE, "--port=-1"],
     "replay --config not UTF-8": ["replay", "GOOD", "--to", NOWHERE, "--config", "BINARY"],

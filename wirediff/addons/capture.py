@@ -48,7 +48,7 @@ from wirediff.record.flow import (
     snapshot,
     upstream_label,
 )
-from wirediff.record.parts import Rotation, names_a_part, parse_rotation
+from wirediff.record.parts import Rotation, parse_rotation, session_problem
 from wirediff.record.recorder import Job, Recorder, build_job
 from wirediff.record.redact import (
     json_secrets,
@@ -206,13 +206,9 @@ class Capture:
             problems.append(str(e))
         session = opts.capture_session or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         reopen = bool(updated & {"capture_dir", "capture_session", "capture_rotate"})
-        if reopen and ("/" in session or "\0" in session or session.startswith(".")):
-            problems.append(f"capture_session is a file name, not a path: {session!r}")
-        elif reopen and names_a_part(session):
-            problems.append(
-                f"capture_session {session!r} would read as part of the session "
-                f"{session.rsplit('.', 1)[0]!r} (`.<n>` names a part of a rotated capture)"
-            )
+        wrong = session_problem(session) if reopen else None
+        if wrong:
+            problems.append(f"capture_session {wrong}")
         writer = None
         if reopen and not problems and not self.problems:
             writer, problem = self._writable(Path(opts.capture_dir), session, rotation)

@@ -27,7 +27,7 @@ from wirediff.cli.mitm import CaptureProxy
 from wirediff.cli.netutil import free_port
 from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, exit_codes, standalone
 from wirediff.errors import UsageError
-from wirediff.record.parts import capture_parts, parse_rotation
+from wirediff.record.parts import capture_parts, parse_rotation, session_problem
 from wirediff.record.redact import redact_url
 from wirediff.replay.targets import port_problem
 
@@ -210,8 +210,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
     extra = check_extra(list(args.mitmdump_args))
     capture_dir = Path(args.dir).resolve()
     session = args.session or new_session(capture_dir)
-    if "/" in session or session.startswith("."):
-        raise UsageError(f"--session is a name, not a path: {session!r}")
+    wrong = session_problem(session)
+    if wrong:
+        raise UsageError(f"--session {wrong}")
     port = check_port(args.port)
     try:
         capture_dir.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,18 @@ def names_a_part(stem: str) -> bool:
     return _PART.match(stem) is not None
 
 
+def session_problem(session: str) -> str | None:
+    """Say why `session` cannot name a capture file's stem, or None when it can."""
+    if "/" in session or "\0" in session or session.startswith("."):
+        return f"is a file name, not a path: {session!r}"
+    if names_a_part(session):
+        return (
+            f"{session!r} would read as part of the session {session.rsplit('.', 1)[0]!r} "
+            "(`.<n>` names a part of a rotated capture)"
+        )
+    return None
+
+
 def part_path(base: Path, n: int) -> Path:
     """Name part `n` of the capture whose first part is `base`: `s.jsonl` → `s.3.jsonl`."""
     if n == 0:
