@@ -80,6 +80,30 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
     assert not list(temp.iterdir()), "the copy was left behind"
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (b"garbage\n", "wirediff: error: /dev/stdin: not a wirediff/1 capture"),
+        (b"", "wirediff: error: /dev/stdin: empty, not a wirediff/1 capture"),
+        (b"LINES" + b"hello\n", "wirediff: warning: /dev/stdin:10: not a JSON record"),
+        (b"LINES" + b'{"format": "wirediff/1"', "wirediff: warning: /dev/stdin:10: an unfinished"),
+    ],
+    ids=["no record", "empty", "a torn line", "an unfinished last line"],
+)
+def test_what_a_pipe_holds_is_said_of_the_pipe(tmp_path: Path, given: bytes, said: str) -> None:
+    """Not of the private copy the command reads it through, gone once it ends."""
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in openai_session())
+    proc = subprocess.run(
+        [WIREDIFF, "report", "/dev/stdin", "-o", "r.html"],
+        input=given.replace(b"LINES", lines),
+        capture_output=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    err = proc.stderr.decode()
+    assert said in err and "wirediff-pipe-" not in err, err
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     """`wirediff replay … --dry-run | head -1`: no error about a broken pipe, exit 141."""
     base = openai_session()

@@ -97,13 +97,15 @@ def unfinished_line(path: Path) -> int | None:
 
 
 def _warn_unfinished(paths: Sequence[Path]) -> None:
+    from wirediff.engine.sources import SHOWN
+
     for p in dict.fromkeys(paths):
         if p.is_file():
             line = unfinished_line(p)
             if line is not None:
                 log.warning(
-                    f"{p}:{line}: an unfinished last line (a write in progress, or cut by a "
-                    "crash): skipped"
+                    f"{SHOWN.get(os.path.realpath(p), p)}:{line}: an unfinished last line (a "
+                    "write in progress, or cut by a crash): skipped"
                 )
 
 
@@ -151,14 +153,23 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
     (`capture_file`) and a pipe (`<(…)`, `/dev/stdin`) copied once to a file, since an
     engine reads a file in ranges, from several processes; its errors worded alike
     meanwhile, and its unfinished last lines warned about after."""
+    from wirediff.engine.sources import SHOWN
+
     folder: list[str] = []
+    copies: list[str] = []
     try:
         named = [_spooled(str(p), i, folder) for i, p in enumerate(paths)]
+        for n, p in zip(named, paths, strict=True):
+            if n != str(p):  # a pipe's copy: named as given
+                copies.append(os.path.realpath(n))
+                SHOWN[copies[-1]] = str(p)
         files = [Path(n) for n, p in zip(named, paths, strict=True) if not _is_dataset(str(p))]
         with _import_hint(files):
             yield named
         _warn_unfinished(expand_parts(files))
     finally:
+        for copy in copies:
+            SHOWN.pop(copy, None)
         for made in folder:
             shutil.rmtree(made, ignore_errors=True)
 
@@ -180,7 +191,10 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
             shutil.copyfileobj(src, dst, _BLOCK)
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
-    return str(capture_file(copy))
+    try:
+        return str(capture_file(copy))
+    except CaptureError as e:  # about the copy: said of the pipe
+        raise CaptureError(str(e).replace(str(copy), arg, 1)) from None
 
 
 def key_from_env(var: str | None) -> str | None:

@@ -29,6 +29,7 @@ from wirediff.record.validate import line_past_bounds, past_bounds
 
 __all__ = [
     "DATASET_MARK",
+    "SHOWN",
     "Source",
     "dataset_record",
     "filesystem",
@@ -45,6 +46,10 @@ __all__ = [
 DATASET_MARK = "wirediff-dataset.json"
 """The file at the root of a dataset `wirediff export` wrote: its format and schema."""
 JSONL, PARQUET = "jsonl", "parquet"
+SHOWN: dict[str, str] = {}
+"""How the command line named a file the command reads through a copy, by the copy's real path.
+
+A pipe, `/dev/stdin`, is copied once to be read in ranges; it is named as given."""
 
 
 def is_url(text: str) -> bool:
@@ -159,7 +164,8 @@ def _jsonl(url: str) -> list[Source]:
                 raise CaptureError(f"{part}: cannot read capture ({e.strerror or e})") from None
             if part.is_dir():
                 raise CaptureError(f"{part}: cannot read capture (Is a directory)")
-            out.append(Source(JSONL, os.path.realpath(part), size=size, shown=str(part)))
+            where = os.path.realpath(part)
+            out.append(Source(JSONL, where, size=size, shown=SHOWN.get(where, str(part))))
         return out
     fs, path = filesystem(url)
 
