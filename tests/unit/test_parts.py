@@ -89,6 +89,21 @@ def test_any_part_names_the_whole_session_and_replays_are_no_parts(tmp_path: Pat
     assert [p.name for p in every] == [*want, "s.vllm.jsonl", "t.jsonl"]
 
 
+def test_a_lost_part_is_said_once_with_what_it_costs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotated session read without its middle: its exchanges are gone, and it is said."""
+    for name in ("s.jsonl", "s.2.jsonl", "t.jsonl", "t.1.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    for _ in range(2):
+        assert [p.name for p in capture_parts(tmp_path / "s.jsonl")] == ["s.jsonl", "s.2.jsonl"]
+        assert len(capture_parts(tmp_path / "t.jsonl")) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 's.jsonl'}: parts of its session are missing ({tmp_path / 's.1.jsonl'}): "
+        "their exchanges are not read"
+    ]
+
+
 def test_a_part_without_its_first_part_is_a_session_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "s.3.jsonl").write_bytes(b"")
     assert [p.name for p in capture_parts(tmp_path / "s.3.jsonl")] == ["s.3.jsonl"]

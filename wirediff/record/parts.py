@@ -10,6 +10,8 @@ one, whatever its label (`llama3` and `llama3.1`): those are never rotated.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -30,6 +32,7 @@ __all__ = [
     "session_parts",
 ]
 
+log = logging.getLogger(__name__)
 SUFFIX = ".jsonl"
 _PART = re.compile(r"^(?P<base>.+)\.(?P<n>\d+)$")
 _SPEC = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]+)\s*$")
@@ -175,7 +178,21 @@ def session_parts(
             numbered.append((int(m["n"]), os.path.join(folder, os.path.basename(p))))
     if numbered and is_file(first) and _replays(head(first)):
         return [first]
+    numbers = {n for n, _ in numbered}
+    gaps = sorted(set(range(1, max(numbers, default=0))) - numbers)
+    if gaps:
+        _say_missing(first, tuple(gaps))
     return [first, *(p for _, p in sorted(numbered))]
+
+
+@functools.cache
+def _say_missing(first: str, gaps: tuple[int, ...]) -> None:
+    """Warn, once a command, that parts of a rotated session are gone, and their exchanges."""
+    base, _ = os.path.splitext(first)
+    named = ", ".join(f"{base}.{n}{SUFFIX}" for n in gaps[:3]) + (" …" if len(gaps) > 3 else "")
+    log.warning(
+        f"{first}: parts of its session are missing ({named}): their exchanges are not read"
+    )
 
 
 def expand_parts(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
