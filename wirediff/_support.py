@@ -25,6 +25,7 @@ __all__ = [
     "give_back_memory",
     "is_2xx",
     "paused_gc",
+    "plural",
     "printable",
     "read_yaml",
     "response_status",
@@ -239,3 +240,8 @@ def terminal_bar(**options: Any) -> Any:
     tqdm.monitor_interval = 0
     size = shutil.get_terminal_size((100, 20))
     return tqdm(file=sys.stderr, ncols=size.columns, nrows=size.lines, **options)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """Count a word: `1 exchange`, `3 exchanges`, `1,000 diagnoses` with `many`."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
 
-from wirediff._support import printable
+from wirediff._support import plural, printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
@@ -186,9 +186,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
         if n
     ]
+    compared = "exchange" if result.replayed + by_content == 1 else "exchanges"
+    baseline = plural(result.baseline, "baseline exchange")
     say(
-        f"{' and '.join(kinds)} exchanges compared with {result.baseline} baseline "
-        f"exchanges ({result.label}); the gate fails on {what}"
+        f"{' and '.join(kinds)} {compared} compared with {baseline} ({result.label}); "
+        f"the gate fails on {what}"
     )
     unmatched = {}
     for label in sorted(set(result.by_content) | set(result.unmatched["label"])):

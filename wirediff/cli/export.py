@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from wirediff._support import plural
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures
 from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
@@ -44,7 +45,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = given if "://" in given else str(Path(given).absolute())
     with named_captures(args.captures) as named, open_run(args) as run:
         exchanges, events = run.export(named, out)
-    print(f"{exchanges:,} exchanges, {events:,} events → {given}")
+    print(f"{plural(exchanges, 'exchange')}, {plural(events, 'event')} → {given}")
     return EXIT_OK
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from wirediff._support import printable
+from wirediff._support import plural, printable
 from wirediff.cli.check import write_junit
 from wirediff.cli.inputs import distinct_outputs, key_from_env, on_stdout
 from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
@@ -67,7 +67,7 @@ def terminal_matrix(result: ProbeResult) -> list[str]:
         lines.append(f"  {c.state:<11} {c.name:<{name_width}}{why}{note}".rstrip())
     counts = ", ".join(f"{sum(1 for r in result.rows if r.status == s)} {s}" for s in STATUSES)
     verdict = "passed" if result.passed else "failed"
-    lines.append(f"{len(result.rows)} features: {counts} — {verdict}")
+    lines.append(f"{plural(len(result.rows), 'feature')}: {counts} — {verdict}")
     return lines
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wirediff._support import read_yaml
+from wirediff._support import plural, read_yaml
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
 from wirediff.cli.runner import exit_codes, standalone
@@ -93,8 +93,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                 written.append(table)
     t = model.totals
     print(
-        f"{t['exchanges']:,} exchanges, {t['pairs']:,} pairs: {t['divergences']:,} divergences, "
-        f"{t['conformance']:,} conformance findings, {t['diagnoses']:,} diagnoses "
+        f"{plural(t['exchanges'], 'exchange')}, {plural(t['pairs'], 'pair')}: "
+        f"{plural(t['divergences'], 'divergence')}, "
+        f"{plural(t['conformance'], 'conformance finding')}, "
+        f"{plural(t['diagnoses'], 'diagnosis', 'diagnoses')} "
         f"({time.monotonic() - t0:.1f}s)",
         file=sys.stderr,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from wirediff._support import clip
+from wirediff._support import clip, plural
 from wirediff._types import Record
 from wirediff.probe.expect import Problem, check, part, tool_calls
 from wirediff.probe.features import Client, Feature
@@ -130,7 +130,7 @@ def _passed(feature: Feature, records: Sequence[Record | None]) -> str:
         parts.append("JSON valid under the request's schema")
     events = resp.get("events")
     if events:
-        parts.append(f"{len(events)} events")
+        parts.append(plural(len(events), "event"))
     if len(records) > 1:
         parts.append(f"{len(records)} exchanges")
     return ", ".join(parts)

@@ -34,6 +34,7 @@ from typing import cast
 
 import httpx
 
+from wirediff._support import plural
 from wirediff._types import JSON, Record
 from wirediff.errors import PlanError
 from wirediff.record.body import decode_body
@@ -228,7 +229,8 @@ class Mirror:
                 if not cand.full:
                     cand.full = True
                     self.log(
-                        f"shadow: {cand.label}: {cand.pending} mirrors pending (shadow_queue): "
+                        f"shadow: {cand.label}: {plural(cand.pending, 'mirror')} pending "
+                        "(shadow_queue): "
                         "dropping its mirrors until they drain; the counts are logged at the end"
                     )
                 continue

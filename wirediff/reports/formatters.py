@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup
 
-from wirediff._support import clip
+from wirediff._support import clip, plural
 from wirediff._types import Record
 from wirediff.analysis.comparison.observe import event_label
 from wirediff.record.scrub import scrub_output
@@ -100,11 +100,6 @@ def num(value: object) -> str:
     if missing(value):
         return "—"
     return f"{int(value):,}"  # type: ignore[call-overload]
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """Count a word: `1 exchange`, `3 exchanges`."""
-    return f"{num(n)} {word if n == 1 else (many or word + 's')}"
 
 
 def anchor(*parts: object) -> str:
