@@ -473,3 +473,14 @@ def test_json_on_stdout_for_a_pipeline(
     assert (doc["format"], doc["passed"]) == ("wirediff-check/1", False)
     assert said.err.rstrip().splitlines()[-1].startswith("not compatible: lmstudio")
     assert not Path("-").exists()
+
+
+def test_one_exchange_is_counted_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    [base] = openai_session()[:1]
+    cand = write(tmp_path / "s.vllm.jsonl", [replay(base, id="c0", label="vllm")])
+    assert main(["check", write(tmp_path / "s.jsonl", [base]), cand]) == 0
+    assert "\n1 replayed exchange compared with 1 baseline exchange (openai);" in (
+        capsys.readouterr().out
+    )
