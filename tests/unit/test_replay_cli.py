@@ -118,6 +118,7 @@ def test_dry_run_counts_what_is_tried_again(
         ([], "give --to URL or --config FILE"),
         (["--to", "ftp://h"], "not an http(s) URL"),
         (["--to", "http://h/v1", "--only", "colour=red"], "--only"),
+        (["--to", "http://h/v1", "--only", "stream=maybe"], "--only: stream is true or false"),
         (["--to", "http://h/v1", "--header", "Authorization=Bearer x"], "--api-key-env"),
         (["--to", "http://h/v1", "--rate", "fast"], "--rate"),
         (["--to", "http://h/v1", "--concurrency", "0"], "--concurrency"),

@@ -56,7 +56,10 @@ def parse_filter(text: str) -> tuple[Term, ...]:
             raise PlanError(
                 f"--only: expected KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}, got {part!r}"
             )
-        terms.append(Term(key, value.strip(), negate))
+        value = value.strip()
+        if key == "stream" and value.lower() not in ("true", "false"):  # no record would match
+            raise PlanError(f"--only: stream is true or false, not {value!r}")
+        terms.append(Term(key, value.lower() if key == "stream" else value, negate))
     if not terms:
         raise PlanError("--only: empty filter")
     return tuple(terms)
