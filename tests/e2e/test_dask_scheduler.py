@@ -61,8 +61,19 @@ def test_a_host_that_resolves_to_nothing_says_what_an_address_looks_like() -> No
         DaskEngine("foo", connect_s=5)
 
 
+def test_a_port_nothing_listens_on_is_said_at_once() -> None:
+    """Refused: told as the refusal, not as a client's time-out 30 s later."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(
+        UsageError, match=rf"--scheduler tcp://127.0.0.1:{port}: Connection refused"
+    ):
+        DaskEngine(f"tcp://127.0.0.1:{port}", connect_s=30)
+
+
 def test_a_client_that_connects_once_given_up_on_is_closed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, silent_port: int
 ) -> None:
     import distributed
 
@@ -78,12 +89,14 @@ def test_a_client_that_connects_once_given_up_on_is_closed(
 
     monkeypatch.setattr(distributed, "Client", SlowClient)
     with pytest.raises(UsageError, match="nothing answered"):
-        DaskEngine("tcp://127.0.0.1:8786", connect_s=0.1)
+        DaskEngine(f"tcp://127.0.0.1:{silent_port}", connect_s=0.1)
     late.set()
     assert closed.wait(10)
 
 
-def test_whatever_the_client_raises_is_the_one_line_said(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_whatever_the_client_raises_is_the_one_line_said(
+    monkeypatch: pytest.MonkeyPatch, silent_port: int
+) -> None:
     import distributed
 
     def refused(address: str, timeout: float) -> None:
@@ -91,4 +104,4 @@ def test_whatever_the_client_raises_is_the_one_line_said(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(distributed, "Client", refused)
     with pytest.raises(UsageError, match="handshake refused"):
-        DaskEngine("tcp://127.0.0.1:8786", connect_s=5)
+        DaskEngine(f"tcp://127.0.0.1:{silent_port}", connect_s=5)

@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -239,6 +240,13 @@ def _connected(scheduler: str, connect_s: float) -> Any:
     `connect_s`; a client that connects after that is closed."""
     from distributed import Client
 
+    where = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+    if where.scheme == "tcp" and where.hostname:  # refused at once: not after `connect_s`
+        try:
+            socket.create_connection((where.hostname, where.port or 8786), connect_s).close()
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise UsageError(f"--scheduler {scheduler}: {why} ({_SHAPE})") from None
     got: dict[str, Any] = {}
     lock = threading.Lock()
 
