@@ -369,6 +369,17 @@ def test_lmstudio_remedy_names_the_fix() -> None:
     assert any("Unexpected endpoint" in e for e in by_code["soft_error_200"]["evidence"])
 
 
+def test_what_clients_do_is_quoted_where_it_was_measured() -> None:
+    """On /v1/responses, where profiles/clients.yaml measured it; not of a chat completion."""
+    soft = {"status": 200, "resp_body": {"error": {"message": "boom", "type": "server_error"}}}
+    measured = {"/v1/responses": {**RESPONSES, **soft}, "/v1/chat/completions": soft}
+    for endpoint, fields in measured.items():
+        [row] = rows([record(**fields)]).to_dict("records")
+        assert (row["code"], row["endpoint"]) == ("soft_error_200", endpoint)
+        quoted = "What clients do with such an answer (measured): openai-python: " in row["remedy"]
+        assert quoted == (endpoint == "/v1/responses"), row["remedy"]
+
+
 NESTJS_404: dict[str, Any] = {
     **RESPONSES,
     "status": 404,

@@ -336,6 +336,7 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
             _ev(x, x.snippet(), x.words()),
             where="event in the stream" if x.end is not None else "body",
             clients=_what_clients_do(x),
+            variant="responses" if x.family == "responses" else "",
         )
     elif x.stream and x.end is None:
         add("stream_not_honoured", _ev(x, "request: stream=true", x.snippet()))
