@@ -350,6 +350,18 @@ def test_an_output_that_would_lose_something_else_is_refused(
     assert (data / "wirediff-dataset.json").read_bytes() == mark
 
 
+def test_an_output_that_cannot_be_written_stops_the_command_before_any_other_is(
+    good: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the report written, then an error for the summary: all of them, or none."""
+    monkeypatch.chdir(good.parent)
+    blocked = good / "s.json"  # a file where its folder would be
+    assert main(["report", str(good), "-o", "r.html", "--json", str(blocked)]) == 2
+    said = one_error_line(capsys.readouterr().err)
+    assert f"--json {blocked}: cannot be written (Not a directory)" in said
+    assert sorted(p.name for p in good.parent.iterdir()) == ["good.jsonl"]
+
+
 @pytest.mark.parametrize(
     "wrap",
     [

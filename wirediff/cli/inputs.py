@@ -234,8 +234,8 @@ def distinct_outputs(
     would be read as their next part, a path inside a wirediff dataset, and a file two outputs
     name. Unless the command `appends` records to its output, as `replay` does, any other
     capture is refused too: a report written over a capture the command was not given loses it
-    all the same. An output is a file, unless `folders`: a directory is refused before
-    any work is done, not after."""
+    all the same. An output is a file, unless `folders`; a directory, or a file that cannot be
+    written, is refused before any work is done, not after another output is written."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)
@@ -272,6 +272,28 @@ def distinct_outputs(
         said = None if appends else _as_capture(Path(out))
         if said:
             raise UsageError(f"{option} {out}: {said}; name another file")
+    for option, out in outputs.items() if not folders else ():
+        if out and str(out) != "-":
+            _writable(option, Path(out))
+
+
+def _writable(option: str, out: Path) -> None:
+    """Refuse an output that cannot be written, before any work: not one output of several after.
+
+    Nothing is left of the look: a file is opened for appending, and removed when it was made
+    only to tell; a folder not made yet is told by a file made and removed in the nearest one
+    that is."""
+    folder = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    try:
+        if folder == out.parent:
+            made = not out.exists()
+            os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666))
+            if made:
+                out.unlink(missing_ok=True)
+        else:
+            tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise UsageError(f"{option} {out}: cannot be written ({e.strerror or e})") from None
 
 
 def _in_dataset(path: Path) -> Path | None:
