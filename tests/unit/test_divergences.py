@@ -32,7 +32,7 @@ from tests.fixtures.records import (
     set_payloads,
 )
 from wirediff._types import Record
-from wirediff.analysis.comparison.compare import Finding, compare
+from wirediff.analysis.comparison.compare import Finding, compare, error_message
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS
 from wirediff.analysis.comparison.kinds import kind_names
 from wirediff.analysis.comparison.noise import glob_regex
@@ -544,3 +544,11 @@ def test_the_sequence_finding_says_which_number_came() -> None:
     found = compare_records(original, replay(original, change=numbered_from_one))
     said = [f.message for f in found if f.kind == "event_sequence"]
     assert said == ["`sequence_number` is 1 where 0 expected"]
+
+
+def test_a_quoted_error_message_cut_short_says_so() -> None:
+    """A server's message past the quote's length ends in an ellipsis, never mid-word silently."""
+    said = "wirediff stand-in: OpenAI API implements POST /v1/embeddings, but the stand-in does not"
+    quoted = error_message({"error": {"message": said + " emulate it"}})
+    assert len(quoted) == 80 and quoted == said[:79] + "…"
+    assert error_message({"error": {"message": "short"}}) == "short"

@@ -160,7 +160,7 @@ def error_message(doc: JSON) -> str:
     err = doc.get("error") if isinstance(doc, dict) else doc
     if isinstance(err, dict):
         err = err.get("message", err)
-    return short(err)[:MESSAGE_VALUE]
+    return clip(short(err), MESSAGE_VALUE)
 
 
 def _compare_headers(b: Observed, c: Observed) -> list[Finding]:
