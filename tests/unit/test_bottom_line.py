@@ -149,6 +149,24 @@ def test_one_sentence_per_candidate() -> None:
     assert bottom_line(frame[frame["label"] != "openai"]) == []  # nothing compared
 
 
+def test_a_headline_cut_short_closes_what_it_opened() -> None:
+    """Its brackets and its code, which the sentence after it would otherwise read as inside."""
+    long = (
+        "breaks: `client.chat.completions.create(stream=True)` loses usage (assumed behaviour of "
+        "LM Studio (chat-only version): no usage chunk for stream_options.include_usage, which "
+        "the SDK asks for and every client that counts tokens reads at the end of the stream)"
+    )
+    code = "breaks: " + "x" * 150 + " `client.responses.create(input=[one, two, three, four])`"
+    frame = verdicts(
+        ("openai", "baseline", "chat.completions", "compatible", 0, ""),
+        ("lmstudio", "candidate", "chat.completions", "breaking", 1, long),
+        ("vllm", "candidate", "chat.completions", "breaking", 1, code),
+    )
+    lmstudio, vllm = bottom_line(frame)
+    assert lmstudio.endswith("asks for and ever…).") and lmstudio.count("(") == lmstudio.count(")")
+    assert vllm.endswith("`client.responses.create(input=[one, two…`.")
+
+
 def test_the_verdicts_name_what_stops_a_candidate_without_ids() -> None:
     """Two exchanges that fail alike, told apart only by the id in the server's words, are
     one reason counted twice; the headline says what stops the candidate."""

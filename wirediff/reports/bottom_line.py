@@ -48,6 +48,17 @@ def _deviations(rows: Sequence[Mapping[Hashable, Any]]) -> str:
     return f", with {n} deviation{'s' if n != 1 else ''} no client notices" if n else ""
 
 
+def _shortened(headline: str) -> str:
+    """Clip a headline to `HEADLINE` characters, closing the quotes and brackets the cut opens."""
+    text = clip(headline, HEADLINE)
+    if text == headline:
+        return text
+    in_code = text.count("`") % 2 == 1
+    outside = text[: text.rfind("`")] if in_code else text  # the brackets of the open code, its own
+    depth = outside.count("(") - outside.count(")")
+    return text + ("`" if in_code else "") + ")" * max(depth, 0)
+
+
 def bottom_line(verdicts: pd.DataFrame) -> list[str]:
     """Write one sentence per candidate label of `verdicts`, the rows of `verdict_frame`, in order.
 
@@ -73,7 +84,7 @@ def bottom_line(verdicts: pd.DataFrame) -> list[str]:
             out.append(f"{label} can replace {base} for {families}{_deviations(good)}{neither}.")
             continue
         stops = "; ".join(
-            f"{_family(r)} {clip(str(r['headline']) or str(r['verdict']), HEADLINE).rstrip('.')}"
+            f"{_family(r)} {_shortened(str(r['headline']) or str(r['verdict'])).rstrip('.')}"
             for r in bad
         )
         rest = f"; it can for {_names([_family(r) for r in good])}" if good else ""
