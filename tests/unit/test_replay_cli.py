@@ -130,6 +130,10 @@ def test_dry_run_counts_what_is_tried_again(
         (["--to", "http://h/v1", "--rate", "nan/s"], "--rate"),
         (["--to", "http://h/v1", "--rate", "inf"], "--rate"),
         (["--to", "http://h/v1", "--label", "LABEL"], "target 'LABEL': the label of the exchanges"),
+        (["--to", "http:///v1"], "--to http:///v1: no host in the URL"),
+        (["--to", "http://[::1:8/v1"], "--to http://[::1:8/v1: not a URL (Invalid IPv6 URL)"),
+        (["--to", "http://h/v1", "--label", "."], "--label '.': a plain name, not a path"),
+        (["--to", "http://h/v1", "--label", "2"], "--label '2': a name, not a number"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(

@@ -161,11 +161,16 @@ def options_from_args(args: argparse.Namespace) -> Options:
         for i, spec in enumerate(specs):
             where = f"{path}: targets[{i}]" if i < len(cfg.targets) else "--to"
             url = spec.url
-            label = str(spec.label or default_label(url))
+            try:
+                named = default_label(url)
+            except PlanError as e:
+                raise UsageError(f"{where} {url}: {e}") from None
+            label = str(spec.label or named)
+            said = "--label" if where == "--to" else f"{where}.label"
             if "/" in label or label.startswith(".") or not label.strip():
-                raise UsageError(f"{where}: label {label!r} must be a plain name")
+                raise UsageError(f"{said} {label!r}: a plain name, not a path")
             if label.isdigit():  # `<session>.<digits>.jsonl` is a part of a rotated capture
-                raise UsageError(f"{where}: label {label!r} must not be a number")
+                raise UsageError(f"{said} {label!r}: a name, not a number")
             models = _merged(_str_map(d.model_map), cli_models, _str_map(spec.model_map))
             headers = {
                 **_headers(_str_map(d.headers), "defaults.headers"),

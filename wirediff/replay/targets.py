@@ -93,11 +93,16 @@ def port_problem(url: str) -> str | None:
 
 def default_label(url: str) -> str:
     """Label a target by its host, and port when not the scheme's default, like a capture."""
-    port = port_problem(url)
+    try:
+        port = port_problem(url)
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as e:  # an IPv6 host without its closing bracket
+        raise PlanError(f"not a URL ({e})") from None
     if port is not None:
         raise PlanError(port)
-    parts = urlsplit(url)
-    host = parts.hostname or url
+    if not host:
+        raise PlanError("no host in the URL")
     default = 443 if parts.scheme == "https" else 80
     return host if parts.port in (None, default) else f"{host}:{parts.port}"
 
