@@ -367,6 +367,20 @@ def test_import_flow_file(tmp_path: Path) -> None:
     assert websocket_of(ws)["close_code"] == 1000 and answer(ws)["complete"]
 
 
+def test_a_flow_file_cut_short_keeps_its_whole_flows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """mitmdump killed mid-write: the flows before the torn one are imported, with a warning."""
+    whole = tmp_path / "s.flow"
+    write_flows(whole)
+    cut = tmp_path / "cut.flow"
+    cut.write_bytes(whole.read_bytes()[:-40])  # into the last flow, the WebSocket session
+    recs = import_flows(cut)
+    assert [r["tags"]["family"] for r in recs] == ["chat.completions"] * 2
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"{cut}: cut short after 3 whole flows (") and "not read" in said
+
+
 async def test_import_har_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with taddons.context():
         har = SaveHar().make_har([chat_flow()])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from wirediff.record.validate import json_type, problem
 
 __all__ = ["exchange_from_har", "import_flows", "source_kind"]
 
+log = logging.getLogger(__name__)
 HAR_WAITS = ("blocked", "connect", "send", "wait")
 """HAR `timings` phases before the first byte of the answer (`dns` lies inside `connect`)."""
 
@@ -84,13 +86,21 @@ def _websocket(messages: list[dict[str, Any]]) -> WebSocketData:
 
 
 def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
+    """Read the HTTP flows of a flow file; one cut short keeps the flows whole before the cut.
+
+    mitmdump killed while writing leaves its last flow torn: the others are kept, with a warning
+    that names where it stops, as a capture's torn line is skipped."""
+    read = 0
     with path.open("rb") as fh:
         try:
             for f in io.FlowReader(fh).stream():
+                read += 1
                 if isinstance(f, http.HTTPFlow):
                     yield exchange_from_flow(f), upstream_label(f)
         except exceptions.FlowReadException as e:
-            raise CaptureError(f"{path}: not a mitmproxy flow file ({e})") from None
+            if not read:
+                raise CaptureError(f"{path}: not a mitmproxy flow file ({e})") from None
+            log.warning(f"{path}: cut short after {read} whole flows ({e}): the rest is not read")
 
 
 def _har_entries(path: Path) -> list[Any]:
