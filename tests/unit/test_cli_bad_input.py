@@ -208,6 +208,22 @@ def test_a_gzipped_capture_is_named_with_the_pipe_that_reads_it(
     )
 
 
+@pytest.mark.parametrize(
+    "text", [b'{"log": {"entries": []}}\n', b'{\n  "log": {\n    "entries": []']
+)
+def test_a_har_archive_named_as_a_capture_is_named_a_har(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: bytes
+) -> None:
+    """Whatever its name, and pretty-printed as browsers save them."""
+    har = tmp_path / "session.jsonl"
+    har.write_bytes(text)
+    assert main(["report", str(har), "-o", str(tmp_path / "r.html")]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"wirediff: error: {har}: a HAR archive, not a wirediff/1 capture; `wirediff import` "
+        "converts it\n"
+    )
+
+
 def test_a_capture_given_to_import_is_one_line_and_exit_2(
     tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import logging
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -25,7 +26,14 @@ from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
 from wirediff.record.lines import after_last_newline, is_json, newlines_before
-from wirediff.record.parts import HEAD_BYTES, SUFFIX, expand_parts, names_a_part, opens_a_capture
+from wirediff.record.parts import (
+    BOM,
+    HEAD_BYTES,
+    SUFFIX,
+    expand_parts,
+    names_a_part,
+    opens_a_capture,
+)
 from wirediff.record.store import iter_records
 
 __all__ = [
@@ -55,6 +63,7 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
             if not p.is_file():  # a pipe or a device: read once, by the store
                 return p
             first = next((line for line in fh if line.strip()), None)
+            head = (first or b"") + fh.read(HEAD_BYTES)
     except IsADirectoryError:
         from wirediff.engine.sources import DATASET_MARK
 
@@ -66,6 +75,10 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     if first is None:
         raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+    if _HAR_HEAD.match(head.removeprefix(BOM)):
+        raise CaptureError(
+            f"{p}: a HAR archive, not a {FORMAT} capture; `wirediff import` converts it"
+        )
     if first.startswith(_GZIP):
         raise CaptureError(
             f"{p}: gzip-compressed; give it decompressed, through a pipe: "
@@ -332,3 +345,5 @@ def _as_capture(path: Path) -> str | None:
 
 
 _GZIP = b"\x1f\x8b"
+_HAR_HEAD = re.compile(rb'\s*\{\s*"log"\s*:')
+"""How a HAR archive opens, whatever its name."""
