@@ -254,8 +254,14 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["probe", NOWHERE, "--timeout", "inf"], "--timeout must be a number of seconds more than 0, not inf"),
         (["probe", NOWHERE, "--only", ","], "--only: no feature named; leave --only out"),
         (["replay", "GOOD", "--to", NOWHERE, "--to", NOWHERE, "--dry-run"], "--to: given twice"),
+        (["stand-in", "openai", "--delay", "nan"], "--delay nan: seconds between SSE events"),
+        (["stand-in", "openai", "--delay", "-1"], "--delay -1.0: seconds between SSE events"),
+        (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
     ],
-    ids=["probe --timeout nan", "probe --timeout inf", "probe --only naming none", "replay --to twice"],
+    ids=[
+        *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
+        *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1", "stand-in --port"),
+    ],
 )  # fmt: skip
 def test_a_value_that_would_be_taken_otherwise_is_named(
     good: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str

@@ -6,6 +6,7 @@ base URL a client is given, `http://127.0.0.1:P/v1`."""
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import threading
 from typing import Any
@@ -24,8 +25,10 @@ def cmd_stand_in(args: argparse.Namespace) -> int:
     known = sorted(load_profiles())
     if args.profile not in known:
         raise UsageError(f"unknown stand-in {args.profile!r} (known: {', '.join(known)})")
-    if args.delay < 0 or not 0 <= args.port <= 65535:
-        raise UsageError("--delay must be >= 0 and --port within 0..65535")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: a port from 0 (a free one) to 65535")
+    if not 0 <= args.delay < math.inf:
+        raise UsageError(f"--delay {args.delay}: seconds between SSE events, 0 or more")
     api_key = key_from_env(args.api_key_env)
     models = (
         [m.strip() for m in args.models.split(",") if m.strip()]
