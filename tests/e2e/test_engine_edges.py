@@ -1,8 +1,8 @@
 """Captures at the edges of the record format give the engine's summary what the whole
 analysis in memory gives, however the engine partitions them: failed attempts in other
-files, missing listeners, start times that are NaN, `replay_of` cycles and empty ids,
-text no UTF-8 can hold; and a malformed capture is named at its first bad line whichever
-chunk finishes first."""
+files, missing listeners, start times that are not finite (refused alike), `replay_of`
+cycles and empty ids, text no UTF-8 can hold; and a malformed capture is named at its first
+bad line whichever chunk finishes first."""
 
 from __future__ import annotations
 
@@ -102,16 +102,29 @@ def test_backends_without_a_listener_are_named_by_their_first_exchanges(
     assert providers and "unknown" not in providers
 
 
-@pytest.mark.parametrize("times", [(float("nan"), float("nan")), (-5.0, float("nan"))])
-def test_attempts_started_at_nan_keep_the_attempt_loading_keeps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: tuple[float, float]
+@pytest.mark.parametrize("started", [float("nan"), float("inf")])
+def test_an_attempt_started_at_no_finite_time_is_refused_alike_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: float
 ) -> None:
-    base, replays = fixture_sessions()
+    """`NaN` and `1e999` parse, but no JSON output can write them back: loading and the engine,
+    one worker or two, name the same line."""
+    _, replays = fixture_sessions()
     answered = replays["ollama"]
-    tried = [attempt(answered[0], "-a", times[0]), attempt(answered[0], "-b", times[1])]
-    paths = [dump(tmp_path / "s.jsonl", base), dump(tmp_path / "o.jsonl", answered[1:] + tried)]
-    summary = same_everywhere(paths, tmp_path, monkeypatch)
-    assert summary["totals"]["exchanges"] == len(base) + len(answered)
+    tried = [attempt(answered[0], "-a", -5.0), attempt(answered[0], "-b", started)]
+    path = dump(tmp_path / "o.jsonl", answered[1:] + tried)
+    with pytest.raises(CaptureError) as loading:
+        load_records([path])
+    said = (
+        f"{path}:{len(answered) + 1}: malformed wirediff/1 record (started must be a finite number)"
+    )
+    assert str(loading.value) == said
+    for workers in (1, 2):
+        monkeypatch.setattr(
+            engine_run, "SMALL_BYTES", 0 if workers == 2 else engine_run.SMALL_BYTES
+        )
+        with Run("local", workers=workers, progress=False) as run, pytest.raises(CaptureError) as e:
+            run.report([str(path)], ignore=(), max_examples=3)
+        assert str(e.value) == said
 
 
 @pytest.mark.parametrize("how", ["same replay twice", "two replays, one id", "replay as original"])
