@@ -58,6 +58,8 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
 
     An empty file, or one holding only an unfinished line, has no exchange."""
     p = Path(path)
+    if str(path) == "-":
+        raise CaptureError("-: a capture through a pipe is read as /dev/stdin")
     try:
         with p.open("rb") as fh:
             if not p.is_file():  # a pipe or a device: read once, by the store

@@ -68,8 +68,9 @@ def register(sub: Any) -> None:
         "stand-in",
         help=f"serve a local stand-in for a provider ({known}) and print its base URL",
         description="Serve a local stand-in for an OpenAI-compatible provider until Ctrl-C; "
-        "its base URL (…/v1) is printed once it listens.\n\nfault models (any stand-in): "
-        + ", ".join(FAULT_MODELS),
+        "its base URL (…/v1) is printed once it listens.\n\nfault models, model ids any "
+        "stand-in answers with that fault (a request's `model`, or `wirediff replay "
+        "--model-map '*=fault-truncate'`): " + ", ".join(FAULT_MODELS),
         epilog=exit_codes(
             {
                 EXIT_OK: "stopped by Ctrl-C or SIGTERM: how a stand-in ends",
