@@ -616,3 +616,11 @@ def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
     made = tmp_path / "made"
     assert main(["capture", "--to", NOWHERE, "--session", "../x", "--dir", str(made)]) == 2
     assert not made.exists()
+
+
+def test_a_write_that_fails_names_its_file(good: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk fails the write, not the open: the error still says which output."""
+    assert main(["report", str(good), "-o", "/dev/full"]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        "wirediff: error: /dev/full: No space left on device\n"
+    )

@@ -226,8 +226,12 @@ def _opened(out_path: str | os.PathLike[str]) -> Iterator[tuple[TextIO, Path]]:
     if str(out_path) != "-":
         out = Path(out_path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8", newline="") as fh:
-            yield fh, out
+        try:
+            with out.open("w", encoding="utf-8", newline="") as fh:
+                yield fh, out
+        except OSError as e:  # a write that fails names no file: this one
+            e.filename = e.filename or str(out)
+            raise
         return
     sys.stdout.flush()
     utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="")
