@@ -293,7 +293,12 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
         value = obj.get(key, _MISSING)
         if value is _MISSING:
             return f"{where}{key} is missing"
-        if types is not None and _looked_into(value, types):
+        kind = type(value)
+        if types is not None and (  # inline: a call per field costs a sixth of the check
+            kind not in types
+            or (kind is int and not _I64 <= value < -_I64)
+            or (kind is float and not -_LARGEST <= value <= _LARGEST)
+        ):
             found = _mistyped(value, types, what)
             if found:
                 return f"{where}{key} {found}"
@@ -302,7 +307,12 @@ def _fields(where: str, obj: dict[str, Any], shape: Shape) -> str | None:
             value = obj.get(key)
             if value is None or types is None:
                 continue
-            if _looked_into(value, types):
+            kind = type(value)
+            if (
+                kind not in types
+                or (kind is int and not _I64 <= value < -_I64)
+                or (kind is float and not -_LARGEST <= value <= _LARGEST)
+            ):
                 found = _mistyped(value, types, what)
                 if found:
                     return f"{where}{key} {found}"
@@ -327,16 +337,6 @@ JSON_TYPES: dict[type, str] = {
 def json_type(value: Any) -> str:
     """Name the JSON Schema type of a parsed value."""
     return JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _looked_into(value: Any, types: frozenset[type]) -> bool:
-    """Tell whether `value` may be mistyped: of another type, or a number out of bounds."""
-    kind = type(value)
-    if kind not in types:
-        return True
-    if kind is int:
-        return not _I64 <= value < -_I64
-    return kind is float and not -_LARGEST <= value <= _LARGEST
 
 
 def _mistyped(value: Any, types: frozenset[type], what: str) -> str | None:
