@@ -401,6 +401,7 @@ def test_a_capture_another_tool_wrote_is_exported_without_its_raw_credentials(
     }
     records = [json.loads(line) for line in captures[0].read_text().splitlines()]
     records[0]["request"]["headers"] += [[k, v] for k, v in secrets.items()]
+    records[0]["request"]["body"]["stop"] = ["token", "END"]  # shaped like a pair, no header
     records[1]["response"]["headers"].append(["set-cookie", "session=abcdef1234567890; Path=/"])
     other = tmp_path / "other.jsonl"
     other.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -418,3 +419,4 @@ def test_a_capture_another_tool_wrote_is_exported_without_its_raw_credentials(
     assert sent["cookie"] == fingerprint(secrets["cookie"])
     assert sent["authorization"] == f"Bearer {fingerprint('plain-bearer-0123456789')}"
     assert sent["content-type"] == dict(records[0]["request"]["headers"])["content-type"]
+    assert kept["request"]["body"] == records[0]["request"]["body"]

@@ -47,9 +47,9 @@ from wirediff.analysis.index.row import record_keys
 from wirediff.engine.decode import loads
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
 from wirediff.record.keys import digest
-from wirediff.record.redact import redact_header_pairs
+from wirediff.record.redact import fingerprint_headers
 from wirediff.record.scrub import scrub_output
-from wirediff.record.store import is_utf8, read_depth
+from wirediff.record.store import encode_record, is_utf8, read_depth
 
 __all__ = [
     "DATASET_FORMAT",
@@ -190,8 +190,12 @@ def export_part(
     texts = read_texts(sources, *where)
     groups: dict[tuple[Any, Any], list[tuple[int, int, bytes, Record]]] = {}
     for ordinal, root, line in zip(ordinals, roots, texts, strict=True):
+        rec = read_depth(line, loads(line))
+        if fingerprint_headers(rec):  # a capture another tool wrote: its raw credentials
+            line = encode_record(rec).removesuffix(b"\n")
         text = _scrubbed(line)
-        rec = read_depth(text, loads(text))
+        if text is not line:
+            rec = read_depth(text, loads(text))
         key = (rec.get("session"), rec.get("label"))
         groups.setdefault(key, []).append((root, ordinal, text, rec))
     n_events = 0
@@ -244,12 +248,9 @@ def _extra(rec: Record) -> dict[str, Any]:
 
 
 def _scrubbed(line: bytes) -> bytes:
-    """Replace anything shaped like a credential in `line`, as in every output.
-
-    A secret header's value that is no fingerprint, in a capture another tool wrote, is
-    fingerprinted as a capture records it."""
+    """Replace anything shaped like a credential in `line`, as in every output."""
     text = _line_text(line)
-    scrubbed = scrub_output(redact_header_pairs(text))
+    scrubbed = scrub_output(text)
     return line if scrubbed is text else scrubbed.encode("utf-8")
 
 

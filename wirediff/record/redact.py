@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
-from wirediff._types import HeaderList
+from wirediff._types import HeaderList, Record
 from wirediff.record.names import (
     KEY_LENGTH,
     KEY_MARKS,
@@ -47,6 +47,7 @@ __all__ = [
     "SUBPROTOCOLS",
     "body_secrets",
     "fingerprint",
+    "fingerprint_headers",
     "form_secrets",
     "is_fingerprint",
     "json_secrets",
@@ -54,7 +55,6 @@ __all__ = [
     "multipart_secrets",
     "present_secrets",
     "redact_fields",
-    "redact_header_pairs",
     "redact_headers",
     "redact_log_text",
     "redact_url",
@@ -92,10 +92,14 @@ def split_scheme(value: str) -> tuple[str | None, str]:
     return None, value.strip()
 
 
+_EMPTY = "<empty>"
+"""What an empty credential is recorded as."""
+
+
 def redact_value(value: str) -> str:
     """Keep the auth scheme, which is evidence, and fingerprint the credential."""
     scheme, secret = split_scheme(value)
-    fp = fingerprint(secret) if secret else "<empty>"
+    fp = fingerprint(secret) if secret else _EMPTY
     return f"{scheme} {fp}" if scheme else fp
 
 
@@ -445,31 +449,25 @@ def scrub_headers(headers: HeaderList, secrets: dict[str, str]) -> HeaderList:
     return [[k, scrub_text(v, secrets)] for k, v in headers]
 
 
-_HEADER_PAIR = re.compile(r'\[\s*"([A-Za-z0-9_-]+)"\s*,\s*"((?:[^"\\]|\\.)*)"\s*\]')
+def fingerprint_headers(rec: Record) -> bool:
+    """Fingerprint a record's secret header values that are not fingerprints yet, in place.
 
-
-def redact_header_pairs(text: str) -> str:
-    """Fingerprint the secret header values of a record's JSON text that are not fingerprints.
-
-    A capture holds none, but another tool's may: its `["cookie", "sid=…"]` pairs are
-    written as the capture would have recorded them, the rest of the text as it is; `text`
-    itself when none is."""
-
-    def redacted(m: re.Match[str]) -> str:
-        name, raw = m[1], m[2]
-        if not _secret_name(name):
-            return m[0]
-        try:
-            value = json.loads(f'"{raw}"')
-        except ValueError:  # no JSON string: not a pair of a record's headers
-            return m[0]
-        _, secret = split_scheme(value)
-        if is_fingerprint(secret) or secret == "<empty>":
-            return m[0]
-        return f"[{json.dumps(name)}, {json.dumps(redact_value(value))}]"
-
-    out = _HEADER_PAIR.sub(redacted, text)
-    return text if out == text else out
+    A capture holds none; another tool's may (`["cookie", "sid=…"]`): they are made what the
+    capture would have recorded. Tell whether one was."""
+    changed = False
+    for side, key in (
+        ("request", "headers"),
+        ("request", "forwarded_headers"),
+        ("response", "headers"),
+    ):
+        part = rec.get(side)
+        for pair in (part.get(key) if isinstance(part, dict) else None) or ():
+            name, value = pair[0], pair[1]
+            secret = split_scheme(value)[1]
+            if _secret_name(name) and not (is_fingerprint(secret) or secret == _EMPTY):
+                pair[1] = redact_value(value)
+                changed = True
+    return changed
 
 
 def is_fingerprint(value: str) -> bool:
