@@ -274,6 +274,14 @@ def test_a_family_neither_serves_fails_no_candidate(
         in out
     )
 
+    def soft(rec: Record) -> None:  # a 200 whose body is the error: clients break on it
+        rec["response"]["status"] = 200
+        retag(rec)
+
+    apart = [*same[:-1], replay(embed, id="s0", label="ollama", change=soft)]
+    assert main(["check", str(tmp_path / "s.jsonl"), write(tmp_path / "a.jsonl", apart)]) == 1
+    assert "FAIL  ollama       embeddings               unsupported" in capsys.readouterr().out
+
 
 # --- verdicts ----------------------------------------------------------------------------
 

@@ -60,8 +60,8 @@ def gate_from(
 
     A row fails with a breaking or unsupported verdict, a finding at or above `severity`, or one
     of the `fail_on` kinds, judged from the worst severity and the kinds of each cell's findings.
-    Only candidates fail: the baseline never fails the gate, it is shown; nor does a candidate
-    fail where it does as the baseline does, unsupported both (`as_the_baseline`)."""
+    Only candidates fail: the baseline never fails the gate, it is shown; nor does a candidate's
+    `unsupported` verdict where it does as the baseline does (`as_the_baseline`)."""
     import pandas as pd
 
     from wirediff.analysis.comparison.verdicts import as_the_baseline
@@ -72,11 +72,11 @@ def gate_from(
         *columns, as_the_baseline(verdicts).tolist(), strict=True
     ):
         rank, kinds = counts.get((label, family, transport), (len(SEVERITIES), frozenset()))
-        why = [f"its verdict, {verdict}"] if verdict in FAILING_VERDICTS else []
+        why = [f"its verdict, {verdict}"] if verdict in FAILING_VERDICTS and not alike else []
         if rank <= severity_rank(severity):
             why.append(f"a {SEVERITIES[rank]} finding (--fail-on-severity {severity})")
         why += [f"a {kind} finding (--fail-on)" for kind in sorted(kinds & set(fail_on))]
-        fails_on.append(why if role == "candidate" and not alike else [])
+        fails_on.append(why if role == "candidate" else [])
     gated = verdicts.assign(fails=[bool(why) for why in fails_on])
     gated["fails_on"] = pd.Series(fails_on, index=verdicts.index, dtype=object)
     return gated

@@ -431,17 +431,18 @@ def verdict_frame(
 
 
 def as_the_baseline(verdicts: pd.DataFrame) -> np.ndarray:
-    """Mark the candidates' `unsupported` cells whose baseline cell is `unsupported` too.
+    """Mark the candidates' `unsupported` cells that do as the baseline's `unsupported` cell does.
 
-    Such a candidate does what the baseline does: no reason it cannot replace it, so the gate
-    passes the cell and the bottom line says neither serves it."""
-    rows = verdicts[["role", "family", "transport", "verdict"]].itertuples(index=False)
+    No breaking problem sets them apart from it: no reason the candidate cannot replace the
+    baseline there, so the gate does not fail the verdict and the bottom line says neither
+    serves it."""
+    rows = verdicts[["role", "family", "transport", "verdict", "breaking"]].itertuples(index=False)
     table = list(rows)
-    unserved = {(f, t) for role, f, t, v in table if role == "baseline" and v == UNSUPPORTED}
+    unserved = {(f, t) for role, f, t, v, _ in table if role == "baseline" and v == UNSUPPORTED}
     return np.array(
         [
-            role == "candidate" and v == UNSUPPORTED and (f, t) in unserved
-            for role, f, t, v in table
+            role == "candidate" and v == UNSUPPORTED and not breaking and (f, t) in unserved
+            for role, f, t, v, breaking in table
         ],
         dtype=bool,
     )
