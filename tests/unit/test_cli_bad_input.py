@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -624,3 +626,25 @@ def test_a_write_that_fails_names_its_file(good: Path, capsys: pytest.CaptureFix
     assert one_error_line(capsys.readouterr().err) == (
         "wirediff: error: /dev/full: No space left on device\n"
     )
+
+
+def test_outputs_that_are_no_plain_files_are_written_as_before(
+    good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The output checks leave alone what they only look at: a named pipe's reader gets the
+    whole summary, devices may take several outputs, and a link to nothing stays one."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["report", str(good), "-o", "/dev/null", "--json", str(fifo)]) == 0
+    reader.join(30)
+    assert json.loads(got[0])["totals"]["exchanges"] == len(openai_session())
+    argv = ["report", str(good), "-o", "/dev/null", "--json", "/dev/null", "--csv", "/dev/null"]
+    assert main(argv) == 0
+    link, target = tmp_path / "link.html", tmp_path / "target.html"
+    link.symlink_to(target)
+    assert main(["report", str(tmp_path / "missing.jsonl"), "-o", str(link)]) == 2
+    assert link.is_symlink() and not target.exists()
+    capsys.readouterr()

@@ -10,6 +10,7 @@ which the store skips silently so that a live capture reads cleanly, is worth a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import logging
 import os
@@ -263,7 +264,8 @@ def distinct_outputs(
         where = os.path.realpath(out)
         if where in named:
             raise UsageError(f"{named[where]} and {option} both name {out}; name a file for each")
-        named[where] = option
+        if Path(out).is_file() or not Path(out).exists():  # a device takes any number
+            named[where] = option
         if not folders and Path(out).is_dir():
             raise UsageError(f"{option} {out}: a directory; name a file")
         dataset = _in_dataset(Path(where))
@@ -295,17 +297,17 @@ def distinct_outputs(
 def _writable(option: str, out: Path) -> None:
     """Refuse an output that cannot be written, before any work: not one output of several after.
 
-    Nothing is left of the look: a file is opened for appending, and removed when it was made
-    only to tell; a folder not made yet is told by a file made and removed in the nearest one
-    that is."""
-    folder = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    Nothing is left of the look. A file is opened for appending, which keeps what it holds; a
+    device or a pipe is asked, never opened, which would end a pipe's reader; a path to nothing
+    yet, a link to nothing too, is told by a file made and removed in the nearest folder."""
     try:
-        if folder == out.parent:
-            made = not out.exists()
-            os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666))
-            if made:
-                out.unlink(missing_ok=True)
+        if out.is_file():
+            os.close(os.open(out, os.O_WRONLY | os.O_APPEND))
+        elif out.exists():
+            if not os.access(out, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         else:
+            folder = next(p for p in (out.parent, *out.parent.parents) if p.exists())
             tempfile.TemporaryFile(dir=folder).close()
     except OSError as e:
         raise UsageError(f"{option} {out}: cannot be written ({e.strerror or e})") from None
