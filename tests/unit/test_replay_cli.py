@@ -257,12 +257,13 @@ def test_a_failure_while_recording_is_raised_not_lost(monkeypatch: pytest.Monkey
 
 
 def test_a_piped_capture_needs_an_output_and_stdout_is_none(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its replay would go beside it, in /dev; and a replay reads its output back to resume."""
+    monkeypatch.chdir(tmp_path)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert main_replay([str(fifo), "--to", "http://127.0.0.1:9/v1", "--dry-run"]) == 2
+    assert main_replay([str(fifo), "--to", "http://127.0.0.1:9/v1"]) == 2
     assert capsys.readouterr().err == (
         f"wirediff: error: {fifo}: a pipe has no folder to write its replay beside; give -o\n"
     )

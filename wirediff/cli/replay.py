@@ -76,6 +76,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -138,8 +139,8 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 def main_replay_args(args: argparse.Namespace) -> int:
     distinct_outputs(args.captures, {"-o": args.output}, appends=True)
-    piped = [str(p) for p in args.captures if Path(p).exists() and not Path(p).is_file()]
-    if piped and not args.output:  # its replay would go beside it: in /dev, or /proc/…/fd
+    piped = [str(p) for p in args.captures if _is_pipe(str(p))]
+    if piped and not args.output and not args.dry_run:  # its replay would go in /dev
         raise UsageError(f"{piped[0]}: a pipe has no folder to write its replay beside; give -o")
     if args.output == "-":
         raise UsageError("-o -: a replay appends to a file it reads back to resume; name one")
@@ -154,6 +155,15 @@ def main_replay_args(args: argparse.Namespace) -> int:
     finally:
         if spool is not None:
             spool.close()  # a no-op when the writers closed it
+
+
+def _is_pipe(path: str) -> bool:
+    """Tell a pipe or a device, `/dev/stdin`, `<(…)`, from a file or a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 EARLY_SPOOL_BYTES = 64 << 10
