@@ -180,6 +180,26 @@ def test_one_input_holding_every_label_is_checked_as_its_captures_are(
     assert json.loads(together.read_text()) == json.loads(apart.read_text())
 
 
+def test_one_input_says_which_labels_pair_with_nothing(
+    captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A label none of whose exchanges pairs is warned about, and its rows are not the baseline's."""
+    base, good, _ = captures
+    other = chat_record(id="z1", label="vllm")
+    other["request"]["body"]["messages"] = [{"role": "user", "content": "something else"}]
+    both = tmp_path / "all.jsonl"
+    both.write_bytes(Path(base).read_bytes() + Path(good).read_bytes())
+    with both.open("a") as fh:
+        fh.write(json.dumps(other) + "\n")
+    assert main(["check", str(both)]) == 0
+    out, err = capsys.readouterr()
+    assert err == (
+        f"wirediff: warning: {both}: vllm: no exchange pairs with the baseline (openai); "
+        "not compared\n"
+    )
+    assert "  -     vllm         chat.completions" in out and "  base  vllm" not in out
+
+
 def test_one_input_with_nothing_to_compare_is_bad_input(
     captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

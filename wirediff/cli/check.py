@@ -200,7 +200,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         say(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
     for row in items:
-        mark = "FAIL" if row["fails"] else ("base" if row["role"] != "candidate" else "ok")
+        mark = (
+            "FAIL"
+            if row["fails"]
+            else {"baseline": "base", "candidate": "ok"}.get(row["role"], "-")
+        )
         reason = row["reasons"][0] if row["reasons"] else ""
         if row["fails"] and row["verdict"] not in FAILING_VERDICTS:  # what fails it, first
             reason = " — ".join(["; ".join(row["fails_on"]), *([reason] if reason else [])])

@@ -236,6 +236,12 @@ class Run:
                 f"{baseline}: no exchange of another label pairs with its baseline ({base_label}); "
                 "name the candidates' captures after it"
             )
+        stray = set(pd.unique(text(rows["label"]))) - {base_label} - analysis.pair_labels()[1]
+        if not candidates and stray:  # in a file of their own, a usage error
+            store_log.warning(
+                f"{baseline}: {', '.join(sorted(stray))}: no exchange pairs with the baseline "
+                f"({base_label}); not compared"
+            )
         for n, path in enumerate(candidates, 1):
             if n not in paired:
                 raise UsageError(
