@@ -21,6 +21,7 @@ from pydantic import (
 
 from wirediff._support import read_yaml
 from wirediff.errors import PlanError, UsageError
+from wirediff.record.redact import redact_url
 from wirediff.replay.filters import Term, parse_filter
 from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
 
@@ -138,6 +139,14 @@ def _load_config(path: str) -> _Config:
         raise UsageError(f"{path}: {where.lstrip('.')}: {first['msg']}") from None
 
 
+def _shown(url: str) -> str:
+    """Show a URL with its credentials fingerprinted; one that does not parse, by its scheme."""
+    try:
+        return redact_url(url)
+    except ValueError:
+        return f"{url.partition('://')[0]}://…"
+
+
 def options_from_args(args: argparse.Namespace) -> Options:
     """Merge the command line with `--config`; the module docstring says which wins."""
     path = args.config or ""
@@ -164,7 +173,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
             try:
                 named = default_label(url)
             except PlanError as e:
-                raise UsageError(f"{where} {url}: {e}") from None
+                raise UsageError(f"{where} {_shown(url)}: {e}") from None
             label = str(spec.label or named)
             said = "--label" if where == "--to" else f"{where}.label"
             if "/" in label or label.startswith(".") or not label.strip():
