@@ -267,12 +267,24 @@ def test_keep_report_junit_and_no_key_on_disk(
     # an earlier probe's records are neither emptied by the next nor written over by its outputs
     held = {p: p.read_bytes() for p in kept}
     nowhere = "http://127.0.0.1:9/v1"
-    assert main_probe([nowhere, "--keep", str(keep)]) == 2
-    assert "holds an earlier probe's records; name another folder" in capsys.readouterr().err
+    server = url.removeprefix("http://")
+    assert main_probe([url + "/v1", "--keep", str(keep)]) == 2  # refused before it is reached
+    assert f"wirediff-probe.{server}.jsonl holds an earlier probe's records of this server" in (
+        capsys.readouterr().err
+    )
     for option in ("-o", "--json", "--junit"):
         assert main_probe([nowhere, option, str(kept[0])]) == 2
         assert "a wirediff/1 capture; name another file" in capsys.readouterr().err
+    elsewhere = keep / "wirediff-probe.127.0.0.1:9.jsonl"
+    assert main_probe([nowhere, "--keep", str(keep), "-o", str(elsewhere)]) == 2
+    assert "where --keep keeps the records" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in kept} == held
+    # another server probed into the folder: its records beside, the originals kept once
+    with standin("vllm") as other:
+        assert main_probe([other + "/v1", "--only", "models", "--keep", str(keep)]) in (0, 1)
+    capsys.readouterr()
+    ids = [r["id"] for r in load_records([keep / "wirediff-probe.jsonl"])]
+    assert len(ids) == len(set(ids)) and len(list(keep.iterdir())) == 3
     # the kept records are a capture and its replay: report, replay and diff them like any
     assert main_report([str(p) for p in kept] + ["-o", str(tmp_path / "kept.html")]) == 0
     [originals] = [p for p in kept if p.name == "wirediff-probe.jsonl"]

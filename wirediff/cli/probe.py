@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,13 +123,19 @@ def _count(problems: list[str], severity: str) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from wirediff.probe.drive import probe
+    from wirediff.probe.drive import kept_files, probe
+    from wirediff.replay.targets import default_label
     from wirediff.reports.model import build
     from wirediff.reports.render import render_html, write_summary
 
     url = _base_url(args.url)
     given = {"-o": args.output, "--json": args.json, "--junit": args.junit}
     distinct_outputs([], given)
+    if args.keep:  # the records kept are written first: an output there would replace them
+        kept = {os.path.realpath(p) for p in kept_files(Path(args.keep), default_label(url))}
+        for option, out in given.items():
+            if out and out != "-" and os.path.realpath(out) in kept:
+                raise UsageError(f"{option} {out}: where --keep keeps the records; name another")
     key = key_from_env(args.api_key_env)
     if not 0 < args.timeout < math.inf:
         raise UsageError(f"--timeout must be a number of seconds more than 0, not {args.timeout}")

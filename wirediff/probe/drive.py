@@ -25,6 +25,7 @@ from wirediff.probe.features import Feature, ProbeData, load_probe
 from wirediff.probe.grade import Graded, grade
 from wirediff.probe.matrix import ClientRow, FeatureRow, feature_row, readiness
 from wirediff.probe.send import send_records
+from wirediff.record.store import iter_records
 from wirediff.replay.output import Writers
 from wirediff.replay.targets import Target, default_label
 
@@ -129,7 +130,8 @@ def probe(
     """Probe the server at `url`, an SDK's base URL, `…/v1`.
 
     With `keep`, its records are appended there as they are made (`kept_files`), with the
-    bundled originals they replay; a folder that holds an earlier probe's is refused."""
+    bundled originals they replay, beside those of other servers probed there; a folder that
+    holds an earlier probe's records of this server is refused."""
     data = load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
@@ -139,15 +141,16 @@ def probe(
     writers = None
     if keep is not None:
         originals, probed = kept_files(keep, target.label)
-        for path in (originals, probed):
-            if path.exists():  # a probe is a fresh run, not a resume: the earlier one is kept
-                raise UsageError(
-                    f"--keep {keep}: {path.name} holds an earlier probe's records; name another "
-                    "folder"
-                )
+        if probed.exists():  # a probe is a fresh run, not a resume: the earlier one is kept
+            raise UsageError(
+                f"--keep {keep}: {probed.name} holds an earlier probe's records of this server; "
+                "name another folder"
+            )
+        # the originals serve every server probed into the folder: each is written once
+        kept = {str(r["id"]) for r in iter_records(originals)} if originals.exists() else set()
         writers = Writers([originals, probed])
         for rec in data.records:
-            if str(rec["id"]) in wanted:
+            if str(rec["id"]) in wanted - kept:
                 writers.write(originals, rec)
 
     def sink(rec: Record) -> None:
