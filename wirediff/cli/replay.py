@@ -67,7 +67,8 @@ names a listener or a label (`--only listener=reverse:*:8001`).
 Run options (concurrency, rate, timeout, only, allow_unsafe): the command line wins over
 `defaults`. Target options: a target's own entry wins over the command line, which wins
 over `defaults` (model maps and headers are merged in that order; a model map with `*`
-replaces the maps before it). `--to URL` adds one more target. A header value of `""` (`--header K=`) removes that header.
+replaces the maps before it). `--to URL` adds one more target. A header value of `""`
+(`--header K=`) removes that header.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ class _Once(argparse.Action):
 
     def __call__(self, parser: Any, ns: argparse.Namespace, value: Any, flag: Any = None) -> None:
         if getattr(ns, self.dest) is not None:
-            raise UsageError(f"{flag}: given twice; each names one target (several: --config)")
+            raise UsageError(f"{flag}: given twice, where one is taken (several targets: --config)")
         setattr(ns, self.dest, value)
 
 
@@ -314,8 +315,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=_Once,
         help="target base URL, as an SDK's base_url (…/v1); several targets: --config",
     )
-    p.add_argument("--label", help="name of the --to target (default: its host:port)")
-    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the key")
+    p.add_argument("--label", action=_Once, help="name of the --to target (default: its host:port)")
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        action=_Once,
+        help="environment variable holding the key",
+    )
     p.add_argument(
         "--model-map",
         action="append",
@@ -356,7 +362,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OUT",
         help="output .jsonl (default: <capture dir>/<session>.<label>.jsonl)",
     )
-    p.add_argument("--config", metavar="FILE", help="YAML with `targets:` (and `defaults:`)")
+    p.add_argument(
+        "--config", metavar="FILE", action=_Once, help="YAML with `targets:` (and `defaults:`)"
+    )
 
 
 def main_replay(argv: Sequence[str] | None = None) -> int:
