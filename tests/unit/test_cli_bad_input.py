@@ -648,3 +648,12 @@ def test_outputs_that_are_no_plain_files_are_written_as_before(
     assert main(["report", str(tmp_path / "missing.jsonl"), "-o", str(link)]) == 2
     assert link.is_symlink() and not target.exists()
     capsys.readouterr()
+
+
+def test_an_export_that_cannot_be_written_is_refused_before_the_scan(
+    good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = good / "dataset"  # a file where its folder would be
+    assert main(["export", str(good), "--parquet", str(blocked)]) == 2
+    said = one_error_line(capsys.readouterr().err)
+    assert f"--parquet {blocked}: cannot be written (Not a directory)" in said

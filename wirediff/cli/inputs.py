@@ -250,8 +250,8 @@ def distinct_outputs(
     would be read as their next part, a path inside a wirediff dataset, and a file two outputs
     name. Unless the command `appends` records to its output, as `replay` does, any other
     capture is refused too: a report written over a capture the command was not given loses it
-    all the same. An output is a file, unless `folders`; a directory, or a file that cannot be
-    written, is refused before any work is done, not after another output is written."""
+    all the same. An output is a file, unless `folders`; a directory then, or an output that
+    cannot be written, is refused before any work is done, not after another is written."""
     read: list[Path] = []
     for arg in inputs:
         p = Path(arg)
@@ -289,7 +289,7 @@ def distinct_outputs(
         said = None if appends else _as_capture(Path(out))
         if said:
             raise UsageError(f"{option} {out}: {said}; name another file")
-    for option, out in outputs.items() if not folders else ():
+    for option, out in outputs.items():
         if out and str(out) != "-":
             _writable(option, Path(out))
 
