@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from wirediff.replay.safety import is_stream
 
 __all__ = ["FILTER_KEYS", "Term", "filter_value", "names_listener", "parse_filter", "selected"]
 
+_GLOB = re.compile(r"[*?\[]")
+"""What makes a filter's value a pattern."""
 FILTER_KEYS = (
     "family",
     "endpoint",
@@ -57,8 +60,8 @@ def parse_filter(text: str) -> tuple[Term, ...]:
                 f"--only: expected KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}, got {part!r}"
             )
         value = value.strip()
-        if key == "stream" and value.lower() not in ("true", "false"):  # no record would match
-            raise PlanError(f"--only: stream is true or false, not {value!r}")
+        if key == "stream" and value.lower() not in ("true", "false") and not _GLOB.search(value):
+            raise PlanError(f"--only: stream is true or false, not {value!r}")  # nothing matches
         terms.append(Term(key, value.lower() if key == "stream" else value, negate))
     if not terms:
         raise PlanError("--only: empty filter")
