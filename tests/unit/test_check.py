@@ -295,7 +295,7 @@ def test_a_family_neither_serves_fails_no_candidate(
     )
 
     def soft(rec: Record) -> None:  # a 200 whose body is the error: clients break on it
-        rec["response"]["status"] = 200
+        answer(rec)["status"] = 200
         retag(rec)
 
     apart = [*same[:-1], replay(embed, id="s0", label="ollama", change=soft)]

@@ -119,6 +119,7 @@ def test_dry_run_counts_what_is_tried_again(
         (["--to", "ftp://h"], "not an http(s) URL"),
         (["--to", "http://h/v1", "--only", "colour=red"], "--only"),
         (["--to", "http://h/v1", "--only", "stream=maybe"], "--only: stream is true or false"),
+        (["--to", "http://h/v1", "--label", "a", "--label", "b"], "--label: given twice"),
         (["--to", "http://h/v1", "--header", "Authorization=Bearer x"], "--api-key-env"),
         (["--to", "http://h/v1", "--rate", "fast"], "--rate"),
         (["--to", "http://h/v1", "--concurrency", "0"], "--concurrency"),
@@ -214,10 +215,18 @@ def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
         # a quoted "false" is no boolean: read as true, it would send what changes state
         ("defaults: {allow_unsafe: 'false'}", "defaults.allow_unsafe: Input should be a valid"),
         ("defaults: {api_key_env: 5}", "defaults.api_key_env: Input should be a valid string"),
-        ("defaults: {only: 5}", "defaults.only"),
+        ("defaults: {only: 5}", "defaults.only: not text or a list of text (5)"),
         ("defaults: {concurrency: -3}", "defaults.concurrency: Input should be greater"),
         ("defaults: {timeout: .nan}", "defaults.timeout: Input should be a finite number"),
-        ("targets: [{url: 'http://h/v1', headers: {x-a: [1, 2]}}]", "targets[0].headers.x-a"),
+        (
+            "targets: [{url: 'http://h/v1', headers: {x-a: [1, 2]}}]",
+            "targets[0].headers.x-a: not text or a number ([1, 2])",
+        ),
+        (
+            "targets: [{url: 'http://h/v1', model_map: {1: x}}]",
+            "targets[0].model_map[1]: Input should be a valid string",
+        ),
+        ("targets: [{url: 'http://h/v1', label: 0}]", "targets[0].label '0': a name, not a number"),
         ("defaults: {}", "bad.yaml lists no targets; give --to URL"),
         (
             "targets: [{url: 'http://a/v1', label: x}, {url: 'http://b/v1', label: x}]",
@@ -272,3 +281,12 @@ def test_a_piped_capture_needs_an_output_and_stdout_is_none(
     assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", "-"]) == 2
     assert "-o -: a replay appends to a file it reads back to resume" in capsys.readouterr().err
     assert not (tmp_path / "-").exists()
+
+
+def test_a_stream_filter_may_be_a_pattern(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = write_capture(tmp_path / "s.jsonl", session()[:1])
+    argv = [str(cap), "--to", "http://127.0.0.1:9/v1", "--only", "stream=*", "--dry-run"]
+    assert main_replay(argv) == 0
+    assert "1 to send" in capsys.readouterr().out

@@ -134,9 +134,32 @@ def _load_config(path: str) -> _Config:
     try:
         return _Config.model_validate({k: v for k, v in data.items() if v is not None})
     except ValidationError as e:
-        first = e.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
-        raise UsageError(f"{path}: {where.lstrip('.')}: {first['msg']}") from None
+        errors = e.errors()
+        at = _where(errors[0]["loc"])
+        tried = [err for err in errors if _where(err["loc"]) == at]
+        said = tried[0]["msg"]
+        if len(tried) > 1:  # a union: each of its members tried
+            kinds = dict.fromkeys(
+                _UNION_MEMBERS[p] for err in tried for p in err["loc"] if p in _UNION_MEMBERS
+            )
+            said = f"not {' or '.join(kinds)} ({errors[0]['input']!r})"
+        raise UsageError(f"{path}: {at}: {said}") from None
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """Spell where a value is in the file, `targets[0].headers.x-a`, without pydantic's own
+    steps: the member of a union it was tried as, a mapping's key checked as a key."""
+    steps = [p for p in loc if p not in _UNION_MEMBERS and p != "[key]"]
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in steps).lstrip(".")
+
+
+_UNION_MEMBERS = {
+    "str": "text",
+    "int": "a number",
+    "float": "a number",
+    "list[str]": "a list of text",
+}
+"""The members of the file's unions, as pydantic names them in a value's place, in words."""
 
 
 def _shown(url: str) -> str:
@@ -174,7 +197,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                 named = default_label(url)
             except PlanError as e:
                 raise UsageError(f"{where} {_shown(url)}: {e}") from None
-            label = str(spec.label or named)
+            label = str(spec.label if spec.label is not None else named)
             said = "--label" if where == "--to" else f"{where}.label"
             if "/" in label or label.startswith(".") or not label.strip():
                 raise UsageError(f"{said} {label!r}: a plain name, not a path")
