@@ -1,6 +1,7 @@
-"""The command line starts without the analysis: `wirediff addon-path` inside `$(…)`, `capture`,
-`replay`, `stand-in` and every `--help` wait for no import of pandas, the openai SDK or the
-report; the commands that analyse import them when they run."""
+"""The command line is built without the analysis: `wirediff addon-path` inside `$(…)`,
+`capture`, `replay`, `stand-in` and the help wait for no import of pandas, the openai SDK or
+the report, which building the parser shows; the commands that analyse import them when they
+run."""
 
 from __future__ import annotations
 

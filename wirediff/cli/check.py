@@ -104,7 +104,8 @@ def write_junit(
             name=printable(cell_name(row["family"], row["transport"])),
         )
         if row["fails"]:
-            reasons = [printable(r) for r in [*row["fails_on"], *row["reasons"]]]
+            said = [*row["fails_on"], *row["reasons"]] or [row["verdict"]]
+            reasons = [printable(r) for r in said]
             failure = ET.SubElement(
                 case, "failure", message="; ".join(reasons), type=row["verdict"]
             )

@@ -49,7 +49,9 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
         return ()
     if not isinstance(config, dict):
         raise UsageError(f"{p}: expected a mapping with an `ignore:` list")
-    unknown = sorted(map(str, set(config) - {"ignore", "targets", "defaults"}))
+    from wirediff.replay.config import config_keys
+
+    unknown = sorted(map(str, set(config) - config_keys()))
     if unknown:  # a misspelt `ignore:` would leave out nothing, silently
         raise UsageError(f"{p}: unknown key {unknown[0]!r} (ignore: the paths to leave out)")
     patterns = config.get("ignore") or []

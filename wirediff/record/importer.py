@@ -22,6 +22,7 @@ from mitmproxy.websocket import WebSocketData, WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from wirediff import FORMAT
+from wirediff._support import plural
 from wirediff._types import Record
 from wirediff.errors import CaptureError
 from wirediff.record.build import build_record
@@ -100,7 +101,8 @@ def _from_flowfile(path: Path) -> Iterator[tuple[Exchange, str]]:
         except exceptions.FlowReadException as e:
             if not read:
                 raise CaptureError(f"{path}: not a mitmproxy flow file ({e})") from None
-            log.warning(f"{path}: cut short after {read} whole flows ({e}): the rest is not read")
+            whole = plural(read, "whole flow")
+            log.warning(f"{path}: cut short after {whole} ({e}): the rest is not read")
 
 
 def _har_entries(path: Path) -> list[Any]:

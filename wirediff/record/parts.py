@@ -187,7 +187,9 @@ def session_parts(
 
 @functools.cache
 def _say_missing(first: str, gaps: tuple[int, ...]) -> None:
-    """Warn, once a command, that parts of a rotated session are gone, and their exchanges."""
+    """Warn that parts of a rotated session are gone, and their exchanges: once a process.
+
+    A command resolves its inputs several times; each session and gap is said once."""
     base, _ = os.path.splitext(first)
     named = ", ".join(f"{base}.{n}{SUFFIX}" for n in gaps[:3]) + (" …" if len(gaps) > 3 else "")
     log.warning(

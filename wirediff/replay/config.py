@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Options",
     "api_key_for",
+    "config_keys",
     "options_from_args",
 ]
 
@@ -86,6 +87,11 @@ class _Config(BaseModel):
     targets: list[_Target] = Field(default_factory=list)
     ignore: list[str] | None = None
     """The paths `report --ignore-config` leaves out, read there: one file may serve both."""
+
+
+def config_keys() -> set[str]:
+    """Name the keys a `wirediff.yaml` may have, for the replay and for the report alike."""
+    return set(_Config.model_fields)
 
 
 def _str_map(value: Mapping[str, Scalar | None] | None) -> dict[str, str]:

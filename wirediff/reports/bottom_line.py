@@ -49,7 +49,7 @@ def _deviations(rows: Sequence[Mapping[Hashable, Any]]) -> str:
 
 
 def _shortened(headline: str) -> str:
-    """Clip a headline to `HEADLINE` characters, closing the quotes and brackets the cut opens."""
+    """Clip a headline to `HEADLINE` characters, closing the code span and brackets the cut opens."""
     text = clip(headline, HEADLINE)
     if text == headline:
         return text
