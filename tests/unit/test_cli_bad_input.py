@@ -260,11 +260,12 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["stand-in", "openai", "--delay", "-1"], "--delay -1.0: seconds between SSE events"),
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
+        (["probe", NOWHERE, "--model", ""], "--model: empty; name a model"),
     ],
     ids=[
         *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1", "stand-in --port"),
-        "report - for stdin",
+        *("report - for stdin", "probe --model empty"),
     ],
 )  # fmt: skip
 def test_a_value_that_would_be_taken_otherwise_is_named(

@@ -137,6 +137,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
             if out and out != "-" and os.path.realpath(out) in kept:
                 raise UsageError(f"{option} {out}: where --keep keeps the records; name another")
     key = key_from_env(args.api_key_env)
+    for option, model in (("--model", args.model), ("--embedding-model", args.embedding_model)):
+        if model is not None and not model.strip():
+            raise UsageError(f"{option}: empty; name a model, or leave it out for the first listed")
     if not 0 < args.timeout < math.inf:
         raise UsageError(f"--timeout must be a number of seconds more than 0, not {args.timeout}")
     lines = sys.stderr if on_stdout(given) else sys.stdout
