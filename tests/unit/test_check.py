@@ -180,13 +180,19 @@ def test_one_input_holding_every_label_is_checked_as_its_captures_are(
     assert json.loads(together.read_text()) == json.loads(apart.read_text())
 
 
+def asking_something_else() -> Record:
+    """An exchange of another label that asks what the baseline never does: it pairs with none."""
+    other = chat_record(id="z1", label="vllm")
+    other["request"]["body"]["messages"] = [{"role": "user", "content": "something else"}]
+    return other
+
+
 def test_one_input_says_which_labels_pair_with_nothing(
     captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A label none of whose exchanges pairs is warned about, and its rows are not the baseline's."""
     base, good, _ = captures
-    other = chat_record(id="z1", label="vllm")
-    other["request"]["body"]["messages"] = [{"role": "user", "content": "something else"}]
+    other = asking_something_else()
     both = tmp_path / "all.jsonl"
     both.write_bytes(Path(base).read_bytes() + Path(good).read_bytes())
     with both.open("a") as fh:
@@ -216,8 +222,7 @@ def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     captures: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base, good, _ = captures
-    other = chat_record(id="z1", label="vllm")
-    other["request"]["body"]["messages"] = [{"role": "user", "content": "something else"}]
+    other = asking_something_else()
     stray = write(tmp_path / "other.jsonl", [other])
     assert main(["check", base, good, stray]) == 2
     err = capsys.readouterr().err
