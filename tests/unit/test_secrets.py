@@ -178,7 +178,7 @@ def test_echoes_become_the_secret_fingerprint() -> None:
     ],
 )
 def test_what_mitmdump_prints_has_credentials_fingerprinted(line: str, gone: str) -> None:
-    from wirediff.record.redact import redact_log_text
+    from wirediff.record.scrub import redact_log_text
 
     out = redact_log_text(line)
     assert gone not in out and ("sha256:" in out or "[redacted]" in out)

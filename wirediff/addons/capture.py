@@ -50,12 +50,8 @@ from wirediff.record.flow import (
 )
 from wirediff.record.parts import Rotation, parse_rotation, session_problem
 from wirediff.record.recorder import Job, Recorder, build_job
-from wirediff.record.redact import (
-    json_secrets,
-    redact_log_text,
-    scrub_text,
-    secret_values,
-)
+from wirediff.record.redact import json_secrets, scrub_text, secret_values
+from wirediff.record.scrub import redact_log_text
 from wirediff.record.store import RecordWriter
 from wirediff.record.tap import StreamTap, is_sse
 from wirediff.record.websocket import WebSocketTap

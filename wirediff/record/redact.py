@@ -39,7 +39,6 @@ from wirediff.record.names import (
     field_values,
     may_hold_secret_fields,
 )
-from wirediff.record.scrub import scrub_output
 
 __all__ = [
     "FINGERPRINT_HEX",
@@ -56,7 +55,6 @@ __all__ = [
     "present_secrets",
     "redact_fields",
     "redact_headers",
-    "redact_log_text",
     "redact_url",
     "redact_value",
     "scrub_headers",
@@ -489,30 +487,3 @@ def redact_fields(value: Any) -> Any:
             for k, v in value.items()
         }
     return value
-
-
-_ANSI = r"(?:\x1b\[[0-9;]*m)*"
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(SECRET_QUERY)) + r")=)([^&\s#\"'\x1b]+)"
-)
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s\"'\x1b]+)@")
-_HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI})([^\r\n\x1b]*)")
-
-
-def redact_log_text(text: str) -> str:
-    """Fingerprint the credentials in a line mitmproxy is about to print.
-
-    The line is a flow's request line, its headers or a message. The credentials are key-like
-    query values, URL userinfo, credential headers, a key offered as a WebSocket subprotocol;
-    then anything shaped like a credential (`scrub_output`)."""
-    if not text:
-        return text
-    text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)
-    text = _USERINFO.sub(lambda m: f"{m.group(1)}{fingerprint(unquote(m.group(2)))}@", text)
-    text = _HEADER_LINE.sub(_redact_header_line, text)
-    return scrub_output(text)
-
-
-def _redact_header_line(m: re.Match[str]) -> str:
-    ((_, value),) = redact_headers([(m.group(2), m.group(4))])
-    return m.group(0) if value == m.group(4) else m.group(1) + m.group(2) + m.group(3) + value

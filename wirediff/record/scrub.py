@@ -4,7 +4,8 @@ That is a report, `summary.json`, a CSV or JUnit file, the terminal, mitmdump's 
 dataset. It is the second layer: the record has each exchange's own secrets fingerprinted
 already (`wirediff.record.redact`); this replaces anything *shaped* like a credential, for
 values the capture could not know (another client's key, a capture another tool wrote). Each
-writer calls `scrub_output` on what it writes, and nothing else.
+writer calls `scrub_output` on what it writes, and nothing else; mitmdump's lines go through
+`redact_log_text`, which fingerprints the credentials a flow's line shows first.
 
 A text is looked at only where it holds one of a few words (`key`, `token`, `bearer`,
 `sk-`…, found by `str.find`); each shape is then matched right there. Matching the shapes'
@@ -17,6 +18,7 @@ import functools
 import re
 from collections.abc import Iterator
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote
 
 from wirediff.record.names import (
     KEY_MARKS,
@@ -26,8 +28,9 @@ from wirediff.record.names import (
     SUBPROTOCOL_KEY,
     ascii_lower,
 )
+from wirediff.record.redact import fingerprint, redact_headers
 
-__all__ = ["MAY_HOLD", "REDACTED", "scrub_output"]
+__all__ = ["MAY_HOLD", "REDACTED", "redact_log_text", "scrub_output"]
 
 T = TypeVar("T")
 
@@ -200,3 +203,30 @@ def _named(text: str, lowered: str, start: int) -> Iterator[tuple[int, int, str]
     m = _FIELD.match(text, start) if SECRET_FIELD.match(name) else None
     if m is not None and (m[1] or not _LITERAL.fullmatch(m[2])):  # a number is no credential
         yield start, m.end(), text[start : m.start(2)] + REDACTED
+
+
+_ANSI = r"(?:\x1b\[[0-9;]*m)*"
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(SECRET_QUERY)) + r")=)([^&\s#\"'\x1b]+)"
+)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s\"'\x1b]+)@")
+_HEADER_LINE = re.compile(rf"(?m)^(\s*{_ANSI})([A-Za-z0-9_-]+)({_ANSI}:\s*{_ANSI})([^\r\n\x1b]*)")
+
+
+def redact_log_text(text: str) -> str:
+    """Fingerprint the credentials in a line mitmproxy is about to print.
+
+    The line is a flow's request line, its headers or a message. The credentials are key-like
+    query values, URL userinfo, credential headers, a key offered as a WebSocket subprotocol;
+    then anything shaped like a credential (`scrub_output`)."""
+    if not text:
+        return text
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + fingerprint(unquote(m.group(2))), text)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{fingerprint(unquote(m.group(2)))}@", text)
+    text = _HEADER_LINE.sub(_redact_header_line, text)
+    return scrub_output(text)
+
+
+def _redact_header_line(m: re.Match[str]) -> str:
+    ((_, value),) = redact_headers([(m.group(2), m.group(4))])
+    return m.group(0) if value == m.group(4) else m.group(1) + m.group(2) + m.group(3) + value
