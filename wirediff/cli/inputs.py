@@ -30,9 +30,8 @@ from wirediff.record.lines import after_last_newline, is_json, newlines_before
 from wirediff.record.parts import (
     BOM,
     HEAD_BYTES,
-    SUFFIX,
     expand_parts,
-    names_a_part,
+    first_part,
     opens_a_capture,
 )
 from wirediff.record.store import iter_records
@@ -273,13 +272,10 @@ def distinct_outputs(
             raise UsageError(
                 f"{option} {out}: inside the wirediff dataset {dataset}; name a path outside it"
             )
-        for p in read if Path(out).is_file() else ():
-            with contextlib.suppress(OSError):
-                if os.path.samefile(out, p):
-                    raise UsageError(
-                        f"{option} {out}: a capture this command reads; name another file"
-                    )
-        if not appends and _next_part(Path(out), read):
+        if Path(out).is_file() and _among(Path(out), read):
+            raise UsageError(f"{option} {out}: a capture this command reads; name another file")
+        base = first_part(Path(out))
+        if not appends and base is not None and _among(base, read):
             raise UsageError(
                 f"{option} {out}: named as a part of a session this command reads, so it would "
                 "be read as one; name another file"
@@ -323,14 +319,11 @@ def _in_dataset(path: Path) -> Path | None:
     return None
 
 
-def _next_part(out: Path, read: Sequence[Path]) -> bool:
-    """Tell whether `out` is named as a part, `s.2.jsonl`, of a session among `read`, `s.jsonl`."""
-    if not out.name.endswith(SUFFIX) or not names_a_part(out.name[: -len(SUFFIX)]):
-        return False
-    base = out.with_name(out.name[: -len(SUFFIX)].rsplit(".", 1)[0] + SUFFIX)
-    for p in read:
+def _among(path: Path, files: Sequence[Path]) -> bool:
+    """Tell whether `path` is one of `files`, by any of their names."""
+    for p in files:
         with contextlib.suppress(OSError):
-            if os.path.samefile(base, p):
+            if os.path.samefile(path, p):
                 return True
     return False
 

@@ -25,11 +25,13 @@ __all__ = [
     "Rotation",
     "capture_parts",
     "expand_parts",
+    "first_part",
     "names_a_part",
     "opens_a_capture",
     "parse_rotation",
     "part_path",
     "session_parts",
+    "session_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,13 @@ def parse_rotation(text: str) -> Rotation | None:
 def names_a_part(stem: str) -> bool:
     """Tell whether a session named so, `s.2`, would read as a part of another, `s`."""
     return _PART.match(stem) is not None
+
+
+def first_part(path: Path) -> Path | None:
+    """Name the first part of the session a file named as a later part is of, `s.2.jsonl` →
+    `s.jsonl`; None for any other name."""
+    m = _PART.match(path.name[: -len(SUFFIX)]) if path.name.endswith(SUFFIX) else None
+    return path.with_name(m["base"] + SUFFIX) if m else None
 
 
 def session_problem(session: str) -> str | None:
