@@ -252,12 +252,12 @@ def test_bad_usage_is_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["probe", NOWHERE, "--timeout", "nan"], "--timeout must be a number of seconds more than 0, not nan"),
-        (["probe", NOWHERE, "--timeout", "inf"], "--timeout must be a number of seconds more than 0, not inf"),
+        (["probe", NOWHERE, "--timeout", "nan"], "argument --timeout: seconds, more than 0: 'nan'"),
+        (["probe", NOWHERE, "--timeout", "inf"], "argument --timeout: seconds, more than 0: 'inf'"),
         (["probe", NOWHERE, "--only", ","], "--only: no feature named; leave --only out"),
         (["replay", "GOOD", "--to", NOWHERE, "--to", NOWHERE, "--dry-run"], "--to: given twice"),
-        (["stand-in", "openai", "--delay", "nan"], "--delay nan: seconds between SSE events"),
-        (["stand-in", "openai", "--delay", "-1"], "--delay -1.0: seconds between SSE events"),
+        (["stand-in", "openai", "--delay", "nan"], "argument --delay: seconds, at least 0: 'nan'"),
+        (["stand-in", "openai", "--delay", "-1"], "argument --delay: seconds, at least 0: '-1'"),
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
         (["probe", NOWHERE, "--model", ""], "--model: empty; name a model"),

@@ -24,7 +24,6 @@ probe's, as a replay of them), for `wirediff report`, `replay` and `check` like 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ import httpx
 from wirediff._support import plural, printable
 from wirediff.cli.check import write_junit
 from wirediff.cli.inputs import distinct_outputs, key_from_env, on_stdout
-from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, standalone
+from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, seconds, standalone
 from wirediff.errors import UsageError
 
 if TYPE_CHECKING:  # the probe and the report are imported when the command runs
@@ -140,8 +139,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     for option, model in (("--model", args.model), ("--embedding-model", args.embedding_model)):
         if model is not None and not model.strip():
             raise UsageError(f"{option}: empty; name a model, or leave it out for the first listed")
-    if not 0 < args.timeout < math.inf:
-        raise UsageError(f"--timeout must be a number of seconds more than 0, not {args.timeout}")
     lines = sys.stderr if on_stdout(given) else sys.stdout
 
     def progress(f: Feature, done: int, total: int) -> None:
@@ -216,7 +213,7 @@ def register(sub: Any) -> None:
     p.add_argument("--keep", metavar="DIR", help="keep the probe's records in DIR")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds(),
         default=DEFAULT_TIMEOUT,
         metavar="S",
         help=f"seconds per exchange (default {DEFAULT_TIMEOUT:.0f})",

@@ -88,7 +88,14 @@ import httpx
 from wirediff._support import terminal_bar
 from wirediff._types import Record
 from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture
-from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, standalone
+from wirediff.cli.runner import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    exit_codes,
+    seconds,
+    standalone,
+)
 from wirediff.errors import PlanError, UsageError
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.parts import expand_parts
@@ -352,7 +359,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds(),
         metavar="S",
         help=f"seconds per exchange (default {DEFAULT_TIMEOUT:.0f})",
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import sys
 import textwrap
@@ -30,6 +31,7 @@ __all__ = [
     "exit_codes",
     "run",
     "run_command",
+    "seconds",
     "standalone",
 ]
 
@@ -56,6 +58,24 @@ def exit_codes(codes: Mapping[int, str | None]) -> str:
         textwrap.fill(text, 88, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
         for code, text in rows
     )
+
+
+def seconds(*, zero: bool = False) -> Callable[[str], float]:
+    """Make an option's type: a finite number of seconds, more than 0 or, with `zero`, at least 0.
+
+    argparse names the option in the error: `argument --timeout: seconds, more than 0: 'nan'`."""
+    least = "at least 0" if zero else "more than 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"seconds, {least}: {text!r}")
+        return value
+
+    return parse
 
 
 class Parser(argparse.ArgumentParser):

@@ -6,7 +6,6 @@ base URL a client is given, `http://127.0.0.1:P/v1`."""
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import threading
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from wirediff.backends.server import FAULT_MODELS
 from wirediff.backends.standin import make_standin
 from wirediff.cli.inputs import key_from_env
-from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, seconds
 from wirediff.errors import UsageError
 from wirediff.profiles import load_profiles
 
@@ -27,8 +26,6 @@ def cmd_stand_in(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown stand-in {args.profile!r} (known: {', '.join(known)})")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port from 0 (a free one) to 65535")
-    if not 0 <= args.delay < math.inf:
-        raise UsageError(f"--delay {args.delay}: seconds between SSE events, 0 or more")
     api_key = key_from_env(args.api_key_env)
     models = (
         [m.strip() for m in args.models.split(",") if m.strip()]
@@ -83,7 +80,9 @@ def register(sub: Any) -> None:
     p.add_argument("profile", metavar="NAME", help=f"the provider ({known})")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="listen port (default: a free one)")
-    p.add_argument("--delay", type=float, default=0.0, help="seconds between SSE events")
+    p.add_argument(
+        "--delay", type=seconds(zero=True), default=0.0, help="seconds between SSE events"
+    )
     p.add_argument("--api-key-env", metavar="VAR", help="require the key held in this variable")
     p.add_argument("--models", help="comma-separated model ids to serve (default: the profile's)")
     p.add_argument("--gzip", action="store_true", help="gzip answers for clients that accept it")
