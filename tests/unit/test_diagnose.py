@@ -36,7 +36,9 @@ from tests.fixtures.chain_records import (
 )
 from wirediff._types import Event, Record
 from wirediff.analysis.diagnosis.explain import CODES, DIAGNOSIS_COLUMNS
+from wirediff.analysis.index.analyze import analyze
 from wirediff.profiles import load_profiles, load_remedies
+from wirediff.record.store import load_records
 
 RESPONSES: dict[str, Any] = {"path": "/v1/responses", "body": responses_body()}
 NO_KEY: dict[str, Any] = {"headers": sdk_headers(key=None)}
@@ -454,6 +456,44 @@ def test_a_string_error_is_read_with_its_sibling_message() -> None:
     df = rows([listing, record(id="r", started=T0 + 1, **NESTJS_404)])
     assert list(df["code"]) == ["endpoint_not_implemented"]
     assert any("Cannot POST /v1/responses" in e for e in df.iloc[0]["evidence"])
+
+
+@pytest.mark.parametrize(
+    ("streamed", "code"), [(False, "soft_error_200"), (True, "stream_error_event")]
+)
+def test_an_error_body_tagged_as_none_is_read_as_the_error_it_is(
+    streamed: bool, code: str, tmp_path: Path
+) -> None:
+    """Another tool's record may tag a 200's error body `soft_error: false`: loading reads the
+    answer, so the comparison, the verdict and the diagnoses read it as if it were tagged."""
+    error = {"error": "Unexpected endpoint or method. (POST /v1/chat/completions)"}
+    change: dict[str, Any] = (
+        {**SSE, "events": [{"t_ms": 1.0, "event": None, "data": error}]}
+        if streamed
+        else {"resp_body": error}
+    )
+    base = record(id="b", label="openai")
+    tagged = record(id="c", label="other", replay_of="b", started=T0 + 1, **change)
+    assert tagged["tags"]["soft_error"]
+    untagged = {**tagged, "tags": {**tagged["tags"], "soft_error": False}}
+    seen = []
+    for i, cand in enumerate((tagged, untagged)):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in (base, cand)))
+        records = load_records([path])
+        analysis = analyze(records)
+        v = analysis.verdicts
+        seen.append(
+            (
+                records[1]["tags"],
+                sorted(rows(records[1:])["code"]),
+                sorted(set(analysis.divergences["kind"])),
+                v.loc[v["label"] == "other", "verdict"].tolist(),
+            )
+        )
+    assert seen[0] == seen[1]
+    assert code in seen[0][1] and "soft_error" in seen[0][2]
+    assert seen[0][3] == ["unsupported"]  # the server says it has no such endpoint
 
 
 def sse_text(events: list[Any]) -> str:

@@ -33,7 +33,6 @@ from wirediff.analysis.comparison.observe import Observed, observe, stream_label
 from wirediff.analysis.comparison.severity import answer_failed, judging_breaks, severity_of
 from wirediff.analysis.comparison.shapes import spell
 from wirediff.analysis.comparison.verdicts import answer_texts, route_failure
-from wirediff.record.tags import soft_error
 
 __all__ = [
     "FindingRow",
@@ -111,8 +110,8 @@ def answer_key(record: Record) -> tuple[Any, ...] | None:
     req = record.get("request") or {}
     if record.get("error") is not None or type(resp) is not dict or type(tags) is not dict:
         return None
-    status, body, events = resp.get("status"), resp.get("body"), resp.get("events")
-    failed = not is_2xx(status) or tags.get("soft_error") or soft_error(status, body, events)
+    status, events = resp.get("status"), resp.get("events")
+    failed = not is_2xx(status) or tags.get("soft_error")
     ask = req.get("body")
     if (failed and events is not None) or asks_structured(ask):
         return None
