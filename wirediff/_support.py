@@ -50,15 +50,16 @@ def as_bytes(text: str) -> bytes:
 
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_UNPRINTABLE_LINES = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
-def printable(text: str) -> str:
-    """Make `text` safe on a terminal and in XML 1.0.
+def printable(text: str, *, lines: bool = False) -> str:
+    """Make `text` safe on a terminal and in XML 1.0; with `lines`, keep its line breaks and tabs.
 
     It escapes control characters (an upstream's ANSI colours, a carriage return, a NUL), lone
     surrogates and non-characters as `\\x1b`-style escapes, so a server's message can neither
-    restyle the terminal nor break a JUnit file."""
-    return _UNPRINTABLE.sub(_escaped, text)
+    restyle the terminal nor break a JUnit file, nor hide in a report."""
+    return (_UNPRINTABLE_LINES if lines else _UNPRINTABLE).sub(_escaped, text)
 
 
 def _escaped(m: re.Match[str]) -> str:

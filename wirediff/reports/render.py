@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from wirediff._support import printable
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.comparison.verdicts import VERDICT_COLUMNS
 from wirediff.analysis.diagnosis.explain import CODES
@@ -67,12 +68,13 @@ WRITTEN = 1000
 
 
 def _scrubbed(value: Any) -> Any:
-    """Scrub what a `{{ … }}` of a template shows with `scrub_output`; markup stays markup.
+    """Scrub what a `{{ … }}` of a template shows with `scrub_output`, and make it `printable`.
 
-    What the scrub replaces holds none of markup's characters."""
+    Markup stays markup: what the scrub replaces, and the escapes of control characters, hold
+    none of markup's characters. Line breaks and tabs stay, for the bodies shown as they came."""
     if isinstance(value, Markup):
-        return Markup(scrub_output(str(value)))
-    return scrub_output(value) if isinstance(value, str) else value
+        return Markup(printable(scrub_output(str(value)), lines=True))
+    return printable(scrub_output(value), lines=True) if isinstance(value, str) else value
 
 
 ENV = Environment(
