@@ -73,6 +73,16 @@ def test_the_upstream_and_the_clients_path(url: str, upstream: str, path: str) -
         ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_rotate=soon"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_rotate=0MB"],
         ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_bodycap=5"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_body_cap=abc"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set", "capture_body_cap=-1"],
+        ["--to", "http://127.0.0.1:9/v1", "--", "--set=capture_lazy_connect=maybe"],
+        [
+            "--to",
+            "http://127.0.0.1:9/v1",
+            "--",
+            "--set=capture_body_cap=1",
+            "--set=capture_body_cap=2",
+        ],
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(

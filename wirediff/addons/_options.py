@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["take_unknown", "take_unparsable", "unknown_names"]
+__all__ = ["take_unknown", "take_unparsable", "unknown_names", "unparsable"]
 
 _INTEGER = re.compile(r"\s*-?\d+\s*")
 
@@ -47,15 +47,26 @@ def take_unparsable(options: Any, ints: Mapping[str, str], bools: Iterable[str])
     problems = []
     for name in (*ints, *bools):
         values = getattr(options.deferred.get(name), "val", None)
-        if not values:
-            continue
-        value = values[-1]
-        if name in ints:
-            ok, want = len(values) == 1 and _INTEGER.fullmatch(value) is not None, ints[name]
-        else:
-            ok = len(values) == 1 and value in ("true", "false", "toggle")
-            want = "true or false"
-        if not ok:
+        found = unparsable(name, values, ints, bools) if values else None
+        if found:
             del options.deferred[name]
-            problems.append(f"{name} must be {want}, not {value!r}")
+            problems.append(found)
     return problems
+
+
+def unparsable(
+    name: str, values: list[str], ints: Mapping[str, str], bools: Iterable[str]
+) -> str | None:
+    """Say why the `--set` values of an addon's integer or boolean option do not parse, or None.
+
+    Given twice, an option is refused too: mitmproxy would take the last."""
+    value = values[-1]
+    if name in ints:
+        ok, want = _INTEGER.fullmatch(value) is not None, ints[name]
+    elif name in bools:
+        ok, want = value in ("true", "false", "toggle"), "true or false"
+    else:
+        return None
+    if len(values) > 1:
+        return f"{name} given {len(values)} times; give it once"
+    return None if ok else f"{name} must be {want}, not {value!r}"

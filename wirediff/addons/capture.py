@@ -63,8 +63,15 @@ LABEL_HEADER = "x-wirediff-label"
 _CONTROL = (REPLAY_OF_HEADER.encode(), LABEL_HEADER.encode())
 _MISSING, _STREAMED = "(content missing)", "(streamed)"
 """mitmdump's size of a body it did not buffer, and what the capture's log says instead."""
-_INT_OPTIONS = ("capture_body_cap",)
-_BOOL_OPTIONS = ("capture_lazy_connect",)
+INT_OPTIONS = {"capture_body_cap": "a whole number of bytes"}
+BOOL_OPTIONS = ("capture_lazy_connect",)
+
+
+def body_cap_problem(cap: int) -> str | None:
+    """Say why `capture_body_cap` cannot be `cap`, or None."""
+    return None if cap >= 0 else f"capture_body_cap must be 0 or more bytes, not {cap}"
+
+
 _WIREDIFF_ROOT = str(Path(sys.modules["wirediff"].__file__ or "").resolve().parent.parent)
 
 
@@ -182,19 +189,13 @@ class Capture:
         master = getattr(loader, "master", None)  # none: `wirediff capture --help` reading
         if master is not None:
             self.problems += take_unknown(master.options, "capture_")
-            self.problems += take_unparsable(
-                master.options,
-                {name: "a whole number of bytes" for name in _INT_OPTIONS},
-                _BOOL_OPTIONS,
-            )
+            self.problems += take_unparsable(master.options, INT_OPTIONS, BOOL_OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
         problems = []
-        if "capture_body_cap" in updated and opts.capture_body_cap < 0:
-            problems.append(
-                f"capture_body_cap must be 0 or more bytes, not {opts.capture_body_cap}"
-            )
+        if "capture_body_cap" in updated and (wrong := body_cap_problem(opts.capture_body_cap)):
+            problems.append(wrong)
         rotation = None
         try:
             rotation = parse_rotation(opts.capture_rotate)

@@ -159,10 +159,12 @@ def check_extra(extra: list[str]) -> list[str]:
 
     They are refused when they set a capture option a flag sets, one the addon does not take, or
     a rotation that is none."""
-    from wirediff.addons._options import unknown_names
+    from wirediff.addons._options import unknown_names, unparsable
+    from wirediff.addons.capture import BOOL_OPTIONS, INT_OPTIONS, body_cap_problem
 
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    given: dict[str, list[str]] = {}
     for arg in extra:
         name, _, value = arg.removeprefix("--set=").partition("=")
         unknown = unknown_names([name], "capture_", [o.name for o in addon_options()])
@@ -170,11 +172,19 @@ def check_extra(extra: list[str]) -> list[str]:
             raise UsageError(f"--set {unknown[0]}")
         if name in SET_BY_FLAGS:
             raise UsageError(f"set {name} with {SET_BY_FLAGS[name]}, not with --set")
-        if name == "capture_rotate":  # refused before the proxy starts, not after its banner
+        given.setdefault(name, []).append(value)
+    # refused before the proxy starts, in one line, not after mitmdump's own
+    for name, values in given.items():
+        found = unparsable(name, values, INT_OPTIONS, BOOL_OPTIONS)
+        if not found and name == "capture_body_cap":
+            found = body_cap_problem(int(values[-1]))
+        if not found and name == "capture_rotate":
             try:
-                parse_rotation(value)
+                parse_rotation(values[-1])
             except ValueError as e:
-                raise UsageError(str(e)) from None
+                found = str(e)
+        if found:
+            raise UsageError(f"--set {found}")
     return extra
 
 
