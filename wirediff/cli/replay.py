@@ -39,7 +39,7 @@ Output: `<capture dir>/<session>.<label>.jsonl` per session (or `-o OUT` for eve
 append-only and flushed per record. Running the same command again resumes: originals
 already recorded for that label in the output are not sent again (delete the output to
 replay afresh), except those whose newest record got no answer (`error.kind`
-upstream_unreachable, timeout, upstream_disconnect) or was skipped for a reason that no
+upstream_unreachable, tls, timeout, upstream_disconnect) or was skipped for a reason that no
 longer holds (e.g. now with `--allow-unsafe`): they are tried again and the new record is
 appended. The newest record per original and label is the one that counts. Ctrl-C stops
 cleanly (exit 130); a request then in flight is recorded as `interrupted` (the target may
@@ -278,7 +278,9 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     if failed:
         r = failed[0]
         c = r.counts
-        if c.unreachable == c.sent:
+        if c.tls == c.sent:
+            what = f"TLS failed with {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as tls"
+        elif c.unreachable == c.sent:
             what = f"could not connect to {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as upstream_unreachable"
         else:
             what = f"every request to {r.target.label} at {r.target.shown} failed at the transport (none of {c.sent} got an answer; recorded"

@@ -499,8 +499,8 @@ def latest_replays(records: Iterable[Record]) -> list[Record]:
 
 
 RETRIED_KINDS = frozenset(
-    {"skipped", "upstream_unreachable", "timeout", "upstream_disconnect", "interrupted"}
+    {"skipped", "upstream_unreachable", "tls", "timeout", "upstream_disconnect", "interrupted"}
 )
 """The `error.kind`s of a replay attempt that a resumed run sends again.
 
-They say nothing about the target."""
+They say nothing about the target's API: a `tls` attempt sent nothing, its handshake failed."""

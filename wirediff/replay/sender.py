@@ -111,6 +111,9 @@ class Counts:
     skipped: int = 0
     sent: int = 0
     unreachable: int = 0
+    """Sent, and no connection made: refused, timed out or a TLS handshake that failed."""
+    tls: int = 0
+    """Sent, and the TLS handshake failed."""
     no_answer: int = 0
     """Sent, and no answer at all came back: unreachable, timed out, or cut before a status."""
 
@@ -123,6 +126,7 @@ class Counts:
         self.sent += 1
         if connect_failed:
             self.unreachable += 1
+            self.tls += err is not None and err["kind"] == "tls"
         resp = rec.get("response")
         if resp is None:
             self.no_answer += 1

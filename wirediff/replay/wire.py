@@ -11,6 +11,7 @@ import httpx
 
 from wirediff._support import as_bytes
 from wirediff._types import Record
+from wirediff.record.build import classify_error
 from wirediff.record.exchange import (
     Error,
     Exchange,
@@ -150,9 +151,11 @@ async def send(
     try:
         resp = await transport.handle_async_request(request)
     except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-        kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else "upstream_unreachable"
         where = f"{request.url.host}:{request.url.port}"
-        return failed(f"cannot connect to {where}: {exception_words(e)}", kind, connect_failed=True)
+        message = f"cannot connect to {where}: {exception_words(e)}"
+        # a TLS handshake that failed is `tls`, as the capture records it
+        kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else classify_error(message, False)
+        return failed(message, kind, connect_failed=True)
     except httpx.TimeoutException as e:
         return failed(f"timed out waiting for the answer: {exception_words(e)}", "timeout")
     except httpx.HTTPError as e:
