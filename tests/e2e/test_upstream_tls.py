@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.fixtures.analysed import diagnose
 from wirediff.backends.server import StandinServer
-from wirediff.backends.standin import make_standin
+from wirediff.backends.standin import make_standin, standin
+from wirediff.cli.replay import main_replay
+from wirediff.record.store import load_records
 
 pytestmark = pytest.mark.e2e
 
@@ -157,3 +160,39 @@ def test_an_untrusted_upstream_certificate_is_upstream_tls(
     assert chat(trusted.url + "/v1").choices[0].message.content
     (ok,) = trusted.records(1)
     assert ok["response"]["status"] == 200 and diagnose([ok]).empty
+
+
+def test_https_to_a_plain_http_server_is_upstream_tls_through_capture_and_replay(
+    mitmdump: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An https:// URL for a server that speaks plain HTTP: mitmdump and the replayer both
+    record the failed handshake as `tls`, the remedy says to name it with http://, and a
+    resumed replay sends it again."""
+    with standin("openai") as plain:
+        https = plain.replace("http://", "https://")
+        m = mitmdump([f"reverse:{https}"])
+        with pytest.raises(openai.APIStatusError) as failed:
+            chat(m.url + "/v1")
+        assert failed.value.status_code == 502
+        (captured,) = m.records(1)
+        capture = tmp_path / "s.jsonl"
+        capture.write_text(json.dumps(captured) + "\n")
+        code = main_replay([str(capture), "--to", https + "/v1", "--label", "plain"])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert f"TLS failed with plain at {https}/v1: all 1 requests failed (recorded as tls" in err
+        (replayed,) = load_records([tmp_path / "s.plain.jsonl"])
+        # as said, the same command names it with http:// and tries it again: it sent nothing
+        assert main_replay([str(capture), "--to", plain + "/v1", "--label", "plain"]) == 0
+        assert "1 recorded (1 ok" in capsys.readouterr().err
+        first, again = load_records([tmp_path / "s.plain.jsonl"])
+        assert first == replayed and again["response"] is not None
+    for rec in (captured, replayed):
+        error = rec["error"]
+        assert rec["response"] is None and error is not None and error["kind"] == "tls", error
+        (row,) = diagnose([rec]).to_dict("records")
+        assert row["code"] == "upstream_tls"
+        assert (
+            row["remedy"]
+            == "the server speaks plain HTTP, not TLS: name it with http://, not https://"
+        )

@@ -52,6 +52,8 @@ NO_ANSWER_KINDS = frozenset(
 )
 """`error.kind`s that leave an exchange without an answer because the upstream gave none."""
 
+_PLAIN_HTTP = re.compile(r"(?i)does not speak TLS|wrong version number")
+"""What mitmproxy and OpenSSL say when a server answers a TLS handshake in plain HTTP."""
 _CONNECT_WORDS = re.compile(
     r"(?i)connection (refused|reset|error|failed)|connecterror|apiconnectionerror|could not connect|"
     r"failed to connect|all connection attempts failed|unreachable|name or service not known|"
@@ -171,6 +173,7 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             _ev(x, f"error: {scrub(x.error_msg[: QUOTED * 2])}"),
             why=scrub(x.error_msg[:QUOTED]) or "TLS handshake failed",
             upstream=x.url,
+            variant="plain_http" if _PLAIN_HTTP.search(x.error_msg) else "",
         )
         return out
     if (st is None and x.error_kind in NO_ANSWER_KINDS) or _proxy_generated(x):
