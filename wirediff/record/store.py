@@ -39,7 +39,7 @@ from wirediff.record.lines import (
     parse_batch,
 )
 from wirediff.record.parts import Rotation, capture_parts, expand_parts, part_path
-from wirediff.record.tags import soft_error
+from wirediff.record.tags import tag_soft_error
 from wirediff.record.validate import MAX_DEPTH, limit_depth, problem
 
 __all__ = [
@@ -293,24 +293,10 @@ def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
 
     An error body in a 2xx is tagged a soft error, bodies nested too deeply are kept as text,
     lone surrogates as their escapes."""
-    soft = _tag_soft_error(rec)
+    soft = tag_soft_error(rec)
     deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
     odd = not as_sent and _lone_surrogates(line) and _escape_surrogates(rec)
     return soft or deep or odd
-
-
-def _tag_soft_error(rec: Record) -> bool:
-    """Tag a 2xx answer's error body or error event as the soft error it is, where not tagged.
-
-    Another tool's record may tag it as none: the wire decides, so that every part of the
-    analysis, which reads the tag, reads the answer alike."""
-    resp, tags = rec.get("response"), rec["tags"]
-    if tags["soft_error"] or resp is None:
-        return False
-    if not soft_error(resp["status"], resp.get("body"), resp.get("events")):
-        return False
-    tags["soft_error"] = True
-    return True
 
 
 _SURROGATE_ESCAPES = re.compile(

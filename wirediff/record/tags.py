@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from wirediff._support import is_2xx
-from wirediff._types import JSON, Auth, Event, Sdk, Tags
+from wirediff._types import JSON, Auth, Event, Record, Sdk, Tags
 from wirediff.profiles import load_clients
 from wirediff.record.names import AUTH_HEADERS
 from wirediff.record.redact import fingerprint, split_scheme
@@ -28,6 +28,7 @@ __all__ = [
     "sdk_identity",
     "soft_error",
     "tag_exchange",
+    "tag_soft_error",
 ]
 
 # (regex on the path after the API prefix, route template, family, the methods the API
@@ -247,6 +248,20 @@ def soft_error(status: int | None, body: JSON, events: Sequence[Event] | None) -
     if is_error_body(body):
         return True
     return any(is_error_body(ev.get("data")) for ev in events or ())
+
+
+def tag_soft_error(rec: Record) -> bool:
+    """Tag a 2xx answer's error body or error event as the soft error it is, where not tagged.
+
+    Another tool's record may tag it as none: the wire decides, so that every part of the
+    analysis, which reads the tag, reads the answer alike."""
+    resp, tags = rec.get("response"), rec["tags"]
+    if tags["soft_error"] or resp is None:
+        return False
+    if not soft_error(resp["status"], resp.get("body"), resp.get("events")):
+        return False
+    tags["soft_error"] = True
+    return True
 
 
 def request_model(body: JSON, template: str, path: str) -> str | None:
