@@ -291,12 +291,15 @@ def record_problem(rec: Any) -> str | None:
 def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
     """Tell whether `rec` was changed as the analysis reads it.
 
-    An error body in a 2xx is tagged a soft error, bodies nested too deeply are kept as text,
-    lone surrogates as their escapes."""
-    soft = tag_soft_error(rec)
+    Bodies nested too deeply are kept as text, lone surrogates as their escapes; then an error
+    body in a 2xx, as those leave it, is tagged a soft error. A value that is no record's object
+    is left for the check to say why."""
+    if type(rec) is not dict:
+        return False
     deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
     odd = not as_sent and _lone_surrogates(line) and _escape_surrogates(rec)
-    return soft or deep or odd
+    soft = tag_soft_error(rec)
+    return deep or odd or soft
 
 
 _SURROGATE_ESCAPES = re.compile(
