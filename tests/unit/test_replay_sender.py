@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from wirediff.replay.output import replay_history
 from wirediff.replay.plan import Plan, make_plan, resolve, resumed
 from wirediff.replay.sender import TargetRun, TokenBucket
 from wirediff.replay.targets import Target
+from wirediff.replay.wire import connect_failure_kind
 
 
 def test_engine_sends_dependents_after_producers_with_the_targets_ids() -> None:
@@ -306,3 +308,35 @@ def test_ctrl_c_records_the_request_in_flight_and_the_next_run_marks_its_attempt
     run = TargetRun(plan, T, None, again.append, {}, concurrency=1, attempts={"a": 1})
     asyncio.run(run.run(mock(lambda r: as_json({"id": "x"}))))
     assert again[0]["attempt"] == 2 and again[0]["error"] is None  # …and says so
+
+
+def _raised_from(*chain: BaseException) -> BaseException:
+    """Raise each exception from the one after it, as httpx raises from httpcore, from ssl."""
+    caught: BaseException | None = None
+    for e in reversed(chain):
+        try:
+            raise e from caught
+        except BaseException as got:
+            caught = got
+    assert caught is not None
+    return caught
+
+
+@pytest.mark.parametrize(
+    ("chain", "kind"),
+    [
+        ((httpx.ConnectError("[SSL: WRONG_VERSION_NUMBER]"), ssl.SSLError(1, "wrong version")), "tls"),
+        ((httpx.ConnectError("certificate verify failed"), ssl.SSLCertVerificationError()), "tls"),
+        ((httpx.ConnectError("ssl-gw.internal: refused"), ConnectionRefusedError()), "upstream_unreachable"),
+        ((httpx.ConnectError("skilled-llm.internal: closed"), OSError("closed")), "upstream_unreachable"),
+        ((httpx.ConnectTimeout("timed out"), TimeoutError()), "timeout"),
+        ((TimeoutError(),), "timeout"),
+        ((ConnectionRefusedError("tls? no"),), "upstream_unreachable"),
+    ],
+    ids=["tls", "certificate", "host named ssl", "host named killed", "httpx timeout",
+         "timeout", "refused"],
+)  # fmt: skip
+def test_a_failed_connection_is_named_by_its_cause_never_its_words(
+    chain: tuple[BaseException, ...], kind: str
+) -> None:
+    assert connect_failure_kind(_raised_from(*chain)) == kind

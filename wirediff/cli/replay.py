@@ -278,10 +278,10 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     if failed:
         r = failed[0]
         c = r.counts
-        if c.tls == c.sent:
-            what = f"TLS failed with {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as tls"
-        elif c.unreachable == c.sent:
-            what = f"could not connect to {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as upstream_unreachable"
+        if c.unreachable == c.sent:
+            kinds = sorted(c.unreachable_kinds)
+            head = "TLS failed with" if kinds == ["tls"] else "could not connect to"
+            what = f"{head} {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as {' and '.join(kinds)}"
         else:
             what = f"every request to {r.target.label} at {r.target.shown} failed at the transport (none of {c.sent} got an answer; recorded"
         raise UsageError(f"{what}; run the same command again to retry them)")

@@ -84,8 +84,7 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
     where = target.shown
     if resp is None:
         message = str(err.get("message") or "")
-        low = message.lower()
-        if "ssl" in low or "tls" in low or "certificate" in low:
+        if err.get("kind") == "tls":
             return f"TLS failed with {where}: {clip(message, 200)}"
         if err.get("kind") == "upstream_protocol":
             return f"{where} does not speak HTTP: {clip(message, 200)}"

@@ -41,7 +41,7 @@ from wirediff.record.exchange import Request as ExchangeRequest
 from wirediff.record.websocket import WebSocketTap
 from wirediff.replay.request import prepare
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import exception_words
+from wirediff.replay.wire import connect_failure_kind, exception_words
 
 __all__ = ["send_websocket"]
 
@@ -120,8 +120,9 @@ async def send_websocket(
             timeout,
         )
     except (OSError, TimeoutError) as e:
-        kind = "timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
-        return failed(f"cannot connect to {host}:{port}: {exception_words(e)}", kind)
+        return failed(
+            f"cannot connect to {host}:{port}: {exception_words(e)}", connect_failure_kind(e)
+        )
     ws = WSConnection(ConnectionType.CLIENT)
     try:
         extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]

@@ -207,11 +207,11 @@ def resumed(plan: Plan, prior: Mapping[str, Record], target: Target) -> dict[str
 
     Each comes with its newest earlier record.
 
-    An earlier attempt that got no answer (`RETRIED_KINDS`: unreachable, timeout, a
-    disconnect) is tried again; so is a skipped one, unless it would be skipped again for
-    the same reason (still unsafe, its path still outside the target, or what it builds on
-    is done and unchanged). In start order, so that a step is retried when what it depends
-    on is.
+    An earlier attempt that got no answer (`RETRIED_KINDS`: unreachable, a TLS handshake that
+    failed, a timeout, a disconnect) is tried again; so is a skipped one, unless it would be
+    skipped again for the same reason (still unsafe, its path still outside the target, or
+    what it builds on is done and unchanged). In start order, so that a step is retried when
+    what it depends on is.
     """
     done: dict[str, Record] = {}
     for n in plan.nodes:

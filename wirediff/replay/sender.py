@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -112,8 +112,8 @@ class Counts:
     sent: int = 0
     unreachable: int = 0
     """Sent, and no connection made: refused, timed out or a TLS handshake that failed."""
-    tls: int = 0
-    """Sent, and the TLS handshake failed."""
+    unreachable_kinds: dict[str, int] = field(default_factory=dict)
+    """The `error.kind`s those are recorded as, each with how many."""
     no_answer: int = 0
     """Sent, and no answer at all came back: unreachable, timed out, or cut before a status."""
 
@@ -126,7 +126,8 @@ class Counts:
         self.sent += 1
         if connect_failed:
             self.unreachable += 1
-            self.tls += err is not None and err["kind"] == "tls"
+            kind = err["kind"] if err is not None else "upstream_unreachable"
+            self.unreachable_kinds[kind] = self.unreachable_kinds.get(kind, 0) + 1
         resp = rec.get("response")
         if resp is None:
             self.no_answer += 1

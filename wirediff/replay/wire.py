@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -11,7 +12,6 @@ import httpx
 
 from wirediff._support import as_bytes
 from wirediff._types import Record
-from wirediff.record.build import classify_error
 from wirediff.record.exchange import (
     Error,
     Exchange,
@@ -130,6 +130,24 @@ def exception_words(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+def connect_failure_kind(e: BaseException) -> str:
+    """Name a connection that failed by its cause, as the capture names it: `tls`, `timeout`.
+
+    A TLS handshake that failed is `tls`, a connection that timed out `timeout`, any other
+    `upstream_unreachable`. The cause is found in the chain of exceptions, never in words,
+    which hold the target's host name."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLError):
+            return "tls"
+        if isinstance(cause, TimeoutError | httpx.ConnectTimeout):
+            return "timeout"
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return "upstream_unreachable"
+
+
 async def send(
     transport: httpx.AsyncBaseTransport, request: httpx.Request, content: bytes | None, cap: int
 ) -> Sent:
@@ -153,9 +171,7 @@ async def send(
     except (httpx.ConnectError, httpx.ConnectTimeout) as e:
         where = f"{request.url.host}:{request.url.port}"
         message = f"cannot connect to {where}: {exception_words(e)}"
-        # a TLS handshake that failed is `tls`, as the capture records it
-        kind = "timeout" if isinstance(e, httpx.ConnectTimeout) else classify_error(message, False)
-        return failed(message, kind, connect_failed=True)
+        return failed(message, connect_failure_kind(e), connect_failed=True)
     except httpx.TimeoutException as e:
         return failed(f"timed out waiting for the answer: {exception_words(e)}", "timeout")
     except httpx.HTTPError as e:
