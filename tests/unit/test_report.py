@@ -320,8 +320,11 @@ def test_control_characters_are_shown_as_escapes(tmp_path: Path) -> None:
     report: nothing hides, and the page holds no control character but line breaks and tabs."""
     said = "\x1b[2J\x1b[31mno such model\x00\x07 \u2028done"
     base = fx.chat_record(id="o1")
-    cand = fx.replay(base, label="other", change=lambda r: r.update(
-        response=fx.error_record(status=404, body={"error": {"message": said}})["response"]))  # fmt: skip
+
+    def refused(rec: Record) -> None:
+        rec["response"] = fx.error_record(status=404, body={"error": {"message": said}})["response"]
+
+    cand = fx.replay(base, label="other", change=refused)
     html = render(*analysed([base, cand]), tmp_path / "r.html").read_text(encoding="utf-8")
     assert "\\x1b[31mno such model\\x00\\x07" in html
     assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", html)
