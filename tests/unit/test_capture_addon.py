@@ -242,6 +242,15 @@ async def test_unparsable_set_values_are_taken_and_reported(tmp_path: Path) -> N
         assert "capture_body_cap" not in tctx.options.deferred
 
 
+async def test_a_boolean_without_a_value_is_true_as_mitmproxy_reads_it(tmp_path: Path) -> None:
+    cap = Capture()
+    with taddons.context() as tctx:
+        tctx.options.set("capture_lazy_connect=", defer=True)
+        tctx.master.addons.register(cap)
+        assert cap.problems == []
+        assert tctx.options.capture_lazy_connect is True
+
+
 async def test_a_misspelt_option_is_refused_naming_the_nearest(tmp_path: Path) -> None:
     """mitmproxy keeps a `--set` it does not know waiting for an addon to register it: a
     misspelt option would do nothing, without a word."""

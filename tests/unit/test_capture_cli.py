@@ -11,7 +11,8 @@ import pytest
 from mitmproxy.test import taddons, tflow
 
 from wirediff.addons.capture import Capture
-from wirediff.cli.capture_command import addon_options, main_capture, split_upstream
+from wirediff.cli.capture_command import addon_options, check_extra, main_capture, split_upstream
+from wirediff.errors import UsageError
 from wirediff.record.store import load_records
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -115,3 +116,42 @@ async def test_changing_capture_session_live_starts_a_new_file(tmp_path: Path) -
     second = load_records([tmp_path / "second.jsonl"])
     assert [(r["session"], r["seq"]) for r in first] == [("first", 0), ("first", 1)]
     assert [(r["session"], r["seq"]) for r in second] == [("second", 0)]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--set", "capture_lazy_connect"],
+        ["--set=capture_lazy_connect="],
+        ["--set", "capture_lazy_connect=false"],
+        ["--set", "capture_body_cap= 64 "],
+        ["--set", "flow_detail=3", "--set", "flow_detail=4"],
+    ],
+    ids=["bare boolean", "empty boolean", "false", "spaced integer", "mitmdump's own twice"],
+)
+def test_what_mitmproxy_takes_is_taken(extra: list[str]) -> None:
+    """A boolean's value may be left out (`--set NAME` is true, as mitmproxy reads it)."""
+    assert check_extra(["--", *extra]) == extra
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            ["--set", "capture_rotate=1KB", "--set", "capture_rotate=2KB"],
+            "--set capture_rotate given 2 times; give it once",
+        ),
+        (
+            ["--set=capture_body_cap=1", "--set=capture_body_cap=1"],
+            "--set capture_body_cap given 2 times; give it once",
+        ),
+        (
+            ["--set", "capture_body_cap="],
+            "--set capture_body_cap must be a whole number of bytes, not ''",
+        ),
+    ],
+)
+def test_what_mitmproxy_refuses_is_refused_first(extra: list[str], said: str) -> None:
+    with pytest.raises(UsageError) as e:
+        check_extra(extra)
+    assert str(e.value) == said

@@ -59,14 +59,15 @@ def unparsable(
 ) -> str | None:
     """Say why the `--set` values of an addon's integer or boolean option do not parse, or None.
 
-    Given twice, an option is refused too: mitmproxy would take the last."""
-    value = values[-1]
-    if name in ints:
-        ok, want = _INTEGER.fullmatch(value) is not None, ints[name]
-    elif name in bools:
-        ok, want = value in ("true", "false", "toggle"), "true or false"
-    else:
+    A boolean's value may be left out, as mitmproxy reads `--set NAME`: true. Given twice, an
+    option is refused, as mitmproxy refuses it."""
+    if name not in ints and name not in bools:
         return None
     if len(values) > 1:
         return f"{name} given {len(values)} times; give it once"
+    value = values[-1] if values else ""
+    if name in ints:
+        ok, want = _INTEGER.fullmatch(value) is not None, ints[name]
+    else:
+        ok, want = value in ("", "true", "false", "toggle"), "true or false"
     return None if ok else f"{name} must be {want}, not {value!r}"

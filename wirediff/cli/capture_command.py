@@ -175,6 +175,8 @@ def check_extra(extra: list[str]) -> list[str]:
         given.setdefault(name, []).append(value)
     # refused before the proxy starts, in one line, not after mitmdump's own
     for name, values in given.items():
+        if name.startswith("capture_") and len(values) > 1:
+            raise UsageError(f"--set {name} given {len(values)} times; give it once")
         found = unparsable(name, values, INT_OPTIONS, BOOL_OPTIONS)
         if not found and name == "capture_body_cap":
             found = body_cap_problem(int(values[-1]))
