@@ -496,6 +496,26 @@ def test_an_error_body_tagged_as_none_is_read_as_the_error_it_is(
     assert seen[0][3] == ["unsupported"]  # the server says it has no such endpoint
 
 
+@pytest.mark.parametrize(
+    ("message", "replay_of", "fix"),
+    [
+        ("TLS handshake failed: certificate verify failed", None, "ssl_verify_upstream_trusted_ca"),
+        ("cannot connect to h:443: [SSL: CERTIFICATE_VERIFY_FAILED]", "o1", "SSL_CERT_FILE"),
+        ("The remote server does not speak TLS.", None, "name it with http://"),
+        ("cannot connect to h:80: [SSL: WRONG_VERSION_NUMBER] wrong version number", "o1",
+         "name it with http://"),
+    ],
+    ids=["capture", "sent by wirediff", "capture, plain HTTP", "sent, plain HTTP"],
+)  # fmt: skip
+def test_a_failed_tls_handshake_names_the_fix_of_who_sent_it(
+    message: str, replay_of: str | None, fix: str
+) -> None:
+    """mitmproxy's options fix the capture's trust; SSL_CERT_FILE fixes what wirediff sends."""
+    rec = record(status=None, error={"kind": "tls", "message": message}, replay_of=replay_of)
+    (row,) = rows([rec]).to_dict("records")
+    assert row["code"] == "upstream_tls" and fix in row["remedy"]
+
+
 def sse_text(events: list[Any]) -> str:
     """The decoded stream as the record keeps it (`response.text`)."""
     return "".join(f"data: {e['data'] if isinstance(e['data'], str) else json.dumps(e['data'])}\n\n"

@@ -23,7 +23,10 @@ from wirediff._types import Record
 from wirediff.analysis.diagnosis.provider import GO_PLAIN, PRODUCT_HEADERS
 from wirediff.profiles import signature_headers
 
-__all__ = ["EvidenceById", "evidence_key", "evidence_record", "packed"]
+__all__ = ["SENT", "EvidenceById", "evidence_key", "evidence_record", "packed"]
+
+SENT = "(sent by wirediff)"
+"""An evidence record's `replay_of`: a replay, a mirrored request or a probe's, not which."""
 
 _REQUEST_VALUES = frozenset({"model", "previous_response_id"})
 """Request body keys whose values the rules read (of the others, only the names)."""
@@ -41,7 +44,8 @@ def evidence_record(rec: Record, ok: bool) -> Record:
 
     `ok` says whether the exchange succeeded, as `exchange_ok` does. Of a failing answer its
     body, text and events are kept whole, event times left out; of a successful one, what names
-    its provider and how its stream ended."""
+    its provider and how its stream ended. Of `replay_of`, whether wirediff sent it, not which
+    original it replays (`SENT`), so that equal evidence stays one."""
     req = rec["request"]
     body = req.get("body")
     asked: dict[str, Any] = {
@@ -67,6 +71,7 @@ def evidence_record(rec: Record, ok: bool) -> Record:
         "response": None,
         "error": rec.get("error"),
         "tags": rec.get("tags"),
+        "replay_of": None if rec.get("replay_of") is None else SENT,
     }
     resp = rec.get("response")
     if resp is None:

@@ -173,7 +173,9 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             _ev(x, f"error: {scrub(x.error_msg[: QUOTED * 2])}"),
             why=scrub(x.error_msg[:QUOTED]) or "TLS handshake failed",
             upstream=x.url,
-            variant="plain_http" if _PLAIN_HTTP.search(x.error_msg) else "",
+            variant="plain_http"
+            if _PLAIN_HTTP.search(x.error_msg)
+            else ("sent" if x.rec.get("replay_of") is not None else ""),
         )
         return out
     if (st is None and x.error_kind in NO_ANSWER_KINDS) or _proxy_generated(x):
