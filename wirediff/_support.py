@@ -49,15 +49,19 @@ def as_bytes(text: str) -> bytes:
         )
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_UNPRINTABLE_LINES = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_BIDI = "\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""Marks and overrides of text direction, which can show a message's words in another order."""
+_UNPRINTABLE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\ud800-\udfff\ufffe\uffff]")
+_UNPRINTABLE_LINES = re.compile(
+    f"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f{_BIDI}\ud800-\udfff\ufffe\uffff]"
+)
 
 
 def printable(text: str, *, lines: bool = False) -> str:
     """Make `text` safe on a terminal and in XML 1.0; with `lines`, keep its line breaks and tabs.
 
-    It escapes control characters (an upstream's ANSI colours, a carriage return, a NUL), lone
-    surrogates and non-characters as `\\x1b`-style escapes, so a server's message can neither
+    It escapes control characters (an upstream's ANSI colours, a carriage return, a NUL), marks
+    of text direction, lone surrogates and non-characters as `\\x1b`-style escapes, so a server's message can neither
     restyle the terminal nor break a JUnit file, nor hide in a report."""
     return (_UNPRINTABLE_LINES if lines else _UNPRINTABLE).sub(_escaped, text)
 

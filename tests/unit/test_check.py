@@ -459,19 +459,19 @@ def test_a_servers_control_characters_reach_neither_the_terminal_nor_the_junit_f
     that log-format their errors): the gate line shows them escaped and the JUnit file,
     which XML 1.0 would refuse them in, parses."""
     base = [chat_record(id="o1")]
-    message = "\x1b[31mengine crashed\x1b[0m\x00\rOK"
+    message = "\x1b[31mengine crashed\x1b[0m\x00\rOK\u202e"
     failed = replay(base[0], id="c1", label="vllm\x1b[2J")
     answer(failed).update(answer(error_record(status=500, body={"error": {"message": message}})))
     junit = tmp_path / "check.xml"
     candidate = write(tmp_path / "s.vllm.jsonl", [failed])
     assert main(["check", write(tmp_path / "s.jsonl", base), candidate, "--junit", str(junit)]) == 1
     out = capsys.readouterr().out
-    assert not any(c in out for c in "\x1b\x00\r") and "\\x1b[31mengine crashed" in out
+    assert not any(c in out for c in "\x1b\x00\r\u202e") and "\\x1b[31mengine crashed" in out
     [suite] = list(JUnitXml.fromfile(str(junit)))
     [case] = list(suite)
     [failure] = [r for r in case.result if isinstance(r, Failure)]
     assert case.classname == "wirediff.vllm\\x1b[2J"
-    assert "\\x1b[31mengine crashed\\x1b[0m\\x00\\x0dOK" in failure.message
+    assert "\\x1b[31mengine crashed\\x1b[0m\\x00\\x0dOK\\u202e" in failure.message
 
 
 def test_junit_on_stdout_for_a_pipeline(

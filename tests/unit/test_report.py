@@ -316,9 +316,10 @@ def test_injection_is_shown_as_text(report: tuple[Path, str]) -> None:
 
 
 def test_control_characters_are_shown_as_escapes(tmp_path: Path) -> None:
-    """A server's words with ANSI codes, a NUL or a bell show as `\\x1b`-style escapes in the
-    report: nothing hides, and the page holds no control character but line breaks and tabs."""
-    said = "\x1b[2J\x1b[31mno such model\x00\x07 \u2028done"
+    """A server's words with ANSI codes, a NUL, a bell or a right-to-left override show as
+    `\\x1b`-style escapes in the report: nothing hides, and the page holds no control
+    character but line breaks and tabs."""
+    said = "\x1b[2J\x1b[31mno such model\x00\x07 \u2028done\u202eldom"
     base = fx.chat_record(id="o1")
 
     def refused(rec: Record) -> None:
@@ -326,8 +327,8 @@ def test_control_characters_are_shown_as_escapes(tmp_path: Path) -> None:
 
     cand = fx.replay(base, label="other", change=refused)
     html = render(*analysed([base, cand]), tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "\\x1b[31mno such model\\x00\\x07" in html
-    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", html)
+    assert "\\x1b[31mno such model\\x00\\x07" in html and "done\\u202eldom" in html
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202e]", html)
 
 
 def test_canary_key_never_written(tmp_path: Path) -> None:
