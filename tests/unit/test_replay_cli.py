@@ -290,3 +290,29 @@ def test_a_stream_filter_may_be_a_pattern(
     argv = [str(cap), "--to", "http://127.0.0.1:9/v1", "--only", "stream=*", "--dry-run"]
     assert main_replay(argv) == 0
     assert "1 to send" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("../../ESCAPED", "is a file name, not a path: '../../ESCAPED'"),
+        ("/tmp/ABS", "is a file name, not a path: '/tmp/ABS'"),
+        (".", "is a file name, not a path: '.'"),
+        ("a\nb", "is a file name without control characters: 'a\\nb'"),
+        ("a\0b", "is a file name without control characters: 'a\\x00b'"),
+    ],
+)
+@pytest.mark.parametrize("dry", [True, False], ids=["dry run", "sent"])
+def test_a_records_session_never_leads_the_output_out_of_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, said: str, dry: bool
+) -> None:
+    """The output is named by each record's session: one another tool wrote, `../x`, is refused
+    before anything is sent or written, never followed."""
+    recs = [cast(Record, dict(r, session=name)) for r in session()[:1]]
+    (tmp_path / "deep").mkdir()
+    cap = write_capture(tmp_path / "deep" / "t.jsonl", recs)
+    args = [str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "lm", *(["--dry-run"] * dry)]
+    assert main_replay(args) == 2
+    err = capsys.readouterr().err
+    assert f"the session of exchange {recs[0]['id']!r} {said}; name the output with -o OUT" in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["deep", "t.jsonl"]

@@ -98,8 +98,10 @@ def first_part(path: Path) -> Path | None:
 
 def session_problem(session: str) -> str | None:
     """Say why `session` cannot name a capture file's stem, or None when it can."""
-    if "/" in session or "\0" in session or session.startswith("."):
+    if not session or "/" in session or session.startswith("."):
         return f"is a file name, not a path: {session!r}"
+    if any(c < " " or c == "\x7f" for c in session):
+        return f"is a file name without control characters: {session!r}"
     if names_a_part(session):
         return (
             f"{session!r} would read as part of the session {session.rsplit('.', 1)[0]!r} "

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from wirediff._types import Record
+from wirediff.errors import UsageError
 from wirediff.record.exchange import Exchange
+from wirediff.record.parts import session_problem
 from wirediff.record.spool import RecordMeta, Spool
 from wirediff.record.store import RecordWriter, iter_records, latest_replays
 from wirediff.replay.config import Options
@@ -20,11 +22,21 @@ __all__ = ["Writers", "output_path", "replay_history"]
 
 
 def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opts: Options) -> Path:
-    """Return `-o OUT`, else `<capture dir>/<session>.<label>.jsonl` next to the original."""
+    """Return `-o OUT`, else `<capture dir>/<session>.<label>.jsonl` next to the original.
+
+    A session that is no file name, such as `../x` in a capture another tool wrote, is refused:
+    the output stays beside the capture."""
     if opts.output is not None:
         return opts.output
     src = capture_of[str(rec["id"])]
-    return src.parent / f"{rec.get('session') or src.stem}.{target.label}.jsonl"
+    session = str(rec.get("session") or src.stem)
+    wrong = session_problem(session)
+    if wrong:
+        raise UsageError(
+            f"{src}: the session of exchange {str(rec['id'])!r} {wrong}; "
+            "name the output with -o OUT"
+        )
+    return src.parent / f"{session}.{target.label}.jsonl"
 
 
 def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record], Counter[str]]:
