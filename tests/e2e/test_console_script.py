@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.records import openai_session, replay
+from tests.fixtures.records import error_record, openai_session, replay
 from tests.unit.test_cli_bad_input import BAD_INPUTS, NOWHERE, one_error_line
+from wirediff._types import Record
 
 pytestmark = pytest.mark.e2e
 
@@ -122,3 +123,31 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     with proc.stderr:
         assert proc.wait(timeout=120) == 141
         assert proc.stderr.read() == b""
+
+
+def test_a_terminal_without_utf8_or_without_stdout_gets_the_command_done(tmp_path: Path) -> None:
+    """`diagnose` prints `→`: on a latin-1 terminal it comes as its escape; and with stdout
+    closed (`>&-`) the gate's JUnit file is still written and its exit code still true."""
+    base = openai_session()
+
+    def write(name: str, recs: list[Record]) -> None:
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    write("s.jsonl", base)
+    write("s.vllm.jsonl", [replay(r, id=f"c{i}", label="vllm") for i, r in enumerate(base)])
+    write("e.jsonl", [error_record(status=404)])
+    latin = subprocess.run(
+        [WIREDIFF, "diagnose", "e.jsonl"], capture_output=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+    )  # fmt: skip
+    assert latin.returncode == 0, latin.stderr
+    assert (
+        b"Traceback" not in latin.stderr
+        and b"POST /v1/chat/completions \\u2192 404" in latin.stdout
+    )
+    argv = [WIREDIFF, "check", "s.jsonl", "s.vllm.jsonl", "--junit", "gate.xml"]
+    closed = subprocess.run(argv, stdout=subprocess.DEVNULL, timeout=120, cwd=tmp_path,
+                            capture_output=False, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 0 and closed.stderr == b"", closed.stderr
+    assert (tmp_path / "gate.xml").read_text().startswith("<?xml")

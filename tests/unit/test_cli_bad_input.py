@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 
 from tests.fixtures.records import error_record, openai_session, replay
 from wirediff.cli import build_parser, main
+from wirediff.cli.runner import terminal
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NOWHERE = "http://127.0.0.1:9/v1"
@@ -658,3 +660,31 @@ def test_an_export_that_cannot_be_written_is_refused_before_the_scan(
     assert main(["export", str(good), "--parquet", str(blocked)]) == 2
     said = one_error_line(capsys.readouterr().err)
     assert f"--parquet {blocked}: cannot be written (Not a directory)" in said
+
+
+def test_a_terminal_that_lacks_a_character_gets_its_escape() -> None:
+    """`→` on a latin-1 terminal (`PYTHONIOENCODING=latin-1`, a Windows code page) is written
+    as `\\u2192`, not an error after the work is done; a closed stream takes it to nowhere."""
+    raw = io.BytesIO()
+    latin = io.TextIOWrapper(raw, encoding="latin-1")
+    out = terminal(latin)
+    out.write("replay → lm: café …\n")
+    out.flush()
+    assert raw.getvalue() == b"replay \\u2192 lm: caf\xe9 \\u2026\n"
+    closed = terminal(None)
+    try:
+        assert closed.write("→") == 1
+    finally:
+        closed.close()
+
+
+def test_a_working_directory_that_is_gone_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["check", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err == "wirediff: error: the working directory no longer exists; cd to one that does\n"

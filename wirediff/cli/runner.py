@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ __all__ = [
     "run_command",
     "seconds",
     "standalone",
+    "terminal",
 ]
 
 Command = Callable[[argparse.Namespace], int]
@@ -150,13 +152,26 @@ class _Scrubbed:
         return getattr(self._stream, name)
 
 
+def terminal(stream: TextIO | None) -> TextIO:
+    """Make a stream the command may print anything to, whatever the terminal's encoding.
+
+    What the encoding lacks (`→` on a latin-1 terminal) is written as its `\\u2192` escape;
+    a stream closed before the command started (`>&-`) takes what is printed to nowhere."""
+    if stream is None:
+        return open(os.devnull, "w", encoding="utf-8")
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="backslashreplace")
+    return stream
+
+
 @contextlib.contextmanager
 def _scrubbed_terminal() -> Iterator[None]:
     out, err = sys.stdout, sys.stderr
     if isinstance(out, _Scrubbed):  # a command run by another: scrubbed already
         yield
         return
-    sys.stdout, sys.stderr = cast(TextIO, _Scrubbed(out)), cast(TextIO, _Scrubbed(err))
+    sys.stdout = cast(TextIO, _Scrubbed(terminal(out)))
+    sys.stderr = cast(TextIO, _Scrubbed(terminal(err)))
     try:
         yield
     finally:
@@ -201,10 +216,18 @@ def _run(func: Command, args: argparse.Namespace) -> int:
 def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse `argv` and run the command it names; a bad command line is one line, exit 2.
 
-    `--help` and `--version` exit 0 through `SystemExit`."""
+    `--help` and `--version` exit 0 through `SystemExit`. A working directory deleted since the
+    shell entered it is said first: paths resolve against it, and would fail naming no file."""
     with _scrubbed_terminal():
         try:
+            os.getcwd()
             args = parser.parse_args(argv)
+        except FileNotFoundError:
+            print(
+                "wirediff: error: the working directory no longer exists; cd to one that does",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
         except UsageError as e:
             print(f"wirediff: error: {e}", file=sys.stderr)
             return EXIT_ERROR
