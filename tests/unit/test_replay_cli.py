@@ -227,6 +227,15 @@ def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
             "targets[0].model_map[1]: Input should be a valid string",
         ),
         ("targets: [{url: 'http://h/v1', label: 0}]", "targets[0].label '0': a name, not a number"),
+        # an empty model would be sent as `"model": ""`, every request refused
+        (
+            "targets: [{url: 'http://h/v1', model_map: {gpt-4o-mini: }}]",
+            "targets[0].model_map: 'gpt-4o-mini' maps to no model; name one, or leave the key out",
+        ),
+        (
+            "defaults: {model_map: {'*': ''}}\ntargets: [{url: 'http://h/v1'}]",
+            "defaults.model_map: '*' maps to no model; name one, or leave the key out",
+        ),
         ("defaults: {}", "bad.yaml lists no targets; give --to URL"),
         (
             "targets: [{url: 'http://a/v1', label: x}, {url: 'http://b/v1', label: x}]",

@@ -16,6 +16,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
 )
 
 from wirediff._support import read_yaml
@@ -65,6 +66,17 @@ class _Section(BaseModel):
     api_key_env: str | None = None
     model_map: dict[str, Scalar | None] | None = None
     headers: dict[str, Scalar | None] | None = None
+
+    @field_validator("model_map")
+    @classmethod
+    def _models_named(
+        cls, value: dict[str, Scalar | None] | None
+    ) -> dict[str, Scalar | None] | None:
+        """Refuse a model mapped to nothing, which would send `"model": ""` to every request."""
+        for key, model in (value or {}).items():
+            if not key.strip() or model is None or not str(model).strip():
+                raise ValueError(f"{key!r} maps to no model; name one, or leave the key out")
+        return value
 
 
 class _Target(_Section):
@@ -142,7 +154,7 @@ def _load_config(path: str) -> _Config:
         errors = e.errors()
         at = _where(errors[0]["loc"])
         tried = [err for err in errors if _where(err["loc"]) == at]
-        said = tried[0]["msg"]
+        said = tried[0]["msg"].removeprefix("Value error, ")
         if len(tried) > 1:  # a union: each of its members tried
             kinds = dict.fromkeys(
                 _UNION_MEMBERS[p] for err in tried for p in err["loc"] if p in _UNION_MEMBERS
