@@ -3,6 +3,7 @@ never answers as a scheduler, is one usage error (exit 2), not a hang."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -30,10 +31,15 @@ def silent_port() -> Iterator[int]:
             except OSError:  # closed
                 return
 
-    threading.Thread(target=accept, daemon=True).start()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
     yield server.getsockname()[1]
+    with contextlib.suppress(OSError):  # wakes the accept: a close alone may not
+        server.shutdown(socket.SHUT_RDWR)
     server.close()
-    for conn in held:
+    thread.join(10)
+    assert not thread.is_alive()
+    for conn in held:  # every one it accepted, now that it accepts no more
         conn.close()
 
 
