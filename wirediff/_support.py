@@ -19,6 +19,7 @@ from wirediff._types import Record
 
 __all__ = [
     "STOPPED_IN_FLIGHT",
+    "STOPPED_KINDS",
     "as_bytes",
     "clip",
     "error_kind",
@@ -123,6 +124,11 @@ STOPPED_IN_FLIGHT = "proxy_shutdown"
 
 The capture records it as it stood: what came of it says nothing about the server, so no
 verdict counts it."""
+STOPPED_KINDS = [STOPPED_IN_FLIGHT, "interrupted"]
+"""The `error.kind`s of an exchange our own stop cut: mitmdump's, or a replay's Ctrl-C.
+
+What came of it says nothing about the server: it is compared with nothing and no verdict
+counts it."""
 
 
 def error_kind(record: Record) -> str | None:

@@ -196,25 +196,35 @@ def test_the_verdicts_name_what_stops_a_candidate_without_ids() -> None:
 
 STOPPED = {"kind": "proxy_shutdown", "message": "the proxy stopped before the exchange ended"}
 """The error of an exchange the capture addon records at a stop (`record.flow.PROXY_SHUTDOWN`)."""
+INTERRUPTED = {
+    "kind": "interrupted",
+    "message": "stopped (Ctrl-C) while waiting for the answer: the target may have it",
+}
+"""The error of a request a replay had sent when Ctrl-C stopped it (`replay.sender`)."""
 
 
-def _stopped(rec: Any) -> None:
+def _stopped(rec: Any, error: dict[str, str] = STOPPED) -> None:
     """As the addon records an exchange in flight at a stop: a stream with the events seen
-    so far, not complete; else no answer yet."""
-    rec["error"] = dict(STOPPED)
+    so far, not complete; else no answer yet. A replay records no answer."""
+    rec["error"] = dict(error)
     resp = rec["response"]
-    if resp is not None and resp["events"]:
+    if resp is not None and resp["events"] and error is STOPPED:
         resp["events"], resp["complete"] = resp["events"][:2], False
     else:
         rec["response"] = None
 
 
-def test_exchanges_a_stop_cut_count_in_no_verdict() -> None:
-    """A candidate whose every exchange the capture's stop cut is not judged: no finding
-    against it, no verdict, no bottom line; one that answered besides is judged by that."""
+@pytest.mark.parametrize("error", [STOPPED, INTERRUPTED], ids=["capture", "replay"])
+def test_exchanges_a_stop_cut_count_in_no_verdict(error: dict[str, str]) -> None:
+    """A candidate whose every exchange our own stop cut (the capture's, a replay's Ctrl-C) is
+    not judged: no finding against it, no verdict, no bottom line; one that answered besides
+    is judged by that."""
     base = openai_session()
     assert any(b["response"] and b["response"]["events"] for b in base)
-    cands = [replay(b, id=f"c{i}", label="vllm", change=_stopped) for i, b in enumerate(base)]
+    cands = [
+        replay(b, id=f"c{i}", label="vllm", change=lambda r: _stopped(r, error))
+        for i, b in enumerate(base)
+    ]
     result = analyze([*base, *cands])
     assert not result.divergences["candidate_id"].isin({c["id"] for c in cands}).any()
     assert result.verdicts[result.verdicts["label"] == "vllm"].empty

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import STOPPED_IN_FLIGHT
+from wirediff._support import STOPPED_KINDS
 from wirediff.analysis.comparison.impact import clients
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
@@ -77,7 +77,7 @@ OUTCOMES = ("ok", *SEVERITIES[::-1], "unsupported", SKIPPED, STOPPED)
 """What one exchange came to.
 
 No finding, `ok`; its worst finding's severity; a route-level failure; a replay step not
-sent; or an exchange the capture's stop cut."""
+sent; or an exchange our own stop cut: the capture's, or a replay's Ctrl-C."""
 MAX_TIMELINES = 60
 """Stream alignments drawn; the rest are counted."""
 MAX_CELL_DIAGNOSES = 8
@@ -476,7 +476,7 @@ def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict
     The stop is the capture's."""
     rows, pairs = analysis.index.rows, analysis.pairs
     c, b = pairs["c"].to_numpy(), pairs["b"].to_numpy()
-    sent = ~np.isin(rows["error_kind"].to_numpy(dtype=object), [SKIPPED, STOPPED_IN_FLIGHT])
+    sent = ~np.isin(rows["error_kind"].to_numpy(dtype=object), [SKIPPED, *STOPPED_KINDS])
     both = np.flatnonzero(sent[c] & sent[b])
     c, b = c[both], b[both]
     timeline = analysis.answers("timeline")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import STOPPED_IN_FLIGHT, error_kind, response_status, statuses_2xx
+from wirediff._support import STOPPED_KINDS, error_kind, response_status, statuses_2xx
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
@@ -82,7 +82,7 @@ FAMILIES = (
 MAX_REASONS = 3
 SKIPPED = "skipped"
 STOPPED = "stopped"
-"""The outcome of an exchange the capture's stop cut, of `STOPPED_IN_FLIGHT`.
+"""The outcome of an exchange our own stop cut, of `STOPPED_KINDS`.
 
 Like a skipped step, it says nothing about the server and no verdict counts it."""
 RANKS = {s: severity_rank(s) for s in SEVERITIES}
@@ -145,7 +145,7 @@ def exchange_outcomes(exchanges: pd.DataFrame, worst: np.ndarray) -> np.ndarray:
     out = named[np.where(worst >= 0, worst, len(SEVERITIES))]
     out[unsupported] = UNSUPPORTED
     out[exchanges["error_kind"].eq(SKIPPED).fillna(False).to_numpy(dtype=bool)] = SKIPPED
-    out[exchanges["error_kind"].eq(STOPPED_IN_FLIGHT).fillna(False).to_numpy(dtype=bool)] = STOPPED
+    out[exchanges["error_kind"].isin(STOPPED_KINDS).to_numpy(dtype=bool)] = STOPPED
     return out
 
 

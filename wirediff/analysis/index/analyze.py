@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import STOPPED_IN_FLIGHT, paused_gc
+from wirediff._support import STOPPED_KINDS, paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
@@ -285,10 +285,10 @@ class Analysis:
         """Give what `wirediff check` gates on.
 
         Per label, family and transport of the exchange a finding is about: its worst severity rank
-        and the kinds found. Exchanges the capture's stop cut count for none."""
+        and the kinds found. Exchanges our own stop cut count for none."""
         rows, t = self.index.rows, self.templates
         at, template = self.findings["row"].to_numpy(), self.findings["template"].to_numpy()
-        judged = rows["error_kind"].to_numpy(dtype=object)[at] != STOPPED_IN_FLIGHT
+        judged = ~np.isin(rows["error_kind"].to_numpy(dtype=object)[at], STOPPED_KINDS)
         at, template = at[judged], template[judged]
         frame = pd.DataFrame(
             {
@@ -320,8 +320,8 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
     rows = index.rows
     pairing = pair_exchanges(rows, baseline=baseline)
     pairs = pairing.pairs
-    # a replay step left unsent, or either side cut by the capture's stop, is not compared
-    said = ~np.isin(rows["error_kind"].to_numpy(dtype=object), ["skipped", STOPPED_IN_FLIGHT])
+    # a replay step left unsent, or either side cut by our own stop, is not compared
+    said = ~np.isin(rows["error_kind"].to_numpy(dtype=object), ["skipped", *STOPPED_KINDS])
     pairs["sent"] = said[pairs["c"].to_numpy()] & said[pairs["b"].to_numpy()]
     templates = _Templates(glob_regex(ignore))
     found = [*_pair_findings(index, pairs, templates), _own_findings(index, templates)]
