@@ -62,6 +62,7 @@ BAD_INPUTS: dict[str, Callable[[Path], Path]] = {
     "a record with one byte not UTF-8": lambda d: _not_utf8(d / "odd.jsonl"),
     "an HTML report": _write("report.html", b"<!doctype html>\n<html lang=en>\n"),
     "a gzipped capture": _write("s.jsonl.gz", gzip.compress(b'{"format": "wirediff/1"}\n')),
+    "a UTF-16 capture": _write("u16.jsonl", '{"format": "wirediff/1"}\n'.encode("utf-16")),
     "a directory": _directory,
     "a missing file": lambda d: d / "missing.jsonl",
 }
@@ -209,6 +210,20 @@ def test_a_gzipped_capture_is_named_with_the_pipe_that_reads_it(
     assert one_error_line(capsys.readouterr().err) == (
         f"wirediff: error: {packed}: gzip-compressed; give it decompressed, through a pipe: "
         f"zcat {packed} | wirediff COMMAND /dev/stdin\n"
+    )
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_utf16_capture_is_named_with_how_to_convert_it(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str], encoding: str
+) -> None:
+    """What PowerShell's `>` writes: read as UTF-8 it would be torn lines and a few records."""
+    u16 = tmp_path / "u16.jsonl"
+    u16.write_bytes(good.read_text(encoding="utf-8").encode(encoding))
+    assert main(["check", str(good), str(u16)]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"wirediff: error: {u16}: UTF-16 text (what PowerShell's `>` writes), where a "
+        f"wirediff/1 capture is UTF-8; convert it: iconv -f UTF-16 -t UTF-8 {u16} > capture.jsonl\n"
     )
 
 

@@ -86,6 +86,11 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
             f"{p}: gzip-compressed; give it decompressed, through a pipe: "
             f"zcat {p} | wirediff COMMAND /dev/stdin"
         )
+    if _utf16(first):
+        raise CaptureError(
+            f"{p}: UTF-16 text (what PowerShell's `>` writes), where a {FORMAT} capture is "
+            f"UTF-8; convert it: iconv -f UTF-16 -t UTF-8 {p} > capture.jsonl"
+        )
     if first.lstrip().startswith(b"<"):
         raise CaptureError(
             f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
@@ -94,6 +99,15 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
     if not first.endswith(b"\n") and not is_json(first):
         raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
     return p
+
+
+def _utf16(first: bytes) -> bool:
+    """Tell whether a file's first line is UTF-16 text: its byte-order mark, or every other
+    byte NUL, as ASCII is in UTF-16."""
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    sample = first[:64]
+    return len(sample) >= 4 and (not any(sample[1::2]) or not any(sample[0::2]))
 
 
 def unfinished_line(path: Path) -> int | None:
