@@ -118,6 +118,11 @@ def test_demo_writes_the_report_and_leaks_no_key(
     assert shown and set(shown) <= set(summary["bottom_line"]), shown
     assert "[4/4] analysing and rendering the report" in proc.stderr
 
+    # the captures alone, so `wirediff report DIR/captures/*` reads them
+    assert sorted(f.name for f in (out / "captures").iterdir()) == [
+        "demo.jsonl",
+        *(f"demo.{label}.jsonl" for label in sorted(CANDIDATES)),
+    ]
     original = load_records([out / "captures" / "demo.jsonl"])
     assert len(original) >= 9 and all(r["label"] == "openai" for r in original)
     ids = {r["id"] for r in original}

@@ -107,7 +107,9 @@ class CaptureProxy:
         return self
 
     def stop(self) -> str:
-        """Stop gracefully (records are flushed per write anyway); return its log."""
+        """Stop gracefully (records are flushed per write anyway); return its log.
+
+        An empty log is removed: the captures' folder keeps only what says something."""
         if self.proc is None:
             return ""
         if self.proc.poll() is None:
@@ -120,7 +122,10 @@ class CaptureProxy:
         self.proc = None
         if self.console:
             return ""  # mitmdump wrote to the terminal
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        said = self.log.read_text(encoding="utf-8", errors="replace")
+        if not said:
+            self.log.unlink(missing_ok=True)
+        return said
 
     def __enter__(self) -> CaptureProxy:
         return self.start()
