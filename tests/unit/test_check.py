@@ -233,6 +233,14 @@ def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     )
     assert main(["check", base, good, good]) == 2
     assert capsys.readouterr().err == f"wirediff: error: {good}: given twice\n"
+    copy = tmp_path / "copy.jsonl"  # the same exchanges again, under another name
+    copy.write_bytes(Path(good).read_bytes())
+    assert main(["check", base, good, str(copy)]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"wirediff: error: {copy}: every exchange repeats one read before, by its id, as when a "
+        f"dataset holds this capture: give each once (`wirediff check {base}` alone gates the "
+        "other labels it holds)\n"
+    )
 
 
 def test_a_candidate_with_the_baseline_label_is_bad_input_not_a_pass(

@@ -242,7 +242,14 @@ class Run:
                 f"{baseline}: {', '.join(sorted(stray))}: no exchange pairs with the baseline "
                 f"({base_label}); not compared"
             )
+        present = set(scope.tolist())
         for n, path in enumerate(candidates, 1):
+            if n not in present:  # each record's id was read before, in an earlier input
+                raise UsageError(
+                    f"{path}: every exchange repeats one read before, by its id, as when a "
+                    f"dataset holds this capture: give each once (`wirediff check {baseline}` "
+                    "alone gates the other labels it holds)"
+                )
             if n not in paired:
                 raise UsageError(
                     f"{path}: no exchange pairs with {baseline} ({base_label}): none replays "
