@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import STOPPED_KINDS
 from wirediff.analysis.comparison.impact import clients
 from wirediff.analysis.comparison.kinds import SEVERITIES, severity_rank
 from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
@@ -471,14 +470,10 @@ def _listed_findings(analysis: Analysis) -> Listed:
 
 
 def _alignments(analysis: Analysis, max_examples: int) -> tuple[Alignments, dict[str, Any]]:
-    """Align the streams of the pairs whose two sides were sent and not cut by a stop.
-
-    The stop is the capture's."""
+    """Align the streams of the pairs compared: both sides sent, neither cut by our own stop."""
     rows, pairs = analysis.index.rows, analysis.pairs
-    c, b = pairs["c"].to_numpy(), pairs["b"].to_numpy()
-    sent = ~np.isin(rows["error_kind"].to_numpy(dtype=object), [SKIPPED, *STOPPED_KINDS])
-    both = np.flatnonzero(sent[c] & sent[b])
-    c, b = c[both], b[both]
+    both = np.flatnonzero(pairs["sent"].to_numpy())
+    c, b = pairs["c"].to_numpy()[both], pairs["b"].to_numpy()[both]
     timeline = analysis.answers("timeline")
 
     def named(column: str, at: np.ndarray) -> np.ndarray:
