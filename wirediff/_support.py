@@ -62,8 +62,9 @@ def printable(text: str, *, lines: bool = False) -> str:
     """Make `text` safe on a terminal and in XML 1.0; with `lines`, keep its line breaks and tabs.
 
     It escapes control characters (an upstream's ANSI colours, a carriage return, a NUL), marks
-    of text direction, lone surrogates and non-characters as `\\x1b`-style escapes, so a server's message can neither
-    restyle the terminal nor break a JUnit file, nor hide in a report."""
+    of text direction, lone surrogates and non-characters as `\\x1b`-style escapes, so a
+    server's message can neither restyle the terminal nor break a JUnit file, nor hide in a
+    report."""
     return (_UNPRINTABLE_LINES if lines else _UNPRINTABLE).sub(_escaped, text)
 
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["take_unknown", "take_unparsable", "unknown_names", "unparsable"]
+__all__ = ["given_twice", "take_unknown", "take_unparsable", "unknown_names", "unparsable"]
 
 _INTEGER = re.compile(r"\s*-?\d+\s*")
 
@@ -54,6 +54,11 @@ def take_unparsable(options: Any, ints: Mapping[str, str], bools: Iterable[str])
     return problems
 
 
+def given_twice(name: str, values: list[str]) -> str | None:
+    """Say that an option that takes one value was given more, or None."""
+    return f"{name} given {len(values)} times; give it once" if len(values) > 1 else None
+
+
 def unparsable(
     name: str, values: list[str], ints: Mapping[str, str], bools: Iterable[str]
 ) -> str | None:
@@ -63,8 +68,8 @@ def unparsable(
     option is refused, as mitmproxy refuses it."""
     if name not in ints and name not in bools:
         return None
-    if len(values) > 1:
-        return f"{name} given {len(values)} times; give it once"
+    if twice := given_twice(name, values):
+        return twice
     value = values[-1] if values else ""
     if name in ints:
         ok, want = _INTEGER.fullmatch(value) is not None, ints[name]

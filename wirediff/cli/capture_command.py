@@ -159,7 +159,7 @@ def check_extra(extra: list[str]) -> list[str]:
 
     They are refused when they set a capture option a flag sets, one the addon does not take, or
     a rotation that is none."""
-    from wirediff.addons._options import unknown_names, unparsable
+    from wirediff.addons._options import given_twice, unknown_names, unparsable
     from wirediff.addons.capture import BOOL_OPTIONS, INT_OPTIONS, body_cap_problem
 
     if extra[:1] == ["--"]:
@@ -175,9 +175,8 @@ def check_extra(extra: list[str]) -> list[str]:
         given.setdefault(name, []).append(value)
     # refused before the proxy starts, in one line, not after mitmdump's own
     for name, values in given.items():
-        if name.startswith("capture_") and len(values) > 1:
-            raise UsageError(f"--set {name} given {len(values)} times; give it once")
-        found = unparsable(name, values, INT_OPTIONS, BOOL_OPTIONS)
+        found = given_twice(name, values) if name.startswith("capture_") else None
+        found = found or unparsable(name, values, INT_OPTIONS, BOOL_OPTIONS)
         if not found and name == "capture_body_cap":
             found = body_cap_problem(int(values[-1]))
         if not found and name == "capture_rotate":
