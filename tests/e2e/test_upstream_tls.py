@@ -180,7 +180,10 @@ def test_https_to_a_plain_http_server_is_upstream_tls_through_capture_and_replay
         code = main_replay([str(capture), "--to", https + "/v1", "--label", "plain"])
         err = capsys.readouterr().err
         assert code == 2
-        assert f"TLS failed with plain at {https}/v1: all 1 requests failed (recorded as tls" in err
+        assert (
+            f"TLS failed with plain at {https}/v1: all 1 requests failed (recorded as tls; "
+            "`wirediff diagnose` says what to fix; then run the same command again to retry them)"
+        ) in err
         (replayed,) = load_records([tmp_path / "s.plain.jsonl"])
         # as said, the same command names it with http:// and tries it again: it sent nothing
         assert main_replay([str(capture), "--to", plain + "/v1", "--label", "plain"]) == 0

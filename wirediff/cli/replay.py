@@ -278,13 +278,16 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     if failed:
         r = failed[0]
         c = r.counts
+        again = "run the same command again to retry them"
         if c.unreachable == c.sent:
             kinds = sorted(c.unreachable_kinds)
             head = "TLS failed with" if kinds == ["tls"] else "could not connect to"
             what = f"{head} {r.target.label} at {r.target.shown}: all {c.sent} requests failed (recorded as {' and '.join(kinds)}"
+            if kinds == ["tls"]:  # the same again fails the same way
+                again = f"`wirediff diagnose` says what to fix; then {again}"
         else:
             what = f"every request to {r.target.label} at {r.target.shown} failed at the transport (none of {c.sent} got an answer; recorded"
-        raise UsageError(f"{what}; run the same command again to retry them)")
+        raise UsageError(f"{what}; {again})")
     return 0
 
 
