@@ -40,6 +40,18 @@ def test_a_rows_error_body_is_tagged_a_soft_error_as_loading_tags_it() -> None:
     assert read["tags"]["soft_error"] is True
 
 
+def test_a_row_is_checked_before_it_is_read_as_the_analysis_reads_it() -> None:
+    """As a capture's line is: a deep body kept as text would hide a `response.text` that is
+    no text, which the check refuses."""
+    deep: object = 1
+    for _ in range(70):
+        deep = {"a": deep}
+    rec = error_record(status=500, body={"error": deep})
+    rec["response"]["text"] = 5  # type: ignore[index, arg-type]
+    with pytest.raises(CaptureError, match="row 0: malformed wirediff/1 record"):
+        dataset_record("ds/part-0.parquet", 0, json.dumps(rec))
+
+
 def test_an_error_body_nested_too_deeply_is_read_as_text_and_no_soft_error() -> None:
     """Loading keeps a body nested past `MAX_DEPTH` as its text, as the capture does, and tags
     what that leaves: the comparison, which reads the body, agrees with the tag."""

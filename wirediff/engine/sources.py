@@ -280,13 +280,13 @@ def dataset_record(url: str, row: int, text: Any) -> tuple[bytes, Record]:
     if found:
         raise CaptureError(f"{url}: row {row}: {found}")
     try:
-        rec = read_depth(data, loads(data))
+        rec = loads(data)
     except (ValueError, RecursionError):
         raise CaptureError(f"{url}: row {row}: not a JSON record") from None
     found = past_bounds(data, rec) or record_problem(rec)
     if found:
         raise CaptureError(f"{url}: row {row}: {found}")
-    return data, rec
+    return data, read_depth(data, rec)
 
 
 def read_records(

@@ -292,10 +292,8 @@ def _limited(line: bytes, rec: Record, *, as_sent: bool = False) -> bool:
     """Tell whether `rec` was changed as the analysis reads it.
 
     Bodies nested too deeply are kept as text, lone surrogates as their escapes; then an error
-    body in a 2xx, as those leave it, is tagged a soft error. A value that is no record's object
-    is left for the check to say why."""
-    if type(rec) is not dict:
-        return False
+    body in a 2xx, as those leave it, is tagged a soft error. The record is one the format
+    check passed."""
     deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and limit_depth(rec)
     odd = not as_sent and _lone_surrogates(line) and _escape_surrogates(rec)
     soft = tag_soft_error(rec)

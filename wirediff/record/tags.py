@@ -254,15 +254,12 @@ def tag_soft_error(rec: Record) -> bool:
     """Tag a 2xx answer's error body or error event as the soft error it is, where not tagged.
 
     Another tool's record may tag it as none: the wire decides, so that every part of the
-    analysis, which reads the tag, reads the answer alike. A record not checked yet, and not
-    in the format, is left as it is, for the check to say why."""
-    try:
-        resp, tags = rec.get("response"), rec["tags"]
-        if tags["soft_error"] or resp is None:
-            return False
-        if not soft_error(resp["status"], resp.get("body"), resp.get("events")):
-            return False
-    except (AttributeError, KeyError, TypeError):
+    analysis, which reads the tag, reads the answer alike. The record is one the format check
+    passed."""
+    resp, tags = rec.get("response"), rec["tags"]
+    if tags["soft_error"] or resp is None:
+        return False
+    if not soft_error(resp["status"], resp.get("body"), resp.get("events")):
         return False
     tags["soft_error"] = True
     return True
