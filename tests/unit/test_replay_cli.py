@@ -304,11 +304,12 @@ def test_a_stream_filter_may_be_a_pattern(
 @pytest.mark.parametrize(
     ("name", "said"),
     [
-        ("../../ESCAPED", "is a file name, not a path: '../../ESCAPED'"),
-        ("/tmp/ABS", "is a file name, not a path: '/tmp/ABS'"),
-        (".", "is a file name, not a path: '.'"),
-        ("a\nb", "is a file name without control characters: 'a\\nb'"),
-        ("a\0b", "is a file name without control characters: 'a\\x00b'"),
+        ("../../ESCAPED", "a path"),
+        ("/tmp/ABS", "a path"),
+        ("..", "a path"),
+        ("a\nb", "a name with control characters"),
+        ("a\0b", "a name with control characters"),
+        ("a\u202eb", "a name with control characters"),
     ],
 )
 @pytest.mark.parametrize("dry", [True, False], ids=["dry run", "sent"])
@@ -323,5 +324,22 @@ def test_a_records_session_never_leads_the_output_out_of_its_folder(
     args = [str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "lm", *(["--dry-run"] * dry)]
     assert main_replay(args) == 2
     err = capsys.readouterr().err
-    assert f"the session of exchange {recs[0]['id']!r} {said}; name the output with -o OUT" in err
+    assert (
+        f"exchange {recs[0]['id']!r}: its session {name!r} is {said}, not a file name beside the "
+        "capture; name the output with -o OUT"
+    ) in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["deep", "t.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", ".hidden", "s.1"])
+def test_a_session_that_names_a_file_is_taken_however_a_capture_would_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """An imported HAR's session is its file's stem (`127.0.0.1.har`): the output beside the
+    capture is `127.0.0.1.lm.jsonl`, though `capture --session 127.0.0.1` would be refused."""
+    recs = [cast(Record, dict(r, session=name)) for r in session()[:1]]
+    cap = write_capture(tmp_path / "t.jsonl", recs)
+    assert (
+        main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "--label", "lm", "--dry-run"]) == 0
+    )
+    assert capsys.readouterr().err == ""  # the dry run names the outputs, as above

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from glob import escape
 from pathlib import Path
 
+from wirediff._support import printable
+
 __all__ = [
     "BOM",
     "HEAD_BYTES",
@@ -96,11 +98,23 @@ def first_part(path: Path) -> Path | None:
     return path.with_name(m["base"] + SUFFIX) if m else None
 
 
+def not_a_file_name(name: str) -> str | None:
+    """Say why `name` cannot name a file in a folder, or None: it is a path, or unprintable."""
+    if name in ("", ".", "..") or "/" in name:
+        return "a path"
+    if printable(name) != name:
+        return "a name with control characters"
+    return None
+
+
 def session_problem(session: str) -> str | None:
-    """Say why `session` cannot name a capture file's stem, or None when it can."""
-    if not session or "/" in session or session.startswith("."):
+    """Say why `session` cannot name a capture file's stem, or None when it can.
+
+    Besides any file name's rules, it names no hidden file and no part of another session."""
+    wrong = not_a_file_name(session)
+    if wrong == "a path" or session.startswith("."):
         return f"is a file name, not a path: {session!r}"
-    if any(c < " " or c == "\x7f" for c in session):
+    if wrong:
         return f"is a file name without control characters: {session!r}"
     if names_a_part(session):
         return (

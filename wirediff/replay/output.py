@@ -12,7 +12,7 @@ from pathlib import Path
 from wirediff._types import Record
 from wirediff.errors import UsageError
 from wirediff.record.exchange import Exchange
-from wirediff.record.parts import session_problem
+from wirediff.record.parts import not_a_file_name
 from wirediff.record.spool import RecordMeta, Spool
 from wirediff.record.store import RecordWriter, iter_records, latest_replays
 from wirediff.replay.config import Options
@@ -30,11 +30,11 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
         return opts.output
     src = capture_of[str(rec["id"])]
     session = str(rec.get("session") or src.stem)
-    wrong = session_problem(session)
+    wrong = not_a_file_name(session)
     if wrong:
         raise UsageError(
-            f"{src}: the session of exchange {str(rec['id'])!r} {wrong}; "
-            "name the output with -o OUT"
+            f"{src}: exchange {str(rec['id'])!r}: its session {session!r} is {wrong}, not a "
+            "file name beside the capture; name the output with -o OUT"
         )
     return src.parent / f"{session}.{target.label}.jsonl"
 
