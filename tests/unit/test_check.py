@@ -243,6 +243,26 @@ def test_a_candidate_that_pairs_with_nothing_is_bad_input(
     )
 
 
+@pytest.mark.parametrize("kind", ["interrupted", "proxy_shutdown"])
+def test_a_candidate_our_own_stop_cut_whole_is_bad_input_not_a_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Its exchanges are judged by no verdict: with nothing else, the gate would pass it."""
+    base = [chat_record(id="o1"), chat_record(id="o2", seq=1)]
+    cut = [replay(b, id=f"c{i}", label="vllm") for i, b in enumerate(base)]
+    for rec in cut:
+        rec["response"], rec["error"] = None, {"kind": kind, "message": "stopped"}
+    assert main(["check", write(tmp_path / "s.jsonl", base), write(tmp_path / "v.jsonl", cut)]) == 2
+    assert capsys.readouterr().err == (
+        "wirediff: error: vllm: every exchange paired with the baseline was cut by a stop (a "
+        "replay's Ctrl-C, or the capture's), so none can be judged: resume the replay with the "
+        "same command, or capture again\n"
+    )
+    one = [*cut[:1], replay(base[1], id="c9", label="vllm")]  # one answered: judged by it
+    assert main(["check", str(tmp_path / "s.jsonl"), write(tmp_path / "w.jsonl", one)]) == 0
+    assert "1 replayed exchange compared" in capsys.readouterr().out
+
+
 def test_a_candidate_with_the_baseline_label_is_bad_input_not_a_pass(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

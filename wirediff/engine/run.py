@@ -255,9 +255,17 @@ class Run:
                     f"{path}: no exchange pairs with {baseline} ({base_label}): none replays "
                     "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
                 )
-        how = pairs["pairing"].astype(str).to_numpy()
+        sent = pairs["sent"].to_numpy(dtype=bool)
+        how = pairs["pairing"].astype(str).to_numpy()[sent]
         by_label = text(rows["label"]).to_numpy()[pairs["c"].to_numpy()]
-        content = Counter(by_label[how == CONTENT].tolist())
+        cut = sorted(set(by_label.tolist()) - set(by_label[sent].tolist()))
+        if cut:  # judged by nothing, it would pass the gate
+            raise UsageError(
+                f"{cut[0]}: every exchange paired with the baseline was cut by a stop (a "
+                "replay's Ctrl-C, or the capture's), so none can be judged: resume the replay "
+                "with the same command, or capture again"
+            )
+        content = Counter(by_label[sent][how == CONTENT].tolist())
         return CheckResult(
             verdict_frame(analysis.cells(), analysis.roles()),
             analysis.gate(),
