@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from wirediff._types import Record
 
 __all__ = [
+    "NOT_COMPARED",
     "STOPPED_IN_FLIGHT",
     "STOPPED_KINDS",
     "as_bytes",
@@ -125,11 +126,13 @@ STOPPED_IN_FLIGHT = "proxy_shutdown"
 
 The capture records it as it stood: what came of it says nothing about the server, so no
 verdict counts it."""
-STOPPED_KINDS = [STOPPED_IN_FLIGHT, "interrupted"]
+STOPPED_KINDS = (STOPPED_IN_FLIGHT, "interrupted")
 """The `error.kind`s of an exchange our own stop cut: mitmdump's, or a replay's Ctrl-C.
 
 What came of it says nothing about the server: it is compared with nothing and no verdict
 counts it."""
+NOT_COMPARED = ("skipped", *STOPPED_KINDS)
+"""The `error.kind`s of an exchange no comparison reads: a replay step left unsent, or cut."""
 
 
 def error_kind(record: Record) -> str | None:

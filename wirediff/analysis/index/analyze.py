@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wirediff._support import STOPPED_KINDS, paused_gc
+from wirediff._support import NOT_COMPARED, STOPPED_KINDS, paused_gc
 from wirediff._types import Record
 from wirediff.analysis.comparison.assumed import assumed_note
 from wirediff.analysis.comparison.divergences import DIVERGENCE_COLUMNS, FINDING_COLUMNS
@@ -321,7 +321,7 @@ def analyse(index: Index, *, ignore: Sequence[str] = (), baseline: str | None = 
     pairing = pair_exchanges(rows, baseline=baseline)
     pairs = pairing.pairs
     # a replay step left unsent, or either side cut by our own stop, is not compared
-    said = ~np.isin(rows["error_kind"].to_numpy(dtype=object), ["skipped", *STOPPED_KINDS])
+    said = ~np.isin(rows["error_kind"].to_numpy(dtype=object), NOT_COMPARED)
     pairs["sent"] = said[pairs["c"].to_numpy()] & said[pairs["b"].to_numpy()]
     templates = _Templates(glob_regex(ignore))
     found = [*_pair_findings(index, pairs, templates), _own_findings(index, templates)]
