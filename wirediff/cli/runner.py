@@ -159,7 +159,7 @@ def terminal(stream: TextIO | None) -> TextIO:
     a stream closed before the command started (`>&-`) takes what is printed to nowhere."""
     if stream is None:
         return open(os.devnull, "w", encoding="utf-8")
-    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+    if isinstance(stream, io.TextIOWrapper) and not stream.closed and stream.errors == "strict":
         stream.reconfigure(errors="backslashreplace")
     return stream
 
@@ -220,16 +220,17 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     shell entered it is said first: paths resolve against it, and would fail naming no file."""
     with _scrubbed_terminal():
         try:
-            os.getcwd()
             args = parser.parse_args(argv)
+        except UsageError as e:
+            print(f"wirediff: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            os.getcwd()
         except FileNotFoundError:
             print(
                 "wirediff: error: the working directory no longer exists; cd to one that does",
                 file=sys.stderr,
             )
-            return EXIT_ERROR
-        except UsageError as e:
-            print(f"wirediff: error: {e}", file=sys.stderr)
             return EXIT_ERROR
         return run_command(args.func, args)
 
