@@ -70,7 +70,7 @@ def unparsable(
         return None
     if twice := given_twice(name, values):
         return twice
-    value = values[-1] if values else ""
+    value = values[-1]
     if name in ints:
         ok, want = _INTEGER.fullmatch(value) is not None, ints[name]
     else:
