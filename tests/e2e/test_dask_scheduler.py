@@ -36,9 +36,9 @@ def silent_port() -> Iterator[int]:
     yield server.getsockname()[1]
     with contextlib.suppress(OSError):  # wakes the accept: a close alone may not
         server.shutdown(socket.SHUT_RDWR)
-    server.close()
-    thread.join(10)
+    thread.join(10)  # before the close: its number may not be reused while it accepts
     assert not thread.is_alive()
+    server.close()
     for conn in held:  # every one it accepted, now that it accepts no more
         conn.close()
 
