@@ -257,6 +257,6 @@ def test_wirediff_check_exit_codes(
     copy = baseline.with_name("copy.jsonl")
     copy.write_bytes(baseline.read_bytes())
     assert main(["check", str(baseline), str(copy)]) == 2
-    assert "no exchange pairs with" in capsys.readouterr().err
+    assert f"{copy}: every exchange repeats one read before, by its id" in capsys.readouterr().err
     assert main(["check", str(baseline), str(baseline)]) == 2
     assert "the baseline itself" in capsys.readouterr().err
