@@ -14,7 +14,6 @@ candidate and family whose failure message holds the reasons.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ from xml.etree import ElementTree as ET
 from wirediff._support import plural, printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.cli.engine_options import add_engine_options, open_run
-from wirediff.cli.inputs import distinct_outputs, named_captures, on_stdout
+from wirediff.cli.inputs import among, distinct_outputs, named_captures, on_stdout
 from wirediff.cli.report import IGNORE_HELP, load_ignore
 from wirediff.cli.runner import EXIT_FOUND, EXIT_OK, exit_codes
 from wirediff.errors import UsageError
@@ -156,14 +155,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
     for n, candidate in enumerate(args.candidates):
-        for earlier in [args.baseline, *args.candidates[:n]]:
-            with contextlib.suppress(OSError):
-                if os.path.samefile(candidate, earlier):
-                    raise UsageError(
-                        f"{candidate}: the baseline itself; a candidate is another capture"
-                        if earlier == args.baseline
-                        else f"{candidate}: given twice"
-                    )
+        if among(Path(candidate), [Path(args.baseline)]):
+            raise UsageError(f"{candidate}: the baseline itself; a candidate is another capture")
+        if among(Path(candidate), [Path(c) for c in args.candidates[:n]]):
+            raise UsageError(f"{candidate}: given twice")
     piped = on_stdout({"--json": args.json, "--junit": args.junit})
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:

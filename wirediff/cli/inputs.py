@@ -37,6 +37,7 @@ from wirediff.record.parts import (
 from wirediff.record.store import iter_records
 
 __all__ = [
+    "among",
     "capture_file",
     "distinct_outputs",
     "iter_capture",
@@ -286,10 +287,10 @@ def distinct_outputs(
             raise UsageError(
                 f"{option} {out}: inside the wirediff dataset {dataset}; name a path outside it"
             )
-        if Path(out).is_file() and _among(Path(out), read):
+        if Path(out).is_file() and among(Path(out), read):
             raise UsageError(f"{option} {out}: a capture this command reads; name another file")
         base = first_part(Path(out))
-        if not appends and base is not None and _among(base, read):
+        if not appends and base is not None and among(base, read):
             raise UsageError(
                 f"{option} {out}: named as a part of a session this command reads, so it would "
                 "be read as one; name another file"
@@ -333,7 +334,7 @@ def _in_dataset(path: Path) -> Path | None:
     return None
 
 
-def _among(path: Path, files: Sequence[Path]) -> bool:
+def among(path: Path, files: Sequence[Path]) -> bool:
     """Tell whether `path` is one of `files`, by any of their names."""
     for p in files:
         with contextlib.suppress(OSError):
