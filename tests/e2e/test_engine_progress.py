@@ -10,6 +10,7 @@ import pytest
 
 from tests.fixtures.sessions import write_fixtures
 from wirediff.cli import main
+from wirediff.cli.judge import judge
 from wirediff.engine import scan
 from wirediff.engine.run import Run
 
@@ -23,7 +24,7 @@ def test_a_terminal_gets_parts_done_and_exchanges_per_second(
     files = [str(p) for p in write_fixtures(tmp_path)]
     with Run("local", progress=True) as run:
         run.diagnose(files)
-        run.check(files[0], files[1:])
+        judge(run, files[0], files[1:])
     err = capsys.readouterr().err
     assert "scan" in err and "ex/s" in err
     parts = [int(n) for n in re.findall(r"(\d+)/\d+ parts", err)]
@@ -49,5 +50,5 @@ def test_a_terminal_that_says_it_has_no_rows_still_gets_its_bars(
     monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: lambda fp: (-1, -1))
     files = [str(p) for p in write_fixtures(tmp_path)]
     with Run("local", progress=True) as run:
-        run.check(files[0], files[1:])
+        judge(run, files[0], files[1:])
     assert "ex/s" in capsys.readouterr().err

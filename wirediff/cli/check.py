@@ -149,6 +149,7 @@ def unmatched_counts(unmatched: pd.DataFrame, label: str) -> dict[str, int]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from wirediff.cli.judge import judge
     from wirediff.reports.bottom_line import bottom_line, cell_name
 
     fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
@@ -162,7 +163,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     piped = on_stdout({"--json": args.json, "--junit": args.junit})
     ignore = load_ignore(args.ignore_config) if args.ignore_config else ()
     with named_captures(inputs) as named, open_run(args) as run:
-        result = run.check(named[0], named[1:], args.baseline_label, ignore=ignore)
+        result = judge(run, named[0], named[1:], args.baseline_label, ignore=ignore)
     gated = gate_from(result.verdicts, result.gate, args.fail_on_severity, fail_on)
     passed = not gated["fails"].any()
     lines = sys.stderr if piped else sys.stdout  # `--json -`, `--junit -`: stdout is theirs

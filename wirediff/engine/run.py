@@ -12,9 +12,7 @@ import math
 import os
 import sys
 import uuid
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -24,10 +22,8 @@ import pandas as pd
 from wirediff import FORMAT
 from wirediff._support import give_back_memory, map_large_blocks
 from wirediff._types import Record
-from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
 from wirediff.analysis.comparison.reading import Reading
-from wirediff.analysis.comparison.verdicts import verdict_frame
-from wirediff.analysis.index.analyze import GateCounts, Index, analyse, diagnose_index
+from wirediff.analysis.index.analyze import Index, analyse, diagnose_index
 from wirediff.analysis.index.kept import kept_rows, replay_roots
 from wirediff.analysis.index.row import concat_index
 from wirediff.engine import parquet
@@ -48,7 +44,7 @@ from wirediff.record.lines import newlines_before
 from wirediff.record.store import log as store_log
 from wirediff.reports.model import ReportModel, build
 
-__all__ = ["EXCHANGE_BYTES", "CheckResult", "Run"]
+__all__ = ["EXCHANGE_BYTES", "Run"]
 
 EXCHANGE_BYTES = 1_500
 """Memory a command holds per exchange at its peak, about, on either engine.
@@ -66,22 +62,6 @@ SMALL_BYTES = 64 << 20
 Workers would be no faster there, each warming caches of its own (the SDK's types): the 10k
 bench file, 52 MB, took 5.7-6.6 s on two workers against 5.5-7.3 in one process, with 2.7 s
 more CPU and twice the memory."""
-
-
-@dataclass
-class CheckResult:
-    verdicts: pd.DataFrame
-    gate: GateCounts
-    baseline: int
-    """Exchanges of the baseline's label in the baseline capture."""
-    label: str
-    """The baseline's label."""
-    replayed: int
-    """Pairs of a replay with its original."""
-    by_content: dict[str, int]
-    """Per candidate label: its originals paired by content with the baseline's."""
-    unmatched: pd.DataFrame
-    """Exchanges of independent captures without a counterpart (`UNMATCHED_COLUMNS`)."""
 
 
 class Run:
@@ -189,92 +169,6 @@ class Run:
         diagnosed = diagnose_index(index)
         give_back_memory()
         return build(analysis, diagnosed, max_examples=max_examples)
-
-    def check(
-        self,
-        baseline: str,
-        candidates: Sequence[str],
-        label: str | None = None,
-        *,
-        ignore: Sequence[str] = (),
-    ) -> CheckResult:
-        """Judge the candidates against the baseline and give what the gate reads.
-
-        The baseline's `label` is by default that of most of its originals; `ignore` holds path
-        patterns left out of the findings, as `report`'s. Without candidates, the baseline's
-        other labels are the candidates, as in a dataset exported from several captures. A
-        candidate none of whose exchanges pairs with one of the captures, by replay or by
-        content, is a usage error."""
-        index, scope = self.scan([baseline, *candidates], scoped=True)
-        rows = index.rows
-        mine = rows[scope == 0]
-        labels = text(mine["label"])
-        originals = Counter(labels[mine["replay_of"].isna().to_numpy()].tolist())
-        if not originals:
-            raise UsageError(f"{baseline}: no original exchange to compare with (only replays)")
-        base_label = originals.most_common(1)[0][0]
-        if label is not None:
-            known = list(pd.unique(labels))
-            if label not in known:
-                raise UsageError(
-                    f"--baseline {label}: {baseline} has no exchange of that label "
-                    f"(labels: {', '.join(known)})"
-                )
-            base_label = label
-        same = (text(rows["label"]) == base_label).to_numpy() & (scope > 0)
-        if same.any():
-            path = candidates[int(scope[same][0]) - 1]
-            raise UsageError(
-                f"{path}: its exchanges carry the baseline's label, {base_label}; check "
-                "compares labels: give the candidate one of its own (--label NAME)"
-            )
-        analysis = analyse(index, ignore=ignore, baseline=base_label)
-        pairs = analysis.pairs
-        paired = set(scope[pairs["c"].to_numpy()].tolist())
-        if not candidates and not len(pairs):
-            raise UsageError(
-                f"{baseline}: no exchange of another label pairs with its baseline ({base_label}); "
-                "name the candidates' captures after it"
-            )
-        stray = set(pd.unique(text(rows["label"]))) - {base_label} - analysis.pair_labels()[1]
-        if not candidates and stray:  # in a file of their own, a usage error
-            store_log.warning(
-                f"{baseline}: {', '.join(sorted(stray))}: no exchange pairs with the baseline "
-                f"({base_label}); not compared"
-            )
-        present = set(scope.tolist())
-        for n, path in enumerate(candidates, 1):
-            if n not in present:  # each record's id was read before, in an earlier input
-                raise UsageError(
-                    f"{path}: every exchange repeats one read before, by its id, as when a "
-                    f"dataset holds this capture: give each once (`wirediff check {baseline}` "
-                    "alone gates the other labels it holds)"
-                )
-            if n not in paired:
-                raise UsageError(
-                    f"{path}: no exchange pairs with {baseline} ({base_label}): none replays "
-                    "it and none asks what it asks (capture the same app, or `wirediff replay` it)"
-                )
-        sent = pairs["sent"].to_numpy(dtype=bool)
-        how = pairs["pairing"].astype(str).to_numpy()[sent]
-        by_label = text(rows["label"]).to_numpy()[pairs["c"].to_numpy()]
-        cut = sorted(set(by_label.tolist()) - set(by_label[sent].tolist()))
-        if cut:  # judged by nothing, it would pass the gate
-            raise UsageError(
-                f"{cut[0]}: every exchange paired with the baseline was cut by a stop (a "
-                "replay's Ctrl-C, or the capture's), so none can be judged: resume the replay "
-                "with the same command, or capture again"
-            )
-        content = Counter(by_label[sent][how == CONTENT].tolist())
-        return CheckResult(
-            verdict_frame(analysis.cells(), analysis.roles()),
-            analysis.gate(),
-            int((labels == base_label).sum()),
-            base_label,
-            int((how == REPLAY).sum()),
-            dict(sorted(content.items())),
-            analysis.unmatched,
-        )
 
     def diagnose(self, args: Sequence[str]) -> pd.DataFrame:
         """Give every diagnosis, in the order `diagnose` prints them."""
