@@ -131,8 +131,8 @@ def test_readiness_follows_the_needs_and_strict() -> None:
 
 
 def test_a_break_only_openai_node_sees_stops_openai_node_alone() -> None:
-    """ORS's chat stream ends with no finish_reason: openai-node's `.stream()` raises, the
-    Python clients read it. The feature is breaking, and only openai-node is not ready."""
+    """A chat stream ends with no finish_reason (llama-cpp-python's, when another request cuts
+    it short): openai-node's `.stream()` raises, the Python clients read it. The feature is breaking, and only openai-node is not ready."""
     node_only = [("breaking", "openai-node"), ("deviation", "")]
     rows = {"s": FeatureRow("s", "S", "breaking", "", "", whose=node_only)}
     mine = [Client("openai-node", "openai-node", ("s",)), Client("openai-python", "py", ("s",))]
@@ -144,7 +144,8 @@ def test_a_break_only_openai_node_sees_stops_openai_node_alone() -> None:
 
 def test_a_stream_under_another_content_type() -> None:
     """A whole event stream labeled application/json is read by the SDKs (a deviation, its
-    tool calls counted); one that is not whole is a stream not given."""
+    tool calls counted); one without its `[DONE]` fails as such a stream under its own type
+    does, and says so; a body of no event is a stream not given."""
 
     def answer(text: str) -> Any:
         return make_record(
@@ -163,6 +164,10 @@ def test_a_stream_under_another_content_type() -> None:
     )
     assert tool_calls(whole) == 1
     [p] = check(expect, [answer(f"data: {chunk}\n\n")])
+    assert p.severity == "failed"
+    said = "200, an event stream answered as application/json, with no [DONE] after 1 event"
+    assert p.evidence == said
+    [p] = check(expect, [answer(json.dumps({"choices": []}))])
     assert p.severity == "failed"
     assert (
         p.evidence == "200, a stream asked for and application/json answered, not an event stream"

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from wirediff._support import clip, is_2xx, response_status
+from wirediff._support import clip, is_2xx, plural, response_status
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.breaks import server_words
 from wirediff.analysis.comparison.observe import RESPONSE_TERMINALS
@@ -61,23 +61,29 @@ def part(rec: Record, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def mislabeled_events(rec: Record) -> list[Event] | None:
-    """Split a stream asked for that came whole under another type than `text/event-stream`.
+def _body_events(rec: Record) -> list[Event]:
+    """Split the body of a stream asked for that came under another type than `text/event-stream`.
 
-    The SDKs read a streamed answer's body as events whatever its type. Else None: the recorder
-    splits events by the type, so the record has none."""
+    The SDKs read a streamed answer's body as events whatever its type; the recorder splits
+    events by the type, so the record has none. Empty when the body holds no event."""
     resp, tags = part(rec, "response"), part(rec, "tags")
     text = resp.get("text")
     if (
         not tags.get("stream")
         or tags.get("soft_error")
-        or rec.get("error")
         or resp.get("events") is not None
         or not is_2xx(resp.get("status"))
         or not isinstance(text, str)
     ):
-        return None
-    events = parse_events(split_events(text.encode())[0])
+        return []
+    return parse_events(split_events(text.encode())[0])
+
+
+def mislabeled_events(rec: Record) -> list[Event] | None:
+    """Give the events of a whole stream under another type than `text/event-stream`, or None.
+
+    Whole: nothing cut it, and it ends with its terminal event (`_body_events`)."""
+    events = [] if rec.get("error") else _body_events(rec)
     last = events[-1].get("data") if events else None
     whole = last == "[DONE]" or (isinstance(last, dict) and last.get("type") in RESPONSE_TERMINALS)
     return events if whole else None
@@ -192,6 +198,11 @@ def _answer(rec: Record) -> str:
     if is_2xx(status) or (status == 101 and is_websocket(rec)):
         end = stream_end(rec)
         if end is None and part(rec, "tags").get("stream"):
+            events = _body_events(rec)
+            if events and not err and resp.get("complete") is not False:
+                want = "response.completed" if _family(rec) == "responses" else "[DONE]"
+                said = f"an event stream answered as {content_type(rec)}"
+                return f"{status}, {said}, with no {want} after {plural(len(events), 'event')}"
             return f"{status}, a stream asked for and {content_type(rec)} answered, not an event stream"
         why = stream_problem(rec, end)
         if why is not None:
