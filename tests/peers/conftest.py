@@ -65,9 +65,11 @@ DROPPED_MESSAGES: list[ChatCompletionMessageParam] = [
 ]
 START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0, "llama": 60.0, "ors": 60.0}
 TINY_ANSWER = "Hello tiny world!"  # what the tiny model says to any prompt
-LLAMA_CTX = 256
-"""`--n_ctx` of the llama peer: llama.cpp's smallest clean context (a smaller one is rounded
-up to 256 while prompts are checked against the number given)."""
+LLAMA_CTX = 2048
+"""`--n_ctx` of the llama peer, the tiny model's trained context. Its tokenizer makes a token
+of each byte, so a request with tools (a long template) or a history through ORS takes
+hundreds; one past the context fails mid-stream and closes its connection, and ORS's next
+request on it from its pool gets no answer."""
 LLAMA_KEY = "sk-wirediff-llama-3e8a61c0"
 """The key the keyed llama server accepts (`--api_key`)."""
 ORS_KEY = "sk-wirediff-ors-upstream-9b2d"
@@ -389,7 +391,10 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
     )  # fmt: skip
     port, keyed_port = free_ports(2)
     argv = [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
-    argv += ["--n_ctx", str(LLAMA_CTX)]
+    # By default a request that arrives while another streams cuts that stream short, and
+    # whether its `[DONE]` still goes out is a race (sse-starlette's task group): requests wait
+    # their turn instead, so every stream of the probe's concurrent requests ends as it should.
+    argv += ["--n_ctx", str(LLAMA_CTX), "--interrupt_requests", "False"]
     with contextlib.ExitStack() as stack:
         env = loopback_env()
         peer = start_peer("llama", [*argv, "--port", str(port)], port=port, workdir=work,

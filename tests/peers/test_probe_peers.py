@@ -52,25 +52,14 @@ probe's `pass`. Elsewhere its `passed` means a client works: the probe's `pass` 
 TOOLS = frozenset({"chat.tools", "chat.parallel_tools", "chat.streamed_tool_calls"})
 SAMPLED: dict[str, frozenset[str]] = {
     "llama": TOOLS,
-    "ors": TOOLS | {"responses.stream", "chat.stream"},
+    "ors": TOOLS | {"responses.stream"},
     "litellm": frozenset(),
 }
 """Rows that follow what the tiny model samples: its tool calls are random tokens (their
 arguments JSON now and then, most often not), and ORS streams a Response's text before its
 item when the model says something, which the SDK's stream helper cannot read, and nothing
 of the kind when it says nothing. No table holds them; their premises are checked on the
-very answers the probe graded (`replay`), and llm-comply's tool test is compared nowhere.
-ORS's chat stream (labeled application/json) ends with a `finish_reason` or not, as the
-model stops (`NODE_ONLY`)."""
-NODE_ONLY: dict[str, frozenset[str]] = {
-    "llama": frozenset(),
-    "ors": frozenset({"chat.stream"}),
-    "litellm": frozenset(),
-}
-"""Rows only openai-node can break: ORS's chat stream without a `finish_reason` is read by
-openai-python, while `client.chat.completions.stream()` of openai-node refuses it ("missing
-finish_reason for choice 0"). The premise below is openai-python's: it works, and the row is
-a deviation or a break in openai-node's words, which stops the openai-node row alone."""
+very answers the probe graded (`replay`), and llm-comply's tool test is compared nowhere."""
 REPLAY = {"llama", "ors"}
 """Servers whose answers the SDK reads replayed from the probe's records (a sampling
 model's next answer to the same request is another)."""
@@ -92,6 +81,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "ors": {
         "models": "deviation",  # llama's, passed through
         "chat.text": "deviation",
+        "chat.stream": "deviation",  # llama's stream, labeled application/json
         "chat.usage_chunk": "breaking",
         "chat.structured_output": "breaking",
         "chat.bad_parameter": "deviation",
@@ -271,11 +261,7 @@ def test_probe_on_real_peers(
     seen = sdk_outcomes(
         url, doc["model"], key, doc["embedding_model"], records if name in REPLAY else None
     )
-    wrong = {f: disagreement(f, got[f], seen[f]) for f in FEATURES if f not in NODE_ONLY[name]}
-    evidence = {f["id"]: f["evidence"] for f in doc["features"]}
-    for f in NODE_ONLY[name]:
-        assert seen[f].ok, seen[f].said
-        assert got[f] == "deviation" or "(openai-node " in evidence[f], evidence[f]
+    wrong = {f: disagreement(f, got[f], seen[f]) for f in FEATURES}
     assert not {f: w for f, w in wrong.items() if w}, (wrong, doc["features"])
     # the client rows
     clients = {c["id"]: c for c in doc["clients"]}
@@ -286,12 +272,7 @@ def test_probe_on_real_peers(
     }
     assert blocked == NOT_READY[name]
     for c in clients.values():
-        failing = [n for n in c["needs"] if got[n] in ("breaking", "unsupported")]
-        spared = [n for n in failing if n not in c["blocking"]]
-        assert c["blocking"] == [n for n in failing if n not in spared]
-        # only what openai-node alone breaks spares a client, and never openai-node
-        assert all(n in NODE_ONLY[name] and "(openai-node " in evidence[n] for n in spared)
-        assert c["id"] != "openai-node" or not spared
+        assert c["blocking"] == [n for n in c["needs"] if got[n] in ("breaking", "unsupported")]
     # and llm-comply on the same server
     theirs = comply(url, model, key)
     if name in ONLY_RESPONSES:
