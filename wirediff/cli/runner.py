@@ -7,6 +7,7 @@ capture) are one line each on stderr."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import io
 import logging
@@ -152,15 +153,33 @@ class _Scrubbed:
         return getattr(self._stream, name)
 
 
+def _escape(e: UnicodeError) -> tuple[str | bytes, int]:
+    """Write a character the terminal's encoding lacks: the byte an argument gave, or an escape.
+
+    An argument's bytes that are not text in the locale come as `surrogateescape` characters,
+    which go back out as those bytes; any other character is written as `\\u2192`."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    code = ord(e.object[e.start])
+    if 0xDC80 <= code <= 0xDCFF:
+        return bytes([code - 0xDC00]), e.start + 1
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}", e.start + 1
+
+
+codecs.register_error("wirediff-terminal", _escape)
+
+
 def terminal(stream: TextIO | None) -> TextIO:
     """Make a stream the command may print anything to, whatever the terminal's encoding.
 
-    What the encoding lacks (`→` on a latin-1 terminal) is written as its `\\u2192` escape;
-    a stream closed before the command started (`>&-`) takes what is printed to nowhere."""
+    What the encoding lacks (`→` on a latin-1 or a C-locale terminal) is written as its
+    `\\u2192` escape; a stream closed before the command started (`>&-`) takes what is printed
+    to nowhere."""
     if stream is None:
         return open(os.devnull, "w", encoding="utf-8")
-    if isinstance(stream, io.TextIOWrapper) and not stream.closed and stream.errors == "strict":
-        stream.reconfigure(errors="backslashreplace")
+    mine = isinstance(stream, io.TextIOWrapper) and not stream.closed
+    if mine and stream.errors in ("strict", "surrogateescape"):
+        cast(io.TextIOWrapper, stream).reconfigure(errors="wirediff-terminal")
     return stream
 
 

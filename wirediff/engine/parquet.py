@@ -164,16 +164,18 @@ def _segment(value: Any) -> tuple[str, bool]:
 
 
 def _write(table: pa.Table, url: str) -> None:
+    """Write a table at a URL or a path, opened here: pyarrow takes only names it can encode."""
     if is_url(url):
         import fsspec
 
-        with fsspec.open(url, "wb") as fh:
-            pq.write_table(table, fh, row_group_size=ROW_GROUP_ROWS)
-        return
-    from pathlib import Path
+        opened = fsspec.open(url, "wb")
+    else:
+        from pathlib import Path
 
-    Path(url).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, url, row_group_size=ROW_GROUP_ROWS)
+        Path(url).parent.mkdir(parents=True, exist_ok=True)
+        opened = open(url, "wb")  # noqa: SIM115 (closed by the `with` below)
+    with opened as fh:
+        pq.write_table(table, fh, row_group_size=ROW_GROUP_ROWS)
 
 
 def export_part(
