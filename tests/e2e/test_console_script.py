@@ -156,7 +156,8 @@ def test_a_terminal_without_utf8_or_without_stdout_gets_the_command_done(tmp_pat
 def test_a_c_locale_exports_into_a_folder_of_any_name(tmp_path: Path) -> None:
     """Under the C locale without UTF-8 mode, an argument's bytes come as `surrogateescape`
     characters and stdout takes ASCII alone: the dataset is written at the folder named, whose
-    bytes `export` prints back as they were given, its `→` as an escape; `report` reads the dataset there."""
+    bytes `export` prints back as given, on stdout and in an error on stderr, its `→` as an
+    escape; `report` reads the dataset there."""
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in openai_session()))
     folder = "pq \u00fc"
     env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0"}
@@ -168,6 +169,12 @@ def test_a_c_locale_exports_into_a_folder_of_any_name(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith(b" events \\u2192 pq \xc3\xbc\n"), done.stdout
     assert any((tmp_path / folder / "exchanges").rglob("*.parquet"))
+    twice = subprocess.run(
+        [WIREDIFF, "export", "s.jsonl", "--parquet", folder], capture_output=True, timeout=120,
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert twice.returncode == 2, twice.stderr
+    assert b"error: --parquet pq \xc3\xbc: inside the wirediff dataset " in twice.stderr
     report = [WIREDIFF, "report", folder, "-o", f"{folder}.html"]
     again = subprocess.run(report, capture_output=True, timeout=120, cwd=tmp_path, env=env)
     assert again.returncode == 0 and (tmp_path / f"{folder}.html").is_file(), again.stderr

@@ -679,13 +679,21 @@ def test_an_export_that_cannot_be_written_is_refused_before_the_scan(
 
 def test_a_terminal_that_lacks_a_character_gets_its_escape() -> None:
     """`→` on a latin-1 terminal (`PYTHONIOENCODING=latin-1`, a Windows code page) is written
-    as `\\u2192`, not an error after the work is done; a closed stream takes it to nowhere."""
+    as `\\u2192`, not an error after the work is done; an argument's bytes that are no text
+    in the locale are written as given; a closed stream takes it to nowhere."""
     raw = io.BytesIO()
     latin = io.TextIOWrapper(raw, encoding="latin-1")
     out = terminal(latin)
     out.write("replay → lm: café …\n")
     out.flush()
     assert raw.getvalue() == b"replay \\u2192 lm: caf\xe9 \\u2026\n"
+    # the C locale: an argument's bytes come back as given, in runs, whatever else is lacking
+    raw = io.BytesIO()
+    out = terminal(io.TextIOWrapper(raw, encoding="ascii", errors="surrogateescape"))
+    given = b"pq \xc3\xbc\xff".decode("ascii", "surrogateescape")
+    out.write(f"→ {given} \U0001f600→→\n")
+    out.flush()
+    assert raw.getvalue() == b"\\u2192 pq \xc3\xbc\xff \\U0001f600\\u2192\\u2192\n"
     closed = terminal(None)
     try:
         assert closed.write("→") == 1

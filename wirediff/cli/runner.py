@@ -153,17 +153,21 @@ class _Scrubbed:
         return getattr(self._stream, name)
 
 
-def _escape(e: UnicodeError) -> tuple[str | bytes, int]:
-    """Write a character the terminal's encoding lacks: the byte an argument gave, or an escape.
+def _escape(e: UnicodeError) -> tuple[bytes, int]:
+    """Write characters the terminal's encoding lacks: the bytes an argument gave, or escapes.
 
     An argument's bytes that are not text in the locale come as `surrogateescape` characters,
     which go back out as those bytes; any other character is written as `\\u2192`."""
     if not isinstance(e, UnicodeEncodeError):
         raise e
-    code = ord(e.object[e.start])
-    if 0xDC80 <= code <= 0xDCFF:
-        return bytes([code - 0xDC00]), e.start + 1
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}", e.start + 1
+    out = bytearray()
+    for char in e.object[e.start : e.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(code - 0xDC00)
+        else:
+            out += char.encode("ascii", "backslashreplace")
+    return bytes(out), e.end
 
 
 codecs.register_error("wirediff-terminal", _escape)
@@ -173,12 +177,13 @@ def terminal(stream: TextIO | None) -> TextIO:
     """Make a stream the command may print anything to, whatever the terminal's encoding.
 
     What the encoding lacks (`→` on a latin-1 or a C-locale terminal) is written as its
-    `\\u2192` escape; a stream closed before the command started (`>&-`) takes what is printed
-    to nowhere."""
+    `\\u2192` escape, and the bytes of an argument that were no text in the locale as they
+    were given; a stream closed before the command started (`>&-`) takes what is printed to
+    nowhere."""
     if stream is None:
         return open(os.devnull, "w", encoding="utf-8")
-    mine = isinstance(stream, io.TextIOWrapper) and not stream.closed
-    if mine and stream.errors in ("strict", "surrogateescape"):
+    open_text = isinstance(stream, io.TextIOWrapper) and not stream.closed
+    if open_text and stream.errors in ("strict", "surrogateescape", "backslashreplace"):
         cast(io.TextIOWrapper, stream).reconfigure(errors="wirediff-terminal")
     return stream
 
