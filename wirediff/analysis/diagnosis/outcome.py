@@ -107,7 +107,7 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
     family = (record.get("tags") or {}).get("family")
     if end.terminal is None:
         want = "response.completed" if family == "responses" else "[DONE]"
-        return f"no {want} after {end.n_events} events"
+        return f"no {want} after {end.n_events} event{'s' if end.n_events != 1 else ''}"
     if end.partial:
         return "last event cut mid-frame"
     resp, kind = record.get("response"), error_kind(record)
