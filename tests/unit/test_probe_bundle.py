@@ -144,8 +144,8 @@ def test_a_break_only_openai_node_sees_stops_openai_node_alone() -> None:
 
 def test_a_stream_under_another_content_type() -> None:
     """A whole event stream labeled application/json is read by the SDKs (a deviation, its
-    tool calls counted); one without its `[DONE]` fails as such a stream under its own type
-    does, and says so; a body of no event is a stream not given."""
+    tool calls counted); one that ends without its `[DONE]`, is cut or fails, fails as it
+    would under its own type, and says so; a body of no event is a stream not given."""
 
     def answer(text: str) -> Any:
         return make_record(
@@ -165,8 +165,27 @@ def test_a_stream_under_another_content_type() -> None:
     assert tool_calls(whole) == 1
     [p] = check(expect, [answer(f"data: {chunk}\n\n")])
     assert p.severity == "failed"
-    said = "200, an event stream answered as application/json, with no [DONE] after 1 event"
+    said = "200, an event stream answered as application/json, no [DONE] after 1 event"
     assert p.evidence == said
+    # `[DONE]` before the last event ends the stream, as under its own type
+    [p] = check(expect, [answer(f"data: {chunk}\n\ndata: [DONE]\n\ndata: {chunk}\n\n")])
+    assert p.severity == "deviation"
+    cut = answer(f"data: {chunk}\n\n")
+    cut["error"] = {"kind": "upstream_disconnect", "message": "server disconnected mid-answer"}
+    cut["response"]["complete"] = False
+    [p] = check(expect, [cut])
+    assert p.evidence == said and p.severity == "failed"
+    cut["response"]["text"] = ""
+    [p] = check(expect, [cut])
+    assert p.evidence == "200, cut before its end (upstream_disconnect)"
+    failed = make_record(
+        id="r1", path="/v1/responses", request_body={"input": "hi", "stream": True},
+        text='data: {"type":"response.failed","response":{"error":{"message":"no GPU"}}}\n\n',
+        headers=[["content-type", "application/json"]],
+    )  # fmt: skip
+    [p] = check({"answered": {}}, [failed])
+    assert p.severity == "failed", p
+    assert p.evidence.startswith("200, an event stream answered as application/json, "), p
     [p] = check(expect, [answer(json.dumps({"choices": []}))])
     assert p.severity == "failed"
     assert (

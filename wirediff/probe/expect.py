@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 
-from wirediff._support import clip, is_2xx, plural, response_status
+from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.breaks import server_words
-from wirediff.analysis.comparison.observe import RESPONSE_TERMINALS
 from wirediff.analysis.diagnosis.outcome import exchange_ok, stream_end, stream_problem
 from wirediff.record.sse import parse_events, split_events
 from wirediff.record.websocket import is_websocket, server_events
@@ -79,14 +78,24 @@ def _body_events(rec: Record) -> list[Event]:
     return parse_events(split_events(text.encode())[0])
 
 
-def mislabeled_events(rec: Record) -> list[Event] | None:
-    """Give the events of a whole stream under another type than `text/event-stream`, or None.
+def _as_labeled(rec: Record) -> Record | None:
+    """Give the record as if its body's events had come as `text/event-stream`, or None.
 
-    Whole: nothing cut it, and it ends with its terminal event (`_body_events`)."""
-    events = [] if rec.get("error") else _body_events(rec)
-    last = events[-1].get("data") if events else None
-    whole = last == "[DONE]" or (isinstance(last, dict) and last.get("type") in RESPONSE_TERMINALS)
-    return events if whole else None
+    None: the stream asked for came as an event stream, or its body holds no event."""
+    events = _body_events(rec)
+    if not events:
+        return None
+    return cast(Record, {**rec, "response": {**part(rec, "response"), "events": events}})
+
+
+def mislabeled_events(rec: Record) -> list[Event] | None:
+    """Give the events of a stream under another type than `text/event-stream`, or None.
+
+    Only a stream that would be whole under its own type: one `exchange_ok` takes."""
+    labeled = _as_labeled(rec)
+    if labeled is None or not exchange_ok(labeled):
+        return None
+    return list(part(labeled, "response")["events"])
 
 
 def _events(rec: Record) -> list[dict[str, Any]]:
@@ -196,21 +205,26 @@ def _answer(rec: Record) -> str:
     if part(rec, "tags").get("soft_error"):
         return f"{status} with an error in the body{_words(rec)}"
     if is_2xx(status) or (status == 101 and is_websocket(rec)):
-        end = stream_end(rec)
-        if end is None and part(rec, "tags").get("stream"):
-            events = _body_events(rec)
-            if events and not err and resp.get("complete") is not False:
-                want = "response.completed" if _family(rec) == "responses" else "[DONE]"
-                said = f"an event stream answered as {content_type(rec)}"
-                return f"{status}, {said}, with no {want} after {plural(len(events), 'event')}"
-            return f"{status}, a stream asked for and {content_type(rec)} answered, not an event stream"
-        why = stream_problem(rec, end)
-        if why is not None:
-            return f"{status}, {why}"
-        if resp.get("complete") is False or err:
-            return f"{status}, cut before its end ({err.get('kind') or 'incomplete'})"
-        return f"{status}, the stream did not end well{_words(rec)}"
+        return f"{status}, {_how_cut(rec)}"
     return f"{status}{_words(rec)}"
+
+
+def _how_cut(rec: Record) -> str:
+    """Say how a 2xx answer fell short: a stream cut or ended badly, or no stream at all."""
+    resp, err = part(rec, "response"), part(rec, "error")
+    end = stream_end(rec)
+    if end is None and part(rec, "tags").get("stream"):
+        labeled = _as_labeled(rec)
+        if labeled is not None:
+            return f"an event stream answered as {content_type(rec)}, {_how_cut(labeled)}"
+        if resp.get("complete") is not False and not err:
+            return f"a stream asked for and {content_type(rec)} answered, not an event stream"
+    why = stream_problem(rec, end)
+    if why is not None:
+        return why
+    if resp.get("complete") is False or err:
+        return f"cut before its end ({err.get('kind') or 'incomplete'})"
+    return f"the stream did not end well{_words(rec)}"
 
 
 def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Problem]:
