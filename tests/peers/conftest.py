@@ -66,10 +66,11 @@ DROPPED_MESSAGES: list[ChatCompletionMessageParam] = [
 START_TIMEOUT = {"litellm": 120.0, "fakellm": 30.0, "llama": 60.0, "ors": 60.0}
 TINY_ANSWER = "Hello tiny world!"  # what the tiny model says to any prompt
 LLAMA_CTX = 2048
-"""`--n_ctx` of the llama peer, the tiny model's trained context. Its tokenizer makes a token
-of each byte, so a request with tools (a long template) or a history through ORS takes
-hundreds; one past the context fails mid-stream and closes its connection, and ORS's next
-request on it from its pool gets no answer."""
+"""`--n_ctx` of the llama peer: the tiny model's trained context, `N_CTX_TRAIN` of
+tiny_gguf.py. Its tokenizer makes a token of each byte, so a request with tools (a long
+template) or a history through ORS takes hundreds. A streamed prompt past the context gets
+an empty stream, then the server closes the connection: ORS's next request on it, from its
+pool, would get no answer."""
 LLAMA_KEY = "sk-wirediff-llama-3e8a61c0"
 """The key the keyed llama server accepts (`--api_key`)."""
 ORS_KEY = "sk-wirediff-ors-upstream-9b2d"

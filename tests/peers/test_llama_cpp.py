@@ -3,7 +3,7 @@ written at test time) behind `mitmdump -s addons/capture.py`, driven by the real
 what it puts on the wire, and what wirediff diagnoses.
 
 Observed with llama-cpp-python 0.3.36 (pinned in scripts/install-peers.sh), started with
-`--n_ctx 256`: a FastAPI app on uvicorn that serves chat completions, completions, models
+`--n_ctx 2048`: a FastAPI app on uvicorn that serves chat completions, completions, models
 and (with `--embedding`) embeddings; no Responses API, no WebSocket; any model name.
 """
 
@@ -33,7 +33,7 @@ HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
 PROMPT_TOKENS = 31  # "Hi" (2 bytes, one token each) in the ChatML template
 TOO_LONG: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "a" * LLAMA_CTX}
-]  # 256 + 29 tokens
+]  # LLAMA_CTX + 29 tokens
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_a_prompt_over_the_context(front: Mitmdump) -> None:
 
 
 def test_a_completion_prompt_over_the_context(front: Mitmdump) -> None:
-    """`/v1/completions` words it its own way (`… however you requested 528 tokens (512 in
+    """`/v1/completions` words it its own way (`… however you requested 4112 tokens (4096 in
     your prompt; 16 for the completion)`), under the same code: context_length_exceeded."""
     with sdk(front.url + "/v1") as client, pytest.raises(openai.BadRequestError):
         client.completions.create(model="tiny", prompt="a " * LLAMA_CTX)

@@ -132,7 +132,8 @@ def test_readiness_follows_the_needs_and_strict() -> None:
 
 def test_a_break_only_openai_node_sees_stops_openai_node_alone() -> None:
     """A chat stream ends with no finish_reason (llama-cpp-python's, when another request cuts
-    it short): openai-node's `.stream()` raises, the Python clients read it. The feature is breaking, and only openai-node is not ready."""
+    it short): openai-node's `.stream()` raises, the Python clients read it. The feature is
+    breaking, and only openai-node is not ready."""
     node_only = [("breaking", "openai-node"), ("deviation", "")]
     rows = {"s": FeatureRow("s", "S", "breaking", "", "", whose=node_only)}
     mine = [Client("openai-node", "openai-node", ("s",)), Client("openai-python", "py", ("s",))]
