@@ -356,3 +356,21 @@ def test_broken_answers_are_recorded_as_they_came(
 
 def orig_step(orig: dict[str, Record], rec: Record) -> str:
     return next(step for step, r in orig.items() if r["id"] == rec["replay_of"])
+
+
+def test_a_key_in_a_header_of_any_name_is_fingerprinted(
+    recorded: tuple[Path, dict[str, Record]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key given by `--header x-team=sk-…` is recorded as its fingerprint, as the key in
+    `Authorization` is: no record of the replay holds it."""
+    capture, _ = recorded
+    secret = "sk-team-SECRET-0987654321zzzz"
+    with standin("ollama") as url:
+        code = main_replay([str(capture), "--to", url + "/v1", "--label", "team",
+                            "--header", f"x-team={secret}", "--only", "endpoint=/v1/models"])  # fmt: skip
+        assert code == 0, capsys.readouterr().err
+    out = capture.with_name("s.team.jsonl")
+    assert secret not in out.read_text(encoding="utf-8")
+    (rec,) = load_records([out])
+    sent = dict(rec["request"]["headers"])
+    assert sent["x-team"].startswith("sha256:"), sent

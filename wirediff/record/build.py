@@ -30,12 +30,13 @@ from wirediff.record.body import (
     encode_body,
     secrets_past,
 )
-from wirediff.record.exchange import Exchange, Request, Response
+from wirediff.record.exchange import Exchange, HeaderPairs, Request, Response
 from wirediff.record.names import may_hold_secret_fields
 from wirediff.record.partial import cut_members
 from wirediff.record.redact import (
     body_secrets,
     json_secrets,
+    key_shapes,
     redact_headers,
     redact_url,
     scrub_headers,
@@ -107,15 +108,28 @@ def _request_body(req: Request, content_type: str, cap: int) -> tuple[bytes | No
     return content, body_secrets(content[:cap], content_type) + past
 
 
+def _request_secrets(
+    ex: Exchange, sent: HeaderPairs, content_type: str, cap: int
+) -> tuple[bytes | None, list[str]]:
+    """Decode the request body as `_request_body` does, and find every credential it carries.
+
+    Beside the body's: a WebSocket client's, and a key under any header name, by its shape
+    (`--header x-team=sk-…`), in what the client sent and what went upstream."""
+    req = ex.request
+    content, fields = _request_body(req, content_type, cap)
+    if ex.websocket is not None:
+        fields += client_secrets(ex.websocket)
+    fields += [k for headers in (sent, req.headers) for _, v in headers for k in key_shapes(v)]
+    return content, fields
+
+
 def exchange_secrets(
     ex: Exchange, redact: frozenset[str] = frozenset(), body_cap: int = DEFAULT_BODY_CAP
 ) -> dict[str, str]:
     """Find every secret of `ex` in every form an echo may take (`secret_values`)."""
     req, resp = ex.request, ex.response
     sent = req.client_headers if req.client_headers is not None else req.headers
-    fields = _request_body(req, header_get(sent, "content-type") or "", body_cap)[1]
-    if ex.websocket is not None:
-        fields += client_secrets(ex.websocket)
+    fields = _request_secrets(ex, sent, header_get(sent, "content-type") or "", body_cap)[1]
     resp_headers = resp.headers if resp is not None else []
     return secret_values([*sent, *req.headers, *resp_headers], req.url, redact, fields)
 
@@ -254,9 +268,7 @@ def build_record(
     sent = req.client_headers if req.client_headers is not None else upstream
     resp_headers = resp.headers if resp is not None else []
     req_type = header_get(sent, "content-type") or ""
-    req_content, fields = _request_body(req, req_type, body_cap)
-    if ex.websocket is not None:
-        fields += client_secrets(ex.websocket)
+    req_content, fields = _request_secrets(ex, sent, req_type, body_cap)
     forwarded = upstream if sent is not upstream else []
     secrets = secret_values([*sent, *forwarded, *resp_headers], req.url, redact, fields)
     req_body = encode_body(req_content, req_type, body_cap, secrets)
