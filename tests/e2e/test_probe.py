@@ -424,14 +424,26 @@ def test_a_server_that_lists_no_model(name: str, capsys: pytest.CaptureFixture[s
 
 
 def test_a_key_it_needs_and_a_key_it_refuses(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Each refusal says what to give; a probe refused keeps nothing, so that the same command
+    with the key runs, into the same `--keep` folder and beside another server's records."""
     monkeypatch.setenv(KEY_ENV, "sk-e2e-not-the-one")
+    kept = tmp_path / "kept"
     with standin("openai", api_key=KEY) as url:
-        assert main_probe([url + "/v1"]) == 2
+        assert main_probe([url + "/v1", "--keep", str(kept)]) == 2
         assert "wants a key (401): give it with --api-key-env VAR" in _one_line(capsys)
-        assert main_probe([url + "/v1", "--api-key-env", KEY_ENV]) == 2
+        assert not kept.exists()
+        with standin("ollama") as other:
+            assert main_probe([other + "/v1", "--only", "chat.text", "--keep", str(kept)]) == 0
+        before = sorted(p.name for p in kept.iterdir())
+        assert main_probe([url + "/v1", "--api-key-env", KEY_ENV, "--keep", str(kept)]) == 2
         assert f"refused the key in ${KEY_ENV} (401" in _one_line(capsys)
+        assert sorted(p.name for p in kept.iterdir()) == before
+        monkeypatch.setenv(KEY_ENV, KEY)
+        args = [url + "/v1", "--api-key-env", KEY_ENV, "--only", "chat.text", "--keep", str(kept)]
+        assert main_probe(args) == 0, capsys.readouterr().err
+        assert len(list(kept.iterdir())) == len(before) + 1
 
 
 def test_one_output_on_stdout_the_matrix_then_on_stderr(

@@ -10,6 +10,7 @@ which model to probe (the first it lists).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -130,7 +131,8 @@ def probe(
 
     With `keep`, its records are appended there as they are made (`kept_files`), with the
     bundled originals they replay, beside those of other servers probed there; a folder that
-    holds an earlier probe's records of this server is refused."""
+    holds an earlier probe's records of this server is refused. A probe that finds no server
+    to probe (`ServerAbsent`) keeps nothing there, so that it can be run again as it was."""
     data = load_probe()
     features = select(data, only)
     target = Target(label=default_label(url), url=url)
@@ -138,8 +140,10 @@ def probe(
     t0 = time.monotonic()
     wanted = {i for f in (data.feature(MODELS), *features) for i in f.exchanges}
     writers = None
+    made: list[Path] = []  # what this probe made in `keep`, the folder last
     if keep is not None:
         originals, probed = kept_files(keep, target.label)
+        made = [p for p in (probed, originals, keep) if not p.exists()]
         if probed.exists():  # a probe is a fresh run, not a resume: the earlier one is kept
             raise UsageError(
                 f"--keep {keep}: {probed.name} holds an earlier probe's records of this server; "
@@ -164,7 +168,18 @@ def probe(
             concurrency=1, sink=sink,
         )  # fmt: skip
         first = records[models.exchanges[0]]
-        model, embedding_model = _models(first, target, api_key_env, model, embedding_model)
+        try:
+            model, embedding_model = _models(first, target, api_key_env, model, embedding_model)
+        except ServerAbsent:
+            if writers is not None:
+                writers.close()
+                for path in made:
+                    with contextlib.suppress(OSError):
+                        if path.is_dir():
+                            path.rmdir()
+                        else:
+                            path.unlink()
+            raise
         to_send: dict[str, Record] = {}
         for f in features:
             for i in f.exchanges:
