@@ -123,6 +123,9 @@ def test_load_ignore_reads_the_ignore_list(tmp_path: Path) -> None:
     assert load_ignore(tmp_path / "wirediff.yaml") == ("usage.*", "system_fingerprint")
     with pytest.raises(UsageError, match=r"absent\.yaml: no such ignore config"):
         load_ignore(tmp_path / "absent.yaml")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"empty: a folder without a wirediff\.yaml; name the"):
+        load_ignore(tmp_path / "empty")
 
 
 @pytest.mark.parametrize(

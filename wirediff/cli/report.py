@@ -23,7 +23,10 @@ from wirediff.reports import DEFAULT_MAX_EXAMPLES
 __all__ = ["BASELINE_HELP", "IGNORE_HELP", "load_ignore", "main_report", "register"]
 
 CONFIG_NAME = "wirediff.yaml"
-IGNORE_HELP = "wirediff.yaml with `ignore:` path patterns, left out of the findings"
+IGNORE_HELP = (
+    "a wirediff.yaml, or a folder holding one, with `ignore:` path patterns, left out of the "
+    "findings"
+)
 BASELINE_HELP = (
     "the label the others are compared with, when the files do not imply one (replays imply "
     "the label they were replayed from); default: the first capture's label"
@@ -39,8 +42,8 @@ def load_ignore(path: str | Path) -> tuple[str, ...]:
         raise UsageError(f"{p}: no such ignore config")
     if p.is_dir():
         p = p / CONFIG_NAME
-        if not p.is_file():
-            return ()
+        if not p.is_file():  # nothing would be left out, silently
+            raise UsageError(f"{path}: a folder without a {CONFIG_NAME}; name the file")
     try:
         config = read_yaml(p)
     except ValueError as e:
