@@ -278,11 +278,15 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
         (["probe", NOWHERE, "--model", ""], "--model: empty; name a model"),
+        (["demo", "--out", "GOOD"], "argument --out: a file, not a folder: 'GOOD'"),
+        (["demo", "--out", " "], "argument --out: empty: name a folder"),
+        (["probe", NOWHERE, "--keep", "GOOD"], "argument --keep: a file, not a folder: 'GOOD'"),
     ],
     ids=[
         *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1", "stand-in --port"),
-        *("report - for stdin", "probe --model empty"),
+        *("report - for stdin", "probe --model empty", "demo --out a file", "demo --out empty"),
+        "probe --keep a file",
     ],
 )  # fmt: skip
 def test_a_value_that_would_be_taken_otherwise_is_named(
@@ -290,6 +294,7 @@ def test_a_value_that_would_be_taken_otherwise_is_named(
 ) -> None:
     """Not sent on with a NaN deadline, every feature, or the last `--to` alone."""
     assert main([str(good) if a == "GOOD" else a for a in argv]) == 2
+    said = said.replace("'GOOD'", repr(str(good)))
     assert f"wirediff: error: {said}" in one_error_line(capsys.readouterr().err)
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
-from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes
+from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes, folder
 
 __all__ = [
     "CANDIDATES",
@@ -257,6 +257,9 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument(
-        "--out", default="wirediff-demo", help="output directory (default: wirediff-demo)"
+        "--out",
+        type=folder,
+        default="wirediff-demo",
+        help="output directory (default: wirediff-demo)",
     )
     p.set_defaults(func=cmd_demo)

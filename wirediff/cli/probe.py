@@ -34,7 +34,15 @@ import httpx
 from wirediff._support import plural, printable
 from wirediff.cli.check import write_junit
 from wirediff.cli.inputs import distinct_outputs, key_from_env, on_stdout
-from wirediff.cli.runner import EXIT_ERROR, EXIT_FOUND, EXIT_OK, exit_codes, seconds, standalone
+from wirediff.cli.runner import (
+    EXIT_ERROR,
+    EXIT_FOUND,
+    EXIT_OK,
+    exit_codes,
+    folder,
+    seconds,
+    standalone,
+)
 from wirediff.errors import UsageError
 
 if TYPE_CHECKING:  # the probe and the report are imported when the command runs
@@ -210,7 +218,7 @@ def register(sub: Any) -> None:
         "--junit", metavar="FILE", help="write JUnit XML, one testcase per feature (`-`: stdout)"
     )
     p.add_argument("--strict", action="store_true", help="deviations fail too")
-    p.add_argument("--keep", metavar="DIR", help="keep the probe's records in DIR")
+    p.add_argument("--keep", metavar="DIR", type=folder, help="keep the probe's records in DIR")
     p.add_argument(
         "--timeout",
         type=seconds(),

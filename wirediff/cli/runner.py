@@ -81,6 +81,17 @@ def seconds(*, zero: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def folder(text: str) -> str:
+    """Read an option's folder to write into: named, and no file already there.
+
+    argparse names the option in the error: `argument --out: a file, not a folder: 'a'`."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: name a folder")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"a file, not a folder: {text!r}")
+    return text
+
+
 class Parser(argparse.ArgumentParser):
     """Parse like argparse, with errors in one line like every other error of the CLI.
 
