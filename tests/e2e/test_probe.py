@@ -8,6 +8,7 @@ the exit codes; `--keep`, the report, summary.json and JUnit; and a server that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -350,6 +351,14 @@ def test_websocket_mode_over_wss(
 @pytest.fixture
 def not_http() -> Iterator[str]:
     """A TCP server that answers anything with bytes that are not HTTP."""
+    with tcp_server(b"SSH-2.0-OpenSSH_9.2\r\n\x00\x01garbage\r\n\r\n") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def tcp_server(reply: bytes | None) -> Iterator[str]:
+    """Serve TCP on loopback: read, then send `reply` and close, or with None hold the
+    connection unanswered until the server stops."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -363,7 +372,10 @@ def not_http() -> Iterator[str]:
                 return
             with conn:
                 conn.recv(65536)
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\x00\x01garbage\r\n\r\n")
+                if reply is None:
+                    stop.wait()
+                else:
+                    conn.sendall(reply)
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -398,6 +410,20 @@ def test_tls_to_a_plain_http_server(capsys: pytest.CaptureFixture[str]) -> None:
     with standin("openai") as url:
         assert main_probe([url.replace("http://", "https://") + "/v1"]) == 2
     assert "TLS failed" in _one_line(capsys)
+
+
+def test_a_server_that_takes_the_connection_and_answers_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Closed at once, or held past the probe's timeout: reached, so not `unreachable`."""
+    with tcp_server(b"") as url:
+        assert main_probe([url]) == 2
+        said = _one_line(capsys)
+        assert "took the connection and closed it without an answer" in said, said
+    with tcp_server(None) as url:
+        assert main_probe([url, "--timeout", "0.5"]) == 2
+        said = _one_line(capsys)
+        assert "took the connection and did not answer in time" in said, said
 
 
 def test_not_http(not_http: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,6 +29,7 @@ from wirediff.probe.send import send_records
 from wirediff.record.store import iter_records
 from wirediff.replay.output import Writers
 from wirediff.replay.targets import Target, default_label
+from wirediff.replay.wire import CONNECT_FAILED
 
 __all__ = ["SESSION", "ProbeResult", "kept_files", "probe", "result_summary", "select"]
 
@@ -87,9 +88,14 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
         message = str(err.get("message") or "")
         if err.get("kind") == "tls":
             return f"TLS failed with {where}: {clip(message, 200)}"
-        if err.get("kind") == "upstream_protocol":
-            return f"{where} does not speak HTTP: {clip(message, 200)}"
-        return f"{where} is unreachable: {clip(message, 200)}"
+        kind, said = err.get("kind"), clip(message, 200)
+        if kind == "upstream_protocol":
+            return f"{where} does not speak HTTP: {said}"
+        if kind == "upstream_disconnect":
+            return f"{where} took the connection and closed it without an answer: {said}"
+        if kind == "timeout" and not message.startswith(CONNECT_FAILED):
+            return f"{where} took the connection and did not answer in time: {said}"
+        return f"{where} is unreachable: {said}"
     status = resp.get("status")
     if status in (401, 403):
         said = server_words(rec) or "no reason given"

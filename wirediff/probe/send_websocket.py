@@ -41,7 +41,7 @@ from wirediff.record.exchange import Request as ExchangeRequest
 from wirediff.record.websocket import WebSocketTap
 from wirediff.replay.request import prepare
 from wirediff.replay.targets import Target
-from wirediff.replay.wire import connect_failure_kind, exception_words
+from wirediff.replay.wire import CONNECT_FAILED, connect_failure_kind, exception_words
 
 __all__ = ["send_websocket"]
 
@@ -121,7 +121,7 @@ async def send_websocket(
         )
     except (OSError, TimeoutError) as e:
         return failed(
-            f"cannot connect to {host}:{port}: {exception_words(e)}", connect_failure_kind(e)
+            f"{CONNECT_FAILED} {host}:{port}: {exception_words(e)}", connect_failure_kind(e)
         )
     ws = WSConnection(ConnectionType.CLIENT)
     try:

@@ -26,6 +26,7 @@ from wirediff.replay.request import DEFAULT_PREFIXES, Outgoing, prepare, url_byt
 from wirediff.replay.targets import Target
 
 __all__ = [
+    "CONNECT_FAILED",
     "Sent",
     "exception_words",
     "exchange_from_httpx",
@@ -130,6 +131,10 @@ def exception_words(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+CONNECT_FAILED = "cannot connect to"
+"""How the message of an exchange begins when no connection was made: its host follows."""
+
+
 def connect_failure_kind(e: BaseException) -> str:
     """Name a connection that failed by its cause, as the capture names it: `tls`, `timeout`.
 
@@ -170,7 +175,7 @@ async def send(
         resp = await transport.handle_async_request(request)
     except (httpx.ConnectError, httpx.ConnectTimeout) as e:
         where = f"{request.url.host}:{request.url.port}"
-        message = f"cannot connect to {where}: {exception_words(e)}"
+        message = f"{CONNECT_FAILED} {where}: {exception_words(e)}"
         return failed(message, connect_failure_kind(e), connect_failed=True)
     except httpx.TimeoutException as e:
         return failed(f"timed out waiting for the answer: {exception_words(e)}", "timeout")
