@@ -81,6 +81,21 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
     assert not list(temp.iterdir()), "the copy was left behind"
 
 
+def test_a_pipe_given_twice_is_refused(tmp_path: Path) -> None:
+    """Its second reading would be empty: refused before anything is read, with the temporary
+    folder of its copies gone."""
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in openai_session())
+    (temp := tmp_path / "temp").mkdir()
+    proc = subprocess.run(
+        [WIREDIFF, "diagnose", "/dev/stdin", "/dev/stdin"], input=lines, capture_output=True,
+        timeout=120, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == b""
+    said = "/dev/stdin: the same pipe given twice; a pipe is read once"
+    assert said in one_error_line(proc.stderr.decode())
+    assert not list(temp.iterdir())
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [
