@@ -281,12 +281,14 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["demo", "--out", "GOOD"], "argument --out: a file, not a folder: 'GOOD'"),
         (["demo", "--out", " "], "argument --out: empty: name a folder"),
         (["probe", NOWHERE, "--keep", "GOOD"], "argument --keep: a file, not a folder: 'GOOD'"),
+        (["check", "GOOD", "--fail-on", ""], "--fail-on: unknown kind (none)"),
+        (["probe", NOWHERE, "--api-key-env", ""], "--api-key-env: empty; name the environment"),
     ],
     ids=[
         *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1", "stand-in --port"),
         *("report - for stdin", "probe --model empty", "demo --out a file", "demo --out empty"),
-        "probe --keep a file",
+        *("probe --keep a file", "check --fail-on empty", "probe --api-key-env empty"),
     ],
 )  # fmt: skip
 def test_a_value_that_would_be_taken_otherwise_is_named(

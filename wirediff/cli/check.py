@@ -152,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wirediff.cli.judge import judge
     from wirediff.reports.bottom_line import bottom_line, cell_name
 
-    fail_on = parse_kinds(args.fail_on) if args.fail_on else ()
+    fail_on = parse_kinds(args.fail_on) if args.fail_on is not None else ()
     inputs = [args.baseline, *args.candidates]
     distinct_outputs(inputs, {"--json": args.json, "--junit": args.junit})
     for n, candidate in enumerate(args.candidates):

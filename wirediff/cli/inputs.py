@@ -241,8 +241,10 @@ def key_from_env(var: str | None) -> str | None:
 
     `--api-key-env VAR` never puts the key itself on the command line; a variable that is not
     set is a usage error."""
-    if not var:
+    if var is None:
         return None
+    if not var.strip():
+        raise UsageError("--api-key-env: empty; name the environment variable that holds the key")
     key = os.environ.get(var)
     if not key:
         raise UsageError(f"--api-key-env: environment variable {var} is not set")
