@@ -442,3 +442,25 @@ def test_a_key_in_the_path_never_reaches_the_record_or_its_route() -> None:
     assert key not in line and "CANARYpath" not in line
     assert rec["tags"]["endpoint"] is None or key not in rec["tags"]["endpoint"]
     assert rec["request"]["path"] == f"/v1/keys/{fingerprint(key)}"
+
+
+def test_a_key_under_any_header_name_but_an_address() -> None:
+    """`--header x-team=sk-…` carries a key under a name no rule knows: its shape tells it, in
+    the headers and in the answer's echo; a host shaped like a key is an address and kept."""
+    team = "sk-team-SECRET-0987654321zzzz"
+    host = "lm-gateway-0123456789.internal.example.com"
+    ex = answered(
+        "POST",
+        [("host", host), ("origin", f"https://{host}"), ("x-team", team)],
+        b'{"model": "m", "input": "hi"}',
+        401,
+        "application/json",
+        f'{{"error": {{"message": "bad team {team} at {host}"}}}}'.encode(),
+    )
+    rec = build_record(ex, session="s", label="l", seq=0)
+    text = json.dumps(rec)
+    assert team not in text and fingerprint(team) in text
+    sent = dict(rec["request"]["headers"])
+    assert sent["x-team"] == fingerprint(team)
+    assert sent["host"] == host and sent["origin"] == f"https://{host}"
+    assert host in json.dumps(answer(rec)["body"])

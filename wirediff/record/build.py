@@ -108,18 +108,31 @@ def _request_body(req: Request, content_type: str, cap: int) -> tuple[bytes | No
     return content, body_secrets(content[:cap], content_type) + past
 
 
+ADDRESS_HEADERS = frozenset(
+    {"host", ":authority", "origin", "referer", "x-forwarded-host", "forwarded", "via"}
+)
+"""Request headers that name a host, which may be shaped like a key (`lm-gateway.example…`)."""
+
+
 def _request_secrets(
     ex: Exchange, sent: HeaderPairs, content_type: str, cap: int
 ) -> tuple[bytes | None, list[str]]:
     """Decode the request body as `_request_body` does, and find every credential it carries.
 
-    Beside the body's: a WebSocket client's, and a key under any header name, by its shape
-    (`--header x-team=sk-…`), in what the client sent and what went upstream."""
+    Beside the body's: a WebSocket client's, and a key under any header name but those of an
+    address, by its shape (`--header x-team=sk-…`), in what the client sent and what went
+    upstream."""
     req = ex.request
     content, fields = _request_body(req, content_type, cap)
     if ex.websocket is not None:
         fields += client_secrets(ex.websocket)
-    fields += [k for headers in (sent, req.headers) for _, v in headers for k in key_shapes(v)]
+    fields += [
+        key
+        for headers in (sent, req.headers)
+        for name, value in headers
+        if name.lower() not in ADDRESS_HEADERS
+        for key in key_shapes(value)
+    ]
     return content, fields
 
 
