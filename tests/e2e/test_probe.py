@@ -457,15 +457,15 @@ def test_a_key_it_needs_and_a_key_it_refuses(
     monkeypatch.setenv(KEY_ENV, "sk-e2e-not-the-one")
     kept = tmp_path / "kept"
     with standin("openai", api_key=KEY) as url:
-        assert main_probe([url + "/v1", "--keep", str(kept)]) == 2
+        assert main_probe([url + "/v1", "--keep", str(kept / "a" / "b")]) == 2
         assert "wants a key (401): give it with --api-key-env VAR" in _one_line(capsys)
         assert not kept.exists()
         with standin("ollama") as other:
             assert main_probe([other + "/v1", "--only", "chat.text", "--keep", str(kept)]) == 0
-        before = sorted(p.name for p in kept.iterdir())
+        before = {p.name: p.read_bytes() for p in kept.iterdir()}
         assert main_probe([url + "/v1", "--api-key-env", KEY_ENV, "--keep", str(kept)]) == 2
         assert f"refused the key in ${KEY_ENV} (401" in _one_line(capsys)
-        assert sorted(p.name for p in kept.iterdir()) == before
+        assert {p.name: p.read_bytes() for p in kept.iterdir()} == before
         monkeypatch.setenv(KEY_ENV, KEY)
         args = [url + "/v1", "--api-key-env", KEY_ENV, "--only", "chat.text", "--keep", str(kept)]
         assert main_probe(args) == 0, capsys.readouterr().err

@@ -146,21 +146,20 @@ def probe(
     t0 = time.monotonic()
     wanted = {i for f in (data.feature(MODELS), *features) for i in f.exchanges}
     writers = None
-    made: list[Path] = []  # what this probe made in `keep`, the folder last
+    made: list[Path] = []  # what this probe made for `keep`: its files, then its folders
     if keep is not None:
         originals, probed = kept_files(keep, target.label)
-        made = [p for p in (probed, originals, keep) if not p.exists()]
         if probed.exists():  # a probe is a fresh run, not a resume: the earlier one is kept
             raise UsageError(
                 f"--keep {keep}: {probed.name} holds an earlier probe's records of this server; "
                 "name another folder"
             )
-        # the originals serve every server probed into the folder: each is written once
-        kept = {str(r["id"]) for r in iter_records(originals)} if originals.exists() else set()
+        made = [p for p in (probed, originals) if not p.exists()]
+        folder = keep
+        while not folder.exists() and folder != folder.parent:
+            made.append(folder)
+            folder = folder.parent
         writers = Writers([originals, probed])
-        for rec in data.records:
-            if str(rec["id"]) in wanted - kept:
-                writers.write(originals, rec)
 
     def sink(rec: Record) -> None:
         records[str(rec["replay_of"])] = rec
@@ -186,6 +185,11 @@ def probe(
                         else:
                             path.unlink()
             raise
+        if writers is not None:  # the originals serve every server probed there: each once
+            kept = {str(r["id"]) for r in iter_records(originals)}
+            for rec in data.records:
+                if str(rec["id"]) in wanted - kept:
+                    writers.write(originals, rec)
         to_send: dict[str, Record] = {}
         for f in features:
             for i in f.exchanges:
