@@ -82,8 +82,9 @@ def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> No
 
 
 def test_a_pipe_given_twice_is_refused(tmp_path: Path) -> None:
-    """Its second reading would be empty: refused before anything is read, with the temporary
-    folder of its copies gone."""
+    """Its second reading would be empty: refused before anything is read, nothing left in the
+    temporary folder; a named FIFO given twice, whose second open would wait for a writer
+    for good, too."""
     lines = b"".join(json.dumps(r).encode() + b"\n" for r in openai_session())
     (temp := tmp_path / "temp").mkdir()
     proc = subprocess.run(
@@ -94,6 +95,15 @@ def test_a_pipe_given_twice_is_refused(tmp_path: Path) -> None:
     said = "/dev/stdin: the same pipe given twice; a pipe is read once"
     assert said in one_error_line(proc.stderr.decode())
     assert not list(temp.iterdir())
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    named = subprocess.run(
+        [WIREDIFF, "diagnose", "fifo", str(fifo)], capture_output=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert named.returncode == 2, named.stderr
+    said = f"fifo and {fifo}: the same pipe given twice; a pipe is read once"
+    assert said in one_error_line(named.stderr.decode())
 
 
 @pytest.mark.parametrize(

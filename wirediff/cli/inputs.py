@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -187,9 +188,9 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
 
     folder: list[str] = []
     copies: list[str] = []
-    pipes: dict[tuple[int, int], str] = {}
+    _one_reading_each(paths)
     try:
-        named = [_spooled(str(p), i, folder, pipes) for i, p in enumerate(paths)]
+        named = [_spooled(str(p), i, folder) for i, p in enumerate(paths)]
         for n, p in zip(named, paths, strict=True):
             if n != str(p):  # a pipe's copy: named as given
                 copies.append(os.path.realpath(n))
@@ -205,23 +206,34 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
             shutil.rmtree(made, ignore_errors=True)
 
 
-def _spooled(arg: str, position: int, folder: list[str], pipes: dict[tuple[int, int], str]) -> str:
+def _one_reading_each(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse a pipe named twice before any is read: its second reading would be empty.
+
+    Found by `stat`, which opens nothing: a FIFO's second open would wait for a writer."""
+    pipes: dict[tuple[int, int], str] = {}
+    for arg in map(str, paths):
+        try:
+            st = os.stat(arg)
+        except OSError:
+            continue  # said when it is read
+        if not stat.S_ISFIFO(st.st_mode):
+            continue
+        given = pipes.get((st.st_dev, st.st_ino))
+        if given is not None:
+            said = arg if given == arg else f"{given} and {arg}"
+            raise UsageError(f"{said}: the same pipe given twice; a pipe is read once")
+        pipes[st.st_dev, st.st_ino] = arg
+
+
+def _spooled(arg: str, position: int, folder: list[str]) -> str:
     """Check `arg`, the `position`th, as a capture, or copy the pipe it names.
 
-    The copy goes in a folder made once, into `folder`. A pipe is read once: `pipes` holds
-    those copied, and one named twice is refused, where its second reading would be empty."""
+    The copy goes in a folder made once, into `folder`."""
     if _is_dataset(arg):
         return arg
     p = capture_file(arg)
     if p.is_file():
         return arg
-    with contextlib.suppress(OSError):
-        st = p.stat()
-        if (st.st_dev, st.st_ino) in pipes:
-            given = pipes[st.st_dev, st.st_ino]
-            said = arg if given == arg else f"{arg} and {given}"
-            raise UsageError(f"{said}: the same pipe given twice; a pipe is read once")
-        pipes[st.st_dev, st.st_ino] = arg
     if not folder:
         folder.append(tempfile.mkdtemp(prefix="wirediff-pipe-"))
     copy = Path(folder[0]) / f"{position}-{p.name}"
