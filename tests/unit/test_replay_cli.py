@@ -136,6 +136,7 @@ def test_dry_run_counts_what_is_tried_again(
         (["--to", "http://u:Sup3rS3cretPw@:80/v1"], "--to http://sha256:"),
         (["--to", "http://h/v1", "--label", "."], "--label '.': a plain name, not a path"),
         (["--to", "http://h/v1", "--label", "2"], "--label '2': a name, not a number"),
+        (["--to", "http://h/v1", "--api-key-env", ""], "--api-key-env: empty; name the"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(

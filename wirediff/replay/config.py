@@ -195,6 +195,10 @@ def options_from_args(args: argparse.Namespace) -> Options:
     try:
         cli_models = parse_pairs(args.model_map or (), "--model-map", allow_empty=False)
         cli_headers = parse_pairs(args.header or (), "--header", allow_empty=True)
+        if args.api_key_env is not None and not args.api_key_env.strip():
+            raise UsageError(
+                "--api-key-env: empty; name the environment variable that holds the key"
+            )
         specs = list(cfg.targets)
         if args.to:
             specs.append(_Target(url=args.to, label=args.label))
