@@ -193,9 +193,12 @@ def terminal(stream: TextIO | None) -> TextIO:
     nowhere."""
     if stream is None:
         return open(os.devnull, "w", encoding="utf-8")
-    open_text = isinstance(stream, io.TextIOWrapper) and not stream.closed
-    if open_text and stream.errors in ("strict", "surrogateescape", "backslashreplace"):
-        cast(io.TextIOWrapper, stream).reconfigure(errors="wirediff-terminal")
+    if (
+        isinstance(stream, io.TextIOWrapper)
+        and not stream.closed
+        and stream.errors in ("strict", "surrogateescape", "backslashreplace")
+    ):
+        stream.reconfigure(errors="wirediff-terminal")
     return stream
 
 
