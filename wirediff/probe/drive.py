@@ -86,9 +86,9 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
     where = target.shown
     if resp is None:
         message = str(err.get("message") or "")
-        if err.get("kind") == "tls":
-            return f"TLS failed with {where}: {clip(message, 200)}"
         kind, said = err.get("kind"), clip(message, 200)
+        if kind == "tls":
+            return f"TLS failed with {where}: {said}"
         if kind == "upstream_protocol":
             return f"{where} does not speak HTTP: {said}"
         if kind == "upstream_disconnect":
