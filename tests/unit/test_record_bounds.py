@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,27 @@ def test_a_remote_file_is_read_a_bounded_line_at_a_time(monkeypatch: pytest.Monk
         read = [next_line(fh, n, torn) for n in range(4)]
     assert read == [(b"a\n", 2), (b"", 201), (b"c\n", 2), (b"", 0)]
     assert [n for n, _ in torn] == [1]
+
+
+def test_a_batch_reads_each_line_to_the_value_json_gives_and_says_which_orjson_read(
+    tmp_path: Path,
+) -> None:
+    """Every reader parses by `parse_batch`: orjson where it agrees with `json`, `json` where it
+    would not (integers past 64 bits, NaN, lone surrogates), torn lines skipped and told."""
+    texts = [
+        b'{"a": 1, "s": "x12345678901234567890123"}',  # digits in a string: orjson reads it
+        b'{"a": 18446744073709551616}',  # past 64 bits: a float to orjson
+        b'{"a": NaN}',
+        b'{"a": "\\ud800"}',
+    ]
+    batch = list(enumerate(texts, start=1))
+    torn: lines.Torn = []
+    parsed, exact = lines.parse_batch(tmp_path / "c.jsonl", batch, torn)
+    values = [v["a"] for _, _, v in parsed]
+    assert parsed[0][2] == json.loads(texts[0])
+    assert values[1] == 2**64 and type(values[1]) is int
+    assert math.isnan(values[2]) and values[3] == "\ud800"
+    assert exact == [True, False, False, False] and torn == []
+    parsed, exact = lines.parse_batch(tmp_path / "c.jsonl", [*batch, (5, b'{"a": 1')], torn)
+    assert [n for n, _, _ in parsed] == [1, 2, 3, 4] and exact == [False] * 4
+    assert torn == [(5, "not a JSON record (a torn write): skipped")]

@@ -44,8 +44,8 @@ from wirediff import FORMAT, __version__
 from wirediff._types import Record
 from wirediff.analysis.comparison.rows import EXCHANGE_COLUMNS, exchange_row
 from wirediff.analysis.index.row import record_keys
-from wirediff.engine.decode import loads
 from wirediff.engine.sources import DATASET_MARK, Source, is_url, read_texts
+from wirediff.record.decode import loads
 from wirediff.record.keys import digest
 from wirediff.record.redact import fingerprint_headers
 from wirediff.record.scrub import scrub_output

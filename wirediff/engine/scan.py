@@ -21,19 +21,15 @@ import pandas as pd
 from wirediff._support import task_gc
 from wirediff.analysis.comparison.reading import Reading
 from wirediff.analysis.index.row import Reader, index_frame
-from wirediff.engine.decode import parse
 from wirediff.engine.sources import JSONL, Source, dataset_record, open_binary, reading_parquet
 from wirediff.errors import CaptureError
 from wirediff.record.lines import (
     BATCH_LINES,
     LineError,
-    Parsed,
     Torn,
     line_batches,
     parse_batch,
-    readable_lines,
     skip_line,
-    within_bounds,
 )
 from wirediff.record.store import checked
 
@@ -93,22 +89,6 @@ def _located(
     return scanned
 
 
-def _parse(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
-    """Read a batch as `parse_batch` does, each line by `parse`, noting whether orjson read it.
-
-    A batch with a line that is no JSON is left to `parse_batch`, which says which line and how."""
-    batch = readable_lines(batch, torn)
-    try:
-        read = [parse(line) for _, line in batch]
-    except (ValueError, RecursionError):
-        parsed = parse_batch(p, batch, torn)
-        return parsed, [False] * len(parsed)
-    exact = {offset: by_orjson for (offset, _), (_, by_orjson) in zip(batch, read, strict=True)}
-    parsed = [(offset, line, value) for (offset, line), (value, _) in zip(batch, read, strict=True)]
-    parsed = within_bounds(parsed, torn)
-    return parsed, [exact[offset] for offset, _, _ in parsed]
-
-
 def scan_chunk(scan: str, sources: Sequence[Source], src: int, start: int, end: int) -> Scanned:
     """Index the lines of a JSON Lines file that start in `[start, end)`, for the scan `scan`."""
     with task_gc():
@@ -124,7 +104,7 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
 
     def flush(batch: list[tuple[int, bytes]]) -> None:
         lengths = {offset: len(line) for offset, line in batch}
-        parsed, exact = _parse(p, batch, out.torn)
+        parsed, exact = parse_batch(p, batch, out.torn)
         records = []
         for (offset, text, rec, limited), by_orjson in zip(checked(p, parsed), exact, strict=True):
             skipped = lengths[offset] - len(text)  # a torn fragment before a whole record

@@ -21,8 +21,8 @@ import numpy as np
 import orjson
 
 from wirediff._types import Record
-from wirediff.engine.decode import loads
 from wirediff.errors import CaptureError, UsageError
+from wirediff.record.decode import loads
 from wirediff.record.parts import HEAD_BYTES, expand_parts, session_parts
 from wirediff.record.store import Shared, read_depth, record_problem, share_repeats
 from wirediff.record.validate import line_past_bounds, past_bounds

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from wirediff.errors import CaptureError
+from wirediff.record.decode import parse
 from wirediff.record.validate import (
     MAX_CONTAINERS,
     MAX_DEPTH,
@@ -47,12 +48,9 @@ READ_PIECE = 1 << 20
 
 A line is held whole only when it is known to end in time."""
 BATCH_LINES = 1000
-"""Lines parsed by one `json.loads` call.
-
-The decoder shares the key strings of all the records in a call, which saves a fifth of their
-memory."""
+"""Lines read, parsed and checked together."""
 BATCH_LINE_BYTES = 16 << 20
-"""Bytes of lines parsed by one call at most, however few lines they are."""
+"""Bytes of lines in a batch at most, however few lines they are."""
 _RECORD_START = b'{"format":'
 
 
@@ -137,27 +135,28 @@ def within_bounds(parsed: Parsed, torn: Torn) -> Parsed:
     return out
 
 
-def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> Parsed:
-    """Parse each line of `batch` into `(lineno, text, value)`.
+def parse_batch(p: Path, batch: list[tuple[int, bytes]], torn: Torn) -> tuple[Parsed, list[bool]]:
+    """Parse each line of `batch` into `(lineno, text, value)`, and say which orjson read.
 
-    Torn lines are left out, and `text` is the whole record after a torn fragment. So are lines
-    or records past what a capture writes: `readable_lines`, `within_bounds`."""
+    Each value is the one `json.loads` gives (`wirediff.record.decode.parse`); a line orjson
+    read is read to the same value by orjson alone. Torn lines are left out, and `text` is the
+    whole record after a torn fragment. So are lines or records past what a capture writes:
+    `readable_lines`, `within_bounds`."""
     batch = readable_lines(batch, torn)
-    if not batch:
-        return []
     try:
-        values = json.loads(b"[" + b",".join(line for _, line in batch) + b"]")
-        if isinstance(values, list) and len(values) == len(batch):
-            parsed = [(n, line, v) for (n, line), v in zip(batch, values, strict=True)]
-            return within_bounds(parsed, torn)
-    except (ValueError, RecursionError):
-        pass
-    out = []  # one line at a time, to find the bad ones
-    for lineno, line in batch:
-        text, value = _parse_line(p, lineno, line, torn)
-        if value is not None:
-            out.append((lineno, text, value))
-    return within_bounds(out, torn)
+        read = [parse(line) for _, line in batch]
+    except (ValueError, RecursionError):  # one line at a time, to find the bad ones
+        out = []
+        for lineno, line in batch:
+            text, value = _parse_line(p, lineno, line, torn)
+            if value is not None:
+                out.append((lineno, text, value))
+        parsed = within_bounds(out, torn)
+        return parsed, [False] * len(parsed)
+    exact = {lineno: by_orjson for (lineno, _), (_, by_orjson) in zip(batch, read, strict=True)}
+    parsed = [(lineno, line, value) for (lineno, line), (value, _) in zip(batch, read, strict=True)]
+    parsed = within_bounds(parsed, torn)
+    return parsed, [exact[lineno] for lineno, _, _ in parsed]
 
 
 def after_last_newline(fd: int, size: int) -> int:

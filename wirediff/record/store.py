@@ -380,7 +380,7 @@ def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iter
 
     def batch_records(batch: list[tuple[int, bytes]]) -> Iterator[Record]:
         nonlocal records
-        parsed = parse_batch(p, batch, torn)
+        parsed, _ = parse_batch(p, batch, torn)
         if parsed or records:  # warnings only for a file that is a capture
             for lineno, why in torn:
                 log.warning(f"{p}:{lineno}: {why}")

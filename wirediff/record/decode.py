@@ -1,7 +1,7 @@
 """Decode JSON text to the values `json.loads` gives, by orjson wherever it agrees.
 
-orjson is several times faster on records, and reading records is what the engine spends
-most of its time on besides analysing them. It differs on integers beyond 64 bits, which it
+orjson is several times faster on records, and every reader of captures reads each record
+with it (`wirediff.record.lines.parse_batch`). It differs on integers beyond 64 bits, which it
 gives as floats, so a text with a number of 19 digits or more is left to `json`. It refuses
 what `json` accepts: NaN, infinities, lone surrogates, other encodings, nesting past 1024
 levels. `json` then reads those as it always does, or refuses them with its own error."""
