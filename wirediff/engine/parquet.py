@@ -1,38 +1,16 @@
 """Write captures as a Parquet dataset, and read the dataset back.
 
 `wirediff export CAPTURE… --parquet DIR` writes it; `report`, `check` and `diagnose` read it
-from a directory or any fsspec URL.
-
-    DIR/wirediff-dataset.json                          format, schema version, counts
-    DIR/exchanges/session=S/label=L/part-NNNNN.parquet one row per exchange
-    DIR/events/session=S/label=L/part-NNNNN.parquet    one row per SSE / WebSocket event
-
-`session` and `label` are the directories' keys (hive partitioning, URL-quoted; a missing
-one is `__HIVE_DEFAULT_PARTITION__`; one quoted past `SEGMENT_BYTES` is cut and ended with
-`~` and its digest, and its files' keys are read from their records), not columns in the
-files: any Parquet reader (pyarrow, pandas, Dask, DuckDB, Spark) gives them as columns. An
-exchange row holds the columns of `exchange_row` (`id`, `seq`, `replay_of`, `listener`,
-`started`, `ttfb_ms`, `duration_ms`, `method`, `path`, `url`, `status`, `content_type`,
-`family`, `endpoint`, `prefix`, `stream`, `model`, `sdk_lang`, `sdk_version`, `sdk_async`,
-`retry`, `auth_header`, `auth_scheme`, `auth_fingerprint`, `auth_forwarded`, `soft_error`,
-`signature`, `error_kind`, `n_events`, `complete`, `request_size`, `response_size`,
-`transport`), the keys pairing and chains need (`ordinal`: its place in the exported
-captures; `root`: the 64-bit digest of the original it goes back to; `id_digest`,
-`replay_digest`, `request_digest`, `body_digest`, `hop_digest`; `fingerprint`: an original's
-request fingerprint as 64 bits, what pairing by content compares, 0 for a replay;
-`ask_digest`: what an original asks a model, what a fallback repeats, 0 for a replay;
-`location`, `ok`, `models`), `nbytes`, and `record`: the record's JSON text, so reading
-the dataset gives the same records (but for anything shaped like a credential, which the
-dataset, an output like any other, holds scrubbed: `scrub_output`). An event row: `id`, `idx`, `t_ms`, `event`,
-`type`, `sequence_number`, `direction`, `partial`.
-
-Each task writes one file per session and label, rows sorted by `root`: the analysis's
-partitions are ranges of `root`, so each reads a few row groups.
+from a directory or any fsspec URL. Its layout and columns: docs/format.md, "Parquet
+datasets". `session` and `label` are the directories' keys (hive partitioning, `_segment`),
+so any Parquet reader gives them as columns. Each task writes one file per session and label,
+rows sorted by `root`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -163,18 +141,20 @@ def _segment(value: Any) -> tuple[str, bool]:
     return f"{text[:cut]}~{digest(text):016x}", False
 
 
-def _write(table: pa.Table, url: str) -> None:
-    """Write a table at a URL or a path, opened here: pyarrow takes only names it can encode."""
+def _opened(url: str) -> Any:
+    """Open a file at a URL or a path for writing bytes, its folders made.
+
+    Python opens a path: pyarrow takes only names it can encode."""
     if is_url(url):
         import fsspec
 
-        opened = fsspec.open(url, "wb")
-    else:
-        from pathlib import Path
+        return fsspec.open(url, "wb")
+    os.makedirs(os.path.dirname(url), exist_ok=True)
+    return open(url, "wb")
 
-        Path(url).parent.mkdir(parents=True, exist_ok=True)
-        opened = open(url, "wb")  # noqa: SIM115 (closed by the `with` below)
-    with opened as fh:
+
+def _write(table: pa.Table, url: str) -> None:
+    with _opened(url) as fh:
         pq.write_table(table, fh, row_group_size=ROW_GROUP_ROWS)
 
 
@@ -302,13 +282,5 @@ def mark(out: str, exchanges: int, events: int, files: int) -> None:
         "events": events,
         "files": files,
     }
-    text = json.dumps(doc, indent=1) + "\n"
-    if is_url(out):
-        import fsspec
-
-        with fsspec.open(f"{out}/{DATASET_MARK}", "w") as fh:
-            fh.write(text)
-        return
-    from pathlib import Path
-
-    (Path(out) / DATASET_MARK).write_text(text, encoding="utf-8")
+    with _opened(f"{out}/{DATASET_MARK}") as fh:
+        fh.write((json.dumps(doc, indent=1) + "\n").encode())
