@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from wirediff import FORMAT
-from wirediff._support import give_back_memory, map_large_blocks
+from wirediff._support import give_back_memory, map_large_blocks, terminal_bar
 from wirediff._types import Record
 from wirediff.analysis.comparison.reading import Reading
 from wirediff.analysis.index.analyze import Index, analyse, diagnose_index
@@ -28,7 +28,6 @@ from wirediff.analysis.index.kept import kept_rows, replay_roots
 from wirediff.analysis.index.row import concat_index
 from wirediff.engine import parquet
 from wirediff.engine.engines import Call, open_engine
-from wirediff.engine.progress import Progress
 from wirediff.engine.scan import Scanned, chunks, scan_chunk, scan_file
 from wirediff.engine.sources import (
     DATASET_MARK,
@@ -77,7 +76,8 @@ class Run:
     ) -> None:
         map_large_blocks()  # before the workers fork: theirs too
         self.engine = open_engine(engine, scheduler, workers)
-        self.progress = Progress(progress)
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        """Whether to draw progress bars: on a terminal, by default."""
         self.sources: list[Source] = []
 
     def __enter__(self) -> Run:
@@ -121,12 +121,12 @@ class Run:
                 ]
         small = not any(s.kind == PARQUET for s in sources)
         small &= sum(s.size for s in sources) < SMALL_BYTES
-        bar = self.progress.phase("scan", None, "ex", len(calls))
         scans: list[Scanned] = []
-        for _, result in self.engine.run(_call, calls, small=small):
-            bar.done(1, len(result.frame))
-            scans.append(result)
-        bar.close()
+        with self._bar("scan", None, len(calls)) as bar:
+            for k, (_, result) in enumerate(self.engine.run(_call, calls, small=small), 1):
+                bar.set_postfix_str(f"{k}/{len(calls)} parts", refresh=False)
+                bar.update(len(result.frame))
+                scans.append(result)
         scans.sort(key=lambda s: (s.src, s.start))
         _warn_torn_raise_first_error(sources, scans)
         readings, evidence = _complete(scans, calls)
@@ -141,6 +141,15 @@ class Run:
         frame = frame.iloc[at].reset_index(drop=True)
         give_back_memory()  # the scan's pieces, gone
         return Index(frame, readings, evidence, _Reading(sources, frame)), scope[at]
+
+    def _bar(self, name: str, total: int | None, tasks: int) -> Any:
+        """Start a bar of `total` exchanges, None to count as they come, over `tasks` tasks.
+
+        It shows tasks done and exchanges per second on stderr, drawn only when `progress`."""
+        hidden = not (self.progress and tasks)
+        return terminal_bar(
+            total=total, desc=f"{name:<8}", unit="ex", unit_scale=True, leave=False, disable=hidden
+        )
 
     def report(
         self,
@@ -200,11 +209,12 @@ class Run:
                 ((parquet.export_part, sources, where, at.tolist(), root[at].tolist(), out, k), {})
             )
         exchanges = events = files = 0
-        bar = self.progress.phase("export", len(rows), "ex", len(calls))
-        for _, (n, m, f) in self.engine.run(_call, calls, small=total < SMALL_BYTES):
-            exchanges, events, files = exchanges + n, events + m, files + f
-            bar.done(1, n)
-        bar.close()
+        with self._bar("export", len(rows), len(calls)) as bar:
+            done = self.engine.run(_call, calls, small=total < SMALL_BYTES)
+            for k, (_, (n, m, f)) in enumerate(done, 1):
+                exchanges, events, files = exchanges + n, events + m, files + f
+                bar.set_postfix_str(f"{k}/{len(calls)} parts", refresh=False)
+                bar.update(n)
         parquet.mark(out, exchanges, events, files)
         return exchanges, events
 
