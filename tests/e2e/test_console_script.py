@@ -199,7 +199,7 @@ def test_a_c_locale_exports_into_a_folder_of_any_name(tmp_path: Path) -> None:
         cwd=tmp_path, env=env,
     )  # fmt: skip
     assert twice.returncode == 2, twice.stderr
-    assert b"error: --parquet pq \xc3\xbc: inside the wirediff dataset " in twice.stderr
+    assert b"error: --parquet pq \xc3\xbc: a wirediff dataset already;" in twice.stderr
     report = [WIREDIFF, "report", folder, "-o", f"{folder}.html"]
     again = subprocess.run(report, capture_output=True, timeout=120, cwd=tmp_path, env=env)
     assert again.returncode == 0 and (tmp_path / f"{folder}.html").is_file(), again.stderr

@@ -365,6 +365,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["report", "DATA", "-o", "DATA/wirediff-dataset.json"], "inside the wirediff dataset"),
         (["report", "GOOD", "-o", "r.html", "--csv", "DATA/x.csv"], "inside the wirediff dataset"),
         (["export", "GOOD", "--parquet", "DATA/exchanges/more"], "inside the wirediff dataset"),
+        (["export", "GOOD", "--parquet", "DATA"], "--parquet DATA: a wirediff dataset already"),
         (["report", "GOOD", "--json", "DATA"], "--json DATA: a directory; name a file"),
         (["probe", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
@@ -373,6 +374,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         "the session's next part",
         *("two outputs: report", "two outputs: one written twice", "check", "probe"),
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
+        "export over a dataset",
         *("a directory: report", "probe, before probing", "replay"),
     ],
 )  # fmt: skip

@@ -306,6 +306,8 @@ def distinct_outputs(
         if not folders and Path(out).is_dir():
             raise UsageError(f"{option} {out}: a directory; name a file")
         dataset = _in_dataset(Path(where))
+        if dataset == Path(where):  # only a folder is let this far: `export --parquet`
+            raise UsageError(f"{option} {out}: a wirediff dataset already; name a new directory")
         if dataset is not None:
             raise UsageError(
                 f"{option} {out}: inside the wirediff dataset {dataset}; name a path outside it"
