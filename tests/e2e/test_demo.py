@@ -183,3 +183,27 @@ if __name__ == "__main__":
             dumps(masked(json.loads((Path(tmp) / "demo" / "summary.json").read_text())))
         )
     print(f"wrote {GOLDEN}")
+
+
+@pytest.mark.parametrize("step", ["replay", "report"])
+def test_ctrl_c_in_a_step_ends_the_demo_as_interrupted(
+    step: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C while the demo replays or reports reaches that command, which exits 130: so
+    does the demo, as its exit codes say, and never as a failed step to run again."""
+    from wirediff.cli import main, replay
+    from wirediff.engine.run import Run
+
+    target: object = replay if step == "replay" else Run
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(target, "replay_all" if step == "replay" else "report", interrupted)
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 130
+    err = capsys.readouterr().err
+    assert err.endswith(" …\nwirediff: interrupted\n"), err
+    assert "failed" not in err and "resume" not in err

@@ -20,7 +20,7 @@ import yaml
 
 from wirediff._support import clip
 from wirediff.cli.mitm import CaptureProxy
-from wirediff.cli.runner import EXIT_ERROR, EXIT_OK, exit_codes, folder
+from wirediff.cli.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_codes, folder
 
 __all__ = [
     "CANDIDATES",
@@ -128,7 +128,11 @@ class Steps:
         self.n += 1
         print(f"[{self.n}/{self.total}] {what} …", end="", flush=True, file=sys.stderr)
         t = time.monotonic()
-        yield
+        try:
+            yield
+        except BaseException:
+            print(file=sys.stderr)  # what ends the demo says so on a line of its own
+            raise
         print(f" done ({time.monotonic() - t:.1f}s)", file=sys.stderr)
 
 
@@ -169,10 +173,7 @@ def run_demo(out: Path) -> dict[str, Any]:
             quiet = io.StringIO()  # the demo prints its own summary
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
                 code = main_replay([str(capture), "--config", str(config), "--concurrency", "4"])
-            if code != 0:
-                raise RuntimeError(
-                    f"replay failed ({code}): {quiet.getvalue().strip()[-LOG_TAIL:]}"
-                )
+            _finished("replay", code, quiet)
     replays = [capture_dir / f"demo.{c}.jsonl" for c in CANDIDATES]
     paths = {
         "report": out / "report.html",
@@ -189,10 +190,19 @@ def run_demo(out: Path) -> dict[str, Any]:
         args = [str(capture), *map(str, replays), "-o", str(paths["report"])]
         args += ["--json", str(paths["summary"]), "--findings", str(paths["findings"])]
         args += ["--csv", str(paths["divergences"])]
-        code = main_report(args)
-        if code != 0:
-            raise RuntimeError(f"report failed ({code}): {quiet.getvalue().strip()[-LOG_TAIL:]}")
+        _finished("report", code=main_report(args), said=quiet)
     return {"capture": capture, "replays": replays, "exchanges": n, **paths}
+
+
+def _finished(step: str, code: int, said: io.StringIO) -> None:
+    """Raise for a step that did not finish: Ctrl-C as Ctrl-C, any other end with its words.
+
+    A step interrupted ends the demo as interrupted, not as failed: running it again starts
+    afresh."""
+    if code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code != EXIT_OK:
+        raise RuntimeError(f"{step} failed ({code}): {said.getvalue().strip()[-LOG_TAIL:]}")
 
 
 def terminal_summary(summary: dict[str, Any], lines_of: Path) -> str:
@@ -227,7 +237,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(Path(args.out))
     except (RuntimeError, TimeoutError, openai.APIError) as e:
-        print(f"\nwirediff: error: demo failed: {e}", file=sys.stderr)
+        print(f"wirediff: error: demo failed: {e}", file=sys.stderr)
         return EXIT_ERROR
     summary = json.loads(Path(result["summary"]).read_text(encoding="utf-8"))
     print(
