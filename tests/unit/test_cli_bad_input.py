@@ -369,6 +369,8 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["report", "GOOD", "--json", "DATA"], "--json DATA: a directory; name a file"),
         (["probe", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
+        (["replay", "DATA", "--to", NOWHERE], "DATA: a Parquet dataset; this command reads the JSON"),
+        (["replay", "file://DATA", "--to", NOWHERE], "file://DATA: a URL; this command reads capture"),
     ],
     ids=[
         "the session's next part",
@@ -376,6 +378,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
         "export over a dataset",
         *("a directory: report", "probe, before probing", "replay"),
+        *("replay a dataset", "replay a URL"),
     ],
 )  # fmt: skip
 def test_an_output_that_would_lose_something_else_is_refused(

@@ -62,6 +62,8 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     if str(path) == "-":
         raise CaptureError("-: a capture through a pipe is read as /dev/stdin")
+    if "://" in str(path):  # the engine's commands take URLs before they come here
+        raise CaptureError(f"{path}: a URL; this command reads capture files on this machine")
     try:
         with p.open("rb") as fh:
             if not p.is_file():  # a pipe or a device: read once, by the store
@@ -71,6 +73,11 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
     except IsADirectoryError:
         from wirediff.engine.sources import DATASET_MARK
 
+        if (p / DATASET_MARK).is_file():  # the engine's commands take datasets before
+            raise CaptureError(
+                f"{p}: a Parquet dataset; this command reads the JSON Lines captures it was "
+                "exported from"
+            ) from None
         raise CaptureError(
             f"{p}: a directory, neither a capture file nor a dataset (no {DATASET_MARK}, "
             "which wirediff export writes last)"
