@@ -371,6 +371,8 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
         (["replay", "DATA", "--to", NOWHERE], "DATA: a Parquet dataset; this command reads the JSON"),
         (["replay", "file://DATA", "--to", NOWHERE], "file://DATA: a URL; this command reads capture"),
+        (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA/../notes.txt", "--label", "x"],
+         "notes.txt: not a wirediff/1 capture (no line is a JSON record); the replay would append"),
     ],
     ids=[
         "the session's next part",
@@ -378,7 +380,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
         "export over a dataset",
         *("a directory: report", "probe, before probing", "replay"),
-        *("replay a dataset", "replay a URL"),
+        *("replay a dataset", "replay a URL", "replay -o a file that is no capture"),
     ],
 )  # fmt: skip
 def test_an_output_that_would_lose_something_else_is_refused(
@@ -393,6 +395,7 @@ def test_an_output_that_would_lose_something_else_is_refused(
     two outputs, whose second would replace the first: refused, nothing written."""
     data = tmp_path / "data"
     assert main(["export", str(good), "--parquet", str(data)]) == 0
+    (tmp_path / "notes.txt").write_text("<html>\n")
     monkeypatch.chdir(good.parent)
     before = sorted(p for p in tmp_path.rglob("*"))
     mark = (data / "wirediff-dataset.json").read_bytes()

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from wirediff._types import Record
-from wirediff.errors import UsageError
+from wirediff.errors import CaptureError, UsageError
 from wirediff.record.exchange import Exchange
 from wirediff.record.parts import not_a_file_name
 from wirediff.record.spool import RecordMeta, Spool
@@ -44,13 +44,16 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
 
     A resumed run reads it; `wirediff.replay.plan.resumed` says which of them are done. Also
     counts how many records each original has: a new attempt is number n + 1."""
-    found = [
-        rec
-        for p in paths
-        if p.exists()
-        for rec in iter_records(p, as_sent=True)
-        if rec.get("label") == label and rec.get("replay_of")
-    ]
+    found: list[Record] = []
+    for p in filter(Path.exists, paths):
+        try:
+            for rec in iter_records(p, as_sent=True):
+                if rec.get("label") == label and rec.get("replay_of"):
+                    found.append(rec)
+        except CaptureError as e:  # said of an output, not of an input
+            raise CaptureError(
+                f"{e}; the replay would append its records to it: name another output (-o)"
+            ) from None
     newest = {str(rec["replay_of"]): rec for rec in latest_replays(found)}
     return newest, Counter(str(rec["replay_of"]) for rec in found)
 
