@@ -164,6 +164,10 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
     got = {f["id"]: f["status"] for f in probe["features"]}
     want = {f: EXPECTED[name].get(f, "pass") for f in ALL}
     assert got == want, {f: (got[f], want[f]) for f in ALL if got[f] != want[f]}
+    # a refused upgrade is told as one: the record holds the upgrade as it went on the wire
+    [ws] = [f for f in probe["features"] if f["id"] == "responses.websocket"]
+    refused = ws["evidence"].startswith(("404", "405"))
+    assert ws["evidence"].endswith("(websocket_not_supported)") == refused, ws
     assert code == 1  # every stand-in has an unsupported feature (embeddings)
     # one progress line per feature, on stderr; the matrix on stdout
     assert sorted(

@@ -257,6 +257,10 @@ def test_probe_on_real_peers(
     sampled = SAMPLED[name]
     want = {f: status for f, status in EXPECTED[name].items() if f not in sampled}
     assert {f: got[f] for f in FEATURES if f not in sampled} == want
+    # a refused upgrade is told as one, not as a method to change: WebSocket mode opens by GET
+    [ws] = [f for f in doc["features"] if f["id"] == "responses.websocket"]
+    refused = ws["evidence"].startswith(("404", "405"))
+    assert ws["evidence"].endswith("(websocket_not_supported)") == refused, ws
     # the premises: the real SDK, making each feature's call, gets what the row implies
     seen = sdk_outcomes(
         url, doc["model"], key, doc["embedding_model"], records if name in REPLAY else None

@@ -98,12 +98,15 @@ async def send_websocket(
     started = time.time()
     tap = WebSocketTap(t0=started, cap=cap)
     shown_host = url.netloc
+    ws = WSConnection(ConnectionType.CLIENT)
+    extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
+    handshake = ws.send(Request(host=shown_host, target=path, extra_headers=extra))
     request = ExchangeRequest(
         method="GET",
         url=f"{url.scheme}://{shown_host}{path}",
         path=path,
         http_version="HTTP/1.1",
-        headers=[("host", shown_host), *headers],
+        headers=_head_headers(handshake),
         content=None,
     )
 
@@ -123,10 +126,8 @@ async def send_websocket(
         return failed(
             f"{CONNECT_FAILED} {host}:{port}: {exception_words(e)}", connect_failure_kind(e)
         )
-    ws = WSConnection(ConnectionType.CLIENT)
     try:
-        extra = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers]
-        writer.write(ws.send(Request(host=shown_host, target=path, extra_headers=extra)))
+        writer.write(handshake)
         return await asyncio.wait_for(
             _session(ws, reader, writer, request, tap, _client_messages(rec, target), started),
             timeout,
@@ -141,6 +142,13 @@ async def send_websocket(
         # socket outlives the loop that `asyncio.run` then closes
         with contextlib.suppress(OSError, TimeoutError):
             await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
+
+
+def _head_headers(head: bytes) -> list[tuple[str, str]]:
+    """Read the header pairs of a request's head, as they go on the wire: the upgrade's own too."""
+    lines = head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]
+    pairs = (line.partition(b":") for line in lines)
+    return [(k.decode("latin-1"), v.strip().decode("latin-1")) for k, _, v in pairs]
 
 
 def _latin1_headers(headers: Any) -> list[tuple[str, str]]:
