@@ -45,8 +45,17 @@ from pydantic import BaseModel, ValidationError
 from tests.conftest import NOT_PROXIED
 from wirediff._types import Record
 from wirediff.probe.features import load_probe
+from wirediff.probe.grade import grade
 
-__all__ = ["Answer", "Outcome", "answering", "disagreement", "replaying", "sdk_outcomes"]
+__all__ = [
+    "Answer",
+    "Outcome",
+    "answering",
+    "disagreement",
+    "replaying",
+    "sdk_outcomes",
+    "upgrade_diagnosis",
+]
 
 ERRORS = {
     "chat.bad_parameter": 400,
@@ -437,3 +446,16 @@ def disagreement(feature: str, status: str, o: Outcome) -> str | None:
     if (status in ("pass", "deviation")) != o.ok:
         return f"SDK: {o.said} ({'works' if o.ok else 'fails'})"
     return None
+
+
+def upgrade_diagnosis(
+    feature: dict[str, Any], records: list[Record]
+) -> tuple[int | None, list[str]]:
+    """Give the status the probe's WebSocket upgrade got and the codes of its diagnoses.
+
+    The probe's records are those of one server, graded as the probe grades them."""
+    ids = set(feature["exchanges"])
+    status = next(
+        (r["response"]["status"] for r in records if r["id"] in ids and r["response"]), None
+    )
+    return status, grade(records).codes_for(ids)

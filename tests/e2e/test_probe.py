@@ -22,7 +22,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from tests.conftest import NOT_PROXIED
-from tests.probe_premises import answering, disagreement, sdk_outcomes
+from tests.probe_premises import answering, disagreement, sdk_outcomes, upgrade_diagnosis
 from wirediff.backends.standin import standin
 from wirediff.cli.netutil import free_port
 from wirediff.cli.probe import main_probe
@@ -158,7 +158,9 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with standin(name) as url:
-        code, summary, out, err = run_probe([url + "/v1"], tmp_path, capsys)
+        code, summary, out, err = run_probe(
+            [url + "/v1", "--keep", str(tmp_path / "kept")], tmp_path, capsys
+        )
         probe = summary["probe"]
         seen = sdk_outcomes(url + "/v1", probe["model"], embedding_model=probe["embedding_model"])
     got = {f["id"]: f["status"] for f in probe["features"]}
@@ -166,8 +168,10 @@ def test_each_standin_gets_the_matrix_its_wire_implies(
     assert got == want, {f: (got[f], want[f]) for f in ALL if got[f] != want[f]}
     # a refused upgrade is told as one: the record holds the upgrade as it went on the wire
     [ws] = [f for f in probe["features"] if f["id"] == "responses.websocket"]
-    refused = ws["evidence"].startswith(("404", "405"))
-    assert ws["evidence"].endswith("(websocket_not_supported)") == refused, ws
+    kept = load_records(sorted((tmp_path / "kept").glob("wirediff-probe.*.jsonl")))
+    status, codes = upgrade_diagnosis(ws, kept)
+    assert "method_not_allowed" not in codes
+    assert ("websocket_not_supported" in codes) == (status != 101), (status, codes)
     assert code == 1  # every stand-in has an unsupported feature (embeddings)
     # one progress line per feature, on stderr; the matrix on stdout
     assert sorted(

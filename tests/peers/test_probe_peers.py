@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import missing
 from tests.peers.conftest import CLIENT_KEY, LiteLLM, Llama, Ors, loopback_env
-from tests.probe_premises import disagreement, sdk_outcomes
+from tests.probe_premises import disagreement, sdk_outcomes, upgrade_diagnosis
 from wirediff.analysis.comparison.clients import node
 from wirediff.backends.standin import standin
 from wirediff.cli.probe import main_probe
@@ -259,8 +259,9 @@ def test_probe_on_real_peers(
     assert {f: got[f] for f in FEATURES if f not in sampled} == want
     # a refused upgrade is told as one, not as a method to change: WebSocket mode opens by GET
     [ws] = [f for f in doc["features"] if f["id"] == "responses.websocket"]
-    refused = ws["evidence"].startswith(("404", "405"))
-    assert ws["evidence"].endswith("(websocket_not_supported)") == refused, ws
+    status, codes = upgrade_diagnosis(ws, records)
+    assert "method_not_allowed" not in codes
+    assert ("websocket_not_supported" in codes) == (status != 101), (status, codes)
     # the premises: the real SDK, making each feature's call, gets what the row implies
     seen = sdk_outcomes(
         url, doc["model"], key, doc["embedding_model"], records if name in REPLAY else None
