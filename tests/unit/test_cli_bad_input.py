@@ -407,6 +407,7 @@ def test_an_output_that_would_lose_something_else_is_refused(
     assert said in one_error_line(capsys.readouterr().err)
     assert sorted(p for p in tmp_path.rglob("*")) == before
     assert (data / "wirediff-dataset.json").read_bytes() == mark
+    assert (tmp_path / "notes.txt").read_text() == "<html>\n"
 
 
 def test_an_output_that_cannot_be_written_stops_the_command_before_any_other_is(

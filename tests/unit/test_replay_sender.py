@@ -168,6 +168,26 @@ def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
     assert by["fc2"]["request"]["body"]["input"][1]["call_id"] == fc_then["output"][0]["call_id"]
 
 
+def test_an_output_is_named_as_one_only_when_it_is_no_capture(tmp_path: Path) -> None:
+    """A file at the output that holds no record is no earlier replay: the error says to name
+    another output. One that is a capture, with a bad record further on, is told as any
+    capture's bad record, for a resume not to be given up over it."""
+    from wirediff.errors import CaptureError
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("<html>\n")
+    with pytest.raises(CaptureError, match="the replay would append its records to it"):
+        replay_history([notes], "tgt")
+    first, _ = engine(session(), Fake())
+    p = write_capture(tmp_path / "s.tgt.jsonl", first[:1])
+    with p.open("a") as fh:
+        fh.write('{"format": "wirediff/1", "id": 1}\n')
+    with pytest.raises(CaptureError) as caught:
+        replay_history([p], "tgt")
+    assert ":2: malformed wirediff/1 record" in str(caught.value)
+    assert "append" not in str(caught.value)
+
+
 def _unreachable_r1_skipped_r2(prior: dict[str, Record], plan: Plan) -> None:
     as_error("upstream_unreachable")(prior["r1"])
     why = resolve(plan.by_id["r2"], {"r1": prior["r1"]}.get)[1]

@@ -46,11 +46,15 @@ def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record]
     counts how many records each original has: a new attempt is number n + 1."""
     found: list[Record] = []
     for p in filter(Path.exists, paths):
+        read = 0
         try:
             for rec in iter_records(p, as_sent=True):
+                read += 1
                 if rec.get("label") == label and rec.get("replay_of"):
                     found.append(rec)
-        except CaptureError as e:  # said of an output, not of an input
+        except CaptureError as e:
+            if read:  # a capture: what is wrong with it is said as of any capture
+                raise
             raise CaptureError(
                 f"{e}; the replay would append its records to it: name another output (-o)"
             ) from None
