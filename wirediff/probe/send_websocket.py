@@ -145,7 +145,7 @@ async def send_websocket(
 
 
 def _head_headers(head: bytes) -> list[tuple[str, str]]:
-    """Read the header pairs of a request's head, as they go on the wire: the upgrade's own too."""
+    """Read the header pairs of a request's head as written for the wire, the upgrade's own too."""
     lines = head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]
     pairs = (line.partition(b":") for line in lines)
     return [(k.decode("latin-1"), v.strip().decode("latin-1")) for k, _, v in pairs]

@@ -2,9 +2,9 @@
 
 Every reader of captures (`wirediff.record.store.iter_records`, the engine's scan) reads
 lines with `next_line`, which never holds one longer than a record a capture writes, and
-parses them with `parse_batch` (or its own parser, then `within_bounds`): a line that is
-not JSON (a write torn by a crash) or holds more than a capture writes
-(`wirediff.record.validate`) is left out and noted, to be warned about by file:line.
+parses them with `parse_batch`: a line that is not JSON (a write torn by a crash) or holds
+more than a capture writes (`wirediff.record.validate`) is left out and noted, to be warned
+about by file:line.
 """
 
 from __future__ import annotations

@@ -224,8 +224,9 @@ def _is_header_list(v: list[Any]) -> bool:
 Field = tuple[str, frozenset[type] | None, str]
 """A key, the types its value may have, and those types in words.
 
-None for the types allows any JSON. Values come from `json.loads`, so types are exact: a
-bool is not an integer, an integer is a number."""
+None for the types allows any JSON. Values are those `json.loads` gives
+(`wirediff.record.decode`), so types are exact: a bool is not an integer, an integer is a
+number."""
 
 
 @dataclass(frozen=True)
