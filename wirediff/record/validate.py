@@ -402,8 +402,6 @@ def problem(rec: Any) -> str | None:
     if rec.get("format") != FORMAT:
         return f"not a {FORMAT} record (format={rec.get('format')!r})"
     found = _fields("", rec, RECORD) or _fields("request.", rec["request"], REQUEST)
-    if not found and rec.get("replay_of") is not None and rec["replay_of"] == rec["id"]:
-        found = "replay_of names the record itself"
     if not found and rec["response"] is not None:
         found = _response(rec["response"])
     if not found and rec["error"] is not None:
