@@ -78,6 +78,16 @@ def test_replays_without_their_original_and_originals_without_replays_are_not_pa
     assert list(pairs.columns) == PAIR_COLUMNS
 
 
+def test_a_replay_that_names_itself_is_no_pair_and_leaves_the_roles_alone() -> None:
+    base = chat_record(id="o1")
+    cand = replay(base, id="r1", label="vllm")
+    itself = replay(chat_record(id="r2"), id="r2", label="vllm")
+    analysis = analyze([base, cand, itself])
+
+    assert pairs_of(analysis)["candidate_id"].tolist() == ["r1"]
+    assert analysis.roles() == {"openai": "baseline", "vllm": "candidate"}
+
+
 def test_a_record_loaded_twice_pairs_once() -> None:
     base = chat_record(id="o1")
     cand = replay(base, id="r1", label="vllm")

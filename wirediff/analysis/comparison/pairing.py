@@ -308,7 +308,7 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     chosen = choose_baseline(exchanges, baseline)
     replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
     of = index_in(exchanges["replay_of"].iloc[replays], exchanges["id"])
-    found = of >= 0
+    found = (of >= 0) & (of != replays)  # a record that names itself replays nothing
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)
     unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
