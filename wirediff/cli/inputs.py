@@ -36,6 +36,7 @@ from wirediff.record.parts import (
     opens_a_capture,
 )
 from wirediff.record.store import iter_records
+from wirediff.replay.targets import key_variable
 
 __all__ = [
     "among",
@@ -262,8 +263,7 @@ def key_from_env(var: str | None) -> str | None:
     set is a usage error."""
     if var is None:
         return None
-    if not var.strip():
-        raise UsageError("--api-key-env: empty; name the environment variable that holds the key")
+    key_variable(var)
     key = os.environ.get(var)
     if not key:
         raise UsageError(f"--api-key-env: environment variable {var} is not set")

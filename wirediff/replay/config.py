@@ -23,7 +23,13 @@ from wirediff._support import read_yaml
 from wirediff.errors import PlanError, UsageError
 from wirediff.record.redact import redact_url
 from wirediff.replay.filters import Term, parse_filter
-from wirediff.replay.targets import Target, default_label, parse_pairs, parse_rate
+from wirediff.replay.targets import (
+    Target,
+    default_label,
+    key_variable,
+    parse_pairs,
+    parse_rate,
+)
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -195,10 +201,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     try:
         cli_models = parse_pairs(args.model_map or (), "--model-map", allow_empty=False)
         cli_headers = parse_pairs(args.header or (), "--header", allow_empty=True)
-        if args.api_key_env is not None and not args.api_key_env.strip():
-            raise UsageError(
-                "--api-key-env: empty; name the environment variable that holds the key"
-            )
+        key_variable(args.api_key_env)
         specs = list(cfg.targets)
         if args.to:
             specs.append(_Target(url=args.to, label=args.label))

@@ -9,12 +9,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from wirediff.errors import PlanError
+from wirediff.errors import PlanError, UsageError
 from wirediff.record.names import AUTH_HEADERS
 from wirediff.record.redact import redact_url
 from wirediff.replay.paths import remove_dot_segments
 
-__all__ = ["Target", "default_label", "parse_pairs", "parse_rate", "port_problem"]
+__all__ = [
+    "Target",
+    "default_label",
+    "key_variable",
+    "parse_pairs",
+    "parse_rate",
+    "port_problem",
+]
+
+
+def key_variable(var: str | None) -> None:
+    """Refuse an empty `--api-key-env`, which would otherwise read as no key at all."""
+    if var is not None and not var.strip():
+        raise UsageError("--api-key-env: empty; name the environment variable that holds the key")
 
 
 @dataclass(frozen=True)
