@@ -158,7 +158,7 @@ def test_an_id_read_again_is_left_out_everywhere_with_a_warning(
 
 
 @pytest.mark.parametrize("how", ["cycle", "self", "empty id"])
-def test_replay_of_cycles_and_an_empty_id_stay_paired_across_partitions(
+def test_replay_of_cycles_and_an_empty_id_analyse_alike_across_partitions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     base, replays = fixture_sessions()

@@ -78,14 +78,22 @@ def test_replays_without_their_original_and_originals_without_replays_are_not_pa
     assert list(pairs.columns) == PAIR_COLUMNS
 
 
-def test_a_replay_that_names_itself_is_no_pair_and_leaves_the_roles_alone() -> None:
+@pytest.mark.parametrize("how", ["itself", "a cycle", "a replay"])
+def test_a_replay_pairs_with_an_original_only_and_leaves_the_roles_alone(how: str) -> None:
     base = chat_record(id="o1")
     cand = replay(base, id="r1", label="vllm")
-    itself = replay(chat_record(id="r2"), id="r2", label="vllm")
-    analysis = analyze([base, cand, itself])
+    odd = [replay(chat_record(id="r2"), id="r2", label="vllm")]
+    if how == "a cycle":
+        odd = [
+            replay(chat_record(id="r3"), id="r2", label="vllm"),
+            replay(odd[0], id="r3", label="vllm"),
+        ]
+    elif how == "a replay":
+        odd = [replay(cand, id="r2", label="ollama")]
+    analysis = analyze([base, cand, *odd])
 
     assert pairs_of(analysis)["candidate_id"].tolist() == ["r1"]
-    assert analysis.roles() == {"openai": "baseline", "vllm": "candidate"}
+    assert analysis.roles()["vllm"] == "candidate"
 
 
 def test_a_record_loaded_twice_pairs_once() -> None:

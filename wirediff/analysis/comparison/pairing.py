@@ -1,7 +1,8 @@
 """Pair each candidate exchange with the baseline exchange that answers the same call.
 
 A replay, or a shadow mirror, names its original in `replay_of`: one pair per original and target
-label, with `pairing = "replay"`. Independent captures of one app against different backends name
+label, with `pairing = "replay"`. A replay that names another replay, itself, or an id not loaded
+pairs with nothing. Independent captures of one app against different backends name
 nothing: their exchanges pair by content, with `pairing = "content"`. Per label, the exchanges in
 order give a sequence of request fingerprints: sessions by when they started, then `seq`, then
 start time; the fingerprint is the index's `fingerprint`, from
@@ -306,9 +307,10 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     Replays come in their order; the others pair by content through `content_links`. `exchanges`
     is the index, its ids unique, its rows numbered from 0."""
     chosen = choose_baseline(exchanges, baseline)
-    replays = np.flatnonzero(exchanges["replay_of"].notna().to_numpy())
+    replayed = exchanges["replay_of"].notna().to_numpy()
+    replays = np.flatnonzero(replayed)
     of = index_in(exchanges["replay_of"].iloc[replays], exchanges["id"])
-    found = (of >= 0) & (of != replays)  # a record that names itself replays nothing
+    found = (of >= 0) & ~replayed[np.maximum(of, 0)]
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)
     unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
