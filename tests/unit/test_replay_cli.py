@@ -216,6 +216,15 @@ def test_config_file_targets_and_precedence(tmp_path: Path) -> None:
         # a quoted "false" is no boolean: read as true, it would send what changes state
         ("defaults: {allow_unsafe: 'false'}", "defaults.allow_unsafe: Input should be a valid"),
         ("defaults: {api_key_env: 5}", "defaults.api_key_env: Input should be a valid string"),
+        # a blank variable would read as no key, every request sent without one
+        (
+            "defaults: {api_key_env: ''}\ntargets: [{url: 'http://h/v1'}]",
+            "bad.yaml: defaults.api_key_env: empty; name the environment variable",
+        ),
+        (
+            "targets: [{url: 'http://h/v1', api_key_env: ' '}]",
+            "bad.yaml: targets[0].api_key_env: empty; name the environment variable",
+        ),
         ("defaults: {only: 5}", "defaults.only: not text or a list of text (5)"),
         ("defaults: {concurrency: -3}", "defaults.concurrency: Input should be greater"),
         ("defaults: {timeout: .nan}", "defaults.timeout: Input should be a finite number"),

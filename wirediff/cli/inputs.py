@@ -261,9 +261,9 @@ def key_from_env(var: str | None) -> str | None:
 
     `--api-key-env VAR` never puts the key itself on the command line; a variable that is not
     set is a usage error."""
+    var = key_variable(var)
     if var is None:
         return None
-    key_variable(var)
     key = os.environ.get(var)
     if not key:
         raise UsageError(f"--api-key-env: environment variable {var} is not set")

@@ -233,7 +233,11 @@ def options_from_args(args: argparse.Namespace) -> Options:
                 **_headers(cli_headers, "--header"),
                 **_headers(_str_map(spec.headers), f"{where}.headers"),
             }
-            key_env = spec.api_key_env or args.api_key_env or d.api_key_env
+            key_env = (
+                key_variable(spec.api_key_env, f"{where}.api_key_env")
+                or args.api_key_env
+                or key_variable(d.api_key_env, f"{path}: defaults.api_key_env")
+            )
             targets.append(Target(label, url, key_env or None, models, headers))
         labels = [t.label for t in targets]
         dup = sorted({x for x in labels if labels.count(x) > 1})

@@ -24,10 +24,11 @@ __all__ = [
 ]
 
 
-def key_variable(var: str | None) -> None:
-    """Refuse an empty `--api-key-env`, which would otherwise read as no key at all."""
+def key_variable(var: str | None, option: str = "--api-key-env") -> str | None:
+    """Return the name of the variable that holds the key, refusing a blank one: it names none."""
     if var is not None and not var.strip():
-        raise UsageError("--api-key-env: empty; name the environment variable that holds the key")
+        raise UsageError(f"{option}: empty; name the environment variable that holds the key")
+    return var
 
 
 @dataclass(frozen=True)
