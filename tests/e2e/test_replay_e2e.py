@@ -24,6 +24,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.index.analyze import Index
 from wirediff.backends.standin import Standin, make_standin, standin
+from wirediff.cli import main
 from wirediff.cli.replay import main_replay
 from wirediff.record.store import RETRIED_KINDS, latest_replays, load_records
 
@@ -346,6 +347,12 @@ def test_broken_answers_are_recorded_as_they_came(
     binary = load_records([capture.with_name("s.fault-binary.jsonl")])
     plain = [r for r in binary if r["response"] and not r["tags"]["stream"]]
     assert plain and all(answer(r)["b64"] for r in plain)  # not UTF-8: kept as base64
+    # the SDK reads those bytes and raises: the gate fails, on what the real client did
+    capsys.readouterr()
+    assert main(["check", str(capture), str(capture.with_name("s.fault-binary.jsonl"))]) == 1
+    said = capsys.readouterr().out
+    assert "FAIL  fault-binary chat.completions         breaking" in said
+    assert "`client.chat.completions.create()` raises UnicodeDecodeError" in said
     cut = load_records([capture.with_name("s.fault-cut.jsonl")])
     sent = [r for r in cut if r["error"] and r["error"]["kind"] != "skipped"]
     assert sent and all(error_of(r)["kind"] == "upstream_disconnect" for r in sent)

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -217,6 +218,18 @@ def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(
     answer(rec)["body"], answer(rec)["text"] = None, text
     (failure,) = impact(rec).failures  # the SDK parses the bytes it was sent
     assert failure.error.startswith(f"raises {raised}")
+
+
+def test_a_body_kept_as_base64_is_served_as_its_bytes() -> None:
+    """A 2xx body no UTF-8 decodes, as the `fault-binary` stand-in sends, breaks the SDK's
+    read of it; a body that is not base64 is not judged."""
+    rec = chat_record()
+    answer(rec)["body"], answer(rec)["b64"] = None, base64.b64encode(b"\x89\xff not utf-8").decode()
+    (failure,) = impact(rec).failures
+    assert failure.error.startswith("raises UnicodeDecodeError: 'utf-8' codec can't decode")
+    for hostile in ("not base64!", 5):
+        cast(Any, answer(rec))["b64"] = hostile
+        assert impact(rec).failures == ()
 
 
 def test_an_outcome_measured_with_the_node_sdk_is_not_reused_without_it(

@@ -42,6 +42,7 @@ from wirediff.analysis.comparison.clients.asked import (
 )
 from wirediff.analysis.comparison.clients.observations import Failure, Observations, served
 from wirediff.analysis.comparison.shapes import structure
+from wirediff.record.keys import digest
 
 __all__ = ["SDK_SOURCE", "Outcome", "clients", "impact", "prepare", "skeleton"]
 
@@ -280,7 +281,12 @@ def _key(record: Record) -> tuple[Any, ...] | None:
     elif resp.get("body") is not None:
         answer = ("body", _data_key(resp["body"]), _body_verdicts(resp["body"], ask))
     else:
-        answer = ("text", _text_key(resp.get("text"), ask), resp.get("b64") is not None)
+        b64 = resp.get("b64")  # served as its bytes, which the SDK may read one way or another
+        answer = (
+            "text",
+            _text_key(resp.get("text"), ask),
+            digest(b64) if isinstance(b64, str) else None,
+        )
     return (wanted, resp.get("status"), content_type, resp.get("truncated"), answer)
 
 

@@ -8,6 +8,7 @@ Both clients, openai-python and the npm `openai` package, report in these terms.
 
 from __future__ import annotations
 
+import base64
 import json
 import traceback
 from dataclasses import dataclass, field
@@ -101,8 +102,8 @@ class Served:
 def served(record: Record) -> Served | None:
     """Turn the answer of `record` into bytes again, with SSE events framed again.
 
-    It is None when the answer cannot be served: no status, cut, binary, or truncated without
-    events."""
+    It is None when the answer cannot be served: no status, cut, or truncated without events.
+    A body no UTF-8 decodes, kept as base64, is served as its bytes."""
     resp = record.get("response")
     if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
         return None
@@ -120,8 +121,13 @@ def served(record: Record) -> Served | None:
         content = json.dumps(resp["body"]).encode()
     elif isinstance(text := resp.get("text"), str):
         content = as_bytes(text)
-    elif resp.get("b64") is not None or resp.get("complete") is False:
+    elif resp.get("complete") is False:
         return None
+    elif (b64 := resp.get("b64")) is not None:
+        try:
+            content = base64.b64decode(b64, validate=True)
+        except (TypeError, ValueError):  # no base64: nothing the server sent
+            return None
     else:
         content = b""
     return Served(resp["status"], headers, content)
