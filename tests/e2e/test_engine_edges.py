@@ -173,6 +173,42 @@ def test_replay_of_cycles_and_an_empty_id_analyse_alike_across_partitions(
     same_everywhere(paths, tmp_path, monkeypatch)
 
 
+def test_a_capture_written_to_while_read_is_told_as_it_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lines written after the scan measured a file are not read, and said so; the warning
+    about an unfinished line names the line the scan stopped at, not the file's end after."""
+    base, _ = fixture_sessions()
+    lines = [json.dumps(r) + "\n" for r in base[:5]]
+    path = tmp_path / "live.jsonl"
+    path.write_text("".join(lines[:3]) + lines[3][:40])
+    measured = engine_run.resolve
+
+    def measure_then_grow(*args: Any, **kwargs: Any) -> Any:
+        found = measured(*args, **kwargs)
+        with path.open("a") as fh:  # the line measured unfinished ends, more come
+            fh.write(lines[3][40:] + lines[4] + lines[4][:40])
+        return found
+
+    monkeypatch.setattr(engine_run, "resolve", measure_then_grow)
+    with Run("local", progress=False, workers=1) as run:
+        index, _ = run.scan([str(path)])
+    said = [r.getMessage() for r in caplog.records]
+    assert len(index) == 4  # a line begun within what was measured is read to its end
+    assert said == [
+        f"{path}: written to while it was read: the lines begun after its first "
+        f"{len(''.join(lines[:3])) + 40:,} bytes are not read"
+    ]
+    caplog.clear()
+    path.write_text("".join(lines[:3]) + lines[3][:40])
+    monkeypatch.setattr(engine_run, "resolve", measured)
+    with Run("local", progress=False, workers=1) as run:
+        assert len(run.scan([str(path)])[0]) == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:4: an unfinished last line (a write in progress, or cut by a crash): skipped"
+    ]
+
+
 def test_text_no_utf8_holds_is_analysed_and_exported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,10 +1,9 @@
 """Check the captures a command is given, as the user named them.
 
-The store reads what a capture holds (torn lines skipped with a warning, bad records an
-error naming file:line). What only a command can judge is checked here: a file named on the
-command line that holds nothing is not a capture to analyse, a HAR or flow file wants
-`wirediff import`, and an unfinished last line (a write in progress, or cut by a crash),
-which the store skips silently so that a live capture reads cleanly, is worth a warning.
+The store reads what a capture holds (torn lines and an unfinished last line skipped with a
+warning, bad records an error naming file:line). What only a command can judge is checked here:
+a file named on the command line that holds nothing is not a capture to analyse, and a HAR or
+flow file wants `wirediff import`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any
 from wirediff import FORMAT
 from wirediff._types import Record
 from wirediff.errors import CaptureError, UsageError
-from wirediff.record.lines import after_last_newline, is_json, newlines_before
+from wirediff.record.lines import is_json
 from wirediff.record.parts import (
     BOM,
     HEAD_BYTES,
@@ -46,7 +45,6 @@ __all__ = [
     "key_from_env",
     "named_captures",
     "on_stdout",
-    "unfinished_line",
 ]
 
 log = logging.getLogger(__name__)
@@ -120,34 +118,6 @@ def _utf16(first: bytes) -> bool:
     return len(sample) >= 4 and (not any(sample[1::2]) or not any(sample[0::2]))
 
 
-def unfinished_line(path: Path) -> int | None:
-    """Return the number of `path`'s last line when the store skipped it as unfinished, else None.
-
-    A line is unfinished when no newline follows it and it is not JSON."""
-    with path.open("rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        start = after_last_newline(fh.fileno(), size)
-        fh.seek(start)
-        tail = fh.read()
-        if not tail.strip() or is_json(tail):
-            return None
-        fh.seek(0)
-        return newlines_before(fh, start) + 1
-
-
-def _warn_unfinished(paths: Sequence[Path]) -> None:
-    from wirediff.engine.sources import SHOWN
-
-    for p in dict.fromkeys(paths):
-        if p.is_file():
-            line = unfinished_line(p)
-            if line is not None:
-                log.warning(
-                    f"{SHOWN.get(os.path.realpath(p), p)}:{line}: an unfinished last line (a "
-                    "write in progress, or cut by a crash): skipped"
-                )
-
-
 @contextmanager
 def _import_hint(paths: Sequence[Path]) -> Iterator[None]:
     """Add to a capture error about a HAR or flow file how to read it."""
@@ -169,7 +139,6 @@ def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
         for rec in iter_records(p, as_sent=True):
             n += 1
             yield rec
-    _warn_unfinished([p])
     if not n:
         raise CaptureError(f"{p}: no exchanges")
 
@@ -190,8 +159,7 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
     The command is one that reads the captures named on its command line through
     `wirediff.engine`. This yields the paths to read, each capture file checked before
     (`capture_file`) and a pipe (`<(…)`, `/dev/stdin`) copied once to a file, since an
-    engine reads a file in ranges, from several processes; its errors worded alike
-    meanwhile, and its unfinished last lines warned about after."""
+    engine reads a file in ranges, from several processes; its errors worded alike."""
     from wirediff.engine.sources import SHOWN
 
     folder: list[str] = []
@@ -206,7 +174,6 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
         files = [Path(n) for n, p in zip(named, paths, strict=True) if not _is_dataset(str(p))]
         with _import_hint(files):
             yield named
-        _warn_unfinished(expand_parts(files))
     finally:
         for copy in copies:
             SHOWN.pop(copy, None)

@@ -31,8 +31,10 @@ from wirediff.engine.engines import Call, open_engine
 from wirediff.engine.scan import Scanned, chunks, scan_chunk, scan_file
 from wirediff.engine.sources import (
     DATASET_MARK,
+    JSONL,
     PARQUET,
     Source,
+    is_url,
     open_binary,
     read_ranges,
     read_records,
@@ -336,6 +338,14 @@ def line_number(url: str, offset: int) -> int:
         return newlines_before(fh, offset) + 1
 
 
+def _grown(url: str, size: int) -> bool:
+    """Tell whether a local file is now longer than `size` bytes: written to while read."""
+    try:
+        return not is_url(url) and os.path.getsize(url) > size
+    except OSError:  # gone, or moved: nothing to tell
+        return False
+
+
 def _warn_torn_raise_first_error(sources: Sequence[Source], scans: Sequence[Scanned]) -> None:
     """Warn about torn lines and raise the first problem, file by file.
 
@@ -356,6 +366,12 @@ def _warn_torn_raise_first_error(sources: Sequence[Source], scans: Sequence[Scan
             raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
         if sum(s.lines for s in parts) and not sum(s.records for s in parts):
             raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
+        size = sources[src].size
+        if sources[src].kind == JSONL and _grown(url, size):
+            store_log.warning(
+                f"{name}: written to while it was read: the lines begun after its first "
+                f"{size:,} bytes are not read"
+            )
         said, held = sources[src].exchanges, sum(s.records for s in parts)
         if said is not None and held != said:
             raise CaptureError(

@@ -63,7 +63,9 @@ class LineError(CaptureError):
 
 
 Torn = list[tuple[int, str]]
-"""Lines skipped as `(lineno, why)`, in their order: torn writes, lines past the bounds."""
+"""Lines skipped as `(lineno, why)`, in their order: torn writes, lines past the bounds, an
+unfinished last line."""
+UNFINISHED = "an unfinished last line (a write in progress, or cut by a crash): skipped"
 
 
 def _parse_line(p: Path, lineno: int, line: bytes, torn: Torn) -> tuple[bytes, Any]:
@@ -238,7 +240,8 @@ def line_batches(
 
     Each comes with where it starts: its line number from `at`, or its byte offset from `at`
     when `by_offset`. Blank lines are left out; an unfinished last line that is no JSON, a
-    write in progress or one cut by a crash, ends the reading. The last batch may be empty."""
+    write in progress or one cut by a crash, ends the reading, noted in `torn`. The last batch
+    may be empty."""
     batch: list[tuple[int, bytes]] = []
     size = 0
     while at < end:
@@ -249,6 +252,7 @@ def line_batches(
         if not line.strip():
             continue
         if not line.endswith(b"\n") and not is_json(line):
+            torn.append((where, UNFINISHED))
             break
         batch.append((where, line))
         size += len(line)

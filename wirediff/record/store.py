@@ -368,8 +368,8 @@ def read_depth(line: bytes, rec: Record) -> Record:
 def iter_records(path: str | os.PathLike[str], *, as_sent: bool = False) -> Iterator[Record]:
     """Yield the records of one capture file, as the analysis reads them unless `as_sent`.
 
-    `checked` reads them. Torn lines are skipped with a warning, file:line, and an unfinished
-    last line silently; but a file without a single JSON record is not a capture."""
+    `checked` reads them. Torn lines and an unfinished last line are skipped with a warning,
+    file:line; but a file without a single JSON record is not a capture."""
     p = Path(path)
     try:
         fh = p.open("rb")
