@@ -369,6 +369,8 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["report", "GOOD", "--json", "DATA"], "--json DATA: a directory; name a file"),
         (["probe", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
+        (["check", "GOOD", "--junit", "new/"], "--junit new/: a directory; name a file"),
+        (["report", "GOOD", "-o", "new/"], "-o new/: a directory; name a file"),
         (["replay", "DATA", "--to", NOWHERE], "DATA: a Parquet dataset; this command reads the JSON"),
         (["replay", "file://DATA", "--to", NOWHERE], "file://DATA: a URL; this command reads capture"),
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA/../notes.txt", "--label", "x"],
@@ -380,6 +382,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
         "export over a dataset",
         *("a directory: report", "probe, before probing", "replay"),
+        *("a directory to be: check", "report"),
         *("replay a dataset", "replay a URL", "replay -o a file that is no capture"),
     ],
 )  # fmt: skip

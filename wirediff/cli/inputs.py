@@ -277,7 +277,7 @@ def distinct_outputs(
             raise UsageError(f"{named[where]} and {option} both name {out}; name a file for each")
         if Path(out).is_file() or not Path(out).exists():  # a device takes any number
             named[where] = option
-        if not folders and Path(out).is_dir():
+        if not folders and (Path(out).is_dir() or str(out).endswith(("/", os.sep))):
             raise UsageError(f"{option} {out}: a directory; name a file")
         dataset = _in_dataset(Path(where))
         if dataset == Path(where):  # only a folder is let this far: `export --parquet`
