@@ -26,6 +26,7 @@ from wirediff.analysis.index.analyze import analyze, diagnose_index
 from wirediff.engine import run as engine_run
 from wirediff.engine import scan
 from wirediff.engine.run import Run
+from wirediff.engine.sources import resolve as resolve_sources
 from wirediff.errors import CaptureError
 from wirediff.record.store import load_records
 from wirediff.reports.model import build
@@ -182,7 +183,7 @@ def test_a_capture_written_to_while_read_is_told_as_it_was_read(
     lines = [json.dumps(r) + "\n" for r in base[:5]]
     path = tmp_path / "live.jsonl"
     path.write_text("".join(lines[:3]) + lines[3][:40])
-    measured = engine_run.resolve
+    measured = resolve_sources
 
     def measure_then_grow(*args: Any, **kwargs: Any) -> Any:
         found = measured(*args, **kwargs)
