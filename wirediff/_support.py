@@ -26,6 +26,7 @@ __all__ = [
     "error_kind",
     "give_back_memory",
     "is_2xx",
+    "naming",
     "paused_gc",
     "plural",
     "printable",
@@ -260,3 +261,15 @@ def terminal_bar(**options: Any) -> Any:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """Count a word: `1 exchange`, `3 exchanges`, `1,000 diagnoses` with `many`."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name `path` in an `OSError` raised while writing it that names no file.
+
+    A write or close that fails for want of room says only `No space left on device`."""
+    try:
+        yield
+    except OSError as e:
+        e.filename = e.filename or str(path)
+        raise

@@ -657,9 +657,21 @@ def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
     assert not made.exists()
 
 
-def test_a_write_that_fails_names_its_file(good: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [["report", "GOOD", "-o"], ["check", "GOOD", "CANDIDATE", "--json"],
+     ["check", "GOOD", "CANDIDATE", "--junit"]],
+    ids=["report", "check --json", "check --junit"],
+)  # fmt: skip
+def test_a_write_that_fails_names_its_file(
+    good: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
     """A full disk fails the write, not the open: the error still says which output."""
-    assert main(["report", str(good), "-o", "/dev/full"]) == 2
+    candidate = good.with_name("good.vllm.jsonl")
+    replays = [replay(r, id=f"{r['id']}-v", label="vllm") for r in openai_session()]
+    candidate.write_text("".join(json.dumps(r) + "\n" for r in replays))
+    named = {"GOOD": str(good), "CANDIDATE": str(candidate)}
+    assert main([*(named.get(a, a) for a in argv), "/dev/full"]) == 2
     assert one_error_line(capsys.readouterr().err) == (
         "wirediff: error: /dev/full: No space left on device\n"
     )

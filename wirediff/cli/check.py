@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
 
-from wirediff._support import plural, printable
+from wirediff._support import naming, plural, printable
 from wirediff.analysis.comparison.kinds import SEVERITIES, kind_names, severity_rank
 from wirediff.cli.engine_options import add_engine_options, open_run
 from wirediff.cli.inputs import among, distinct_outputs, named_captures, on_stdout
@@ -122,7 +122,8 @@ def write_junit(
         sys.stdout.buffer.flush()
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    with naming(path):
+        tree.write(path, encoding="utf-8", xml_declaration=True)
     return path
 
 
@@ -222,7 +223,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(text, encoding="utf-8")
+            with naming(args.json):
+                Path(args.json).write_text(text, encoding="utf-8")
     if args.junit:
         write_junit(gated, args.junit)
     if passed:

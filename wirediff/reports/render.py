@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from wirediff._support import printable
+from wirediff._support import naming, printable
 from wirediff.analysis.comparison.kinds import SEVERITIES
 from wirediff.analysis.comparison.verdicts import VERDICT_COLUMNS
 from wirediff.analysis.diagnosis.explain import CODES
@@ -228,12 +228,8 @@ def _opened(out_path: str | os.PathLike[str]) -> Iterator[tuple[TextIO, Path]]:
     if str(out_path) != "-":
         out = Path(out_path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with out.open("w", encoding="utf-8", newline="") as fh:
-                yield fh, out
-        except OSError as e:  # a write that fails names no file: this one
-            e.filename = e.filename or str(out)
-            raise
+        with naming(out), out.open("w", encoding="utf-8", newline="") as fh:
+            yield fh, out
         return
     sys.stdout.flush()
     utf8 = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="")
