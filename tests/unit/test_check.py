@@ -279,7 +279,7 @@ def test_a_candidate_with_the_baseline_label_is_bad_input_not_a_pass(
         assert main(["check", write(tmp_path / "s.jsonl", base), path]) == 2
         assert capsys.readouterr().err.splitlines()[-1] == (
             f"wirediff: error: {path}: its exchanges carry the baseline's label, openai; check "
-            "compares labels: give the candidate one of its own (--label NAME)"
+            "compares labels: capture or replay the candidate with a label of its own (--label NAME)"
         )
 
 

@@ -74,7 +74,7 @@ def judge(
         path = candidates[int(scope[same][0]) - 1]
         raise UsageError(
             f"{path}: its exchanges carry the baseline's label, {base_label}; check "
-            "compares labels: give the candidate one of its own (--label NAME)"
+            "compares labels: capture or replay the candidate with a label of its own (--label NAME)"
         )
     analysis = analyse(index, ignore=ignore, baseline=base_label)
     pairs = analysis.pairs
