@@ -300,6 +300,25 @@ def test_a_value_that_would_be_taken_otherwise_is_named(
     assert f"wirediff: error: {said}" in one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["probe", NOWHERE], ["replay", "GOOD", "--to", NOWHERE], ["stand-in", "openai"]],
+    ids=["probe", "replay", "stand-in"],
+)
+def test_a_key_variable_set_empty_is_told_as_empty(
+    good: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:
+    monkeypatch.setenv("WIREDIFF_EMPTY_KEY", "")
+    argv = [str(good) if a == "GOOD" else a for a in argv]
+    assert main([*argv, "--api-key-env", "WIREDIFF_EMPTY_KEY"]) == 2
+    assert "environment variable WIREDIFF_EMPTY_KEY is empty" in one_error_line(
+        capsys.readouterr().err
+    )
+
+
 def test_every_command_is_in_the_tables() -> None:
     commands = set(subcommands())
     with_input = {argv(Path("b"), Path("g"), Path("o"))[0] for argv in COMMANDS.values()}

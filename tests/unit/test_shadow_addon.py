@@ -308,7 +308,7 @@ async def test_failing_and_hanging_candidates_are_recorded_never_raised(
         ({"shadow_to": "../x=http://x/v1"}, "a label is a file name part"),
         (
             {"shadow_to": "lm=http://x/v1", "shadow_key_env": "lm=WIREDIFF_UNSET_VAR"},
-            "$WIREDIFF_UNSET_VAR (the key for lm) is not set",
+            "shadow_key_env: the key for lm: environment variable WIREDIFF_UNSET_VAR is not set",
         ),
         (
             {"shadow_to": "lm=http://x/v1", "shadow_key_env": "other=HOME"},

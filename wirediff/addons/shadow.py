@@ -37,14 +37,14 @@ from mitmproxy import addonmanager, ctx, exceptions, flowfilter, http
 
 from wirediff.addons._options import take_unknown, take_unparsable
 from wirediff.addons._stopping import quiet_cancelled_connections
-from wirediff.errors import PlanError
+from wirediff.errors import PlanError, UsageError
 from wirediff.record.body import DEFAULT_BODY_CAP
 from wirediff.record.exchange import exchange_state
 from wirediff.record.flow import KEEP_ANSWER, exchange_from_flow
 from wirediff.record.tags import route
 from wirediff.replay.mirror_process import Config, MirrorProcess
 from wirediff.replay.slots import PRODUCERS
-from wirediff.replay.targets import Target, parse_pairs
+from wirediff.replay.targets import Target, key_in, parse_pairs
 
 __all__ = ["Shadow", "addons", "parse_targets"]
 
@@ -98,9 +98,10 @@ def parse_targets(to: str, key_env: str, model_map: str) -> list[tuple[Target, s
     out = []
     for label, url in urls.items():
         var = envs.get(label)
-        key = os.environ.get(var) if var else None
-        if var and not key:
-            raise _fail(f"shadow_key_env: ${var} (the key for {label}) is not set")
+        try:
+            key = key_in(var, os.environ, f"shadow_key_env: the key for {label}") if var else None
+        except UsageError as e:
+            raise _fail(str(e)) from None
         try:
             out.append((Target(label, url, var, {**shared, **maps[label]}), key))
         except PlanError as e:

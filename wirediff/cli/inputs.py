@@ -35,7 +35,7 @@ from wirediff.record.parts import (
     opens_a_capture,
 )
 from wirediff.record.store import iter_records
-from wirediff.replay.targets import key_variable
+from wirediff.replay.targets import key_in, key_variable
 
 __all__ = [
     "among",
@@ -227,14 +227,9 @@ def key_from_env(var: str | None) -> str | None:
     """Read the key in `$var`, or none when no variable is named.
 
     `--api-key-env VAR` never puts the key itself on the command line; a variable that is not
-    set is a usage error."""
+    set, or empty, is a usage error."""
     var = key_variable(var)
-    if var is None:
-        return None
-    key = os.environ.get(var)
-    if not key:
-        raise UsageError(f"--api-key-env: environment variable {var} is not set")
-    return key
+    return None if var is None else key_in(var, os.environ, "--api-key-env")
 
 
 def on_stdout(outputs: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from wirediff.replay.filters import Term, parse_filter
 from wirediff.replay.targets import (
     Target,
     default_label,
+    key_in,
     key_variable,
     parse_pairs,
     parse_rate,
@@ -273,9 +274,4 @@ def options_from_args(args: argparse.Namespace) -> Options:
 def api_key_for(target: Target, env: Mapping[str, str]) -> str | None:
     if target.api_key_env is None:
         return None
-    key = env.get(target.api_key_env)
-    if not key:
-        raise UsageError(
-            f"target {target.label!r}: environment variable {target.api_key_env} is not set"
-        )
-    return key
+    return key_in(target.api_key_env, env, f"target {target.label!r}")

@@ -17,6 +17,7 @@ from wirediff.replay.paths import remove_dot_segments
 __all__ = [
     "Target",
     "default_label",
+    "key_in",
     "key_variable",
     "parse_pairs",
     "parse_rate",
@@ -29,6 +30,17 @@ def key_variable(var: str | None, option: str = "--api-key-env") -> str | None:
     if var is not None and not var.strip():
         raise UsageError(f"{option}: empty; name the environment variable that holds the key")
     return var
+
+
+def key_in(var: str, env: Mapping[str, str], said: str) -> str:
+    """Read the key in the variable `var` of `env`; one not set, or empty, is a usage error.
+
+    `said` names what asked for it, before the message."""
+    key = env.get(var)
+    if not key:
+        why = "is empty" if key == "" else "is not set"
+        raise UsageError(f"{said}: environment variable {var} {why}")
+    return key
 
 
 @dataclass(frozen=True)
