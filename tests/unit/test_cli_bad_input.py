@@ -277,6 +277,8 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["stand-in", "openai", "--delay", "-1"], "argument --delay: seconds, at least 0: '-1'"),
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
+        (["report", "", "-o", "r.html"], "'': empty; name a capture file"),
+        (["replay", " ", "--to", NOWHERE], "' ': empty; name a capture file"),
         (["probe", NOWHERE, "--model", ""], "--model: empty; name a model"),
         (["demo", "--out", "GOOD"], "argument --out: a file, not a folder: 'GOOD'"),
         (["demo", "--out", " "], "argument --out: empty: name a folder"),
@@ -287,7 +289,8 @@ def test_bad_usage_is_one_line_and_exit_2(
     ids=[
         *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1", "stand-in --port"),
-        *("report - for stdin", "probe --model empty", "demo --out a file", "demo --out empty"),
+        *("report - for stdin", "report an empty name", "replay a blank name"),
+        *("probe --model empty", "demo --out a file", "demo --out empty"),
         *("probe --keep a file", "check --fail-on empty", "probe --api-key-env empty"),
     ],
 )  # fmt: skip

@@ -61,6 +61,8 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     if str(path) == "-":
         raise CaptureError("-: a capture through a pipe is read as /dev/stdin")
+    if not str(path).strip():
+        raise CaptureError(f"{str(path)!r}: empty; name a capture file")
     if "://" in str(path):  # the engine's commands take URLs before they come here
         raise CaptureError(f"{path}: a URL; this command reads capture files on this machine")
     try:
