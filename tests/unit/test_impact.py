@@ -222,14 +222,22 @@ def test_headers_and_text_any_capture_holds_are_served_as_their_bytes(
 
 def test_a_body_kept_as_base64_is_served_as_its_bytes() -> None:
     """A 2xx body no UTF-8 decodes, as the `fault-binary` stand-in sends, breaks the SDK's
-    read of it; a body that is not base64 is not judged."""
+    read of it; JSON in UTF-16, which Python's JSON reads, does not. A value that is no base64
+    is not judged, and is no empty body, which is."""
     rec = chat_record()
     answer(rec)["body"], answer(rec)["b64"] = None, base64.b64encode(b"\x89\xff not utf-8").decode()
     (failure,) = impact(rec).failures
     assert failure.error.startswith("raises UnicodeDecodeError: 'utf-8' codec can't decode")
+    utf16 = json.dumps(answer(chat_record())["body"]).encode("utf-16")
+    answer(rec)["b64"] = base64.b64encode(utf16).decode()
+    assert impact(rec).failures == () and impact(rec).judged
     for hostile in ("not base64!", 5):
         cast(Any, answer(rec))["b64"] = hostile
-        assert impact(rec).failures == ()
+        assert not impact(rec).judged
+        empty = chat_record()
+        answer(empty)["body"] = None
+        (failure,) = impact(empty).failures
+        assert failure.error.startswith("raises JSONDecodeError")
 
 
 def test_an_outcome_measured_with_the_node_sdk_is_not_reused_without_it(

@@ -25,6 +25,7 @@ batch. A skeleton reads, of the record:
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterable, Iterator
@@ -42,7 +43,6 @@ from wirediff.analysis.comparison.clients.asked import (
 )
 from wirediff.analysis.comparison.clients.observations import Failure, Observations, served
 from wirediff.analysis.comparison.shapes import structure
-from wirediff.record.keys import digest
 
 __all__ = ["SDK_SOURCE", "Outcome", "clients", "impact", "prepare", "skeleton"]
 
@@ -145,6 +145,29 @@ def _text_key(text: Any, ask: Asked) -> Any:
     except (ValueError, RecursionError) as e:
         return ("not json", type(e).__name__)
     return ("json", _data_key(parsed), _body_verdicts(parsed, ask))
+
+
+def _bytes_key(b64: Any, ask: Asked) -> Any:
+    """Key a body kept as base64, which is served as its bytes, as the clients read those.
+
+    openai-python parses a body as JSON in the encoding JSON's own rules detect, and decodes a
+    stream's lines as UTF-8; openai-node decodes the body as UTF-8, a bad byte replaced. A
+    value that is no base64 is not served."""
+    if b64 is None:
+        return None
+    try:
+        content = base64.b64decode(b64, validate=True)
+    except (TypeError, ValueError):
+        return ("unserved", python.kind_of(b64))
+    try:
+        as_json: Any = _text_key(
+            content.decode(json.detect_encoding(content), "surrogatepass"), ask
+        )
+    except UnicodeDecodeError:
+        as_json = "undecodable"
+    as_node = content.decode("utf-8", "replace")
+    as_lines = as_node.encode("utf-8") == content  # no byte replaced: every line decodes
+    return ("b64", as_json, as_lines, _text_key(as_node, ask))
 
 
 @dataclass
@@ -281,12 +304,7 @@ def _key(record: Record) -> tuple[Any, ...] | None:
     elif resp.get("body") is not None:
         answer = ("body", _data_key(resp["body"]), _body_verdicts(resp["body"], ask))
     else:
-        b64 = resp.get("b64")  # served as its bytes, which the SDK may read one way or another
-        answer = (
-            "text",
-            _text_key(resp.get("text"), ask),
-            digest(b64) if isinstance(b64, str) else None,
-        )
+        answer = ("text", _text_key(resp.get("text"), ask), _bytes_key(resp.get("b64"), ask))
     return (wanted, resp.get("status"), content_type, resp.get("truncated"), answer)
 
 

@@ -102,8 +102,9 @@ class Served:
 def served(record: Record) -> Served | None:
     """Turn the answer of `record` into bytes again, with SSE events framed again.
 
-    It is None when the answer cannot be served: no status, cut, or truncated without events.
-    A body no UTF-8 decodes, kept as base64, is served as its bytes."""
+    It is None when the answer cannot be served: no status, cut, truncated without events, or
+    kept as base64 that is not the bytes sent. A body no UTF-8 decodes, kept as base64, is
+    served as its bytes."""
     resp = record.get("response")
     if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
         return None
@@ -126,7 +127,7 @@ def served(record: Record) -> Served | None:
     elif (b64 := resp.get("b64")) is not None:
         try:
             content = base64.b64decode(b64, validate=True)
-        except (TypeError, ValueError):  # no base64: nothing the server sent
+        except (TypeError, ValueError):  # not base64, or a key in it redacted: not the bytes
             return None
     else:
         content = b""
