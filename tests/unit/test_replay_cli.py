@@ -93,6 +93,31 @@ def test_dry_run_says_what_is_not_sent_and_why(
     assert "[inner]" in out and err == ""
 
 
+def test_an_output_two_targets_share_is_read_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its unfinished last line is told once, and each target resumes from its own records."""
+    recs = session()
+    cap = write_capture(tmp_path / "s.jsonl", recs)
+    first, _ = engine(recs, Fake())
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in first) + '{"format": "wir')
+    config = tmp_path / "targets.yaml"
+    config.write_text(
+        "targets: [{label: tgt, url: 'http://127.0.0.1:9/v1'},"
+        " {label: other, url: 'http://127.0.0.1:9/v1'}]\n"
+    )
+    assert main_replay([str(cap), "--config", str(config), "-o", str(out), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "replay → tgt (http://127.0.0.1:9/v1, no key): 0 to send, 0 to skip, 10 already" in shown
+    assert (
+        "replay → other (http://127.0.0.1:9/v1, no key): 9 to send, 1 to skip, 0 already" in shown
+    )
+    said = [r.getMessage() for r in caplog.records if "unfinished" in r.getMessage()]
+    assert said == [f"{out}:{len(first) + 1}: an unfinished last line (a write in progress, "
+                    "or cut by a crash): skipped"]  # fmt: skip
+
+
 def test_dry_run_counts_what_is_tried_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

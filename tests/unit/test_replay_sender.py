@@ -150,8 +150,8 @@ def test_engine_resumes_from_earlier_records(tmp_path: Path) -> None:
     first, _ = engine(recs, Fake())
     earlier = {r["replay_of"]: r for r in first if r["replay_of"] in ("r1", "fc", "ct2")}
     p = write_capture(tmp_path / "s.tgt.jsonl", list(earlier.values()))
-    done, _ = replay_history([p, tmp_path / "missing.jsonl"], "tgt")
-    assert set(done) == {"r1", "fc", "ct2"} and replay_history([p], "other")[0] == {}
+    done, _ = replay_history({"tgt": [p, tmp_path / "missing.jsonl"]})["tgt"]
+    assert set(done) == {"r1", "fc", "ct2"} and replay_history({"other": [p]})["other"][0] == {}
     fake = Fake()
     rest, run = engine(recs, fake, done=done)
     assert {r["replay_of"] for r in rest} == {r["id"] for r in recs} - set(done)
@@ -177,13 +177,13 @@ def test_an_output_is_named_as_one_only_when_it_is_no_capture(tmp_path: Path) ->
     notes = tmp_path / "notes.txt"
     notes.write_text("<html>\n")
     with pytest.raises(CaptureError, match="the replay would append its records to it"):
-        replay_history([notes], "tgt")
+        replay_history({"tgt": [notes]})
     first, _ = engine(session(), Fake())
     p = write_capture(tmp_path / "s.tgt.jsonl", first[:1])
     with p.open("a") as fh:
         fh.write('{"format": "wirediff/1", "id": 1}\n')
     with pytest.raises(CaptureError) as caught:
-        replay_history([p], "tgt")
+        replay_history({"tgt": [p]})
     assert ":2: malformed wirediff/1 record" in str(caught.value)
     assert "append" not in str(caught.value)
 
@@ -259,7 +259,7 @@ def test_engine_retries_what_got_no_answer(tmp_path: Path) -> None:
 
     def again(allow_unsafe: bool = False) -> tuple[list[Record], Fake, TargetRun]:
         plan = make_plan(recs, allow_unsafe=allow_unsafe)
-        done = resumed(plan, replay_history([out], "tgt")[0], T)
+        done = resumed(plan, replay_history({"tgt": [out]})["tgt"][0], T)
         fake = Fake()
         new, run = engine(recs, fake, done=done, allow_unsafe=allow_unsafe)
         with RecordWriter(out) as w:

@@ -217,9 +217,11 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     done_of: dict[str, dict[str, Record | None]] = {}
     tried_of: dict[str, int] = {}
     attempts_of: dict[str, Mapping[str, int]] = {}
+    history = replay_history(
+        {t.label: sorted({path_of(n.rec, t) for n in plan.nodes}) for t in opts.targets}
+    )
     for t in opts.targets:
-        outs = {path_of(n.rec, t) for n in plan.nodes}
-        prior, attempts_of[t.label] = replay_history(sorted(outs), t.label)
+        prior, attempts_of[t.label] = history[t.label]
         done = resumed(plan, prior, t)
         tried_of[t.label] = sum(1 for k in prior if k in plan.by_id and k not in done)
         done_of[t.label] = {k: v if plan.dependents[k] else None for k, v in done.items()}

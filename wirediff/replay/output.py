@@ -39,27 +39,44 @@ def output_path(rec: Record, capture_of: Mapping[str, Path], target: Target, opt
     return src.parent / f"{session}.{target.label}.jsonl"
 
 
-def replay_history(paths: Iterable[Path], label: str) -> tuple[dict[str, Record], Counter[str]]:
-    """Find the newest replay record of `label` in the output files, by original id.
+History = tuple[dict[str, Record], Counter[str]]
+"""A label's newest replay record by original id, and how many records each original has."""
+
+
+def replay_history(outputs: Mapping[str, Iterable[Path]]) -> dict[str, History]:
+    """Find each label's newest replay record in its output files, by original id.
 
     A resumed run reads it; `wirediff.replay.plan.resumed` says which of them are done. Also
-    counts how many records each original has: a new attempt is number n + 1."""
-    found: list[Record] = []
-    for p in filter(Path.exists, paths):
+    counts how many records each original has: a new attempt is number n + 1. A file several
+    labels share is read once."""
+    wanted: dict[Path, set[str]] = {}
+    for label, paths in outputs.items():
+        for p in paths:
+            wanted.setdefault(p, set()).add(label)
+    found: dict[str, list[Record]] = {label: [] for label in outputs}
+    for p, labels in sorted(wanted.items()):
+        if not p.exists():
+            continue
         read = 0
         try:
             for rec in iter_records(p, as_sent=True):
                 read += 1
-                if rec.get("label") == label and rec.get("replay_of"):
-                    found.append(rec)
+                label = rec.get("label")
+                if isinstance(label, str) and label in labels and rec.get("replay_of"):
+                    found[label].append(rec)
         except CaptureError as e:
             if read:  # a capture: what is wrong with it is said as of any capture
                 raise
             raise CaptureError(
                 f"{e}; the replay would append its records to it: name another output (-o)"
             ) from None
-    newest = {str(rec["replay_of"]): rec for rec in latest_replays(found)}
-    return newest, Counter(str(rec["replay_of"]) for rec in found)
+    return {
+        label: (
+            {str(rec["replay_of"]): rec for rec in latest_replays(recs)},
+            Counter(str(rec["replay_of"]) for rec in recs),
+        )
+        for label, recs in found.items()
+    }
 
 
 class Writers:
