@@ -177,8 +177,9 @@ def test_replay_of_cycles_and_an_empty_id_analyse_alike_across_partitions(
 def test_a_capture_written_to_while_read_is_told_as_it_was_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Lines written after the scan measured a file are not read, and said so; the warning
-    about an unfinished line names the line the scan stopped at, not the file's end after."""
+    """Lines begun after the scan read a file are not read, and said so, not when the line it
+    read last just ended; the warning about an unfinished line names the line the scan stopped
+    at, not the file's end after."""
     base, _ = fixture_sessions()
     lines = [json.dumps(r) + "\n" for r in base[:5]]
     path = tmp_path / "live.jsonl"
@@ -198,8 +199,21 @@ def test_a_capture_written_to_while_read_is_told_as_it_was_read(
     assert len(index) == 4  # a line begun within what was measured is read to its end
     assert said == [
         f"{path}: written to while it was read: the lines begun after its first "
-        f"{len(''.join(lines[:3])) + 40:,} bytes are not read"
+        f"{len(''.join(lines[:4])):,} bytes are not read"
     ]
+    caplog.clear()
+    path.write_text("".join(lines[:3]) + lines[3][:40])  # only the line it measured ends
+
+    def measure_then_end(*args: Any, **kwargs: Any) -> Any:
+        found = measured(*args, **kwargs)
+        with path.open("a") as fh:
+            fh.write(lines[3][40:])
+        return found
+
+    monkeypatch.setattr(engine_run, "resolve", measure_then_end)
+    with Run("local", progress=False, workers=1) as run:
+        assert len(run.scan([str(path)])[0]) == 4
+    assert caplog.records == []
     caplog.clear()
     path.write_text("".join(lines[:3]) + lines[3][:40])
     monkeypatch.setattr(engine_run, "resolve", measured)

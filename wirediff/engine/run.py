@@ -338,10 +338,10 @@ def line_number(url: str, offset: int) -> int:
         return newlines_before(fh, offset) + 1
 
 
-def _grown(url: str, size: int) -> bool:
-    """Tell whether a local file is now longer than `size` bytes: written to while read."""
+def _grown(url: str, read: int) -> bool:
+    """Tell whether a local file is now longer than the `read` bytes the scan read of it."""
     try:
-        return not is_url(url) and os.path.getsize(url) > size
+        return not is_url(url) and os.path.getsize(url) > read
     except OSError:  # gone, or moved: nothing to tell
         return False
 
@@ -366,11 +366,11 @@ def _warn_torn_raise_first_error(sources: Sequence[Source], scans: Sequence[Scan
             raise CaptureError(f"{name}:{line_number(url, error[0])}: {error[1]}")
         if sum(s.lines for s in parts) and not sum(s.records for s in parts):
             raise CaptureError(f"{name}: not a {FORMAT} capture (no line is a JSON record)")
-        size = sources[src].size
-        if sources[src].kind == JSONL and _grown(url, size):
+        read = max(s.stop for s in parts)
+        if sources[src].kind == JSONL and _grown(url, read):
             store_log.warning(
                 f"{name}: written to while it was read: the lines begun after its first "
-                f"{size:,} bytes are not read"
+                f"{read:,} bytes are not read"
             )
         said, held = sources[src].exchanges, sum(s.records for s in parts)
         if said is not None and held != said:

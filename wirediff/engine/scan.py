@@ -72,6 +72,8 @@ class Scanned:
     """Torn lines skipped, as `(offset, why)`."""
     error: tuple[int, str] | None = None
     """The chunk's first unreadable line, as `(offset, why)`; the rest is not read."""
+    stop: int = 0
+    """Where its reading stopped: past the last line it read, whole or unfinished."""
 
 
 def _located(
@@ -125,6 +127,7 @@ def _scan_chunk(reader: Reader, source: Source, src: int, start: int, end: int) 
                 flush(batch)
         except LineError as e:
             out.error = (e.lineno, e.text)
+        out.stop = fh.tell()
     out.readings, out.evidence = reader.take()
     return _located(out, rows, where, careful)
 
