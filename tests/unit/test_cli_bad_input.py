@@ -393,6 +393,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA"], "-o DATA: a directory; name a file"),
         (["check", "GOOD", "--junit", "new/"], "--junit new/: a directory; name a file"),
         (["report", "GOOD", "-o", "new/"], "-o new/: a directory; name a file"),
+        (["report", "GOOD", "--json", "new/."], "--json new/.: a directory; name a file"),
         (["replay", "DATA", "--to", NOWHERE], "DATA: a Parquet dataset; this command reads the JSON"),
         (["replay", "file://DATA", "--to", NOWHERE], "file://DATA: a URL; this command reads capture"),
         (["replay", "GOOD", "--to", NOWHERE, "-o", "DATA/../notes.txt", "--label", "x"],
@@ -404,7 +405,7 @@ def test_an_output_that_is_a_capture_is_refused_before_anything_is_written(
         *("the dataset's mark", "a new file in a dataset", "export into a dataset"),
         "export over a dataset",
         *("a directory: report", "probe, before probing", "replay"),
-        *("a directory to be: check", "report"),
+        *("a directory to be: check", "report", "report --json"),
         *("replay a dataset", "replay a URL", "replay -o a file that is no capture"),
     ],
 )  # fmt: skip
@@ -433,6 +434,18 @@ def test_an_output_that_would_lose_something_else_is_refused(
     assert sorted(p for p in tmp_path.rglob("*")) == before
     assert (data / "wirediff-dataset.json").read_bytes() == mark
     assert (tmp_path / "notes.txt").read_text() == "<html>\n"
+
+
+def test_an_empty_capture_name_is_refused_in_a_dataset_folder_too(
+    good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Path("")` is `.`: in a dataset's folder, that dataset would be read for nothing named."""
+    data = tmp_path / "data"
+    assert main(["export", str(good), "--parquet", str(data)]) == 0
+    monkeypatch.chdir(data)
+    capsys.readouterr()
+    assert main(["report", "", "-o", str(tmp_path / "r.html")]) == 2
+    assert "'': empty; name a capture file" in one_error_line(capsys.readouterr().err)
 
 
 def test_an_output_that_cannot_be_written_stops_the_command_before_any_other_is(

@@ -148,10 +148,10 @@ def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
 def _is_dataset(arg: str) -> bool:
     """Tell whether `arg` is a URL or a Parquet dataset `wirediff export` wrote.
 
-    The engine reads and checks it."""
+    The engine reads and checks it. An empty name is none, though `Path` reads it as `.`."""
     from wirediff.engine.sources import DATASET_MARK, is_url
 
-    return is_url(arg) or (Path(arg) / DATASET_MARK).is_file()
+    return is_url(arg) or (bool(arg.strip()) and (Path(arg) / DATASET_MARK).is_file())
 
 
 @contextmanager
@@ -274,7 +274,7 @@ def distinct_outputs(
             raise UsageError(f"{named[where]} and {option} both name {out}; name a file for each")
         if Path(out).is_file() or not Path(out).exists():  # a device takes any number
             named[where] = option
-        if not folders and (Path(out).is_dir() or str(out).endswith(("/", os.sep))):
+        if not folders and (Path(out).is_dir() or os.path.basename(out) in ("", ".", "..")):
             raise UsageError(f"{option} {out}: a directory; name a file")
         dataset = _in_dataset(Path(where))
         if dataset == Path(where):  # only a folder is let this far: `export --parquet`
