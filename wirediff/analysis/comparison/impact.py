@@ -25,7 +25,6 @@ batch. A skeleton reads, of the record:
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 from collections.abc import Iterable, Iterator
@@ -41,7 +40,12 @@ from wirediff.analysis.comparison.clients.asked import (
     asked,
     structured_kind,
 )
-from wirediff.analysis.comparison.clients.observations import Failure, Observations, served
+from wirediff.analysis.comparison.clients.observations import (
+    Failure,
+    Observations,
+    sent_bytes,
+    served,
+)
 from wirediff.analysis.comparison.shapes import structure
 
 __all__ = ["SDK_SOURCE", "Outcome", "clients", "impact", "prepare", "skeleton"]
@@ -155,9 +159,8 @@ def _bytes_key(b64: Any, ask: Asked) -> Any:
     value that is no base64 is not served."""
     if b64 is None:
         return None
-    try:
-        content = base64.b64decode(b64, validate=True)
-    except (TypeError, ValueError):
+    content = sent_bytes(b64)
+    if content is None:
         return ("unserved", python.kind_of(b64))
     try:
         as_json: Any = _text_key(

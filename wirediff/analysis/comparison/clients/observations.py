@@ -25,6 +25,7 @@ __all__ = [
     "error_text",
     "failing_line",
     "said",
+    "sent_bytes",
     "served",
 ]
 
@@ -125,13 +126,22 @@ def served(record: Record) -> Served | None:
     elif resp.get("complete") is False:
         return None
     elif (b64 := resp.get("b64")) is not None:
-        try:
-            content = base64.b64decode(b64, validate=True)
-        except (TypeError, ValueError):  # not base64, or a key in it redacted: not the bytes
+        if (sent := sent_bytes(b64)) is None:
             return None
+        content = sent
     else:
         content = b""
     return Served(resp["status"], headers, content)
+
+
+def sent_bytes(b64: Any) -> bytes | None:
+    """Decode a body kept as base64 into the bytes sent, or None when it cannot be them.
+
+    It is none when it is no base64, as when a key in it was redacted."""
+    try:
+        return base64.b64decode(b64, validate=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def _sse(events: list[Any]) -> bytes:
