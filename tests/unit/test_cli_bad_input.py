@@ -701,15 +701,15 @@ def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
 def test_a_write_that_fails_names_its_file(
     good: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    """A full disk fails the write, not the open: the error still says which output."""
+    """A full disk fails the write, not the open: the error still says which output, alone."""
     candidate = good.with_name("good.vllm.jsonl")
     replays = [replay(r, id=f"{r['id']}-v", label="vllm") for r in openai_session()]
     candidate.write_text("".join(json.dumps(r) + "\n" for r in replays))
     named = {"GOOD": str(good), "CANDIDATE": str(candidate)}
     assert main([*(named.get(a, a) for a in argv), "/dev/full"]) == 2
-    assert one_error_line(capsys.readouterr().err) == (
-        "wirediff: error: /dev/full: No space left on device\n"
-    )
+    out, err = capsys.readouterr()
+    assert one_error_line(err) == "wirediff: error: /dev/full: No space left on device\n"
+    assert out == ""  # no verdict table before it, as if the gate had run
 
 
 def test_outputs_that_are_no_plain_files_are_written_as_before(

@@ -173,42 +173,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(printable(text), file=lines)
 
     verdict_line = bottom_line(result.verdicts)
-    for sentence in verdict_line:
-        say(sentence)
-    what = f"{args.fail_on_severity} findings" + (
-        f" and kinds {','.join(fail_on)}" if fail_on else ""
-    )
-    by_content = sum(result.by_content.values())
-    kinds = [
-        f"{n} {kind}"
-        for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
-        if n
-    ]
-    compared = "exchange" if result.replayed + by_content == 1 else "exchanges"
-    baseline = plural(result.baseline, "baseline exchange")
-    say(
-        f"{' and '.join(kinds)} {compared} compared with {baseline} ({result.label}); "
-        f"the gate fails on {what}"
-    )
-    unmatched = {}
-    for label in sorted(set(result.by_content) | set(result.unmatched["label"])):
-        unmatched[label] = counts = unmatched_counts(result.unmatched, label)
-        paired = result.by_content.get(label, 0)
-        sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
-        say(f"  pairs  {label:<12} {paired} by content; {sides}")
     items = verdict_items(gated)
-    for row in items:
-        mark = (
-            "FAIL"
-            if row["fails"]
-            else {"baseline": "base", "candidate": "ok"}.get(row["role"], "-")
-        )
-        reason = row["reasons"][0] if row["reasons"] else ""
-        if row["fails"] and row["verdict"] not in FAILING_VERDICTS:  # what fails it, first
-            reason = " — ".join(["; ".join(row["fails_on"]), *([reason] if reason else [])])
-        name = cell_name(row["family"], row["transport"])
-        say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}".rstrip())
-    if args.json:
+    unmatched = {
+        label: unmatched_counts(result.unmatched, label)
+        for label in sorted(set(result.by_content) | set(result.unmatched["label"]))
+    }
+    if args.json:  # the files first: one that cannot be written ends the command, said alone
         doc = {
             "format": CHECK_FORMAT,
             "passed": bool(passed),
@@ -227,6 +197,38 @@ def cmd_check(args: argparse.Namespace) -> int:
                 Path(args.json).write_text(text, encoding="utf-8")
     if args.junit:
         write_junit(gated, args.junit)
+    for sentence in verdict_line:
+        say(sentence)
+    what = f"{args.fail_on_severity} findings" + (
+        f" and kinds {','.join(fail_on)}" if fail_on else ""
+    )
+    by_content = sum(result.by_content.values())
+    kinds = [
+        f"{n} {kind}"
+        for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
+        if n
+    ]
+    compared = "exchange" if result.replayed + by_content == 1 else "exchanges"
+    baseline = plural(result.baseline, "baseline exchange")
+    say(
+        f"{' and '.join(kinds)} {compared} compared with {baseline} ({result.label}); "
+        f"the gate fails on {what}"
+    )
+    for label, counts in unmatched.items():
+        paired = result.by_content.get(label, 0)
+        sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
+        say(f"  pairs  {label:<12} {paired} by content; {sides}")
+    for row in items:
+        mark = (
+            "FAIL"
+            if row["fails"]
+            else {"baseline": "base", "candidate": "ok"}.get(row["role"], "-")
+        )
+        reason = row["reasons"][0] if row["reasons"] else ""
+        if row["fails"] and row["verdict"] not in FAILING_VERDICTS:  # what fails it, first
+            reason = " — ".join(["; ".join(row["fails_on"]), *([reason] if reason else [])])
+        name = cell_name(row["family"], row["transport"])
+        say(f"  {mark:<4}  {row['label']:<12} {name:<24} {row['verdict']:<27} {reason}".rstrip())
     if passed:
         say("compatible: no candidate fails the gate")
         return EXIT_OK
