@@ -693,6 +693,32 @@ def test_a_capture_folder_that_cannot_be_made_is_named_as_the_dir_option(
 
 
 @pytest.mark.parametrize(
+    ("argv", "read"),
+    [(["report", "--json", "-", "-o", "r.html"], '"exchanges": 9,'),
+     (["diagnose", "--json"], "[]"),
+     (["replay", "--dry-run", "--to", NOWHERE], "9 to send, 0 to skip")],
+    ids=["report", "diagnose", "replay"],
+)  # fmt: skip
+def test_a_capture_given_twice_is_read_once_and_said(
+    good: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    read: str,
+) -> None:
+    """By another name too; `check` refuses it, as its arguments each play a part."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "good.jsonl", str(good), "./good.jsonl"]) == 0
+    out, err = capsys.readouterr()
+    assert read in out
+    assert err.splitlines()[:2] == [
+        f"wirediff: warning: good.jsonl and {good}: the same capture given twice; read once",
+        "wirediff: warning: good.jsonl and ./good.jsonl: the same capture given twice; read once",
+    ]
+
+
+@pytest.mark.parametrize(
     "argv",
     [["report", "GOOD", "-o"], ["check", "GOOD", "CANDIDATE", "--json"],
      ["check", "GOOD", "CANDIDATE", "--junit"]],

@@ -45,6 +45,7 @@ __all__ = [
     "key_from_env",
     "named_captures",
     "on_stdout",
+    "read_once",
 ]
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
 
     folder: list[str] = []
     copies: list[str] = []
-    _one_reading_each(paths)
+    read_once(paths)
     try:
         named = [_spooled(str(p), i, folder) for i, p in enumerate(paths)]
         for n, p in zip(named, paths, strict=True):
@@ -183,23 +184,26 @@ def named_captures(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[str
             shutil.rmtree(made, ignore_errors=True)
 
 
-def _one_reading_each(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Refuse a pipe named twice before any is read: its second reading would be empty.
+def read_once(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse a pipe named twice before any is read, and warn of a file or dataset named twice.
 
-    Found by `stat`, which opens nothing: a FIFO's second open would wait for a writer."""
-    pipes: dict[tuple[int, int], str] = {}
+    A pipe's second reading would be empty; a file's is left out, as a record's id read
+    before is. Found by `stat`, which opens nothing: a FIFO's second open would wait for a
+    writer."""
+    given: dict[tuple[int, int], str] = {}
     for arg in map(str, paths):
         try:
             st = os.stat(arg)
         except OSError:
             continue  # said when it is read
-        if not stat.S_ISFIFO(st.st_mode):
+        first = given.get((st.st_dev, st.st_ino))
+        if first is None:
+            given[st.st_dev, st.st_ino] = arg
             continue
-        given = pipes.get((st.st_dev, st.st_ino))
-        if given is not None:
-            said = arg if given == arg else f"{given} and {arg}"
+        said = arg if first == arg else f"{first} and {arg}"
+        if stat.S_ISFIFO(st.st_mode):
             raise UsageError(f"{said}: the same pipe given twice; a pipe is read once")
-        pipes[st.st_dev, st.st_ino] = arg
+        log.warning(f"{said}: the same capture given twice; read once")
 
 
 def _spooled(arg: str, position: int, folder: list[str]) -> str:

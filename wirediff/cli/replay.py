@@ -87,7 +87,7 @@ import httpx
 
 from wirediff._support import terminal_bar
 from wirediff._types import Record
-from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture
+from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture, read_once
 from wirediff.cli.runner import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -146,6 +146,7 @@ def _progress_bar(label: str, total: int, initial: int) -> tuple[Callable[[Count
 
 
 def main_replay_args(args: argparse.Namespace) -> int:
+    read_once(args.captures)
     distinct_outputs(args.captures, {"-o": args.output}, appends=True)
     piped = [str(p) for p in args.captures if _is_pipe(str(p))]
     if piped and not args.output and not args.dry_run:  # its replay would go in /dev
