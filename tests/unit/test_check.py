@@ -206,27 +206,6 @@ def test_one_input_says_which_labels_pair_with_nothing(
     assert "  -     vllm         chat.completions" in out and "  base  vllm" not in out
 
 
-def test_a_label_replayed_from_is_gated_where_it_is_compared_with_the_baseline(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`failing` asks what `openai` asks and fails every call; that it was replayed too (to
-    `copy`) does not make it a baseline the gate leaves out."""
-    base = openai_session()
-    failing = []
-    for rec in openai_session():
-        rec.update(id=f"f{rec['id']}", label="failing", session="s2")
-        answer(rec).update(status=500, body={"error": {"message": "boom"}}, events=None)
-        retag(rec)
-        failing.append(rec)
-    replays = [replay(r, id=f"c{r['id']}", label="copy") for r in base + failing]
-    capture = write(tmp_path / "all.jsonl", base + failing + replays)
-
-    assert main(["check", capture, "--baseline", "openai"]) == 1
-    out = capsys.readouterr().out
-    assert "  FAIL  failing      chat.completions" in out
-    assert "  base  failing" not in out
-
-
 def test_one_input_with_nothing_to_compare_is_bad_input(
     captures: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -96,24 +96,6 @@ def test_a_replay_pairs_with_an_original_only_and_leaves_the_roles_alone(how: st
     assert analysis.roles()["vllm"] == "candidate"
 
 
-def test_a_label_compared_with_the_baseline_is_a_candidate_though_replayed_from() -> None:
-    """`b` asks what `a` asks, and was replayed to `c` as `a` was to `d`: `b` is judged."""
-    a = [chat_record(id=f"a{i}", seq=i, label="a", session="sa") for i in range(2)]
-    b = [chat_record(id=f"b{i}", seq=i, label="b", session="sb") for i in range(2)]
-    replays = [replay(r, id=f"c{i}", label="c") for i, r in enumerate(b)]
-    replays += [replay(r, id=f"d{i}", label="d") for i, r in enumerate(a)]
-    analysis = analyze(a + b + replays, baseline="a")
-
-    assert analysis.roles() == {
-        "a": "baseline",
-        "b": "candidate",
-        "c": "candidate",
-        "d": "candidate",
-    }
-    verdicts = analysis.verdicts
-    assert verdicts.loc[verdicts["label"] == "b", "role"].tolist() == ["candidate"]
-
-
 def test_a_record_loaded_twice_pairs_once() -> None:
     base = chat_record(id="o1")
     cand = replay(base, id="r1", label="vllm")

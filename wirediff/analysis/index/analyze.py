@@ -193,15 +193,10 @@ class Analysis:
         return exchange_outcomes(frame, self.worst)
 
     def roles(self) -> dict[str, str]:
-        """Give each label's role, as `roles_of` says.
-
-        A label compared with the baseline is a candidate, though others were replayed from
-        it too: shown as a baseline, it would pass `check`'s gate unjudged."""
+        """Give each label's role, as `roles_of` says."""
         rows = self.index.rows
         labels = set(text(rows["label"]).unique().tolist())
-        baselines, candidates = self.pair_labels()
-        baselines -= candidates - {self.baseline.label}
-        return roles_of(labels, baselines, candidates)
+        return roles_of(labels, *self.pair_labels())
 
     def pair_labels(self) -> tuple[set[str], set[str]]:
         """Give the labels of the pairs' baselines and of their candidates."""
