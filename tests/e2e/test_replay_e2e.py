@@ -359,6 +359,20 @@ def test_broken_answers_are_recorded_as_they_came(
     assert all(answer(r)["complete"] is False for r in sent)
     skipped = [r for r in cut if error_of(r)["kind"] == "skipped"]
     assert [orig_step(orig, r) for r in skipped] == ["chat_tool_result"]
+    # every cut answer is diagnosed, plain or streamed: the SDK raises on each
+    capsys.readouterr()
+    assert main(["diagnose", str(capture.with_name("s.fault-cut.jsonl")), "--json", "--fail"]) == 1
+    diagnosed = {d["exchange_ids"][-1]: d for d in json.loads(capsys.readouterr().out)}
+    assert set(diagnosed) == {r["id"] for r in sent}
+    for r in sent:
+        code, summary = diagnosed[r["id"]]["code"], diagnosed[r["id"]]["summary"]
+        if r["tags"]["stream"]:
+            assert code == "stream_truncated", summary
+        else:
+            assert (code, "the server cut its answer short" in summary) == (
+                "upstream_unreachable",
+                True,
+            )
 
 
 def orig_step(orig: dict[str, Record], rec: Record) -> str:

@@ -271,6 +271,12 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
     ("no-response-timeout", {"status": None, "error": {"kind": "timeout",
                                                        "message": "Upstream timed out"}},
      {"upstream_unreachable"}, U),
+    ("plain-answer-cut", {"resp_body": None, "resp_text": '{"id":"chatcmpl-1","object":"chat.comp',
+                          "complete": False, "error": {
+        "kind": "upstream_disconnect", "message": "server disconnected mid-answer"}},
+     {"upstream_unreachable"}, U),
+    ("plain-answer-left-by-the-client", {"complete": False, "error": {
+        "kind": "client_disconnect", "message": "client disconnected"}}, set(), U),
     ("proxy-502-html", {"status": 502, "content_type": "text/html",
                         "resp_text": "<html><body>502 Bad Gateway</body></html>"},
      {"upstream_unreachable"}, U),
@@ -574,6 +580,10 @@ def test_the_servers_own_hint_is_part_of_the_remedy() -> None:
         ("ws-refused-404", "refused the WebSocket upgrade", "client.responses.connect()"),
         ("wrong-method-answered-404", "answered 404: GET is not accepted", "send POST"),
         ("llama-cpp-python-empty-stream", "no [DONE] after 0 events", "server's log"),
+        ("plain-answer-cut", "the server cut its answer short (server disconnected mid-answer)",
+         "closed the connection before its answer ended"),
+        ("no-response", "the upstream could not be reached (Connection refused)",
+         "start the server"),
     ],
 )  # fmt: skip
 def test_new_codes_name_what_the_answer_says(case: str, summary: str, remedy: str) -> None:

@@ -178,15 +178,24 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             else ("sent" if x.rec.get("replay_of") is not None else ""),
         )
         return out
-    if (st is None and x.error_kind in NO_ANSWER_KINDS) or _proxy_generated(x):
+    # a plain answer cut before its body ended: no client reads an answer from it either
+    cut = (
+        st is not None and x.end is None and x.error_kind in NO_ANSWER_KINDS - {"client_disconnect"}
+    )
+    if (st is None and x.error_kind in NO_ANSWER_KINDS) or cut or _proxy_generated(x):
         why = x.error_msg or _message_text(x) or x.answer
         add(
             "upstream_unreachable",
             _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
+            what="the server cut its answer short" if cut else "the upstream could not be reached",
             why=scrub(why[:QUOTED]),
             upstream=x.url,
             # an error object is the server's own answer: it is up, its upstream is not
-            variant="gateway" if isinstance(x.body, dict) and x.error is not None else "",
+            variant="cut"
+            if cut
+            else "gateway"
+            if isinstance(x.body, dict) and x.error is not None
+            else "",
         )
         return out
     if st is None:
