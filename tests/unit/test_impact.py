@@ -279,3 +279,12 @@ def test_a_node_sdk_not_found_names_no_path_of_this_machine(
         f"no npm `openai` package in {tmp_path} (WIREDIFF_NODE_SDK)"
     )
     node._find.cache_clear()
+
+
+def test_texts_that_fail_to_parse_apart_are_keyed_apart() -> None:
+    """The clients raise with where the JSON broke: two such answers share no outcome."""
+    rec, other = chat_record(), chat_record()
+    answer(rec)["body"], answer(rec)["text"] = None, '{"id": "chatcmpl-1", "obj'
+    answer(other)["body"], answer(other)["text"] = None, "plain words"
+    assert skeleton(rec) != skeleton(other)
+    assert impact(rec).failures[0].error != impact(other).failures[0].error
