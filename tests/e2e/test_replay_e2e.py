@@ -353,6 +353,13 @@ def test_broken_answers_are_recorded_as_they_came(
     said = capsys.readouterr().out
     assert "FAIL  fault-binary chat.completions         breaking" in said
     assert "`client.chat.completions.create()` raises UnicodeDecodeError" in said
+    # and each is diagnosed, as the SDK fails on it
+    assert (
+        main(["diagnose", str(capture.with_name("s.fault-binary.jsonl")), "--json", "--fail"]) == 1
+    )
+    unread = {d["exchange_ids"][-1]: d for d in json.loads(capsys.readouterr().out)}
+    assert {r["id"] for r in plain} <= set(unread)
+    assert {unread[r["id"]]["code"] for r in plain} == {"answer_unreadable"}
     cut = load_records([capture.with_name("s.fault-cut.jsonl")])
     sent = [r for r in cut if r["error"] and r["error"]["kind"] != "skipped"]
     assert sent and all(error_of(r)["kind"] == "upstream_disconnect" for r in sent)

@@ -7,12 +7,15 @@ describes: the rules must still find the code, and name no provider.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import pandas as pd
 import pytest
 
@@ -277,6 +280,8 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {"upstream_unreachable"}, U),
     ("plain-answer-left-by-the-client", {"complete": False, "error": {
         "kind": "client_disconnect", "message": "client disconnected"}}, set(), U),
+    ("plain-answer-not-json", {"resp_body": None, "resp_text": '{"id":"chatcmpl-1","object":"chat.comp'},
+     {"answer_unreadable"}, U),
     ("proxy-502-html", {"status": 502, "content_type": "text/html",
                         "resp_text": "<html><body>502 Bad Gateway</body></html>"},
      {"upstream_unreachable"}, U),
@@ -846,3 +851,66 @@ def test_the_command_prints_chains_diagnosed_alike_once(
     path.write_text(path.read_text().splitlines(keepends=True)[0])
     assert main(["diagnose", str(path)]) == 0
     assert capsys.readouterr().out.endswith("2 diagnoses in 1 chain\n")
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+UNREADABLE = [
+    ("JSON cut short", {"text": '{"id":"chatcmpl-1","object":"chat.comp'}, "a body that is not JSON"),
+    ("empty", {"text": ""}, "an empty body"),
+    ("not UTF-8", {"b64": _b64(b"\x89\xff\xfe wirediff \x80\x81")}, "a body of 15 bytes that is not UTF-8"),
+    ("JSON after a newline", {"text": "\n" + json.dumps(chat_completion())}, None),
+    ("UTF-16 JSON", {"b64": _b64(json.dumps(chat_completion()).encode("utf-16"))}, None),
+    ("JSON with a NaN", {"text": json.dumps(chat_completion()).replace("1", "NaN", 1)}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kept", "said"), [c[1:] for c in UNREADABLE], ids=[c[0] for c in UNREADABLE]
+)
+def test_a_2xx_answer_the_sdk_cannot_read_is_diagnosed(
+    kept: dict[str, Any], said: str | None
+) -> None:
+    """Graded as the real openai SDK reads the same bytes: it raises on those diagnosed."""
+    rec = record(resp_body=None)
+    resp = rec["response"]
+    assert resp is not None
+    resp["text"] = kept.get("text")
+    if "b64" in kept:
+        resp["b64"] = kept["b64"]
+    raw = base64.b64decode(kept["b64"]) if "b64" in kept else kept["text"].encode()
+    transport = httpx.MockTransport(
+        lambda _: httpx.Response(200, headers={"content-type": JSON_CT}, content=raw)
+    )
+    client = openai.OpenAI(api_key="k", base_url="http://x/v1", max_retries=0,
+                           http_client=httpx.Client(transport=transport))  # fmt: skip
+    raised = None
+    try:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raised = e
+    assert (raised is not None) == (said is not None), raised
+    df = rows([rec])
+    if said is None:
+        assert df.empty
+        return
+    (row,) = df.to_dict("records")
+    assert row["code"] == "answer_unreadable"
+    assert row["summary"] == f"POST /v1/chat/completions: the server answered 200 with {said}"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"truncated": True}, {"path": "/v1/files/file-1/content", "method": "GET"}, {"status": 204}],
+    ids=["cut at the capture's cap", "a file's content", "a 204"],
+)
+def test_an_answer_that_need_not_be_json_is_not_judged(change: dict[str, Any]) -> None:
+    rec = record(resp_body=None, resp_text="hello", method=change.get("method", "POST"),
+                 path=change.get("path", "/v1/chat/completions"), status=change.get("status", 200))  # fmt: skip
+    resp = rec["response"]
+    assert resp is not None
+    if change.get("truncated"):
+        resp["truncated"] = True
+    assert rows([rec]).empty

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from wirediff._types import Record
+from wirediff.analysis.diagnosis.outcome import JSON_FAMILIES
 from wirediff.analysis.diagnosis.provider import GO_PLAIN, PRODUCT_HEADERS
 from wirediff.profiles import signature_headers
 
@@ -84,14 +85,18 @@ def evidence_record(rec: Record, ok: bool) -> Record:
         "websocket": resp.get("websocket"),
     }
     events = resp.get("events")
-    if not ok:
+    unparsed = resp.get("body") is None and (rec.get("tags") or {}).get("family") in JSON_FAMILIES
+    if not ok or unparsed:  # kept whole: what `unreadable_answer` reads of it too
         answer["body"], answer["text"] = resp.get("body"), resp.get("text")
+        answer.update({k: resp[k] for k in ("b64", "truncated", "depth_limited") if k in resp})
+    if not ok:
         if events is not None:
             answer["events"] = [{k: v for k, v in ev.items() if k != "t_ms"} for ev in events]
     else:
-        answer["body"] = _named_body(resp.get("body"))
         text = resp.get("text")
-        answer["text"] = text if isinstance(text, str) and GO_PLAIN.match(text) else None
+        if not unparsed:
+            answer["body"] = _named_body(resp.get("body"))
+            answer["text"] = text if isinstance(text, str) and GO_PLAIN.match(text) else None
         if events is not None:
             answer["events"] = [_event_end(ev) for ev in events]
     out["response"] = answer

@@ -58,12 +58,14 @@ CODES = (
     "request_rejected",
     "previous_response_not_found",
     "websocket_not_supported",
+    "answer_unreadable",
     "capture_stopped",
 )
-"""The contract codes of DESIGN.md "Diagnosis codes", in its order; then `capture_stopped`.
+"""The contract codes of DESIGN.md "Diagnosis codes", in its order; then two more.
 
-`capture_stopped`: the capture stopped while the exchange was in flight, no fault of the
-server."""
+`answer_unreadable`: a 2xx answer that must be JSON holds what its clients cannot read, so
+a failing answer the contract's codes leave out gets one too. `capture_stopped`: the capture
+stopped while the exchange was in flight, no fault of the server."""
 BACKEND_SCAN = 50
 """Exchanges of a backend read for a mark of its provider when a chain carries none."""
 

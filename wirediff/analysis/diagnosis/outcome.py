@@ -5,26 +5,32 @@ exchange succeeded."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wirediff._support import error_kind, is_2xx
 from wirediff._types import Event, Record
+from wirediff.analysis.comparison.clients.observations import sent_bytes
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
 from wirediff.record.tags import header_get
 from wirediff.record.websocket import is_websocket, turns
 
 __all__ = [
     "FAILED_TERMINALS",
+    "JSON_FAMILIES",
     "StreamEnd",
     "exchange_ok",
     "is_sse_response",
     "stream_end",
     "stream_problem",
+    "unreadable_answer",
 ]
 
 FAILED_TERMINALS = frozenset({"response.failed", "error"})
+JSON_FAMILIES = frozenset({"chat.completions", "completions", "responses", "models", "embeddings"})
+"""Families every 2xx answer of which, but a stream's, is JSON the SDKs parse."""
 
 
 @dataclass(frozen=True)
@@ -116,11 +122,48 @@ def stream_problem(record: Record, end: StreamEnd | None) -> str | None:
     return None
 
 
+def unreadable_answer(record: Record) -> str | None:
+    """Say what a 2xx answer that must be JSON holds instead, or None.
+
+    Clients read it as httpx does, `json.loads` of its bytes, and raise where that fails
+    (openai-python's JSONDecodeError or UnicodeDecodeError). A stream, a 204, an answer to
+    HEAD, a body the capture cut at its cap, or one of a family that may answer otherwise
+    (files, audio) is not judged."""
+    resp, tags = record.get("response"), record.get("tags") or {}
+    if (
+        not resp
+        or resp.get("body") is not None
+        or resp.get("truncated")
+        or resp.get("depth_limited")
+        or not is_2xx(resp.get("status"))
+        or resp.get("status") == 204
+        or tags.get("family") not in JSON_FAMILIES
+        or record["request"].get("method") == "HEAD"
+        or is_sse_response(resp)
+        or is_websocket(record)
+    ):
+        return None
+    b64, text = resp.get("b64"), resp.get("text")
+    raw = sent_bytes(b64) if b64 is not None else str(text or "").encode("utf-8", "replace")
+    if raw is None:  # a base64 no key-free bytes stand behind: not judged
+        return None
+    if not raw.strip():
+        return "an empty body"
+    try:
+        json.loads(raw)
+    except UnicodeDecodeError:
+        return f"a body of {len(raw):,} bytes that is not UTF-8"
+    except ValueError:
+        return "a body that is not JSON"
+    return None
+
+
 def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
     """Tell whether the exchange succeeded.
 
-    It did with a 2xx, or 101 for a WebSocket session; no error body; no transport error; and a
-    complete stream when one was asked for."""
+    It did with a 2xx, or 101 for a WebSocket session; no error body; no transport error; an
+    answer its clients can read (`unreadable_answer`); and a complete stream when one was
+    asked for."""
     resp = record.get("response")
     if not resp:
         return False
@@ -133,7 +176,8 @@ def exchange_ok(record: Record, end: StreamEnd | None = None) -> bool:
     end = end if end is not None else stream_end(record)
     err = record.get("error")
     if end is None:  # not SSE: a streamed request got no stream
-        return err is None and resp.get("complete") is not False and not tags.get("stream")
+        whole = err is None and resp.get("complete") is not False
+        return whole and not tags.get("stream") and unreadable_answer(record) is None
     if stream_problem(record, end) is not None or end.terminal in FAILED_TERMINALS:
         return False
     return err is None or err.get("kind") == "client_disconnect"

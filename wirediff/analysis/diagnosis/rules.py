@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wirediff._support import STOPPED_IN_FLIGHT
-from wirediff.analysis.diagnosis.outcome import stream_problem
+from wirediff.analysis.diagnosis.outcome import stream_problem, unreadable_answer
 from wirediff.analysis.diagnosis.subject import (
     Served,
     context_exceeded,
@@ -202,6 +202,14 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
         return out
     _answer_findings(x, served, add)
     _stream_findings(x, add)
+    unreadable = unreadable_answer(x.rec) if x.error_kind is None else None
+    if unreadable:
+        add(
+            "answer_unreadable",
+            _ev(x, f"{x.status} {x.ctype or '(no content-type)'}: {unreadable}", x.snippet()),
+            why=unreadable,
+            variant="not_utf8" if "UTF-8" in unreadable else "",
+        )
     if x.error_in_success and _CONNECT_WORDS.search(x.msg):
         add(
             "upstream_unreachable",
