@@ -491,3 +491,18 @@ def test_one_output_on_stdout_the_matrix_then_on_stderr(
     assert "chat.text" in err and "report:" not in out + err
     assert main_probe(["http://127.0.0.1:9/v1", "--json", "-", "--junit", "-"]) == 2
     assert "--json - and --junit -: only one of them can go to stdout" in capsys.readouterr().err
+
+
+def test_a_websocket_closed_without_a_close_frame_is_a_cut_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fault-cut` drops the socket mid-turn, as `test_websocket` shows the SDK failing on:
+    graded breaking, the matrix still written, nothing raised."""
+    with standin("openai") as url:
+        argv = [url + "/v1", "--model", "fault-cut", "--only", "responses.websocket"]
+        code, summary, out, err = run_probe(argv, tmp_path, capsys)
+    assert code == 1, err
+    assert "Error" not in err and "never awaited" not in err
+    (row,) = summary["probe"]["features"]
+    assert (row["id"], row["status"]) == ("responses.websocket", "breaking"), row
+    assert "(stream_truncated)" in row["evidence"] and "stream_truncated" in out

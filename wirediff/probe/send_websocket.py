@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     CloseConnection,
@@ -217,8 +218,9 @@ async def _session(
             if isinstance(ev, Ping):
                 writer.write(ws.send(ev.response()))
             elif isinstance(ev, CloseConnection):
-                writer.write(ws.send(ev.response()))
-                closed = (ev.code, ev.reason or "", False)
+                if ws.state is ConnectionState.REMOTE_CLOSING:  # a close frame, answered
+                    writer.write(ws.send(ev.response()))
+                closed = (ev.code, ev.reason or "", False)  # else 1006: the socket just closed
             elif isinstance(ev, Message):
                 text += ev.data if isinstance(ev.data, str) else ev.data.decode("utf-8", "replace")
                 if ev.message_finished:
@@ -229,6 +231,8 @@ async def _session(
                         break
         if closed is not None:
             break
+    if closed is None and ws.state is not ConnectionState.OPEN:  # closed under the last turn
+        closed = (1006, "", False)
     if closed is None:
         writer.write(ws.send(CloseConnection(code=1000)))
         await writer.drain()
