@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import textwrap
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TextIO, cast
@@ -64,7 +65,8 @@ def exit_codes(codes: Mapping[int, str | None]) -> str:
 
 
 def seconds(*, zero: bool = False) -> Callable[[str], float]:
-    """Make an option's type: a finite number of seconds, more than 0 or, with `zero`, at least 0.
+    """Make an option's type: seconds, more than 0 or, with `zero`, at least 0, and at most
+    what a thread or a socket can wait, `threading.TIMEOUT_MAX`.
 
     argparse names the option in the error: `argument --timeout: seconds, more than 0: 'nan'`."""
     least = "at least 0" if zero else "more than 0"
@@ -76,6 +78,10 @@ def seconds(*, zero: bool = False) -> Callable[[str], float]:
             value = math.nan
         if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"seconds, {least}: {text!r}")
+        if value > threading.TIMEOUT_MAX:
+            raise argparse.ArgumentTypeError(
+                f"seconds, at most {threading.TIMEOUT_MAX:,.0f}: {text!r}"
+            )
         return value
 
     return parse
