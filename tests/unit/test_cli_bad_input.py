@@ -277,6 +277,8 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["stand-in", "openai", "--delay", "-1"], "argument --delay: seconds, at least 0: '-1'"),
         (["stand-in", "openai", "--delay", "1e308"], "argument --delay: seconds, at most 9,223,372,036: '1e308'"),
         (["replay", "GOOD", "--to", NOWHERE, "--timeout", "1e10"], "argument --timeout: seconds, at most"),
+        (["replay", "GOOD", "--to", NOWHERE, "--only", "family=nosuch"],
+         "--only: no filter matches any of the 9 exchanges to replay in"),
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
         (["report", "", "-o", "r.html"], "'': empty; name a capture file"),
@@ -291,7 +293,8 @@ def test_bad_usage_is_one_line_and_exit_2(
     ids=[
         *("probe --timeout nan", "probe --timeout inf", "probe --only naming none"),
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1"),
-        *("stand-in --delay past what a thread waits", "replay --timeout past it", "stand-in --port"),
+        *("stand-in --delay past what a thread waits", "replay --timeout past it"),
+        *("replay --only matching none", "stand-in --port"),
         *("report - for stdin", "report an empty name", "replay a blank name"),
         *("probe --model empty", "demo --out a file", "demo --out empty"),
         *("probe --keep a file", "check --fail-on empty", "probe --api-key-env empty"),

@@ -85,7 +85,7 @@ from typing import Any
 
 import httpx
 
-from wirediff._support import terminal_bar
+from wirediff._support import plural, terminal_bar
 from wirediff._types import Record
 from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture, read_once
 from wirediff.cli.runner import (
@@ -201,6 +201,13 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
         plan = make_plan(records, filters=opts.filters, allow_unsafe=opts.allow_unsafe)
     except PlanError as e:
         raise UsageError(str(e)) from None
+    if opts.filters and records and not plan.nodes:  # a filter's typo would replay nothing, quietly
+        unfiltered = make_plan(records, allow_unsafe=opts.allow_unsafe)
+        if unfiltered.nodes:
+            raise UsageError(
+                f"--only: no filter matches any of the {plural(len(unfiltered), 'exchange')} "
+                f"to replay in {', '.join(paths)}"
+            )
     replayed = {str(n.rec.get("label")) for n in plan.nodes}
     for t in opts.targets:
         if t.label in replayed:  # the analysis would take its answers for the originals' own
