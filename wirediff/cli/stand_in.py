@@ -9,6 +9,7 @@ import argparse
 import signal
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from wirediff.backends.server import FAULT_MODELS
 from wirediff.backends.standin import make_standin
@@ -26,6 +27,10 @@ def cmd_stand_in(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown stand-in {args.profile!r} (known: {', '.join(known)})")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: a port from 0 (a free one) to 65535")
+    if args.redirect is not None:
+        where = urlsplit(args.redirect)
+        if where.scheme not in ("http", "https") or not where.netloc:
+            raise UsageError(f"--redirect {args.redirect!r}: an http:// or https:// URL")
     api_key = key_from_env(args.api_key_env)
     models = (
         [m.strip() for m in args.models.split(",") if m.strip()]
