@@ -139,6 +139,8 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {"method_not_allowed", "soft_error_200"}, "lmstudio"),
     # auth
     ("openai-no-key", {**NO_KEY, **ANSWERS["openai.no_api_key"]}, {"auth_missing"}, "openai"),
+    ("replayed-without-a-key", {**NO_KEY, **ANSWERS["openai.no_api_key"], "replay_of": "o1"},
+     {"auth_missing"}, "openai"),
     ("openai-wrong-key", ANSWERS["openai.invalid_api_key"], {"auth_rejected"}, "openai"),
     ("lmstudio-wrong-key", ANSWERS["lmstudio.invalid_api_key"], {"auth_rejected"}, "lmstudio"),
     ("vllm-no-key", {**NO_KEY, **ANSWERS["vllm.unauthorized"]}, {"auth_missing"}, "vllm"),
@@ -585,6 +587,8 @@ def test_the_servers_own_hint_is_part_of_the_remedy() -> None:
         ("ws-refused-404", "refused the WebSocket upgrade", "client.responses.connect()"),
         ("wrong-method-answered-404", "answered 404: GET is not accepted", "send POST"),
         ("llama-cpp-python-empty-stream", "no [DONE] after 0 events", "server's log"),
+        ("openai-no-key", "no API key was sent", "set OPENAI_API_KEY"),
+        ("replayed-without-a-key", "no API key was sent", "with --api-key-env VAR"),
         ("plain-answer-cut", "the server cut its answer short (server disconnected mid-answer)",
          "closed the connection before its answer ended"),
         ("no-response", "the upstream could not be reached (Connection refused)",

@@ -239,6 +239,7 @@ def _answer_findings(x: ExchangeView, served: Served, add: _Add) -> None:
             "auth_rejected" if x.fingerprint else "auth_missing",
             _ev(x, _auth_line(x), www and f"www-authenticate: {www}", x.snippet(), x.words()),
             fingerprint=x.fingerprint or "",
+            variant="sent" if x.rec.get("replay_of") is not None else "",  # by wirediff
         )
         return
     soft = x.error_in_success
