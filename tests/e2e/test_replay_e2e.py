@@ -22,6 +22,7 @@ from tests.conftest import ROOT, free_port, wait_for
 from tests.fixtures.records import answer, auth_of, error_of, events_of
 from wirediff._support import error_kind
 from wirediff._types import Record
+from wirediff.analysis.comparison.impact import impact
 from wirediff.analysis.index.analyze import Index
 from wirediff.backends.standin import Standin, make_standin, standin
 from wirediff.cli import main
@@ -344,6 +345,16 @@ def test_broken_answers_are_recorded_as_they_came(
             code = main_replay([str(capture), "--to", url + "/v1", "--label", fault,
                                 "--model-map", f"*={fault}", "--only", "endpoint=/v1/chat/completions"])  # fmt: skip
             assert code == 0, capsys.readouterr().err
+        # what the real SDK raises on the cut answers, plain and streamed, on the wire
+        client = openai.OpenAI(api_key="k", base_url=url + "/v1", max_retries=0)
+        asked: dict[str, Any] = {
+            "model": "fault-cut",
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        with pytest.raises(openai.APIConnectionError, match="Connection error") as plain_raised:
+            client.chat.completions.create(**asked)
+        with pytest.raises(Exception) as stream_raised:  # whatever it is: named below
+            list(client.chat.completions.create(**asked, stream=True))
     binary = load_records([capture.with_name("s.fault-binary.jsonl")])
     plain = [r for r in binary if r["response"] and not r["tags"]["stream"]]
     assert plain and all(answer(r)["b64"] for r in plain)  # not UTF-8: kept as base64
@@ -366,6 +377,12 @@ def test_broken_answers_are_recorded_as_they_came(
     assert all(answer(r)["complete"] is False for r in sent)
     skipped = [r for r in cut if error_of(r)["kind"] == "skipped"]
     assert [orig_step(orig, r) for r in skipped] == ["chat_tool_result"]
+    # the impact harness, served each recorded cut answer, raises what the real SDK raised
+    for rec in sent:
+        seen = impact(rec)
+        python = [f.error for f in seen.failures if not f.client] + [f"raises {seen.get('raises')}"]
+        real = stream_raised if rec["tags"]["stream"] else plain_raised
+        assert any(e.startswith(f"raises {type(real.value).__name__}") for e in python), python
     # every cut answer is diagnosed, plain or streamed: the SDK raises on each
     capsys.readouterr()
     assert main(["diagnose", str(capture.with_name("s.fault-cut.jsonl")), "--json", "--fail"]) == 1

@@ -297,6 +297,8 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
     b_raised, c_raised = b.get(f"{prefix}raises"), c.get(f"{prefix}raises")
     if c_raised is not None and (b_raised is None or _class(b_raised) != _class(c_raised)):
         probe = c.probe_of(f"{prefix}raises")
+        if _class(c_raised) == "APIConnectionError":  # no server's words: the answer was cut
+            words = c_raised.split(": ", 1)[-1]
         message = f"{_probe_and_client(probe, client)} raises {_class(c_raised)}" + (
             f": {words}" if words else ""
         )

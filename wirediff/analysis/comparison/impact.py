@@ -43,6 +43,7 @@ from wirediff.analysis.comparison.clients.asked import (
 from wirediff.analysis.comparison.clients.observations import (
     Failure,
     Observations,
+    cut_short,
     sent_bytes,
     served,
 )
@@ -308,7 +309,8 @@ def _key(record: Record) -> tuple[Any, ...] | None:
         answer = ("body", _data_key(resp["body"]), _body_verdicts(resp["body"], ask))
     else:
         answer = ("text", _text_key(resp.get("text"), ask), _bytes_key(resp.get("b64"), ask))
-    return (wanted, resp.get("status"), content_type, resp.get("truncated"), answer)
+    cut = cut_short(record)
+    return (wanted, resp.get("status"), content_type, resp.get("truncated"), cut, answer)
 
 
 def skeleton(record: Record) -> str | None:

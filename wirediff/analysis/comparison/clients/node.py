@@ -185,6 +185,7 @@ def _line(job: Job, number: int) -> bytes:
         "status": answer.status,
         "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers],
         "content": base64.b64encode(answer.content).decode("ascii"),
+        "cut": answer.cut,
     }
     return json.dumps(doc, default=str).encode() + b"\n"
 

@@ -22,6 +22,7 @@ __all__ = [
     "Failure",
     "Observations",
     "Served",
+    "cut_short",
     "error_text",
     "failing_line",
     "said",
@@ -98,17 +99,32 @@ class Served:
     status: int
     headers: tuple[tuple[bytes, bytes], ...]
     content: bytes
+    cut: bool = False
+    """The server closed the connection after `content`, before the answer ended."""
+
+
+def cut_short(record: Record) -> bool:
+    """Tell whether the server closed the connection before its answer ended."""
+    resp, error = record.get("response"), record.get("error")
+    return (
+        isinstance(resp, dict)
+        and resp.get("complete") is False
+        and isinstance(error, dict)
+        and error.get("kind") == "upstream_disconnect"
+    )
 
 
 def served(record: Record) -> Served | None:
     """Turn the answer of `record` into bytes again, with SSE events framed again.
 
-    It is None when the answer cannot be served: no status, cut, truncated without events, or
-    kept as base64 that is not the bytes sent. A body no UTF-8 decodes, kept as base64, is
-    served as its bytes."""
+    It is None when the answer cannot be served: no status, cut with nothing kept of it,
+    truncated without events, or kept as base64 that is not the bytes sent. A body no UTF-8
+    decodes, kept as base64, is served as its bytes; an answer the server cut, as what came of
+    it before the connection closed."""
     resp = record.get("response")
     if not isinstance(resp, dict) or not isinstance(resp.get("status"), int):
         return None
+    cut = cut_short(record)
     if resp.get("truncated") and not isinstance(resp.get("events"), list):
         return None
     headers = tuple(  # as the bytes they were: a header's text need not be ASCII
@@ -131,7 +147,7 @@ def served(record: Record) -> Served | None:
         content = sent
     else:
         content = b""
-    return Served(resp["status"], headers, content)
+    return Served(resp["status"], headers, content, cut)
 
 
 def sent_bytes(b64: Any) -> bytes | None:
@@ -145,7 +161,9 @@ def sent_bytes(b64: Any) -> bytes | None:
 
 
 def _sse(events: list[Any]) -> bytes:
-    """Frame the stream as clients parse it: each event's name and data, in order."""
+    """Frame the stream as clients parse it: each event's name and data, in order.
+
+    An event cut mid-frame, `partial`, came without the blank line that ends it."""
     frames = []
     for ev in events:
         if not isinstance(ev, dict):
@@ -153,7 +171,7 @@ def _sse(events: list[Any]) -> bytes:
         data = ev.get("data")
         text = data if isinstance(data, str) else json.dumps(data)
         name = f"event: {ev['event']}\n" if isinstance(ev.get("event"), str) else ""
-        frames.append(f"{name}data: {text}\n\n")
+        frames.append(f"{name}data: {text}" + ("" if ev.get("partial") else "\n\n"))
     return as_bytes("".join(frames))
 
 

@@ -2,7 +2,8 @@
 //
 // Usage: node openai_node.mjs SDK_DIR   (SDK_DIR holds node_modules/openai)
 // Reads one job per line on stdin: {"id", "route": "chat" | "responses", "body": the request,
-// "status", "headers": [[name, value]…], "content": the answer's bytes in base64}; writes one
+// "status", "headers": [[name, value]…], "content": the answer's bytes in base64, "cut": whether
+// the connection closed after them}; writes one
 // line per job: {"id", "calls": [{"probe", "returned"?, "raised"?, "failure"?}…]}. Each call is
 // one an app makes, served the recorded answer by a `fetch` of our own; `returned` holds the
 // values apps read (text, finish reason, tool calls as [id, name, arguments]); Python judges
@@ -17,6 +18,16 @@ const { default: OpenAI, APIError } = await import(
 );
 const HOP_BY_HOP = new Set(["content-encoding", "content-length", "transfer-encoding", "connection"]);
 const PROMPT = [{ role: "user", content: "x" }];
+
+// the bytes that came, then the error undici's fetch gives a body whose connection closed
+function cut(bytes) {
+  return new ReadableStream({
+    start(controller) {
+      if (bytes.length) controller.enqueue(new Uint8Array(bytes));
+      controller.error(new TypeError("terminated"));
+    },
+  });
+}
 
 function clientFor(job) {
   const bytes = Buffer.from(job.content, "base64");
@@ -35,7 +46,7 @@ function clientFor(job) {
     apiKey: "sk-impact",
     baseURL: "http://wirediff.invalid/v1",
     maxRetries: 0,
-    fetch: async () => new Response(empty ? null : bytes, { status: job.status, headers }),
+    fetch: async () => new Response(empty ? null : job.cut ? cut(bytes) : bytes, { status: job.status, headers }),
   });
 }
 

@@ -14,7 +14,7 @@ server's words.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -57,6 +57,8 @@ def _run(p: Observations, probe: str, words: str, call: Callable[[], None]) -> N
     except openai.APIStatusError as e:
         p.see_first("raises", type(e).__name__)
         p.see_first("error.message", _carries(str(e.message), words))
+    except openai.APIConnectionError as e:  # the answer cut: the SDK's words, not the server's
+        p.see_first("raises", f"APIConnectionError: {clip(e.message, MESSAGE_LIMIT)}")
     except openai.APIError as e:  # an error event in a stream: the app sees an exception
         p.see_first("raises", f"APIError: {clip(e.message, MESSAGE_LIMIT)}")
     except AppError as e:
@@ -395,10 +397,29 @@ ROUTES: dict[
 }
 
 
+class _Cut(httpx.SyncByteStream):
+    """Give the bytes that came, then fail as httpx does on a connection closed mid-body."""
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.content:
+            yield self.content
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body (incomplete chunked read)"
+        )
+
+
 def _client(answer: Served) -> openai.OpenAI:
     def serve(request: httpx.Request) -> httpx.Response:
+        headers = list(answer.headers)
+        if answer.cut:
+            return httpx.Response(
+                answer.status, headers=headers, stream=_Cut(answer.content), request=request
+            )
         return httpx.Response(
-            answer.status, headers=list(answer.headers), content=answer.content, request=request
+            answer.status, headers=headers, content=answer.content, request=request
         )
 
     return openai.OpenAI(
