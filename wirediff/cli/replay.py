@@ -76,6 +76,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import stat
 import sys
@@ -114,6 +115,8 @@ from wirediff.replay.sender import SPOOL_AT, Counts, TargetRun, replay_all
 from wirediff.replay.targets import Target
 
 __all__ = ["main_replay", "register"]
+
+log = logging.getLogger(__name__)
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -204,9 +207,9 @@ def _replay(args: argparse.Namespace, opts: Options, spool: Spool | None) -> int
     if opts.filters and records and not plan.nodes:  # a filter's typo would replay nothing, quietly
         unfiltered = make_plan(records, allow_unsafe=opts.allow_unsafe)
         if unfiltered.nodes:
-            raise UsageError(
-                f"--only: no filter matches any of the {plural(len(unfiltered), 'exchange')} "
-                f"to replay in {', '.join(paths)}"
+            log.warning(
+                f"no filter (--only, a config's `only`) matches any of the "
+                f"{plural(len(unfiltered), 'exchange')} to replay in {', '.join(paths)}"
             )
     replayed = {str(n.rec.get("label")) for n in plan.nodes}
     for t in opts.targets:
