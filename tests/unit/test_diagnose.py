@@ -280,6 +280,9 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
                           "complete": False, "error": {
         "kind": "upstream_disconnect", "message": "server disconnected mid-answer"}},
      {"upstream_unreachable"}, U),
+    ("error-answer-cut-keeps-its-status", {**NO_KEY, **ANSWERS["openai.no_api_key"], "complete": False,
+                                           "error": {"kind": "upstream_disconnect", "message": "x"}},
+     {"auth_missing"}, "openai"),
     ("plain-answer-left-by-the-client", {"complete": False, "error": {
         "kind": "client_disconnect", "message": "client disconnected"}}, set(), U),
     ("plain-answer-not-json", {"resp_body": None, "resp_text": '{"id":"chatcmpl-1","object":"chat.comp'},
@@ -589,8 +592,8 @@ def test_the_servers_own_hint_is_part_of_the_remedy() -> None:
         ("llama-cpp-python-empty-stream", "no [DONE] after 0 events", "server's log"),
         ("openai-no-key", "no API key was sent", "set OPENAI_API_KEY"),
         ("replayed-without-a-key", "no API key was sent", "with --api-key-env VAR"),
-        ("plain-answer-cut", "the server cut its answer short (server disconnected mid-answer)",
-         "closed the connection before its answer ended"),
+        ("plain-answer-cut", "the answer stopped before its end (server disconnected mid-answer)",
+         "began its answer and did not finish it"),
         ("no-response", "the upstream could not be reached (Connection refused)",
          "start the server"),
     ],

@@ -178,16 +178,15 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             else ("sent" if x.rec.get("replay_of") is not None else ""),
         )
         return out
-    # a plain answer cut before its body ended: no client reads an answer from it either
-    cut = (
-        st is not None and x.end is None and x.error_kind in NO_ANSWER_KINDS - {"client_disconnect"}
-    )
+    # a plain 2xx answer that stopped before its body ended: no client reads an answer from it
+    cut = x.success and x.end is None and x.error_kind in NO_ANSWER_KINDS - {"client_disconnect"}
     if (st is None and x.error_kind in NO_ANSWER_KINDS) or cut or _proxy_generated(x):
         why = x.error_msg or _message_text(x) or x.answer
+        what = "the answer stopped before its end" if cut else "the upstream could not be reached"
         add(
             "upstream_unreachable",
             _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
-            what="the server cut its answer short" if cut else "the upstream could not be reached",
+            what=what,
             why=scrub(why[:QUOTED]),
             upstream=x.url,
             # an error object is the server's own answer: it is up, its upstream is not
