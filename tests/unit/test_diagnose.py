@@ -910,14 +910,22 @@ def test_a_2xx_answer_the_sdk_cannot_read_is_diagnosed(
 
 @pytest.mark.parametrize(
     "change",
-    [{"truncated": True}, {"path": "/v1/files/file-1/content", "method": "GET"}, {"status": 204}],
-    ids=["cut at the capture's cap", "a file's content", "a 204"],
-)
+    [{"truncated": True}, {"path": "/v1/files/file-1/content", "method": "GET"}, {"status": 204},
+     {"method": "OPTIONS"}, {"path": "/v1/responses/resp_1", "method": "DELETE"}],
+    ids=["cut at the capture's cap", "a file's content", "a 204", "a CORS preflight",
+         "a stored response deleted"],
+)  # fmt: skip
 def test_an_answer_that_need_not_be_json_is_not_judged(change: dict[str, Any]) -> None:
-    rec = record(resp_body=None, resp_text="hello", method=change.get("method", "POST"),
+    """Nor does the SDK read it: `client.responses.delete()` takes an empty 200 (below)."""
+    rec = record(resp_body=None, resp_text="OK", method=change.get("method", "POST"),
                  path=change.get("path", "/v1/chat/completions"), status=change.get("status", 200))  # fmt: skip
     resp = rec["response"]
     assert resp is not None
     if change.get("truncated"):
         resp["truncated"] = True
     assert rows([rec]).empty
+    if change.get("method") == "DELETE":
+        transport = httpx.MockTransport(lambda _: httpx.Response(200, content=b""))
+        client = openai.OpenAI(api_key="k", base_url="http://x/v1", max_retries=0,
+                               http_client=httpx.Client(transport=transport))  # fmt: skip
+        client.responses.delete("resp_1")  # reads no body: nothing raised

@@ -14,7 +14,7 @@ from wirediff._support import error_kind, is_2xx
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.clients.observations import sent_bytes
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
-from wirediff.record.tags import header_get
+from wirediff.record.tags import ROUTE_METHODS, header_get
 from wirediff.record.websocket import is_websocket, turns
 
 __all__ = [
@@ -126,9 +126,11 @@ def unreadable_answer(record: Record) -> str | None:
     """Say what a 2xx answer that must be JSON holds instead, or None.
 
     Clients read it as httpx does, `json.loads` of its bytes, and raise where that fails
-    (openai-python's JSONDecodeError or UnicodeDecodeError). A stream, a 204, an answer to
-    HEAD, a body the capture cut at its cap, or one of a family that may answer otherwise
-    (files, audio) is not judged."""
+    (openai-python's JSONDecodeError or UnicodeDecodeError). Only the answers to a POST or a
+    GET of a route that takes it are judged, as the SDKs parse those: not a stream, a 204, a
+    body the capture cut at its cap, an answer to DELETE (the SDK reads none of
+    `DELETE /v1/responses/{id}`), OPTIONS or HEAD, nor one of a family that may answer
+    otherwise (files, audio)."""
     resp, tags = record.get("response"), record.get("tags") or {}
     if (
         not resp
@@ -138,7 +140,8 @@ def unreadable_answer(record: Record) -> str | None:
         or not is_2xx(resp.get("status"))
         or resp.get("status") == 204
         or tags.get("family") not in JSON_FAMILIES
-        or record["request"].get("method") == "HEAD"
+        or (method := record["request"].get("method")) not in ("POST", "GET")
+        or method not in ROUTE_METHODS.get(str(tags.get("endpoint")), ())
         or is_sse_response(resp)
         or is_websocket(record)
     ):
