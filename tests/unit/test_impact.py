@@ -288,3 +288,14 @@ def test_texts_that_fail_to_parse_apart_are_keyed_apart() -> None:
     answer(other)["body"], answer(other)["text"] = None, "plain words"
     assert skeleton(rec) != skeleton(other)
     assert impact(rec).failures[0].error != impact(other).failures[0].error
+
+
+def test_an_event_cut_mid_frame_is_keyed_apart_from_a_whole_one() -> None:
+    """It is served without its ending blank line, so no client reads it: a Responses stream
+    whose `response.completed` came so breaks the stream helper, the whole one does not."""
+    whole = responses_record(stream=True)
+    cut = copy.deepcopy(whole)
+    events_of(cut)[-1]["partial"] = True
+    assert skeleton(whole) != skeleton(cut)
+    assert not [f for f in impact(whole).failures if not f.client]
+    assert any("response.completed" in f.error for f in impact(cut).failures if not f.client)

@@ -221,6 +221,8 @@ def _events_key(events: list[Any], ask: Asked) -> Iterator[Any]:
             )
         else:
             shaped = (name if type(name) is str else None, _data_key(data))
+        if ev.get("partial"):  # served without the blank line that would end it
+            shaped = (*shaped, "partial")
         if shaped != previous:
             yield shaped
         previous = shaped
