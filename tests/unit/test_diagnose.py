@@ -929,3 +929,11 @@ def test_an_answer_that_need_not_be_json_is_not_judged(change: dict[str, Any]) -
         client = openai.OpenAI(api_key="k", base_url="http://x/v1", max_retries=0,
                                http_client=httpx.Client(transport=transport))  # fmt: skip
         client.responses.delete("resp_1")  # reads no body: nothing raised
+
+
+def test_a_stream_asked_for_is_not_judged_as_json() -> None:
+    """An event stream labeled application/json is read by the SDKs as the stream it is."""
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}}]})
+    rec = record(body={**chat_body(), "stream": True}, resp_body=None,
+                 resp_text=f"data: {chunk}\n\ndata: [DONE]\n\n")  # fmt: skip
+    assert "answer_unreadable" not in set(rows([rec])["code"])

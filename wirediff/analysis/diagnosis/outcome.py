@@ -127,10 +127,10 @@ def unreadable_answer(record: Record) -> str | None:
 
     Clients read it as httpx does, `json.loads` of its bytes, and raise where that fails
     (openai-python's JSONDecodeError or UnicodeDecodeError). Only the answers to a POST or a
-    GET of a route that takes it are judged, as the SDKs parse those: not a stream, a 204, a
-    body the capture cut at its cap, an answer to DELETE (the SDK reads none of
-    `DELETE /v1/responses/{id}`), OPTIONS or HEAD, nor one of a family that may answer
-    otherwise (files, audio)."""
+    GET of a route that takes it are judged, as the SDKs parse those: not a stream, asked for
+    or given; a 204; a body the capture cut at its cap; an answer to DELETE (the SDK reads
+    none of `DELETE /v1/responses/{id}`), OPTIONS or HEAD; nor one of a family that may
+    answer otherwise (files, audio)."""
     resp, tags = record.get("response"), record.get("tags") or {}
     if (
         not resp
@@ -142,6 +142,7 @@ def unreadable_answer(record: Record) -> str | None:
         or tags.get("family") not in JSON_FAMILIES
         or (method := record["request"].get("method")) not in ("POST", "GET")
         or method not in ROUTE_METHODS.get(str(tags.get("endpoint")), ())
+        or tags.get("stream")  # read as a stream whatever its type: `stream_end`'s to judge
         or is_sse_response(resp)
         or is_websocket(record)
     ):
