@@ -192,3 +192,16 @@ def test_a_stream_under_another_content_type() -> None:
     assert (
         p.evidence == "200, a stream asked for and application/json answered, not an event stream"
     )
+
+
+def test_a_body_no_client_reads_is_said_so() -> None:
+    """Not "the stream did not end well": no stream was asked for."""
+    rec = make_record(
+        id="s1", path="/v1/chat/completions", request_body={"messages": []},
+        text='{"id":"chatcmpl-1","obj', headers=[["content-type", "application/json"]],
+    )  # fmt: skip
+    [p] = check({"answered": {}}, [rec])
+    assert (p.severity, p.evidence) == (
+        "failed",
+        "200, a body that is not JSON, which no client reads",
+    )

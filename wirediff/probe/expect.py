@@ -21,7 +21,12 @@ import jsonschema
 from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.breaks import server_words
-from wirediff.analysis.diagnosis.outcome import exchange_ok, stream_end, stream_problem
+from wirediff.analysis.diagnosis.outcome import (
+    exchange_ok,
+    stream_end,
+    stream_problem,
+    unreadable_answer,
+)
 from wirediff.record.sse import parse_events, split_events
 from wirediff.record.websocket import is_websocket, server_events
 
@@ -224,6 +229,9 @@ def _how_cut(rec: Record) -> str:
         return why
     if resp.get("complete") is False or err:
         return f"cut before its end ({err.get('kind') or 'incomplete'})"
+    unreadable = unreadable_answer(rec)
+    if unreadable is not None:
+        return f"{unreadable}, which no client reads"
     return f"the stream did not end well{_words(rec)}"
 
 
