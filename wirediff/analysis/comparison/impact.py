@@ -142,13 +142,13 @@ def _text_key(text: Any, ask: Asked) -> Any:
     """Key a text answer as clients read it.
 
     They try JSON first, so a text that parses is keyed as the value it parses to, one that does
-    not by why not, in the words the clients raise with."""
+    not as itself: the clients raise with where it broke (Python) or with its start (Node)."""
     if not isinstance(text, str) or not text.strip():
         return python.kind_of(text)
     try:
         parsed = json.loads(as_bytes(text))
-    except (ValueError, RecursionError) as e:
-        return ("not json", type(e).__name__, str(e))
+    except (ValueError, RecursionError):
+        return ("not json", text)
     return ("json", _data_key(parsed), _body_verdicts(parsed, ask))
 
 
