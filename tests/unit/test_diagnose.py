@@ -269,6 +269,12 @@ CASES: list[tuple[str, dict[str, Any], set[str], str | None]] = [
      {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
       "events": responses_events(terminal=None)}, {"stream_truncated"}, U),
     ("llama-cpp-python-empty-stream", {**SSE, "events": []}, {"stream_truncated"}, U),
+    ("responses-completed-without-its-blank-line",
+     {**RESPONSES, "body": responses_body(stream=True), "content_type": SSE_CT, "resp_body": None,
+      "events": [*responses_events()[:-1], {**responses_events()[-1], "partial": True}]},
+     {"stream_truncated"}, U),
+    ("done-without-its-blank-line",
+     {**SSE, "events": [*chat_events()[:-1], {**chat_events()[-1], "partial": True}]}, set(), U),
     # upstream_unreachable, upstream_tls
     ("no-response", {"status": None, "error": {"kind": "upstream_unreachable",
                                                "message": "Connection refused"}},

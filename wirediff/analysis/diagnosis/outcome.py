@@ -97,8 +97,10 @@ def stream_end(record: Record) -> StreamEnd | None:
         if terminal is not None:
             break
     partial = bool(events) and bool(events[-1].get("partial"))
-    if partial and terminal is not None and _terminal_of(events[-1], family) is not None:
-        partial = False  # the terminal event itself, merely missing its blank line
+    if partial and terminal == DONE and _terminal_of(events[-1], family) == DONE:
+        # `[DONE]` itself, missing its blank line: the SDKs end the stream at its end anyway,
+        # where a Responses terminal event so cut never reaches them (the stream helpers raise)
+        partial = False
     return StreamEnd(terminal, partial, len(events))
 
 
