@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wirediff._support import error_kind, is_2xx
+from wirediff._support import as_bytes, error_kind, is_2xx
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.clients.observations import sent_bytes
 from wirediff.analysis.comparison.observe import DONE, RESPONSE_TERMINALS
@@ -150,7 +150,7 @@ def unreadable_answer(record: Record) -> str | None:
     ):
         return None
     b64, text = resp.get("b64"), resp.get("text")
-    raw = sent_bytes(b64) if b64 is not None else str(text or "").encode("utf-8", "replace")
+    raw = sent_bytes(b64) if b64 is not None else as_bytes(str(text or ""))
     if raw is None:  # a base64 no key-free bytes stand behind: not judged
         return None
     if not raw.strip():
