@@ -445,6 +445,41 @@ def test_not_an_openai_api(html_site: str, capsys: pytest.CaptureFixture[str]) -
     assert "does not look like an OpenAI-style API" in line and "404 (text/html)" in line
 
 
+def test_a_redirecting_server_is_named_with_where_it_leads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The real SDK follows the redirect of `GET /models`; the probe names where it leads."""
+    with standin("openai") as behind, standin("openai", redirect=behind) as url:
+        listed = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).models.list()
+        assert listed.data, "the SDK follows the redirect to the list"
+        assert main_probe([url + "/v1"]) == 2
+    line = _one_line(capsys)
+    assert f"GET /models answered 301 to {behind}/v1/models" in line, line
+    assert f"probe {behind}/v1 for the server behind it" in line, line
+
+
+def test_a_redirect_probed_is_graded_as_the_sdk_follows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK follows a GET there and gets the list; a POST turned GET gets 405."""
+    with standin("openai") as behind, standin("openai", redirect=behind) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        assert client.models.list().data
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+            )
+        argv = [url + "/v1", "--model", "gpt-4o-mini", "--only", "models,chat.text"]
+        code, summary, _, _ = run_probe(argv, tmp_path, capsys)
+    assert refused.value.status_code == 405
+    assert code == 1
+    rows = {f["id"]: f for f in summary["probe"]["features"]}
+    assert rows["models"]["status"] == "deviation", rows["models"]
+    assert "clients follow a GET there" in rows["models"]["evidence"], rows["models"]
+    assert rows["chat.text"]["status"] == "breaking", rows["chat.text"]
+    assert "redirect_method_change" in rows["chat.text"]["evidence"], rows["chat.text"]
+
+
 @pytest.mark.parametrize("name", ["openai", "lmstudio"])
 def test_a_server_that_lists_no_model(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     with standin(name, models=[]) as url:

@@ -16,10 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from wirediff._support import clip
 from wirediff._types import Record
 from wirediff.analysis.comparison.breaks import server_words
+from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.errors import ServerAbsent, UsageError
 from wirediff.probe.expect import content_type, part
 from wirediff.probe.features import Feature, ProbeData, load_probe
@@ -107,6 +109,15 @@ def _absent(rec: Record, target: Target, key_env: str | None) -> str | None:
 
 def _not_openai(rec: Record, target: Target) -> str:
     resp = part(rec, "response")
+    location = redirect_location(rec)
+    if location is not None:
+        to = urljoin(str(part(rec, "request").get("url") or ""), location)
+        base = to.removesuffix("/models") if urlsplit(to).path.endswith("/models") else to
+        return (
+            f"{target.shown} redirects: GET /models answered {resp.get('status')} to {clip(to, 200)}. "
+            "Clients follow it, but turn a POST into a GET on 301, 302 and 303: probe "
+            f"{clip(base, 200)} for the server behind it, or give --model to probe the redirect"
+        )
     if isinstance(resp.get("body"), dict):  # an API, without a model list
         said = server_words(rec) or "no list"
         return (

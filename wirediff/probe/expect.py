@@ -21,6 +21,7 @@ import jsonschema
 from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Event, Record
 from wirediff.analysis.comparison.breaks import server_words
+from wirediff.analysis.diagnosis.chains import redirect_location
 from wirediff.analysis.diagnosis.outcome import (
     exchange_ok,
     stream_end,
@@ -249,9 +250,20 @@ def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Pro
             said = f"{status}, an event stream answered as {content_type(rec)}"
             sdk = "the SDKs read it, a type check would not"
             out.append(Problem("deviation", f"{said}: {sdk}", str(rec["id"])))
+        elif (followed := _followed(rec)) is not None:
+            out.append(Problem("deviation", followed, str(rec["id"])))
         elif not exchange_ok(rec):
             out.append(Problem("failed", _answer(rec), str(rec["id"])))
     return out
+
+
+def _followed(rec: Record) -> str | None:
+    """Say where a `GET` redirected goes: clients follow it there, keeping the method."""
+    location = redirect_location(rec)
+    if location is None or part(rec, "request").get("method") != "GET":
+        return None
+    status = part(rec, "response").get("status")
+    return f"answered {status} to {clip(location, 100)}: clients follow a GET there, unprobed"
 
 
 def _first_answered(records: Sequence[Record | None]) -> Record | None:
