@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,6 +247,12 @@ def test_ctrl_c_and_kill_lose_nothing_and_resume_exactly_once(
         assert "Traceback" not in err and "run the same command again to resume" in err
         after_int = count(out)
         assert 1 <= after_int < len(orig)
+        # the gate lists the calls the stopped replay never sent, and warns of them
+        untested = len(orig) - len({r["replay_of"] for r in load_records([out])})
+        report = capture.with_name("check.json")
+        assert main(["check", str(capture), str(out), "--json", str(report)]) in (0, 1)
+        only = json.loads(report.read_text(encoding="utf-8"))["unmatched"]["slow"]
+        assert only == {"only in the baseline": untested, "only in the candidate": 0}
         # kill -9 in the middle of the next run: whatever was recorded stays
         p = cli(capture, slow.url)
         wait_for(lambda: count(out) > after_int, 20, "more replay records")
@@ -361,8 +368,13 @@ def test_broken_answers_are_recorded_as_they_came(
     # the SDK reads those bytes and raises: the gate fails, on what the real client did
     capsys.readouterr()
     assert main(["check", str(capture), str(capture.with_name("s.fault-binary.jsonl"))]) == 1
-    said = capsys.readouterr().out
+    said, warned = capsys.readouterr()
     assert "FAIL  fault-binary chat.completions         breaking" in said
+    # `--only` sent the chat calls: the others are listed and warned of, as untested
+    others = [r for r in orig.values() if r["tags"]["endpoint"] != "/v1/chat/completions"]
+    assert others and f"{len(others)} of the baseline's calls have no replay to it" in warned
+    listed = f"; only in the baseline: {len(others)}, only in the candidate: 0"
+    assert re.search(rf"pairs  fault-binary +\d+ replayed, 0 by content{listed}", said), said
     assert "`client.chat.completions.create()` raises UnicodeDecodeError" in said
     # and each is diagnosed, as the SDK fails on it
     assert (

@@ -202,22 +202,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     what = f"{args.fail_on_severity} findings" + (
         f" and kinds {','.join(fail_on)}" if fail_on else ""
     )
-    by_content = sum(result.by_content.values())
+    replayed, by_content = sum(result.replayed.values()), sum(result.by_content.values())
     kinds = [
-        f"{n} {kind}"
-        for n, kind in ((result.replayed, "replayed"), (by_content, "paired-by-content"))
+        f"{n:,} {kind}"
+        for n, kind in ((replayed, "replayed"), (by_content, "paired-by-content"))
         if n
     ]
-    compared = "exchange" if result.replayed + by_content == 1 else "exchanges"
+    compared = "exchange" if replayed + by_content == 1 else "exchanges"
     baseline = plural(result.baseline, "baseline exchange")
     say(
         f"{' and '.join(kinds)} {compared} compared with {baseline} ({result.label}); "
         f"the gate fails on {what}"
     )
     for label, counts in unmatched.items():
-        paired = result.by_content.get(label, 0)
-        sides = ", ".join(f"{side}: {n}" for side, n in counts.items())
-        say(f"  pairs  {label:<12} {paired} by content; {sides}")
+        paired = [
+            f"{n:,} {how}"
+            for n, how in ((result.replayed.get(label, 0), "replayed"),
+                           (result.by_content.get(label, 0), "by content"))
+            if n or how == "by content"
+        ]  # fmt: skip
+        sides = ", ".join(f"{side}: {n:,}" for side, n in counts.items())
+        say(f"  pairs  {label:<12} {', '.join(paired)}; {sides}")
     for row in items:
         mark = (
             "FAIL"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text
+from wirediff.analysis.comparison.pairing import CONTENT, ONLY_BASELINE, REPLAY, text
 from wirediff.analysis.comparison.verdicts import verdict_frame
 from wirediff.analysis.index.analyze import GateCounts, analyse
 from wirediff.engine.run import Run
@@ -30,8 +30,8 @@ class CheckResult:
     """Exchanges of the baseline's label in the baseline capture."""
     label: str
     """The baseline's label."""
-    replayed: int
-    """Pairs of a replay with its original."""
+    replayed: dict[str, int]
+    """Per candidate label: its replays paired with their originals."""
     by_content: dict[str, int]
     """Per candidate label: its originals paired by content with the baseline's."""
     unmatched: pd.DataFrame
@@ -114,12 +114,20 @@ def judge(
             "with the same command, or capture again"
         )
     content = Counter(by_label[sent][how == CONTENT].tolist())
+    replayed = Counter(by_label[sent][how == REPLAY].tolist())
+    unmatched = analysis.unmatched
+    for name, n in Counter(unmatched["label"][unmatched["side"] == ONLY_BASELINE]).items():
+        if name in replayed:
+            store_log.warning(
+                f"{name}: {n:,} of the baseline's calls have no replay to it, so they are not "
+                "judged: a replay stopped early, a shadow's mirrors dropped, or `--only`"
+            )
     return CheckResult(
         verdict_frame(analysis.cells(), analysis.roles()),
         analysis.gate(),
         int((labels == base_label).sum()),
         base_label,
-        int((how == REPLAY).sum()),
+        dict(sorted(replayed.items())),
         dict(sorted(content.items())),
-        analysis.unmatched,
+        unmatched,
     )

@@ -51,6 +51,7 @@ __all__ = [
     "sorted_codes",
     "text",
     "text_codes",
+    "unreplayed",
 ]
 
 REPLAY, CONTENT = "replay", "content"
@@ -104,7 +105,8 @@ class Pairing:
     pair's place among all: for a replay, its candidate's row; for a pair by content, the
     index's length plus its link's number. `pairing` says how it is paired."""
     unmatched: pd.DataFrame
-    """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart."""
+    """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart, and
+    the baseline's originals a replayed-to label has no replay of (`unreplayed`)."""
     baseline: Baseline
 
 
@@ -301,6 +303,46 @@ def content_links(
     return links, pd.DataFrame.from_records(unmatched, columns=UNMATCHED_COLUMNS)
 
 
+def unreplayed(
+    exchanges: pd.DataFrame, c: np.ndarray, b: np.ndarray, baseline: str | None
+) -> pd.DataFrame:
+    """List the baseline's originals each replayed-to label has no replay of, as unmatched.
+
+    A replay cut short by Ctrl-C, a shadow's mirror dropped, or a replay's `--only` leaves
+    calls of the baseline that the candidate never answered: untested, not compatible."""
+    if baseline is None or not len(c):
+        return pd.DataFrame(columns=UNMATCHED_COLUMNS)
+    codes, labels = text_codes(exchanges["label"])
+    mine = np.flatnonzero(labels == baseline)
+    ours = (codes == mine[0]) if len(mine) else np.zeros(len(exchanges), dtype=bool)
+    base = np.flatnonzero(ours & exchanges["replay_of"].isna().to_numpy())
+    from_base = ours[b]
+    out = []
+    for code in np.unique(codes[c[from_base]]).tolist():
+        if labels[code] == baseline:
+            continue
+        replayed = b[from_base & (codes[c] == code)]
+        missing = base[~np.isin(base, replayed)]
+        if not len(missing):
+            continue
+        rows = exchanges.iloc[missing]
+        out.append(
+            pd.DataFrame(
+                {
+                    "label": labels[code],
+                    "baseline_label": baseline,
+                    "side": ONLY_BASELINE,
+                    "id": rows["id"].to_numpy(),
+                    "session": text(rows["session"]).to_numpy(),
+                    "method": text(rows["method"]).to_numpy(),
+                    "endpoint": text(rows["endpoint"]).to_numpy(),
+                },
+                columns=UNMATCHED_COLUMNS,
+            )
+        )
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=UNMATCHED_COLUMNS)
+
+
 def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> Pairing:
     """Pair replays with their originals, then the originals of other labels with the baseline's.
 
@@ -313,9 +355,13 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     found = (of >= 0) & ~replayed[np.maximum(of, 0)]
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)
-    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
+    unmatched = unreplayed(exchanges, c, b, chosen.label)
     if chosen.label is not None:
-        links, unmatched = content_links(exchanges, chosen.label)
+        links, by_content = content_links(exchanges, chosen.label)
+        if len(by_content):
+            unmatched = pd.concat(
+                [by_content, unmatched] if len(unmatched) else [by_content], ignore_index=True
+            )
         if links:
             linked = np.asarray(links, dtype=np.int64)
             c, b = np.concatenate([c, linked[:, 0]]), np.concatenate([b, linked[:, 1]])
