@@ -533,6 +533,16 @@ SKIPPING: dict[str, tuple[str, Argv]] = {
 }
 
 
+def unreplayed(command: str) -> list[str]:
+    """The warning `check` adds when the candidate's torn line held a replay."""
+    if command != "check, a candidate":
+        return []
+    return [
+        "wirediff: warning: candidate: 1 of the baseline's calls have no replay to it, so they "
+        "are not judged: a replay stopped early, a shadow's mirrors dropped, or `--only`"
+    ]
+
+
 @pytest.mark.parametrize("command", SKIPPING)
 def test_skipped_lines_are_one_warning_each_naming_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
@@ -545,6 +555,7 @@ def test_skipped_lines_are_one_warning_each_naming_file_and_line(
     )
     damaged, argv = SKIPPING[command]
     warnings = damage(base if damaged == "base" else candidate)
+    warnings += unreplayed(command)
     assert main(argv(base, candidate, tmp_path)) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error" not in err, err
@@ -573,7 +584,8 @@ def test_a_byte_not_utf8_in_a_whole_line_is_an_error_in_a_torn_one_a_warning(
     if torn:
         assert code == 0, err
         assert [line for line in err.splitlines() if "wirediff: " in line] == [
-            f"wirediff: warning: {path}:3: not a JSON record (a torn write): skipped"
+            f"wirediff: warning: {path}:3: not a JSON record (a torn write): skipped",
+            *unreplayed(command),
         ]
     else:
         assert code == 2
