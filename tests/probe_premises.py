@@ -208,7 +208,20 @@ def _chain(c: openai.OpenAI, b: Bodies) -> Outcome:
                 answer = stream.get_final_response()
         else:
             answer = _send(c.responses.create, body)
-    return _text(answer.output_text)
+    return _continued(answer, b[-1].get("previous_response_id"))
+
+
+def _continued(answer: Any, previous: Any) -> Outcome:
+    """An answer's text, and for a turn that continues one, whether the server says it did.
+
+    The Response object names the response it continued: a server that keeps no conversation
+    answers the turn alone, and says null."""
+    text = _text(answer.output_text)
+    if previous is None or not text.ok:
+        return text
+    kept = answer.previous_response_id == previous
+    said = f"{text.said}, previous_response_id {answer.previous_response_id!r}"
+    return Outcome(kept, said)
 
 
 def _round_trip(c: openai.OpenAI, b: Bodies) -> Outcome:
@@ -231,7 +244,7 @@ def _previous(c: openai.OpenAI, b: Bodies) -> Outcome:
     second = c.responses.create(
         model=model, input="What is my name?", previous_response_id=first.id
     )
-    return _text(second.output_text)
+    return _continued(second, first.id)
 
 
 def _websocket(c: openai.OpenAI, b: Bodies, model: str) -> Outcome:

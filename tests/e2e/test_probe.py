@@ -70,6 +70,7 @@ EXPECTED: dict[str, dict[str, str]] = {
             for f in RESPONSES
             if f not in ("responses.stream_grammar", "responses.websocket")
         },
+        "responses.previous_response_id": "breaking",  # ignored: the object says null
         "responses.websocket": "unsupported",  # 405 to the upgrade
         "embeddings": "unsupported",
         "errors.unknown_route": "deviation",  # a text 404, not an error object
@@ -122,7 +123,7 @@ BLOCKED = {  # every client row's blocking features (the others are READY)
                         "responses.stream_grammar", "embeddings"],
     },
     "ollama": {
-        "openai-python": ["embeddings"],
+        "openai-python": ["responses.previous_response_id", "embeddings"],
         "openai-python-websocket": ["responses.websocket"],
         "openai-node": ["embeddings"],
     },

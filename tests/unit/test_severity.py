@@ -89,6 +89,27 @@ def no_usage(rec: Record) -> None:
     del body(rec)["usage"]
 
 
+def continued(*, stream: bool = False) -> Record:
+    """An OpenAI answer to a turn that continues `resp_prev`, which its object echoes."""
+    rec = responses_record(stream=stream)
+    rec["request"]["body"]["previous_response_id"] = "resp_prev"
+    for obj in _response_objects(rec):
+        obj["previous_response_id"] = "resp_prev"
+    return rec
+
+
+def _response_objects(rec: Record) -> list[dict[str, object]]:
+    if not rec["tags"]["stream"]:
+        return [body(rec)]
+    return [d["response"] for d in payloads(rec) if isinstance(d.get("response"), dict)]
+
+
+def conversation_dropped(rec: Record) -> None:
+    """Ollama's answer: it ignores `previous_response_id`, and its object says null."""
+    for obj in _response_objects(rec):
+        obj["previous_response_id"] = None
+
+
 SDK_ROW = ("client", "client.chat.completions.create(stream=True)", "breaking")
 RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
     ("a spec-allowed null is cosmetic", responses_record, reasoning_null,
@@ -130,6 +151,13 @@ RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
     ("a status the SDK raises on is breaking", chat_record, server_error,
      {("status", "status", "breaking"),
       ("client", "client.chat.completions.create()", "breaking")}),
+    ("a conversation the server dropped is breaking", continued, conversation_dropped,
+     {("schema_type", "previous_response_id", "breaking"),
+      ("client", "client.responses.create()", "breaking")}),
+    ("a streamed conversation the server dropped is breaking",
+     lambda: continued(stream=True), conversation_dropped,
+     {("schema_type", "events[response.*].response.previous_response_id", "breaking"),
+      ("client", "client.responses.stream()", "breaking")}),
     ("usage the baseline gave, gone, is breaking", chat_record, no_usage,
      {("schema_missing", "usage", "breaking"),
       ("client", "client.chat.completions.create()", "breaking")}),

@@ -46,6 +46,7 @@ __all__ = [
     "TOOL_CALL",
     "USAGE",
     "Break",
+    "continues",
     "implicates",
     "pair_breaks",
     "record_breaks",
@@ -166,6 +167,30 @@ def _lost(probe: str, key: str, kind: str, client: str, baseline: str = "") -> B
     return Break(LOST, probe, message, baseline, kind, key=key, client=client)
 
 
+def continues(record: Record) -> bool:
+    """Tell whether a request continues a conversation the server keeps: `previous_response_id`."""
+    body = (record.get("request") or {}).get("body")
+    previous = body.get("previous_response_id") if isinstance(body, dict) else None
+    return isinstance(previous, str) and bool(previous)
+
+
+def _forgotten(outcome: Outcome) -> list[Break]:
+    """Find an answer to a continued conversation that says it continued none.
+
+    The SDK returns it as any answer; the app's next turn then runs without the earlier ones."""
+    for key in ("previous_response_id", "final.previous_response_id"):
+        got = outcome.get(key)
+        if got is not None and got != "text":
+            probe = outcome.probe_of(key)
+            message = (
+                f"{_probe_and_client(probe, SDK_SOURCE)}: `previous_response_id` is "
+                f"{'null' if got == 'none' else got}, though the request continued a response: "
+                "the answer was made without the conversation before it"
+            )
+            return [Break(LOST, probe, message, "text", got, key=key, client=SDK_SOURCE)]
+    return []
+
+
 _TOOL_WORDS = {
     "missing": "a tool call has no id (`call_id`): the agent loop cannot send its result back",
     "repeated": "two tool calls share an id: the agent loop cannot tell their results apart",
@@ -271,6 +296,8 @@ def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
         out += _final_lost(outcome, prefix, client)
     if include_usage and outcome.get("usage") == "absent":
         out.append(_usage(outcome.probe_of("usage"), SDK_SOURCE))
+    if continues(record):
+        out += _forgotten(outcome)
     if streamed:
         for key in ("chunks", "events"):
             if outcome.get(key) == "none":
@@ -407,6 +434,8 @@ def _about(brk: Break, parts: list[str], path: str) -> bool | None:
         return "finish_reason" in parts or parts[-1:] == ["status"]
     if brk.rule == STRUCTURED:
         return bool(_CONTENT & set(parts)) or "output_text" in path
+    if brk.rule == LOST and key == "previous_response_id":
+        return key in parts
     if brk.rule == LOST and key == "reasoning_content":
         return "reasoning_content" in parts or "reasoning" in parts
     if brk.rule == LOST and key == "message":

@@ -308,6 +308,7 @@ def _output(p: Observations, prefix: str, r: Any, ask: Asked) -> None:
     if verdict is not None:
         p.see(f"{prefix}structured", verdict)
     p.see(f"{prefix}usage", _usage(r.usage))
+    p.see(f"{prefix}previous_response_id", kind_of(r.previous_response_id))
 
 
 def _responses(client: openai.OpenAI, body: dict[str, Any], p: Observations, words: str) -> None:

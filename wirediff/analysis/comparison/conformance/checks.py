@@ -14,7 +14,13 @@ from typing import Any
 from wirediff._support import is_2xx, response_status
 from wirediff._types import Event, Record, RecordResponse
 from wirediff.analysis.comparison import impact as sdk
-from wirediff.analysis.comparison.breaks import LOST, Break, implicates, record_breaks
+from wirediff.analysis.comparison.breaks import (
+    LOST,
+    Break,
+    continues,
+    implicates,
+    record_breaks,
+)
 from wirediff.analysis.comparison.compare import error_message
 from wirediff.analysis.comparison.conformance import (
     grammar,
@@ -215,14 +221,20 @@ def _intern(value: Any) -> Any:
     return value
 
 
-_breaks: dict[tuple[int, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]]] = {}
+_breaks: dict[tuple[int, bool, bool, bool, bool], tuple[sdk.Outcome, tuple[Break, ...]]] = {}
 
 
 def _record_breaks(record: Record, outcome: sdk.Outcome) -> tuple[Break, ...]:
     """Call `record_breaks`, remembered per outcome and what the request asked."""
     body = (record.get("request") or {}).get("body")
     stream = isinstance(body, dict) and body.get("stream") is True
-    key = (id(outcome), stream, _include_usage(record), is_2xx(response_status(record)))
+    key = (
+        id(outcome),
+        stream,
+        _include_usage(record),
+        is_2xx(response_status(record)),
+        continues(record),
+    )
     found = _breaks.get(key)
     if found is None or found[0] is not outcome:
         if len(_breaks) >= 1 << 14:
