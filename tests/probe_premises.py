@@ -215,11 +215,12 @@ def _continued(answer: Any, previous: Any) -> Outcome:
     """An answer's text, and for a turn that continues one, whether the server says it did.
 
     The Response object names the response it continued: a server that keeps no conversation
-    answers the turn alone, and says null."""
+    answers the turn alone, and says null. A gateway may name it by an id of its own (LiteLLM
+    names its upstream's)."""
     text = _text(answer.output_text)
     if previous is None or not text.ok:
         return text
-    kept = answer.previous_response_id == previous
+    kept = isinstance(answer.previous_response_id, str) and bool(answer.previous_response_id)
     said = f"{text.said}, previous_response_id {answer.previous_response_id!r}"
     return Outcome(kept, said)
 
