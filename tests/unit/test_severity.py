@@ -110,6 +110,14 @@ def conversation_dropped(rec: Record) -> None:
         obj["previous_response_id"] = None
 
 
+def cut_mid_stream(rec: Record) -> None:
+    """The connection closed after three chunks, as `fault-cut` closes it."""
+    resp = answer(rec)
+    resp["events"] = (resp["events"] or [])[:3]
+    resp["complete"] = False
+    rec["error"] = {"kind": "upstream_disconnect", "message": "the server closed the connection"}
+
+
 SDK_ROW = ("client", "client.chat.completions.create(stream=True)", "breaking")
 RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
     ("a spec-allowed null is cosmetic", responses_record, reasoning_null,
@@ -158,6 +166,15 @@ RULES: list[tuple[str, Callable[[], Record], Change, set[Row]]] = [
      lambda: continued(stream=True), conversation_dropped,
      {("schema_type", "events[response.*].response.previous_response_id", "breaking"),
       ("client", "client.responses.stream()", "breaking")}),
+    ("a stream cut mid-way is breaking, as the SDK raises", lambda: chat_record(stream=True),
+     cut_mid_stream,
+     {("event_missing", "events[chunk.finish]", "breaking"),
+      ("event_missing", "events[chunk.usage]", "breaking"),
+      ("event_terminal", "events[terminal]", "breaking"),
+      ("schema_type", "events[chunk].choices[].finish_reason", "cosmetic"),
+      ("schema_type", "events[chunk].usage", "cosmetic"),
+      ("conformance", "events[terminal]", "deviation"),
+      SDK_ROW, ("client", "client.chat.completions.stream()", "breaking")}),
     ("usage the baseline gave, gone, is breaking", chat_record, no_usage,
      {("schema_missing", "usage", "breaking"),
       ("client", "client.chat.completions.create()", "breaking")}),
@@ -194,6 +211,17 @@ def test_a_breaking_finding_carries_the_harness_traceback_line() -> None:
         f"openai-python {__import__('openai').__version__}",
         evidence,
     )
+
+
+def test_a_stream_cut_mid_way_is_told_as_the_sdk_raises_not_as_nothing_streamed() -> None:
+    """The SDK yields the chunks that came, then raises: nothing was not what it streamed."""
+    found = judged(chat_record(stream=True), cut_mid_stream)
+    evidence = set(found.loc[found["severity"] == "breaking", "evidence"])
+    assert not [e for e in evidence if "nothing" in e], evidence
+    [terminal] = found.loc[found["kind"] == "event_terminal", "evidence"]
+    assert terminal.startswith(
+        "`client.chat.completions.create(stream=True)` raises RemoteProtocolError"
+    ), terminal
 
 
 def test_a_raise_is_told_in_the_servers_words() -> None:

@@ -55,6 +55,8 @@ __all__ = [
 
 FAILURE, RAISES, LOST, ARGUMENTS, USAGE = "failure", "raises", "lost", "arguments", "usage"
 FINISH, TOOL_CALL, STRUCTURED = "finish_reason", "tool_call", "structured"
+CUT_RAISES = ("raises RemoteProtocolError", "raises OpenAIError: terminated")
+"""How the clients' failures begin when the connection closed mid-stream: httpx's, fetch's."""
 CLIENTS = ("", "node:")
 """Observation key prefixes: openai-python's, the Node SDK's."""
 STREAMED = ("chunks", "events", "models", "embedding")
@@ -340,9 +342,14 @@ def _pair_for(b: Outcome, c: Outcome, words: str, prefix: str) -> list[Break]:
                 client=client,
             )
         )
+    failed = {f.probe for f in c.failures if bool(f.client) == bool(prefix)}
+    if c_raised is not None:
+        failed.add(c.probe_of(f"{prefix}raises"))
     for name in STREAMED:
         key = f"{prefix}{name}"
         got, had = c.get(key), b.get(key)
+        if got is None and b.probe_of(key) in failed:  # it raised mid-way: that is the break
+            continue
         if had in ("some", "vector") and got != had:
             out.append(
                 _lost(c.probe_of(key) or b.probe_of(key), key, got or "nothing", client, had)
@@ -448,9 +455,12 @@ def _about(brk: Break, parts: list[str], path: str) -> bool | None:
 def _unreadable_stream(brk: Break) -> bool:
     """Tell whether the break means the stream as a whole could not be read.
 
-    A helper gave up on the event protocol, its failure naming an event, or nothing streamed."""
+    A helper gave up on the event protocol, its failure naming an event; the connection closed
+    mid-stream, as httpx and fetch say it; or nothing streamed."""
     if brk.rule == FAILURE:
-        return any(name.startswith("response.") for name in brk.names)
+        return brk.candidate.startswith(CUT_RAISES) or any(
+            name.startswith("response.") for name in brk.names
+        )
     return brk.rule == LOST and brk.key.split(":")[-1] in ("chunks", "events")
 
 
