@@ -612,6 +612,20 @@ def test_new_codes_name_what_the_answer_says(case: str, summary: str, remedy: st
         assert "ssl_insecure" in row["remedy"]
 
 
+def test_a_long_reason_is_quoted_with_an_ellipsis_where_it_is_cut() -> None:
+    said = (
+        "server disconnected mid-answer: peer closed connection without sending complete "
+        "message body (received 290 bytes, expected 580)"
+    )
+    change = {**next(c[1] for c in CASES if c[0] == "plain-answer-cut")}
+    change["error"] = {"kind": "upstream_disconnect", "message": said}
+    (row,) = rows([record(**change)]).to_dict("records")
+    assert (
+        "(server disconnected mid-answer: peer closed connection without sending complete…)"
+        in (row["summary"])
+    ), row["summary"]
+
+
 @pytest.mark.parametrize("status", [s.value for s in HTTPStatus if s.value >= 400])
 @pytest.mark.parametrize(
     "body",

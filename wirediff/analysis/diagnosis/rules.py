@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wirediff._support import STOPPED_IN_FLIGHT
+from wirediff._support import STOPPED_IN_FLIGHT, clip
 from wirediff.analysis.diagnosis.outcome import stream_problem, unreadable_answer
 from wirediff.analysis.diagnosis.subject import (
     Served,
@@ -129,7 +129,7 @@ def _base_facts(x: ExchangeView) -> dict[str, str]:
         "ctype": x.ctype or "no content type",
         "model": str(x.model),
         "url": x.url,
-        "why": scrub(_message_text(x)[:QUOTED]) or x.answer,
+        "why": scrub(clip(_message_text(x), QUOTED)) or x.answer,
         "hint": scrub(server_hint(x.msg)),
     }
 
@@ -150,7 +150,7 @@ def _last_event(x: ExchangeView) -> str | None:
         return None
     tail = x.events[-1].get("data")
     text = json.dumps(tail, separators=(",", ":")) if isinstance(tail, dict) else str(tail)
-    return f"last event: {scrub(text[:QUOTED])}"
+    return f"last event: {scrub(clip(text, QUOTED))}"
 
 
 def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
@@ -170,8 +170,8 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
     elif x.error_kind == "tls":
         add(
             "upstream_tls",
-            _ev(x, f"error: {scrub(x.error_msg[: QUOTED * 2])}"),
-            why=scrub(x.error_msg[:QUOTED]) or "TLS handshake failed",
+            _ev(x, f"error: {scrub(clip(x.error_msg, QUOTED * 2))}"),
+            why=scrub(clip(x.error_msg, QUOTED)) or "TLS handshake failed",
             upstream=x.url,
             variant="plain_http"
             if _PLAIN_HTTP.search(x.error_msg)
@@ -185,9 +185,9 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
         what = "the answer stopped before its end" if cut else "the upstream could not be reached"
         add(
             "upstream_unreachable",
-            _ev(x, x.error_msg and f"error: {scrub(x.error_msg[: QUOTED * 2])}", x.snippet()),
+            _ev(x, x.error_msg and f"error: {scrub(clip(x.error_msg, QUOTED * 2))}", x.snippet()),
             what=what,
-            why=scrub(why[:QUOTED]),
+            why=scrub(clip(why, QUOTED)),
             upstream=x.url,
             # an error object is the server's own answer: it is up, its upstream is not
             variant="cut"
@@ -214,7 +214,7 @@ def exchange_findings(x: ExchangeView, served: Served) -> list[Finding]:
             "upstream_unreachable",
             _ev(x, x.words() or x.snippet()),
             variant="gateway",
-            why=scrub(_message_text(x)[:QUOTED]),
+            why=scrub(clip(_message_text(x), QUOTED)),
         )
     return out
 
@@ -376,7 +376,7 @@ def _stream_findings(x: ExchangeView, add: _Add) -> None:
         )
         reason = _close_reason(x)
         if reason and _CONNECT_WORDS.search(reason):
-            add("upstream_unreachable", _ev(x, closed), variant="gateway", why=reason[:QUOTED])
+            add("upstream_unreachable", _ev(x, closed), variant="gateway", why=clip(reason, QUOTED))
 
 
 def _closing(x: ExchangeView) -> Mapping[str, Any]:
@@ -420,7 +420,7 @@ def _closed_with(x: ExchangeView) -> str | None:
         return None
     by = ws.get("closed_by")
     reason = _close_reason(x)
-    said = f" ({reason[:QUOTED]})" if reason else ""
+    said = f" ({clip(reason, QUOTED)})" if reason else ""
     return f"closed{' by the ' + by if by else ''} with {code}{said}"
 
 
