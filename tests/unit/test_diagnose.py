@@ -612,6 +612,14 @@ def test_new_codes_name_what_the_answer_says(case: str, summary: str, remedy: st
         assert "ssl_insecure" in row["remedy"]
 
 
+@pytest.mark.parametrize(("n", "said"), [(1, "after 1 event of"), (3, "after 3 events of")])
+def test_a_stop_mid_stream_counts_its_events_in_words(n: int, said: str) -> None:
+    change = {**next(c[1] for c in CASES if c[0] == "stopped-mid-stream")}
+    change["events"] = change["events"][:n]
+    (row,) = rows([record(**change)]).to_dict("records")
+    assert said in row["summary"], row["summary"]
+
+
 def test_a_long_reason_is_quoted_with_an_ellipsis_where_it_is_cut() -> None:
     said = (
         "server disconnected mid-answer: peer closed connection without sending complete "

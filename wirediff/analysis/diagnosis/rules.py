@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wirediff._support import STOPPED_IN_FLIGHT, clip
+from wirediff._support import STOPPED_IN_FLIGHT, clip, plural
 from wirediff.analysis.diagnosis.outcome import stream_problem, unreadable_answer
 from wirediff.analysis.diagnosis.subject import (
     Served,
@@ -224,7 +224,7 @@ def _stage(x: ExchangeView) -> str:
     if x.status is None:
         return "while the request waited for its answer"
     if x.events:
-        return f"after {len(x.events)} events of its stream"
+        return f"after {plural(len(x.events), 'event')} of its stream"
     return f"while its answer ({x.status}) arrived"
 
 
