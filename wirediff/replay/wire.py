@@ -174,7 +174,8 @@ async def send(
     try:
         resp = await transport.handle_async_request(request)
     except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-        where = f"{request.url.host}:{request.url.port}"
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)  # the default
+        where = f"{request.url.host}:{port}"
         message = f"{CONNECT_FAILED} {where}: {exception_words(e)}"
         return failed(message, connect_failure_kind(e), connect_failed=True)
     except httpx.TimeoutException as e:
