@@ -274,7 +274,7 @@ async def test_a_full_queue_drops_mirrors_counts_them_and_says_so_once(
 
 
 async def test_failing_and_hanging_candidates_are_recorded_never_raised(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def refuse(request: httpx.Request, rid: str) -> httpx.Response:
         raise httpx.ConnectError("Connection refused", request=request)
@@ -284,16 +284,29 @@ async def test_failing_and_hanging_candidates_are_recorded_never_raised(
     rig = Rig(tmp_path, [Candidate("down", refuse), hang])
     monkeypatch.setattr(mirror_process, "DRAIN_SECONDS", 0.05)
     with taddons.context(rig.capture, rig.shadow) as tctx:
+        caplog.set_level(logging.INFO)
         rig.configure(tctx)
         f = flow({"model": "m", "input": "x"})
         rig.live(f)
-        while not hang.seen:
+        rig.live(flow({"model": "m", "input": "y"}))
+        while len(hang.seen) < 2:
             await asyncio.sleep(0)
         await rig.shadow.done()
-    [down] = rig.records("down")
-    assert error_of(down)["kind"] == "upstream_unreachable" and down["replay_of"] == f.id
-    [cut] = rig.records("hang")
-    assert error_of(cut)["kind"] == "interrupted" and cut["response"] is None
+    down = rig.records("down")
+    assert [error_of(r)["kind"] for r in down] == ["upstream_unreachable"] * 2
+    assert down[0]["replay_of"] == f.id
+    cut = rig.records("hang")
+    assert [(error_of(r)["kind"], r["response"]) for r in cut] == [("interrupted", None)] * 2
+    said = [r.getMessage() for r in caplog.records]
+    # the dead candidate is said while it runs, once; the stop's cut is not a transport error
+    assert [line for line in said if "cannot reach" in line] == [
+        "shadow: down: cannot reach http://down.test/v1 (cannot connect to down.test:80: "
+        "Connection refused): its mirrors are recorded unanswered until it answers"
+    ]
+    assert (
+        "shadow: hang: 0 mirrored (0 ok, 0 error answers, 0 transport errors, 0 skipped), "
+        "2 cut by the stop (recorded as interrupted)"
+    ) in said, said
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,10 @@ class Candidate:
     dropped: int = 0
     pending: int = 0
     full: bool = False
+    interrupted: int = 0
+    """Mirrors sent and cut by the stop before their answer: recorded, not counted as sent."""
+    unreachable: bool = False
+    """The last mirror found no connection: said once, until one connects again."""
 
     @property
     def label(self) -> str:
@@ -281,7 +285,9 @@ class Mirror:
                         sent = await send(transport, request, out.content, self.body_cap)
                     except asyncio.CancelledError:
                         outcome = self._unsent(rec, cand, mapping, Error(STOPPED, "interrupted"))
-                        self._record(step, cand, outcome, False)
+                        cand.interrupted += 1
+                        self.sink(self.path_of(live.session, cand.label), outcome,
+                                  self._meta(step, cand.label))  # fmt: skip
                         raise
                 outcome, connect_failed = sent.exchange, sent.connect_failed
             self._record(step, cand, outcome, connect_failed)
@@ -366,6 +372,13 @@ class Mirror:
 
     def _record(self, step: _Step, cand: Candidate, ex: Exchange, connect_failed: bool) -> None:
         cand.counts.add(counted(ex), connect_failed=connect_failed)
+        if connect_failed and not cand.unreachable:
+            why = ex.error.message if ex.error is not None else "no connection"
+            self.log(
+                f"shadow: {cand.label}: cannot reach {cand.target.shown} ({why}): its mirrors "
+                "are recorded unanswered until it answers"
+            )
+        cand.unreachable = connect_failed
         self.sink(self.path_of(step.live.session, cand.label), ex, self._meta(step, cand.label))
 
     # -- shutting down --
@@ -390,6 +403,8 @@ class Mirror:
             line = f"shadow: {cand.label}: {c.done} mirrored ({c.line()})"
             if cand.dropped:
                 line += f", {cand.dropped} dropped (shadow_queue full)"
+            if cand.interrupted:
+                line += f", {cand.interrupted} cut by the stop (recorded as interrupted)"
             if self.cancelled[cand.label]:
                 line += f", {self.cancelled[cand.label]} not sent (stopped first)"
             lines.append(line)
