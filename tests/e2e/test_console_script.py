@@ -3,6 +3,7 @@ on bad input, a capture through a pipe, a reader that goes away."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -52,9 +53,11 @@ def test_the_installed_command_says_one_line(tmp_path: Path, argv: list[str], me
     ],
     ids=lambda argv: argv[0],
 )
-def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str]) -> None:
-    """`cat s.jsonl | wirediff report /dev/stdin`, `wirediff check <(zcat s.jsonl.gz) …`:
-    a pipe reads once, so the command copies it to a file the engine reads in ranges."""
+@pytest.mark.parametrize("stdin", ["/dev/stdin", "-"])
+def test_a_capture_through_a_pipe_is_read(tmp_path: Path, argv: list[str], stdin: str) -> None:
+    """`cat s.jsonl | wirediff report -`, `wirediff check <(zcat s.jsonl.gz) …`: a pipe
+    reads once, so the command copies it to a file the engine reads in ranges."""
+    argv = [stdin if a == "/dev/stdin" else a for a in argv]
     base = openai_session()
     lines = b"".join(json.dumps(r).encode() + b"\n" for r in base)
     candidate = b"".join(
@@ -95,6 +98,20 @@ def test_a_pipe_given_twice_is_refused(tmp_path: Path) -> None:
     said = "/dev/stdin: the same pipe given twice; a pipe is read once"
     assert said in one_error_line(proc.stderr.decode())
     assert not list(temp.iterdir())
+    dashes = subprocess.run(
+        [WIREDIFF, "diagnose", "-", "-"], input=lines, capture_output=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert dashes.returncode == 2, dashes.stderr
+    assert "-: the same pipe given twice" in one_error_line(dashes.stderr.decode())
+    zipped = subprocess.run(
+        [WIREDIFF, "report", "-", "-o", "r.html"], input=gzip.compress(lines),
+        capture_output=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert one_error_line(zipped.stderr.decode()) == (
+        "wirediff: error: -: gzip-compressed; give it decompressed, through a pipe: "
+        "zcat FILE | wirediff COMMAND -\n"
+    )
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     named = subprocess.run(

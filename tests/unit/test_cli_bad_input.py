@@ -209,7 +209,7 @@ def test_a_gzipped_capture_is_named_with_the_pipe_that_reads_it(
     assert main(["report", str(packed), "-o", str(tmp_path / "r.html")]) == 2
     assert one_error_line(capsys.readouterr().err) == (
         f"wirediff: error: {packed}: gzip-compressed; give it decompressed, through a pipe: "
-        f"zcat {packed} | wirediff COMMAND /dev/stdin\n"
+        f"zcat {packed} | wirediff COMMAND -\n"
     )
 
 
@@ -279,7 +279,6 @@ def test_bad_usage_is_one_line_and_exit_2(
         (["replay", "GOOD", "--to", NOWHERE, "--timeout", "1e10"], "argument --timeout: seconds, at most"),
         (["stand-in", "openai", "--port", "70000"], "--port 70000: a port from 0"),
         (["stand-in", "openai", "--redirect", "notaurl"], "--redirect 'notaurl': an http://"),
-        (["report", "-", "-o", "r.html"], "-: a capture through a pipe is read as /dev/stdin"),
         (["report", "", "-o", "r.html"], "'': empty; name a capture file"),
         (["replay", " ", "--to", NOWHERE], "' ': empty; name a capture file"),
         (["probe", NOWHERE, "--model", ""], "--model: empty; name a model"),
@@ -294,7 +293,7 @@ def test_bad_usage_is_one_line_and_exit_2(
         *("replay --to twice", "stand-in --delay nan", "stand-in --delay -1"),
         *("stand-in --delay past what a thread waits", "replay --timeout past it"),
         *("stand-in --port", "stand-in --redirect no URL"),
-        *("report - for stdin", "report an empty name", "replay a blank name"),
+        *("report an empty name", "replay a blank name"),
         *("probe --model empty", "demo --out a file", "demo --out empty"),
         *("probe --keep a file", "check --fail-on empty", "probe --api-key-env empty"),
     ],

@@ -53,15 +53,17 @@ log = logging.getLogger(__name__)
 IMPORTED_SUFFIXES = (".har", ".flow", ".mitm")
 """Suffixes of files that `wirediff import` turns into captures, named in an error about them."""
 _BLOCK = 1 << 20
+STDIN = "/dev/stdin"
+"""What a capture named `-` is read from, as every command's `-` for an output is stdout."""
 
 
-def capture_file(path: str | os.PathLike[str]) -> Path:
+def capture_file(path: str | os.PathLike[str], *, piped: bool = False) -> Path:
     """Return `path` when it can be a capture: a readable file with a line that is whole or JSON.
 
-    An empty file, or one holding only an unfinished line, has no exchange."""
-    p = Path(path)
-    if str(path) == "-":
-        raise CaptureError("-: a capture through a pipe is read as /dev/stdin")
+    An empty file, or one holding only an unfinished line, has no exchange. `-` is stdin.
+    `piped` says that `path` holds what came through a pipe, which advice cannot name."""
+    shown = str(path)
+    p = Path(STDIN if shown == "-" else path)
     if not str(path).strip():
         raise CaptureError(f"{str(path)!r}: empty; name a capture file")
     if "://" in str(path):  # the engine's commands take URLs before they come here
@@ -77,38 +79,39 @@ def capture_file(path: str | os.PathLike[str]) -> Path:
 
         if (p / DATASET_MARK).is_file():  # the engine's commands take datasets before
             raise CaptureError(
-                f"{p}: a Parquet dataset; this command reads the JSON Lines captures it was "
+                f"{shown}: a Parquet dataset; this command reads the JSON Lines captures it was "
                 "exported from"
             ) from None
         raise CaptureError(
-            f"{p}: a directory, neither a capture file nor a dataset (no {DATASET_MARK}, "
+            f"{shown}: a directory, neither a capture file nor a dataset (no {DATASET_MARK}, "
             "which wirediff export writes last)"
         ) from None
     except OSError as e:
-        raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+        raise CaptureError(f"{shown}: cannot read capture ({e.strerror or e})") from None
     if first is None:
-        raise CaptureError(f"{p}: empty, not a {FORMAT} capture (no exchanges)")
+        raise CaptureError(f"{shown}: empty, not a {FORMAT} capture (no exchanges)")
     if _HAR_HEAD.match(head.removeprefix(BOM)):
         raise CaptureError(
-            f"{p}: a HAR archive, not a {FORMAT} capture; `wirediff import` converts it"
+            f"{shown}: a HAR archive, not a {FORMAT} capture; `wirediff import` converts it"
         )
+    source = "FILE" if piped else shown  # a pipe's source has no name here
     if first.startswith(_GZIP):
         raise CaptureError(
-            f"{p}: gzip-compressed; give it decompressed, through a pipe: "
-            f"zcat {p} | wirediff COMMAND /dev/stdin"
+            f"{shown}: gzip-compressed; give it decompressed, through a pipe: "
+            f"zcat {source} | wirediff COMMAND -"
         )
     if _utf16(first):
         raise CaptureError(
-            f"{p}: UTF-16 text (what PowerShell's `>` writes), where a {FORMAT} capture is "
-            f"UTF-8; convert it: iconv -f UTF-16 -t UTF-8 {p} > capture.jsonl"
+            f"{shown}: UTF-16 text (what PowerShell's `>` writes), where a {FORMAT} capture is "
+            f"UTF-8; convert it: iconv -f UTF-16 -t UTF-8 {source} > capture.jsonl"
         )
     if first.lstrip().startswith(b"<"):
         raise CaptureError(
-            f"{p}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
+            f"{shown}: an HTML or XML page, not a {FORMAT} capture (a report? name the captures "
             "it was made from)"
         )
     if not first.endswith(b"\n") and not is_json(first):
-        raise CaptureError(f"{p}: not a {FORMAT} capture (one unfinished line, no record)")
+        raise CaptureError(f"{shown}: not a {FORMAT} capture (one unfinished line, no record)")
     return p
 
 
@@ -193,7 +196,7 @@ def read_once(paths: Sequence[str | os.PathLike[str]]) -> None:
     given: dict[tuple[int, int], str] = {}
     for arg in map(str, paths):
         try:
-            st = os.stat(arg)
+            st = os.stat(STDIN if arg == "-" else arg)
         except OSError:
             continue  # said when it is read
         first = given.get((st.st_dev, st.st_ino))
@@ -214,7 +217,7 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
         return arg
     p = capture_file(arg)
     if p.is_file():
-        return arg
+        return str(p)  # `-` as the file its stdin is
     if not folder:
         folder.append(tempfile.mkdtemp(prefix="wirediff-pipe-"))
     copy = Path(folder[0]) / f"{position}-{p.name}"
@@ -224,9 +227,9 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
     except OSError as e:
         raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
     try:
-        return str(capture_file(copy))
+        return str(capture_file(copy, piped=True))
     except CaptureError as e:  # about the copy: said of the pipe
-        raise CaptureError(str(e).replace(str(copy), arg, 1)) from None
+        raise CaptureError(str(e).replace(str(copy), arg)) from None
 
 
 def key_from_env(var: str | None) -> str | None:
