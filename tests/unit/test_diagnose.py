@@ -888,6 +888,31 @@ def test_the_command_prints_chains_diagnosed_alike_once(
     assert capsys.readouterr().out.endswith("2 diagnoses in 1 chain\n")
 
 
+def test_cut_answers_that_differ_only_by_how_much_came_fold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from wirediff.cli import main
+    from wirediff.record.store import RecordWriter
+
+    cut = {**next(c[1] for c in CASES if c[0] == "plain-answer-cut")}
+    path = tmp_path / "s.jsonl"
+    with RecordWriter(path) as w:
+        for n, size in enumerate((290, 359)):
+            said = (
+                "server disconnected mid-answer: peer closed connection without sending complete "
+                f"message body (received {size} bytes, expected {2 * size})"
+            )
+            error = {"kind": "upstream_disconnect", "message": said}
+            w.write(
+                record(id=f"cut-{n:032x}", started=T0 + 600 * n, seq=n, **{**cut, "error": error})
+            )
+    assert main(["diagnose", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("2 chains diagnosed alike (ch-cut-"), text
+    assert "(received 290 bytes, expected 580)" in text  # the first chain's, as it came
+    assert text.endswith("in 2 chains, 1 distinct\n"), text
+
+
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ __all__ = ["fold_chains", "register"]
 
 NAMED = 3
 """Chains named for a group of chains diagnosed alike."""
+_COUNTED = re.compile(r"\(received \d+ bytes(?:, expected \d+)?")
+"""How much of a cut answer came, as httpx says it: chains that differ by it alone fold."""
 
 
 def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[str]]]:
@@ -41,7 +44,10 @@ def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[st
     for frame in frames:
         for chain_id, chain in frame.groupby("chain_id", sort=False) if len(frame) else ():
             lines = format_chains(chain)
-            key = (lines[0].removeprefix(str(chain_id)), *map(without_ids, lines[1:]))
+            key = (
+                lines[0].removeprefix(str(chain_id)),
+                *(_COUNTED.sub("(received … bytes", without_ids(line)) for line in lines[1:]),
+            )
             lines_ids = groups.setdefault(key, (lines, []))
             lines_ids[1].append(str(chain_id))
     out = []
