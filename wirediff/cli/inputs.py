@@ -64,6 +64,8 @@ def capture_file(path: str | os.PathLike[str], *, piped: bool = False) -> Path:
     `piped` says that `path` holds what came through a pipe, which advice cannot name."""
     shown = str(path)
     p = Path(STDIN if shown == "-" else path)
+    if shown == "-" and os.isatty(0):
+        raise CaptureError("-: stdin is a terminal; pipe a capture in (zcat s.jsonl.gz | …)")
     if not str(path).strip():
         raise CaptureError(f"{str(path)!r}: empty; name a capture file")
     if "://" in str(path):  # the engine's commands take URLs before they come here
@@ -146,7 +148,7 @@ def iter_capture(path: str | os.PathLike[str]) -> Iterator[Record]:
             n += 1
             yield rec
     if not n:
-        raise CaptureError(f"{p}: no exchanges")
+        raise CaptureError(f"{path}: no exchanges")
 
 
 def _is_dataset(arg: str) -> bool:
@@ -225,7 +227,7 @@ def _spooled(arg: str, position: int, folder: list[str]) -> str:
         with p.open("rb") as src, copy.open("wb") as dst:
             shutil.copyfileobj(src, dst, _BLOCK)
     except OSError as e:
-        raise CaptureError(f"{p}: cannot read capture ({e.strerror or e})") from None
+        raise CaptureError(f"{arg}: cannot read capture ({e.strerror or e})") from None
     try:
         return str(capture_file(copy, piped=True))
     except CaptureError as e:  # about the copy: said of the pipe
@@ -269,7 +271,7 @@ def distinct_outputs(
     cannot be written, is refused before any work is done, not after another is written."""
     read: list[Path] = []
     for arg in inputs:
-        p = Path(arg)
+        p = Path(STDIN if str(arg) == "-" else arg)
         if p.is_file():
             read += expand_parts([capture_file(p)])
     named: dict[str, str] = {}

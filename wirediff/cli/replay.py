@@ -88,7 +88,13 @@ import httpx
 
 from wirediff._support import plural, terminal_bar
 from wirediff._types import Record
-from wirediff.cli.inputs import capture_file, distinct_outputs, iter_capture, read_once
+from wirediff.cli.inputs import (
+    STDIN,
+    capture_file,
+    distinct_outputs,
+    iter_capture,
+    read_once,
+)
 from wirediff.cli.runner import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -170,7 +176,11 @@ def main_replay_args(args: argparse.Namespace) -> int:
 
 
 def _is_pipe(path: str) -> bool:
-    """Tell a pipe or a device, `/dev/stdin`, `<(…)`, from a file or a folder."""
+    """Tell stdin, a pipe or a device, `-`, `/dev/stdin`, `<(…)`, from a file or a folder.
+
+    Stdin redirected from a file is one too: its folder is `/dev`, no place for a replay."""
+    if path == "-" or os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -186,7 +196,7 @@ def _capture_bytes(paths: list[str]) -> int:
     size = 0
     for p in paths:
         with contextlib.suppress(OSError):
-            size += os.stat(p).st_size
+            size += os.stat(STDIN if p == "-" else p).st_size
     return size
 
 
