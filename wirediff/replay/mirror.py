@@ -378,7 +378,8 @@ class Mirror:
                 f"shadow: {cand.label}: cannot reach {cand.target.shown} ({why}): its mirrors "
                 "are recorded unanswered until it answers"
             )
-        cand.unreachable = connect_failed
+        if ex.error is None or ex.error.kind != "skipped":  # one not sent tells nothing of it
+            cand.unreachable = connect_failed
         self.sink(self.path_of(step.live.session, cand.label), ex, self._meta(step, cand.label))
 
     # -- shutting down --
@@ -396,7 +397,7 @@ class Mirror:
                 await cand.connections.aclose()
 
     def summary(self) -> list[str]:
-        """Say in one line per candidate what was mirrored, dropped and cancelled."""
+        """Say in one line per candidate what was mirrored, dropped, cut by the stop and not sent."""
         lines = []
         for cand in self.candidates:
             c = cand.counts
