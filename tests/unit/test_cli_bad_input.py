@@ -533,12 +533,13 @@ SKIPPING: dict[str, tuple[str, Argv]] = {
 
 
 def unreplayed(command: str) -> list[str]:
-    """The warning `check` adds when the candidate's torn line held a replay."""
+    """The warning `check` adds when the candidate's torn line held a replay: its original is
+    not judged, whatever the cause."""
     if command != "check, a candidate":
         return []
     return [
-        "wirediff: warning: candidate: 1 of the baseline's calls have no replay to it, so they "
-        "are not judged: a replay stopped early, a shadow's mirrors dropped, or `--only`"
+        "wirediff: warning: candidate: 1 of the baseline's calls has no replay to it, so not "
+        "judged: a replay stopped or filtered, or a shadow's mirrors dropped"
     ]
 
 

@@ -215,13 +215,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"the gate fails on {what}"
     )
     for label, counts in unmatched.items():
-        paired = [
-            f"{n:,} {how}"
-            for n, how in ((result.replayed.get(label, 0), "replayed"),
-                           (result.by_content.get(label, 0), "by content"))
-            if n or how == "by content"
-        ]  # fmt: skip
-        sides = ", ".join(f"{side}: {n:,}" for side, n in counts.items())
+        replays, by_content = result.replayed.get(label, 0), result.by_content.get(label, 0)
+        paired = [f"{replays:,} replayed"] if replays else []
+        if by_content or not replays:  # a replay's calls are the baseline's: none are its own
+            paired.append(f"{by_content:,} by content")
+        sides = ", ".join(f"{side}: {n:,}" for side, n in counts.items() if n or not replays)
         say(f"  pairs  {label:<12} {', '.join(paired)}; {sides}")
     for row in items:
         mark = (

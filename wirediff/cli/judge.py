@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from wirediff.analysis.comparison.pairing import CONTENT, ONLY_BASELINE, REPLAY, text
+from wirediff.analysis.comparison.pairing import CONTENT, REPLAY, text, unreplayed
 from wirediff.analysis.comparison.verdicts import verdict_frame
 from wirediff.analysis.index.analyze import GateCounts, analyse
 from wirediff.engine.run import Run
@@ -35,7 +35,8 @@ class CheckResult:
     by_content: dict[str, int]
     """Per candidate label: its originals paired by content with the baseline's."""
     unmatched: pd.DataFrame
-    """Exchanges of independent captures without a counterpart (`UNMATCHED_COLUMNS`)."""
+    """Exchanges without a counterpart (`UNMATCHED_COLUMNS`): of independent captures, and the
+    baseline's a replayed-to candidate has no replay of (`unreplayed`)."""
 
 
 def judge(
@@ -115,13 +116,18 @@ def judge(
         )
     content = Counter(by_label[sent][how == CONTENT].tolist())
     replayed = Counter(by_label[sent][how == REPLAY].tolist())
+    replays = (pairs["pairing"] == REPLAY).to_numpy()
+    missing = unreplayed(rows, pairs["c"].to_numpy()[replays], pairs["b"].to_numpy()[replays],
+                         base_label)  # fmt: skip
+    for name, n in Counter(missing["label"]).items():
+        store_log.warning(
+            f"{name}: {n:,} of the baseline's calls {'has' if n == 1 else 'have'} no replay to "
+            "it, so not judged: a replay stopped or filtered, or a shadow's mirrors dropped"
+        )
     unmatched = analysis.unmatched
-    for name, n in Counter(unmatched["label"][unmatched["side"] == ONLY_BASELINE]).items():
-        if name in replayed:
-            store_log.warning(
-                f"{name}: {n:,} of the baseline's calls have no replay to it, so they are not "
-                "judged: a replay stopped early, a shadow's mirrors dropped, or `--only`"
-            )
+    if len(missing):  # a label both replayed and captured may name a call twice
+        unmatched = pd.concat([unmatched, missing], ignore_index=True)
+        unmatched = unmatched.drop_duplicates(["label", "side", "id"], ignore_index=True)
     return CheckResult(
         verdict_frame(analysis.cells(), analysis.roles()),
         analysis.gate(),

@@ -105,8 +105,7 @@ class Pairing:
     pair's place among all: for a replay, its candidate's row; for a pair by content, the
     index's length plus its link's number. `pairing` says how it is paired."""
     unmatched: pd.DataFrame
-    """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart, and
-    the baseline's originals a replayed-to label has no replay of (`unreplayed`)."""
+    """`UNMATCHED_COLUMNS`: exchanges of independent captures that found no counterpart."""
     baseline: Baseline
 
 
@@ -304,28 +303,28 @@ def content_links(
 
 
 def unreplayed(
-    exchanges: pd.DataFrame, c: np.ndarray, b: np.ndarray, baseline: str | None
+    exchanges: pd.DataFrame, c: np.ndarray, b: np.ndarray, baseline: str
 ) -> pd.DataFrame:
-    """List the baseline's originals each replayed-to label has no replay of, as unmatched.
+    """List the baseline's originals a replayed-to label has no replay of, as unmatched rows.
 
-    A replay cut short by Ctrl-C, a shadow's mirror dropped, or a replay's `--only` leaves
-    calls of the baseline that the candidate never answered: untested, not compatible."""
-    if baseline is None or not len(c):
-        return pd.DataFrame(columns=UNMATCHED_COLUMNS)
+    `c` and `b` are the rows of replays and of their originals. Only the originals of a session
+    and listener the label has replays of count: a session not replayed, or the inner hops a
+    replay leaves out, were never meant for it. The rest were, and the label never answered
+    them (a replay stopped or filtered, a mirror dropped): not judged."""
     codes, labels = text_codes(exchanges["label"])
-    mine = np.flatnonzero(labels == baseline)
-    ours = (codes == mine[0]) if len(mine) else np.zeros(len(exchanges), dtype=bool)
+    at = np.flatnonzero(labels == baseline)
+    ours = codes == at[0] if len(at) else np.zeros(len(exchanges), dtype=bool)
+    scope, _ = factorize_together(exchanges["session"], exchanges["listener"])
     base = np.flatnonzero(ours & exchanges["replay_of"].isna().to_numpy())
     from_base = ours[b]
+    meta = exchanges[["id", "session", "method", "endpoint"]]
     out = []
     for code in np.unique(codes[c[from_base]]).tolist():
         if labels[code] == baseline:
             continue
         replayed = b[from_base & (codes[c] == code)]
-        missing = base[~np.isin(base, replayed)]
-        if not len(missing):
-            continue
-        rows = exchanges.iloc[missing]
+        missing = base[~np.isin(base, replayed) & np.isin(scope[base], scope[replayed])]
+        rows = meta.iloc[missing]
         out.append(
             pd.DataFrame(
                 {
@@ -355,13 +354,9 @@ def pair_exchanges(exchanges: pd.DataFrame, *, baseline: str | None = None) -> P
     found = (of >= 0) & ~replayed[np.maximum(of, 0)]
     c, b = replays[found], of[found]
     kinds = [REPLAY] * len(c)
-    unmatched = unreplayed(exchanges, c, b, chosen.label)
+    unmatched = pd.DataFrame(columns=UNMATCHED_COLUMNS)
     if chosen.label is not None:
-        links, by_content = content_links(exchanges, chosen.label)
-        if len(by_content):
-            unmatched = pd.concat(
-                [by_content, unmatched] if len(unmatched) else [by_content], ignore_index=True
-            )
+        links, unmatched = content_links(exchanges, chosen.label)
         if links:
             linked = np.asarray(links, dtype=np.int64)
             c, b = np.concatenate([c, linked[:, 0]]), np.concatenate([b, linked[:, 1]])
