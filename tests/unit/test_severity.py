@@ -224,6 +224,30 @@ def test_a_stream_cut_mid_way_is_told_as_the_sdk_raises_not_as_nothing_streamed(
     ), terminal
 
 
+def _conversation_breaks(rec: Record) -> list[str]:
+    found = analyze([rec]).frame()
+    return [m for m in found.loc[found["kind"] == "client", "message"] if "previous_resp" in m]
+
+
+def test_a_turn_is_judged_by_whether_it_continued_one_though_the_answers_read_alike() -> None:
+    """OpenAI's object says null where no turn was continued: the same answer, twice."""
+    alone = responses_record()
+    asked = continued()
+    conversation_dropped(asked)
+    assert _conversation_breaks(alone) == []
+    [said] = _conversation_breaks(asked)
+    assert said.startswith("`client.responses.create()`: `previous_response_id` is null"), said
+    assert _conversation_breaks(alone) == []  # whichever is read first
+
+
+def test_an_object_that_leaves_the_key_out_is_not_taken_for_one_that_dropped_it() -> None:
+    """The SDK reads an absent key as None; only an object that says null is at its word."""
+    rec = continued()
+    for obj in _response_objects(rec):
+        del obj["previous_response_id"]
+    assert _conversation_breaks(rec) == []
+
+
 def test_a_raise_is_told_in_the_servers_words() -> None:
     found = judged(chat_record(), server_error)
     status = found[found["kind"] == "status"].iloc[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from wirediff._support import clip, is_2xx, response_status
 from wirediff._types import Record
@@ -176,6 +177,20 @@ def continues(record: Record) -> bool:
     return isinstance(previous, str) and bool(previous)
 
 
+def _says_none_continued(record: Record) -> bool:
+    """Tell whether the answer's last Response object says `previous_response_id` is null.
+
+    The SDK reads a key left out as None too: only an object that says so is taken at its word."""
+    resp: dict[str, Any] = dict(record.get("response") or {})
+    objects = [resp.get("body")]
+    for ev in resp.get("events") or ():
+        data = ev.get("data") if isinstance(ev, dict) else None
+        objects.append(data.get("response") if isinstance(data, dict) else None)
+    said = [o["previous_response_id"] for o in objects if isinstance(o, dict) and
+            "previous_response_id" in o]  # fmt: skip
+    return bool(said) and not said[-1]
+
+
 def _forgotten(outcome: Outcome) -> list[Break]:
     """Find an answer to a continued conversation that says it continued none.
 
@@ -298,7 +313,7 @@ def record_breaks(record: Record, outcome: Outcome) -> tuple[Break, ...]:
         out += _final_lost(outcome, prefix, client)
     if include_usage and outcome.get("usage") == "absent":
         out.append(_usage(outcome.probe_of("usage"), SDK_SOURCE))
-    if continues(record):
+    if continues(record) and _says_none_continued(record):
         out += _forgotten(outcome)
     if streamed:
         for key in ("chunks", "events"):
