@@ -476,7 +476,7 @@ def test_a_redirect_probed_is_graded_as_the_sdk_follows_it(
     assert code == 1
     rows = {f["id"]: f for f in summary["probe"]["features"]}
     assert rows["models"]["status"] == "deviation", rows["models"]
-    assert "clients follow a GET there" in rows["models"]["evidence"], rows["models"]
+    assert "clients follow it there, unprobed" in rows["models"]["evidence"], rows["models"]
     assert rows["chat.text"]["status"] == "breaking", rows["chat.text"]
     assert "redirect_method_change" in rows["chat.text"]["evidence"], rows["chat.text"]
 

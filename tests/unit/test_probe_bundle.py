@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from tests.fixtures.records import make_record
-from wirediff.probe.expect import check, final_text, tool_calls
+from wirediff.probe.drive import _not_openai
+from wirediff.probe.expect import answered, check, final_text, tool_calls
 from wirediff.probe.features import Client, features_of, load_probe, needs_of
 from wirediff.probe.matrix import FeatureRow, readiness
+from wirediff.replay.targets import Target
 
 DATA = load_probe()
 
@@ -204,4 +206,41 @@ def test_a_body_no_client_reads_is_said_so() -> None:
     assert (p.severity, p.evidence) == (
         "failed",
         "200, a body that is not JSON, which no client reads",
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "graded"),
+    [("GET", 301, "deviation"), ("POST", 308, "deviation"), ("POST", 307, "deviation"),
+     ("POST", 301, "failed"), ("POST", 302, "failed")],
+)  # fmt: skip
+def test_a_redirect_kept_as_sent_is_followed_one_turned_into_a_get_fails(
+    method: str, status: int, graded: str
+) -> None:
+    """httpx, under both SDKs' clients, follows a redirect; a 301-303 turns a POST into a GET."""
+    rec = make_record(
+        id="r", path="/v1/chat/completions", method=method, status=status, text="",
+        request_body=None if method == "GET" else {"model": "m", "messages": []},
+        headers=[["Location", "https://api.example/v1/chat/completions"]],
+    )  # fmt: skip
+    [problem] = answered([rec], {})
+    assert problem.severity == graded, problem
+    if graded == "deviation":
+        assert problem.evidence == (
+            f"answered {status} to https://api.example/v1/chat/completions: clients follow it "
+            "there, unprobed"
+        )
+
+
+def test_a_model_list_redirected_elsewhere_than_a_model_list_is_no_api() -> None:
+    """A login page, say: no server to suggest probing."""
+    rec = make_record(
+        id="m", path="/v1/models", method="GET", status=302, text="", request_body=None,
+        headers=[["Location", "https://sso.example/login?next=/v1/models"]],
+    )  # fmt: skip
+    said = _not_openai(rec, Target(label="x", url="http://h:1/v1"))
+    assert said == (
+        "http://h:1/v1 redirects: GET /models answered 302 to "
+        "https://sso.example/login?next=/v1/models, not a list of models; give --model to "
+        "probe the redirect"
     )

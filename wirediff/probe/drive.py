@@ -112,11 +112,13 @@ def _not_openai(rec: Record, target: Target) -> str:
     location = redirect_location(rec)
     if location is not None:
         to = urljoin(str(part(rec, "request").get("url") or ""), location)
-        base = to.removesuffix("/models") if urlsplit(to).path.endswith("/models") else to
+        said = f"{target.shown} redirects: GET /models answered {resp.get('status')} to {clip(to, 200)}"
+        if not urlsplit(to).path.endswith("/models"):  # a login page, say: no API behind it
+            return f"{said}, not a list of models; give --model to probe the redirect"
         return (
-            f"{target.shown} redirects: GET /models answered {resp.get('status')} to {clip(to, 200)}. "
-            "Clients follow it, but turn a POST into a GET on 301, 302 and 303: probe "
-            f"{clip(base, 200)} for the server behind it, or give --model to probe the redirect"
+            f"{said}. Clients follow it, but turn a POST into a GET on 301, 302 and 303: probe "
+            f"{clip(to.removesuffix('/models'), 200)} for the server behind it, or give --model "
+            "to probe the redirect"
         )
     if isinstance(resp.get("body"), dict):  # an API, without a model list
         said = server_words(rec) or "no list"

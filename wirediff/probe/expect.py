@@ -258,12 +258,16 @@ def answered(records: Sequence[Record | None], _: Mapping[str, Any]) -> list[Pro
 
 
 def _followed(rec: Record) -> str | None:
-    """Say where a `GET` redirected goes: clients follow it there, keeping the method."""
+    """Say where a redirect that keeps the request goes: clients follow it there, unprobed.
+
+    That is a 307 or 308, or any redirect of a `GET`; a 301, 302 or 303 turns a `POST` into a
+    `GET`, which `redirect_method_change` diagnoses."""
     location = redirect_location(rec)
-    if location is None or part(rec, "request").get("method") != "GET":
-        return None
     status = part(rec, "response").get("status")
-    return f"answered {status} to {clip(location, 100)}: clients follow a GET there, unprobed"
+    kept = status in (307, 308) or part(rec, "request").get("method") == "GET"
+    if location is None or not kept:
+        return None
+    return f"answered {status} to {clip(location, 100)}: clients follow it there, unprobed"
 
 
 def _first_answered(records: Sequence[Record | None]) -> Record | None:
