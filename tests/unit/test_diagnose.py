@@ -911,6 +911,12 @@ def test_cut_answers_that_differ_only_by_how_much_came_fold(
     assert text.startswith("2 chains diagnosed alike (ch-cut-"), text
     assert "(received 290 bytes, expected 580)" in text  # the first chain's, as it came
     assert text.endswith("in 2 chains, 1 distinct\n"), text
+    # and the report's failing chains, alike
+    from wirediff.reports.hops import chain_groups
+
+    written = load_records([path])
+    [group] = chain_groups(rows(written), {r["id"]: r for r in written})
+    assert group.count == 2
 
 
 def _b64(raw: bytes) -> str:

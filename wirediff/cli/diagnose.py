@@ -4,14 +4,13 @@ It reads any mix of captures and replays:
 
 `wirediff diagnose CAPTURE… [--json] [--fail] [--engine local|dask [--scheduler ADDR]]`
 
-Chains diagnosed alike, their words the same but for ids, are printed once, with how many they
-are."""
+Chains diagnosed alike, their words the same but for ids and a cut answer's byte counts
+(`told_alike`), are printed once, with how many they are."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,6 @@ __all__ = ["fold_chains", "register"]
 
 NAMED = 3
 """Chains named for a group of chains diagnosed alike."""
-_COUNTED = re.compile(r"\(received \d+ bytes(?:, expected \d+)?")
-"""How much of a cut answer came, as httpx says it: chains that differ by it alone fold."""
 
 
 def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[str]]]:
@@ -37,17 +34,14 @@ def fold_chains(frames: Iterable[pd.DataFrame]) -> list[tuple[list[str], list[st
 
     Each comes with the ids of the chains diagnosed alike: the first `NAMED` of them, then `+N`.
     They come in the order of their first chain."""
-    from wirediff.analysis.comparison.sameness import without_ids
+    from wirediff.analysis.comparison.sameness import told_alike
     from wirediff.analysis.diagnosis.explain import format_chains
 
     groups: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
     for frame in frames:
         for chain_id, chain in frame.groupby("chain_id", sort=False) if len(frame) else ():
             lines = format_chains(chain)
-            key = (
-                lines[0].removeprefix(str(chain_id)),
-                *(_COUNTED.sub("(received … bytes", without_ids(line)) for line in lines[1:]),
-            )
+            key = (lines[0].removeprefix(str(chain_id)), *map(told_alike, lines[1:]))
             lines_ids = groups.setdefault(key, (lines, []))
             lines_ids[1].append(str(chain_id))
     out = []

@@ -24,7 +24,7 @@ from wirediff._support import error_kind
 from wirediff._types import Record
 from wirediff.analysis.comparison.observe import MEMO_LIMIT
 from wirediff.analysis.comparison.pairing import text_codes
-from wirediff.analysis.comparison.sameness import without_ids
+from wirediff.analysis.comparison.sameness import told_alike
 from wirediff.analysis.diagnosis.evidence import EvidenceById
 from wirediff.analysis.diagnosis.explain import CODES
 from wirediff.reports.formatters import SEQUENCES, anchor, missing, path_only, redact, status_class
@@ -331,11 +331,11 @@ def chain_groups(diagnoses: pd.DataFrame, records_by_id: Mapping[str, Record]) -
                 c.label,
                 c.endpoint,
                 tuple(
-                    (code, provider, without_ids(summary), remedy)
+                    (code, provider, told_alike(summary), remedy)
                     for code, provider, summary, remedy in said
                 ),
                 _shape(c.exchange_ids, records_by_id),
-                tuple(without_ids(e) for e in c.evidence),
+                tuple(told_alike(e) for e in c.evidence),
                 c.recovered,
             )
             if read is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["problem_key", "without_ids"]
+__all__ = ["problem_key", "told_alike", "without_ids"]
 
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _PREFIXED = re.compile(r"\b([A-Za-z]{2,16}[_-])(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{12,}\b")
@@ -35,6 +35,13 @@ def without_ids(text: str) -> str:
     return _short_without_ids(text) if len(text) <= REMEMBERED_CHARS else _without_ids(text)
 
 
+def told_alike(text: str) -> str:
+    """Spell a line of a chain as chains diagnosed alike share it: `without_ids`, and a cut
+    answer's byte counts left out, as httpx says them, since they vary with the answer."""
+    return _RECEIVED.sub("(received … bytes", without_ids(text))
+
+
+_RECEIVED = re.compile(r"\(received \d+ bytes(?:, expected \d+)?")
 REMEMBERED_CHARS = 1_000
 """The longest line `without_ids` remembers; 16,384 of them at most."""
 
