@@ -321,6 +321,13 @@ def test_a_piped_capture_needs_an_output_and_stdout_is_none(
     assert capsys.readouterr().err == (
         f"wirediff: error: {fifo}: a pipe has no folder to write its replay beside; give -o\n"
     )
+    for stdin in ("-", "/dev/stdin"):  # stdin redirected from a file too: it is in /dev
+        assert main_replay([stdin, "--to", "http://127.0.0.1:9/v1"]) == 2
+        said = capsys.readouterr().err
+        assert (
+            said
+            == f"wirediff: error: {stdin}: a pipe has no folder to write its replay beside; give -o\n"
+        )
     cap = write_capture(tmp_path / "s.jsonl", session()[:1])
     assert main_replay([str(cap), "--to", "http://127.0.0.1:9/v1", "-o", "-"]) == 2
     assert "-o -: a replay appends to a file it reads back to resume" in capsys.readouterr().err
